@@ -1,0 +1,273 @@
+"""The ``ragsync`` command line.
+
+Every command accepts ``--home`` (default ``$RAGSYNC_HOME`` or
+``./ragsync-data``) and ``--json`` (one JSON document on stdout, for scripts).
+Human output goes to stdout, progress to stderr. Exit codes: 0 success,
+1 a check failed (reconcile), 2 usage or configuration error (and, for
+``parse``, a dead-lettered file).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from ragsync.errors import ConfigurationError, RagsyncError
+
+
+def quiet_environment() -> None:
+    """Offline model loading and no third-party log noise on the console.
+
+    Beam, gRPC (used by Milvus Lite), pymilvus and transformers log warnings
+    about optional features this tool does not use; ragsync's own progress
+    and errors still print.
+    """
+    for key, value in (
+        ("HF_HUB_OFFLINE", "1"),
+        ("TOKENIZERS_PARALLELISM", "false"),
+        ("TRANSFORMERS_VERBOSITY", "error"),
+        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
+        ("GRPC_VERBOSITY", "NONE"),
+        ("OMP_THREAD_LIMIT", "1"),
+    ):
+        os.environ.setdefault(key, value)
+    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(logging.ERROR)
+    for noisy in ("apache_beam", "absl", "grpc", "grpc._server", "pymilvus", "transformers", "root"):
+        logging.getLogger(noisy).setLevel(logging.CRITICAL)
+
+
+def _groups(text: str) -> list[str]:
+    return [g.strip() for g in text.split(",") if g.strip()]
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from ragsync.config import Settings
+
+    kwargs: dict[str, Any] = {"home": args.home}
+    for name in ("catalog_url", "milvus_uri", "es_url"):
+        value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
+        if value:
+            kwargs[name] = value
+    return Settings(**kwargs)
+
+
+def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.json:
+        print(json.dumps(data, indent=None, sort_keys=True, default=str))
+    else:
+        print(human)
+
+
+def cmd_backfill(args: argparse.Namespace) -> int:
+    from beam_pipelines.backfill import run_backfill
+
+    settings = _settings(args)
+    groups = _groups(args.acl_groups)
+    summary = run_backfill(
+        args.source,
+        settings,
+        tenant_id=args.tenant,
+        source_id=args.source_id or "",
+        acl_groups=groups,
+        beam_args=args.beam_args,
+        show_progress=not args.quiet,
+    )
+    d = summary.to_dict()
+    lines = [f"backfill of {args.source} into {settings.home} finished in {d['seconds']:.1f}s"]
+    lines += [f"  {k:24s} {v}" for k, v in d.items() if k != "seconds"]
+    if d["dead_lettered"]:
+        lines.append("  see why with: ragsync status --home " + settings.home)
+    lines.append(
+        f"try: ragsync query 'your question' --groups {','.join(groups)} --tenant {args.tenant} "
+        f"--home {settings.home}"
+    )
+    _emit(args, d, "\n".join(lines))
+    return 0
+
+
+def cmd_query(args: argparse.Namespace) -> int:
+    from ragsync.query import hybrid_query
+
+    results = hybrid_query(
+        _settings(args), args.text, groups=_groups(args.groups), tenant_id=args.tenant, k=args.k
+    )
+    if args.json:
+        print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
+        return 0
+    if not results:
+        print("no results (check --groups and --tenant: results are limited to what those groups may read)")
+    for i, r in enumerate(results, 1):
+        where = " > ".join(r.heading_path) or "(no heading)"
+        page = f" p.{r.page}" if r.page else ""
+        print(f"{i:2d}. {r.score:.4f}  {r.uri}{page}\n    {where}\n    {r.text[:200].replace(chr(10), ' ')}")
+    return 0
+
+
+def cmd_reconcile(args: argparse.Namespace) -> int:
+    from ragsync.embedding import default_model
+    from ragsync.reconcile import reconcile
+
+    report = reconcile(_settings(args), default_model().dim)
+    human = [f"{report.documents} documents, {report.chunks} chunks in the catalog"]
+    if report.ok:
+        human.append("vector index, keyword index and chunks table agree")
+    else:
+        human.append(f"{len(report.mismatches)} documents disagree (doc_id vector keyword catalog):")
+        human += [f"  {m.doc_id} {m.vector} {m.keyword} {m.catalog}" for m in report.mismatches]
+    _emit(args, report.to_dict(), "\n".join(human))
+    return 0 if report.ok else 1
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(_settings(args))
+    try:
+        docs = catalog.document_counts_by_status()
+        dead = catalog.dead_letter_counts()
+        recent = catalog.list_dead_letters(limit=args.limit)
+    finally:
+        catalog.close()
+    data = {
+        "documents": docs,
+        "dead_letters": dead,
+        "recent_dead_letters": [
+            {
+                "doc_id": r.doc_id,
+                "uri": r.uri,
+                "stage": r.stage,
+                "error_class": r.error_class,
+                "message": r.message,
+            }
+            for r in recent
+        ],
+    }
+    human = ["documents by state:"] + [f"  {k:14s} {v}" for k, v in sorted(docs.items())]
+    human += ["dead letters by error class:"] + [f"  {k:14s} {v}" for k, v in sorted(dead.items())]
+    if recent:
+        human.append("most recent dead letters:")
+        human += [f"  [{r.error_class}] {r.uri}: {r.message[:120]}" for r in recent]
+    _emit(args, data, "\n".join(human))
+    return 0
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    from ragsync.detect import choose_lane, detect_mime
+    from ragsync.parsing import parse
+
+    with open(args.file, "rb") as fh:
+        data = fh.read()
+    mime = detect_mime(data, os.path.basename(args.file))
+    out: dict[str, Any] = {
+        "mime": mime,
+        "lane": choose_lane(mime, len(data)),
+        "elements": [],
+        "pages_for_review": [],
+        "ocr_confidence": None,
+        "error": None,
+    }
+    code = 0
+    try:
+        result = parse(data, mime, filename=os.path.basename(args.file))
+        out["elements"] = [
+            {"type": e.type.value, "text": e.text, "level": e.level, "page": e.page} for e in result.elements
+        ]
+        out["pages_for_review"] = list(result.pages_for_review)
+    except RagsyncError as exc:
+        out["error"] = {"class": exc.error_class, "message": str(exc)}
+        code = 2
+    if args.json:
+        print(json.dumps(out, ensure_ascii=False))
+    else:
+        print(f"{args.file}: {mime} ({out['lane']} lane)")
+        if out["error"]:
+            print(f"dead letter [{out['error']['class']}]: {out['error']['message']}")
+        for e in out["elements"]:
+            print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
+    return code
+
+
+def cmd_sample_corpus(args: argparse.Namespace) -> int:
+    from ragsync.samples import write_sample_corpus
+
+    paths = write_sample_corpus(args.dest)
+    _emit(args, {"dest": args.dest, "files": paths}, f"wrote {len(paths)} sample documents to {args.dest}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ragsync.config import default_home
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--home", default=default_home(), help="state directory (default $RAGSYNC_HOME or ./ragsync-data)"
+    )
+    common.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+    common.add_argument("--catalog-url", help="SQLAlchemy URL of the catalog (default SQLite under --home)")
+    common.add_argument("--milvus-uri", help="Milvus server URL (default Milvus Lite under --home)")
+    common.add_argument("--es-url", help="Elasticsearch URL (default embedded tantivy index under --home)")
+
+    parser = argparse.ArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    b = sub.add_parser("backfill", parents=[common], help="index a folder or object-store prefix")
+    b.add_argument("source", help="local folder, gs://bucket/prefix or s3://bucket/prefix")
+    b.add_argument("--tenant", default="default", help="tenant id (default: default)")
+    b.add_argument("--source-id", help="source id (default derived from SOURCE)")
+    b.add_argument(
+        "--acl-groups",
+        default="everyone",
+        help="comma-separated groups allowed to read the documents (default: everyone); "
+        "a .ragsync-acl.json in SOURCE can set groups per path",
+    )
+    b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    b.add_argument(
+        "beam_args", nargs="*", help="after --: Beam pipeline options, e.g. -- --runner=DataflowRunner"
+    )
+    b.set_defaults(func=cmd_backfill)
+
+    q = sub.add_parser("query", parents=[common], help="hybrid, permission-filtered search (operator check)")
+    q.add_argument("text")
+    q.add_argument("--groups", required=True, help="comma-separated groups of the user asking")
+    q.add_argument("--tenant", default="default")
+    q.add_argument("-k", type=int, default=10, help="results (default 10)")
+    q.set_defaults(func=cmd_query)
+
+    r = sub.add_parser("reconcile", parents=[common], help="compare chunk counts across the three stores")
+    r.set_defaults(func=cmd_reconcile)
+
+    s = sub.add_parser("status", parents=[common], help="documents by state, dead letters by class")
+    s.add_argument("--limit", type=int, default=10, help="recent dead letters to show")
+    s.set_defaults(func=cmd_status)
+
+    pa = sub.add_parser("parse", parents=[common], help="show what the parser makes of one file")
+    pa.add_argument("file")
+    pa.set_defaults(func=cmd_parse)
+
+    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
+    sc.add_argument("dest")
+    sc.set_defaults(func=cmd_sample_corpus)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    quiet_environment()
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except ConfigurationError as exc:
+        print(f"ragsync: configuration error: {exc}", file=sys.stderr)
+        return 2
+    except FileNotFoundError as exc:
+        print(f"ragsync: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,227 @@
+"""Catalog tables, SQLAlchemy Core, portable between SQLite and PostgreSQL.
+
+Portability rules (so one schema runs on both backends):
+
+* no ARRAY or vector types: lists are JSON text (``json.dumps`` of a list,
+  written and read by :mod:`ragsync.catalog.catalog`), vectors are
+  little-endian float32 bytes in a ``LargeBinary`` column;
+* timestamps are ``DOUBLE PRECISION`` epoch seconds (UTC), never
+  ``DATETIME`` (SQLite has no time zones and would silently drop them);
+* versions and hashes are text; ``source_version`` is compared only for
+  equality in SQL, never ordered (an mtime and an etag do not sort alike).
+
+This module describes the *current* schema. It must only change together with
+a new step in :mod:`ragsync.catalog.migrations` that brings an existing
+database to it; ``migrate`` creates tables from here.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Double,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+metadata = MetaData()
+
+# SQLite only auto-increments an ``INTEGER PRIMARY KEY`` (a rowid alias), not BIGINT.
+_AutoId = BigInteger().with_variant(Integer(), "sqlite")
+
+_ID = 255  # ids and hashes: hex digests or namespaced ids, well under this
+
+sources = Table(
+    "sources",
+    metadata,
+    Column("source_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("type", String(64), nullable=False),
+    Column("uri", Text, nullable=False, default=""),
+    Column("credentials_ref", Text, nullable=True),
+    Column("cursor", Text, nullable=True),
+    Column("created_at", Double, nullable=False),
+    Column("last_reconciled_at", Double, nullable=True),
+)
+
+documents = Table(
+    "documents",
+    metadata,
+    Column("doc_id", String(_ID), primary_key=True),
+    Column("source_id", String(_ID), nullable=False),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_object_id", Text, nullable=False, default=""),
+    Column("uri", Text, nullable=False, default=""),
+    Column("mime", String(255), nullable=False, default=""),
+    Column("size", BigInteger, nullable=False, default=-1),
+    Column("source_version", Text, nullable=True),
+    Column("content_hash", String(_ID), nullable=True),
+    Column("canonical_doc_id", String(_ID), nullable=True),
+    Column("acl_id", String(_ID), nullable=True),
+    Column("status", String(32), nullable=False),
+    Column("error_class", String(64), nullable=True),
+    Column("parser_version", String(_ID), nullable=True),
+    Column("chunker_id", String(_ID), nullable=True),
+    # The content_hash + source_version that is live in the indexes.
+    Column("indexed_version", Text, nullable=True),
+    Column("chunk_count", Integer, nullable=False, default=0),
+    Column("indexed_at", Double, nullable=True),
+    Column("deleted_at", Double, nullable=True),
+    Column("updated_at", Double, nullable=False),
+    Index("ix_documents_tenant_content", "tenant_id", "content_hash"),
+    Index("ix_documents_source", "source_id"),
+)
+
+acls = Table(
+    "acls",
+    metadata,
+    Column("acl_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("allow_groups", Text, nullable=False),  # JSON list of group names, sorted
+    Column("updated_at", Double, nullable=False),
+)
+
+# Lookup table kept in step with ``acls.allow_groups`` by ``Catalog.upsert_acl``
+# (migration 2): "which ACLs of this tenant allow any of these groups" becomes an
+# indexed query instead of a scan that decodes every ACL's JSON.
+acl_groups = Table(
+    "acl_groups",
+    metadata,
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("group_name", String(512), nullable=False),
+    Column("acl_id", String(_ID), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "group_name", "acl_id", name="pk_acl_groups"),
+    Index("ix_acl_groups_acl", "acl_id"),
+)
+
+parsed_docs = Table(
+    "parsed_docs",
+    metadata,
+    Column("content_hash", String(_ID), nullable=False),
+    Column("parser_version", String(_ID), nullable=False),
+    Column("elements_uri", Text, nullable=False),
+    Column("pages", Integer, nullable=False, default=0),
+    Column("pages_for_review", Text, nullable=False, default="[]"),  # JSON list of ints
+    Column("ocr_confidence", Double, nullable=True),
+    PrimaryKeyConstraint("content_hash", "parser_version", name="pk_parsed_docs"),
+)
+
+chunks = Table(
+    "chunks",
+    metadata,
+    Column("chunk_id", String(64), primary_key=True),
+    Column("doc_id", String(_ID), nullable=False),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("text_hash", String(_ID), nullable=False),
+    Column("ordinal", Integer, nullable=False),
+    Column("heading_path", Text, nullable=False, default="[]"),  # JSON list of str
+    Column("page", Integer, nullable=False, default=0),
+    Column("text", Text, nullable=False),
+    Column("token_count", Integer, nullable=False, default=0),
+    Column("acl_ids", Text, nullable=False, default="[]"),  # JSON list of str
+    Column("near_dup_group", String(_ID), nullable=True),
+    Index("ix_chunks_doc", "doc_id"),
+    Index("ix_chunks_text_hash", "text_hash"),
+)
+
+embedding_cache = Table(
+    "embedding_cache",
+    metadata,
+    Column("text_hash", String(_ID), nullable=False),
+    Column("model_version", String(_ID), nullable=False),
+    Column("dim", Integer, nullable=False),
+    Column("vector", LargeBinary, nullable=False),  # little-endian float32, dim * 4 bytes
+    PrimaryKeyConstraint("text_hash", "model_version", name="pk_embedding_cache"),
+)
+
+events = Table(
+    "events",
+    metadata,
+    Column("event_id", String(_ID), primary_key=True),
+    Column("source_id", String(_ID), nullable=False),
+    Column("doc_id", String(_ID), nullable=False),
+    Column("op", String(16), nullable=False),
+    Column("source_version", Text, nullable=True),
+    Column("payload", Text, nullable=False, default="{}"),  # JSON object
+    Column("event_time", Double, nullable=True),
+    Column("enqueued_at", Double, nullable=False),
+    Column("attempts", Integer, nullable=False, default=0),
+    Column("state", String(32), nullable=False),
+    Column("available_at", Double, nullable=False),
+    Index("ix_events_state_available", "state", "available_at"),
+    Index("ix_events_doc", "doc_id"),
+)
+
+backfills = Table(
+    "backfills",
+    metadata,
+    Column("backfill_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=True),
+    Column("reason", String(64), nullable=False),
+    Column("target_index", String(_ID), nullable=False),
+    Column("cursor", Text, nullable=True),
+    Column("total", BigInteger, nullable=False, default=0),
+    Column("done", BigInteger, nullable=False, default=0),
+    Column("failed", BigInteger, nullable=False, default=0),
+    Column("state", String(32), nullable=False),
+    Column("created_at", Double, nullable=False),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", _AutoId, primary_key=True, autoincrement=True),
+    Column("created_at", Double, nullable=False),
+    Column("tenant_id", String(_ID), nullable=False, default=""),
+    Column("source_id", String(_ID), nullable=False, default=""),
+    Column("doc_id", String(_ID), nullable=False, default=""),
+    Column("uri", Text, nullable=False, default=""),
+    Column("stage", String(64), nullable=False),
+    Column("error_class", String(64), nullable=False),
+    Column("message", Text, nullable=False, default=""),
+    Column("traceback", Text, nullable=False, default=""),
+    Column("attempts", Integer, nullable=False, default=1),
+    Column("payload", Text, nullable=False, default=""),
+    Column("source_version", Text, nullable=False, default=""),
+    Column("resolved_at", Double, nullable=True),
+    Index("ix_dead_letters_source", "source_id"),
+    Index("ix_dead_letters_tenant", "tenant_id"),
+)
+
+tombstones = Table(
+    "tombstones",
+    metadata,
+    Column("doc_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_version", Text, nullable=True),
+    Column("deleted_at", Double, nullable=False),
+    Column("completed_at", Double, nullable=True),
+)
+
+schema_migrations = Table(
+    "schema_migrations",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("applied_at", Double, nullable=False),
+)
+
+#: Tables created by migration 1, in creation order.
+V1_TABLES: tuple[Table, ...] = (
+    sources,
+    documents,
+    acls,
+    parsed_docs,
+    chunks,
+    embedding_cache,
+    events,
+    backfills,
+    dead_letters,
+    tombstones,
+)

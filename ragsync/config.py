@@ -1,0 +1,137 @@
+"""Where state lives and which stores to open: one frozen settings object.
+
+Every pipeline step receives a ``Settings`` (it pickles to workers) and opens
+its own clients in ``setup()`` with the factory functions below.
+
+Layout of ``home`` (the local default; every path can be overridden):
+
+    HOME/catalog.db        SQLite catalog (or ``catalog_url`` for PostgreSQL)
+    HOME/milvus.db         Milvus Lite (or ``milvus_uri`` for a server)
+    HOME/keyword/          tantivy index (or ``es_url`` for Elasticsearch)
+    HOME/objects/raw/      raw copies, keyed by content hash
+    HOME/objects/parsed/   parsed elements, keyed by content hash + parser version
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from ragsync.chunking import ChunkerConfig
+from ragsync.errors import ConfigurationError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragsync.catalog import Catalog
+    from ragsync.stores.base import KeywordIndex, VectorIndex
+
+DEFAULT_HOME = "./ragsync-data"
+
+
+def default_home() -> str:
+    """``$RAGSYNC_HOME`` or ``./ragsync-data``."""
+    return os.environ.get("RAGSYNC_HOME") or DEFAULT_HOME
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a step needs to find its stores.
+
+    Attributes:
+        home: local state directory.
+        catalog_url: SQLAlchemy URL; default SQLite under ``home``.
+        milvus_uri: Milvus Lite file or server URL; default under ``home``.
+        milvus_token: server token (empty for Lite).
+        collection: vector collection (or alias) name.
+        es_url: Elasticsearch URL; empty selects the embedded tantivy index.
+        es_index: Elasticsearch index (or alias) name.
+        object_store: root of raw and parsed copies (any Beam FileSystems
+            path: local, ``gs://``, ``s3://``).
+        chunker: chunk size settings.
+        parse_timeout_s: wall-clock limit for parsing one document.
+        parse_memory_mb: address-space limit of the parse process.
+        max_bytes: documents larger than this are dead-lettered ``too_large``.
+        embed_batch_size: largest embedding batch.
+    """
+
+    home: str = field(default_factory=default_home)
+    catalog_url: str = ""
+    milvus_uri: str = ""
+    milvus_token: str = ""
+    collection: str = "ragsync_chunks"
+    es_url: str = ""
+    es_index: str = "ragsync_chunks"
+    object_store: str = ""
+    chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
+    parse_timeout_s: int = 120
+    parse_memory_mb: int = 4096
+    max_bytes: int = 200_000_000
+    embed_batch_size: int = 64
+
+    def __post_init__(self) -> None:
+        home = os.path.abspath(self.home)
+        object.__setattr__(self, "home", home)
+        if not self.catalog_url:
+            object.__setattr__(self, "catalog_url", "sqlite:///" + os.path.join(home, "catalog.db"))
+        if not self.milvus_uri:
+            object.__setattr__(self, "milvus_uri", os.path.join(home, "milvus.db"))
+        if not self.object_store:
+            object.__setattr__(self, "object_store", os.path.join(home, "objects"))
+        if self.parse_timeout_s <= 0 or self.parse_memory_mb <= 0 or self.max_bytes <= 0:
+            raise ConfigurationError("parse limits and max_bytes must be positive")
+        if not 1 <= self.embed_batch_size <= 1024:
+            raise ConfigurationError("embed_batch_size must be in 1..1024")
+
+    @property
+    def keyword_path(self) -> str:
+        return os.path.join(self.home, "keyword")
+
+    def raw_uri(self, content_hash: str) -> str:
+        """Object-store path of a raw copy."""
+        return _join(self.object_store, "raw", content_hash[:2], content_hash)
+
+    def parsed_uri(self, content_hash: str, parser_version: str) -> str:
+        """Object-store path of a parsed element list (JSON lines)."""
+        return _join(self.object_store, "parsed", content_hash[:2], f"{content_hash}.{parser_version}.jsonl")
+
+    def ensure_home(self) -> None:
+        os.makedirs(self.home, exist_ok=True)
+
+
+def _join(root: str, *parts: str) -> str:
+    if "://" in root:
+        return root.rstrip("/") + "/" + "/".join(parts)
+    return os.path.join(root, *parts)
+
+
+def open_catalog(settings: Settings) -> Catalog:
+    """The catalog (migrated to the current schema)."""
+    from ragsync.catalog import Catalog
+
+    if settings.catalog_url.startswith("sqlite"):
+        settings.ensure_home()
+    return Catalog.open(settings.catalog_url)
+
+
+def open_vector_index(settings: Settings, dim: int, *, create: bool = False) -> VectorIndex:
+    """Milvus Lite under ``home`` or a Milvus server."""
+    from ragsync.stores.milvus import MilvusVectorIndex
+
+    if "://" not in settings.milvus_uri:
+        settings.ensure_home()
+    return MilvusVectorIndex(
+        settings.milvus_uri, settings.collection, dim, create=create, token=settings.milvus_token
+    )
+
+
+def open_keyword_index(settings: Settings, *, create: bool = False) -> KeywordIndex:
+    """Elasticsearch when ``es_url`` is set, else the embedded tantivy index."""
+    if settings.es_url:
+        from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
+
+        return ElasticsearchKeywordIndex(settings.es_url, settings.es_index, create=create)
+    from ragsync.stores.tantivy_index import TantivyKeywordIndex
+
+    if create:
+        os.makedirs(settings.keyword_path, exist_ok=True)
+    return TantivyKeywordIndex(settings.keyword_path, create=create)

@@ -1,0 +1,117 @@
+"""One error taxonomy for every stage.
+
+Each error carries an ``error_class`` (a short stable string stored in the
+dead-letter table) and whether it is permanent (dead-letter at once) or
+transient (retry with backoff first).
+"""
+
+from __future__ import annotations
+
+# Stable names stored in dead_letters.error_class.
+ERROR_CLASSES = (
+    "empty",  # zero bytes
+    "encrypted",  # needs a password we do not have
+    "corrupt",  # the bytes are not a valid file of their type
+    "unsupported",  # a content type no parser handles
+    "too_large",  # above the configured size or page limit
+    "no_text",  # parsed fine but nothing to index
+    "ocr_below_bar",  # every page fell under the OCR confidence bar
+    "timeout",  # parser ran past its time limit
+    "crash",  # parser process died (segfault, out of memory)
+    "no_permissions",  # ACL could not be read: fail closed
+    "fetch_failed",  # bytes could not be read
+    "invalid_event",  # malformed input record
+    "embed_failed",  # the model failed on this chunk
+    "write_failed",  # a store refused the write
+    "internal",  # a bug: anything not classified above
+)
+
+
+class RagsyncError(Exception):
+    """Base class. Subclasses set ``error_class`` and ``permanent``."""
+
+    error_class = "internal"
+    permanent = True
+
+
+class ConfigurationError(RagsyncError):
+    """The operator must change a setting; the message says which."""
+
+    error_class = "configuration"
+
+
+class EmptyDocumentError(RagsyncError):
+    error_class = "empty"
+
+
+class EncryptedDocumentError(RagsyncError):
+    error_class = "encrypted"
+
+
+class CorruptDocumentError(RagsyncError):
+    error_class = "corrupt"
+
+
+class UnsupportedFormatError(RagsyncError):
+    error_class = "unsupported"
+
+
+class TooLargeError(RagsyncError):
+    error_class = "too_large"
+
+
+class NoTextError(RagsyncError):
+    error_class = "no_text"
+
+
+class OcrBelowBarError(RagsyncError):
+    error_class = "ocr_below_bar"
+
+
+class NoPermissionsError(RagsyncError):
+    error_class = "no_permissions"
+
+
+class FetchError(RagsyncError):
+    error_class = "fetch_failed"
+    permanent = False
+
+
+class InvalidEventError(RagsyncError):
+    error_class = "invalid_event"
+
+
+class WriteError(RagsyncError):
+    error_class = "write_failed"
+    permanent = False
+
+
+def classify(exc_type_name: str, message: str = "") -> str:
+    """Map an exception type name (as Beam's dead-letter output reports it)
+    to an error class.
+
+    Args:
+        exc_type_name: ``type(exc).__name__`` or a qualified name.
+        message: the exception message, used for process-level failures.
+
+    Returns:
+        One of ``ERROR_CLASSES``.
+    """
+    name = exc_type_name.rsplit(".", 1)[-1]
+    for cls in _all_subclasses(RagsyncError):
+        if cls.__name__ == name:
+            return str(getattr(cls, "error_class", "internal"))
+    if name in ("TimeoutError", "FuturesTimeoutError"):
+        return "timeout"
+    if name in ("BrokenProcessPool", "MemoryError"):
+        return "crash"
+    return "internal"
+
+
+def _all_subclasses(cls: type) -> list[type]:
+    out: list[type] = []
+    sub: type
+    for sub in cls.__subclasses__():
+        out.append(sub)
+        out.extend(_all_subclasses(sub))
+    return out

@@ -1,0 +1,298 @@
+"""The one element model: every record that flows between stages.
+
+All records are frozen dataclasses that round-trip through JSON
+(``to_json`` / ``from_json``) so they can be stored in the object store, sent
+through a queue, or pickled by a Beam runner. Keys used by stateful steps are
+plain ``str``.
+
+Nothing here imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, ClassVar, TypeVar
+
+T = TypeVar("T", bound="JsonRecord")
+
+
+class JsonRecord:
+    """Mixin: JSON round trip for frozen dataclasses with simple fields."""
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ()
+    _nested: ClassVar[dict[str, type]] = {}
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if isinstance(value, Enum):
+                value = value.value
+            elif isinstance(value, JsonRecord):
+                value = value.to_dict()
+            elif isinstance(value, tuple):
+                value = [v.to_dict() if isinstance(v, JsonRecord) else v for v in value]
+            out[f.name] = value
+        return out
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True, ensure_ascii=False)
+
+    @classmethod
+    def from_dict(cls: type[T], data: dict[str, Any]) -> T:
+        kwargs: dict[str, Any] = {}
+        names = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        for name, value in data.items():
+            if name not in names:
+                continue
+            nested = cls._nested.get(name)
+            if nested is not None and value is not None:
+                if isinstance(value, list):
+                    value = tuple(nested.from_dict(v) for v in value)  # type: ignore[attr-defined]
+                else:
+                    value = nested.from_dict(value)  # type: ignore[attr-defined]
+            elif name in cls._tuple_fields and value is not None:
+                value = tuple(value)
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_json(cls: type[T], text: str) -> T:
+        return cls.from_dict(json.loads(text))
+
+
+class ElementType(str, Enum):
+    """Kinds of parsed elements."""
+
+    HEADING = "heading"
+    PARAGRAPH = "paragraph"
+    LIST_ITEM = "list_item"
+    TABLE = "table"
+
+
+class Lane(str, Enum):
+    """Processing lane chosen from the detected content type."""
+
+    FAST = "fast"
+    SLOW = "slow"
+
+
+@dataclass(frozen=True)
+class Element(JsonRecord):
+    """One structural element of a parsed document.
+
+    Attributes:
+        type: heading, paragraph, list_item or table.
+        text: the text; a table is Markdown rows with its header row first.
+        level: heading level (1 = top) for headings, nesting depth for list
+            items, 0 otherwise.
+        page: 1-based page (or slide/sheet) number, 0 when the format has none.
+        order: 0-based position in reading order within the document.
+    """
+
+    type: ElementType
+    text: str
+    level: int = 0
+    page: int = 0
+    order: int = 0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.type, ElementType):
+            object.__setattr__(self, "type", ElementType(self.type))
+
+
+@dataclass(frozen=True)
+class SourceFile(JsonRecord):
+    """A file found by a listing, before it is fetched.
+
+    Attributes:
+        tenant_id: tenant that owns the source.
+        source_id: registered source (a folder or prefix for backfills).
+        source_object_id: stable id of the object inside the source (the
+            path relative to the source root for file systems).
+        uri: where Beam FileSystems can read the bytes.
+        size: size in bytes reported by the listing (-1 when unknown).
+        acl_groups: groups allowed to read the document; empty means the
+            permissions could not be read and the document must not be
+            indexed (fail closed).
+        source_version: the source's version of the object (mtime or etag).
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
+
+    tenant_id: str
+    source_id: str
+    source_object_id: str
+    uri: str
+    size: int = -1
+    acl_groups: tuple[str, ...] = ()
+    source_version: str = ""
+
+
+@dataclass(frozen=True)
+class FetchedDocument(JsonRecord):
+    """A document whose bytes were fetched, hashed and copied.
+
+    Attributes:
+        doc_id: namespaced stable id (see ``ids.doc_id``).
+        source: the listing record it came from.
+        content_hash: sha256 hex of the bytes.
+        raw_uri: the raw copy in the object store.
+        size: number of bytes.
+        acl_id: id of the ACL row built from ``source.acl_groups``.
+        canonical_doc_id: the document whose chunks this content shares
+            (itself unless it is an exact duplicate).
+        mime: detected content type (filled by detection).
+        lane: fast or slow (filled by detection).
+        shared_acl_ids: ACL ids of exact duplicates whose chunks this
+            document owns.
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("shared_acl_ids",)
+    _nested: ClassVar[dict[str, type]] = {}
+
+    doc_id: str
+    source: SourceFile
+    content_hash: str
+    raw_uri: str
+    size: int
+    acl_id: str
+    canonical_doc_id: str
+    mime: str = ""
+    lane: str = Lane.FAST.value
+    shared_acl_ids: tuple[str, ...] = ()
+
+    @property
+    def chunk_acl_ids(self) -> tuple[str, ...]:
+        """ACL ids the chunks carry: this copy's and its exact duplicates'."""
+        return tuple(sorted({self.acl_id, *self.shared_acl_ids}))
+
+
+FetchedDocument._nested = {"source": SourceFile}
+
+
+@dataclass(frozen=True)
+class ParsedDocument(JsonRecord):
+    """The parser's output for one document.
+
+    Attributes:
+        doc: the fetched document.
+        parser_version: version string of the parser that produced it.
+        elements: elements in reading order.
+        pages: number of pages (0 when the format has none).
+        pages_for_review: pages that were not indexed (OCR below the bar).
+        metadata: format metadata such as title or front matter.
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("pages_for_review",)
+    _nested: ClassVar[dict[str, type]] = {}
+
+    doc: FetchedDocument
+    parser_version: str
+    elements: tuple[Element, ...]
+    pages: int = 0
+    pages_for_review: tuple[int, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+ParsedDocument._nested = {"doc": FetchedDocument, "elements": Element}
+
+
+@dataclass(frozen=True)
+class Chunk(JsonRecord):
+    """One retrievable piece of a document.
+
+    Attributes:
+        chunk_id: 32 hex chars, see ``ids.chunk_id``.
+        doc_id: the canonical document the chunk belongs to.
+        tenant_id: owner tenant.
+        text_hash: sha256 hex of ``text``.
+        ordinal: position of the chunk in the document.
+        heading_path: headings above the chunk, outermost first.
+        page: page of the chunk's first element.
+        text: chunk text (the heading path is not repeated in it).
+        token_count: tokens by the embedding model's tokenizer.
+        acl_ids: ACL ids allowed to read the chunk.
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("heading_path", "acl_ids")
+
+    chunk_id: str
+    doc_id: str
+    tenant_id: str
+    text_hash: str
+    ordinal: int
+    heading_path: tuple[str, ...]
+    page: int
+    text: str
+    token_count: int
+    acl_ids: tuple[str, ...]
+
+    def embedding_text(self) -> str:
+        """The text given to the embedding model: heading path, then text."""
+        if self.heading_path:
+            return " > ".join(self.heading_path) + "\n\n" + self.text
+        return self.text
+
+
+@dataclass(frozen=True)
+class DeadLetter(JsonRecord):
+    """A record of work that failed and was set aside with its reason.
+
+    Attributes:
+        stage: pipeline stage that failed (list, fetch, detect, parse, ...).
+        doc_id: affected document ('' when unknown, e.g. a malformed event).
+        uri: affected object's uri.
+        error_class: one of ``errors.ERROR_CLASSES``.
+        message: human-readable reason.
+        traceback: truncated traceback ('' for expected errors).
+        attempts: number of attempts made.
+        payload: JSON of the input record, so the work can be retried.
+        tenant_id: owner tenant ('' when unknown).
+        source_version: version of the failed input.
+    """
+
+    stage: str
+    doc_id: str
+    uri: str
+    error_class: str
+    message: str
+    traceback: str = ""
+    attempts: int = 1
+    payload: str = ""
+    tenant_id: str = ""
+    source_version: str = ""
+
+
+@dataclass(frozen=True)
+class DocumentPlan(JsonRecord):
+    """What the write stage must do for one document.
+
+    Attributes:
+        doc: the fetched document (its ``canonical_doc_id`` owns the chunks).
+        parser_version: parser that produced the elements.
+        chunker_id: chunker config id of the chunks.
+        chunks: every chunk of the new version, in order.
+        new_ids: ids among ``chunks`` that must be embedded and written.
+        vanished_ids: stored ids to delete once the new version is live.
+        acl_ids: ACL ids the chunks carry (the union over exact duplicates).
+        pages_for_review: pages not indexed (OCR below the bar).
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("new_ids", "vanished_ids", "acl_ids", "pages_for_review")
+    _nested: ClassVar[dict[str, type]] = {}
+
+    doc: FetchedDocument
+    parser_version: str
+    chunker_id: str
+    chunks: tuple[Chunk, ...]
+    new_ids: tuple[str, ...]
+    vanished_ids: tuple[str, ...]
+    acl_ids: tuple[str, ...]
+    pages_for_review: tuple[int, ...] = ()
+
+
+DocumentPlan._nested = {"doc": FetchedDocument, "chunks": Chunk}

@@ -1,0 +1,175 @@
+"""Parsing: bytes + detected mime type -> elements in reading order.
+
+``parse`` dispatches to one pure function per format (``text``, ``markdown``,
+``html``, ``docx``, ``pdf``) and turns every failure into one of the error
+classes of ``ragsync.errors``. Nothing here imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ragsync.errors import (
+    CorruptDocumentError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    NoTextError,
+    RagsyncError,
+    TooLargeError,
+    UnsupportedFormatError,
+)
+from ragsync.model import Element
+from ragsync.parsing._common import RawParse
+
+# Change whenever any parser's output changes (it is part of cache keys).
+PARSER_VERSION = "p1"
+
+MIME_PDF = "application/pdf"
+MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+_OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
+
+
+@dataclass(frozen=True)
+class ParseResult:
+    """What ``parse`` returns.
+
+    Attributes:
+        elements: elements numbered 0..n-1 in reading order (never empty).
+        pages: page count (0 when the format has none).
+        pages_for_review: pages not indexed (filled by OCR later).
+        metadata: format metadata such as ``title`` or front-matter keys.
+    """
+
+    elements: tuple[Element, ...]
+    pages: int = 0
+    pages_for_review: tuple[int, ...] = ()
+    metadata: dict[str, str] = field(default_factory=dict)
+
+
+def _pdf(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.pdf import parse_pdf
+
+    return parse_pdf(data, max_pages=max_pages)
+
+
+def _docx(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.docx import parse_docx
+
+    return parse_docx(data)
+
+
+def _html(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.html import parse_html
+
+    return parse_html(data)
+
+
+def _markdown(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.markdown import parse_markdown
+
+    return parse_markdown(data)
+
+
+def _text(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.text import parse_text
+
+    return parse_text(data)
+
+
+def _csv(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.text import parse_csv
+
+    return parse_csv(data)
+
+
+_PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
+    MIME_PDF: _pdf,
+    MIME_DOCX: _docx,
+    "text/html": _html,
+    "application/xhtml+xml": _html,
+    "text/markdown": _markdown,
+    "text/x-markdown": _markdown,
+    "text/plain": _text,
+    "text/csv": _csv,
+    "text/tab-separated-values": _csv,
+}
+
+
+def supported_mimes() -> tuple[str, ...]:
+    """The mime types ``parse`` has a parser for.
+
+    Returns:
+        Sorted mime strings.
+    """
+    return tuple(sorted(_PARSERS))
+
+
+def _is_encrypted_ole(data: bytes) -> bool:
+    """An OLE container holding an ``EncryptedPackage`` stream (password-protected OOXML)."""
+    return data.startswith(_OLE_MAGIC) and "EncryptedPackage".encode("utf-16-le") in data
+
+
+def parse(
+    data: bytes,
+    mime: str,
+    *,
+    filename: str = "",
+    max_bytes: int = 200_000_000,
+    max_pages: int = 2000,
+) -> ParseResult:
+    """Parse a document into elements in reading order.
+
+    Args:
+        data: the document bytes.
+        mime: content type from ``ragsync.detect.detect_mime`` (parameters
+            such as ``; charset=`` are ignored).
+        filename: the original name, used only in error messages.
+        max_bytes: size limit in bytes.
+        max_pages: page limit (PDF).
+
+    Returns:
+        A ``ParseResult`` with at least one element, each with non-empty text,
+        ``order`` running 0..n-1.
+
+    Raises:
+        EmptyDocumentError: zero bytes (or only whitespace for text formats).
+        EncryptedDocumentError: a password is needed (PDF user password, or an
+            OLE ``EncryptedPackage`` office file).
+        CorruptDocumentError: truncated or unreadable bytes.
+        UnsupportedFormatError: no parser for ``mime``.
+        TooLargeError: above ``max_bytes`` or ``max_pages``.
+        NoTextError: the file parsed but holds no text (an image-only PDF
+            raises it with a message saying OCR is needed).
+    """
+    name = filename or "document"
+    if not data:
+        raise EmptyDocumentError(f"{name}: zero bytes")
+    if len(data) > max_bytes:
+        raise TooLargeError(f"{name}: {len(data)} bytes, above the limit of {max_bytes}")
+    if _is_encrypted_ole(data):
+        raise EncryptedDocumentError(f"{name}: password-protected office file (OLE EncryptedPackage)")
+    base = mime.split(";", 1)[0].strip().lower()
+    parser = _PARSERS.get(base)
+    if parser is None:
+        raise UnsupportedFormatError(f"{name}: no parser for content type {base or '(none)'}")
+    if base.startswith("text/") and not data.strip():
+        raise EmptyDocumentError(f"{name}: only whitespace")
+    try:
+        raw = parser(data, max_pages)
+    except RagsyncError:
+        raise
+    except (RecursionError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - third-party parsers raise anything on bad bytes
+        raise CorruptDocumentError(f"{name}: {type(exc).__name__}: {exc}") from exc
+    kept = [e for e in raw.elements if e.text.strip()]
+    if not kept:
+        raise NoTextError(f"{name}: parsed as {base} but holds no text")
+    elements = tuple(
+        Element(type=e.type, text=e.text, level=e.level, page=e.page, order=i) for i, e in enumerate(kept)
+    )
+    return ParseResult(elements=elements, pages=raw.pages, metadata=dict(raw.metadata or {}))
+
+
+__all__ = ["PARSER_VERSION", "ParseResult", "parse", "supported_mimes"]

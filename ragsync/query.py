@@ -1,0 +1,114 @@
+"""The operator's query: hybrid (vector + BM25) search, permission-filtered.
+
+Permissions are checked twice: the stores filter by the ACL ids the user's
+groups resolve to, and every hit is checked again against the catalog's
+chunk row before it is shown, so a store that missed an ACL update cannot
+leak a chunk.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.embedding import ModelSpec, default_model
+
+RRF_K = 60
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    doc_id: str
+    chunk_id: str
+    uri: str
+    heading_path: list[str]
+    page: int
+    score: float
+    text: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
+    """Fuse ranked id lists: score(id) = sum 1 / (k + rank). Ties by id."""
+    scores: dict[str, float] = {}
+    for ranking in rankings:
+        for rank, cid in enumerate(ranking, start=1):
+            scores[cid] = scores.get(cid, 0.0) + 1.0 / (k + rank)
+    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def embed_query(spec: ModelSpec, text: str) -> list[float]:
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from sentence_transformers import SentenceTransformer
+
+    model = SentenceTransformer(spec.path, device="cpu")
+    vec = model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
+    return [float(x) for x in vec]
+
+
+def hybrid_query(
+    settings: Settings,
+    text: str,
+    *,
+    groups: Sequence[str],
+    tenant_id: str = "default",
+    k: int = 10,
+    spec: ModelSpec | None = None,
+) -> list[QueryResult]:
+    """Top ``k`` chunks for ``text`` that a member of ``groups`` may read.
+
+    Returns [] when the groups grant nothing (fail closed).
+    """
+    if k <= 0:
+        raise ValueError("k must be positive")
+    spec = spec or default_model()
+    catalog = open_catalog(settings)
+    try:
+        acl_ids = catalog.acl_ids_for_groups(tenant_id, list(groups))
+        if not acl_ids:
+            return []
+        vectors = open_vector_index(settings, spec.dim)
+        keywords = open_keyword_index(settings)
+        try:
+            depth = max(k * 4, 20)
+            vhits = vectors.search(tenant_id, embed_query(spec, text), acl_ids, depth)
+            khits = keywords.search(tenant_id, text, acl_ids, depth)
+        finally:
+            keywords.close()
+            vectors.close()
+        fused = reciprocal_rank_fusion([[h.chunk_id for h in vhits], [h.chunk_id for h in khits]])
+        rows = catalog.chunks_by_ids([cid for cid, _ in fused])
+        allowed = set(acl_ids)
+        docs: dict[str, Any] = {}
+        results: list[QueryResult] = []
+        for cid, score in fused:
+            chunk = rows.get(cid)
+            if chunk is None or chunk.tenant_id != tenant_id or not allowed.intersection(chunk.acl_ids):
+                continue
+            if chunk.doc_id not in docs:
+                docs[chunk.doc_id] = catalog.get_document(chunk.doc_id)
+            doc = docs[chunk.doc_id]
+            if doc is None or doc.status != "indexed" or doc.deleted_at:
+                continue
+            results.append(
+                QueryResult(
+                    doc_id=chunk.doc_id,
+                    chunk_id=cid,
+                    uri=doc.uri,
+                    heading_path=list(chunk.heading_path),
+                    page=chunk.page,
+                    score=round(score, 6),
+                    text=chunk.text,
+                )
+            )
+            if len(results) >= k:
+                break
+        return results
+    finally:
+        catalog.close()

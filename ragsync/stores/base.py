@@ -1,0 +1,86 @@
+"""Store interfaces shared by the local and the production implementations.
+
+A vector index (Milvus Lite locally, a Milvus server in production) and a
+keyword index (tantivy locally, Elasticsearch in production) expose the same
+small surface so the pipeline, the query command and reconcile never care
+which one runs.
+
+Contract for every implementation:
+- ``upsert`` is idempotent on ``chunk_id``; writing the same rows twice
+  leaves one copy.
+- ``delete`` removes by chunk id and is scoped by tenant.
+- Writes are durable (committed/flushed) when the call returns.
+- A missing collection/index fails fast unless ``create=True`` was passed
+  when the store was opened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from ragsync.model import Chunk
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One search result: a chunk id and its score (higher is better)."""
+
+    chunk_id: str
+    doc_id: str
+    score: float
+
+
+class VectorIndex(Protocol):
+    """Dense vectors keyed by chunk id, filtered by tenant and ACL ids."""
+
+    dim: int
+
+    def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> int:
+        """Write rows; returns the number written. Raises ValueError on a
+        vector of the wrong dimension or with a non-finite value (nothing is
+        written then)."""
+        ...
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """Delete rows by id within a tenant; returns how many were asked."""
+        ...
+
+    def set_acl_ids(self, tenant_id: str, chunk_ids: Sequence[str], acl_ids: Sequence[str]) -> None:
+        """Replace the ACL ids of existing rows (no re-embedding)."""
+        ...
+
+    def search(self, tenant_id: str, vector: Sequence[float], acl_ids: Sequence[str], k: int) -> list[Hit]:
+        """Top k rows of the tenant whose acl_ids intersect ``acl_ids``."""
+        ...
+
+    def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Row count per doc_id (for reconcile)."""
+        ...
+
+    def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
+        """Every chunk id present (for reconcile repair)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class KeywordIndex(Protocol):
+    """BM25 over chunk text, filtered by tenant and ACL ids."""
+
+    def upsert(self, chunks: Sequence[Chunk]) -> int: ...
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> int: ...
+
+    def set_acl_ids(self, tenant_id: str, chunks: Sequence[Chunk]) -> None:
+        """Rewrite rows with the chunks' new acl_ids (text unchanged)."""
+        ...
+
+    def search(self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int) -> list[Hit]: ...
+
+    def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...
+
+    def chunk_ids(self, tenant_id: str | None = None) -> set[str]: ...
+
+    def close(self) -> None: ...

@@ -1,0 +1,475 @@
+"""Vector index on Milvus: Milvus Lite locally, a Milvus server in production.
+
+One ``MilvusVectorIndex`` holds one ``MilvusClient`` for its whole life
+(never a client per call); ``close()`` releases it.
+
+Layout: the physical collection is ``{collection}_v1`` and the name the
+pipeline uses, ``{collection}``, is an alias pointing to it, so a later
+index version can be built next to it and the alias flipped. Opening
+accepts either an alias or a plain collection name.
+
+Schema::
+
+    chunk_id   VARCHAR(64)  primary key
+    doc_id     VARCHAR(64)
+    tenant_id  VARCHAR(128)
+    acl_ids    ARRAY<VARCHAR(128)>, at most 64 elements
+    vector     FLOAT_VECTOR(dim), COSINE metric (vectors are normalized)
+
+Milvus Lite (``uri`` ending in ``.db``) gets a FLAT index (exact search, so
+selective tenant/ACL filters still return k hits); a server gets HNSW and
+searches with a large ``ef`` for the same reason. A Lite file is locked by
+the process that opened it: a second process must go through
+``milvus-lite server`` instead.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragsync.errors import ConfigurationError, WriteError
+from ragsync.model import Chunk
+from ragsync.stores.base import Hit
+
+BATCH_SIZE = 500
+"""Rows per upsert/delete/query request."""
+
+MAX_ACL_IDS = 64
+"""Capacity of the ``acl_ids`` array field."""
+
+MAX_ID_LENGTH = 64
+MAX_TENANT_LENGTH = 128
+MAX_ACL_ID_LENGTH = 128
+
+ITERATOR_BATCH = 10_000
+"""Rows per query-iterator page (count_by_doc, chunk_ids): fewer round trips."""
+
+MAX_TOP_K = 16384
+"""Milvus refuses a larger ``limit``."""
+
+MIN_EF = 1000
+"""HNSW ``ef`` floor: with selective filters a small ef returns fewer than k hits."""
+
+_SERVER_SCHEMES = ("http://", "https://", "tcp://", "unix:")
+
+
+def _is_server_uri(uri: str) -> bool:
+    return uri.lower().startswith(_SERVER_SCHEMES)
+
+
+def _literal(value: str) -> str:
+    """Quote ``value`` as a Milvus filter string literal.
+
+    Backslashes and double quotes are escaped; control characters are
+    refused because the filter grammar has no portable escape for them.
+
+    Raises:
+        ValueError: ``value`` contains a control character.
+    """
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+        raise ValueError(f"control character in filter value {value!r}")
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _list_literal(values: Sequence[str]) -> str:
+    return "[" + ", ".join(_literal(v) for v in values) + "]"
+
+
+def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+# Milvus Lite runs its server inside this process and keeps the data file
+# locked until the server stops. Count the open clients per file and stop the
+# server when the last one closes, so another process (the next CLI command, a
+# restarted pipeline) can open the file. Process-wide by nature of the lock.
+_LITE_REFS: dict[str, int] = {}
+
+
+def _release_lite(path: str) -> None:
+    left = _LITE_REFS.get(path, 0) - 1
+    if left > 0:
+        _LITE_REFS[path] = left
+        return
+    _LITE_REFS.pop(path, None)
+    try:
+        from milvus_lite.server_manager import server_manager_instance
+    except ImportError:  # pragma: no cover - older milvus-lite keeps no registry
+        return
+    server_manager_instance.release_server(path)
+
+
+class MilvusVectorIndex:
+    """``VectorIndex`` on Milvus (Lite or server).
+
+    Args:
+        uri: a Milvus Lite file path ending in ``.db`` (e.g.
+            ``~/ragsync/milvus.db``) or a server URL
+            (``http://host:19530``).
+        collection: collection or alias name the pipeline uses.
+        dim: vector dimension; must match an existing collection.
+        create: create ``{collection}_v1`` and the alias ``{collection}``
+            when the name does not exist yet.
+        token: server auth token (``user:password`` or an API key); ignored
+            by Milvus Lite.
+
+    Raises:
+        ConfigurationError: the uri is not usable, a Lite file is locked by
+            another process, the collection is missing and ``create`` is
+            False, or its vector dimension differs from ``dim``.
+    """
+
+    def __init__(self, uri: str, collection: str, dim: int, *, create: bool = False, token: str = "") -> None:
+        if dim <= 0:
+            raise ConfigurationError(f"vector dimension must be positive, got {dim}")
+        self.uri = uri
+        self.collection = collection
+        self.dim = dim
+        self.is_lite = not _is_server_uri(uri)
+        self._client: Any = None
+        if self.is_lite:
+            uri = os.path.expanduser(uri)
+            if not uri.endswith(".db"):
+                raise ConfigurationError(
+                    f"Milvus uri {self.uri!r}: use a server URL (http://host:19530) or a Milvus Lite "
+                    "path ending in .db"
+                )
+            parent = Path(uri).parent
+            if not parent.is_dir():
+                if not create:
+                    raise ConfigurationError(
+                        f"Milvus Lite directory {parent} does not exist; create the index with "
+                        "`create=True` (e.g. `ragsync init`) first"
+                    )
+                parent.mkdir(parents=True, exist_ok=True)
+        self._lite_path = os.path.abspath(uri) if self.is_lite else ""
+        self._client = self._connect(uri, token)
+        if self._lite_path:
+            _LITE_REFS[self._lite_path] = _LITE_REFS.get(self._lite_path, 0) + 1
+        try:
+            self._open(create)
+        except BaseException:
+            self.close()
+            raise
+
+    # -- connection and schema -------------------------------------------------
+
+    def _connect(self, uri: str, token: str) -> Any:
+        try:
+            from pymilvus import MilvusClient
+        except ImportError as exc:  # pragma: no cover - pymilvus is a core dependency
+            raise ConfigurationError("pip install 'pymilvus[milvus_lite]'") from exc
+        try:
+            if self.is_lite:
+                return MilvusClient(uri=uri)
+            return MilvusClient(uri=uri, token=token)
+        except Exception as exc:
+            hint = ""
+            if self.is_lite:
+                hint = (
+                    " A Milvus Lite file can be opened by one process only; to share it run "
+                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` and use "
+                    "http://127.0.0.1:P as the uri."
+                )
+            raise ConfigurationError(f"cannot open Milvus at {self.uri!r}: {exc}.{hint}") from exc
+
+    def _open(self, create: bool) -> None:
+        client = self._client
+        if not client.has_collection(self.collection):
+            if not create:
+                raise ConfigurationError(
+                    f"Milvus collection {self.collection!r} does not exist at {self.uri!r}; create it "
+                    "by opening the index with create=True (e.g. `ragsync init`)"
+                )
+            self._create_collection()
+        described = client.describe_collection(self.collection)
+        self.physical_collection: str = described.get("collection_name", self.collection)
+        found_dim = None
+        for field in described.get("fields", []):
+            if field.get("name") == "vector":
+                found_dim = int(field.get("params", {}).get("dim", 0))
+        if found_dim is None:
+            raise ConfigurationError(
+                f"Milvus collection {self.collection!r} has no 'vector' field; it was not created by ragsync"
+            )
+        if found_dim != self.dim:
+            raise ConfigurationError(
+                f"Milvus collection {self.collection!r} has vectors of dimension {found_dim} but the "
+                f"embedding model gives {self.dim}; use another collection name or rebuild the index"
+            )
+        client.load_collection(self.collection)
+
+    def _create_collection(self) -> None:
+        from pymilvus import DataType
+
+        client = self._client
+        physical = f"{self.collection}_v1"
+        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH, is_primary=True)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
+        schema.add_field("tenant_id", DataType.VARCHAR, max_length=MAX_TENANT_LENGTH)
+        schema.add_field(
+            "acl_ids",
+            DataType.ARRAY,
+            element_type=DataType.VARCHAR,
+            max_capacity=MAX_ACL_IDS,
+            max_length=MAX_ACL_ID_LENGTH,
+        )
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        index_params = client.prepare_index_params()
+        if self.is_lite:
+            index_params.add_index(field_name="vector", index_type="FLAT", metric_type="COSINE")
+        else:
+            index_params.add_index(
+                field_name="vector",
+                index_type="HNSW",
+                metric_type="COSINE",
+                params={"M": 16, "efConstruction": 200},
+            )
+        if not client.has_collection(physical):
+            client.create_collection(
+                physical, schema=schema, index_params=index_params, consistency_level="Strong"
+            )
+        client.create_alias(physical, self.collection)
+
+    def _require_open(self) -> Any:
+        if self._client is None:
+            raise RuntimeError("MilvusVectorIndex is closed")
+        return self._client
+
+    # -- writes ------------------------------------------------------------------
+
+    def _validate(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        out: list[list[float]] = []
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            values = [float(x) for x in vector]
+            if len(values) != self.dim:
+                raise ValueError(
+                    f"chunk {chunk.chunk_id}: vector has dimension {len(values)}, index expects {self.dim}"
+                )
+            if not all(math.isfinite(x) for x in values):
+                raise ValueError(f"chunk {chunk.chunk_id}: vector has a non-finite value")
+            self._validate_row(chunk.chunk_id, chunk.doc_id, chunk.tenant_id, chunk.acl_ids)
+            out.append(values)
+        return out
+
+    @staticmethod
+    def _validate_row(chunk_id: str, doc_id: str, tenant_id: str, acl_ids: Sequence[str]) -> None:
+        if not chunk_id or len(chunk_id) > MAX_ID_LENGTH:
+            raise ValueError(f"chunk id {chunk_id!r} is empty or longer than {MAX_ID_LENGTH}")
+        if len(doc_id) > MAX_ID_LENGTH:
+            raise ValueError(f"doc id {doc_id!r} is longer than {MAX_ID_LENGTH}")
+        if len(tenant_id) > MAX_TENANT_LENGTH:
+            raise ValueError(f"tenant id {tenant_id!r} is longer than {MAX_TENANT_LENGTH}")
+        if len(acl_ids) > MAX_ACL_IDS:
+            raise ValueError(f"chunk {chunk_id}: {len(acl_ids)} ACL ids, at most {MAX_ACL_IDS}")
+        for acl in acl_ids:
+            if len(acl) > MAX_ACL_ID_LENGTH:
+                raise ValueError(f"ACL id {acl!r} is longer than {MAX_ACL_ID_LENGTH}")
+
+    def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> int:
+        """Write one row per chunk, replacing rows with the same chunk id.
+
+        Args:
+            chunks: the chunks; only ids, tenant and ACL ids are stored.
+            vectors: one normalized vector per chunk, same order.
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            ValueError: counts differ, a vector has the wrong dimension or a
+                non-finite value, or a field is too long. Everything is
+                checked before the first write, so nothing is written then.
+            WriteError: Milvus refused a batch (earlier batches stay written;
+                retrying is safe because upsert is idempotent).
+        """
+        client = self._require_open()
+        clean = self._validate(chunks, vectors)
+        if not clean:
+            return 0
+        rows = [
+            {
+                "chunk_id": chunk.chunk_id,
+                "doc_id": chunk.doc_id,
+                "tenant_id": chunk.tenant_id,
+                "acl_ids": list(chunk.acl_ids),
+                "vector": vector,
+            }
+            for chunk, vector in zip(chunks, clean, strict=True)
+        ]
+        self._upsert_rows(client, rows)
+        return len(rows)
+
+    def _upsert_rows(self, client: Any, rows: Sequence[dict[str, Any]]) -> None:
+        try:
+            for batch in _batches(rows, BATCH_SIZE):
+                client.upsert(self.collection, list(batch))
+            client.flush(self.collection)
+        except Exception as exc:
+            raise WriteError(f"Milvus upsert into {self.collection!r} failed: {exc}") from exc
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """Delete rows by chunk id, only where they belong to ``tenant_id``.
+
+        Returns:
+            ``len(chunk_ids)`` (the number asked, not the number found).
+
+        Raises:
+            ValueError: an id contains a control character.
+            WriteError: Milvus refused the delete.
+        """
+        client = self._require_open()
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids:
+            return 0
+        tenant = _literal(tenant_id)
+        filters = [
+            f"tenant_id == {tenant} and chunk_id in {_list_literal(b)}" for b in _batches(ids, BATCH_SIZE)
+        ]
+        try:
+            for expr in filters:
+                client.delete(self.collection, filter=expr)
+            client.flush(self.collection)
+        except Exception as exc:
+            raise WriteError(f"Milvus delete from {self.collection!r} failed: {exc}") from exc
+        return len(chunk_ids)
+
+    def set_acl_ids(self, tenant_id: str, chunk_ids: Sequence[str], acl_ids: Sequence[str]) -> None:
+        """Replace the ACL ids of the tenant's existing rows, keeping vectors.
+
+        Ids that do not exist (or belong to another tenant) are skipped.
+
+        Raises:
+            ValueError: too many or too long ACL ids.
+            WriteError: Milvus refused the rewrite.
+        """
+        client = self._require_open()
+        new_acl = list(dict.fromkeys(acl_ids))
+        self._validate_row("x", "", tenant_id, new_acl)
+        ids = list(dict.fromkeys(chunk_ids))
+        tenant = _literal(tenant_id)
+        for batch in _batches(ids, BATCH_SIZE):
+            rows = client.query(
+                self.collection,
+                filter=f"tenant_id == {tenant} and chunk_id in {_list_literal(batch)}",
+                output_fields=["chunk_id", "doc_id", "tenant_id", "acl_ids", "vector"],
+            )
+            updated = [
+                {
+                    "chunk_id": row["chunk_id"],
+                    "doc_id": row["doc_id"],
+                    "tenant_id": row["tenant_id"],
+                    "acl_ids": new_acl,
+                    "vector": [float(x) for x in row["vector"]],
+                }
+                for row in rows
+            ]
+            if updated:
+                self._upsert_rows(client, updated)
+
+    # -- reads -------------------------------------------------------------------
+
+    def search(self, tenant_id: str, vector: Sequence[float], acl_ids: Sequence[str], k: int) -> list[Hit]:
+        """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``.
+
+        Args:
+            tenant_id: tenant to search in.
+            vector: query vector of dimension ``dim``.
+            acl_ids: the caller's ACL ids; empty returns ``[]`` without a
+                query (fail closed).
+            k: number of hits wanted (capped at 16384).
+
+        Returns:
+            Up to k hits, best first; ``score`` is the cosine similarity.
+
+        Raises:
+            ValueError: the query vector has the wrong dimension or a
+                non-finite value.
+        """
+        client = self._require_open()
+        acl = list(dict.fromkeys(acl_ids))
+        if not acl or k <= 0:
+            return []
+        query = [float(x) for x in vector]
+        if len(query) != self.dim or not all(math.isfinite(x) for x in query):
+            raise ValueError(f"query vector must have {self.dim} finite values")
+        limit = min(k, MAX_TOP_K)
+        expr = f"tenant_id == {_literal(tenant_id)} and array_contains_any(acl_ids, {_list_literal(acl)})"
+        result = client.search(
+            self.collection,
+            data=[query],
+            filter=expr,
+            limit=limit,
+            output_fields=["doc_id"],
+            search_params={"metric_type": "COSINE", "params": {"ef": max(MIN_EF, limit)}},
+        )
+        hits: list[Hit] = []
+        for hit in result[0] if result else []:
+            entity = hit.get("entity") or {}
+            chunk_id = hit.get("chunk_id", hit.get("id"))
+            hits.append(
+                Hit(
+                    chunk_id=str(chunk_id), doc_id=str(entity.get("doc_id", "")), score=float(hit["distance"])
+                )
+            )
+        return hits
+
+    def _iterate(self, tenant_id: str | None, fields: list[str]) -> Iterator[dict[str, Any]]:
+        client = self._require_open()
+        expr = f"tenant_id == {_literal(tenant_id)}" if tenant_id is not None else 'chunk_id != ""'
+        iterator = client.query_iterator(
+            self.collection, batch_size=ITERATOR_BATCH, filter=expr, output_fields=fields
+        )
+        try:
+            while True:
+                batch = iterator.next()
+                if not batch:
+                    break
+                yield from batch
+        finally:
+            iterator.close()
+
+    def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Row count per doc id, for one tenant or all (``None``).
+
+        Pages through every row with a query iterator, so it is exact beyond
+        Milvus' 16384-row query window.
+        """
+        counts: dict[str, int] = {}
+        for row in self._iterate(tenant_id, ["doc_id"]):
+            doc = row["doc_id"]
+            counts[doc] = counts.get(doc, 0) + 1
+        return counts
+
+    def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
+        """Every chunk id present, for one tenant or all (``None``)."""
+        return {str(row["chunk_id"]) for row in self._iterate(tenant_id, ["chunk_id"])}
+
+    def count(self, tenant_id: str | None = None) -> int:
+        """Number of rows, for one tenant or all (``None``)."""
+        client = self._require_open()
+        expr = f"tenant_id == {_literal(tenant_id)}" if tenant_id is not None else ""
+        result = client.query(self.collection, filter=expr, output_fields=["count(*)"])
+        return int(result[0]["count(*)"]) if result else 0
+
+    def close(self) -> None:
+        """Release the client. Safe to call twice."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+            if self._lite_path:
+                _release_lite(self._lite_path)
+
+    def __enter__(self) -> MilvusVectorIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,299 @@
+"""Keyword index on tantivy (local): BM25 over chunk text and headings.
+
+Fields::
+
+    chunk_id   raw, stored, indexed  (the key: delete and upsert by term)
+    doc_id     raw, stored
+    tenant_id  raw
+    acl_ids    raw, multi-valued
+    text       en_stem (English stemming), not stored
+    heading    en_stem, the heading path joined with " > "
+
+tantivy allows one writer per index directory (a second one, in this or
+another process, fails with ``LockBusy``). The writer is opened lazily on
+the first write and kept until ``close()``; every write call commits before
+it returns, so writes are durable and visible to readers after
+``index.reload()``, which every read does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from ragsync.errors import ConfigurationError, WriteError
+from ragsync.model import Chunk
+from ragsync.stores.base import Hit
+
+WRITER_HEAP_BYTES = 50_000_000
+"""Writer memory budget; tantivy needs at least 15 MB per thread."""
+
+WRITER_THREADS = 1
+"""Indexing threads; one is enough for chunk batches and keeps memory flat."""
+
+_FIELDS = ("chunk_id", "doc_id", "tenant_id", "acl_ids", "text", "heading")
+
+# Anything that is not a word character or space is query syntax to tantivy
+# (quotes, parentheses, ``+``, ``-``, ``:``, ``^``, ``~``, ``*``, brackets...).
+_SYNTAX = re.compile(r"[^\w\s]+")
+
+
+def _build_schema() -> Any:
+    import tantivy
+
+    builder = tantivy.SchemaBuilder()
+    builder.add_text_field("chunk_id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("doc_id", stored=True, tokenizer_name="raw")
+    builder.add_text_field("tenant_id", tokenizer_name="raw")
+    builder.add_text_field("acl_ids", tokenizer_name="raw", index_option="basic")
+    builder.add_text_field("text", tokenizer_name="en_stem")
+    builder.add_text_field("heading", tokenizer_name="en_stem")
+    return builder.build()
+
+
+def _user_query_text(text: str) -> str:
+    """Turn user text into plain words: syntax characters become spaces and
+    the text is lowercased so ``AND``/``OR``/``NOT`` are words, not operators."""
+    return _SYNTAX.sub(" ", text).lower().strip()
+
+
+class TantivyKeywordIndex:
+    """``KeywordIndex`` on a tantivy index directory.
+
+    Args:
+        path: index directory.
+        create: create the directory and an empty index when missing.
+
+    Raises:
+        ConfigurationError: the directory holds no index and ``create`` is
+            False, or it holds an index with another schema.
+    """
+
+    def __init__(self, path: str, *, create: bool = False) -> None:
+        import tantivy
+
+        self.path = path
+        self._tantivy = tantivy
+        directory = Path(path).expanduser()
+        exists = directory.is_dir() and tantivy.Index.exists(str(directory))
+        if not exists and not create:
+            raise ConfigurationError(
+                f"keyword index {path!r} does not exist; create it by opening the index with "
+                "create=True (e.g. `ragsync init`)"
+            )
+        self.schema = _build_schema()
+        try:
+            if exists:
+                self._index = tantivy.Index.open(str(directory))
+            else:
+                directory.mkdir(parents=True, exist_ok=True)
+                self._index = tantivy.Index(self.schema, path=str(directory))
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"cannot open keyword index {path!r}: {exc}") from exc
+        self.schema = self._index.schema
+        try:
+            for name in _FIELDS:
+                tantivy.Query.term_query(self.schema, name, "")
+        except ValueError as exc:
+            raise ConfigurationError(f"keyword index {path!r} was not created by ragsync: {exc}") from exc
+        self._writer: Any = None
+        self._closed = False
+
+    # -- helpers -------------------------------------------------------------------
+
+    def _require_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("TantivyKeywordIndex is closed")
+
+    def _get_writer(self) -> Any:
+        self._require_open()
+        if self._writer is None:
+            try:
+                self._writer = self._index.writer(WRITER_HEAP_BYTES, WRITER_THREADS)
+            except ValueError as exc:
+                raise WriteError(
+                    f"keyword index {self.path!r} is being written by another writer (one writer per "
+                    f"index): {exc}"
+                ) from exc
+        return self._writer
+
+    def _term(self, field: str, value: str) -> Any:
+        return self._tantivy.Query.term_query(self.schema, field, value)
+
+    def _terms(self, field: str, values: Sequence[str]) -> Any:
+        return self._tantivy.Query.term_set_query(self.schema, field, list(values))
+
+    def _all_of(self, *queries: Any) -> Any:
+        occur = self._tantivy.Occur.Must
+        return self._tantivy.Query.boolean_query([(occur, q) for q in queries])
+
+    def _document(self, chunk: Chunk) -> Any:
+        doc = self._tantivy.Document()
+        doc.add_text("chunk_id", chunk.chunk_id)
+        doc.add_text("doc_id", chunk.doc_id)
+        doc.add_text("tenant_id", chunk.tenant_id)
+        for acl in dict.fromkeys(chunk.acl_ids):
+            doc.add_text("acl_ids", acl)
+        doc.add_text("text", chunk.text)
+        doc.add_text("heading", " > ".join(chunk.heading_path))
+        return doc
+
+    def _write(self, operations: Callable[[Any], None]) -> None:
+        """Run ``operations`` on the writer and commit; on any failure roll
+        back so nothing of the call is kept, and raise ``WriteError``."""
+        writer = self._get_writer()
+        try:
+            operations(writer)
+            writer.commit()
+        except Exception as exc:
+            error = WriteError(f"keyword index {self.path!r}: write failed: {exc}")
+            with contextlib.suppress(Exception):  # the write error is the one to report
+                writer.rollback()
+            raise error from exc
+
+    def _searcher(self) -> Any:
+        self._require_open()
+        self._index.reload()
+        return self._index.searcher()
+
+    # -- writes ----------------------------------------------------------------------
+
+    def upsert(self, chunks: Sequence[Chunk]) -> int:
+        """Index the chunks, replacing documents with the same chunk id.
+
+        Returns:
+            The number of chunks written. Committed when it returns.
+
+        Raises:
+            WriteError: another writer holds the index, or the commit failed
+                (nothing of this call is kept then).
+        """
+        if not chunks:
+            return 0
+        documents = [(chunk.chunk_id, self._document(chunk)) for chunk in chunks]
+
+        def operations(writer: Any) -> None:
+            for chunk_id, document in documents:
+                writer.delete_documents_by_term("chunk_id", chunk_id)
+                writer.add_document(document)
+
+        self._write(operations)
+        return len(chunks)
+
+    def delete(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """Delete the tenant's documents with these chunk ids.
+
+        Returns:
+            ``len(chunk_ids)`` (the number asked). Committed when it returns.
+        """
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids:
+            return 0
+        query = self._all_of(self._term("tenant_id", tenant_id), self._terms("chunk_id", ids))
+        self._write(lambda writer: writer.delete_documents_by_query(query))
+        return len(chunk_ids)
+
+    def set_acl_ids(self, tenant_id: str, chunks: Sequence[Chunk]) -> None:
+        """Rewrite the tenant's existing documents with the chunks' acl_ids.
+
+        Chunks that are not in the index (or belong to another tenant there)
+        are skipped, so counts never change.
+
+        Raises:
+            ValueError: a chunk's ``tenant_id`` is not ``tenant_id``.
+        """
+        for chunk in chunks:
+            if chunk.tenant_id != tenant_id:
+                raise ValueError(
+                    f"chunk {chunk.chunk_id} belongs to tenant {chunk.tenant_id!r}, not {tenant_id!r}"
+                )
+        if not chunks:
+            return
+        wanted = [c.chunk_id for c in chunks]
+        present: set[str] = set()
+        searcher = self._searcher()
+        query = self._all_of(self._term("tenant_id", tenant_id), self._terms("chunk_id", wanted))
+        for doc in self._documents(searcher, query):
+            present.add(doc["chunk_id"][0])
+        todo = [c for c in chunks if c.chunk_id in present]
+        if todo:
+            self.upsert(todo)
+
+    # -- reads -----------------------------------------------------------------------
+
+    def search(self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int) -> list[Hit]:
+        """BM25 over text and heading, within the tenant and the caller's ACLs.
+
+        Args:
+            tenant_id: tenant to search in.
+            text: user text; syntax characters are treated as spaces.
+            acl_ids: the caller's ACL ids; empty returns ``[]`` (fail closed).
+            k: number of hits wanted.
+
+        Returns:
+            Up to k hits, best first; ``score`` is the BM25 score.
+        """
+        acl = list(dict.fromkeys(acl_ids))
+        words = _user_query_text(text)
+        if not acl or k <= 0 or not words:
+            return []
+        searcher = self._searcher()
+        query, _errors = self._index.parse_query_lenient(words, ["text", "heading"])
+        allowed = self._all_of(self._term("tenant_id", tenant_id), self._terms("acl_ids", acl))
+        Query = self._tantivy.Query
+        occur = self._tantivy.Occur
+        combined = Query.boolean_query(
+            [(occur.Must, query), (occur.Must, Query.const_score_query(allowed, 0.0))]
+        )
+        result = searcher.search(combined, k)
+        hits: list[Hit] = []
+        for score, address in result.hits:
+            doc = searcher.doc(address)
+            hits.append(Hit(chunk_id=doc["chunk_id"][0], doc_id=doc["doc_id"][0], score=float(score)))
+        return hits
+
+    def _documents(self, searcher: Any, query: Any) -> Iterator[Any]:
+        total = searcher.num_docs
+        if total == 0:
+            return
+        result = searcher.search(query, total, count=False)
+        for _score, address in result.hits:
+            yield searcher.doc(address)
+
+    def _scope(self, tenant_id: str | None) -> Any:
+        if tenant_id is None:
+            return self._tantivy.Query.all_query()
+        return self._term("tenant_id", tenant_id)
+
+    def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Document count per doc id, for one tenant or all (``None``).
+
+        Reads every matching document's stored fields: fine at local scale.
+        """
+        counts: dict[str, int] = {}
+        for doc in self._documents(self._searcher(), self._scope(tenant_id)):
+            doc_id = doc["doc_id"][0]
+            counts[doc_id] = counts.get(doc_id, 0) + 1
+        return counts
+
+    def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
+        """Every chunk id present, for one tenant or all (``None``)."""
+        return {doc["chunk_id"][0] for doc in self._documents(self._searcher(), self._scope(tenant_id))}
+
+    def close(self) -> None:
+        """Finish merges and release the writer lock. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            writer.wait_merging_threads()
+
+    def __enter__(self) -> TantivyKeywordIndex:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

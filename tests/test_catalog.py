@@ -1,0 +1,572 @@
+"""Catalog tests: every method, on SQLite and on a real PostgreSQL (``catalog_url``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+from sqlalchemy import inspect, select, text
+from sqlalchemy.engine import Connection
+
+from ragsync.catalog import (
+    MIGRATIONS,
+    STATUS_FETCHED,
+    STATUS_INDEXED,
+    Catalog,
+    DocumentRow,
+    FetchRecord,
+    Migration,
+    applied_versions,
+    create_catalog_engine,
+    make_indexed_version,
+    migrate,
+    normalize_url,
+    schema,
+)
+from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
+
+ALL_TABLES = {
+    "sources",
+    "documents",
+    "acls",
+    "acl_groups",
+    "parsed_docs",
+    "chunks",
+    "embedding_cache",
+    "events",
+    "backfills",
+    "dead_letters",
+    "tombstones",
+    "schema_migrations",
+}
+
+
+@pytest.fixture
+def catalog(catalog_url: str) -> Iterator[Catalog]:
+    cat = Catalog.open(catalog_url)
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+def fetch(
+    doc_id: str, *, version: str = "v1", content_hash: str = "h1", tenant: str = "t1", **kw: str
+) -> FetchRecord:
+    return FetchRecord(
+        doc_id=doc_id,
+        source_id=kw.get("source_id", "s1"),
+        tenant_id=tenant,
+        source_object_id=f"obj/{doc_id}",
+        uri=f"file:///src/{doc_id}",
+        size=123,
+        source_version=version,
+        content_hash=content_hash,
+        acl_id=kw.get("acl_id", "acl1"),
+        canonical_doc_id=kw.get("canonical_doc_id", doc_id),
+        mime=kw.get("mime", "text/plain"),
+    )
+
+
+def flip(cat: Catalog, doc_id: str, *, version: str = "v1", content_hash: str = "h1", **kw: object) -> bool:
+    return cat.flip_indexed_version(
+        doc_id,
+        content_hash=content_hash,
+        source_version=version,
+        indexed_version=make_indexed_version(content_hash, version),
+        chunker_id="chunker-1",
+        parser_version="parser-1",
+        chunk_count=3,
+        indexed_at=1000.5,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def chunk(i: int, *, doc_id: str = "d1", tenant: str = "t1", text_: str | None = None) -> Chunk:
+    body = text_ if text_ is not None else f"chunk text {i} — ünïcode"
+    return Chunk(
+        chunk_id=f"{doc_id}-{i:04d}".ljust(32, "0")[:32],
+        doc_id=doc_id,
+        tenant_id=tenant,
+        text_hash=f"th{i}",
+        ordinal=i,
+        heading_path=("Title", f"Section {i}"),
+        page=i + 1,
+        text=body,
+        token_count=10 + i,
+        acl_ids=("acl1", "acl2"),
+    )
+
+
+# ----------------------------------------------------------------------- migrations
+
+
+def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None:
+    engine = create_catalog_engine(catalog_url)
+    try:
+        assert migrate(engine) == [1, 2]
+        assert migrate(engine) == []
+        assert applied_versions(engine) == [1, 2]
+        assert set(inspect(engine).get_table_names()) == ALL_TABLES
+        doc_indexes = {ix["name"] for ix in inspect(engine).get_indexes("documents")}
+        assert {"ix_documents_tenant_content", "ix_documents_source"} <= doc_indexes
+        chunk_indexes = {ix["name"] for ix in inspect(engine).get_indexes("chunks")}
+        assert {"ix_chunks_doc", "ix_chunks_text_hash"} <= chunk_indexes
+    finally:
+        engine.dispose()
+    # Catalog.open on a migrated database applies nothing and works.
+    with Catalog.open(catalog_url) as cat:
+        assert applied_versions(cat.engine) == [1, 2]
+        assert cat.document_counts_by_status() == {}
+
+
+def test_failed_migration_rolls_back_and_is_not_recorded(catalog_url: str) -> None:
+    def bad_step(conn: Connection) -> None:
+        conn.execute(text("CREATE TABLE half_done (x INTEGER)"))
+        raise RuntimeError("boom")
+
+    engine = create_catalog_engine(catalog_url)
+    try:
+        with pytest.raises(RuntimeError, match="boom"):
+            migrate(engine, (*MIGRATIONS, Migration(3, "fails", bad_step)))
+        assert applied_versions(engine) == [1, 2]
+        assert "half_done" not in inspect(engine).get_table_names()
+        with pytest.raises(ValueError):
+            migrate(engine, (MIGRATIONS[1],))
+    finally:
+        engine.dispose()
+
+
+def test_migration_2_backfills_acl_groups_from_existing_acls(catalog_url: str) -> None:
+    engine = create_catalog_engine(catalog_url)
+    try:
+        assert migrate(engine, MIGRATIONS[:1]) == [1]
+        with engine.begin() as conn:
+            conn.execute(
+                schema.acls.insert(),
+                [
+                    {"acl_id": "a1", "tenant_id": "t1", "allow_groups": '["eng", "hr"]', "updated_at": 1.0},
+                    {"acl_id": "a2", "tenant_id": "t2", "allow_groups": '["eng"]', "updated_at": 1.0},
+                ],
+            )
+        assert migrate(engine) == [2]
+    finally:
+        engine.dispose()
+    with Catalog.open(catalog_url) as cat:
+        assert cat.acl_ids_for_groups("t1", ["eng"]) == ["a1"]
+        assert cat.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
+
+
+def test_concurrent_open_applies_each_migration_once(catalog_url: str) -> None:
+    results: list[list[int]] = []
+    errors: list[BaseException] = []
+
+    def worker() -> None:
+        try:
+            engine = create_catalog_engine(catalog_url)
+            try:
+                results.append(migrate(engine))
+            finally:
+                engine.dispose()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert sorted(v for r in results for v in r) == [1, 2]
+
+
+def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
+    path = f"{tmp_path}/sub/dir/cat.db"
+    assert normalize_url(path) == f"sqlite:///{path}"
+    assert normalize_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
+    with Catalog.open(path) as cat:
+        assert cat.url == f"sqlite:///{path}"
+        cat.ensure_source("s1", "t1", "filesystem")
+        with cat.engine.connect() as conn:
+            assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+# ------------------------------------------------------------------------ sources
+
+
+def test_ensure_source_is_idempotent_and_tenant_safe(catalog: Catalog) -> None:
+    catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
+    catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
+    with catalog.engine.connect() as conn:
+        rows = conn.execute(select(schema.sources)).mappings().all()
+    assert len(rows) == 1
+    assert (rows[0]["tenant_id"], rows[0]["type"], rows[0]["uri"]) == ("t1", "filesystem", "file:///data")
+    assert rows[0]["created_at"] > 0
+    with pytest.raises(ValueError, match="belongs to tenant"):
+        catalog.ensure_source("s1", "t2", "filesystem")
+
+
+# ---------------------------------------------------------------------------- ACLs
+
+
+def test_acl_ids_for_groups_intersects_and_is_tenant_scoped(catalog: Catalog) -> None:
+    catalog.upsert_acl("acl-eng", "t1", ["eng", "all"])
+    catalog.upsert_acl("acl-hr", "t1", ["hr", "all", "hr"])
+    catalog.upsert_acl("acl-fin", "t1", ["finance"])
+    catalog.upsert_acl("other-eng", "t2", ["eng"])  # same group name, another tenant
+
+    assert catalog.acl_ids_for_groups("t1", ["eng"]) == ["acl-eng"]
+    assert catalog.acl_ids_for_groups("t1", ["all"]) == ["acl-eng", "acl-hr"]
+    assert catalog.acl_ids_for_groups("t1", ["hr", "finance", "nobody"]) == ["acl-fin", "acl-hr"]
+    assert catalog.acl_ids_for_groups("t1", []) == []
+    assert catalog.acl_ids_for_groups("t1", ["nobody"]) == []
+    assert catalog.acl_ids_for_groups("t2", ["eng", "all"]) == ["other-eng"]
+    assert catalog.acl_ids_for_groups("t3", ["eng"]) == []
+    assert catalog.get_acl_groups("acl-hr") == ("all", "hr")
+    assert catalog.get_acl_groups("missing") is None
+
+    # Replacing an ACL's groups removes the old memberships (permission removal).
+    catalog.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    catalog.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    assert catalog.acl_ids_for_groups("t1", ["eng"]) == []
+    assert catalog.acl_ids_for_groups("t1", ["all"]) == ["acl-hr"]
+    assert catalog.acl_ids_for_groups("t1", ["eng-leads"]) == ["acl-eng"]
+    with catalog.engine.connect() as conn:
+        assert conn.execute(select(schema.acls.c.acl_id)).all().__len__() == 4
+        n_groups = conn.execute(select(schema.acl_groups.c.acl_id)).all()
+    assert len(n_groups) == 1 + 2 + 1 + 1  # eng-leads; all, hr; finance; t2 eng
+
+
+def test_acl_lookup_with_more_groups_than_one_batch(catalog: Catalog) -> None:
+    catalog.upsert_acl("a-last", "t1", ["g1199"])
+    catalog.upsert_acl("a-first", "t1", ["g0000"])
+    groups = [f"g{i:04d}" for i in range(1200)]
+    assert catalog.acl_ids_for_groups("t1", groups) == ["a-first", "a-last"]
+
+
+# ------------------------------------------------------------------------ documents
+
+
+def test_record_fetch_get_document_and_status(catalog: Catalog) -> None:
+    assert catalog.get_document("d1") is None
+    catalog.record_fetch(fetch("d1"))
+    catalog.record_fetch(fetch("d1"))  # repeated delivery: same row
+    doc = catalog.get_document("d1")
+    assert isinstance(doc, DocumentRow)
+    assert (doc.status, doc.source_version, doc.content_hash, doc.size) == (STATUS_FETCHED, "v1", "h1", 123)
+    assert (doc.source_id, doc.tenant_id, doc.acl_id, doc.canonical_doc_id) == ("s1", "t1", "acl1", "d1")
+    assert (doc.mime, doc.uri, doc.source_object_id) == ("text/plain", "file:///src/d1", "obj/d1")
+    assert doc.indexed_version is None and doc.chunk_count == 0 and doc.indexed_at is None
+    assert doc.updated_at > 0
+
+    catalog.set_status("d1", "failed", "corrupt")
+    doc = catalog.get_document("d1")
+    assert doc is not None and (doc.status, doc.error_class) == ("failed", "corrupt")
+    catalog.set_status("d1", "parsed")
+    doc = catalog.get_document("d1")
+    assert doc is not None and (doc.status, doc.error_class) == ("parsed", None)
+    catalog.set_status("missing", "parsed")  # no row, no error
+    assert catalog.get_document("missing") is None
+    assert catalog.document_counts_by_status() == {"parsed": 1}
+
+
+def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None:
+    catalog.record_fetch(fetch("d1", version="v1", content_hash="h1"))
+    assert flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
+
+    # Touched (new mtime) but same bytes: stays indexed, live fields kept.
+    catalog.record_fetch(fetch("d1", version="v2", content_hash="h1"))
+    doc = catalog.get_document("d1")
+    assert doc is not None
+    assert (doc.status, doc.source_version, doc.indexed_version) == (STATUS_INDEXED, "v2", "h1@v1")
+    assert doc.chunk_count == 3
+
+    # New bytes: back to fetched; the live version is still the old one until the next flip.
+    catalog.record_fetch(fetch("d1", version="v3", content_hash="h2"))
+    doc = catalog.get_document("d1")
+    assert doc is not None
+    assert (doc.status, doc.content_hash, doc.indexed_version, doc.chunk_count) == (
+        STATUS_FETCHED,
+        "h2",
+        "h1@v1",
+        3,
+    )
+
+
+def test_record_fetch_accepts_fetched_document(catalog: Catalog) -> None:
+    src = SourceFile("t9", "s9", "a/b.txt", "file:///root/a/b.txt", 10, ("eng",), "etag-1")
+    fd = FetchedDocument("d9", src, "hash9", "mem://raw/hash9", 10, "acl9", "d9", "text/markdown", "fast")
+    catalog.record_fetch(fd)
+    doc = catalog.get_document("d9")
+    assert doc is not None
+    assert (doc.tenant_id, doc.source_id, doc.source_object_id, doc.uri) == (
+        "t9",
+        "s9",
+        "a/b.txt",
+        "file:///root/a/b.txt",
+    )
+    assert (doc.source_version, doc.content_hash, doc.acl_id, doc.mime, doc.size) == (
+        "etag-1",
+        "hash9",
+        "acl9",
+        "text/markdown",
+        10,
+    )
+    # A DocumentRow round-trips through record_fetch too.
+    catalog.record_fetch(DocumentRow(doc_id="d10", source_id="s9", tenant_id="t9", content_hash="x"))
+    d10 = catalog.get_document("d10")
+    assert d10 is not None and d10.canonical_doc_id == "d10" and d10.status == STATUS_FETCHED
+
+
+def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
+    assert not flip(catalog, "missing")
+    catalog.record_fetch(fetch("d1", version="v1"))
+    assert flip(catalog, "d1", version="v1", expected_version_guard="v1")
+    doc = catalog.get_document("d1")
+    assert doc is not None
+    assert (doc.status, doc.indexed_version, doc.chunker_id, doc.parser_version) == (
+        STATUS_INDEXED,
+        "h1@v1",
+        "chunker-1",
+        "parser-1",
+    )
+    assert (doc.chunk_count, doc.indexed_at, doc.error_class) == (3, 1000.5, None)
+
+    # A newer fetch (v2) overtakes a slow v1 writer: the v1 flip must be refused.
+    catalog.record_fetch(fetch("d1", version="v2", content_hash="h2"))
+    assert not flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
+    doc = catalog.get_document("d1")
+    assert doc is not None
+    assert (doc.status, doc.source_version, doc.content_hash, doc.indexed_version) == (
+        STATUS_FETCHED,
+        "v2",
+        "h2",
+        "h1@v1",
+    )
+    # The v2 writer's flip passes; an unguarded flip always applies.
+    assert flip(catalog, "d1", version="v2", content_hash="h2", expected_version_guard="v2")
+    doc = catalog.get_document("d1")
+    assert doc is not None and doc.indexed_version == "h2@v2"
+    assert flip(catalog, "d1", version="v2", content_hash="h2")  # repeated: same end state
+    assert catalog.document_counts_by_status() == {STATUS_INDEXED: 1}
+
+
+def test_find_indexed_by_content_links_exact_duplicates(catalog: Catalog) -> None:
+    catalog.record_fetch(fetch("d1", content_hash="same"))
+    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d2") is None  # not indexed yet
+    assert flip(catalog, "d1", content_hash="same")
+
+    catalog.record_fetch(fetch("d2", content_hash="same", canonical_doc_id="d1"))
+    assert flip(catalog, "d2", content_hash="same")  # indexed, but as a copy of d1
+    catalog.record_fetch(fetch("x1", content_hash="same", tenant="t2"))
+    assert flip(catalog, "x1", content_hash="same")
+
+    found = catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d3")
+    assert found is not None and found.doc_id == "d1"
+    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d1") is None  # d2 is not canonical
+    other = catalog.find_indexed_by_content("t2", "same", exclude_doc_id="d3")
+    assert other is not None and other.doc_id == "x1"
+    assert catalog.find_indexed_by_content("t1", "other-hash", exclude_doc_id="d3") is None
+
+    # A deleted canonical document is not a link target.
+    with catalog.engine.begin() as conn:
+        conn.execute(
+            schema.documents.update().where(schema.documents.c.doc_id == "d1").values(deleted_at=5.0)
+        )
+    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d3") is None
+
+
+def test_documents_for_source_and_counts(catalog: Catalog) -> None:
+    for i in range(5):
+        catalog.record_fetch(fetch(f"d{i}", source_id="s1"))
+    catalog.record_fetch(fetch("e0", source_id="s2", tenant="t2"))
+    assert flip(catalog, "d1")
+    assert flip(catalog, "d3")
+    catalog.set_status("d4", "failed", "corrupt")
+
+    docs = catalog.documents_for_source("s1")
+    assert [d.doc_id for d in docs] == ["d0", "d1", "d2", "d3", "d4"]
+    assert [d.doc_id for d in catalog.documents_for_source("s2")] == ["e0"]
+    assert catalog.documents_for_source("nope") == []
+    assert catalog.document_counts_by_status() == {STATUS_FETCHED: 3, STATUS_INDEXED: 2, "failed": 1}
+    assert catalog.document_counts_by_status("t1") == {STATUS_FETCHED: 2, STATUS_INDEXED: 2, "failed": 1}
+    assert catalog.document_counts_by_status("t2") == {STATUS_FETCHED: 1}
+    assert catalog.document_counts_by_status("t3") == {}
+
+
+# -------------------------------------------------------------------- parsed docs
+
+
+def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
+    assert catalog.get_parsed("h1", "p1") is None
+    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.put_parsed("h1", "p2", "mem://parsed/h1/p2.json", 12)
+    row = catalog.get_parsed("h1", "p1")
+    assert row is not None
+    assert (row.elements_uri, row.pages, row.pages_for_review, row.ocr_confidence) == (
+        "mem://parsed/h1/p1.json",
+        12,
+        (3, 7),
+        0.82,
+    )
+    row2 = catalog.get_parsed("h1", "p2")
+    assert row2 is not None and row2.pages_for_review == () and row2.ocr_confidence is None
+    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1-v2.json", 11, [], None)
+    row = catalog.get_parsed("h1", "p1")
+    assert row is not None and (row.elements_uri, row.pages, row.pages_for_review) == (
+        "mem://parsed/h1/p1-v2.json",
+        11,
+        (),
+    )
+    with catalog.engine.connect() as conn:
+        assert len(conn.execute(select(schema.parsed_docs.c.content_hash)).all()) == 2
+
+
+# -------------------------------------------------------------------------- chunks
+
+
+def test_write_chunks_idempotent_and_round_trip(catalog: Catalog) -> None:
+    chunks = [chunk(i) for i in range(5)]
+    assert catalog.write_chunks(chunks) == 5
+    assert catalog.write_chunks(chunks) == 5
+    assert catalog.write_chunks([]) == 0
+    assert catalog.chunk_counts_by_doc() == {"d1": 5}
+    assert catalog.chunk_ids_for_doc("d1") == {c.chunk_id for c in chunks}
+    assert catalog.chunk_ids_for_doc("d2") == set()
+
+    stored = catalog.chunks_by_ids([c.chunk_id for c in chunks] + ["missing"])
+    assert stored == {c.chunk_id: c for c in chunks}  # exact round trip, tuples and unicode included
+    assert catalog.chunks_for_doc("d1") == chunks
+
+    # Same chunk_id with new content updates in place; duplicates in one call collapse.
+    changed = chunk(0, text_="rewritten")
+    assert catalog.write_chunks([chunk(0), changed]) == 1
+    assert catalog.chunks_by_ids([changed.chunk_id])[changed.chunk_id].text == "rewritten"
+    assert catalog.chunk_counts_by_doc() == {"d1": 5}
+
+
+def test_chunks_many_batches_delete_and_counts(catalog: Catalog) -> None:
+    big = [chunk(i, doc_id="big") for i in range(1234)]
+    other = [chunk(i, doc_id="o1", tenant="t2") for i in range(3)]
+    assert catalog.write_chunks(big + other) == 1237
+    assert len(catalog.chunks_by_ids([c.chunk_id for c in big])) == 1234
+    assert catalog.chunk_counts_by_doc() == {"big": 1234, "o1": 3}
+    assert catalog.chunk_counts_by_doc("t2") == {"o1": 3}
+    assert catalog.chunk_counts_by_doc("t3") == {}
+
+    gone = [c.chunk_id for c in big[:1100]]
+    assert catalog.delete_chunks(gone) == 1100
+    assert catalog.delete_chunks(gone) == 0  # repeated: nothing left
+    assert catalog.chunk_counts_by_doc() == {"big": 134, "o1": 3}
+    # Tenant scope: another tenant's chunk id is not deleted.
+    assert catalog.delete_chunks([other[0].chunk_id], tenant_id="t1") == 0
+    assert catalog.delete_chunks([other[0].chunk_id], tenant_id="t2") == 1
+    assert catalog.delete_chunks([]) == 0
+    assert catalog.chunk_counts_by_doc() == {"big": 134, "o1": 2}
+
+
+def test_set_chunk_acl_ids(catalog: Catalog) -> None:
+    catalog.write_chunks([chunk(i) for i in range(4)] + [chunk(0, doc_id="d2")])
+    assert catalog.set_chunk_acl_ids("d1", ["acl9"]) == 4
+    assert catalog.set_chunk_acl_ids("d1", ["acl9"]) == 4
+    assert catalog.set_chunk_acl_ids("d1", ["acl7"], tenant_id="t2") == 0
+    assert catalog.set_chunk_acl_ids("nope", ["acl9"]) == 0
+    assert {c.acl_ids for c in catalog.chunks_for_doc("d1")} == {("acl9",)}
+    assert [c.acl_ids for c in catalog.chunks_for_doc("d2")] == [("acl1", "acl2")]
+
+
+# ----------------------------------------------------------------- embedding cache
+
+
+def test_embeddings_round_trip_bit_exact(catalog: Catalog) -> None:
+    rng = np.random.default_rng(7)
+    vectors = {f"th{i}": rng.standard_normal(384).astype(np.float32) for i in range(700)}
+    vectors["tiny"] = np.array([np.float32(1e-38), np.float32(-0.0), np.float32(3.4e38)], dtype=np.float32)
+    assert catalog.put_embeddings(vectors, "model-a") == 701
+    assert catalog.put_embeddings(vectors, "model-a") == 701  # idempotent
+    assert catalog.put_embeddings({}, "model-a") == 0
+
+    got = catalog.get_embeddings([*vectors, "missing", "th0"], "model-a")
+    assert set(got) == set(vectors)
+    for key, vec in vectors.items():
+        assert got[key].dtype == np.float32
+        assert got[key].tobytes() == vec.tobytes()
+    assert catalog.get_embeddings(list(vectors), "model-b") == {}
+
+    # float64 input is stored as float32; another model version is a separate key.
+    catalog.put_embeddings({"th0": np.ones(4)}, "model-b")
+    assert catalog.get_embeddings(["th0"], "model-b")["th0"].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert catalog.get_embeddings(["th0"], "model-a")["th0"].shape == (384,)
+    with catalog.engine.connect() as conn:
+        assert len(conn.execute(select(schema.embedding_cache.c.text_hash)).all()) == 702
+
+
+def test_put_embeddings_rejects_bad_vectors(catalog: Catalog) -> None:
+    with pytest.raises(ValueError, match="non-finite"):
+        catalog.put_embeddings({"ok": np.ones(3), "bad": np.array([1.0, np.nan])}, "m")
+    with pytest.raises(ValueError, match="1-D"):
+        catalog.put_embeddings({"bad": np.ones((2, 2))}, "m")
+    with pytest.raises(ValueError, match="1-D"):
+        catalog.put_embeddings({"bad": np.array([], dtype=np.float32)}, "m")
+    assert catalog.get_embeddings(["ok", "bad"], "m") == {}  # nothing written
+
+
+# -------------------------------------------------------------------- dead letters
+
+
+def test_dead_letters_list_counts_and_resolve(catalog: Catalog) -> None:
+    def dl(doc: str, error_class: str, tenant: str = "t1") -> DeadLetter:
+        return DeadLetter(
+            stage="parse",
+            doc_id=doc,
+            uri=f"file:///{doc}",
+            error_class=error_class,
+            message=f"{doc} failed",
+            traceback="Traceback...",
+            attempts=5,
+            payload=json.dumps({"doc_id": doc}),
+            tenant_id=tenant,
+            source_version="v1",
+        )
+
+    ids = [
+        catalog.add_dead_letter(dl("d1", "corrupt"), source_id="s1"),
+        catalog.add_dead_letter(dl("d2", "corrupt"), source_id="s1"),
+        catalog.add_dead_letter(dl("d3", "encrypted"), source_id="s2"),
+        catalog.add_dead_letter(dl("x1", "timeout", tenant="t2"), source_id="s9"),
+    ]
+    assert ids == sorted(ids) and len(set(ids)) == 4
+
+    rows = catalog.list_dead_letters()
+    assert [r.doc_id for r in rows] == ["d1", "d2", "d3", "x1"]
+    first = rows[0]
+    assert first.id == ids[0] and first.resolved_at is None and first.created_at > 0
+    assert first.to_dead_letter() == dl("d1", "corrupt")
+    assert (first.source_id, first.stage, first.attempts) == ("s1", "parse", 5)
+    assert [r.doc_id for r in catalog.list_dead_letters(source_id="s1")] == ["d1", "d2"]
+    assert [r.doc_id for r in catalog.list_dead_letters(tenant_id="t2")] == ["x1"]
+    assert [r.doc_id for r in catalog.list_dead_letters(tenant_id="t1", source_id="s2")] == ["d3"]
+    assert [r.doc_id for r in catalog.list_dead_letters(limit=2)] == ["d1", "d2"]
+    assert catalog.dead_letter_counts() == {"corrupt": 2, "encrypted": 1, "timeout": 1}
+
+    assert catalog.resolve_dead_letter(ids[1])
+    assert not catalog.resolve_dead_letter(ids[1])
+    assert not catalog.resolve_dead_letter(999_999)
+    assert catalog.dead_letter_counts() == {"corrupt": 1, "encrypted": 1, "timeout": 1}
+    assert [r.doc_id for r in catalog.list_dead_letters(source_id="s1")] == ["d1"]
+    all_s1 = catalog.list_dead_letters(source_id="s1", unresolved_only=False)
+    assert [(r.doc_id, r.resolved_at is not None) for r in all_s1] == [("d1", False), ("d2", True)]
+
+
+def test_close_is_safe_twice(catalog_url: str) -> None:
+    cat = Catalog.open(catalog_url)
+    cat.ensure_source("s1", "t1", "filesystem")
+    cat.close()
+    cat.close()
+    with Catalog.open(catalog_url) as again, again.engine.connect() as conn:  # data persisted
+        assert len(conn.execute(select(schema.sources.c.source_id)).all()) == 1

@@ -1,0 +1,287 @@
+"""Parser behaviour: golden outputs for owned fixtures, exact assertions, and
+a deterministic sample of the shared real-world corpus."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from ragsync.detect import detect_mime
+from ragsync.errors import (
+    CorruptDocumentError,
+    EmptyDocumentError,
+    EncryptedDocumentError,
+    NoTextError,
+    RagsyncError,
+    TooLargeError,
+    UnsupportedFormatError,
+)
+from ragsync.model import ElementType
+from ragsync.parsing import PARSER_VERSION, ParseResult, parse
+from tests.fixtures_gen import write_fixtures
+
+GOLDEN = Path(__file__).resolve().parent / "golden"
+CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"
+DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+@pytest.fixture(scope="module")
+def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_fixtures(tmp_path_factory.mktemp("parsing"))
+
+
+def _parse_file(path: Path) -> ParseResult:
+    data = path.read_bytes()
+    return parse(data, detect_mime(data, path.name), filename=path.name)
+
+
+def _snapshot(result: ParseResult) -> dict[str, object]:
+    return {
+        "parser_version": PARSER_VERSION,
+        "pages": result.pages,
+        "metadata": result.metadata,
+        "elements": [e.to_dict() for e in result.elements],
+    }
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "wiki_page.md",
+        "security_faq.md",
+        "intranet.html",
+        "benefits.html",
+        "policy.docx",
+        "note.txt",
+        "handbook.pdf",
+        "two_column.pdf",
+    ],
+)
+def test_golden(fixtures: dict[str, Path], name: str) -> None:
+    got = _snapshot(_parse_file(fixtures[name]))
+    golden = GOLDEN / f"{name}.json"
+    if REGEN:
+        golden.parent.mkdir(parents=True, exist_ok=True)
+        golden.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
+    assert golden.exists(), f"missing golden {golden}; run with RAGSYNC_REGEN_GOLDEN=1 and review the diff"
+    assert got == json.loads(golden.read_text()), f"{name} differs from {golden.name}"
+
+
+def test_orders_are_sequential(fixtures: dict[str, Path]) -> None:
+    for path in fixtures.values():
+        result = _parse_file(path)
+        assert [e.order for e in result.elements] == list(range(len(result.elements)))
+        assert all(e.text.strip() for e in result.elements)
+
+
+def test_two_column_reading_order(fixtures: dict[str, Path]) -> None:
+    texts = [e.text for e in _parse_file(fixtures["two_column.pdf"]).elements]
+    assert texts[0] == "Company Newsletter Spring Edition"
+    starts = [t.split(":")[0] for t in texts[1:]]
+    assert starts == ["LEFT 1", "LEFT 2", "LEFT 3", "RIGHT 1", "RIGHT 2", "RIGHT 3"]
+
+
+def test_running_header_footer_removed(fixtures: dict[str, Path]) -> None:
+    result = _parse_file(fixtures["handbook.pdf"])
+    assert result.pages == 4
+    joined = "\n".join(e.text for e in result.elements)
+    assert "Employee Handbook - Internal" not in joined
+    assert "Page 2 of 4" not in joined
+    assert result.elements[0].type is ElementType.HEADING
+    assert result.elements[0].text == "1. Travel policy"
+    assert {e.page for e in result.elements} == {1, 2, 3, 4}
+
+
+def test_pdf_table_markdown_and_no_duplicate(fixtures: dict[str, Path]) -> None:
+    result = _parse_file(fixtures["handbook.pdf"])
+    tables = [e for e in result.elements if e.type is ElementType.TABLE]
+    assert len(tables) == 1
+    assert tables[0].page == 2
+    lines = tables[0].text.split("\n")
+    assert lines[0] == "| Category | Limit (EUR) | Receipt needed |"
+    assert lines[1] == "| --- | --- | --- |"
+    assert lines[2] == "| Breakfast | 15 | no |"
+    assert len(lines) == 8
+    others = " ".join(e.text for e in result.elements if e.type is not ElementType.TABLE)
+    assert "Breakfast" not in others and "Hotel (capital)" not in others
+
+
+def test_docx_structure(fixtures: dict[str, Path]) -> None:
+    result = _parse_file(fixtures["policy.docx"])
+    kinds = [(e.type.value, e.level) for e in result.elements]
+    assert kinds[:4] == [("heading", 1), ("heading", 1), ("paragraph", 0), ("heading", 2)]
+    assert ("list_item", 1) in kinds
+    table = next(e for e in result.elements if e.type is ElementType.TABLE)
+    assert table.text.startswith("| Category | Limit (EUR) | Receipt needed |\n| --- | --- | --- |\n")
+    # the table sits between the "Limits" heading and the closing paragraph
+    i = result.elements.index(table)
+    assert result.elements[i - 1].text == "Limits"
+    assert result.elements[i + 1].text == "Contact the people team for exceptions."
+    assert result.metadata["title"] == "Travel policy"
+
+
+def test_markdown_structure(fixtures: dict[str, Path]) -> None:
+    result = _parse_file(fixtures["security_faq.md"])
+    assert result.metadata == {"title": "Security FAQ", "owner": "security-team"}
+    els = [(e.type.value, e.level, e.text) for e in result.elements]
+    assert els[0] == ("heading", 1, "Security FAQ")
+    assert ("heading", 2, "Passwords") in els
+    assert ("list_item", 2, "Nested: rotate shared secrets yearly.") in els
+    assert ("paragraph", 0, "ssh-keygen -t ed25519") in els
+    assert ("table", 0, "| Control | Owner |\n| --- | --- |\n| MFA | IT |\n| Backups | Ops |") in els
+    assert not any("owner:" in t for _, _, t in els)
+
+
+def test_html_boilerplate_dropped(fixtures: dict[str, Path]) -> None:
+    result = _parse_file(fixtures["intranet.html"])
+    joined = "\n".join(e.text for e in result.elements)
+    for boiler in ("Example Corp Intranet", "Home", "Copyright 2024", "Other pages", "analytics"):
+        assert boiler not in joined
+    assert result.metadata["title"] == "Travel policy - Intranet"
+    extra = _parse_file(fixtures["benefits.html"])
+    els = [(e.type.value, e.level, e.text) for e in extra.elements]
+    assert ("list_item", 1, "Health insurance") in els
+    assert ("list_item", 2, "Dental included") in els
+    assert ("table", 0, "| Benefit | Value |\n| --- | --- |\n| Gym | 30 EUR |") in els
+    assert "Footer text" not in " ".join(t for _, _, t in els)
+
+
+def test_error_classes(fixtures: dict[str, Path]) -> None:
+    pdf = fixtures["handbook.pdf"].read_bytes()
+    with pytest.raises(EmptyDocumentError):
+        parse(b"", "application/pdf")
+    with pytest.raises(CorruptDocumentError):
+        parse(pdf[: len(pdf) // 3], "application/pdf")
+    with pytest.raises(CorruptDocumentError):
+        parse(b"PK\x03\x04 definitely not a zip", DOCX)
+    with pytest.raises(EncryptedDocumentError):
+        ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 100 + "EncryptedPackage".encode("utf-16-le")
+        parse(ole, DOCX)
+    with pytest.raises(UnsupportedFormatError):
+        parse(b"\x89PNG\r\n\x1a\n....", "image/png")
+    with pytest.raises(TooLargeError):
+        parse(pdf, "application/pdf", max_bytes=100)
+    with pytest.raises(TooLargeError):
+        parse(pdf, "application/pdf", max_pages=2)
+    with pytest.raises(NoTextError):
+        parse(b"<html><body><nav>only nav</nav></body></html>", "text/html")
+
+
+def test_image_only_pdf_needs_ocr() -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.rect(20, 20, 50, 50, style="F")
+    with pytest.raises(NoTextError, match="OCR"):
+        parse(bytes(pdf.output()), "application/pdf")
+
+
+def test_encrypted_pdf(tmp_path: Path) -> None:
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    pdf.cell(0, 10, "Secret salary bands")
+    pdf.set_encryption(owner_password="owner", user_password="user")
+    with pytest.raises(EncryptedDocumentError):
+        parse(bytes(pdf.output()), "application/pdf")
+    owner_only = FPDF()
+    owner_only.add_page()
+    owner_only.set_font("Helvetica", size=12)
+    owner_only.cell(0, 10, "Public but owner-locked")
+    owner_only.set_encryption(owner_password="owner")
+    result = parse(bytes(owner_only.output()), "application/pdf")
+    assert result.elements[0].text == "Public but owner-locked"
+
+
+# --------------------------------------------------------------------------- real corpus
+
+corpus_required = pytest.mark.skipif(
+    not (CORPUS / "documents").is_dir(), reason="shared corpus not present at ../shared/corpus"
+)
+
+_SAMPLE_QUOTA = {
+    "application/pdf": 7,
+    DOCX: 5,
+    "text/html": 4,
+    "text/plain": 5,
+    "text/csv": 2,
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": 2,
+    "text/rtf": 2,
+    "image/png": 1,
+    "application/msword": 2,
+}
+
+
+def _corpus_sample() -> list[str]:
+    rows: list[tuple[str, str, int]] = []
+    with open(CORPUS / "MANIFEST.tsv", newline="") as fh:
+        for row in csv.DictReader(fh, delimiter="\t"):
+            if row["path"].startswith("documents/") and int(row["bytes"]) <= 1_500_000:
+                rows.append((row["path"], row["mime_detected"], int(row["bytes"])))
+    rows.sort(key=lambda r: hashlib.sha256(r[0].encode()).hexdigest())
+    picked: list[str] = []
+    taken: dict[str, int] = {}
+    for path, mime, _size in rows:
+        if taken.get(mime, 0) < _SAMPLE_QUOTA.get(mime, 0):
+            taken[mime] = taken.get(mime, 0) + 1
+            picked.append(path)
+    return sorted(picked)
+
+
+@corpus_required
+def test_corpus_sample_parses_or_fails_specifically() -> None:
+    sample = _corpus_sample()
+    assert len(sample) >= 25
+    started = time.monotonic()
+    outcomes: dict[str, str] = {}
+    for rel in sample:
+        path = CORPUS / rel
+        try:
+            result = _parse_file(path)
+        except RagsyncError as exc:
+            assert exc.error_class != "internal", f"{rel}: {exc}"
+            outcomes[rel] = exc.error_class
+            continue
+        assert result.elements, rel
+        assert all(e.text.strip() for e in result.elements), rel
+        outcomes[rel] = "ok"
+    assert sum(1 for v in outcomes.values() if v == "ok") >= len(sample) // 2, outcomes
+    assert time.monotonic() - started < 40
+
+
+@corpus_required
+@pytest.mark.parametrize(
+    ("rel", "error"),
+    [
+        ("documents/pdfplumber/empty.pdf", EmptyDocumentError),
+        ("documents/pdfplumber/password-example.pdf", EncryptedDocumentError),
+        ("documents/ocrmypdf-resources/invalid.pdf", CorruptDocumentError),
+        ("documents/tika/testWORD_truncated.docx", CorruptDocumentError),
+    ],
+)
+def test_corpus_failures(rel: str, error: type[RagsyncError]) -> None:
+    with pytest.raises(error):
+        _parse_file(CORPUS / rel)
+
+
+@corpus_required
+def test_corpus_tracemonkey_two_columns() -> None:
+    result = _parse_file(CORPUS / "documents" / "pdfjs" / "tracemonkey.pdf")
+    texts = [e.text for e in result.elements if e.page == 1]
+    joined = "\n".join(texts)
+    # left column: abstract and introduction start; right column continues the introduction
+    left = joined.index("Dynamic languages such as JavaScript are more difficult to compile")
+    left_end = joined.index("Dynamic languages such as JavaScript, Python, and Ruby")
+    right = joined.index("and is used for the application logic of browser-based")
+    assert left < left_end < right
+    assert texts[0] == "Trace-based Just-in-Time Type Specialization for Dynamic"

@@ -1,0 +1,103 @@
+"""Stages 7-8: chunk by structure, then diff against the stored chunk ids."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+
+from ragsync.chunking import chunk_elements
+from ragsync.config import Settings, open_catalog
+from ragsync.decisions import diff_chunks
+from ragsync.embedding import default_model, load_tokenizer
+from ragsync.errors import NoTextError
+from ragsync.model import Chunk, DocumentPlan, ParsedDocument
+from transforms.common import Progress, ToDeadLetters, counter
+
+NEW_CHUNKS = "new_chunks"
+
+
+class _ChunkAndDiffFn(beam.DoFn):
+    """ParsedDocument -> (doc_id, DocumentPlan) and the new chunks to embed.
+
+    Raises NoTextError when a parsed document yields no chunk, so an empty
+    result is a dead letter, never a silent skip.
+    """
+
+    def __init__(self, settings: Settings, total: int, show_progress: bool) -> None:
+        self.settings = settings
+        self.total = total
+        self.show_progress = show_progress
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        self._catalog = open_catalog(self.settings)
+        self._tokenizer = load_tokenizer(default_model().path)
+        self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
+        self._new = counter("chunks_new")
+        self._kept = counter("chunks_kept")
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(self, parsed: ParsedDocument) -> Iterator[Any]:
+        doc = parsed.doc
+        acl_ids = doc.chunk_acl_ids
+        chunks = chunk_elements(
+            parsed.elements,
+            self.settings.chunker,
+            self._tokenizer,
+            doc_id=doc.canonical_doc_id,
+            tenant_id=doc.source.tenant_id,
+            acl_ids=acl_ids,
+        )
+        self._progress.add()
+        if not chunks:
+            raise NoTextError(f"{doc.source.uri} ({doc.mime}) parsed to no indexable text")
+        diff = diff_chunks(self._catalog.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
+        self._new.inc(len(diff.new))
+        self._kept.inc(len(diff.kept))
+        plan = DocumentPlan(
+            doc=doc,
+            parser_version=parsed.parser_version,
+            chunker_id=self.settings.chunker.config_id,
+            chunks=tuple(chunks),
+            new_ids=tuple(c.chunk_id for c in diff.new),
+            vanished_ids=diff.vanished,
+            acl_ids=acl_ids,
+            pages_for_review=parsed.pages_for_review,
+        )
+        yield (doc.doc_id, plan)
+        for c in diff.new:
+            yield beam.pvalue.TaggedOutput(NEW_CHUNKS, c)
+
+
+class ChunkDocuments(beam.PTransform):
+    """Chunk parsed documents and diff against the catalog.
+
+    Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``),
+    ``new_chunks`` (``Chunk`` to embed), ``dead`` (``DeadLetter``).
+    """
+
+    def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
+        super().__init__()
+        self.settings = settings
+        self.total = total
+        self.show_progress = show_progress
+
+    def expand(self, parsed: beam.PCollection) -> dict[str, beam.PCollection]:
+        out = parsed | "ChunkAndDiff" >> beam.ParDo(
+            _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
+        ).with_outputs(NEW_CHUNKS, main="plans").with_exception_handling(main_tag="plans")
+        return {
+            "plans": out["plans"],
+            NEW_CHUNKS: out[NEW_CHUNKS],
+            "dead": out["bad"] | "ChunkDeadLetters" >> ToDeadLetters("chunk"),
+        }
+
+
+def chunk_key(chunk: Chunk) -> str:
+    """The key that travels through RunInference with a chunk."""
+    return f"{chunk.doc_id}|{chunk.chunk_id}|{chunk.text_hash}"

@@ -1,0 +1,137 @@
+"""Shared pieces of the Beam steps: dead-letter conversion, counters, progress."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.metrics import Metrics
+
+from ragsync import ids
+from ragsync.errors import RagsyncError, classify
+from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, SourceFile
+
+NAMESPACE = "ragsync"
+_TRACEBACK_CHARS = 4000
+
+
+def counter(name: str) -> Any:
+    """A counter in the ragsync namespace (exact in batch runs)."""
+    return Metrics.counter(NAMESPACE, name)
+
+
+def _identity(element: Any) -> tuple[str, str, str, str, str]:
+    """(doc_id, uri, tenant_id, source_version, payload) of any stage record."""
+    if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
+        element = element[1]
+    if isinstance(element, DocumentPlan):
+        element = element.doc
+    if isinstance(element, ParsedDocument):
+        element = element.doc
+    if isinstance(element, FetchedDocument):
+        s = element.source
+        return element.doc_id, s.uri, s.tenant_id, s.source_version, element.to_json()
+    if isinstance(element, SourceFile):
+        doc_id = ids.doc_id(element.tenant_id, element.source_id, element.source_object_id)
+        return doc_id, element.uri, element.tenant_id, element.source_version, element.to_json()
+    return "", "", "", "", repr(element)[:2000]
+
+
+def dead_letter_from_exception(stage: str, element: Any, exc: BaseException) -> DeadLetter:
+    """A dead letter for an exception raised while handling ``element``."""
+    doc_id, uri, tenant, version, payload = _identity(element)
+    error_class = exc.error_class if isinstance(exc, RagsyncError) else classify(type(exc).__name__)
+    return DeadLetter(
+        stage=stage,
+        doc_id=doc_id,
+        uri=uri,
+        error_class=error_class,
+        message=str(exc) or type(exc).__name__,
+        traceback="",
+        payload=payload,
+        tenant_id=tenant,
+        source_version=version,
+    )
+
+
+def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]]) -> DeadLetter:
+    """Convert Beam's ``with_exception_handling`` record to a DeadLetter.
+
+    Beam emits ``(element, (exc_type, repr(exc), traceback_lines))``; hangs
+    and crashes of an isolated step arrive as TimeoutError/BrokenProcessPool.
+    """
+    element, (exc_type, exc_repr, tb) = bad
+    doc_id, uri, tenant, version, payload = _identity(element)
+    type_name = getattr(exc_type, "__name__", str(exc_type))
+    error_class = getattr(exc_type, "error_class", None) or classify(type_name, exc_repr)
+    message = exc_repr
+    if error_class == "timeout":
+        message = f"{stage} ran past its time limit ({exc_repr})"
+    elif error_class == "crash":
+        message = f"{stage} process died (segfault or out of memory): {exc_repr}"
+    return DeadLetter(
+        stage=stage,
+        doc_id=doc_id,
+        uri=uri,
+        error_class=str(error_class),
+        message=message[:2000],
+        traceback="".join(tb)[-_TRACEBACK_CHARS:],
+        payload=payload,
+        tenant_id=tenant,
+        source_version=version,
+    )
+
+
+class Progress:
+    """Prints a progress line to stderr at most every ``every_s`` seconds.
+
+    Args:
+        phase: shown at the start of each line.
+        total: expected number of items, for the ETA (0 when unknown).
+        enabled: print nothing when False.
+    """
+
+    def __init__(self, phase: str, unit: str, total: int = 0, *, enabled: bool = True, every_s: float = 2.0):
+        self.phase = phase
+        self.unit = unit
+        self.total = total
+        self.enabled = enabled
+        self.every_s = every_s
+        self.done = 0
+        self._start = time.monotonic()
+        self._last = 0.0
+
+    def add(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if not self.enabled or now - self._last < self.every_s:
+            return
+        self._last = now
+        elapsed = max(now - self._start, 1e-6)
+        rate = self.done / elapsed
+        line = f"[{self.phase}] {self.done}"
+        if self.total:
+            remaining = max(self.total - self.done, 0)
+            eta = remaining / rate if rate > 0 else 0.0
+            line += f"/{self.total} {self.unit} {rate:.1f} {self.unit}/s ETA {eta:.0f}s"
+        else:
+            line += f" {self.unit} {rate:.1f} {self.unit}/s"
+        print(line, file=sys.stderr, flush=True)
+
+
+class ToDeadLetters(beam.PTransform):
+    """Beam dead-letter records of one stage -> ``DeadLetter`` records.
+
+    Input: ``(element, (exc_type, repr, traceback))`` from
+    ``with_exception_handling``. Output: ``DeadLetter``.
+    """
+
+    def __init__(self, stage: str) -> None:
+        super().__init__()
+        self.stage = stage
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        stage = self.stage
+        return pcoll | "ToDeadLetter" >> beam.Map(lambda bad: dead_letter_from_beam(stage, bad))

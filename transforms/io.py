@@ -1,0 +1,66 @@
+"""Apache Beam ``FileSystems`` behind the connectors' ``FileSystem`` interface,
+and small object-store helpers (local paths, ``gs://``, ``s3://`` alike)."""
+
+from __future__ import annotations
+
+from typing import BinaryIO
+
+from apache_beam.io.filesystem import BeamIOError
+from apache_beam.io.filesystems import FileSystems
+
+from connectors.base import FileInfo
+
+
+class BeamFileSystem:
+    """``connectors.base.FileSystem`` implemented with Beam's FileSystems."""
+
+    def match(self, pattern: str) -> list[FileInfo]:
+        try:
+            result = FileSystems.match([pattern])[0]
+        except BeamIOError:
+            return []
+        return [
+            FileInfo(path=m.path, size=int(m.size_in_bytes), mtime=float(m.last_updated_in_seconds or 0.0))
+            for m in result.metadata_list
+        ]
+
+    def open(self, path: str) -> BinaryIO:
+        return FileSystems.open(path)  # type: ignore[no-any-return]
+
+    def join(self, base: str, *parts: str) -> str:
+        return str(FileSystems.join(base, *parts))
+
+
+def read_bytes(path: str) -> bytes:
+    """All bytes of ``path``."""
+    with FileSystems.open(path) as fh:
+        return fh.read()  # type: ignore[no-any-return]
+
+
+def write_bytes_once(path: str, data: bytes) -> bool:
+    """Write ``data`` to ``path`` unless it already exists (content-keyed
+    paths make an existing file identical). Returns True when written.
+
+    The write goes to a temporary name first and is renamed, so a crash never
+    leaves a half-written object under the final name.
+    """
+    if FileSystems.exists(path):
+        return False
+    dirname = path.rsplit("/", 1)[0]
+    if "://" not in path:
+        import os
+
+        os.makedirs(dirname, exist_ok=True)
+    tmp = path + ".tmp"
+    with FileSystems.create(tmp) as fh:
+        fh.write(data)
+    FileSystems.rename([tmp], [path])
+    return True
+
+
+def delete_if_exists(path: str) -> bool:
+    """Delete ``path``; True when something was deleted."""
+    if not FileSystems.exists(path):
+        return False
+    FileSystems.delete([path])
+    return True

@@ -1,0 +1,172 @@
+"""Stages 5-6: detect the type from content, route to a lane, parse in isolation."""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import apache_beam as beam
+
+from ragsync.config import Settings, open_catalog
+from ragsync.detect import choose_lane, detect_mime
+from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
+from ragsync.parsing import PARSER_VERSION, parse
+from transforms.common import ToDeadLetters, counter
+from transforms.io import read_bytes, write_bytes_once
+
+
+class _DetectFn(beam.DoFn):
+    """FetchedDocument -> the same with ``mime`` and ``lane``, tagged by lane."""
+
+    def process(self, doc: FetchedDocument) -> Iterator[Any]:
+        data = read_bytes(doc.raw_uri)
+        mime = detect_mime(data, os.path.basename(doc.source.source_object_id))
+        lane = choose_lane(mime, len(data))
+        counter(f"lane_{lane}").inc()
+        out = replace(doc, mime=mime, lane=lane)
+        if lane == Lane.SLOW.value:
+            yield beam.pvalue.TaggedOutput(Lane.SLOW.value, out)
+        else:
+            yield out
+
+
+class RouteByType(beam.PTransform):
+    """Detect each document's type from its bytes and split by lane.
+
+    Input: ``FetchedDocument``. Outputs: ``fast`` and ``slow``
+    (``FetchedDocument`` with ``mime``/``lane`` set) and ``dead``
+    (``DeadLetter``).
+    """
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        routed = docs | "Detect" >> beam.ParDo(_DetectFn()).with_outputs(
+            Lane.SLOW.value, main=Lane.FAST.value
+        ).with_exception_handling(main_tag=Lane.FAST.value)
+        return {
+            Lane.FAST.value: routed[Lane.FAST.value],
+            Lane.SLOW.value: routed[Lane.SLOW.value],
+            "dead": routed["bad"] | "DetectDeadLetters" >> ToDeadLetters("detect"),
+        }
+
+
+def _die_with_parent() -> None:
+    """Ask Linux to SIGKILL this child when its parent dies.
+
+    A forked parse child shares the parent's open files, Milvus Lite's lock
+    among them; if the pipeline is killed, an orphaned child would keep the
+    lock and the next run could not open the index. No-op off Linux.
+    """
+    try:
+        import ctypes
+        import signal
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+def _read_elements(uri: str) -> tuple[Element, ...]:
+    return tuple(Element.from_json(line) for line in read_bytes(uri).decode("utf-8").splitlines() if line)
+
+
+class _ParseFn(beam.DoFn):
+    """FetchedDocument -> ParsedDocument, run in a child process.
+
+    Elements are stored once per (content hash, parser version): a document
+    whose bytes were parsed before is read back, not parsed again. Failure:
+    raises the parser's ``RagsyncError``; a hang or crash of the child process
+    is reported by Beam's wrapper as TimeoutError/BrokenProcessPool.
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        _die_with_parent()
+        # Runs inside the isolated child: cap its address space so a
+        # decompression bomb ends as a MemoryError or a dead child, not an
+        # out-of-memory kill of the whole pipeline.
+        limit = self.settings.parse_memory_mb * 1024 * 1024
+        try:
+            with open("/proc/self/statm") as fh:
+                current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+        except OSError:
+            current = 0
+        resource.setrlimit(resource.RLIMIT_AS, (current + limit, resource.RLIM_INFINITY))
+        self._catalog = open_catalog(self.settings)
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
+        cat = self._catalog
+        stored = cat.get_parsed(doc.content_hash, PARSER_VERSION)
+        if stored is not None:
+            try:
+                elements = _read_elements(stored.elements_uri)
+            except OSError:
+                stored = None
+        if stored is not None:
+            yield ParsedDocument(
+                doc=doc,
+                parser_version=PARSER_VERSION,
+                elements=elements,
+                pages=stored.pages or 0,
+                pages_for_review=tuple(stored.pages_for_review or ()),
+            )
+            return
+        data = read_bytes(doc.raw_uri)
+        result = parse(data, doc.mime, filename=os.path.basename(doc.source.source_object_id))
+        uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
+        body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
+        write_bytes_once(uri, body)
+        cat.put_parsed(
+            doc.content_hash, PARSER_VERSION, uri, result.pages, list(result.pages_for_review), None
+        )
+        yield ParsedDocument(
+            doc=doc,
+            parser_version=PARSER_VERSION,
+            elements=result.elements,
+            pages=result.pages,
+            pages_for_review=result.pages_for_review,
+            metadata={k: str(v) for k, v in result.metadata.items()},
+        )
+
+
+class ParseDocuments(beam.PTransform):
+    """Parse documents of one lane, each in an isolated child process with a
+    time and memory limit.
+
+    Input: ``FetchedDocument``. Outputs: ``parsed`` (``ParsedDocument``) and
+    ``dead`` (``DeadLetter``: corrupt, encrypted, unsupported, no text,
+    timeout, crash, ...).
+    """
+
+    def __init__(self, settings: Settings, lane: str) -> None:
+        super().__init__()
+        if lane not in (Lane.FAST.value, Lane.SLOW.value):
+            raise ValueError(f"unknown lane {lane!r}")
+        self.settings = settings
+        self.lane = lane
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        parsed = docs | "Parse" >> beam.ParDo(_ParseFn(self.settings)).with_exception_handling(
+            use_subprocess=True, timeout=self.settings.parse_timeout_s
+        )
+        return {
+            "parsed": parsed["good"],
+            "dead": parsed["bad"] | "ParseDeadLetters" >> ToDeadLetters("parse"),
+        }
+
+
+def elements_json(parsed: ParsedDocument) -> str:
+    """The parsed elements as a JSON list (for debugging output)."""
+    return json.dumps([e.to_dict() for e in parsed.elements], ensure_ascii=False)
