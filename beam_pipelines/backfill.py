@@ -96,14 +96,10 @@ def build_pipeline(
     slow = routed[Lane.SLOW.value] | "ParseSlowLane" >> ParseDocuments(settings, Lane.SLOW.value)
     parsed = (fast["parsed"], slow["parsed"]) | "MergeLanes" >> beam.Flatten()
     chunked = parsed | "ChunkDocuments" >> ChunkDocuments(settings, total=total, show_progress=show_progress)
-    embedded = chunked["new_chunks"] | "EmbedChunks" >> EmbedChunks(
-        settings, spec, show_progress=show_progress
+    embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(settings, spec, show_progress=show_progress)
+    written = embedded | "WriteIndexes" >> WriteIndexes(
+        settings, spec.dim, total=total, show_progress=show_progress
     )
-    written = {
-        "plans": chunked["plans"],
-        "vectors": embedded["vectors"],
-        "failed": embedded["failed"],
-    } | "WriteIndexes" >> WriteIndexes(settings, spec.dim, total=total, show_progress=show_progress)
     duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(settings)
     acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(settings, spec.dim)
     dead = (

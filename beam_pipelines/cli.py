@@ -10,6 +10,7 @@ Human output goes to stdout, progress to stderr. Exit codes: 0 success,
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import os
@@ -18,6 +19,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError, RagsyncError
+
+# Modules that add their own subcommands (see ``build_parser``).
+PLUGIN_MODULES: list[str] = []
 
 
 def quiet_environment() -> None:
@@ -253,6 +257,11 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
     sc.add_argument("dest")
     sc.set_defaults(func=cmd_sample_corpus)
+
+    # Command groups that live beside the code they drive. Each module has
+    # ``add_commands(subparsers, common)``; its handlers return an exit code.
+    for name in PLUGIN_MODULES:
+        importlib.import_module(name).add_commands(sub, common)
     return parser
 
 

@@ -98,7 +98,9 @@ def _event_time(value: Any) -> float:
     return t
 
 
-def derive_event_id(source_id: str, doc_id: str, op: str, source_version: str, acl_groups: tuple[str, ...]) -> str:
+def derive_event_id(
+    source_id: str, doc_id: str, op: str, source_version: str, acl_groups: tuple[str, ...]
+) -> str:
     """Content-derived idempotency key for senders that give none."""
     raw = "\x1f".join([source_id, doc_id, op, source_version, *acl_groups])
     return "ev" + hashlib.blake2b(raw.encode("utf-8"), digest_size=16).hexdigest()

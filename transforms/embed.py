@@ -1,30 +1,30 @@
-"""Stage 9: embed new chunks with RunInference, embedding cache first."""
+"""Stage 9: embed each document's new chunks with RunInference, cache first.
+
+The unit that travels is the document plan, not the chunk: plans are batched
+by their number of chunks to embed (``element_size_fn``), so one model call
+embeds up to 64 chunks of several documents, and the write stage receives
+each document whole without a join. That keeps the backfill and the
+streaming pipeline on one chain (no GroupByKey that would need triggers).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.ml.inference.base import KeyedModelHandler, ModelHandler, PredictionResult, RunInference
+from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 from apache_beam.transforms.window import GlobalWindow
 from apache_beam.utils.windowed_value import WindowedValue
 
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import ModelSpec
-from ragsync.errors import RagsyncError
-from ragsync.model import Chunk
+from ragsync.model import DocumentPlan
 from transforms.common import Progress, counter
 
-EMBED_FAILED = "embed_failed"
 _LOOKUP_BATCH = 256
-
-
-class EmbedError(RagsyncError):
-    """The model failed on this chunk even when it was embedded alone."""
-
-    error_class = "embed_failed"
 
 
 class _LazyModel:
@@ -70,11 +70,43 @@ def encode_isolating_failures(model: Any, texts: Sequence[str]) -> list[np.ndarr
         return encode_isolating_failures(model, texts[:mid]) + encode_isolating_failures(model, texts[mid:])
 
 
-class SentenceTransformerHandler(ModelHandler[str, PredictionResult, _LazyModel]):
-    """RunInference handler for a local sentence-transformers model.
+@dataclass(frozen=True)
+class PlanToEmbed:
+    """A plan with the vectors found in the cache and the chunks still to embed.
 
-    Each prediction's ``inference`` is a float32 vector, or the exception the
-    model raised for that one text (failing batches are split first).
+    Attributes:
+        plan: the document plan.
+        cached: chunk id -> vector from the embedding cache.
+        misses: (chunk_id, text_hash, embedding text) to send to the model.
+    """
+
+    plan: DocumentPlan
+    cached: dict[str, np.ndarray]
+    misses: tuple[tuple[str, str, str], ...]
+
+
+@dataclass(frozen=True)
+class EmbeddedPlan:
+    """A plan with a vector for each new chunk, or the chunks that failed.
+
+    Attributes:
+        plan: the document plan.
+        vectors: chunk id -> vector for the new chunks that embedded.
+        failures: (chunk_id, message) for chunks the model rejected alone.
+    """
+
+    plan: DocumentPlan
+    vectors: dict[str, np.ndarray]
+    failures: tuple[tuple[str, str], ...] = ()
+
+
+class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyModel]):
+    """RunInference handler: embeds the missing chunks of a batch of plans in
+    one model call.
+
+    Each prediction's ``inference`` is a list with, per missing chunk, a
+    float32 vector or the exception the model raised for that text alone (a
+    failing batch is split until the bad texts are found).
     """
 
     def __init__(self, spec: ModelSpec, max_batch_size: int = 64, max_batch_duration_secs: float = 0.2):
@@ -87,25 +119,46 @@ class SentenceTransformerHandler(ModelHandler[str, PredictionResult, _LazyModel]
         return _LazyModel(self.spec)
 
     def run_inference(
-        self, batch: Sequence[str], model: _LazyModel, inference_args: dict[str, Any] | None = None
+        self, batch: Sequence[PlanToEmbed], model: _LazyModel, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
-        results = encode_isolating_failures(model, batch)
-        return [PredictionResult(text, r) for text, r in zip(batch, results, strict=True)]
+        texts = [text for item in batch for _, _, text in item.misses]
+        results = encode_isolating_failures(model, texts) if texts else []
+        out: list[PredictionResult] = []
+        start = 0
+        for item in batch:
+            n = len(item.misses)
+            out.append(PredictionResult(item, results[start : start + n]))
+            start += n
+        return out
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
+        # Batches are counted in chunks to embed, not in documents.
         return {
             "min_batch_size": 1,
             "max_batch_size": self._max_batch_size,
             "max_batch_duration_secs": self._max_batch_duration_secs,
+            "element_size_fn": _misses_count,
         }
 
     def get_metrics_namespace(self) -> str:
         return "ragsync_embed"
 
 
+def _misses_count(item: PlanToEmbed) -> int:
+    return max(1, len(item.misses))
+
+
+def _windowed(out: Any) -> Any:
+    """Outputs of ``finish_bundle`` need an explicit window."""
+    if isinstance(out, beam.pvalue.TaggedOutput):
+        return beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, 0, (GlobalWindow(),)))
+    return WindowedValue(out, 0, (GlobalWindow(),))
+
+
 class _CacheLookupFn(beam.DoFn):
-    """Chunk -> cached (doc_id, (chunk_id, vector)) on the ``hit`` output, or
-    (key, text) for RunInference on the main output. Looks up in batches."""
+    """(doc_id, DocumentPlan) -> PlanToEmbed (main) when some new chunk is not
+    in the cache, else a complete EmbeddedPlan (``complete``). Looks up the
+    cache in batches."""
 
     def __init__(self, settings: Settings, model_version: str) -> None:
         self.settings = settings
@@ -122,41 +175,43 @@ class _CacheLookupFn(beam.DoFn):
             self._catalog.close()
 
     def start_bundle(self) -> None:
-        self._buffer: list[Chunk] = []
+        self._buffer: list[DocumentPlan] = []
+        self._pending = 0
 
-    def process(self, chunk: Chunk) -> Iterator[Any]:
-        self._buffer.append(chunk)
-        if len(self._buffer) >= _LOOKUP_BATCH:
-            yield from self._flush(windowed=False)
+    def process(self, keyed: tuple[str, DocumentPlan]) -> Iterator[Any]:
+        plan = keyed[1]
+        self._buffer.append(plan)
+        self._pending += len(plan.new_ids)
+        if self._pending >= _LOOKUP_BATCH:
+            yield from self._flush()
 
     def finish_bundle(self) -> Iterator[Any]:
-        yield from self._flush(windowed=True)
+        for out in self._flush():
+            yield _windowed(out)
 
-    def _flush(self, windowed: bool) -> Iterator[Any]:
+    def _flush(self) -> Iterator[Any]:
         if not self._buffer:
             return
-        batch, self._buffer = self._buffer, []
-        cached = self._catalog.get_embeddings([c.text_hash for c in batch], self.model_version)
-        for c in batch:
-            vec = cached.get(c.text_hash)
-            if vec is not None:
-                self._hits.inc()
-                out: Any = beam.pvalue.TaggedOutput("hit", (c.doc_id, (c.chunk_id, vec)))
+        plans, self._buffer, self._pending = self._buffer, [], 0
+        hashes = {c.chunk_id: c.text_hash for p in plans for c in p.chunks}
+        wanted = sorted({hashes[cid] for p in plans for cid in p.new_ids})
+        cached = self._catalog.get_embeddings(wanted, self.model_version) if wanted else {}
+        for plan in plans:
+            by_id = {c.chunk_id: c for c in plan.chunks}
+            hits = {cid: cached[hashes[cid]] for cid in plan.new_ids if hashes[cid] in cached}
+            misses = tuple(
+                (cid, hashes[cid], by_id[cid].embedding_text()) for cid in plan.new_ids if cid not in hits
+            )
+            self._hits.inc(len(hits))
+            self._misses.inc(len(misses))
+            if misses:
+                yield PlanToEmbed(plan, hits, misses)
             else:
-                self._misses.inc()
-                out = (f"{c.doc_id}|{c.chunk_id}|{c.text_hash}", c.embedding_text())
-            if windowed:
-                if isinstance(out, beam.pvalue.TaggedOutput):
-                    yield beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, 0, (GlobalWindow(),)))
-                else:
-                    yield WindowedValue(out, 0, (GlobalWindow(),))
-            else:
-                yield out
+                yield beam.pvalue.TaggedOutput("complete", EmbeddedPlan(plan, hits))
 
 
 class _CacheStoreFn(beam.DoFn):
-    """(key, PredictionResult) -> (doc_id, (chunk_id, vector)); stores each
-    vector in the embedding cache, and sends failures to ``embed_failed``."""
+    """PredictionResult -> EmbeddedPlan; good vectors go to the cache."""
 
     def __init__(self, settings: Settings, model_version: str, dim: int, show_progress: bool) -> None:
         self.settings = settings
@@ -174,32 +229,38 @@ class _CacheStoreFn(beam.DoFn):
         if self._catalog is not None:
             self._catalog.close()
 
-    def process(self, keyed: tuple[str, PredictionResult]) -> Iterator[Any]:
-        key, result = keyed
-        doc_id, chunk_id, text_hash = key.split("|")
-        inference: Any = result.inference
-        if isinstance(inference, Exception):
-            message = f"{type(inference).__name__}: {inference}"
-            yield beam.pvalue.TaggedOutput(EMBED_FAILED, (doc_id, chunk_id, message))
-            return
-        vec = np.asarray(inference, dtype=np.float32)
-        if vec.shape != (self.dim,) or not np.isfinite(vec).all():
-            message = f"bad vector: shape {vec.shape}, finite={bool(np.isfinite(vec).all())}"
-            yield beam.pvalue.TaggedOutput(EMBED_FAILED, (doc_id, chunk_id, message))
-            return
-        self._catalog.put_embeddings({text_hash: vec}, self.model_version)
-        self._embedded.inc()
-        self._progress.add()
-        yield (doc_id, (chunk_id, vec))
+    def process(self, result: PredictionResult) -> Iterator[EmbeddedPlan]:
+        item: Any = result.example
+        raw: Any = result.inference
+        inferences: list[Any] = list(raw)
+        vectors = dict(item.cached)
+        fresh: dict[str, np.ndarray] = {}
+        failures: list[tuple[str, str]] = []
+        for (cid, text_hash, _), inference in zip(item.misses, inferences, strict=True):
+            if isinstance(inference, Exception):
+                failures.append((cid, f"{type(inference).__name__}: {inference}"))
+                continue
+            vec = np.asarray(inference, dtype=np.float32)
+            if vec.shape != (self.dim,) or not np.isfinite(vec).all():
+                failures.append((cid, f"bad vector: shape {vec.shape}"))
+                continue
+            vectors[cid] = vec
+            fresh[text_hash] = vec
+        if fresh:
+            self._catalog.put_embeddings(fresh, self.model_version)
+        self._embedded.inc(len(fresh))
+        self._progress.add(len(fresh))
+        yield EmbeddedPlan(item.plan, vectors, tuple(failures))
 
 
 class EmbedChunks(beam.PTransform):
-    """Embed chunks: cache lookup by (text_hash, model_version), then
-    RunInference on the misses in micro-batches (64 chunks or 200 ms).
+    """Embed each plan's new chunks: cache lookup by (text_hash,
+    model_version), then RunInference on the misses in micro-batches of up to
+    64 chunks or 200 ms.
 
-    Input: ``Chunk``. Outputs: ``vectors`` (``(doc_id, (chunk_id, vector))``)
-    and ``failed`` (``(doc_id, chunk_id, message)`` for chunks the model
-    rejected even alone; the write stage dead-letters their documents).
+    Input: ``(doc_id, DocumentPlan)``. Output: ``EmbeddedPlan`` (vectors for
+    the new chunks, and the chunks the model rejected even alone; the write
+    stage dead-letters documents with failures).
     """
 
     def __init__(self, settings: Settings, spec: ModelSpec, *, show_progress: bool = False) -> None:
@@ -208,21 +269,14 @@ class EmbedChunks(beam.PTransform):
         self.spec = spec
         self.show_progress = show_progress
 
-    def expand(self, chunks: beam.PCollection) -> dict[str, beam.PCollection]:
+    def expand(self, plans: beam.PCollection) -> beam.PCollection:
         version = self.spec.version
-        looked = chunks | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version)).with_outputs(
-            "hit", main="miss"
+        looked = plans | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version)).with_outputs(
+            "complete", main="misses"
         )
-        handler: KeyedModelHandler[str, str, PredictionResult, _LazyModel] = KeyedModelHandler(
-            SentenceTransformerHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
-        )
+        handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
+        store = _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
         embedded = (
-            looked["miss"]
-            | "RunInference" >> RunInference(handler)
-            | "CacheStore"
-            >> beam.ParDo(
-                _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
-            ).with_outputs(EMBED_FAILED, main="vectors")
+            looked["misses"] | "RunInference" >> RunInference(handler) | "CacheStore" >> beam.ParDo(store)
         )
-        vectors = (looked["hit"], embedded["vectors"]) | "MergeVectors" >> beam.Flatten()
-        return {"vectors": vectors, "failed": embedded[EMBED_FAILED]}
+        return (looked["complete"], embedded) | "MergeEmbedded" >> beam.Flatten()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import signal
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -15,7 +15,8 @@ import numpy as np
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.errors import RagsyncError
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument
-from transforms.common import Progress, counter, dead_letter_from_exception
+from transforms.common import Progress, ToDeadLetters, counter, dead_letter_from_exception
+from transforms.embed import EmbeddedPlan
 
 
 class EmbedFailedError(RagsyncError):
@@ -23,7 +24,7 @@ class EmbedFailedError(RagsyncError):
 
 
 class _WriteFn(beam.DoFn):
-    """(doc_id, {plans, vectors, failed}) -> doc_id written, or a DeadLetter.
+    """EmbeddedPlan -> the DocumentPlan once written, or a DeadLetter.
 
     Timeline for one document (each step idempotent, so a crash anywhere and a
     replay of the same plan converge):
@@ -64,28 +65,21 @@ class _WriteFn(beam.DoFn):
             if store is not None:
                 store.close()
 
-    def process(self, keyed: tuple[str, dict[str, Iterable[Any]]]) -> Iterator[Any]:
-        _, groups = keyed
-        plans = list(groups["plans"])
-        if not plans:
-            return  # vectors without a plan cannot happen: plans and chunks come from one step
-        plan: DocumentPlan = plans[0]
-        failed = list(groups["failed"])
-        if failed:
-            msgs = "; ".join(f"{cid}: {m}" for _, cid, m in failed[:3])
-            yield beam.pvalue.TaggedOutput(
-                "dead", dead_letter_from_exception("embed", plan.doc, EmbedFailedError(msgs))
-            )
+    def process(self, embedded: EmbeddedPlan) -> Iterator[Any]:
+        plan = embedded.plan
+        if embedded.failures:
+            msgs = "; ".join(f"{cid}: {m}" for cid, m in embedded.failures[:3])
+            err = EmbedFailedError(f"{len(embedded.failures)} chunks could not be embedded: {msgs}")
+            yield beam.pvalue.TaggedOutput("dead", dead_letter_from_exception("embed", plan.doc, err))
             return
-        vectors = {cid: vec for cid, vec in groups["vectors"]}
-        missing = [cid for cid in plan.new_ids if cid not in vectors]
+        missing = [cid for cid in plan.new_ids if cid not in embedded.vectors]
         if missing:
             err = EmbedFailedError(f"{len(missing)} chunks have no vector")
             yield beam.pvalue.TaggedOutput("dead", dead_letter_from_exception("embed", plan.doc, err))
             return
-        self._write(plan, vectors)
+        self._write(plan, embedded.vectors)
         self._progress.add()
-        yield plan.doc.doc_id
+        yield plan
 
     def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
         doc = plan.doc
@@ -131,9 +125,8 @@ class _WriteFn(beam.DoFn):
 class WriteIndexes(beam.PTransform):
     """Write planned documents to both indexes and the catalog.
 
-    Inputs (a dict): ``plans`` ``(doc_id, DocumentPlan)``, ``vectors``
-    ``(doc_id, (chunk_id, vector))``, ``failed`` ``(doc_id, chunk_id, msg)``.
-    Outputs: ``written`` (doc ids) and ``dead`` (``DeadLetter``).
+    Input: ``EmbeddedPlan``. Outputs: ``written`` (the ``DocumentPlan`` of
+    each document now live) and ``dead`` (``DeadLetter``).
     """
 
     def __init__(self, settings: Settings, dim: int, *, total: int = 0, show_progress: bool = False) -> None:
@@ -145,16 +138,10 @@ class WriteIndexes(beam.PTransform):
         self.total = total
         self.show_progress = show_progress
 
-    def expand(self, inputs: dict[str, beam.PCollection]) -> dict[str, beam.PCollection]:
-        failed = inputs["failed"] | "KeyFailures" >> beam.Map(lambda f: (f[0], f))
-        grouped = {"plans": inputs["plans"], "vectors": inputs["vectors"], "failed": failed} | (
-            "GroupByDocument" >> beam.CoGroupByKey()
-        )
-        out = grouped | "Write" >> beam.ParDo(
+    def expand(self, embedded: beam.PCollection) -> dict[str, beam.PCollection]:
+        out = embedded | "Write" >> beam.ParDo(
             _WriteFn(self.settings, self.dim, self.total, self.show_progress)
         ).with_outputs("dead", main="written").with_exception_handling(main_tag="written")
-        from transforms.common import ToDeadLetters
-
         dead = (out["dead"], out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")) | beam.Flatten()
         return {"written": out["written"], "dead": dead}
 

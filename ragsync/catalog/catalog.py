@@ -1130,3 +1130,124 @@ class Catalog:
                     "updated_at": _now(),
                 }
                 self._upsert(conn, t, [row], ["doc_id"], ["status", "error_class", "updated_at"])
+
+    # -- the local event queue ----------------------------------------------
+    # The events table is the durable queue of the local default (Pub/Sub or
+    # Kafka in production). States: pending -> done, or pending -> dead after
+    # the last attempt. ``available_at`` delays a retry (backoff).
+
+    def enqueue_events(self, events: Sequence[Any], *, now: float | None = None) -> tuple[int, int]:
+        """Add events (``connectors.events.Event``) to the queue.
+
+        Idempotent on ``event_id``: a redelivered event is not queued twice.
+
+        Returns:
+            (newly queued, duplicates ignored).
+        """
+        t = schema.events
+        ts = _now() if now is None else now
+        rows = [
+            {
+                "event_id": e.event_id,
+                "source_id": e.source_id,
+                "doc_id": e.doc_id,
+                "op": e.op,
+                "source_version": e.source_version,
+                "payload": e.to_json(),
+                "event_time": e.event_time,
+                "enqueued_at": ts,
+                "attempts": 0,
+                "state": "pending",
+                "available_at": ts,
+            }
+            for e in events
+        ]
+        if not rows:
+            return 0, 0
+        ids = [r["event_id"] for r in rows]
+        with self._engine.begin() as conn:
+            existing = {r for (r,) in conn.execute(select(t.c.event_id).where(t.c.event_id.in_(ids))).all()}
+            fresh = [r for r in rows if r["event_id"] not in existing]
+            unique: dict[str, dict[str, Any]] = {}
+            for r in fresh:
+                unique.setdefault(r["event_id"], r)
+            if unique:
+                self._upsert(conn, t, list(unique.values()), ["event_id"], None)
+        return len(unique), len(rows) - len(unique)
+
+    def pending_events(self, *, limit: int = 500, now: float | None = None) -> list[dict[str, Any]]:
+        """Pending events that are due, oldest first (rows as dicts)."""
+        t = schema.events
+        ts = _now() if now is None else now
+        query = (
+            select(t)
+            .where(t.c.state == "pending")
+            .where(t.c.available_at <= ts)
+            .order_by(t.c.enqueued_at, t.c.event_id)
+            .limit(limit)
+        )
+        with self._read_engine.connect() as conn:
+            return [dict(r) for r in conn.execute(query).mappings()]
+
+    def get_event(self, event_id: str) -> dict[str, Any] | None:
+        t = schema.events
+        with self._read_engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.event_id == event_id)).mappings().first()
+        return dict(row) if row is not None else None
+
+    def ack_events(self, event_ids: Sequence[str], state: str = "done") -> int:
+        """Mark events finished (``done``, ``stale``, ``duplicate`` or ``dead``)."""
+        t = schema.events
+        n = 0
+        with self._engine.begin() as conn:
+            for batch in _batches(list(event_ids)):
+                n += conn.execute(update(t).where(t.c.event_id.in_(batch)).values(state=state)).rowcount
+        return n
+
+    def retry_event_later(self, event_id: str, delay_s: float, *, max_attempts: int = 5) -> str:
+        """Count a failed attempt; requeue after ``delay_s`` or mark ``dead``.
+
+        Returns:
+            The event's new state: ``pending`` or ``dead``.
+        """
+        t = schema.events
+        with self._engine.begin() as conn:
+            row = conn.execute(select(t.c.attempts).where(t.c.event_id == event_id)).first()
+            if row is None:
+                return "missing"
+            attempts = int(row[0]) + 1
+            state = "dead" if attempts >= max_attempts else "pending"
+            conn.execute(
+                update(t)
+                .where(t.c.event_id == event_id)
+                .values(attempts=attempts, state=state, available_at=_now() + delay_s)
+            )
+        return state
+
+    def requeue_event(self, event_id: str) -> bool:
+        """Put a finished or dead event back in the queue (dead-letter retry)."""
+        t = schema.events
+        with self._engine.begin() as conn:
+            return (
+                conn.execute(
+                    update(t)
+                    .where(t.c.event_id == event_id)
+                    .values(state="pending", attempts=0, available_at=_now())
+                ).rowcount
+                == 1
+            )
+
+    def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
+        """Queue depth by state and the age of the oldest pending event."""
+        t = schema.events
+        ts = _now() if now is None else now
+        with self._read_engine.connect() as conn:
+            by_state = {
+                s: int(n) for s, n in conn.execute(select(t.c.state, func.count()).group_by(t.c.state)).all()
+            }
+            oldest = conn.execute(select(func.min(t.c.enqueued_at)).where(t.c.state == "pending")).scalar()
+        return {
+            "by_state": by_state,
+            "depth": by_state.get("pending", 0),
+            "oldest_pending_age_s": round(ts - float(oldest), 3) if oldest is not None else 0.0,
+        }
