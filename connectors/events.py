@@ -23,43 +23,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import Any, ClassVar
+from typing import Any
 
 from ragsync.errors import InvalidEventError
-from ragsync.model import JsonRecord
+from ragsync.model import Event
 
 OPS = ("upsert", "delete", "acl")
 _MAX_FIELD = 2048
 _MAX_GROUPS = 256
-
-
-@dataclass(frozen=True)
-class Event(JsonRecord):
-    """A validated change event.
-
-    Attributes:
-        event_id: idempotency key (given or derived).
-        source_id: registered source.
-        doc_id: the source's object id.
-        op: upsert, delete or acl.
-        source_version: the source's version, as text.
-        acl_groups: groups allowed to read the document.
-        content_uri: where the bytes are (upserts only).
-        event_time: when the change happened, epoch seconds UTC.
-    """
-
-    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
-
-    event_id: str
-    source_id: str
-    doc_id: str
-    op: str
-    source_version: str
-    acl_groups: tuple[str, ...]
-    content_uri: str
-    event_time: float
 
 
 def _text(data: dict[str, Any], name: str, *, required: bool = True) -> str:
@@ -168,11 +140,3 @@ def parse_event_line(line: str) -> Event:
     except ValueError as exc:
         raise InvalidEventError(f"not valid JSON: {exc}") from exc
     return parse_event(data)
-
-
-def version_key(version: str) -> tuple[int, int, str]:
-    """Sort key for source versions: numbers numerically, then text."""
-    v = version.strip()
-    if v.isdigit():
-        return (0, int(v), "")
-    return (1, 0, v)

@@ -7,7 +7,9 @@ Layout of ``home`` (the local default; every path can be overridden):
 
     HOME/catalog.db        SQLite catalog (or ``catalog_url`` for PostgreSQL)
     HOME/milvus.db         Milvus Lite (or ``milvus_uri`` for a server)
-    HOME/keyword/          tantivy index (or ``es_url`` for Elasticsearch)
+    HOME/keyword/          tantivy index (or ``es_url`` for Elasticsearch): index version 1
+    HOME/keyword_v{n}/     later keyword index versions (``ragsync.index_versions``)
+    HOME/keyword.alias     names the live keyword directory; absent means ``keyword``
     HOME/objects/raw/      raw copies, keyed by content hash
     HOME/objects/parsed/   parsed elements, keyed by content hash + parser version
 """
@@ -48,7 +50,9 @@ class Settings:
         object_store: root of raw and parsed copies (any Beam FileSystems
             path: local, ``gs://``, ``s3://``).
         chunker: chunk size settings.
-        parse_timeout_s: wall-clock limit for parsing one document.
+        parse_timeout_s: wall-clock limit for parsing one document (fast lane).
+        slow_parse_timeout_s: the same for the slow lane (OCR takes ~2-3 s a
+            page a core).
         parse_memory_mb: address-space limit of the parse process.
         max_bytes: documents larger than this are dead-lettered ``too_large``.
         embed_batch_size: largest embedding batch.
@@ -64,6 +68,7 @@ class Settings:
     object_store: str = ""
     chunker: ChunkerConfig = field(default_factory=ChunkerConfig)
     parse_timeout_s: int = 120
+    slow_parse_timeout_s: int = 1800
     parse_memory_mb: int = 4096
     max_bytes: int = 200_000_000
     embed_batch_size: int = 64
@@ -84,7 +89,10 @@ class Settings:
 
     @property
     def keyword_path(self) -> str:
-        return os.path.join(self.home, "keyword")
+        """The live tantivy directory: ``HOME/keyword`` unless ``HOME/keyword.alias``
+        names another directory under ``home`` (read on every call, so a flip is
+        seen by the next open)."""
+        return resolve_keyword_alias(self.home)
 
     def raw_uri(self, content_hash: str) -> str:
         """Object-store path of a raw copy."""
@@ -96,6 +104,31 @@ class Settings:
 
     def ensure_home(self) -> None:
         os.makedirs(self.home, exist_ok=True)
+
+
+KEYWORD_ALIAS_FILE = "keyword.alias"
+"""File under ``home`` naming the live keyword index directory (one line)."""
+
+
+def resolve_keyword_alias(home: str) -> str:
+    """Directory the keyword alias file under ``home`` points to.
+
+    Returns ``home/keyword`` when the file is missing or empty. Only a plain
+    directory name under ``home`` is followed.
+
+    Raises:
+        ConfigurationError: the file names something outside ``home``.
+    """
+    try:
+        with open(os.path.join(home, KEYWORD_ALIAS_FILE), encoding="utf-8") as fh:
+            name = fh.read().strip()
+    except FileNotFoundError:
+        name = ""
+    if not name:
+        return os.path.join(home, "keyword")
+    if os.sep in name or name in (".", "..") or (os.altsep and os.altsep in name):
+        raise ConfigurationError(f"{KEYWORD_ALIAS_FILE} must name a directory under {home}, got {name!r}")
+    return os.path.join(home, name)
 
 
 def _join(root: str, *parts: str) -> str:

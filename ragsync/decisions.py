@@ -108,3 +108,103 @@ def choose_canonical(candidates: Sequence[str], indexed_canonical: str | None) -
     if not candidates:
         raise ValueError("no candidates")
     return min(candidates)
+
+
+class GateAction(str, Enum):
+    """What the version gate does with an event."""
+
+    APPLY = "apply"
+    STALE = "stale"  # older than what is applied or in flight: drop, count
+    DUPLICATE = "duplicate"  # this exact version is already applied: drop, count
+
+
+@dataclass(frozen=True)
+class DocVersions:
+    """The versions the catalog (the authority) holds for one document.
+
+    Attributes:
+        indexed: content version that is live (``documents.indexed_version``).
+        accepted: newest content version fetched, live or in flight
+            (``documents.source_version``).
+        deleted: version of the tombstone, if the document was deleted.
+        acl: version of the last applied permission change.
+    """
+
+    indexed: str | None = None
+    accepted: str | None = None
+    deleted: str | None = None
+    acl: str | None = None
+
+
+def version_key(version: str) -> tuple[int, int, str]:
+    """Sort key for source versions: numbers numerically, then text (e.g.
+    ISO timestamps, which sort correctly as text)."""
+    v = version.strip()
+    if v.isdigit():
+        return (0, int(v), "")
+    return (1, 0, v)
+
+
+_vk = version_key
+
+
+def gate_event(op: str, version: str, known: DocVersions) -> GateAction:
+    """Version gate: apply only what is newer than what the document holds.
+
+    Content (upsert, delete) and permissions (acl) are versioned separately,
+    so a late content event never rolls back a newer permission change and a
+    late permission event never blocks newer content. A tombstone blocks every
+    upsert and permission change at or below its version; an upsert above it
+    recreates the document. Ties between a delete and an upsert of the same
+    version go to the delete (fail closed).
+
+    Args:
+        op: upsert, delete or acl.
+        version: the event's source version.
+        known: what the catalog holds.
+
+    Returns:
+        APPLY, STALE or DUPLICATE.
+    """
+    v = _vk(version)
+    if op == "acl":
+        if known.acl is not None and v == _vk(known.acl):
+            return GateAction.DUPLICATE
+        if known.acl is not None and v < _vk(known.acl):
+            return GateAction.STALE
+        if known.deleted is not None and v <= _vk(known.deleted):
+            return GateAction.STALE
+        return GateAction.APPLY
+    if op == "delete":
+        if known.deleted is not None and v == _vk(known.deleted):
+            return GateAction.DUPLICATE
+        if known.deleted is not None and v < _vk(known.deleted):
+            return GateAction.STALE
+        for other in (known.indexed, known.accepted):
+            if other is not None and v < _vk(other):
+                return GateAction.STALE
+        return GateAction.APPLY
+    if op == "upsert":
+        if known.deleted is not None and v <= _vk(known.deleted):
+            return GateAction.STALE
+        if known.indexed is not None and v == _vk(known.indexed):
+            return GateAction.DUPLICATE
+        for other in (known.indexed, known.accepted):
+            if other is not None and v < _vk(other):
+                return GateAction.STALE
+        return GateAction.APPLY
+    raise ValueError(f"unknown op {op!r}")
+
+
+def backoff_delay(attempt: int, *, base_s: float = 2.0, cap_s: float = 300.0, jitter: float = 0.5) -> float:
+    """Exponential backoff with jitter for retry number ``attempt`` (1-based).
+
+    ``jitter`` in [0, 1] is the random share: the delay is drawn uniformly from
+    [(1 - jitter) * d, d] where d = min(cap, base * 2**(attempt-1)).
+    """
+    import random
+
+    if attempt < 1:
+        raise ValueError("attempt is 1-based")
+    d = min(cap_s, base_s * 2 ** (attempt - 1))
+    return d * (1 - jitter * random.random())

@@ -24,7 +24,31 @@ ERROR_CLASSES = (
     "embed_failed",  # the model failed on this chunk
     "write_failed",  # a store refused the write
     "internal",  # a bug: anything not classified above
+    "configuration",  # the operator must change a setting
 )
+
+
+# Classes that fail the same way on every attempt: dead-lettered at once.
+# Every other class is retried with backoff before it is dead-lettered.
+PERMANENT_CLASSES = frozenset(
+    {
+        "empty",
+        "encrypted",
+        "corrupt",
+        "unsupported",
+        "too_large",
+        "no_text",
+        "ocr_below_bar",
+        "no_permissions",
+        "invalid_event",
+        "configuration",
+    }
+)
+
+
+def is_retryable(error_class: str) -> bool:
+    """True when an error of this class may go away on a later attempt."""
+    return error_class not in PERMANENT_CLASSES
 
 
 class RagsyncError(Exception):

@@ -119,6 +119,9 @@ class SourceFile(JsonRecord):
             permissions could not be read and the document must not be
             indexed (fail closed).
         source_version: the source's version of the object (mtime or etag).
+        event_id: the change event this work comes from ('' in a backfill).
+        event_time: when the change happened (epoch seconds; 0 in a backfill).
+        attempts: failed deliveries of that event before this one.
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
@@ -130,6 +133,9 @@ class SourceFile(JsonRecord):
     size: int = -1
     acl_groups: tuple[str, ...] = ()
     source_version: str = ""
+    event_id: str = ""
+    event_time: float = 0.0
+    attempts: int = 0
 
 
 @dataclass(frozen=True)
@@ -253,6 +259,7 @@ class DeadLetter(JsonRecord):
         payload: JSON of the input record, so the work can be retried.
         tenant_id: owner tenant ('' when unknown).
         source_version: version of the failed input.
+        event_id: the change event behind the work ('' in a backfill).
     """
 
     stage: str
@@ -265,6 +272,7 @@ class DeadLetter(JsonRecord):
     payload: str = ""
     tenant_id: str = ""
     source_version: str = ""
+    event_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -296,3 +304,52 @@ class DocumentPlan(JsonRecord):
 
 
 DocumentPlan._nested = {"doc": FetchedDocument, "chunks": Chunk}
+
+
+@dataclass(frozen=True)
+class Event(JsonRecord):
+    """A validated change event.
+
+    Attributes:
+        event_id: idempotency key (given or derived).
+        source_id: registered source.
+        doc_id: the source's object id.
+        op: upsert, delete or acl.
+        source_version: the source's version, as text.
+        acl_groups: groups allowed to read the document.
+        content_uri: where the bytes are (upserts only).
+        event_time: when the change happened, epoch seconds UTC.
+    """
+
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
+
+    event_id: str
+    source_id: str
+    doc_id: str
+    op: str
+    source_version: str
+    acl_groups: tuple[str, ...]
+    content_uri: str
+    event_time: float
+
+
+@dataclass(frozen=True)
+class QueuedEvent(JsonRecord):
+    """An event read from the queue, resolved to its tenant and internal id.
+
+    Attributes:
+        event: the validated event.
+        tenant_id: tenant owning ``event.source_id``.
+        doc_id: internal document id (``ids.doc_id``).
+        attempts: deliveries before this one that failed.
+    """
+
+    _nested: ClassVar[dict[str, type]] = {}
+
+    event: Event
+    tenant_id: str
+    doc_id: str
+    attempts: int = 0
+
+
+QueuedEvent._nested = {"event": Event}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import io
+import json
+from email.message import EmailMessage
 from pathlib import Path
 
 from ragsync import samples
@@ -42,6 +45,136 @@ HTML_EXTRA = """<html><head><title>Benefits</title></head><body>
 """
 
 
+def xlsx_bytes() -> bytes:
+    """An XLSX with two sheets (a header row first) and one empty sheet."""
+    from openpyxl import Workbook
+
+    wb = Workbook()
+    ws = wb.active
+    ws.title = "Budget"
+    ws.append(["Team", "Q1", "Q2"])
+    ws.append(["Sales", 1200, 1350.5])
+    ws.append(["Support", 800, None])
+    people = wb.create_sheet("People")
+    people.append(["Name", "Role"])
+    people.append(["Ann", "Lead | Ops"])
+    wb.create_sheet("Empty")
+    buf = io.BytesIO()
+    wb.save(buf)
+    return buf.getvalue()
+
+
+def pptx_bytes() -> bytes:
+    """A PPTX with 3 slides: bullets, a table and a text box, and speaker notes."""
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    prs = Presentation()
+    slide = prs.slides.add_slide(prs.slide_layouts[1])
+    slide.shapes.title.text = "Quarterly review"
+    body = slide.placeholders[1].text_frame
+    body.text = "Revenue grew"
+    sub = body.add_paragraph()
+    sub.text = "Mostly in EMEA"
+    sub.level = 1
+    slide.notes_slide.notes_text_frame.text = "Mention the EMEA hires."
+    slide = prs.slides.add_slide(prs.slide_layouts[5])
+    slide.shapes.title.text = "Numbers"
+    table = slide.shapes.add_table(3, 2, Inches(1), Inches(2), Inches(6), Inches(2)).table
+    for r, row in enumerate([["Region", "Revenue"], ["EMEA", "40"], ["APAC", "25"]]):
+        for c, value in enumerate(row):
+            table.cell(r, c).text = value
+    slide = prs.slides.add_slide(prs.slide_layouts[6])
+    box = slide.shapes.add_textbox(Inches(1), Inches(1), Inches(6), Inches(1))
+    box.text_frame.text = "Questions welcome"
+    slide.notes_slide.notes_text_frame.text = "Close with the roadmap."
+    buf = io.BytesIO()
+    prs.save(buf)
+    return buf.getvalue()
+
+
+def eml_bytes(docx: bytes) -> bytes:
+    """An e-mail with a plain and an HTML body, a DOCX and a text attachment, and an unparsable one."""
+    msg = EmailMessage()
+    msg["From"] = "Ann Example <ann@example.com>"
+    msg["To"] = "team@example.com"
+    msg["Cc"] = "boss@example.com"
+    msg["Date"] = "Tue, 05 Mar 2024 10:00:00 +0000"
+    msg["Subject"] = "Travel policy update"
+    msg["Message-ID"] = "<fixture-1@example.com>"
+    msg.set_content("Hi team,\n\nThe travel policy changed. See the attachments.\n")
+    msg.add_alternative(
+        "<html><body><h1>Update</h1><p>The travel policy <b>changed</b>.</p></body></html>", "html"
+    )
+    msg.add_attachment(docx, maintype="application", subtype="octet-stream", filename="policy.docx")
+    msg.add_attachment("Remember to book early.\n", filename="note.txt")
+    msg.add_attachment(
+        b"\x89PNG\r\n\x1a\n" + b"\x00" * 32, maintype="image", subtype="png", filename="logo.png"
+    )
+    return bytes(msg)
+
+
+def eml_html_only_bytes() -> bytes:
+    """An e-mail whose only body is HTML."""
+    msg = EmailMessage()
+    msg["From"] = "it@example.com"
+    msg["To"] = "all@example.com"
+    msg["Subject"] = "Maintenance window"
+    msg["Date"] = "Wed, 06 Mar 2024 09:00:00 +0000"
+    msg.set_content(
+        "<html><body><p>Systems are down on <b>Saturday</b>.</p>"
+        "<ul><li>VPN</li><li>Mail</li></ul></body></html>",
+        subtype="html",
+    )
+    return bytes(msg)
+
+
+GITHUB_ISSUE = {
+    "url": "https://api.github.com/repos/acme/app/issues/42",
+    "html_url": "https://github.com/acme/app/issues/42",
+    "number": 42,
+    "title": "Login fails with SSO",
+    "user": {"login": "ann"},
+    "state": "open",
+    "labels": [{"name": "bug"}, {"name": "auth"}],
+    "assignees": [],
+    "created_at": "2024-03-01T10:00:00Z",
+    "closed_at": None,
+    "body": "Steps:\r\n\r\n1. Open the app\r\n2. Click *SSO*\r\n\r\n## Expected\r\n\r\nA session.",
+    "comments": [
+        {"user": {"login": "bob"}, "created_at": "2024-03-02T08:00:00Z", "body": "Reproduced on staging."},
+        {"user": {"login": "ann"}, "created_at": "2024-03-03T08:00:00Z", "body": "Fixed by #43.\n\nThanks!"},
+    ],
+}
+
+JIRA_ISSUE = {
+    "key": "OPS-7",
+    "fields": {
+        "summary": "Backups run twice",
+        "issuetype": {"name": "Bug"},
+        "status": {"name": "Resolved"},
+        "priority": {"name": "Major"},
+        "reporter": {"displayName": "Carla Ops", "name": "carla"},
+        "assignee": None,
+        "labels": ["backup"],
+        "created": "2024-01-10T12:00:00.000+0000",
+        "description": "The cron job fires twice.\n\nSee the attached log.",
+        "comment": {
+            "comments": [
+                {"author": {"displayName": "Dan Dev"}, "created": "2024-01-11T09:00:00.000+0000",
+                 "body": "Duplicate entry in crontab."},
+            ]
+        },
+    },
+    "changelog": {
+        "histories": [
+            {"author": {"displayName": "Dan Dev"}, "created": "2024-01-12T09:00:00.000+0000",
+             "items": [{"field": "status", "fromString": "Open", "toString": "Resolved"}]},
+        ]
+    },
+}  # fmt: skip
+
+
 def write_fixtures(dest: Path) -> dict[str, Path]:
     """Write every fixture into ``dest``.
 
@@ -62,6 +195,12 @@ def write_fixtures(dest: Path) -> dict[str, Path]:
         "note.txt": samples.text_note(title, sentences).encode(),
         "handbook.pdf": samples.policy_pdf_bytes(4),
         "two_column.pdf": samples.two_column_pdf_bytes(),
+        "budget.xlsx": xlsx_bytes(),
+        "review.pptx": pptx_bytes(),
+        "policy_update.eml": eml_bytes(samples.docx_bytes(title, sentences)),
+        "maintenance.eml": eml_html_only_bytes(),
+        "github_issue.json": json.dumps(GITHUB_ISSUE, indent=2).encode(),
+        "jira_issue.json": json.dumps(JIRA_ISSUE).encode(),
     }
     out: dict[str, Path] = {}
     for name, data in files.items():

@@ -42,7 +42,18 @@ ALL_TABLES = {
     "dead_letters",
     "tombstones",
     "schema_migrations",
+    # migration 3 (control plane)
+    "tenants",
+    "api_keys",
+    "sync_requests",
+    "dead_letter_retries",
+    # migration 4 (index versions)
+    "index_versions",
+    # migration 5 (streaming sync)
+    "acl_versions",
+    "freshness",
 }
+ALL_VERSIONS = [m.version for m in MIGRATIONS]
 
 
 @pytest.fixture
@@ -108,9 +119,9 @@ def chunk(i: int, *, doc_id: str = "d1", tenant: str = "t1", text_: str | None =
 def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None:
     engine = create_catalog_engine(catalog_url)
     try:
-        assert migrate(engine) == [1, 2]
+        assert migrate(engine) == ALL_VERSIONS
         assert migrate(engine) == []
-        assert applied_versions(engine) == [1, 2]
+        assert applied_versions(engine) == ALL_VERSIONS
         assert set(inspect(engine).get_table_names()) == ALL_TABLES
         doc_indexes = {ix["name"] for ix in inspect(engine).get_indexes("documents")}
         assert {"ix_documents_tenant_content", "ix_documents_source"} <= doc_indexes
@@ -120,7 +131,7 @@ def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None
         engine.dispose()
     # Catalog.open on a migrated database applies nothing and works.
     with Catalog.open(catalog_url) as cat:
-        assert applied_versions(cat.engine) == [1, 2]
+        assert applied_versions(cat.engine) == ALL_VERSIONS
         assert cat.document_counts_by_status() == {}
 
 
@@ -132,8 +143,8 @@ def test_failed_migration_rolls_back_and_is_not_recorded(catalog_url: str) -> No
     engine = create_catalog_engine(catalog_url)
     try:
         with pytest.raises(RuntimeError, match="boom"):
-            migrate(engine, (*MIGRATIONS, Migration(3, "fails", bad_step)))
-        assert applied_versions(engine) == [1, 2]
+            migrate(engine, (*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "fails", bad_step)))
+        assert applied_versions(engine) == ALL_VERSIONS
         assert "half_done" not in inspect(engine).get_table_names()
         with pytest.raises(ValueError):
             migrate(engine, (MIGRATIONS[1],))
@@ -153,7 +164,7 @@ def test_migration_2_backfills_acl_groups_from_existing_acls(catalog_url: str) -
                     {"acl_id": "a2", "tenant_id": "t2", "allow_groups": '["eng"]', "updated_at": 1.0},
                 ],
             )
-        assert migrate(engine) == [2]
+        assert migrate(engine) == ALL_VERSIONS[1:]
     finally:
         engine.dispose()
     with Catalog.open(catalog_url) as cat:
@@ -181,7 +192,7 @@ def test_concurrent_open_applies_each_migration_once(catalog_url: str) -> None:
     for t in threads:
         t.join()
     assert errors == []
-    assert sorted(v for r in results for v in r) == [1, 2]
+    assert sorted(v for r in results for v in r) == ALL_VERSIONS
 
 
 def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:

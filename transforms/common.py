@@ -11,7 +11,7 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.errors import RagsyncError, classify
-from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, SourceFile
+from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, QueuedEvent, SourceFile
 
 NAMESPACE = "ragsync"
 _TRACEBACK_CHARS = 4000
@@ -22,37 +22,71 @@ def counter(name: str) -> Any:
     return Metrics.counter(NAMESPACE, name)
 
 
-def _identity(element: Any) -> tuple[str, str, str, str, str]:
-    """(doc_id, uri, tenant_id, source_version, payload) of any stage record."""
+def _identity(element: Any) -> dict[str, Any]:
+    """doc_id, uri, tenant_id, source_version, attempts and payload of any
+    stage record, for its dead letter."""
     if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
         element = element[1]
+    if isinstance(element, QueuedEvent):
+        return {
+            "doc_id": element.doc_id,
+            "uri": element.event.content_uri,
+            "tenant_id": element.tenant_id,
+            "source_version": element.event.source_version,
+            "attempts": element.attempts + 1,
+            "payload": element.to_json(),
+            "event_id": element.event.event_id,
+        }
     if isinstance(element, DocumentPlan):
         element = element.doc
     if isinstance(element, ParsedDocument):
         element = element.doc
     if isinstance(element, FetchedDocument):
         s = element.source
-        return element.doc_id, s.uri, s.tenant_id, s.source_version, element.to_json()
+        return {
+            "doc_id": element.doc_id,
+            "uri": s.uri,
+            "tenant_id": s.tenant_id,
+            "source_version": s.source_version,
+            "attempts": s.attempts + 1,
+            "payload": element.to_json(),
+            "event_id": s.event_id,
+        }
     if isinstance(element, SourceFile):
-        doc_id = ids.doc_id(element.tenant_id, element.source_id, element.source_object_id)
-        return doc_id, element.uri, element.tenant_id, element.source_version, element.to_json()
-    return "", "", "", "", repr(element)[:2000]
+        return {
+            "doc_id": ids.doc_id(element.tenant_id, element.source_id, element.source_object_id),
+            "uri": element.uri,
+            "tenant_id": element.tenant_id,
+            "source_version": element.source_version,
+            "attempts": element.attempts + 1,
+            "payload": element.to_json(),
+            "event_id": element.event_id,
+        }
+    if isinstance(element, dict):  # an event row that could not be resolved
+        return {
+            "doc_id": "",
+            "uri": "",
+            "tenant_id": "",
+            "source_version": str(element.get("source_version") or ""),
+            "attempts": int(element.get("attempts") or 0) + 1,
+            "payload": str(element.get("payload", ""))[:4000],
+            "event_id": str(element.get("event_id") or ""),
+        }
+    return {
+        "doc_id": "",
+        "uri": "",
+        "tenant_id": "",
+        "source_version": "",
+        "attempts": 1,
+        "payload": repr(element)[:4000],
+    }
 
 
 def dead_letter_from_exception(stage: str, element: Any, exc: BaseException) -> DeadLetter:
     """A dead letter for an exception raised while handling ``element``."""
-    doc_id, uri, tenant, version, payload = _identity(element)
     error_class = exc.error_class if isinstance(exc, RagsyncError) else classify(type(exc).__name__)
     return DeadLetter(
-        stage=stage,
-        doc_id=doc_id,
-        uri=uri,
-        error_class=error_class,
-        message=str(exc) or type(exc).__name__,
-        traceback="",
-        payload=payload,
-        tenant_id=tenant,
-        source_version=version,
+        stage=stage, error_class=error_class, message=str(exc) or type(exc).__name__, **_identity(element)
     )
 
 
@@ -63,7 +97,6 @@ def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]
     and crashes of an isolated step arrive as TimeoutError/BrokenProcessPool.
     """
     element, (exc_type, exc_repr, tb) = bad
-    doc_id, uri, tenant, version, payload = _identity(element)
     type_name = getattr(exc_type, "__name__", str(exc_type))
     error_class = getattr(exc_type, "error_class", None) or classify(type_name, exc_repr)
     message = exc_repr
@@ -73,14 +106,10 @@ def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]
         message = f"{stage} process died (segfault or out of memory): {exc_repr}"
     return DeadLetter(
         stage=stage,
-        doc_id=doc_id,
-        uri=uri,
         error_class=str(error_class),
         message=message[:2000],
         traceback="".join(tb)[-_TRACEBACK_CHARS:],
-        payload=payload,
-        tenant_id=tenant,
-        source_version=version,
+        **_identity(element),
     )
 
 

@@ -109,7 +109,9 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
     failing batch is split until the bad texts are found).
     """
 
-    def __init__(self, spec: ModelSpec, max_batch_size: int = 64, max_batch_duration_secs: float = 0.2):
+    def __init__(
+        self, spec: ModelSpec, max_batch_size: int = 64, max_batch_duration_secs: float | None = None
+    ):
         super().__init__()
         self.spec = spec
         self._max_batch_size = max_batch_size
@@ -122,6 +124,7 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         self, batch: Sequence[PlanToEmbed], model: _LazyModel, inference_args: dict[str, Any] | None = None
     ) -> Iterable[PredictionResult]:
         texts = [text for item in batch for _, _, text in item.misses]
+        # An all-cached batch never touches (or loads) the model.
         results = encode_isolating_failures(model, texts) if texts else []
         out: list[PredictionResult] = []
         start = 0
@@ -136,7 +139,11 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         return {
             "min_batch_size": 1,
             "max_batch_size": self._max_batch_size,
-            "max_batch_duration_secs": self._max_batch_duration_secs,
+            **(
+                {"max_batch_duration_secs": self._max_batch_duration_secs}
+                if self._max_batch_duration_secs
+                else {}
+            ),
             "element_size_fn": _misses_count,
         }
 
@@ -148,17 +155,17 @@ def _misses_count(item: PlanToEmbed) -> int:
     return max(1, len(item.misses))
 
 
-def _windowed(out: Any) -> Any:
-    """Outputs of ``finish_bundle`` need an explicit window."""
+def _windowed(out: Any, timestamp: Any, window: Any) -> Any:
+    """Outputs of ``finish_bundle`` need an explicit timestamp and window:
+    the input's, so a streaming runner does not take them for late data."""
     if isinstance(out, beam.pvalue.TaggedOutput):
-        return beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, 0, (GlobalWindow(),)))
-    return WindowedValue(out, 0, (GlobalWindow(),))
+        return beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, timestamp, (window,)))
+    return WindowedValue(out, timestamp, (window,))
 
 
 class _CacheLookupFn(beam.DoFn):
-    """(doc_id, DocumentPlan) -> PlanToEmbed (main) when some new chunk is not
-    in the cache, else a complete EmbeddedPlan (``complete``). Looks up the
-    cache in batches."""
+    """(doc_id, DocumentPlan) -> PlanToEmbed with the cached vectors and the
+    chunks still to embed. Looks up the cache in batches."""
 
     def __init__(self, settings: Settings, model_version: str) -> None:
         self.settings = settings
@@ -177,17 +184,25 @@ class _CacheLookupFn(beam.DoFn):
     def start_bundle(self) -> None:
         self._buffer: list[DocumentPlan] = []
         self._pending = 0
+        self._last: tuple[Any, Any] = (0, GlobalWindow())
 
-    def process(self, keyed: tuple[str, DocumentPlan]) -> Iterator[Any]:
+    def process(
+        self,
+        keyed: tuple[str, DocumentPlan],
+        timestamp: Any = beam.DoFn.TimestampParam,
+        window: Any = beam.DoFn.WindowParam,
+    ) -> Iterator[Any]:
         plan = keyed[1]
         self._buffer.append(plan)
         self._pending += len(plan.new_ids)
+        self._last = (timestamp, window)
         if self._pending >= _LOOKUP_BATCH:
             yield from self._flush()
 
     def finish_bundle(self) -> Iterator[Any]:
+        timestamp, window = self._last
         for out in self._flush():
-            yield _windowed(out)
+            yield _windowed(out, timestamp, window)
 
     def _flush(self) -> Iterator[Any]:
         if not self._buffer:
@@ -204,10 +219,11 @@ class _CacheLookupFn(beam.DoFn):
             )
             self._hits.inc(len(hits))
             self._misses.inc(len(misses))
-            if misses:
-                yield PlanToEmbed(plan, hits, misses)
-            else:
-                yield beam.pvalue.TaggedOutput("complete", EmbeddedPlan(plan, hits))
+            # Plans with every vector cached go through RunInference too: the
+            # model is never called (or loaded) for them, and no Flatten is
+            # needed to merge two branches (FnApiRunner's streaming mode
+            # stalls on Flatten).
+            yield PlanToEmbed(plan, hits, misses)
 
 
 class _CacheStoreFn(beam.DoFn):
@@ -256,27 +272,38 @@ class _CacheStoreFn(beam.DoFn):
 class EmbedChunks(beam.PTransform):
     """Embed each plan's new chunks: cache lookup by (text_hash,
     model_version), then RunInference on the misses in micro-batches of up to
-    64 chunks or 200 ms.
+    64 chunks, or (streaming, ``max_batch_duration_s=0.2``) 64 chunks or
+    200 ms. A bounded run batches within its large bundles and needs no
+    timer (FnApiRunner's batch mode rejects the timer-based batcher).
 
     Input: ``(doc_id, DocumentPlan)``. Output: ``EmbeddedPlan`` (vectors for
     the new chunks, and the chunks the model rejected even alone; the write
     stage dead-letters documents with failures).
     """
 
-    def __init__(self, settings: Settings, spec: ModelSpec, *, show_progress: bool = False) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        spec: ModelSpec,
+        *,
+        max_batch_duration_s: float | None = None,
+        show_progress: bool = False,
+    ) -> None:
         super().__init__()
+        if max_batch_duration_s is not None and max_batch_duration_s <= 0:
+            raise ValueError("max_batch_duration_s must be positive or None")
         self.settings = settings
         self.spec = spec
+        self.max_batch_duration_s = max_batch_duration_s
         self.show_progress = show_progress
 
     def expand(self, plans: beam.PCollection) -> beam.PCollection:
         version = self.spec.version
-        looked = plans | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version)).with_outputs(
-            "complete", main="misses"
+        looked = plans | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version))
+        handler = PlanEmbeddingHandler(
+            self.spec,
+            max_batch_size=self.settings.embed_batch_size,
+            max_batch_duration_secs=self.max_batch_duration_s,
         )
-        handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
         store = _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
-        embedded = (
-            looked["misses"] | "RunInference" >> RunInference(handler) | "CacheStore" >> beam.ParDo(store)
-        )
-        return (looked["complete"], embedded) | "MergeEmbedded" >> beam.Flatten()
+        return looked | "RunInference" >> RunInference(handler) | "CacheStore" >> beam.ParDo(store)

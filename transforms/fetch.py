@@ -24,7 +24,7 @@ DUPLICATE = "duplicate"
 
 
 class _FetchFn(beam.DoFn):
-    """SourceFile -> FetchedDocument (main), doc ids (unchanged), ACL-only docs.
+    """SourceFile -> FetchedDocument: to process (main), ``unchanged`` or ``acl_only``.
 
     Raises a ``RagsyncError`` for permanent problems (no permissions, empty,
     too large) so the wrapper turns them into dead letters.
@@ -89,7 +89,7 @@ class _FetchFn(beam.DoFn):
         )
         if action == FetchAction.UNCHANGED:
             self._unchanged.inc()
-            yield beam.pvalue.TaggedOutput(UNCHANGED, doc_id)
+            yield beam.pvalue.TaggedOutput(UNCHANGED, doc)
             return
         if action == FetchAction.ACL_ONLY:
             # The document row keeps its old ACL id until every store holds
@@ -142,32 +142,40 @@ class _LinkDuplicatesFn(beam.DoFn):
 class FetchDocuments(beam.PTransform):
     """Fetch, hash and copy each listed file; decide what needs work.
 
-    Input: ``SourceFile``.
+    Input: ``SourceFile``. ``group_duplicates`` links exact copies that
+    arrive in the same bounded run (a GroupByKey); streaming turns it off.
     Outputs (a dict of PCollections):
       ``process``: ``FetchedDocument`` canonical copies to parse and index;
       ``duplicate``: ``FetchedDocument`` exact copies of another document
       (``canonical_doc_id`` names it);
       ``acl_only``: ``FetchedDocument`` with unchanged bytes but new permissions;
-      ``unchanged``: doc ids that need nothing;
+      ``unchanged``: ``FetchedDocument`` that need nothing;
       ``dead``: ``DeadLetter`` (no permissions, empty, too large, unreadable).
     """
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, *, group_duplicates: bool = True) -> None:
         super().__init__()
         if not isinstance(settings.chunker, ChunkerConfig):
             raise TypeError("settings.chunker must be a ChunkerConfig")
         self.settings = settings
+        self.group_duplicates = group_duplicates
 
     def expand(self, files: beam.PCollection) -> dict[str, beam.PCollection]:
         fetched = files | "Fetch" >> beam.ParDo(_FetchFn(self.settings)).with_outputs(
             UNCHANGED, ACL_ONLY, main="fetched"
         ).with_exception_handling(main_tag="fetched")
-        linked = (
-            fetched["fetched"]
-            | "KeyByContent" >> beam.Map(lambda d: (f"{d.source.tenant_id}|{d.content_hash}", d))
-            | "GroupByContent" >> beam.GroupByKey()
-            | "LinkDuplicates"
-            >> beam.ParDo(_LinkDuplicatesFn(self.settings)).with_outputs(DUPLICATE, main="process")
+        keyed = fetched["fetched"] | "KeyByContent" >> beam.Map(
+            lambda d: (f"{d.source.tenant_id}|{d.content_hash}", d)
+        )
+        if self.group_duplicates:
+            # Bounded input: copies found in the same run are linked too.
+            grouped = keyed | "GroupByContent" >> beam.GroupByKey()
+        else:
+            # Unbounded input: each document is linked against the catalog
+            # alone (no GroupByKey, which would need a window and a trigger).
+            grouped = keyed | "AsGroupOfOne" >> beam.Map(lambda kv: (kv[0], [kv[1]]))
+        linked = grouped | "LinkDuplicates" >> beam.ParDo(_LinkDuplicatesFn(self.settings)).with_outputs(
+            DUPLICATE, main="process"
         )
         return {
             "process": linked["process"],

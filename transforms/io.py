@@ -31,9 +31,27 @@ class BeamFileSystem:
         return str(FileSystems.join(base, *parts))
 
 
+def normalize_uri(uri: str) -> str:
+    """``file:///x`` -> ``/x`` (Beam's local file system takes plain paths)."""
+    if uri.startswith("file://"):
+        return uri[len("file://") :] or "/"
+    return uri
+
+
 def read_bytes(path: str) -> bytes:
-    """All bytes of ``path``."""
-    with FileSystems.open(path) as fh:
+    """All bytes of ``path`` (a local path, ``file://``, ``gs://``, ``s3://``).
+
+    Raises:
+        FetchError: the object cannot be read (missing, no access); the
+            error is transient for events, which are retried with backoff.
+    """
+    from ragsync.errors import FetchError
+
+    try:
+        fh = FileSystems.open(normalize_uri(path))
+    except (OSError, BeamIOError, ValueError) as exc:
+        raise FetchError(f"cannot read {path}: {exc}") from exc
+    with fh:
         return fh.read()  # type: ignore[no-any-return]
 
 

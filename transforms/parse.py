@@ -12,7 +12,7 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.config import Settings, open_catalog
-from ragsync.detect import choose_lane, detect_mime
+from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, parse
 from transforms.common import ToDeadLetters, counter
@@ -25,7 +25,7 @@ class _DetectFn(beam.DoFn):
     def process(self, doc: FetchedDocument) -> Iterator[Any]:
         data = read_bytes(doc.raw_uri)
         mime = detect_mime(data, os.path.basename(doc.source.source_object_id))
-        lane = choose_lane(mime, len(data))
+        lane = choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime))
         counter(f"lane_{lane}").inc()
         out = replace(doc, mime=mime, lane=lane)
         if lane == Lane.SLOW.value:
@@ -158,8 +158,11 @@ class ParseDocuments(beam.PTransform):
         self.lane = lane
 
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        timeout = self.settings.parse_timeout_s
+        if self.lane == Lane.SLOW.value:
+            timeout = self.settings.slow_parse_timeout_s
         parsed = docs | "Parse" >> beam.ParDo(_ParseFn(self.settings)).with_exception_handling(
-            use_subprocess=True, timeout=self.settings.parse_timeout_s
+            use_subprocess=True, timeout=timeout
         )
         return {
             "parsed": parsed["good"],

@@ -3,6 +3,7 @@ the dead-letter sink."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -13,7 +14,8 @@ import apache_beam as beam
 import numpy as np
 
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.errors import RagsyncError
+from ragsync.decisions import backoff_delay
+from ragsync.errors import RagsyncError, is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument
 from transforms.common import Progress, ToDeadLetters, counter, dead_letter_from_exception
 from transforms.embed import EmbeddedPlan
@@ -126,7 +128,8 @@ class WriteIndexes(beam.PTransform):
     """Write planned documents to both indexes and the catalog.
 
     Input: ``EmbeddedPlan``. Outputs: ``written`` (the ``DocumentPlan`` of
-    each document now live) and ``dead`` (``DeadLetter``).
+    each document now live) and ``dead`` (a list of ``DeadLetter``
+    PCollections, left unflattened: see ``transforms/chain.py``).
     """
 
     def __init__(self, settings: Settings, dim: int, *, total: int = 0, show_progress: bool = False) -> None:
@@ -138,12 +141,14 @@ class WriteIndexes(beam.PTransform):
         self.total = total
         self.show_progress = show_progress
 
-    def expand(self, embedded: beam.PCollection) -> dict[str, beam.PCollection]:
+    def expand(self, embedded: beam.PCollection) -> dict[str, Any]:
         out = embedded | "Write" >> beam.ParDo(
             _WriteFn(self.settings, self.dim, self.total, self.show_progress)
         ).with_outputs("dead", main="written").with_exception_handling(main_tag="written")
-        dead = (out["dead"], out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")) | beam.Flatten()
-        return {"written": out["written"], "dead": dead}
+        return {
+            "written": out["written"],
+            "dead": [out["dead"], out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")],
+        }
 
 
 class _RecordDuplicateFn(beam.DoFn):
@@ -160,13 +165,13 @@ class _RecordDuplicateFn(beam.DoFn):
         if self._catalog is not None:
             self._catalog.close()
 
-    def process(self, doc: FetchedDocument) -> Iterator[str]:
+    def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id)
-        yield doc.doc_id
+        yield doc
 
 
 class RecordDuplicates(beam.PTransform):
-    """Input: ``FetchedDocument`` copies. Output: their doc ids."""
+    """Input: ``FetchedDocument`` copies. Output: the same, once recorded."""
 
     def __init__(self, settings: Settings) -> None:
         super().__init__()
@@ -178,40 +183,69 @@ class RecordDuplicates(beam.PTransform):
 
 class _DeadLetterSinkFn(beam.DoFn):
     """DeadLetter -> a row in the dead-letter table (once per failure: a
-    replay adds none); the document's status becomes ``dead_letter``."""
+    replay adds none); the document's status becomes ``dead_letter``.
 
-    def __init__(self, settings: Settings) -> None:
+    Work that came from an event and failed in a way that may pass later is
+    not dead-lettered yet: the event goes back to the queue after an
+    exponential backoff with jitter, until ``max_attempts`` deliveries failed.
+    """
+
+    def __init__(self, settings: Settings, max_attempts: int) -> None:
         self.settings = settings
+        self.max_attempts = max_attempts
         self._catalog: Any = None
 
     def setup(self) -> None:
         self._catalog = open_catalog(self.settings)
         self._count = counter("dead_lettered")
+        self._retried = counter("events_retried")
 
     def teardown(self) -> None:
         if self._catalog is not None:
             self._catalog.close()
 
     def process(self, dl: DeadLetter) -> Iterator[str]:
-        source_id = ""
-        if dl.payload.startswith("{"):
-            try:
-                source_id = FetchedDocument.from_json(dl.payload).source.source_id
-            except (KeyError, TypeError, ValueError):
-                import json
-
-                source_id = str(json.loads(dl.payload).get("source_id", ""))
+        if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
+            self._catalog.retry_event_later(
+                dl.event_id, backoff_delay(dl.attempts), max_attempts=self.max_attempts
+            )
+            self._retried.inc()
+            return
+        source_id = _source_id_of(dl.payload)
         self._catalog.record_dead_letter(dl, source_id=source_id)
+        if dl.event_id:
+            self._catalog.ack_events([dl.event_id], "dead")
         self._count.inc()
         yield dl.error_class
 
 
-class WriteDeadLetters(beam.PTransform):
-    """Input: ``DeadLetter``. Output: error classes written (for counting)."""
+def _source_id_of(payload: str) -> str:
+    """The source id inside a dead letter's payload ('' when there is none)."""
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    for path in (("source_id",), ("source", "source_id"), ("event", "source_id")):
+        node: Any = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str):
+            return node
+    return ""
 
-    def __init__(self, settings: Settings) -> None:
+
+class WriteDeadLetters(beam.PTransform):
+    """Input: ``DeadLetter``. Output: error classes written (for counting).
+    Retryable event failures are re-queued instead (see the sink's doc)."""
+
+    def __init__(self, settings: Settings, *, max_attempts: int = 5) -> None:
         super().__init__()
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
         self.settings = settings
+        self.max_attempts = max_attempts
 
     def expand(self, dead: beam.PCollection) -> beam.PCollection:
-        return dead | "WriteDeadLetter" >> beam.ParDo(_DeadLetterSinkFn(self.settings))
+        return dead | "WriteDeadLetter" >> beam.ParDo(_DeadLetterSinkFn(self.settings, self.max_attempts))

@@ -1046,16 +1046,7 @@ class Catalog:
 
     def duplicate_acl_ids(self, canonical_doc_id: str) -> list[str]:
         """ACL ids of the live exact copies that ``canonical_doc_id`` serves."""
-        t = schema.documents
-        query = (
-            select(t.c.acl_id)
-            .where(t.c.canonical_doc_id == canonical_doc_id)
-            .where(t.c.doc_id != canonical_doc_id)
-            .where(t.c.status == "duplicate")
-            .where(t.c.deleted_at.is_(None))
-        )
-        with self._read_engine.connect() as conn:
-            return sorted({a for (a,) in conn.execute(query).all() if a})
+        return sorted({d.acl_id for d in self.duplicates_of(canonical_doc_id) if d.acl_id})
 
     def set_document_acl(self, doc_id: str, acl_id: str) -> None:
         """Record the ACL id a document's permissions now map to."""
@@ -1251,3 +1242,171 @@ class Catalog:
             "depth": by_state.get("pending", 0),
             "oldest_pending_age_s": round(ts - float(oldest), 3) if oldest is not None else 0.0,
         }
+
+    # -- streaming sync: sources, leases, tombstones, permission versions -----
+
+    def get_source(self, source_id: str) -> dict[str, Any] | None:
+        """The source row as a dict, or None."""
+        t = schema.sources
+        with self._read_engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.source_id == source_id)).mappings().first()
+        return dict(row) if row is not None else None
+
+    def claim_events(
+        self, *, limit: int = 100, lease_s: float = 300.0, now: float | None = None
+    ) -> list[dict[str, Any]]:
+        """Lease up to ``limit`` due pending events, oldest first.
+
+        A leased event stays ``pending`` with ``available_at`` moved ``lease_s``
+        ahead: if the worker dies before acknowledging it, it is delivered
+        again when the lease ends (at-least-once). Rows come back as dicts.
+        """
+        t = schema.events
+        ts = _now() if now is None else now
+        with self._engine.begin() as conn:
+            rows = [
+                dict(r)
+                for r in conn.execute(
+                    select(t)
+                    .where(t.c.state == "pending")
+                    .where(t.c.available_at <= ts)
+                    .order_by(t.c.enqueued_at, t.c.event_id)
+                    .limit(limit)
+                ).mappings()
+            ]
+            ids = [r["event_id"] for r in rows]
+            for batch in _batches(ids):
+                conn.execute(
+                    update(t)
+                    .where(t.c.event_id.in_(batch))
+                    .where(t.c.state == "pending")
+                    .values(available_at=ts + lease_s)
+                )
+        return rows
+
+    def unfinished_events(self) -> int:
+        """Pending events, leased or not (the queue is drained at 0)."""
+        t = schema.events
+        with self._read_engine.connect() as conn:
+            return int(conn.execute(select(func.count()).where(t.c.state == "pending")).scalar() or 0)
+
+    def get_tombstone(self, doc_id: str) -> dict[str, Any] | None:
+        t = schema.tombstones
+        with self._read_engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
+        return dict(row) if row is not None else None
+
+    def put_tombstone(self, doc_id: str, tenant_id: str, source_version: str) -> None:
+        """Record a delete (the tombstone blocks older upserts) and mark the
+        document deleted; completion is recorded by ``complete_tombstone``."""
+        ts = _now()
+        row = {
+            "doc_id": doc_id,
+            "tenant_id": tenant_id,
+            "source_version": source_version,
+            "deleted_at": ts,
+            "completed_at": None,
+        }
+        with self._engine.begin() as conn:
+            self._upsert(
+                conn, schema.tombstones, [row], ["doc_id"], ["source_version", "deleted_at", "completed_at"]
+            )
+            d = schema.documents
+            conn.execute(
+                update(d)
+                .where(d.c.doc_id == doc_id)
+                .values(status="deleted", deleted_at=ts, chunk_count=0, updated_at=ts)
+            )
+
+    def complete_tombstone(self, doc_id: str) -> None:
+        t = schema.tombstones
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.doc_id == doc_id).values(completed_at=_now()))
+
+    def content_in_use(self, content_hash: str, exclude_doc_id: str) -> bool:
+        """True when another live document has these bytes (keep the raw copy)."""
+        t = schema.documents
+        query = (
+            select(func.count())
+            .where(t.c.content_hash == content_hash)
+            .where(t.c.doc_id != exclude_doc_id)
+            .where(t.c.deleted_at.is_(None))
+        )
+        with self._read_engine.connect() as conn:
+            return int(conn.execute(query).scalar() or 0) > 0
+
+    def get_acl_version(self, doc_id: str) -> dict[str, Any] | None:
+        t = schema.acl_versions
+        with self._read_engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
+        return dict(row) if row is not None else None
+
+    def set_acl_version(self, doc_id: str, tenant_id: str, acl_version: str, acl_id: str) -> None:
+        row = {
+            "doc_id": doc_id,
+            "tenant_id": tenant_id,
+            "acl_version": acl_version,
+            "acl_id": acl_id,
+            "updated_at": _now(),
+        }
+        with self._engine.begin() as conn:
+            self._upsert(
+                conn, schema.acl_versions, [row], ["doc_id"], ["acl_version", "acl_id", "updated_at"]
+            )
+
+    def record_freshness(self, rows: Sequence[Mapping[str, Any]]) -> None:
+        """Store (event_id, source_id, tenant_id, op, lane, event_time,
+        applied_at) rows; a replayed event keeps its first measurement."""
+        if not rows:
+            return
+        with self._engine.begin() as conn:
+            self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["event_id"], None)
+
+    def freshness_stats(self, *, since: float | None = None) -> list[dict[str, Any]]:
+        """p50/p95 of applied_at - event_time per source, lane and kind
+        (``content`` for upserts, ``permissions`` for acl and delete)."""
+        t = schema.freshness
+        query = select(t.c.source_id, t.c.lane, t.c.op, t.c.event_time, t.c.applied_at)
+        if since is not None:
+            query = query.where(t.c.applied_at >= since)
+        groups: dict[tuple[str, str, str], list[float]] = {}
+        with self._read_engine.connect() as conn:
+            for source_id, lane, op, event_time, applied_at in conn.execute(query).all():
+                kind = "content" if op == "upsert" else "permissions"
+                groups.setdefault((source_id, lane, kind), []).append(max(0.0, applied_at - event_time))
+        out = []
+        for (source_id, lane, kind), values in sorted(groups.items()):
+            values.sort()
+            out.append(
+                {
+                    "source_id": source_id,
+                    "lane": lane,
+                    "kind": kind,
+                    "events": len(values),
+                    "p50_s": round(_percentile(values, 0.50), 3),
+                    "p95_s": round(_percentile(values, 0.95), 3),
+                }
+            )
+        return out
+
+    def duplicates_of(self, canonical_doc_id: str) -> list[DocumentRow]:
+        """Live exact copies served by ``canonical_doc_id``'s chunks."""
+        t = schema.documents
+        query = (
+            select(t)
+            .where(t.c.canonical_doc_id == canonical_doc_id)
+            .where(t.c.doc_id != canonical_doc_id)
+            .where(t.c.status == "duplicate")
+            .where(t.c.deleted_at.is_(None))
+            .order_by(t.c.doc_id)
+        )
+        with self._read_engine.connect() as conn:
+            return [_document_from_row(r) for r in conn.execute(query).mappings()]
+
+
+def _percentile(sorted_values: Sequence[float], q: float) -> float:
+    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
+    if not sorted_values:
+        return 0.0
+    rank = max(1, int(-(-q * len(sorted_values) // 1)))
+    return float(sorted_values[min(rank, len(sorted_values)) - 1])

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from sqlalchemy import Engine, select, text
+from sqlalchemy import BigInteger, Column, Double, Engine, MetaData, String, Table, Text, select, text
 from sqlalchemy.engine import Connection
 
 from ragsync.catalog import schema
@@ -50,10 +50,49 @@ class Migration:
     apply: Callable[[Connection], None]
 
 
+# Version-1 shapes of tables that later steps altered. Migration 1 must keep
+# creating exactly what it created when it was written, or a later
+# ``ADD COLUMN`` step would fail on a fresh database. When a new step alters a
+# version-1 table, copy that table's version-1 definition here.
+_V1_FROZEN = MetaData()
+_V1_ID = 255
+_V1_FROZEN_TABLES: dict[str, Table] = {
+    t.name: t
+    for t in (
+        Table(
+            "sources",
+            _V1_FROZEN,
+            Column("source_id", String(_V1_ID), primary_key=True),
+            Column("tenant_id", String(_V1_ID), nullable=False),
+            Column("type", String(64), nullable=False),
+            Column("uri", Text, nullable=False, default=""),
+            Column("credentials_ref", Text, nullable=True),
+            Column("cursor", Text, nullable=True),
+            Column("created_at", Double, nullable=False),
+            Column("last_reconciled_at", Double, nullable=True),
+        ),
+        Table(
+            "backfills",
+            _V1_FROZEN,
+            Column("backfill_id", String(_V1_ID), primary_key=True),
+            Column("tenant_id", String(_V1_ID), nullable=True),
+            Column("reason", String(64), nullable=False),
+            Column("target_index", String(_V1_ID), nullable=False),
+            Column("cursor", Text, nullable=True),
+            Column("total", BigInteger, nullable=False, default=0),
+            Column("done", BigInteger, nullable=False, default=0),
+            Column("failed", BigInteger, nullable=False, default=0),
+            Column("state", String(32), nullable=False),
+            Column("created_at", Double, nullable=False),
+        ),
+    )
+}
+
+
 def _m001_initial(conn: Connection) -> None:
-    """Create every table of the design (sources ... tombstones)."""
+    """Create every table of the design (sources ... tombstones), in their version-1 shape."""
     for table in schema.V1_TABLES:
-        table.create(conn, checkfirst=False)
+        _V1_FROZEN_TABLES.get(table.name, table).create(conn, checkfirst=False)
 
 
 def _m002_acl_groups(conn: Connection) -> None:
@@ -71,9 +110,46 @@ def _m002_acl_groups(conn: Connection) -> None:
         conn.execute(schema.acl_groups.insert(), values)
 
 
+def _add_column(conn: Connection, table: Table, name: str) -> None:
+    """``ALTER TABLE ... ADD COLUMN`` for a nullable column of the current schema."""
+    column = table.c[name]
+    if not column.nullable:
+        raise ValueError(f"{table.name}.{name}: only nullable columns can be added to existing rows")
+    prep = conn.dialect.identifier_preparer
+    col_type = column.type.compile(dialect=conn.dialect)
+    conn.execute(
+        text(f"ALTER TABLE {prep.format_table(table)} ADD COLUMN {prep.format_column(column)} {col_type}")
+    )
+
+
+def _m003_control_plane(conn: Connection) -> None:
+    """Control plane: tenants, API keys, sync and retry requests; source sync
+    settings and backfill rate/progress columns."""
+    for table in schema.V3_TABLES:
+        table.create(conn, checkfirst=False)
+    for table_name, columns in schema.V3_ADDED_COLUMNS.items():
+        for name in columns:
+            _add_column(conn, schema.metadata.tables[table_name], name)
+
+
+def _m004_index_versions(conn: Connection) -> None:
+    """Index version registry (blue/green re-embedding, ``ragsync.index_versions``)."""
+    for table in schema.V4_TABLES:
+        table.create(conn, checkfirst=False)
+
+
+def _m005_streaming(conn: Connection) -> None:
+    """Streaming sync: permission-change versions and per-event freshness."""
+    for table in schema.V5_TABLES:
+        table.create(conn, checkfirst=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog tables", _m001_initial),
     Migration(2, "acl_groups lookup table", _m002_acl_groups),
+    Migration(3, "control plane: tenants, api keys, sync requests", _m003_control_plane),
+    Migration(4, "index_versions registry", _m004_index_versions),
+    Migration(5, "streaming: acl_versions, freshness", _m005_streaming),
 )
 
 

@@ -49,6 +49,9 @@ sources = Table(
     Column("cursor", Text, nullable=True),
     Column("created_at", Double, nullable=False),
     Column("last_reconciled_at", Double, nullable=True),
+    # Migration 3 (control plane): how changes arrive, ``webhook`` or ``poll``.
+    Column("sync", String(16), nullable=True),
+    Column("poll_interval_s", Integer, nullable=True),
 )
 
 documents = Table(
@@ -172,6 +175,11 @@ backfills = Table(
     Column("failed", BigInteger, nullable=False, default=0),
     Column("state", String(32), nullable=False),
     Column("created_at", Double, nullable=False),
+    # Migration 3 (control plane): the requested rate limit, and when the worker
+    # started and last reported progress (for the ETA).
+    Column("max_docs_per_s", Double, nullable=True),
+    Column("started_at", Double, nullable=True),
+    Column("updated_at", Double, nullable=True),
 )
 
 dead_letters = Table(
@@ -212,7 +220,9 @@ schema_migrations = Table(
     Column("applied_at", Double, nullable=False),
 )
 
-#: Tables created by migration 1, in creation order.
+#: Tables created by migration 1, in creation order. Tables that later steps
+#: altered (``sources``, ``backfills``) are created by migration 1 from frozen
+#: copies of their version-1 shape in :mod:`ragsync.catalog.migrations`.
 V1_TABLES: tuple[Table, ...] = (
     sources,
     documents,
@@ -225,3 +235,121 @@ V1_TABLES: tuple[Table, ...] = (
     dead_letters,
     tombstones,
 )
+
+# ----------------------------------------------------------- control plane (migration 3)
+
+tenants = Table(
+    "tenants",
+    metadata,
+    Column("tenant_id", String(_ID), primary_key=True),
+    Column("name", String(_ID), nullable=False, unique=True),
+    Column("created_at", Double, nullable=False),
+)
+
+# API keys are stored as a keyed hash, never in clear; ``key_id`` is the key's
+# public prefix, so a lookup is by primary key and the hash is compared in
+# constant time.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("key_id", String(64), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("key_hash", String(128), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("revoked_at", Double, nullable=True),
+    Index("ix_api_keys_tenant", "tenant_id"),
+)
+
+# ``POST /v1/sources/{id}/sync``: a request the connector scheduler picks up.
+sync_requests = Table(
+    "sync_requests",
+    metadata,
+    Column("sync_id", String(64), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_id", String(_ID), nullable=False),
+    Column("mode", String(16), nullable=False),  # incremental | full
+    Column("state", String(32), nullable=False),  # requested | running | done | failed
+    Column("requested_at", Double, nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Index("ix_sync_requests_source", "source_id", "state"),
+)
+
+# ``POST /v1/dead-letters/{id}/retry``: one row per retry request (audit, and the
+# work list for dead letters that have no queued event to requeue).
+dead_letter_retries = Table(
+    "dead_letter_retries",
+    metadata,
+    Column("retry_id", String(64), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("dead_letter_id", BigInteger, nullable=True),
+    Column("event_id", String(_ID), nullable=True),
+    Column("kind", String(16), nullable=False),  # event | file
+    Column("state", String(32), nullable=False),  # requeued | requested | done
+    Column("requested_at", Double, nullable=False),
+    Index("ix_dead_letter_retries_state", "state"),
+)
+
+#: Tables created by migration 3, in creation order.
+V3_TABLES: tuple[Table, ...] = (tenants, api_keys, sync_requests, dead_letter_retries)
+
+#: Columns migration 3 adds to version-1 tables: ``{table name: (column names)}``.
+V3_ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "sources": ("sync", "poll_interval_s"),
+    "backfills": ("max_docs_per_s", "started_at", "updated_at"),
+}
+
+# ----------------------------------------------------------- index versions (migration 4)
+
+# One row per index version (``ragsync.index_versions``): the physical vector
+# collection and keyword directory built for one embedding model, behind the
+# alias the pipeline uses. ``state``: building | live | retired | refused | dropped.
+index_versions = Table(
+    "index_versions",
+    metadata,
+    Column("version", Integer, primary_key=True, autoincrement=False),
+    Column("model_name", String(_ID), nullable=False),
+    Column("model_version", String(_ID), nullable=False),
+    Column("dim", Integer, nullable=False),
+    Column("vector_collection", String(_ID), nullable=False),
+    Column("keyword_index", String(_ID), nullable=False),  # directory name under HOME (tantivy)
+    Column("state", String(32), nullable=False),
+    Column("created_at", Double, nullable=False),
+    Column("flipped_at", Double, nullable=True),
+    Column("retire_after", Double, nullable=True),
+    Column("note", Text, nullable=False, default=""),  # JSON gate report or refusal reason
+)
+
+#: Tables created by migration 4.
+V4_TABLES: tuple[Table, ...] = (index_versions,)
+
+# ----------------------------------------------------------- streaming sync (migration 5)
+
+# Version gate bookkeeping that ``documents`` does not hold: the source version
+# of the last applied permission change (content versions live in
+# documents.source_version / indexed_version, deletes in tombstones).
+acl_versions = Table(
+    "acl_versions",
+    metadata,
+    Column("doc_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("acl_version", Text, nullable=False),
+    Column("acl_id", String(_ID), nullable=False),
+    Column("updated_at", Double, nullable=False),
+)
+
+# One row per applied event: indexed_at - event_time is the freshness.
+freshness = Table(
+    "freshness",
+    metadata,
+    Column("event_id", String(_ID), primary_key=True),
+    Column("source_id", String(_ID), nullable=False),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("op", String(16), nullable=False),
+    Column("lane", String(16), nullable=False),
+    Column("event_time", Double, nullable=False),
+    Column("applied_at", Double, nullable=False),
+    Index("ix_freshness_source_lane", "source_id", "lane"),
+)
+
+#: Tables created by migration 5.
+V5_TABLES: tuple[Table, ...] = (acl_versions, freshness)

@@ -23,7 +23,7 @@ from ragsync.model import Element
 from ragsync.parsing._common import RawParse
 
 # Change whenever any parser's output changes (it is part of cache keys).
-PARSER_VERSION = "p1"
+PARSER_VERSION = "p2"
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -37,14 +37,18 @@ class ParseResult:
     Attributes:
         elements: elements numbered 0..n-1 in reading order (never empty).
         pages: page count (0 when the format has none).
-        pages_for_review: pages not indexed (filled by OCR later).
+        pages_for_review: 1-based pages not indexed because their OCR fell
+            below the bar (confidence or coverage).
         metadata: format metadata such as ``title`` or front-matter keys.
+        ocr_confidence: mean Tesseract word confidence (0-100) over the
+            non-blank OCR'd pages, ``None`` when nothing was OCR'd.
     """
 
     elements: tuple[Element, ...]
     pages: int = 0
     pages_for_review: tuple[int, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
+    ocr_confidence: float | None = None
 
 
 def _pdf(data: bytes, max_pages: int) -> RawParse:
@@ -83,6 +87,63 @@ def _csv(data: bytes, max_pages: int) -> RawParse:
     return parse_csv(data)
 
 
+def _xlsx(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.office import parse_xlsx
+
+    return parse_xlsx(data)
+
+
+def _pptx(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.office import parse_pptx
+
+    return parse_pptx(data)
+
+
+def _eml(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.email import parse_email
+
+    return parse_email(data)
+
+
+def _image(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.ocr import parse_image
+
+    return parse_image(data, max_pages=max_pages)
+
+
+def _json(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.tickets import parse_json
+
+    return parse_json(data)
+
+
+def _tika(mime: str) -> Callable[[bytes, int], RawParse]:
+    def run(data: bytes, max_pages: int) -> RawParse:
+        from ragsync.parsing.tika import parse_tika
+
+        return parse_tika(data, mime)
+
+    return run
+
+
+_TIKA_MIMES = (
+    "application/msword",
+    "application/vnd.ms-excel",
+    "application/vnd.ms-powerpoint",
+    "application/vnd.ms-excel.sheet.binary.macroenabled.12",
+    "application/vnd.ms-works",
+    "application/vnd.ms-outlook",
+    "application/vnd.oasis.opendocument.text",
+    "application/vnd.oasis.opendocument.spreadsheet",
+    "application/vnd.oasis.opendocument.presentation",
+    "application/vnd.oasis.opendocument.text-template",
+    "application/vnd.oasis.opendocument.spreadsheet-template",
+    "application/vnd.oasis.opendocument.presentation-template",
+    "application/rtf",
+    "text/rtf",
+    "application/epub+zip",
+)
+
 _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
     MIME_PDF: _pdf,
     MIME_DOCX: _docx,
@@ -93,6 +154,16 @@ _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
     "text/plain": _text,
     "text/csv": _csv,
     "text/tab-separated-values": _csv,
+    "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": _xlsx,
+    "application/vnd.ms-excel.sheet.macroenabled.12": _xlsx,
+    "application/vnd.openxmlformats-officedocument.presentationml.presentation": _pptx,
+    "application/vnd.ms-powerpoint.presentation.macroenabled.12": _pptx,
+    "application/vnd.openxmlformats-officedocument.presentationml.slideshow": _pptx,
+    "message/rfc822": _eml,
+    "application/json": _json,
+    "application/x-ndjson": _json,
+    **{mime: _tika(mime) for mime in _TIKA_MIMES},
+    **{mime: _image for mime in ("image/png", "image/jpeg", "image/tiff", "image/bmp", "image/webp")},
 }
 
 
@@ -137,10 +208,15 @@ def parse(
         EncryptedDocumentError: a password is needed (PDF user password, or an
             OLE ``EncryptedPackage`` office file).
         CorruptDocumentError: truncated or unreadable bytes.
-        UnsupportedFormatError: no parser for ``mime``.
-        TooLargeError: above ``max_bytes`` or ``max_pages``.
-        NoTextError: the file parsed but holds no text (an image-only PDF
-            raises it with a message saying OCR is needed).
+        UnsupportedFormatError: no parser for ``mime`` (or image bytes
+            Pillow does not recognise).
+        TooLargeError: above ``max_bytes`` or ``max_pages``, or an image (or
+            PDF image object) above 100 megapixels.
+        NoTextError: the file parsed but holds no text (a PDF whose pages
+            have neither text nor images says OCR is needed).
+        OcrBelowBarError: scanned PDF / image whose every non-blank page is
+            below the OCR bar (``ragsync.parsing.ocr``).
+        ConfigurationError: a scan or image but Tesseract is not installed.
     """
     name = filename or "document"
     if not data:
@@ -169,7 +245,13 @@ def parse(
     elements = tuple(
         Element(type=e.type, text=e.text, level=e.level, page=e.page, order=i) for i, e in enumerate(kept)
     )
-    return ParseResult(elements=elements, pages=raw.pages, metadata=dict(raw.metadata or {}))
+    return ParseResult(
+        elements=elements,
+        pages=raw.pages,
+        metadata=dict(raw.metadata or {}),
+        pages_for_review=tuple(getattr(raw, "pages_for_review", ())),
+        ocr_confidence=getattr(raw, "ocr_confidence", None),
+    )
 
 
 __all__ = ["PARSER_VERSION", "ParseResult", "parse", "supported_mimes"]

@@ -17,7 +17,7 @@ import threading
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
@@ -25,6 +25,9 @@ import pypdfium2.raw as pdfium_c
 from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, NoTextError, TooLargeError
 from ragsync.model import ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, table_to_markdown
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragsync.parsing.ocr import OcrOptions
 
 PDFIUM_LOCK = threading.RLock()
 
@@ -356,7 +359,7 @@ def _norm(text: str) -> str:
 # --------------------------------------------------------------------------- entry point
 
 
-def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
+def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | None = None) -> RawParse:
     """Parse the text layer of a PDF.
 
     Reading order: columns are detected from the x-distribution of text runs
@@ -369,10 +372,16 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
     Tables (pdfplumber, only on pages drawing a grid of rulings or cell boxes,
     at most 40 such pages per document) become one
     Markdown element each and their text is not repeated as paragraphs.
+    Scanned pages (under 50 characters of text layer and images covering 5%+
+    of the page) are rendered at 300 dpi and OCR'd (``ragsync.parsing.ocr``):
+    their paragraphs join the elements with their page number, pages below
+    the OCR bar go to ``pages_for_review`` (the result is then an
+    ``OcrRawParse`` carrying those and ``ocr_confidence``).
 
     Args:
         data: the PDF bytes. Owner-encrypted files open with the empty password.
         max_pages: page limit.
+        ocr_options: OCR bar and limits for scanned pages (defaults when None).
 
     Returns:
         Elements with 1-based ``page`` numbers, the page count and metadata
@@ -382,8 +391,14 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
         EncryptedDocumentError: a user password is required.
         CorruptDocumentError: PDFium cannot open the file, or no page loads.
         TooLargeError: more than ``max_pages`` pages.
-        NoTextError: no page has a text layer (image-only: OCR needed).
+        NoTextError: no page has a text layer or legible scanned text.
+        OcrBelowBarError: no text layer and every non-blank scanned page is
+            below the OCR bar.
+        ConfigurationError: scanned pages but Tesseract is not installed.
     """
+    from ragsync.parsing.ocr import MIN_TEXT_LAYER_CHARS, page_needs_ocr
+
+    ocr_indices: list[int] = []
     page_items: list[list[_Item]] = []
     candidates: list[int] = []
     boxes: dict[int, tuple[float, float, float, float]] = {}
@@ -420,6 +435,10 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
                     textpage = page.get_textpage()
                     items = _page_segments(textpage)
                     textpage.close()
+                    chars = sum(len(it.text) - it.text.count(" ") for it in items)
+                    if chars < MIN_TEXT_LAYER_CHARS and page_needs_ocr(page, chars):
+                        ocr_indices.append(index)
+                        items = []  # the OCR text replaces the few characters there
                     if items and _ruling_count(page) >= _TABLE_MIN_RULINGS:
                         candidates.append(index)
                         box = page.get_bbox()
@@ -431,7 +450,19 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
                 raise CorruptDocumentError("no PDF page could be loaded")
         finally:
             doc.close()
-    if not any(page_items):
+    ocr_out: list[RawElement] = []
+    review: tuple[int, ...] = ()
+    ocr_conf: float | None = None
+    if ocr_indices:
+        from ragsync.errors import OcrBelowBarError
+        from ragsync.parsing.ocr import assemble, ocr_pdf_pages
+
+        ocr_out, review, ocr_conf = assemble(ocr_pdf_pages(data, ocr_indices, ocr_options))
+        if not ocr_out and review and not any(page_items):
+            raise OcrBelowBarError(f"all {len(review)} scanned page(s) of the PDF are below the OCR bar")
+    if not any(page_items) and not ocr_out:
+        if ocr_indices:
+            raise NoTextError(f"PDF has no text layer and its {len(ocr_indices)} scanned page(s) are blank")
         raise NoTextError(f"PDF has no text layer on any of its {n_pages} pages (image-only: OCR needed)")
 
     if candidates:
@@ -481,6 +512,13 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000) -> RawParse:
             out.append(RawElement(ElementType.HEADING, text, levels[round(p.size)], p.page))
         else:
             out.append(RawElement(ElementType.PARAGRAPH, text, 0, p.page))
+    if ocr_indices:
+        from ragsync.parsing.ocr import OcrRawParse
+
+        out = sorted(out + ocr_out, key=lambda e: e.page)  # stable: text-layer order kept
+        if not out:
+            raise NoTextError("PDF holds only running headers/footers and blank scanned pages")
+        return OcrRawParse(out, n_pages, meta, pages_for_review=review, ocr_confidence=ocr_conf)
     if not out:
         raise NoTextError("PDF text layer holds only running headers/footers")
     return RawParse(out, n_pages, meta)

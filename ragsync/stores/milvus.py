@@ -117,6 +117,9 @@ class MilvusVectorIndex:
             when the name does not exist yet.
         token: server auth token (``user:password`` or an API key); ignored
             by Milvus Lite.
+        alias: with ``create``, False creates the collection under exactly
+            ``collection`` with no alias (an index version built beside the
+            live one, see :mod:`ragsync.index_versions`).
 
     Raises:
         ConfigurationError: the uri is not usable, a Lite file is locked by
@@ -124,13 +127,23 @@ class MilvusVectorIndex:
             False, or its vector dimension differs from ``dim``.
     """
 
-    def __init__(self, uri: str, collection: str, dim: int, *, create: bool = False, token: str = "") -> None:
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        dim: int,
+        *,
+        create: bool = False,
+        token: str = "",
+        alias: bool = True,
+    ) -> None:
         if dim <= 0:
             raise ConfigurationError(f"vector dimension must be positive, got {dim}")
         self.uri = uri
         self.collection = collection
         self.dim = dim
         self.is_lite = not _is_server_uri(uri)
+        self._alias = alias
         self._client: Any = None
         if self.is_lite:
             uri = os.path.expanduser(uri)
@@ -208,7 +221,7 @@ class MilvusVectorIndex:
         from pymilvus import DataType
 
         client = self._client
-        physical = f"{self.collection}_v1"
+        physical = f"{self.collection}_v1" if self._alias else self.collection
         schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
         schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH, is_primary=True)
         schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
@@ -235,7 +248,41 @@ class MilvusVectorIndex:
             client.create_collection(
                 physical, schema=schema, index_params=index_params, consistency_level="Strong"
             )
-        client.create_alias(physical, self.collection)
+        if self._alias:
+            client.create_alias(physical, self.collection)
+
+    def point_alias(self, alias: str) -> None:
+        """Make ``alias`` name this index's physical collection (create or move it).
+
+        Raises:
+            WriteError: Milvus refused (e.g. ``alias`` is a collection name).
+        """
+        client = self._require_open()
+        try:
+            existing = set(client.list_aliases(self.physical_collection).get("aliases", []))
+            if alias in existing:
+                return
+            try:
+                client.alter_alias(self.physical_collection, alias)
+            except Exception:
+                client.create_alias(self.physical_collection, alias)
+        except Exception as exc:
+            raise WriteError(f"Milvus alias {alias!r} -> {self.physical_collection!r} failed: {exc}") from exc
+
+    def drop_physical(self) -> None:
+        """Drop this index's physical collection (every row) and close.
+
+        Raises:
+            WriteError: an alias still names it, or Milvus refused.
+        """
+        client = self._require_open()
+        try:
+            client.release_collection(self.physical_collection)
+            client.drop_collection(self.physical_collection)
+        except Exception as exc:
+            raise WriteError(f"Milvus drop of {self.physical_collection!r} failed: {exc}") from exc
+        finally:
+            self.close()
 
     def _require_open(self) -> Any:
         if self._client is None:

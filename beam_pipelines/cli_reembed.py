@@ -1,0 +1,125 @@
+"""``ragsync reembed``, ``ragsync index-versions`` and ``ragsync eval-retrieval``.
+
+Registered through ``PLUGIN_MODULES`` in :mod:`beam_pipelines.cli`. Exit
+codes: 0 success (``reembed``: the new version went live, or was built
+without a golden set), 1 the gate refused the new version, 2 usage or
+configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from beam_pipelines.cli import _settings as settings_from_args
+
+    return settings_from_args(args)
+
+
+def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.json:
+        print(json.dumps(data, sort_keys=True, default=str))
+    else:
+        print(human)
+
+
+def _groups(text: str) -> list[str]:
+    return [g.strip() for g in text.split(",") if g.strip()]
+
+
+def cmd_reembed(args: argparse.Namespace) -> int:
+    from beam_pipelines.reembed import run_reembed
+
+    settings = _settings(args)
+    summary = run_reembed(
+        settings,
+        args.model,
+        max_docs_per_s=args.max_docs_per_s,
+        tolerance=args.tolerance,
+        golden=args.golden,
+        groups=_groups(args.groups),
+        batch_chunks=args.batch_size,
+        beam_args=args.beam_args,
+        show_progress=not args.quiet and not args.json,
+    )
+    d = summary.to_dict()
+    lines = [
+        f"re-embedding with {d['model']} into index v{d['version']}: {d['state']} ({d['seconds']:.1f}s)",
+        f"  chunks {d['total']} total, {d['already_present']} already present, {d['chunks_written']} written "
+        f"({d['chunks_embedded']} embedded, {d['embedding_cache_hits']} from cache), {d['failed']} failed",
+        f"  throughput {d['chunks_per_s']} chunks/s; counts {d['counts']}",
+    ]
+    for reason in d["gate"].get("reasons", []):
+        lines.append(f"  refused: {reason}")
+    if d["state"] == "building":
+        lines.append(f"  no --golden: not flipped; flip with `ragsync index-versions flip {d['version']}`")
+    _emit(args, d, "\n".join(lines))
+    return 1 if d["state"] == "refused" else 0
+
+
+def cmd_index_versions(args: argparse.Namespace) -> int:
+    from ragsync import index_versions as iv
+
+    settings = _settings(args)
+    if args.action == "flip":
+        if args.version is None:
+            raise SystemExit("ragsync index-versions flip: give the version number")
+        v = iv.flip(settings, args.version)
+        _emit(args, v.to_dict(), f"index v{v.version} is live")
+        return 0
+    if args.action == "rollback":
+        v = iv.rollback(settings)
+        _emit(args, v.to_dict(), f"rolled back: index v{v.version} is live")
+        return 0
+    if args.action == "gc":
+        dropped = iv.gc(settings)
+        _emit(args, {"dropped": dropped}, f"dropped versions: {dropped or 'none'}")
+        return 0
+    versions = iv.list_versions(settings)
+    human = "\n".join(iv.describe(v) for v in versions) or "no index versions (run `ragsync backfill` first)"
+    _emit(args, [v.to_dict() for v in versions], human)
+    return 0
+
+
+def cmd_eval_retrieval(args: argparse.Namespace) -> int:
+    from ragsync import index_versions as iv
+    from ragsync.eval_retrieval import evaluate, format_report, load_golden
+
+    settings = _settings(args)
+    version = iv.get_version(settings, args.version) if args.version is not None else None
+    report = evaluate(
+        settings, load_golden(args.golden), version=version, k=args.k, groups=_groups(args.groups)
+    )
+    _emit(args, report.to_dict(), format_report(report))
+    return 0
+
+
+def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``reembed``, ``index-versions`` and ``eval-retrieval``."""
+    r = subparsers.add_parser(
+        "reembed", parents=[common], help="re-embed stored chunks into a new index version, gated flip"
+    )
+    r.add_argument("--model", required=True, help="all-MiniLM-L6-v2 or multilingual-e5-small")
+    r.add_argument("--max-docs-per-s", type=float, default=0.0, help="rate limit in documents/s (0: none)")
+    r.add_argument("--tolerance", type=float, default=0.02, help="allowed Recall@10 drop per format")
+    r.add_argument("--golden", help="golden JSONL file; without it the new version is built but not flipped")
+    r.add_argument("--groups", default="everyone", help="groups the golden queries run as")
+    r.add_argument("--batch-size", type=int, default=None, help="chunks per embed/write batch")
+    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    r.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
+    r.set_defaults(func=cmd_reembed)
+
+    v = subparsers.add_parser("index-versions", parents=[common], help="list, flip, roll back or gc versions")
+    v.add_argument("action", nargs="?", default="list", choices=["list", "flip", "rollback", "gc"])
+    v.add_argument("version", nargs="?", type=int, help="for flip: the version to make live")
+    v.set_defaults(func=cmd_index_versions)
+
+    e = subparsers.add_parser("eval-retrieval", parents=[common], help="golden-set Recall@10 per format")
+    e.add_argument("--golden", required=True, help="golden JSONL file (see ragsync.eval_retrieval)")
+    e.add_argument("--version", type=int, default=None, help="index version (default: the live one)")
+    e.add_argument("--groups", default="everyone", help="groups the queries run as")
+    e.add_argument("-k", type=int, default=10, help="cutoff (default 10)")
+    e.set_defaults(func=cmd_eval_retrieval)

@@ -1,0 +1,193 @@
+"""Commands of the streaming side: sources, events, stream, dead letters."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from beam_pipelines.cli import settings_from_args
+
+    return settings_from_args(args)
+
+
+def _print(args: argparse.Namespace, data: Any, human: str) -> None:
+    print(json.dumps(data, sort_keys=True, default=str) if args.json else human)
+
+
+def cmd_sources_add(args: argparse.Namespace) -> int:
+    from beam_pipelines.backfill import register_source
+
+    try:
+        register_source(_settings(args), args.source_id, args.tenant, args.type, args.uri or "")
+    except ValueError as exc:
+        print(f"ragsync: {exc}", file=sys.stderr)
+        return 2
+    data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type}
+    _print(args, data, f"source {args.source_id} ({args.type}) registered for tenant {args.tenant}")
+    return 0
+
+
+def cmd_events_push(args: argparse.Namespace) -> int:
+    from connectors.events import parse_event_line
+    from ragsync.config import open_catalog
+    from ragsync.errors import InvalidEventError
+
+    valid = []
+    rejected: list[dict[str, Any]] = []
+    with open(args.file, encoding="utf-8") as fh:
+        for number, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                valid.append(parse_event_line(line))
+            except InvalidEventError as exc:
+                rejected.append({"line": number, "error": str(exc)})
+    catalog = open_catalog(_settings(args))
+    try:
+        queued, duplicates = catalog.enqueue_events(valid)
+    finally:
+        catalog.close()
+    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}
+    human = [f"queued {queued} events ({duplicates} already queued), rejected {len(rejected)}"]
+    human += [f"  line {r['line']}: {r['error']}" for r in rejected]
+    _print(args, data, "\n".join(human))
+    return 1 if rejected else 0
+
+
+def cmd_stream(args: argparse.Namespace) -> int:
+    from beam_pipelines.streaming import run_stream
+
+    summary = run_stream(
+        _settings(args),
+        until_idle=args.until_idle,
+        source=args.source,
+        beam_args=args.beam_args,
+        show_progress=not args.quiet,
+        subscription=args.pubsub_subscription or "",
+        topic=args.kafka_topic or "",
+        bootstrap=args.kafka_bootstrap or "",
+    )
+    d = summary.to_dict()
+    human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items()]
+    _print(args, d, "\n".join(human))
+    return 0
+
+
+def cmd_dead_letters_list(args: argparse.Namespace) -> int:
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(_settings(args))
+    try:
+        rows = catalog.list_dead_letters(source_id=args.source_id, limit=args.limit)
+    finally:
+        catalog.close()
+    data: list[dict[str, Any]] = [
+        {
+            "id": r.id,
+            "doc_id": r.doc_id,
+            "uri": r.uri,
+            "stage": r.stage,
+            "error_class": r.error_class,
+            "message": r.message,
+            "attempts": r.attempts,
+            "event_id": _event_id_of(r.payload),
+        }
+        for r in rows
+    ]
+    human = [
+        f"{d['id']:5d} [{d['error_class']}] {d['stage']:7s} {d['uri'] or d['doc_id']}: {d['message'][:100]}"
+        for d in data
+    ]
+    _print(args, data, "\n".join(human) or "no dead letters")
+    return 0
+
+
+def _event_id_of(payload: str) -> str:
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    for path in (("event_id",), ("source", "event_id"), ("event", "event_id")):
+        node: Any = data
+        for key in path:
+            node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, str) and node:
+            return node
+    return ""
+
+
+def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
+    """Re-drive dead letters: an event goes back to the queue; a backfill file
+    is retried by the next backfill of its source (its row is resolved)."""
+    from ragsync.config import open_catalog
+
+    if not args.all and args.id is None:
+        print("ragsync: give a dead-letter id or --all", file=sys.stderr)
+        return 2
+    catalog = open_catalog(_settings(args))
+    requeued, resolved = 0, 0
+    try:
+        rows = catalog.list_dead_letters(limit=1_000_000)
+        if not args.all:
+            rows = [r for r in rows if r.id == args.id]
+            if not rows:
+                print(f"ragsync: no open dead letter {args.id}", file=sys.stderr)
+                return 2
+        for r in rows:
+            event_id = _event_id_of(r.payload)
+            if event_id and catalog.requeue_event(event_id):
+                requeued += 1
+            catalog.resolve_dead_letter(r.id)
+            resolved += 1
+    finally:
+        catalog.close()
+    data = {"resolved": resolved, "requeued_events": requeued}
+    _print(args, data, f"resolved {resolved} dead letters; {requeued} events back in the queue")
+    return 0
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``sources``, ``events``, ``stream`` and ``dead-letters``."""
+    src = sub.add_parser("sources", help="register sources")
+    src_sub = src.add_subparsers(dest="sources_command", required=True)
+    add = src_sub.add_parser("add", parents=[common], help="register a source (same as POST /v1/sources)")
+    add.add_argument("source_id")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--type", required=True, choices=SOURCE_TYPES)
+    add.add_argument("--uri", help="where the source lives (informational)")
+    add.set_defaults(func=cmd_sources_add)
+
+    ev = sub.add_parser("events", help="the local event queue")
+    ev_sub = ev.add_subparsers(dest="events_command", required=True)
+    push = ev_sub.add_parser("push", parents=[common], help="enqueue events from a JSONL file")
+    push.add_argument("file", help="one JSON event a line (see connectors/events.py for the fields)")
+    push.set_defaults(func=cmd_events_push)
+
+    st = sub.add_parser("stream", parents=[common], help="run the streaming pipeline")
+    st.add_argument("--until-idle", action="store_true", help="exit once the queue is drained and written")
+    st.add_argument("--source", default="queue", choices=("queue", "pubsub", "kafka"), help="event bus")
+    st.add_argument("--pubsub-subscription", help="projects/P/subscriptions/S (with --source pubsub)")
+    st.add_argument("--kafka-topic", help="topic (with --source kafka)")
+    st.add_argument("--kafka-bootstrap", help="bootstrap servers (with --source kafka)")
+    st.add_argument("--quiet", action="store_true", help="no progress lines")
+    st.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
+    st.set_defaults(func=cmd_stream)
+
+    dl = sub.add_parser("dead-letters", help="inspect and re-drive dead letters")
+    dl_sub = dl.add_subparsers(dest="dl_command", required=True)
+    ls = dl_sub.add_parser("list", parents=[common], help="open dead letters")
+    ls.add_argument("--source-id")
+    ls.add_argument("--limit", type=int, default=50)
+    ls.set_defaults(func=cmd_dead_letters_list)
+    rt = dl_sub.add_parser("retry", parents=[common], help="re-drive one dead letter or all")
+    rt.add_argument("id", nargs="?", type=int)
+    rt.add_argument("--all", action="store_true")
+    rt.set_defaults(func=cmd_dead_letters_retry)

@@ -1,0 +1,547 @@
+"""Re-embedding into a new index version: bounded, rate-limited, resumable, gated.
+
+``run_reembed(settings, "multilingual-e5-small", golden=...)``:
+
+1. Find the ``building`` version for that model (a crashed run to resume) or
+   create the next one beside the live version (Milvus ``{collection}_v{n}``,
+   tantivy ``HOME/keyword_v{n}``).
+2. Work list = catalog chunk ids minus the ids already present in *both* of
+   the target's stores (chunk ids are deterministic, so resuming is this set
+   difference); target rows whose chunk is gone from the catalog are deleted.
+3. A Beam pipeline (FnApiRunner by default) reads the stored chunks from the
+   catalog (nothing is fetched, parsed or OCR'd again), embeds them with the
+   target model through the embedding cache keyed by (text_hash,
+   model_version), and upserts them into the target's vector collection and
+   keyword index, at most ``max_docs_per_s`` documents per second. Progress
+   (total/done/failed, in chunks) goes to the catalog's ``backfills`` row
+   ``reembed-v{n}`` after every written batch.
+4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
+   left, which picks up documents the live pipeline changed meanwhile. There
+   is no dual-write: changes made after the last pass and before the flip
+   reach only the old version (run ``reembed`` again, or re-run the
+   backfill after the flip).
+5. The gate: the catalog, the target vector collection and the target
+   keyword index hold exactly the same chunk ids with no duplicate rows, and
+   for every format of the golden set, vector-only and hybrid Recall@10 of
+   the target are each >= the live version's minus ``tolerance``. Pass: the
+   aliases flip (the old version is retired, kept 7 days). Fail: the target
+   is marked ``refused`` and the old version stays live. Without a golden
+   set nothing is flipped: the version stays ``building`` (complete) for a
+   manual ``ragsync index-versions flip N``.
+
+Fault injection for tests: ``RAGSYNC_REEMBED_CRASH_AFTER_DOCS=N`` ends the
+process abruptly (``os._exit(137)``, no cleanup, like SIGKILL) once N
+documents have been written by this process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+from apache_beam.options.pipeline_options import PipelineOptions
+from sqlalchemy import select, update
+
+from ragsync import index_versions as iv
+from ragsync.catalog import Catalog, schema
+from ragsync.config import Settings, open_catalog
+from ragsync.embedding import EmbeddingModel, get_model
+from ragsync.errors import ConfigurationError
+from ragsync.eval_retrieval import compare, evaluate, load_golden
+from ragsync.model import Chunk
+from transforms.common import NAMESPACE, counter
+
+CATCH_UP_PASSES = 3
+CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"
+DEFAULT_TOLERANCE = 0.02
+
+
+@dataclass
+class ReembedSummary:
+    """What a re-embedding did. Field names are the ``--json`` keys.
+
+    ``state`` is the target version's state afterwards: ``live`` (flipped),
+    ``refused`` or ``building`` (complete but not flipped: no golden set).
+    ``chunks_per_s`` is chunks written / pipeline seconds (embedding included).
+    """
+
+    version: int
+    model: str
+    state: str
+    total: int
+    already_present: int
+    chunks_written: int
+    chunks_embedded: int
+    embedding_cache_hits: int
+    failed: int
+    orphans_removed: int
+    passes: int
+    pipeline_seconds: float
+    chunks_per_s: float
+    seconds: float
+    counts: dict[str, int] = field(default_factory=dict)
+    gate: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class RateLimiter:
+    """Token bucket: ``rate`` tokens per second, bursts up to ``max(1, rate)``.
+
+    ``rate <= 0`` means unlimited. Thread-safe; ``acquire`` sleeps.
+    """
+
+    def __init__(self, rate: float) -> None:
+        self.rate = float(rate)
+        self.capacity = max(1.0, self.rate)
+        self._tokens = self.capacity
+        self._last = time.monotonic()
+        self._lock = threading.Lock()
+
+    def acquire(self, n: float = 1.0) -> None:
+        if self.rate <= 0:
+            return
+        while True:
+            with self._lock:
+                now = time.monotonic()
+                self._tokens = min(self.capacity, self._tokens + (now - self._last) * self.rate)
+                self._last = now
+                if self._tokens >= n:
+                    self._tokens -= n
+                    return
+                wait = (n - self._tokens) / self.rate
+            time.sleep(wait)
+
+
+# ------------------------------------------------------------- backfills row
+
+
+def _backfill_id(version: int) -> str:
+    return f"reembed-v{version}"
+
+
+def _progress_start(
+    catalog: Catalog, version: iv.IndexVersion, total: int, done: int, max_docs_per_s: float
+) -> None:
+    """Create or reset the ``backfills`` row of this re-embedding (done = present now)."""
+    t = schema.backfills
+    now = time.time()
+    values: dict[str, Any] = {
+        "total": total,
+        "done": done,
+        "failed": 0,
+        "state": "running",
+        "max_docs_per_s": max_docs_per_s or None,
+        "updated_at": now,
+    }
+    with catalog.engine.begin() as conn:
+        exists = conn.execute(select(t.c.backfill_id).where(t.c.backfill_id == _backfill_id(version.version)))
+        if exists.first() is None:
+            conn.execute(
+                t.insert().values(
+                    backfill_id=_backfill_id(version.version),
+                    tenant_id=None,
+                    reason="reembed",
+                    target_index=version.vector_collection,
+                    cursor=json.dumps({"model": version.model_name, "keyword_index": version.keyword_index}),
+                    created_at=now,
+                    started_at=now,
+                    **values,
+                )
+            )
+        else:
+            conn.execute(update(t).where(t.c.backfill_id == _backfill_id(version.version)).values(**values))
+
+
+def _progress_add(catalog: Catalog, version: int, done: int, failed: int) -> None:
+    t = schema.backfills
+    with catalog.engine.begin() as conn:
+        conn.execute(
+            update(t)
+            .where(t.c.backfill_id == _backfill_id(version))
+            .values(done=t.c.done + done, failed=t.c.failed + failed, updated_at=time.time())
+        )
+
+
+def _progress_state(catalog: Catalog, version: int, state: str) -> None:
+    t = schema.backfills
+    with catalog.engine.begin() as conn:
+        conn.execute(
+            update(t)
+            .where(t.c.backfill_id == _backfill_id(version))
+            .values(state=state, updated_at=time.time())
+        )
+
+
+def backfill_progress(settings: Settings, version: int) -> dict[str, Any] | None:
+    """The ``backfills`` row of re-embedding into ``version`` (None when absent)."""
+    catalog = open_catalog(settings)
+    try:
+        t = schema.backfills
+        with catalog.engine.connect() as conn:
+            row = conn.execute(select(t).where(t.c.backfill_id == _backfill_id(version))).mappings().first()
+        return dict(row) if row else None
+    finally:
+        catalog.close()
+
+
+# ------------------------------------------------------------------ pipeline
+
+
+class _ReembedFn(beam.DoFn):
+    """(doc_id, chunk ids) -> nothing; embeds and writes in batches of about
+    ``batch_chunks`` chunks. Counters: chunks_written, chunks_embedded,
+    embedding_cache_hits, chunks_failed, documents_written."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        version: iv.IndexVersion,
+        batch_chunks: int,
+        max_docs_per_s: float,
+        show_progress: bool,
+    ) -> None:
+        self.settings = settings
+        self.version = version
+        self.batch_chunks = batch_chunks
+        self.max_docs_per_s = max_docs_per_s
+        self.show_progress = show_progress
+
+    def setup(self) -> None:
+        self._model: EmbeddingModel = get_model(self.version.model_name)
+        if self._model.version != self.version.model_version:
+            raise ConfigurationError(
+                f"index v{self.version.version} was built with {self.version.model_version}, "
+                f"but {self.version.model_name} is now {self._model.version}"
+            )
+        self._catalog = open_catalog(self.settings)
+        self._vectors = iv.open_version_vector(self.settings, self.version)
+        self._keywords = iv.open_version_keyword(self.settings, self.version)
+        self._limiter = RateLimiter(self.max_docs_per_s)
+        crash = os.environ.get(CRASH_ENV, "")
+        self._crash_after = int(crash) if crash.strip() else 0
+        self._docs_written = 0
+        self._written = counter("chunks_written")
+        self._embedded = counter("chunks_embedded")
+        self._hits = counter("embedding_cache_hits")
+        self._failed = counter("chunks_failed")
+        self._docs = counter("documents_written")
+
+    def teardown(self) -> None:
+        for name in ("_keywords", "_vectors", "_catalog"):
+            store = getattr(self, name, None)
+            if store is not None:
+                store.close()
+
+    def start_bundle(self) -> None:
+        self._buffer: list[tuple[str, Sequence[str]]] = []
+        self._buffered = 0
+
+    def process(self, element: tuple[str, Sequence[str]]) -> Iterator[Any]:
+        self._limiter.acquire(1)
+        self._buffer.append(element)
+        self._buffered += len(element[1])
+        if self._buffered >= self.batch_chunks:
+            self._flush()
+        return iter(())
+
+    def finish_bundle(self) -> None:
+        self._flush()
+
+    def _encode_docs(self, docs: list[list[Chunk]]) -> tuple[list[Chunk], list[np.ndarray], int]:
+        """Vectors for every chunk of ``docs`` (cache first); a document whose
+        chunks the model rejects is left out. Returns (chunks, vectors, failed)."""
+        chunks = [c for doc in docs for c in doc]
+        cached = self._catalog.get_embeddings([c.text_hash for c in chunks], self._model.version)
+        self._hits.inc(sum(1 for c in chunks if c.text_hash in cached))
+        todo = list({c.text_hash: c for c in chunks if c.text_hash not in cached}.values())
+        fresh: dict[str, np.ndarray] = {}
+        if todo:
+            try:
+                vecs = self._model.encode_passages([c.embedding_text() for c in todo])
+                fresh = {c.text_hash: vecs[i] for i, c in enumerate(todo)}
+            except Exception:  # noqa: BLE001 - isolate the failing documents below
+                for c in todo:
+                    try:
+                        fresh[c.text_hash] = self._model.encode_passages([c.embedding_text()])[0]
+                    except Exception:  # noqa: BLE001 - that chunk's document is counted failed
+                        continue
+            good = {h: v for h, v in fresh.items() if np.isfinite(v).all()}
+            if good:
+                self._catalog.put_embeddings(good, self._model.version)
+            fresh = good
+            self._embedded.inc(len(fresh))
+        out_chunks: list[Chunk] = []
+        out_vecs: list[np.ndarray] = []
+        failed = 0
+        for doc in docs:
+            found = [cached.get(c.text_hash, fresh.get(c.text_hash)) for c in doc]
+            if any(v is None for v in found):
+                failed += len(doc)
+                continue
+            out_chunks += doc
+            out_vecs += [v for v in found if v is not None]
+        return out_chunks, out_vecs, failed
+
+    def _flush(self) -> None:
+        if not self._buffer:
+            return
+        batch, self._buffer, self._buffered = self._buffer, [], 0
+        stored = self._catalog.chunks_by_ids([cid for _, ids in batch for cid in ids])
+        docs = [[stored[c] for c in ids if c in stored] for _, ids in batch]
+        docs = [d for d in docs if d]
+        chunks, vectors, failed = self._encode_docs(docs)
+        if chunks:
+            self._vectors.upsert(chunks, [v.tolist() for v in vectors])
+            self._keywords.upsert(chunks)
+        self._written.inc(len(chunks))
+        self._failed.inc(failed)
+        self._docs.inc(len(batch))
+        _progress_add(self._catalog, self.version.version, len(chunks), failed)
+        self._docs_written += len(batch)
+        if self.show_progress:
+            print(f"[reembed v{self.version.version}] +{len(chunks)} chunks", file=sys.stderr, flush=True)
+        if self._crash_after and self._docs_written >= self._crash_after:
+            os._exit(137)  # fault injection: die without cleanup, like a SIGKILL
+
+
+def _metric(result: Any, name: str) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+    return int(sum(c.committed or c.attempted or 0 for c in counters))
+
+
+def _catalog_chunks(catalog: Catalog) -> dict[str, str]:
+    """chunk_id -> doc_id of every stored chunk (all tenants)."""
+    t = schema.chunks
+    with catalog.engine.connect() as conn:
+        return {cid: doc for cid, doc in conn.execute(select(t.c.chunk_id, t.c.doc_id)).all()}
+
+
+def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str], set[str], int, int]:
+    """(vector ids, keyword ids, vector row count, keyword row count) of the target."""
+    vec = iv.open_version_vector(settings, version)
+    kw = iv.open_version_keyword(settings, version)
+    try:
+        return vec.chunk_ids(), kw.chunk_ids(), vec.count(), sum(kw.count_by_doc().values())
+    finally:
+        kw.close()
+        vec.close()
+
+
+def _delete_orphans(settings: Settings, version: iv.IndexVersion, orphans: set[str]) -> int:
+    """Delete target rows whose chunk left the catalog (any tenant)."""
+    if not orphans:
+        return 0
+    vec = iv.open_version_vector(settings, version)
+    kw = iv.open_version_keyword(settings, version)
+    try:
+        by_tenant: dict[str, list[str]] = {}
+        catalog = open_catalog(settings)
+        try:
+            tenants = catalog.tenant_ids()
+        finally:
+            catalog.close()
+        for tenant in tenants:
+            mine = (vec.chunk_ids(tenant) | kw.chunk_ids(tenant)) & orphans
+            if mine:
+                by_tenant[tenant] = sorted(mine)
+        for tenant, ids in by_tenant.items():
+            vec.delete(tenant, ids)
+            kw.delete(tenant, ids)
+        return sum(len(v) for v in by_tenant.values())
+    finally:
+        kw.close()
+        vec.close()
+
+
+def _run_pipeline(
+    settings: Settings,
+    version: iv.IndexVersion,
+    work: list[tuple[str, tuple[str, ...]]],
+    *,
+    batch_chunks: int,
+    max_docs_per_s: float,
+    beam_args: Sequence[str],
+    show_progress: bool,
+) -> dict[str, int]:
+    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    runner = options.get_all_options().get("runner") or "FnApiRunner"
+    p = beam.Pipeline(runner=runner, options=options)
+    _ = (
+        p
+        | "StoredChunks" >> beam.Create(work)
+        | "EmbedAndWrite"
+        >> beam.ParDo(_ReembedFn(settings, version, batch_chunks, max_docs_per_s, show_progress))
+    )
+    result = p.run()
+    result.wait_until_finish()
+    return {
+        name: _metric(result, name)
+        for name in ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed")
+    }
+
+
+def run_reembed(
+    settings: Settings,
+    model_name: str,
+    *,
+    max_docs_per_s: float = 0.0,
+    tolerance: float = DEFAULT_TOLERANCE,
+    golden: str | None = None,
+    groups: Sequence[str] = ("everyone",),
+    batch_chunks: int | None = None,
+    beam_args: Sequence[str] = (),
+    show_progress: bool = False,
+) -> ReembedSummary:
+    """Re-embed every stored chunk with ``model_name`` into a new (or the
+    resumable ``building``) index version and gate the flip (module docstring).
+
+    Args:
+        settings: the stores.
+        model_name: a registered model (``ragsync.embedding.get_model``).
+        max_docs_per_s: documents per second; 0 = unlimited.
+        tolerance: largest allowed Recall@10 drop per format and mode.
+        golden: golden JSONL file; None = build only, never flip.
+        groups: groups the golden queries run as.
+        batch_chunks: chunks per embed/write batch (default
+            ``settings.embed_batch_size``).
+        beam_args: Beam options (default the FnApiRunner).
+        show_progress: progress lines on stderr.
+
+    Returns:
+        The summary; ``state`` says whether it went live.
+
+    Raises:
+        ConfigurationError: unknown model, nothing indexed yet, a model/dim
+            mismatch with the version being resumed, Elasticsearch keyword
+            index, or an unreadable golden file.
+    """
+    start = time.monotonic()
+    model = get_model(model_name)
+    golden_set = load_golden(golden) if golden else None
+    live = iv.live_version(settings)
+    target = iv.building_version(settings, model_name)
+    if target is not None and target.model_version != model.version:
+        target = None
+    if target is None:
+        target = iv.create_version(settings, model.name, model.version, model.dim)
+    if show_progress:
+        print(
+            f"[reembed] {model.version} into index v{target.version} (live: v{live.version})", file=sys.stderr
+        )
+
+    totals = {"chunks_written": 0, "chunks_embedded": 0, "embedding_cache_hits": 0, "chunks_failed": 0}
+    orphans_removed = 0
+    already_present = -1
+    pipeline_seconds = 0.0
+    passes = 0
+    for _ in range(CATCH_UP_PASSES):
+        catalog = open_catalog(settings)
+        try:
+            wanted = _catalog_chunks(catalog)
+        finally:
+            catalog.close()
+        vec_ids, kw_ids, _, _ = _target_state(settings, target)
+        present = vec_ids & kw_ids & set(wanted)
+        orphans_removed += _delete_orphans(settings, target, (vec_ids | kw_ids) - set(wanted))
+        if already_present < 0:
+            already_present = len(present)
+        todo: dict[str, list[str]] = {}
+        for cid in sorted(set(wanted) - present):
+            todo.setdefault(wanted[cid], []).append(cid)
+        catalog = open_catalog(settings)
+        try:
+            _progress_start(catalog, target, len(wanted), len(present), max_docs_per_s)
+        finally:
+            catalog.close()
+        if not todo:
+            break
+        passes += 1
+        t0 = time.monotonic()
+        got = _run_pipeline(
+            settings,
+            target,
+            [(doc, tuple(ids)) for doc, ids in sorted(todo.items())],
+            batch_chunks=batch_chunks or settings.embed_batch_size,
+            max_docs_per_s=max_docs_per_s,
+            beam_args=beam_args,
+            show_progress=show_progress,
+        )
+        pipeline_seconds += time.monotonic() - t0
+        for k, v in got.items():
+            totals[k] += v
+        if got["chunks_failed"]:
+            break  # the same chunks would fail again; the gate reports it
+
+    catalog = open_catalog(settings)
+    try:
+        wanted_ids = set(_catalog_chunks(catalog))
+    finally:
+        catalog.close()
+    vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, target)
+    counts = {"catalog": len(wanted_ids), "vector": vec_rows, "keyword": kw_rows}
+    gate: dict[str, Any] = {"tolerance": tolerance, "counts_agree": False, "reasons": []}
+    reasons: list[str] = gate["reasons"]
+    if not (wanted_ids == vec_ids == kw_ids and vec_rows == kw_rows == len(wanted_ids)):
+        reasons.append(
+            f"chunk counts disagree: catalog {len(wanted_ids)}, vector {vec_rows} rows "
+            f"({len(vec_ids)} ids), keyword {kw_rows} rows ({len(kw_ids)} ids)"
+        )
+    else:
+        gate["counts_agree"] = True
+    if golden_set is not None and not reasons:
+        before = evaluate(settings, golden_set, version=live, groups=groups)
+        after = evaluate(
+            settings, golden_set, version=iv.get_version(settings, target.version), groups=groups
+        )
+        ok, why = compare(before, after, tolerance)
+        reasons += why
+        gate["live"] = before.to_dict()
+        gate["candidate"] = after.to_dict()
+    note = json.dumps(gate, sort_keys=True)
+    catalog = open_catalog(settings)
+    try:
+        if reasons:
+            iv.mark_refused(settings, target.version, note)
+            state = iv.REFUSED
+        elif golden_set is None:
+            iv.set_note(settings, target.version, note)
+            state = iv.BUILDING
+        else:
+            iv.set_note(settings, target.version, note)
+            iv.flip(settings, target.version)
+            state = iv.LIVE
+        progress = {iv.LIVE: "flipped", iv.REFUSED: "refused", iv.BUILDING: "built"}[state]
+        _progress_state(catalog, target.version, progress)
+    finally:
+        catalog.close()
+    written = totals["chunks_written"]
+    return ReembedSummary(
+        version=target.version,
+        model=model.version,
+        state=state,
+        total=len(wanted_ids),
+        already_present=max(already_present, 0),
+        chunks_written=written,
+        chunks_embedded=totals["chunks_embedded"],
+        embedding_cache_hits=totals["embedding_cache_hits"],
+        failed=totals["chunks_failed"],
+        orphans_removed=orphans_removed,
+        passes=passes,
+        pipeline_seconds=round(pipeline_seconds, 3),
+        chunks_per_s=round(written / pipeline_seconds, 2) if pipeline_seconds > 0 else 0.0,
+        seconds=round(time.monotonic() - start, 3),
+        counts=counts,
+        gate=gate,
+    )

@@ -1,0 +1,233 @@
+"""The unbounded streaming pipeline: change events in, both indexes kept in
+step.
+
+Graph (the shared chain is the backfill's ``IndexDocuments``)::
+
+    events -> resolve -> gate (keyed by doc_id, stateful) -+- upsert -> IndexDocuments -+
+                                                           +- acl    -> ApplyAcl -------+-> ack
+                                                           +- delete -> Delete ---------+
+                                                           +- stale/duplicate ----------+
+    every stage's failures -> dead letters (retryable ones back to the queue)
+
+Event sources: the catalog's ``events`` table (local default, no server),
+Pub/Sub or Kafka (production; see ``event_source``).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from ragsync.config import Settings
+from ragsync.embedding import ModelSpec, default_model
+from ragsync.errors import ConfigurationError
+from transforms.ack import AckEvents, outcome_of
+from transforms.acl import ApplyAclChanges
+from transforms.chain import IndexDocuments
+from transforms.common import NAMESPACE, ToDeadLetters
+from transforms.delete import DeleteDocuments
+from transforms.events import (
+    ACL,
+    DELETE,
+    DUPLICATE,
+    STALE,
+    UPSERT,
+    EventQueueSource,
+    GateEvents,
+    UpsertsToWork,
+    _ResolveFn,
+)
+from transforms.fetch import UNCHANGED
+from transforms.write import WriteDeadLetters
+
+
+@dataclass(frozen=True)
+class StreamSummary:
+    """What a streaming run did. Field names are the ``--json`` keys."""
+
+    events_applied: int
+    events_stale: int
+    events_duplicate: int
+    events_retried: int
+    documents_indexed: int
+    documents_unchanged: int
+    documents_deleted: int
+    documents_acl_updated: int
+    chunks_embedded: int
+    embedding_cache_hits: int
+    chunks_written: int
+    chunks_deleted: int
+    dead_lettered: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def build_streaming_pipeline(
+    events: beam.PCollection, settings: Settings, spec: ModelSpec, *, show_progress: bool = False
+) -> dict[str, list[beam.PCollection]]:
+    """Wire gate, routing, the shared chain, acks and dead letters onto
+    ``events``, a PCollection of ``(doc_id, QueuedEvent)``.
+
+    Returns the PCollections tests assert on: ``acked`` and ``dead`` (lists
+    of PCollections of event ids and DeadLetters).
+    """
+    gated = events | "GateEvents" >> GateEvents(settings)
+    # Priority paths: permission changes and deletes touch metadata only and
+    # never wait behind parsing or embedding.
+    acl = gated[ACL] | "ApplyAclEvents" >> ApplyAclChanges(settings, spec.dim, events=True)
+    deleted = gated[DELETE] | "DeleteDocuments" >> DeleteDocuments(settings, spec.dim)
+    work = gated[UPSERT] | "UpsertsToWork" >> UpsertsToWork(settings)
+    chain = work | "IndexDocuments" >> IndexDocuments(
+        settings, spec, group_duplicates=False, show_progress=show_progress
+    )
+    finished = [
+        *chain["written"],
+        *chain[UNCHANGED],
+        *chain["duplicates"],
+        *chain["acl_updated"],
+        acl["updated"],
+        deleted["deleted"],
+    ]
+    # One acknowledgement step per branch: no Flatten (FnApiRunner's
+    # streaming mode stalls on it; see transforms/chain.py).
+    acked = []
+    for i, pcoll in enumerate(finished):
+        acked.append(pcoll | f"Outcome{i}" >> beam.Map(outcome_of) | f"Ack{i}" >> AckEvents(settings))
+    for state, pcoll in ((STALE, gated[STALE]), (DUPLICATE, gated[DUPLICATE])):
+        outcomes = pcoll | f"Outcome_{state}" >> beam.Map(outcome_of, state)
+        acked.append(outcomes | f"Ack_{state}" >> AckEvents(settings))
+    dead = [*chain["dead"], acl["dead"], deleted["dead"]]
+    for i, pcoll in enumerate(dead):
+        pcoll | f"WriteDeadLetters{i}" >> WriteDeadLetters(settings)
+    return {"acked": acked, "dead": dead}
+
+
+def event_source(
+    p: beam.Pipeline,
+    settings: Settings,
+    *,
+    source: str,
+    until_idle: bool,
+    subscription: str = "",
+    topic: str = "",
+    bootstrap: str = "",
+) -> beam.PCollection:
+    """Event rows from the configured bus, as dicts shaped like catalog rows
+    (``payload`` holds the event JSON, ``attempts`` the failed deliveries).
+
+    Args:
+        source: ``queue`` (the catalog's events table), ``pubsub`` or ``kafka``.
+        until_idle: ``queue`` only: finish once the queue is drained.
+        subscription: Pub/Sub subscription path.
+        topic: Kafka topic.
+        bootstrap: Kafka bootstrap servers.
+
+    Raises:
+        ConfigurationError: an unknown source or missing setting.
+    """
+    if source == "queue":
+        return p | "ReadEventQueue" >> beam.io.Read(EventQueueSource(settings, until_idle=until_idle))
+    if source == "pubsub":
+        if not subscription:
+            raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")
+        from apache_beam.io.gcp.pubsub import ReadFromPubSub
+
+        return (
+            p
+            | "ReadPubSub" >> ReadFromPubSub(subscription=subscription)
+            | "PubSubToRow" >> beam.Map(_wire_to_row)
+        )
+    if source == "kafka":
+        if not (topic and bootstrap):
+            raise ConfigurationError("--kafka-topic and --kafka-bootstrap are required")
+        from apache_beam.io.kafka import ReadFromKafka
+
+        return (
+            p
+            | "ReadKafka" >> ReadFromKafka(consumer_config={"bootstrap.servers": bootstrap}, topics=[topic])
+            | "KafkaToRow" >> beam.Map(lambda kv: _wire_to_row(kv[1]))
+        )
+    raise ConfigurationError(f"unknown event source {source!r}: use queue, pubsub or kafka")
+
+
+def _wire_to_row(data: bytes) -> dict[str, Any]:
+    """A message from Pub/Sub or Kafka -> a queue-shaped row. Validation
+    happens in the resolve step, so a malformed message becomes a dead
+    letter there instead of failing the read."""
+    from connectors.events import parse_event_line
+
+    event = parse_event_line(data.decode("utf-8"))
+    return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
+
+
+def _metric(result: Any, name: str) -> int:
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+    return int(sum(c.committed or c.attempted or 0 for c in counters))
+
+
+def run_stream(
+    settings: Settings,
+    *,
+    until_idle: bool = False,
+    source: str = "queue",
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+    spec: ModelSpec | None = None,
+    **source_args: str,
+) -> StreamSummary:
+    """Run the streaming pipeline (FnApiRunner with ``--streaming`` unless
+    ``beam_args`` names another runner) until interrupted, or with
+    ``until_idle`` until the queue is drained and everything is written."""
+    from beam_pipelines.backfill import prepare_stores
+
+    start = time.monotonic()
+    spec = spec or default_model()
+    prepare_stores(settings, spec)
+    args = list(beam_args) or ["--runner=FnApiRunner"]
+    if "--streaming" not in args:
+        args.append("--streaming")
+    options = PipelineOptions(args)
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    p = beam.Pipeline(runner=runner, options=options)
+    rows = event_source(p, settings, source=source, until_idle=until_idle, **source_args)
+    resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_exception_handling()
+    (
+        resolved["bad"]
+        | "ResolveDeadLetters" >> ToDeadLetters("resolve")
+        | "WriteResolveDeadLetters" >> WriteDeadLetters(settings)
+    )
+    build_streaming_pipeline(resolved["good"], settings, spec, show_progress=show_progress)
+    if show_progress:
+        mode = "until the queue is drained" if until_idle else "until interrupted (Ctrl-C)"
+        print(f"[stream] reading {source} events {mode}", file=sys.stderr, flush=True)
+    result = p.run()
+    try:
+        result.wait_until_finish()
+    except KeyboardInterrupt:
+        result.cancel()
+    return StreamSummary(
+        events_applied=_metric(result, "events_applied"),
+        events_stale=_metric(result, "events_stale"),
+        events_duplicate=_metric(result, "events_duplicate"),
+        events_retried=_metric(result, "events_retried"),
+        documents_indexed=_metric(result, "documents_indexed"),
+        documents_unchanged=_metric(result, "documents_unchanged"),
+        documents_deleted=_metric(result, "documents_deleted"),
+        documents_acl_updated=_metric(result, "documents_acl_updated"),
+        chunks_embedded=_metric(result, "chunks_embedded"),
+        embedding_cache_hits=_metric(result, "embedding_cache_hits"),
+        chunks_written=_metric(result, "chunks_written"),
+        chunks_deleted=_metric(result, "chunks_deleted"),
+        dead_lettered=_metric(result, "dead_lettered"),
+        seconds=round(time.monotonic() - start, 3),
+    )

@@ -1,0 +1,173 @@
+"""``ragsync tenants ...`` and ``ragsync serve``: the control plane's commands.
+
+Registered through ``beam_pipelines.cli.PLUGIN_MODULES``. Handlers return the
+exit code: 0 success, 2 usage or configuration error (a taken tenant name, a
+non-loopback ``--host`` without ``--allow-remote``). FastAPI and uvicorn are
+imported only by ``serve``, so the other commands work without them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import json
+import os
+import sys
+from typing import Any
+
+from control_plane.store import ConflictError, ControlStore, TenantRow
+
+LOOPBACK_NAMES = ("localhost", "ip6-localhost")
+
+
+def _catalog_url(args: argparse.Namespace) -> str:
+    """``--catalog-url``, else ``$RAGSYNC_CATALOG_URL``, else SQLite under ``--home``."""
+    from ragsync.config import Settings
+
+    url = getattr(args, "catalog_url", None) or os.environ.get("RAGSYNC_CATALOG_URL", "")
+    settings = Settings(home=args.home, catalog_url=url) if url else Settings(home=args.home)
+    if settings.catalog_url.startswith("sqlite"):
+        settings.ensure_home()
+    return settings.catalog_url
+
+
+def _tenant_dict(row: TenantRow) -> dict[str, Any]:
+    return {
+        "tenant_id": row.tenant_id,
+        "name": row.name,
+        "created_at": row.created_at,
+        "active_keys": row.active_keys,
+    }
+
+
+def cmd_tenants_create(args: argparse.Namespace) -> int:
+    """Create a tenant and print its first API key (shown once)."""
+    store = ControlStore.open(_catalog_url(args))
+    try:
+        row, key = store.create_tenant(args.name, tenant_id=args.tenant_id)
+    except (ConflictError, ValueError) as exc:
+        print(f"ragsync: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"tenant_id": row.tenant_id, "name": row.name, "api_key": key}))
+    else:
+        print(f"created tenant {row.name} (id {row.tenant_id})")
+        print(f"API key (shown once, store it now): {key}")
+    return 0
+
+
+def cmd_tenants_list(args: argparse.Namespace) -> int:
+    """List tenants with their number of active keys."""
+    store = ControlStore.open(_catalog_url(args))
+    try:
+        rows = store.list_tenants()
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps([_tenant_dict(r) for r in rows]))
+    elif not rows:
+        print("no tenants: create one with: ragsync tenants create NAME")
+    else:
+        print(f"{'tenant_id':24s} {'name':24s} active keys")
+        for r in rows:
+            print(f"{r.tenant_id:24s} {r.name:24s} {r.active_keys}")
+    return 0
+
+
+def cmd_tenants_add_key(args: argparse.Namespace) -> int:
+    """Issue another API key for a tenant (key rotation)."""
+    store = ControlStore.open(_catalog_url(args))
+    try:
+        key_id, key = store.create_api_key(args.tenant_id)
+    except LookupError as exc:
+        print(f"ragsync: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"tenant_id": args.tenant_id, "key_id": key_id, "api_key": key}))
+    else:
+        print(f"API key {key_id} for {args.tenant_id} (shown once): {key}")
+    return 0
+
+
+def cmd_tenants_revoke_key(args: argparse.Namespace) -> int:
+    """Revoke an API key by its public id (the part after ``rsk_``)."""
+    store = ControlStore.open(_catalog_url(args))
+    try:
+        revoked = store.revoke_api_key(args.key_id)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps({"key_id": args.key_id, "revoked": revoked}))
+    else:
+        print(f"revoked {args.key_id}" if revoked else f"no active key {args.key_id}")
+    return 0 if revoked else 2
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` names only this machine (127.0.0.0/8, ::1, localhost)."""
+    if host.lower() in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the HTTP API with uvicorn (loopback only unless ``--allow-remote``)."""
+    if not is_loopback(args.host) and not args.allow_remote:
+        print(
+            f"ragsync: refusing to listen on {args.host}: not a loopback address; "
+            "pass --allow-remote (and put TLS in front) to expose the API",
+            file=sys.stderr,
+        )
+        return 2
+    import uvicorn
+
+    from control_plane.app import create_app
+
+    app = create_app(_catalog_url(args), max_body_bytes=args.max_body_bytes)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
+    return 0
+
+
+def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``tenants {create,list,add-key,revoke-key}`` and ``serve``.
+
+    Args:
+        subparsers: the ``ragsync`` parser's subparsers action.
+        common: parent parser with ``--home``, ``--json`` and ``--catalog-url``.
+    """
+    tenants = subparsers.add_parser("tenants", help="tenants and their API keys")
+    sub = tenants.add_subparsers(dest="tenants_command", required=True)
+
+    create = sub.add_parser("create", parents=[common], help="create a tenant; prints its API key once")
+    create.add_argument("name", help="unique name (letters, digits, . _ -)")
+    create.add_argument("--tenant-id", help="tenant id (default: NAME, as used by backfill --tenant)")
+    create.set_defaults(func=cmd_tenants_create)
+
+    listing = sub.add_parser("list", parents=[common], help="list tenants")
+    listing.set_defaults(func=cmd_tenants_list)
+
+    add_key = sub.add_parser("add-key", parents=[common], help="issue another API key for a tenant")
+    add_key.add_argument("tenant_id")
+    add_key.set_defaults(func=cmd_tenants_add_key)
+
+    revoke = sub.add_parser("revoke-key", parents=[common], help="revoke an API key by its id")
+    revoke.add_argument("key_id", help="the 16 hex digits after rsk_")
+    revoke.set_defaults(func=cmd_tenants_revoke_key)
+
+    serve = subparsers.add_parser("serve", parents=[common], help="run the control-plane HTTP API")
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--allow-remote", action="store_true", help="allow a non-loopback --host (put TLS in front of it)"
+    )
+    serve.add_argument(
+        "--max-body-bytes", type=int, default=1_000_000, help="largest request body (default 1000000)"
+    )
+    serve.set_defaults(func=cmd_serve)

@@ -1,0 +1,378 @@
+"""Index versions: blue/green vector + keyword indexes behind an alias.
+
+An index version is one physical Milvus collection plus one tantivy
+directory, built for one embedding model, and a row in the catalog table
+``index_versions``. The pipeline reads and writes through names that follow
+the *live* version:
+
+* Milvus: the alias ``{collection}`` (``Settings.collection``) points to the
+  physical collection ``{collection}_v{n}``; version 1 is the
+  ``{collection}_v1`` every backfill creates.
+* tantivy: ``HOME/keyword.alias`` names the live directory
+  (``Settings.keyword_path`` follows it); version 1 is ``HOME/keyword``,
+  later versions are ``HOME/keyword_v{n}``.
+
+States: ``building`` (being filled by a re-embedding), ``live`` (the aliases
+point to it; exactly one), ``retired`` (was live; kept ``retention_s`` for
+rollback), ``refused`` (failed its gate; kept the same time for a look),
+``dropped`` (removed by :func:`gc`).
+
+A flip moves the Milvus alias, then the keyword alias file (atomic rename),
+then the catalog rows. It is idempotent: if it fails half-way, running the
+same flip again finishes it. Indexes opened before a flip keep using the
+version they opened; new opens see the new one. Elasticsearch keyword
+indexes are not versioned yet (``ConfigurationError``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from sqlalchemy import func, select, update
+
+from ragsync.catalog import Catalog, schema
+from ragsync.config import KEYWORD_ALIAS_FILE, Settings, open_catalog, resolve_keyword_alias
+from ragsync.embedding import DEFAULT_MODEL, default_model
+from ragsync.errors import ConfigurationError
+from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.stores.tantivy_index import TantivyKeywordIndex
+
+BUILDING = "building"
+LIVE = "live"
+RETIRED = "retired"
+REFUSED = "refused"
+DROPPED = "dropped"
+
+DEFAULT_RETENTION_S = 7 * 24 * 3600.0
+"""How long a retired or refused version is kept before :func:`gc` drops it."""
+
+V1_KEYWORD_DIR = "keyword"
+
+
+@dataclass(frozen=True)
+class IndexVersion:
+    """One row of ``index_versions``.
+
+    Attributes:
+        version: 1, 2, ...
+        model_name: registry name of the embedding model (``get_model``).
+        model_version: the model's cache-key version.
+        dim: vector dimension.
+        vector_collection: physical Milvus collection.
+        keyword_index: tantivy directory name under ``home``.
+        state: building | live | retired | refused | dropped.
+        created_at, flipped_at, retire_after: epoch seconds (``flipped_at``:
+            when it last became live; ``retire_after``: when gc may drop it).
+        note: JSON gate report or a refusal reason.
+    """
+
+    version: int
+    model_name: str
+    model_version: str
+    dim: int
+    vector_collection: str
+    keyword_index: str
+    state: str
+    created_at: float
+    flipped_at: float | None
+    retire_after: float | None
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def keyword_path(self, settings: Settings) -> str:
+        """Absolute tantivy directory of this version."""
+        return os.path.join(settings.home, self.keyword_index)
+
+
+def _require_local_keyword(settings: Settings) -> None:
+    if settings.es_url:
+        raise ConfigurationError("index versions are not supported on Elasticsearch yet (tantivy only)")
+
+
+def _row(row: Any) -> IndexVersion:
+    return IndexVersion(**dict(row))
+
+
+def _all(catalog: Catalog) -> list[IndexVersion]:
+    t = schema.index_versions
+    with catalog.engine.connect() as conn:
+        return [_row(r) for r in conn.execute(select(t).order_by(t.c.version)).mappings()]
+
+
+def _set(catalog: Catalog, version: int, **values: Any) -> None:
+    t = schema.index_versions
+    with catalog.engine.begin() as conn:
+        conn.execute(update(t).where(t.c.version == version).values(**values))
+
+
+def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
+    """Register what a backfill built (``{collection}_v1`` + ``HOME/keyword``) as
+    live version 1 with the default model, when the registry is empty and the
+    Milvus alias exists. Nothing happens before the first backfill."""
+    t = schema.index_versions
+    with catalog.engine.connect() as conn:
+        if conn.execute(select(func.count()).select_from(t)).scalar_one():
+            return
+    spec = default_model()
+    try:
+        index = MilvusVectorIndex(
+            settings.milvus_uri, settings.collection, spec.dim, token=settings.milvus_token
+        )
+    except ConfigurationError:
+        return  # no index yet
+    physical = index.physical_collection
+    index.close()
+    row = {
+        "version": 1,
+        "model_name": DEFAULT_MODEL,
+        "model_version": spec.version,
+        "dim": spec.dim,
+        "vector_collection": physical,
+        "keyword_index": os.path.basename(resolve_keyword_alias(settings.home)),
+        "state": LIVE,
+        "created_at": time.time(),
+        "flipped_at": None,
+        "retire_after": None,
+        "note": "",
+    }
+    with catalog.engine.begin() as conn:
+        if not conn.execute(select(func.count()).select_from(t)).scalar_one():
+            conn.execute(t.insert().values(**row))
+
+
+def list_versions(settings: Settings) -> list[IndexVersion]:
+    """Every version, oldest first (version 1 registered on first call after a backfill)."""
+    catalog = open_catalog(settings)
+    try:
+        _ensure_v1(settings, catalog)
+        return _all(catalog)
+    finally:
+        catalog.close()
+
+
+def get_version(settings: Settings, version: int) -> IndexVersion:
+    """One version.
+
+    Raises:
+        ConfigurationError: no such version.
+    """
+    for v in list_versions(settings):
+        if v.version == version:
+            return v
+    raise ConfigurationError(f"no index version {version}")
+
+
+def live_version(settings: Settings) -> IndexVersion:
+    """The version the aliases point to.
+
+    Raises:
+        ConfigurationError: nothing has been indexed yet.
+    """
+    for v in list_versions(settings):
+        if v.state == LIVE:
+            return v
+    raise ConfigurationError("no live index version: run `ragsync backfill` first")
+
+
+def create_version(settings: Settings, model_name: str, model_version: str, dim: int) -> IndexVersion:
+    """Create the next version's empty stores beside the live one (state ``building``).
+
+    Args:
+        settings: where the stores live.
+        model_name, model_version, dim: the embedding model it is built for.
+
+    Returns:
+        The new row.
+
+    Raises:
+        ConfigurationError: no live version yet, Elasticsearch keyword index,
+            or the stores cannot be created.
+    """
+    _require_local_keyword(settings)
+    catalog = open_catalog(settings)
+    try:
+        _ensure_v1(settings, catalog)
+        existing = _all(catalog)
+        if not any(v.state == LIVE for v in existing):
+            raise ConfigurationError("no live index version: run `ragsync backfill` first")
+        n = max(v.version for v in existing) + 1
+        new = IndexVersion(
+            version=n,
+            model_name=model_name,
+            model_version=model_version,
+            dim=dim,
+            vector_collection=f"{settings.collection}_v{n}",
+            keyword_index=f"{V1_KEYWORD_DIR}_v{n}",
+            state=BUILDING,
+            created_at=time.time(),
+            flipped_at=None,
+            retire_after=None,
+            note="",
+        )
+        open_version_vector(settings, new, create=True).close()
+        open_version_keyword(settings, new, create=True).close()
+        with catalog.engine.begin() as conn:
+            conn.execute(schema.index_versions.insert().values(**new.to_dict()))
+        return new
+    finally:
+        catalog.close()
+
+
+def open_version_vector(
+    settings: Settings, version: IndexVersion, *, create: bool = False
+) -> MilvusVectorIndex:
+    """The version's physical collection (not the alias)."""
+    return MilvusVectorIndex(
+        settings.milvus_uri,
+        version.vector_collection,
+        version.dim,
+        create=create,
+        token=settings.milvus_token,
+        alias=False,
+    )
+
+
+def open_version_keyword(
+    settings: Settings, version: IndexVersion, *, create: bool = False
+) -> TantivyKeywordIndex:
+    """The version's tantivy directory (not the alias)."""
+    _require_local_keyword(settings)
+    return TantivyKeywordIndex(version.keyword_path(settings), create=create)
+
+
+def _write_keyword_alias(settings: Settings, directory: str) -> None:
+    path = os.path.join(settings.home, KEYWORD_ALIAS_FILE)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(directory + "\n")
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
+def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETENTION_S) -> IndexVersion:
+    """Make ``version`` live; the previous live version becomes ``retired`` and
+    is kept ``retention_s`` seconds for :func:`rollback`.
+
+    Returns:
+        The new live row.
+
+    Raises:
+        ConfigurationError: no such version, or it was dropped.
+    """
+    _require_local_keyword(settings)
+    target = get_version(settings, version)
+    if target.state == DROPPED:
+        raise ConfigurationError(f"index version {version} was dropped")
+    index = open_version_vector(settings, target)
+    try:
+        index.point_alias(settings.collection)
+    finally:
+        index.close()
+    _write_keyword_alias(settings, target.keyword_index)
+    now = time.time()
+    catalog = open_catalog(settings)
+    try:
+        for v in _all(catalog):
+            if v.state == LIVE and v.version != version:
+                _set(catalog, v.version, state=RETIRED, retire_after=now + retention_s)
+        _set(catalog, version, state=LIVE, flipped_at=now, retire_after=None)
+        return next(v for v in _all(catalog) if v.version == version)
+    finally:
+        catalog.close()
+
+
+def rollback(settings: Settings, *, retention_s: float = DEFAULT_RETENTION_S) -> IndexVersion:
+    """Flip back to the most recently live retired version.
+
+    Raises:
+        ConfigurationError: no retired version is left to go back to.
+    """
+    retired = [v for v in list_versions(settings) if v.state == RETIRED]
+    if not retired:
+        raise ConfigurationError("no retired index version to roll back to")
+    previous = max(retired, key=lambda v: (v.flipped_at or v.created_at, v.version))
+    return flip(settings, previous.version, retention_s=retention_s)
+
+
+def mark_refused(
+    settings: Settings, version: int, note: str, *, retention_s: float = DEFAULT_RETENTION_S
+) -> None:
+    """Record that ``version`` failed its gate (the live version is untouched)."""
+    catalog = open_catalog(settings)
+    try:
+        _set(catalog, version, state=REFUSED, note=note, retire_after=time.time() + retention_s)
+    finally:
+        catalog.close()
+
+
+def set_note(settings: Settings, version: int, note: str) -> None:
+    """Store a gate report (JSON text) on a version."""
+    catalog = open_catalog(settings)
+    try:
+        _set(catalog, version, note=note)
+    finally:
+        catalog.close()
+
+
+def gc(settings: Settings, *, now: float | None = None) -> list[int]:
+    """Drop retired and refused versions whose retention has passed: their
+    Milvus collection and tantivy directory are deleted, the row stays as
+    ``dropped``. Version 1's ``HOME/keyword`` is deleted the same way.
+
+    Returns:
+        The versions dropped.
+
+    Raises:
+        WriteError: Milvus refused to drop a collection (that version stays).
+    """
+    _require_local_keyword(settings)
+    now = time.time() if now is None else now
+    live_dir = os.path.basename(settings.keyword_path)
+    dropped: list[int] = []
+    for v in list_versions(settings):
+        if v.state not in (RETIRED, REFUSED) or v.retire_after is None or v.retire_after > now:
+            continue
+        with contextlib.suppress(ConfigurationError):  # already gone
+            open_version_vector(settings, v).drop_physical()
+        if v.keyword_index != live_dir:
+            shutil.rmtree(v.keyword_path(settings), ignore_errors=True)
+        catalog = open_catalog(settings)
+        try:
+            _set(catalog, v.version, state=DROPPED)
+        finally:
+            catalog.close()
+        dropped.append(v.version)
+    return dropped
+
+
+def building_version(settings: Settings, model_name: str) -> IndexVersion | None:
+    """The newest ``building`` version for ``model_name`` (a re-embedding to resume)."""
+    found = [v for v in list_versions(settings) if v.state == BUILDING and v.model_name == model_name]
+    return found[-1] if found else None
+
+
+def describe(v: IndexVersion) -> str:
+    """One human line for ``ragsync index-versions``."""
+    when = time.strftime("%Y-%m-%d %H:%M", time.gmtime(v.created_at))
+    extra = ""
+    if v.retire_after:
+        extra = " gc after " + time.strftime("%Y-%m-%d %H:%M", time.gmtime(v.retire_after))
+    reason = ""
+    if v.state == REFUSED and v.note:
+        try:
+            reason = " (" + "; ".join(json.loads(v.note).get("reasons", [])) + ")"
+        except (ValueError, AttributeError):
+            reason = f" ({v.note[:100]})"
+    return (
+        f"v{v.version:<3d} {v.state:9s} {v.model_name:24s} {v.vector_collection} + {v.keyword_index} "
+        f"created {when}{extra}{reason}"
+    )

@@ -1,0 +1,722 @@
+"""The control-plane HTTP API, served by uvicorn on a loopback port and called
+with a real HTTP client, on SQLite and PostgreSQL (``catalog_url``)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from sqlalchemy import inspect, select
+
+pytest.importorskip("fastapi", reason="control plane needs fastapi (pip install fastapi uvicorn httpx)")
+httpx = pytest.importorskip("httpx")
+uvicorn = pytest.importorskip("uvicorn")
+
+from connectors.events import parse_event  # noqa: E402
+from control_plane.app import create_app  # noqa: E402
+from control_plane.cli import is_loopback  # noqa: E402
+from control_plane.store import ControlStore  # noqa: E402
+from ragsync import ids  # noqa: E402
+from ragsync.catalog import MIGRATIONS, Catalog, FetchRecord, create_catalog_engine, migrate, schema  # noqa: E402
+from ragsync.model import DeadLetter  # noqa: E402
+
+SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
+MAX_BODY = 64 * 1024
+
+
+@dataclass
+class Api:
+    """A running server, its catalog and one client per tenant."""
+
+    base_url: str
+    catalog: Catalog
+    store: ControlStore
+    a: Any  # httpx.Client with tenant A's key
+    b: Any  # httpx.Client with tenant B's key
+    key_a: str
+    seen: list[str]
+
+
+def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not thread.is_alive():
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.01)
+    port = int(server.servers[0].sockets[0].getsockname()[1])
+    return server, thread, port
+
+
+@pytest.fixture
+def api(catalog_url: str) -> Iterator[Api]:
+    app = create_app(catalog_url, max_body_bytes=MAX_BODY)
+    store: ControlStore = app.state.store
+    _, key_a = store.create_tenant("tenant-a")
+    _, key_b = store.create_tenant("tenant-b")
+    server, thread, port = _serve(app)
+    base = f"http://127.0.0.1:{port}"
+    seen: list[str] = []
+
+    def record(response: Any) -> None:
+        response.read()
+        seen.append(response.text)
+
+    hooks = {"response": [record]}
+    a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key_a}"}, event_hooks=hooks)
+    b = httpx.Client(base_url=base, headers={"X-API-Key": key_b}, event_hooks=hooks)
+    try:
+        yield Api(base, app.state.catalog, store, a, b, key_a, seen)
+    finally:
+        a.close()
+        b.close()
+        server.should_exit = True
+        thread.join(timeout=20)
+        app.state.catalog.close()
+    # Whatever a test did, no response ever carried the credentials reference.
+    assert not [text for text in seen if "wiki-token-7f3a" in text]
+
+
+def _source(api: Api, source_id: str = "wiki-eng", client: Any = None) -> dict[str, Any]:
+    body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": source_id}
+    r = (client or api.a).post("/v1/sources", json=body)
+    assert r.status_code == 201, r.text
+    return dict(r.json())
+
+
+def _event(
+    source_id: str = "wiki-eng", doc_id: str = "pages/1", version: int = 1, **kw: Any
+) -> dict[str, Any]:
+    return {
+        "source_id": source_id,
+        "doc_id": doc_id,
+        "op": "upsert",
+        "source_version": version,
+        "acl_groups": ["eng"],
+        "content_uri": f"gs://bucket/{doc_id}.html",
+        "event_time": "2026-12-01T10:00:00Z",
+        **kw,
+    }
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message, "details": []}}
+
+
+# -------------------------------------------------------------------- basics
+
+
+def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
+    r = httpx.get(api.base_url + "/healthz")
+    assert (r.status_code, r.json()) == (200, {"status": "ok"})
+    doc = httpx.get(api.base_url + "/openapi.json").json()
+    assert {(p, m) for p, ops in doc["paths"].items() for m in ops} == {
+        ("/healthz", "get"),
+        ("/v1/sources", "post"),
+        ("/v1/sources/{source_id}/sync", "post"),
+        ("/internal/events", "post"),
+        ("/v1/docs/{doc_id}/status", "get"),
+        ("/v1/backfills", "post"),
+        ("/v1/backfills/{backfill_id}", "get"),
+        ("/v1/dead-letters", "get"),
+        ("/v1/dead-letters/{event_id}/retry", "post"),
+    }
+    assert set(doc["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
+    assert "swagger-ui" in httpx.get(api.base_url + "/docs").text
+
+
+def test_requests_without_or_with_a_bad_key_get_401(api: Api) -> None:
+    url = api.base_url + "/v1/dead-letters"
+    r = httpx.get(url)
+    assert r.status_code == 401
+    assert r.headers["www-authenticate"] == "Bearer"
+    assert r.json() == _error("unauthorized", "missing API key: send Authorization: Bearer <key>")
+    forged = api.key_a[:-4] + ("AAAA" if not api.key_a.endswith("AAAA") else "BBBB")
+    for headers in (
+        {"Authorization": f"Bearer {forged}"},
+        {"Authorization": "Bearer not-a-key"},
+        {"X-API-Key": "rsk_0000000000000000_" + "x" * 43},
+    ):
+        r = httpx.get(url, headers=headers)
+        assert (r.status_code, r.json()) == (401, _error("unauthorized", "invalid or revoked API key"))
+    # The same key works until it is revoked.
+    assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 200
+    assert api.store.revoke_api_key(api.key_a.split("_")[1]) is True
+    assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 401
+    # Unauthenticated writes change nothing.
+    r = httpx.post(
+        api.base_url + "/v1/backfills", json={"reason": "parser", "target_index": "x", "max_docs_per_s": 1}
+    )
+    assert r.status_code == 401
+    assert api.store.list_backfills() == []
+
+
+def test_oversized_bodies_get_413_before_parsing(api: Api) -> None:
+    expected = _error("payload_too_large", f"request body is larger than {MAX_BODY} bytes")
+    big = b'{"events": [' + b" " * MAX_BODY + b"]}"
+    r = api.a.post("/internal/events", content=big, headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()) == (413, expected)
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: chunked transfer encoding
+        yield b'{"events": ['
+        for _ in range(MAX_BODY // 1024 + 1):
+            yield b" " * 1024
+        yield b"]}"
+
+    r = api.a.post("/internal/events", content=chunks(), headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()) == (413, expected)
+    # Unauthenticated too: the size check comes first.
+    assert httpx.post(api.base_url + "/v1/sources", content=big).status_code == 413
+    assert api.catalog.queue_stats()["depth"] == 0
+
+
+# ------------------------------------------------------------------- sources
+
+
+def test_create_source_and_request_sync(api: Api) -> None:
+    assert _source(api) == {
+        "source_id": "wiki-eng",
+        "tenant_id": "tenant-a",
+        "type": "wiki",
+        "sync": "webhook",
+        "poll_interval_s": None,
+        "credentials_ref_set": True,
+    }
+    r = api.a.post("/v1/sources", json={"type": "drive", "credentials_ref": SECRET_REF, "sync": "poll"})
+    assert r.status_code == 201
+    generated = r.json()
+    assert generated["source_id"].startswith("src_") and generated["poll_interval_s"] == 300
+    # Stored as given, never returned.
+    with api.catalog.engine.connect() as conn:
+        stored = conn.execute(
+            select(schema.sources.c.credentials_ref, schema.sources.c.sync).where(
+                schema.sources.c.source_id == "wiki-eng"
+            )
+        ).one()
+    assert tuple(stored) == (SECRET_REF, "webhook")
+
+    r = api.a.post("/v1/sources/wiki-eng/sync", json={"mode": "full"})
+    assert r.status_code == 202
+    body = r.json()
+    assert body["sync_id"].startswith("sync_")
+    assert body == {"sync_id": body["sync_id"], "source_id": "wiki-eng", "mode": "full", "state": "requested"}
+    assert [(s.sync_id, s.source_id, s.mode) for s in api.store.pending_sync_requests()] == [
+        (body["sync_id"], "wiki-eng", "full")
+    ]
+
+
+def test_source_validation_errors_are_422_and_never_echo_the_input(api: Api) -> None:
+    bad_ref = "wiki-token-7f3a with spaces"
+    r = api.a.post("/v1/sources", json={"type": "wiki", "credentials_ref": bad_ref, "sync": "webhook"})
+    assert r.status_code == 422
+    err = r.json()["error"]
+    assert err["code"] == "validation_error"
+    assert err["message"].startswith("credentials_ref: String should match pattern")
+    assert [d["loc"] for d in err["details"]] == [["body", "credentials_ref"]]
+    cases = [
+        ({"type": "fax", "credentials_ref": SECRET_REF, "sync": "webhook"}, ["body", "type"]),
+        ({"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "poll_interval_s": 60}, ["body"]),
+        ({"type": "wiki", "credentials_ref": SECRET_REF, "sync": "poll", "poll_interval_s": 5}, None),
+        ({"type": "wiki", "credentials_ref": SECRET_REF, "sync": "poll", "extra": 1}, ["body", "extra"]),
+        ({"type": "wiki", "credentials_ref": SECRET_REF, "sync": "poll", "source_id": "a/b"}, None),
+    ]
+    for body, loc in cases:
+        r = api.a.post("/v1/sources", json=body)
+        assert r.status_code == 422, body
+        if loc is not None:
+            assert r.json()["error"]["details"][0]["loc"] == loc
+    r = api.a.post(
+        "/v1/sources",
+        json={"type": "wiki", "credentials_ref": SECRET_REF, "sync": "poll", "tenant_id": "tenant-b"},
+    )
+    assert r.status_code == 422
+    assert r.json()["error"]["message"] == "tenant_id: must be the API key's tenant (or omitted)"
+    r = api.a.post("/v1/sources/nope/sync", json={"mode": "sometimes"})
+    assert r.status_code == 422
+    with api.catalog.engine.connect() as conn:
+        assert conn.execute(select(schema.sources.c.source_id)).all() == []
+
+
+# -------------------------------------------------------------------- events
+
+
+def test_the_same_event_twice_is_queued_once(api: Api) -> None:
+    _source(api)
+    r1 = api.a.post("/internal/events", json=_event())
+    r2 = api.a.post("/internal/events", json=_event())
+    assert (r1.status_code, r1.json()) == (202, {"accepted": 1, "duplicates": 0, "rejected": []})
+    assert (r2.status_code, r2.json()) == (202, {"accepted": 0, "duplicates": 1, "rejected": []})
+    assert api.catalog.queue_stats()["depth"] == 1
+    (queued,) = api.catalog.pending_events()
+    expected = parse_event(_event())
+    assert (queued["event_id"], queued["source_id"], queued["doc_id"]) == (
+        expected.event_id,
+        "wiki-eng",
+        "pages/1",
+    )
+
+
+def test_idempotency_key_deduplicates_single_event_posts(api: Api) -> None:
+    _source(api)
+    first = api.a.post("/internal/events", json=_event(), headers={"Idempotency-Key": "k-1"})
+    # A resend with another event_time would derive the same id anyway; a new
+    # version under the same key is still the same delivery.
+    again = api.a.post("/internal/events", json=_event(version=2), headers={"Idempotency-Key": "k-1"})
+    other = api.a.post("/internal/events", json=_event(version=2), headers={"Idempotency-Key": "k-2"})
+    assert [r.json() for r in (first, again, other)] == [
+        {"accepted": 1, "duplicates": 0, "rejected": []},
+        {"accepted": 0, "duplicates": 1, "rejected": []},
+        {"accepted": 1, "duplicates": 0, "rejected": []},
+    ]
+    assert api.catalog.queue_stats()["depth"] == 2
+    r = api.a.post("/internal/events", json={"events": [_event()]}, headers={"Idempotency-Key": "k-3"})
+    assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
+
+
+def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) -> None:
+    _source(api)
+    batch = [
+        _event(doc_id="a"),
+        {k: v for k, v in _event(doc_id="b").items() if k != "op"},
+        "not an event",
+        _event(doc_id="c", op="delete"),
+        _event(source_id="nope"),
+        _event(doc_id="d", event_time="yesterday"),
+        _event(doc_id="x" * 300),
+        _event(doc_id="e", acl_groups="eng"),
+    ]
+    r = api.a.post("/internal/events", json={"events": batch})
+    assert r.status_code == 202
+    assert r.json() == {
+        "accepted": 2,
+        "duplicates": 0,
+        "rejected": [
+            {"index": 1, "error": "'op' is required"},
+            {"index": 2, "error": "an event must be a JSON object"},
+            {"index": 4, "error": "unknown source 'nope'"},
+            {"index": 5, "error": "'event_time' 'yesterday' is not ISO 8601"},
+            {"index": 6, "error": "'doc_id' is longer than 255 characters"},
+            {"index": 7, "error": "'acl_groups' must be a list of strings"},
+        ],
+    }
+    assert sorted(e["doc_id"] for e in api.catalog.pending_events()) == ["a", "c"]
+    for body, message in (
+        ([_event()], 'the body must be one event object or {"events": [...]}'),
+        ({"events": _event()}, "'events' must be a list of events"),
+        ({"events": [{}] * 1001}, "at most 1000 events per request, got 1001"),
+        ({"events": [], "x": 1}, "unknown fields beside 'events': x"),
+    ):
+        r = api.a.post("/internal/events", json=body)
+        assert (r.status_code, r.json()["error"]["message"]) == (422, message)
+    r = api.a.post("/internal/events", content=b"{not json", headers={"content-type": "application/json"})
+    assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error")
+    r = api.a.post("/internal/events", content=b"[" * 50_000, headers={"content-type": "application/json"})
+    assert r.status_code == 422
+    assert api.catalog.queue_stats()["depth"] == 2
+
+
+# ----------------------------------------------------------------- documents
+
+
+def test_document_status_follows_the_pipeline(api: Api) -> None:
+    _source(api)
+    api.a.post("/internal/events", json=_event(version=3))
+    internal = ids.doc_id("tenant-a", "wiki-eng", "pages/1")
+    r = api.a.get("/v1/docs/pages/1/status", params={"source_id": "wiki-eng"})
+    assert (r.status_code, r.json()) == (
+        200,
+        {
+            "doc_id": internal,
+            "source_id": "wiki-eng",
+            "source_object_id": "pages/1",
+            "stage": "queued",
+            "source_version": "3",
+            "indexed_version": None,
+            "chunks": 0,
+            "indexed_at": None,
+            "error": None,
+        },
+    )
+    api.catalog.record_fetch(
+        FetchRecord(
+            doc_id=internal,
+            source_id="wiki-eng",
+            tenant_id="tenant-a",
+            source_object_id="pages/1",
+            uri="gs://bucket/pages/1.html",
+            size=10,
+            source_version="3",
+            content_hash="h3",
+            acl_id="acl1",
+            canonical_doc_id=internal,
+        )
+    )
+    api.catalog.flip_indexed_version(
+        internal,
+        content_hash="h3",
+        source_version="3",
+        indexed_version="h3@3",
+        chunker_id="c1",
+        parser_version="p1",
+        chunk_count=4,
+        indexed_at=1000.5,
+    )
+    indexed = {
+        "doc_id": internal,
+        "source_id": "wiki-eng",
+        "source_object_id": "pages/1",
+        "stage": "indexed",
+        "source_version": "3",
+        "indexed_version": "h3@3",
+        "chunks": 4,
+        "indexed_at": 1000.5,
+        "error": None,
+    }
+    assert api.a.get("/v1/docs/pages/1/status", params={"source_id": "wiki-eng"}).json() == indexed
+    assert api.a.get(f"/v1/docs/{internal}/status").json() == indexed
+    api.catalog.record_dead_letter(
+        DeadLetter(
+            stage="parse",
+            doc_id=internal,
+            uri="gs://bucket/pages/1.html",
+            error_class="corrupt",
+            message="not a valid HTML file",
+            tenant_id="tenant-a",
+            source_version="4",
+        ),
+        source_id="wiki-eng",
+    )
+    body = api.a.get(f"/v1/docs/{internal}/status").json()
+    assert (body["stage"], body["error"]) == (
+        "dead_letter",
+        {"error_class": "corrupt", "message": "not a valid HTML file"},
+    )
+    for path, params in (
+        ("/v1/docs/pages/2/status", {"source_id": "wiki-eng"}),
+        ("/v1/docs/pages/1/status", {"source_id": "other"}),
+        ("/v1/docs/pages/1/status", {}),
+        ("/v1/docs/d%00x/status", {}),
+    ):
+        r = api.a.get(path, params=params)
+        assert r.status_code == 404, path
+        assert r.json()["error"]["code"] == "not_found"
+
+
+# ----------------------------------------------------------------- backfills
+
+
+def test_backfill_request_and_progress(api: Api) -> None:
+    r = api.a.post(
+        "/v1/backfills", json={"reason": "embedding_model", "target_index": "chunks_v2", "max_docs_per_s": 50}
+    )
+    assert r.status_code == 201
+    created = r.json()
+    bid = created["backfill_id"]
+    assert bid.startswith("bf_")
+    assert created == {
+        "backfill_id": bid,
+        "reason": "embedding_model",
+        "target_index": "chunks_v2",
+        "max_docs_per_s": 50.0,
+        "state": "requested",
+        "total": 0,
+        "done": 0,
+        "failed": 0,
+        "eta_s": None,
+        "created_at": created["created_at"],
+    }
+    assert api.a.get(f"/v1/backfills/{bid}").json() == created
+    # The worker reports: started 100 s ago, 40 done + 10 failed of 150 -> 0.5 docs/s, 100 left.
+    assert api.store.update_backfill_progress(bid, state="running", total=150, now=time.time() - 100)
+    api.store.update_backfill_progress(bid, done=40, failed=10, cursor="doc-50")
+    body = api.a.get(f"/v1/backfills/{bid}").json()
+    assert {k: body[k] for k in ("state", "total", "done", "failed")} == {
+        "state": "running",
+        "total": 150,
+        "done": 40,
+        "failed": 10,
+    }
+    assert body["eta_s"] == pytest.approx(200, abs=5)
+    api.store.update_backfill_progress(bid, done=140, state="done")
+    assert api.a.get(f"/v1/backfills/{bid}").json()["eta_s"] == 0.0
+    assert api.store.get_backfill(bid) is not None and api.store.get_backfill(bid).cursor == "doc-50"  # type: ignore[union-attr]
+    for body in (
+        {"reason": "mood", "target_index": "v2", "max_docs_per_s": 1},
+        {"reason": "parser", "target_index": "bad name", "max_docs_per_s": 1},
+        {"reason": "parser", "target_index": "v2", "max_docs_per_s": 0},
+        {"reason": "parser", "target_index": "v2"},
+    ):
+        assert api.a.post("/v1/backfills", json=body).status_code == 422
+    assert api.a.get("/v1/backfills/bf_unknown").status_code == 404
+
+
+# -------------------------------------------------------------- dead letters
+
+
+def _dead_letters(api: Api) -> tuple[str, int]:
+    """An event-backed dead letter and a backfill-file dead letter for tenant A."""
+    _source(api)
+    api.a.post("/internal/events", json=_event())
+    (queued,) = api.catalog.pending_events()
+    api.catalog.ack_events([queued["event_id"]], state="dead")
+    api.catalog.add_dead_letter(
+        DeadLetter(
+            stage="fetch",
+            doc_id="d-event",
+            uri="gs://bucket/pages/1.html",
+            error_class="fetch_failed",
+            message="403 from the source",
+            attempts=5,
+            payload=queued["payload"],
+            tenant_id="tenant-a",
+        ),
+        source_id="wiki-eng",
+    )
+    file_id = api.catalog.add_dead_letter(
+        DeadLetter(
+            stage="parse",
+            doc_id="d-file",
+            uri="/corpus/broken.pdf",
+            error_class="corrupt",
+            message="no PDF header",
+            tenant_id="tenant-a",
+        ),
+        source_id="wiki-eng",
+    )
+    return str(queued["event_id"]), file_id
+
+
+def test_dead_letters_are_listed_and_retried(api: Api) -> None:
+    event_id, file_id = _dead_letters(api)
+    listed = api.a.get("/v1/dead-letters").json()
+    assert [{k: v for k, v in d.items() if k != "created_at"} for d in listed] == [
+        {
+            "event_id": event_id,
+            "doc_id": "d-event",
+            "source_id": "wiki-eng",
+            "stage": "fetch",
+            "error": "403 from the source",
+            "error_class": "fetch_failed",
+            "attempts": 5,
+        },
+        {
+            "event_id": str(file_id),
+            "doc_id": "d-file",
+            "source_id": "wiki-eng",
+            "stage": "parse",
+            "error": "no PDF header",
+            "error_class": "corrupt",
+            "attempts": 1,
+        },
+    ]
+    assert api.a.get("/v1/dead-letters", params={"source_id": "wiki-eng", "limit": 1}).json() == listed[:1]
+    assert api.a.get("/v1/dead-letters", params={"limit": 0}).status_code == 422
+
+    r = api.a.post(f"/v1/dead-letters/{event_id}/retry")
+    assert r.status_code == 202
+    assert r.json() == {
+        "event_id": event_id,
+        "retry_id": r.json()["retry_id"],
+        "kind": "event",
+        "state": "requeued",
+    }
+    assert api.catalog.get_event(event_id)["state"] == "pending"  # type: ignore[index]
+    assert api.catalog.queue_stats()["depth"] == 1
+
+    r = api.a.post(f"/v1/dead-letters/{file_id}/retry")
+    assert r.status_code == 202
+    assert r.json() == {
+        "event_id": str(file_id),
+        "retry_id": r.json()["retry_id"],
+        "kind": "file",
+        "state": "requested",
+    }
+    with api.catalog.engine.connect() as conn:
+        kinds = conn.execute(select(schema.dead_letter_retries.c.kind).order_by("kind")).scalars().all()
+    assert kinds == ["event", "file"]
+    assert api.a.get("/v1/dead-letters").json() == []
+    # Retried dead letters are resolved: retrying again finds nothing.
+    assert api.a.post(f"/v1/dead-letters/{file_id}/retry").status_code == 404
+    assert api.a.post(f"/v1/dead-letters/{event_id}/retry").status_code == 404
+    assert api.a.post("/v1/dead-letters/999999/retry").status_code == 404
+
+
+# -------------------------------------------------------------- tenant isolation
+
+
+def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
+    event_id, file_id = _dead_letters(api)
+    internal = ids.doc_id("tenant-a", "wiki-eng", "pages/1")
+    api.catalog.record_fetch(
+        FetchRecord(
+            doc_id=internal,
+            source_id="wiki-eng",
+            tenant_id="tenant-a",
+            source_object_id="pages/1",
+            uri="u",
+            size=1,
+            source_version="1",
+            content_hash="h",
+            acl_id="acl",
+            canonical_doc_id=internal,
+        )
+    )
+    backfill = api.a.post(
+        "/v1/backfills", json={"reason": "parser", "target_index": "v2", "max_docs_per_s": 1}
+    ).json()["backfill_id"]
+    not_found = [
+        api.b.post("/v1/sources/wiki-eng/sync", json={"mode": "incremental"}),
+        api.b.get("/v1/docs/pages/1/status", params={"source_id": "wiki-eng"}),
+        api.b.get(f"/v1/docs/{internal}/status"),
+        api.b.get(f"/v1/backfills/{backfill}"),
+        api.b.get("/v1/dead-letters", params={"source_id": "wiki-eng"}),
+        api.b.post(f"/v1/dead-letters/{event_id}/retry"),
+        api.b.post(f"/v1/dead-letters/{file_id}/retry"),
+    ]
+    assert [(r.status_code, r.json()["error"]["code"]) for r in not_found] == [(404, "not_found")] * 7
+    # B sees none of A's dead letters and cannot queue events for A's source.
+    assert api.b.get("/v1/dead-letters").json() == []
+    r = api.b.post("/internal/events", json=_event(doc_id="pages/9"))
+    assert r.json() == {
+        "accepted": 0,
+        "duplicates": 0,
+        "rejected": [{"index": 0, "error": "unknown source 'wiki-eng'"}],
+    }
+    # ... nor claim A's source id, and the answer does not say whose it is.
+    r = api.b.post(
+        "/v1/sources",
+        json={"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"},
+    )
+    r_own = api.a.post(
+        "/v1/sources",
+        json={"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"},
+    )
+    assert (
+        (r.status_code, r.json())
+        == (r_own.status_code, r_own.json())
+        == (
+            409,
+            _error("conflict", "source_id 'wiki-eng' is already taken"),
+        )
+    )
+    # An explicit event_id already used by A's source is refused for B's own source.
+    _source(api, "b-drive", client=api.b)
+    r = api.b.post("/internal/events", json=_event(source_id="b-drive", event_id=event_id))
+    assert r.json()["rejected"] == [{"index": 0, "error": f"event_id {event_id!r} is used by another source"}]
+    # Nothing of A's changed: A's dead letters are still open, its event is still dead.
+    assert len(api.a.get("/v1/dead-letters").json()) == 2
+    assert api.catalog.get_event(event_id)["state"] == "dead"  # type: ignore[index]
+    assert api.store.get_backfill(backfill, tenant_id="tenant-b") is None
+
+
+# ------------------------------------------------------------- migration and CLI
+
+
+def test_migration_3_adds_control_plane_tables_and_columns(catalog_url: str) -> None:
+    engine = create_catalog_engine(catalog_url)
+    try:
+        assert migrate(engine, MIGRATIONS[:2]) == [1, 2]
+        columns = {c["name"] for c in inspect(engine).get_columns("sources")}
+        assert "sync" not in columns and "poll_interval_s" not in columns  # migration 1 is frozen
+        with engine.begin() as conn:
+            conn.execute(
+                schema.sources.insert().values(
+                    source_id="old", tenant_id="t", type="drive", uri="", created_at=1.0
+                )
+            )
+        assert migrate(engine, MIGRATIONS[:3]) == [3]
+        insp = inspect(engine)
+        assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
+        assert {"sync", "poll_interval_s"} <= {c["name"] for c in insp.get_columns("sources")}
+        assert {"max_docs_per_s", "started_at", "updated_at"} <= {
+            c["name"] for c in insp.get_columns("backfills")
+        }
+        store = ControlStore(engine)
+        source = store.get_source("t", "old")
+        assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
+    finally:
+        engine.dispose()
+
+
+def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
+    from beam_pipelines.cli import main
+
+    home = str(tmp_path / "home")
+    assert main(["tenants", "create", "acme", "--home", home, "--json"]) == 0
+    created = json.loads(capsys.readouterr().out)
+    assert set(created) == {"tenant_id", "name", "api_key"}
+    assert (created["tenant_id"], created["name"]) == ("acme", "acme")
+    store = ControlStore.open(f"sqlite:///{home}/catalog.db")
+    try:
+        assert store.authenticate(created["api_key"]) == "acme"
+        with store._engine.connect() as conn:  # the key itself is not stored
+            hashes = conn.execute(select(schema.api_keys.c.key_hash)).scalars().all()
+        assert created["api_key"] not in hashes and len(hashes) == 1
+    finally:
+        store.close()
+    assert main(["tenants", "create", "acme", "--home", home]) == 2
+    assert "exists" in capsys.readouterr().err
+    assert main(["tenants", "list", "--home", home, "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    assert [(t["tenant_id"], t["name"], t["active_keys"]) for t in listed] == [("acme", "acme", 1)]
+    assert main(["serve", "--home", home, "--host", "0.0.0.0"]) == 2
+    assert "refusing to listen on 0.0.0.0" in capsys.readouterr().err
+    assert [
+        is_loopback(h)
+        for h in ("127.0.0.1", "127.8.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.1", "example.com")
+    ] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
+
+
+def test_backfill_eta_from_the_rate_so_far(tmp_path: Any) -> None:
+    store = ControlStore.open(f"sqlite:///{tmp_path}/c.db")
+    try:
+        created = store.create_backfill(reason="chunker", target_index="v3", max_docs_per_s=10)
+        assert created.eta_s(now=1e9) is None
+        bid = created.backfill_id
+        started = store.update_backfill_progress(bid, state="running", total=1000, now=1000.0)
+        assert started is not None and started.eta_s(now=1010.0) is None  # nothing processed yet
+        row = store.update_backfill_progress(bid, done=90, failed=10, now=1010.0)
+        assert row is not None and row.started_at == 1000.0
+        assert row.eta_s(now=1020.0) == 180.0  # 100 docs in 20 s -> 5/s, 900 left
+        failed = store.update_backfill_progress(row.backfill_id, state="failed")
+        assert failed is not None and failed.eta_s() is None
+        assert store.update_backfill_progress("missing", done=1) is None
+        with pytest.raises(ValueError):
+            store.update_backfill_progress(row.backfill_id, done=-1)
+        with pytest.raises(ValueError):
+            store.update_backfill_progress(row.backfill_id, state="exploded")
+    finally:
+        store.close()
+
+
+def test_control_plane_never_imports_beam() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "control_plane"
+    offenders = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            offenders += [
+                f"{path.name}: {n}" for n in names if n.split(".")[0] in ("apache_beam", "beam_pipelines")
+            ]
+    assert len(list(root.rglob("*.py"))) >= 4
+    assert offenders == []

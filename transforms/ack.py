@@ -1,0 +1,106 @@
+"""Acknowledge events once their work is finished, and measure freshness."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import apache_beam as beam
+
+from ragsync.config import Settings, open_catalog
+from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
+from transforms.common import counter
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an event ended.
+
+    Attributes:
+        event_id: the event ('' for backfill work, which is not acknowledged).
+        source_id: its source.
+        tenant_id: its tenant.
+        op: upsert, delete or acl.
+        lane: fast or slow (the lane its document took; fast for metadata).
+        event_time: when the change happened (epoch seconds).
+        state: done, stale or duplicate.
+    """
+
+    event_id: str
+    source_id: str
+    tenant_id: str
+    op: str
+    lane: str
+    event_time: float
+    state: str
+
+
+def outcome_of(record: Any, state: str = "done") -> Outcome:
+    """The Outcome of a finished record of any stage."""
+    if isinstance(record, DocumentPlan):
+        record = record.doc
+    if isinstance(record, FetchedDocument):
+        s = record.source
+        return Outcome(
+            s.event_id,
+            s.source_id,
+            s.tenant_id,
+            "upsert",
+            record.lane or Lane.FAST.value,
+            s.event_time,
+            state,
+        )
+    if isinstance(record, QueuedEvent):
+        e = record.event
+        return Outcome(e.event_id, e.source_id, record.tenant_id, e.op, Lane.FAST.value, e.event_time, state)
+    raise TypeError(f"no outcome for {type(record).__name__}")
+
+
+class _AckFn(beam.DoFn):
+    """Outcome -> event row finished; applied events get a freshness row."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        self._catalog = open_catalog(self.settings)
+        self._applied = counter("events_applied")
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(self, outcome: Outcome) -> Iterator[str]:
+        if not outcome.event_id:
+            return
+        if outcome.state == "done":
+            self._catalog.record_freshness(
+                [
+                    {
+                        "event_id": outcome.event_id,
+                        "source_id": outcome.source_id,
+                        "tenant_id": outcome.tenant_id,
+                        "op": outcome.op,
+                        "lane": outcome.lane,
+                        "event_time": outcome.event_time,
+                        "applied_at": time.time(),
+                    }
+                ]
+            )
+            self._applied.inc()
+        self._catalog.ack_events([outcome.event_id], outcome.state)
+        yield outcome.event_id
+
+
+class AckEvents(beam.PTransform):
+    """Input: ``Outcome``. Output: acknowledged event ids."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, outcomes: beam.PCollection) -> beam.PCollection:
+        return outcomes | "Ack" >> beam.ParDo(_AckFn(self.settings))

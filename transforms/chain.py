@@ -1,0 +1,116 @@
+"""The stage chain both pipelines share, as one composite transform.
+
+Each lane (fast: text formats, office, PDFs with a text layer; slow: OCR and
+very large files) is its own branch from parsing to writing, so a slow OCR
+job never holds back the fast lane (on Dataflow/Flink each branch scales on
+its own). Outputs are left as lists of PCollections rather than flattened:
+FnApiRunner's streaming mode stalls on ``Flatten``, so consumers apply their
+sink to each PCollection instead.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+
+from ragsync.config import Settings
+from ragsync.embedding import ModelSpec
+from ragsync.model import Lane
+from transforms.acl import ApplyAclChanges
+from transforms.chunk import ChunkDocuments
+from transforms.embed import EmbedChunks
+from transforms.fetch import ACL_ONLY, DUPLICATE, UNCHANGED, FetchDocuments
+from transforms.parse import ParseDocuments, RouteByType
+from transforms.write import RecordDuplicates, WriteIndexes
+
+
+class _IndexLane(beam.PTransform):
+    """Parse, chunk, diff, embed and write the documents of one lane.
+
+    Input: ``FetchedDocument``. Outputs: ``written`` (``DocumentPlan``) and
+    ``dead`` (list of ``DeadLetter`` PCollections).
+    """
+
+    def __init__(
+        self, settings: Settings, spec: ModelSpec, lane: str, total: int, show_progress: bool, streaming: bool
+    ) -> None:
+        super().__init__()
+        self.streaming = streaming
+        self.settings = settings
+        self.spec = spec
+        self.lane = lane
+        self.total = total
+        self.show_progress = show_progress
+
+    def expand(self, docs: beam.PCollection) -> dict[str, Any]:
+        s, progress = self.settings, self.show_progress
+        parsed = docs | "Parse" >> ParseDocuments(s, self.lane)
+        chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
+            s, total=self.total, show_progress=progress
+        )
+        duration = 0.2 if self.streaming else None
+        embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(
+            s, self.spec, max_batch_duration_s=duration, show_progress=progress
+        )
+        written = embedded | "WriteIndexes" >> WriteIndexes(
+            s, self.spec.dim, total=self.total, show_progress=progress
+        )
+        return {"written": written["written"], "dead": [parsed["dead"], chunked["dead"], *written["dead"]]}
+
+
+class IndexDocuments(beam.PTransform):
+    """Fetch and hash, route by type, then per lane parse, chunk, diff, embed
+    and write.
+
+    Input: ``SourceFile`` (from a listing or an upsert event).
+    Outputs (a dict; each value a list of PCollections, one per branch):
+      ``written``: ``DocumentPlan`` of each document now live;
+      ``unchanged``, ``duplicates``, ``acl_updated``: ``FetchedDocument``
+      that needed no parse/embed (same bytes; an exact copy of another
+      document; only new permissions);
+      ``dead``: ``DeadLetter`` from every stage.
+
+    Args:
+        settings: stores and limits.
+        spec: the embedding model.
+        group_duplicates: bounded input: link copies within one run
+            (GroupByKey) and batch embeddings by bundle. False for unbounded
+            input: link against the catalog only, batch by 64 chunks or 200 ms.
+        total: expected documents, for progress lines.
+        show_progress: print progress to stderr.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        spec: ModelSpec,
+        *,
+        group_duplicates: bool = True,
+        total: int = 0,
+        show_progress: bool = False,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.spec = spec
+        self.group_duplicates = group_duplicates
+        self.total = total
+        self.show_progress = show_progress
+
+    def expand(self, files: beam.PCollection) -> dict[str, list[beam.PCollection]]:
+        s, spec = self.settings, self.spec
+        fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
+        routed = fetched["process"] | "RouteByType" >> RouteByType()
+        streaming = not self.group_duplicates
+        lane_args = (self.total, self.show_progress, streaming)
+        fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(s, spec, Lane.FAST.value, *lane_args)
+        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(s, spec, Lane.SLOW.value, *lane_args)
+        duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s)
+        acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
+        return {
+            "written": [fast["written"], slow["written"]],
+            UNCHANGED: [fetched[UNCHANGED]],
+            "duplicates": [duplicates],
+            "acl_updated": [acl["updated"]],
+            "dead": [fetched["dead"], routed["dead"], *fast["dead"], *slow["dead"], acl["dead"]],
+        }

@@ -1,0 +1,315 @@
+"""Stages 1-3 of the streaming pipeline: read events, gate them by version,
+route them by operation.
+
+The local event bus is the catalog's ``events`` table read by an unbounded
+source. An event is leased when read and acknowledged (``ack_events``) only
+by the step that finishes it - after its writes - so a crash redelivers it
+when the lease ends (at-least-once); the version gate and content-keyed ids
+make the redelivery harmless.
+"""
+
+from __future__ import annotations
+
+import collections
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+from apache_beam import coders
+from apache_beam.io.unbounded_source import CheckpointMark, UnboundedReader, UnboundedSource
+from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
+from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
+
+from ragsync import ids
+from ragsync.config import Settings, open_catalog
+from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
+from ragsync.errors import InvalidEventError
+from ragsync.model import Event, QueuedEvent, SourceFile
+from transforms.common import counter
+
+STALE = "stale"
+DUPLICATE = "duplicate"
+UPSERT = "upsert"
+DELETE = "delete"
+ACL = "acl"
+
+
+# -- the local queue as an unbounded source ------------------------------------
+
+
+class _NoCheckpoint(CheckpointMark):
+    """Acknowledgement happens after the writes, not at checkpoint time."""
+
+    def finalize_checkpoint(self) -> None:
+        return None
+
+
+class _EventQueueReader(UnboundedReader):
+    def __init__(self, settings: Settings, until_idle: bool, lease_s: float, batch: int, hold_s: float):
+        self.settings = settings
+        self.until_idle = until_idle
+        self.lease_s = lease_s
+        self.batch = batch
+        self.hold_s = hold_s
+        self._catalog: Any = None
+        self._buffer: collections.deque[dict[str, Any]] = collections.deque()
+        self._current: dict[str, Any] | None = None
+        self._done = False
+
+    def start(self) -> bool:
+        self._catalog = open_catalog(self.settings)
+        return self.advance()
+
+    def advance(self) -> bool:
+        if not self._buffer:
+            # Hold the bundle open briefly so a burst of events travels
+            # together (the embedder batches what one bundle holds).
+            deadline = time.monotonic() + self.hold_s
+            while True:
+                rows = self._catalog.claim_events(limit=self.batch, lease_s=self.lease_s)
+                self._buffer.extend(rows)
+                if rows or time.monotonic() >= deadline:
+                    break
+                time.sleep(0.02)
+        if self._buffer:
+            self._current = self._buffer.popleft()
+            return True
+        if self.until_idle and self._catalog.unfinished_events() == 0:
+            self._done = True
+        return False
+
+    def get_current(self) -> dict[str, Any]:
+        assert self._current is not None
+        return self._current
+
+    def get_current_timestamp(self) -> Timestamp:
+        return Timestamp.of(time.time())
+
+    def get_watermark(self) -> Timestamp:
+        return MAX_TIMESTAMP if self._done else Timestamp.of(time.time() - 1)
+
+    def get_checkpoint_mark(self) -> CheckpointMark:
+        return _NoCheckpoint()
+
+    def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
+
+class EventQueueSource(UnboundedSource):
+    """The catalog's ``events`` table as an unbounded source of event rows.
+
+    Args:
+        settings: where the catalog is.
+        until_idle: finish once no event is pending or in flight.
+        lease_s: how long a read event is hidden from other readers; an event
+            not acknowledged by then is delivered again.
+        batch: events leased per poll.
+        hold_s: how long a poll waits for events before yielding.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        until_idle: bool = False,
+        lease_s: float = 300.0,
+        batch: int = 64,
+        hold_s: float = 0.2,
+    ) -> None:
+        self.settings = settings
+        self.until_idle = until_idle
+        self.lease_s = lease_s
+        self.batch = batch
+        self.hold_s = hold_s
+
+    def split(self, desired_num_splits: int, options: Any = None) -> list[UnboundedSource]:
+        return [self]
+
+    def create_reader(self, options: Any, checkpoint_mark: Any) -> UnboundedReader:
+        return _EventQueueReader(self.settings, self.until_idle, self.lease_s, self.batch, self.hold_s)
+
+    def get_checkpoint_mark_coder(self) -> coders.Coder:
+        return coders.PickleCoder()
+
+    def default_output_coder(self) -> coders.Coder:
+        return coders.PickleCoder()
+
+
+# -- decode and resolve --------------------------------------------------------
+
+
+class _ResolveFn(beam.DoFn):
+    """Event row -> (doc_id, QueuedEvent); an unknown source is a dead letter."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        self._catalog = open_catalog(self.settings)
+        self._tenants: dict[str, str | None] = {}
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(self, row: dict[str, Any]) -> Iterator[Any]:
+        event = Event.from_json(row["payload"])
+        if event.source_id not in self._tenants:
+            source = self._catalog.get_source(event.source_id)
+            self._tenants[event.source_id] = source["tenant_id"] if source else None
+        tenant = self._tenants[event.source_id]
+        if tenant is None:
+            raise InvalidEventError(
+                f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
+            )
+        doc_id = ids.doc_id(tenant, event.source_id, event.doc_id)
+        yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0)))
+
+
+# -- the version gate ------------------------------------------------------------
+
+
+def known_versions(catalog: Any, doc_id: str) -> DocVersions:
+    """What the catalog holds for a document (the gate's authority)."""
+    doc = catalog.get_document(doc_id)
+    tomb = catalog.get_tombstone(doc_id)
+    acl = catalog.get_acl_version(doc_id)
+    indexed = doc.indexed_version if doc is not None and doc.status == "indexed" else None
+    return DocVersions(
+        indexed=indexed,
+        accepted=doc.source_version if doc is not None and doc.status != "deleted" else None,
+        deleted=tomb["source_version"] if tomb is not None else None,
+        acl=acl["acl_version"] if acl is not None else None,
+    )
+
+
+class _GateFn(beam.DoFn):
+    """(doc_id, QueuedEvent) -> the event to apply, tagged by op, or tagged
+    ``stale`` / ``duplicate``.
+
+    Timeline for one document (state = highest content and permission
+    versions passed so far; the catalog is read for every event that the
+    state does not already reject, because runner state is lost on restarts):
+      v5 upsert arrives  -> state (5, -)  -> catalog: nothing newer -> apply
+      v7 delete arrives  -> state (7, -)  -> apply (tombstone 7)
+      v6 upsert arrives  -> 6 < 7 in state -> stale, dropped, counted
+      v7 delete again    -> catalog: tombstone 7 exists -> duplicate
+      v8 upsert arrives  -> 8 > tombstone 7 -> apply (recreation)
+    """
+
+    CONTENT = ReadModifyWriteStateSpec("content_version", coders.StrUtf8Coder())
+    PERMS = ReadModifyWriteStateSpec("acl_version", coders.StrUtf8Coder())
+
+    def __init__(self, settings: Settings | None) -> None:
+        self.settings = settings
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        if self.settings is not None:
+            self._catalog = open_catalog(self.settings)
+        self._stale = counter("events_stale")
+        self._duplicate = counter("events_duplicate")
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(
+        self,
+        keyed: tuple[str, QueuedEvent],
+        content_state: Any = beam.DoFn.StateParam(CONTENT),
+        acl_state: Any = beam.DoFn.StateParam(PERMS),
+    ) -> Iterator[Any]:
+        doc_id, qe = keyed
+        ev = qe.event
+        state = acl_state if ev.op == ACL else content_state
+        seen = state.read()
+        if seen and version_key(ev.source_version) < version_key(seen):
+            self._stale.inc()
+            yield beam.pvalue.TaggedOutput(STALE, qe)
+            return
+        known = known_versions(self._catalog, doc_id) if self._catalog is not None else DocVersions()
+        action = gate_event(ev.op, ev.source_version, known)
+        if action == GateAction.STALE:
+            self._stale.inc()
+            yield beam.pvalue.TaggedOutput(STALE, qe)
+            return
+        if action == GateAction.DUPLICATE:
+            self._duplicate.inc()
+            yield beam.pvalue.TaggedOutput(DUPLICATE, qe)
+            return
+        if not seen or version_key(ev.source_version) > version_key(seen):
+            state.write(ev.source_version)
+        yield beam.pvalue.TaggedOutput(ev.op, qe)
+
+
+class GateEvents(beam.PTransform):
+    """Keyed by doc_id, pass only events newer than what is applied.
+
+    Input: ``(doc_id, QueuedEvent)``. Outputs: ``upsert``, ``delete``, ``acl``
+    (``QueuedEvent`` to apply), ``stale`` and ``duplicate`` (dropped).
+    """
+
+    def __init__(self, settings: Settings | None) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, events: beam.PCollection) -> Any:
+        return events | "Gate" >> beam.ParDo(_GateFn(self.settings)).with_input_types(
+            tuple[str, QueuedEvent]
+        ).with_outputs(UPSERT, DELETE, ACL, STALE, DUPLICATE)
+
+
+def upsert_to_source_file(qe: QueuedEvent, acl_groups: tuple[str, ...] | None = None) -> SourceFile:
+    """The work item the shared fetch stage takes, for an upsert event."""
+    ev = qe.event
+    return SourceFile(
+        tenant_id=qe.tenant_id,
+        source_id=ev.source_id,
+        source_object_id=ev.doc_id,
+        uri=ev.content_uri,
+        size=-1,
+        acl_groups=ev.acl_groups if acl_groups is None else acl_groups,
+        source_version=ev.source_version,
+        event_id=ev.event_id,
+        event_time=ev.event_time,
+        attempts=qe.attempts,
+    )
+
+
+class _UpsertToWorkFn(beam.DoFn):
+    """QueuedEvent (upsert) -> SourceFile. Permissions: a newer permission
+    change already applied wins over the groups this older upsert carries."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        self._catalog = open_catalog(self.settings)
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+
+    def process(self, qe: QueuedEvent) -> Iterator[SourceFile]:
+        acl = self._catalog.get_acl_version(qe.doc_id)
+        groups: tuple[str, ...] | None = None
+        if acl is not None and version_key(acl["acl_version"]) > version_key(qe.event.source_version):
+            groups = tuple(self._catalog.get_acl_groups(acl["acl_id"]) or ())
+        yield upsert_to_source_file(qe, groups)
+
+
+class UpsertsToWork(beam.PTransform):
+    """Input: upsert ``QueuedEvent``. Output: ``SourceFile`` for FetchDocuments."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, events: beam.PCollection) -> beam.PCollection:
+        return events | "UpsertToWork" >> beam.ParDo(_UpsertToWorkFn(self.settings))
