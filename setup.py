@@ -63,7 +63,9 @@ setup(
     version="0.1.0",
     description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
     python_requires=">=3.10",
-    packages=find_packages(include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*"]),
+    packages=find_packages(
+        include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*"]
+    ),
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["ragsync=beam_pipelines.cli:main"]},

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from typing import Any
@@ -63,8 +64,11 @@ def cmd_events_push(args: argparse.Namespace) -> int:
 def cmd_stream(args: argparse.Namespace) -> int:
     from beam_pipelines.streaming import run_stream
 
+    settings = _settings(args)
+    if args.lease_s is not None:
+        settings = dataclasses.replace(settings, event_lease_s=args.lease_s)
     summary = run_stream(
-        _settings(args),
+        settings,
         until_idle=args.until_idle,
         source=args.source,
         beam_args=args.beam_args,
@@ -178,6 +182,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument("--kafka-topic", help="topic (with --source kafka)")
     st.add_argument("--kafka-bootstrap", help="bootstrap servers (with --source kafka)")
     st.add_argument("--quiet", action="store_true", help="no progress lines")
+    st.add_argument(
+        "--lease-s", type=float, help="seconds before an unacknowledged event is redelivered (default 300)"
+    )
     st.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
     st.set_defaults(func=cmd_stream)
 

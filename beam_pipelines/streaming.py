@@ -101,9 +101,11 @@ def build_streaming_pipeline(
     acked = []
     for i, pcoll in enumerate(finished):
         acked.append(pcoll | f"Outcome{i}" >> beam.Map(outcome_of) | f"Ack{i}" >> AckEvents(settings))
-    for state, pcoll in ((STALE, gated[STALE]), (DUPLICATE, gated[DUPLICATE])):
-        outcomes = pcoll | f"Outcome_{state}" >> beam.Map(outcome_of, state)
-        acked.append(outcomes | f"Ack_{state}" >> AckEvents(settings))
+    stale_branches = [(STALE, gated[STALE]), (DUPLICATE, gated[DUPLICATE])]
+    stale_branches += [(STALE, pcoll) for pcoll in chain["superseded"]]
+    for i, (state, pcoll) in enumerate(stale_branches):
+        outcomes = pcoll | f"Outcome_{state}{i}" >> beam.Map(outcome_of, state)
+        acked.append(outcomes | f"Ack_{state}{i}" >> AckEvents(settings))
     dead = [*chain["dead"], acl["dead"], deleted["dead"]]
     for i, pcoll in enumerate(dead):
         pcoll | f"WriteDeadLetters{i}" >> WriteDeadLetters(settings)
@@ -134,7 +136,8 @@ def event_source(
         ConfigurationError: an unknown source or missing setting.
     """
     if source == "queue":
-        return p | "ReadEventQueue" >> beam.io.Read(EventQueueSource(settings, until_idle=until_idle))
+        queue = EventQueueSource(settings, until_idle=until_idle, lease_s=settings.event_lease_s)
+        return p | "ReadEventQueue" >> beam.io.Read(queue)
     if source == "pubsub":
         if not subscription:
             raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")

@@ -56,6 +56,8 @@ class Settings:
         parse_memory_mb: address-space limit of the parse process.
         max_bytes: documents larger than this are dead-lettered ``too_large``.
         embed_batch_size: largest embedding batch.
+        event_lease_s: how long a read event stays hidden from other readers;
+            one not acknowledged by then (its worker died) is delivered again.
     """
 
     home: str = field(default_factory=default_home)
@@ -72,6 +74,7 @@ class Settings:
     parse_memory_mb: int = 4096
     max_bytes: int = 200_000_000
     embed_batch_size: int = 64
+    event_lease_s: float = 300.0
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)

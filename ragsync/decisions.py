@@ -128,12 +128,16 @@ class DocVersions:
             (``documents.source_version``).
         deleted: version of the tombstone, if the document was deleted.
         acl: version of the last applied permission change.
+        complete: the live version's chunk rows are all there (False after a
+            crash between flipping the version and deleting vanished chunks:
+            a redelivered event must then run again to finish the delete).
     """
 
     indexed: str | None = None
     accepted: str | None = None
     deleted: str | None = None
     acl: str | None = None
+    complete: bool = True
 
 
 def version_key(version: str) -> tuple[int, int, str]:
@@ -187,7 +191,7 @@ def gate_event(op: str, version: str, known: DocVersions) -> GateAction:
     if op == "upsert":
         if known.deleted is not None and v <= _vk(known.deleted):
             return GateAction.STALE
-        if known.indexed is not None and v == _vk(known.indexed):
+        if known.indexed is not None and v == _vk(known.indexed) and known.complete:
             return GateAction.DUPLICATE
         for other in (known.indexed, known.accepted):
             if other is not None and v < _vk(other):

@@ -56,7 +56,11 @@ class _IndexLane(beam.PTransform):
         written = embedded | "WriteIndexes" >> WriteIndexes(
             s, self.spec.dim, total=self.total, show_progress=progress
         )
-        return {"written": written["written"], "dead": [parsed["dead"], chunked["dead"], *written["dead"]]}
+        return {
+            "written": written["written"],
+            "superseded": written["superseded"],
+            "dead": [parsed["dead"], chunked["dead"], *written["dead"]],
+        }
 
 
 class IndexDocuments(beam.PTransform):
@@ -66,6 +70,7 @@ class IndexDocuments(beam.PTransform):
     Input: ``SourceFile`` (from a listing or an upsert event).
     Outputs (a dict; each value a list of PCollections, one per branch):
       ``written``: ``DocumentPlan`` of each document now live;
+      ``superseded``: ``DocumentPlan`` overtaken by a newer event (not written);
       ``unchanged``, ``duplicates``, ``acl_updated``: ``FetchedDocument``
       that needed no parse/embed (same bytes; an exact copy of another
       document; only new permissions);
@@ -109,6 +114,7 @@ class IndexDocuments(beam.PTransform):
         acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
         return {
             "written": [fast["written"], slow["written"]],
+            "superseded": [fast["superseded"], slow["superseded"]],
             UNCHANGED: [fetched[UNCHANGED]],
             "duplicates": [duplicates],
             "acl_updated": [acl["updated"]],

@@ -179,11 +179,15 @@ def known_versions(catalog: Any, doc_id: str) -> DocVersions:
     tomb = catalog.get_tombstone(doc_id)
     acl = catalog.get_acl_version(doc_id)
     indexed = doc.indexed_version if doc is not None and doc.status == "indexed" else None
+    complete = True
+    if indexed is not None:
+        complete = len(catalog.chunk_ids_for_doc(doc_id)) == (doc.chunk_count or 0)
     return DocVersions(
         indexed=indexed,
         accepted=doc.source_version if doc is not None and doc.status != "deleted" else None,
         deleted=tomb["source_version"] if tomb is not None else None,
         acl=acl["acl_version"] if acl is not None else None,
+        complete=complete,
     )
 
 

@@ -14,7 +14,7 @@ import apache_beam as beam
 import numpy as np
 
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.decisions import backoff_delay
+from ragsync.decisions import backoff_delay, version_key
 from ragsync.errors import RagsyncError, is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument
 from transforms.common import Progress, ToDeadLetters, counter, dead_letter_from_exception
@@ -55,12 +55,17 @@ class _WriteFn(beam.DoFn):
         self._indexed = counter("documents_indexed")
         self._written = counter("chunks_written")
         self._deleted = counter("chunks_deleted")
+        self._stale = counter("events_stale")
         self._progress = Progress("write", "docs", self.total, enabled=self.show_progress)
         self._docs_written = 0
         # Fault injection for crash tests: RAGSYNC_CRASH_AFTER_INDEX_WRITES=N
         # SIGKILLs this process after the N-th document's index upsert, before
         # its catalog rows exist - the worst place to die.
         self._crash_after = int(os.environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "0") or 0)
+        # RAGSYNC_CRASH_AFTER_FLIPS=N: SIGKILL after the N-th version flip,
+        # before the vanished chunks are deleted.
+        self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
+        self._flips = 0
 
     def teardown(self) -> None:
         for store in (self._keywords, self._vectors, self._catalog):
@@ -79,9 +84,30 @@ class _WriteFn(beam.DoFn):
             err = EmbedFailedError(f"{len(missing)} chunks have no vector")
             yield beam.pvalue.TaggedOutput("dead", dead_letter_from_exception("embed", plan.doc, err))
             return
+        if self._superseded(plan):
+            # A newer version of this document was accepted (or it was
+            # deleted) while this one was being embedded: writing it now
+            # would roll the document back.
+            self._stale.inc()
+            yield beam.pvalue.TaggedOutput("superseded", plan)
+            return
         self._write(plan, embedded.vectors)
         self._progress.add()
         yield plan
+
+    def _superseded(self, plan: DocumentPlan) -> bool:
+        """True when the catalog holds a newer content version or a tombstone
+        at or above this plan's version (event-driven work only; a backfill
+        listing has no version order)."""
+        src = plan.doc.source
+        if not src.event_id:
+            return False
+        version = version_key(src.source_version)
+        tomb = self._catalog.get_tombstone(plan.doc.doc_id)
+        if tomb is not None and version <= version_key(tomb["source_version"] or "0"):
+            return True
+        doc = self._catalog.get_document(plan.doc.doc_id)
+        return doc is not None and bool(doc.source_version) and version < version_key(doc.source_version)
 
     def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
         doc = plan.doc
@@ -115,6 +141,9 @@ class _WriteFn(beam.DoFn):
             indexed_at=time.time(),
             mime=doc.mime,
         )
+        self._flips += 1
+        if self._crash_after_flips and self._flips >= self._crash_after_flips and plan.vanished_ids:
+            os.kill(os.getpid(), signal.SIGKILL)
         if plan.vanished_ids:
             vanished = list(plan.vanished_ids)
             self._vectors.delete(tenant, vanished)
@@ -128,7 +157,8 @@ class WriteIndexes(beam.PTransform):
     """Write planned documents to both indexes and the catalog.
 
     Input: ``EmbeddedPlan``. Outputs: ``written`` (the ``DocumentPlan`` of
-    each document now live) and ``dead`` (a list of ``DeadLetter``
+    each document now live), ``superseded`` (plans of event-driven work
+    overtaken by a newer version or a delete: nothing written) and ``dead`` (a list of ``DeadLetter``
     PCollections, left unflattened: see ``transforms/chain.py``).
     """
 
@@ -147,6 +177,7 @@ class WriteIndexes(beam.PTransform):
         ).with_outputs("dead", main="written").with_exception_handling(main_tag="written")
         return {
             "written": out["written"],
+            "superseded": out["superseded"],
             "dead": [out["dead"], out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")],
         }
 

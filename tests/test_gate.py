@@ -1,0 +1,196 @@
+"""The version gate: pure decisions, a property over random orders, and its
+Beam semantics pinned with TestStream on the BundleBasedDirectRunner."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import apache_beam as beam
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+from apache_beam.testing.test_pipeline import TestPipeline
+from apache_beam.testing.test_stream import TestStream
+from apache_beam.testing.util import assert_that, equal_to
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from connectors.events import parse_event
+from ragsync import ids
+from ragsync.config import Settings, open_catalog
+from ragsync.decisions import DocVersions, GateAction, backoff_delay, gate_event, version_key
+from ragsync.errors import InvalidEventError
+from ragsync.model import Event, QueuedEvent
+from transforms.events import DELETE, DUPLICATE, STALE, UPSERT, GateEvents
+
+A, S, D = GateAction.APPLY, GateAction.STALE, GateAction.DUPLICATE
+
+
+@pytest.mark.parametrize(
+    ("op", "version", "known", "expected"),
+    [
+        ("upsert", "1", DocVersions(), A),
+        ("upsert", "5", DocVersions(indexed="5", accepted="5"), D),
+        ("upsert", "5", DocVersions(indexed="5", accepted="5", complete=False), A),
+        ("upsert", "4", DocVersions(indexed="5", accepted="5"), S),
+        ("upsert", "6", DocVersions(indexed="5", accepted="5"), A),
+        ("upsert", "6", DocVersions(indexed="5", accepted="7"), S),  # v7 in flight
+        ("upsert", "7", DocVersions(indexed="5", accepted="7"), A),  # redelivery of the in-flight one
+        ("upsert", "7", DocVersions(deleted="7"), S),  # tie with a delete: the delete wins
+        ("upsert", "6", DocVersions(deleted="7"), S),  # tombstone blocks older upserts
+        ("upsert", "8", DocVersions(deleted="7"), A),  # recreation
+        ("delete", "7", DocVersions(indexed="5", accepted="5"), A),
+        ("delete", "4", DocVersions(indexed="5", accepted="5"), S),
+        ("delete", "7", DocVersions(deleted="7"), D),
+        ("delete", "6", DocVersions(deleted="7"), S),
+        ("acl", "3", DocVersions(indexed="5"), A),  # permissions are versioned on their own
+        ("acl", "3", DocVersions(acl="3"), D),
+        ("acl", "2", DocVersions(acl="3"), S),
+        ("acl", "6", DocVersions(deleted="7"), S),
+        ("upsert", "10", DocVersions(indexed="9", accepted="9"), A),  # numeric, not text, order
+        ("upsert", "2026-12-02T10:00:00Z", DocVersions(indexed="2026-12-01T10:00:00Z"), A),
+    ],
+)
+def test_gate_event_table(op: str, version: str, known: DocVersions, expected: GateAction) -> None:
+    assert gate_event(op, version, known) == expected
+
+
+def test_gate_rejects_unknown_ops_and_orders_versions() -> None:
+    with pytest.raises(ValueError):
+        gate_event("rename", "1", DocVersions())
+    assert version_key("9") < version_key("10") < version_key("a")
+
+
+def test_backoff_grows_exponentially_with_jitter_and_a_cap() -> None:
+    for attempt, full in ((1, 2.0), (2, 4.0), (3, 8.0), (10, 300.0)):
+        delays = [backoff_delay(attempt) for _ in range(50)]
+        assert all(full * 0.5 <= d <= full for d in delays)
+        assert len(set(delays)) > 1  # jittered
+    with pytest.raises(ValueError):
+        backoff_delay(0)
+
+
+def _simulate(events: list[tuple[str, int]]) -> int | None:
+    """Apply events through the gate to a model of the catalog; returns the
+    live content version (None when absent)."""
+    indexed: str | None = None
+    deleted: str | None = None
+    for op, v in events:
+        known = DocVersions(indexed=indexed, accepted=indexed, deleted=deleted)
+        if gate_event(op, str(v), known) != GateAction.APPLY:
+            continue
+        if op == "upsert":
+            indexed = str(v)
+        else:
+            deleted, indexed = str(v), None
+    return int(indexed) if indexed is not None else None
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(st.sampled_from(["upsert", "delete"]), min_size=1, max_size=8).flatmap(
+        lambda ops: st.permutations([(op, i + 1) for i, op in enumerate(ops)]).map(
+            lambda perm: (perm, max(perm, key=lambda e: e[1]))
+        )
+    )
+)
+def test_any_order_ends_with_the_newest_version(case: tuple[list[tuple[str, int]], tuple[str, int]]) -> None:
+    events, (newest_op, newest_v) = case
+    expected = newest_v if newest_op == "upsert" else None
+    assert _simulate(list(events)) == expected
+    # Delivering everything twice changes nothing.
+    assert _simulate(list(events) + list(events)) == expected
+
+
+def test_event_validation_names_the_bad_field() -> None:
+    good = {
+        "source_id": "wiki",
+        "doc_id": "p/1",
+        "op": "upsert",
+        "source_version": 3,
+        "acl_groups": ["eng", "eng", " hr "],
+        "content_uri": "/tmp/x.md",
+        "event_time": "2026-12-01T10:00:00Z",
+    }
+    ev = parse_event(good)
+    assert (ev.source_version, ev.acl_groups, ev.event_time) == ("3", ("eng", "hr"), 1796119200.0)
+    assert ev.event_id == parse_event(dict(good)).event_id  # derived ids are stable
+    cases = [
+        ({**good, "op": "move"}, "'op' must be one of"),
+        ({k: v for k, v in good.items() if k != "source_id"}, "'source_id' is required"),
+        ({**good, "content_uri": ""}, "'content_uri' is required"),
+        ({**good, "acl_groups": "eng"}, "'acl_groups' must be a list"),
+        ({**good, "event_time": "yesterday"}, "not ISO 8601"),
+        ({**good, "extra": 1}, "unknown fields: extra"),
+        ([], "must be a JSON object"),
+    ]
+    for data, message in cases:
+        with pytest.raises(InvalidEventError, match=message):
+            parse_event(data)
+
+
+def _qe(doc: str, op: str, version: str, tenant: str = "t") -> tuple[str, QueuedEvent]:
+    ev = Event(f"{doc}-{op}-{version}", "src", doc, op, version, ("g",), "/x" if op == "upsert" else "", 0.0)
+    doc_id = ids.doc_id(tenant, "src", doc)
+    return doc_id, QueuedEvent(ev, tenant, doc_id, 0)
+
+
+def test_gate_semantics_under_teststream(tmp_path: Path) -> None:
+    """Stale, duplicate, tombstone and recreation, on a streaming runner."""
+    settings_ = Settings(home=str(tmp_path))
+    cat = open_catalog(settings_)
+    try:  # d1 is live at version 5 in the catalog (the gate's authority)
+        from ragsync.model import FetchedDocument, SourceFile
+
+        doc_id = ids.doc_id("t", "src", "d1")
+        src = SourceFile("t", "src", "d1", "/x", 1, ("g",), "5")
+        cat.record_fetch(FetchedDocument(doc_id, src, "h", "/raw", 1, "acl", doc_id))
+        cat.flip_indexed_version(
+            doc_id,
+            content_hash="h",
+            source_version="5",
+            indexed_version="5",
+            chunker_id="c",
+            parser_version="p",
+            chunk_count=0,
+            indexed_at=1.0,
+        )
+    finally:
+        cat.close()
+
+    stream = (
+        TestStream()
+        .add_elements([_qe("d1", "upsert", "5")])  # already live: duplicate
+        .add_elements([_qe("d1", "upsert", "4")])  # older than live: stale
+        .add_elements([_qe("d1", "upsert", "6")])  # newer: apply
+        .add_elements([_qe("d1", "upsert", "5")])  # older than what passed: stale
+        .add_elements([_qe("d2", "delete", "3")])  # apply (tombstone 3)
+        .add_elements([_qe("d2", "upsert", "2")])  # blocked by the tombstone: stale
+        .add_elements([_qe("d2", "upsert", "4")])  # recreation: apply
+        .advance_watermark_to_infinity()
+    )
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    with TestPipeline(runner="BundleBasedDirectRunner", options=options) as p:
+        out = p | stream | GateEvents(settings_)
+
+        def label(tag: str):  # noqa: ANN202
+            return lambda qe: f"{tag}:{qe.event.doc_id}:{qe.event.op}:{qe.event.source_version}"
+
+        assert_that(
+            out[UPSERT] | "u" >> beam.Map(label("apply")),
+            equal_to(["apply:d1:upsert:6", "apply:d2:upsert:4"]),
+            label="applied_upserts",
+        )
+        assert_that(
+            out[DELETE] | "d" >> beam.Map(label("apply")),
+            equal_to(["apply:d2:delete:3"]),
+            label="applied_deletes",
+        )
+        assert_that(
+            out[STALE] | "s" >> beam.Map(label("stale")),
+            equal_to(["stale:d1:upsert:4", "stale:d1:upsert:5", "stale:d2:upsert:2"]),
+            label="stale",
+        )
+        assert_that(
+            out[DUPLICATE] | "dup" >> beam.Map(label("dup")), equal_to(["dup:d1:upsert:5"]), label="dups"
+        )

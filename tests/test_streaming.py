@@ -1,0 +1,272 @@
+"""End to end: the streaming pipeline (FnApiRunner, --streaming, the catalog's
+event queue) with the real model, Milvus Lite, tantivy and SQLite."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.streaming import StreamSummary, run_stream
+from connectors.events import parse_event
+from ragsync import ids
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.embedding import default_model
+from ragsync.parsing import PARSER_VERSION
+from ragsync.query import hybrid_query
+from ragsync.reconcile import reconcile
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+DIM = 384
+TENANT = "acme"
+SOURCE = "wiki"
+
+PARAS = [
+    "Employees may book a hotel for up to 180 EUR per night in most cities.",
+    "In London, Paris and New York the nightly hotel limit is 250 EUR.",
+    "Taxi rides are reimbursed after nine in the evening.",
+    "Submit every receipt within thirty days through the expense tool.",
+]
+
+
+def _handbook(paras: list[str]) -> str:
+    return (
+        "# Travel handbook\n\n## Hotels\n\n"
+        + "\n\n".join(paras[:2])
+        + "\n\n## Expenses\n\n"
+        + "\n\n".join(paras[2:])
+    )
+
+
+def _event(
+    doc: str, op: str, version: int, groups: list[str], uri: str = "", eid: str = ""
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "source_id": SOURCE,
+        "doc_id": doc,
+        "op": op,
+        "source_version": version,
+        "acl_groups": groups,
+        "event_time": time.time() - 1,
+    }
+    if uri:
+        data["content_uri"] = uri
+    if eid:
+        data["event_id"] = eid
+    return data
+
+
+def _push(settings: Settings, events: list[dict[str, Any]]) -> None:
+    cat = open_catalog(settings)
+    try:
+        cat.enqueue_events([parse_event(e) for e in events])
+    finally:
+        cat.close()
+
+
+def _stream(settings: Settings) -> StreamSummary:
+    return run_stream(settings, until_idle=True, show_progress=False)
+
+
+def _setup(tmp_path: Path) -> Settings:
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    prepare_stores(settings, default_model())
+    register_source(settings, SOURCE, TENANT, "wiki")
+    return settings
+
+
+def _doc_traces(settings: Settings, doc: str) -> dict[str, int]:
+    doc_id = ids.doc_id(TENANT, SOURCE, doc)
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM)
+    kw = open_keyword_index(settings)
+    try:
+        row = cat.get_document(doc_id)
+        raw = parsed = 0
+        if row is not None and row.content_hash:
+            raw = int(os.path.exists(settings.raw_uri(row.content_hash)))
+            parsed = int(os.path.exists(settings.parsed_uri(row.content_hash, PARSER_VERSION)))
+        return {
+            "vector": vec.count_by_doc(TENANT).get(doc_id, 0),
+            "keyword": kw.count_by_doc(TENANT).get(doc_id, 0),
+            "catalog": len(cat.chunk_ids_for_doc(doc_id)),
+            "raw": raw,
+            "parsed": parsed,
+        }
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+
+def _all_chunk_ids(settings: Settings) -> dict[str, set[str]]:
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM)
+    kw = open_keyword_index(settings)
+    try:
+        return {
+            "catalog": cat.chunk_ids_for_tenant(TENANT),
+            "vector": vec.chunk_ids(),
+            "keyword": kw.chunk_ids(),
+        }
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+
+def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
+    settings = _setup(tmp_path)
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "handbook.md").write_text(_handbook(PARAS))
+    (docs / "notes.txt").write_text("Notes from the quarterly meeting.\n\nRevenue grew by twelve percent.\n")
+    (docs / "security.html").write_text("<html><body><h1>Security</h1><p>Lock your screen.</p></body></html>")
+    first = [
+        _event("handbook", "upsert", 1, ["everyone"], str(docs / "handbook.md"), "e1"),
+        _event("notes", "upsert", 1, ["everyone"], "file://" + str(docs / "notes.txt"), "e2"),
+        _event("security", "upsert", 1, ["everyone"], str(docs / "security.html"), "e3"),
+        {**_event("ghost", "upsert", 1, ["everyone"], str(docs / "notes.txt"), "e4"), "source_id": "nope"},
+    ]
+    _push(settings, first)
+    s1 = _stream(settings)
+    assert (s1.events_applied, s1.documents_indexed, s1.dead_lettered) == (3, 3, 1)
+    assert s1.chunks_embedded == s1.chunks_written > 0
+    before = _all_chunk_ids(settings)
+    assert before["catalog"] == before["vector"] == before["keyword"]
+
+    # Replay: every event delivered again (new delivery ids, same versions).
+    _push(settings, [{**e, "event_id": e["event_id"] + "-again"} for e in first[:3]])
+    s2 = _stream(settings)
+    assert (s2.events_duplicate, s2.events_applied, s2.chunks_embedded, s2.chunks_written) == (3, 0, 0, 0)
+    assert _all_chunk_ids(settings) == before
+
+    # Edit one paragraph: at most two chunks re-embedded, vanished ones deleted.
+    edited = list(PARAS)
+    edited[1] = "In London, Paris and New York the nightly hotel limit is 275 EUR since March."
+    (docs / "handbook.md").write_text(_handbook(edited))
+    _push(settings, [_event("handbook", "upsert", 2, ["everyone"], str(docs / "handbook.md"), "e5")])
+    s3 = _stream(settings)
+    assert s3.documents_indexed == 1 and 1 <= s3.chunks_embedded <= 2 and s3.chunks_deleted >= 1
+    hits = hybrid_query(settings, "nightly hotel limit London", groups=["everyone"], tenant_id=TENANT, k=1)
+    assert "275 EUR" in hits[0].text
+
+    # Delete: gone from both indexes, the chunks table and the object store.
+    assert _doc_traces(settings, "notes") == {"vector": 1, "keyword": 1, "catalog": 1, "raw": 1, "parsed": 1}
+    _push(settings, [_event("notes", "delete", 3, [], eid="e6")])
+    s4 = _stream(settings)
+    assert (s4.documents_deleted, s4.events_applied) == (1, 1)
+    assert _doc_traces(settings, "notes") == {"vector": 0, "keyword": 0, "catalog": 0, "raw": 0, "parsed": 0}
+    cat = open_catalog(settings)
+    try:
+        tomb = cat.get_tombstone(ids.doc_id(TENANT, SOURCE, "notes"))
+        assert tomb is not None and tomb["source_version"] == "3" and tomb["completed_at"] is not None
+        assert cat.queue_stats()["depth"] == 0
+        assert cat.queue_stats()["by_state"] == {"done": 5, "duplicate": 3, "dead": 1}
+        fresh = cat.freshness_stats()
+        assert {(f["source_id"], f["kind"]) for f in fresh} == {("wiki", "content"), ("wiki", "permissions")}
+    finally:
+        cat.close()
+
+    # A late upsert older than the delete is stale: the document stays gone.
+    _push(settings, [_event("notes", "upsert", 2, ["everyone"], str(docs / "notes.txt"), "e7")])
+    s5 = _stream(settings)
+    assert (s5.events_stale, s5.documents_indexed) == (1, 0)
+    assert _doc_traces(settings, "notes")["vector"] == 0
+    assert reconcile(settings, DIM).ok
+
+
+def test_permission_canary_never_leaks(tmp_path: Path) -> None:
+    settings = _setup(tmp_path)
+    canary = tmp_path / "canary.md"
+    canary.write_text("# Canary\n\nThe canary launch code is purple-falcon-42.\n")
+    question = "canary launch code purple falcon"
+
+    def visible(groups: list[str]) -> bool:
+        hits = hybrid_query(settings, question, groups=groups, tenant_id=TENANT, k=10)
+        return any("purple-falcon-42" in h.text for h in hits)
+
+    _push(settings, [_event("canary", "upsert", 1, ["secret"], str(canary), "c1")])
+    assert _stream(settings).chunks_embedded == 1
+    assert (visible(["everyone"]), visible(["secret"])) == (False, True)
+
+    # An acl event newer than the content opens it up, without re-embedding.
+    _push(settings, [_event("canary", "acl", 2, ["secret", "everyone"], eid="c2")])
+    s = _stream(settings)
+    assert (s.documents_acl_updated, s.chunks_embedded) == (1, 0)
+    assert (visible(["everyone"]), visible(["secret"])) == (True, True)
+
+    # Removing every group hides it from everyone (fail closed).
+    _push(settings, [_event("canary", "acl", 3, [], eid="c3")])
+    _stream(settings)
+    assert (visible(["everyone"]), visible(["secret"])) == (False, False)
+
+    # A late, older acl event cannot widen it again.
+    _push(settings, [_event("canary", "acl", 2, ["everyone"], eid="c2-late")])
+    assert _stream(settings).events_stale == 1
+    assert visible(["everyone"]) is False
+
+    # A content edit older than the last permission change keeps the newer
+    # permissions; a newer one brings its own.
+    canary.write_text("# Canary\n\nThe canary launch code is purple-falcon-42, rotated weekly.\n")
+    _push(settings, [_event("canary", "upsert", 4, ["secret"], str(canary), "c4")])
+    _stream(settings)
+    assert (visible(["everyone"]), visible(["secret"])) == (False, True)
+    assert reconcile(settings, DIM).ok
+
+
+def _kill_group(pgid: int) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pgid, signal.SIGKILL)
+        except ProcessLookupError:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process group {pgid} did not exit")
+
+
+def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None:
+    settings = _setup(tmp_path)
+    doc = tmp_path / "handbook.md"
+    doc.write_text(_handbook(PARAS))
+    _push(settings, [_event("handbook", "upsert", 1, ["everyone"], str(doc), "h1")])
+    _stream(settings)
+    edited = [p.replace("EUR", "euros") for p in PARAS]
+    doc.write_text(_handbook(edited))
+    _push(settings, [_event("handbook", "upsert", 2, ["everyone"], str(doc), "h2")])
+
+    cmd = [sys.executable, "-m", "beam_pipelines.cli", "stream", "--until-idle", "--quiet", "--lease-s", "1"]
+    cmd += ["--home", settings.home]
+    env = dict(os.environ, RAGSYNC_CRASH_AFTER_FLIPS="1", HF_HUB_OFFLINE="1")
+    log = tmp_path / "crash.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
+        try:
+            code = proc.wait(timeout=600)
+        finally:
+            _kill_group(proc.pid)
+    assert code == -signal.SIGKILL, log.read_text()[-2000:]
+    stale = _all_chunk_ids(settings)
+    assert len(stale["vector"]) > 2, "old and new chunks are both in the index after the crash"
+
+    env.pop("RAGSYNC_CRASH_AFTER_FLIPS")
+    proc2 = subprocess.run(cmd + ["--json"], env=env, cwd=ROOT, capture_output=True, timeout=600)
+    assert proc2.returncode == 0, proc2.stderr.decode()[-2000:]
+    summary = json.loads(proc2.stdout.decode().strip().splitlines()[-1])
+    assert summary["chunks_embedded"] == 0  # everything came from the embedding cache
+    assert summary["chunks_deleted"] >= 1
+    after = _all_chunk_ids(settings)
+    assert after["vector"] == after["keyword"] == after["catalog"]
+    assert reconcile(settings, DIM).ok
+    hits = hybrid_query(settings, "hotel limit per night", groups=["everyone"], tenant_id=TENANT, k=5)
+    assert hits and all("EUR" not in h.text for h in hits)
