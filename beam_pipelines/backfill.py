@@ -21,7 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from connectors.files import FolderConnector
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.embedding import ModelSpec, default_model
+from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.model import SourceFile
 from transforms.chain import IndexDocuments
@@ -164,7 +164,10 @@ def run_backfill(
                 f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
             )
         uri = os.path.abspath(uri)
-    spec = spec or default_model()
+    if spec is None:
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(settings)
     source_id = source_id or source_id_for(uri)
     files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
     if show_progress:

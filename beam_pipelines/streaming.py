@@ -25,7 +25,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from ragsync.config import Settings
-from ragsync.embedding import ModelSpec, default_model
+from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
 from transforms.ack import AckEvents, outcome_of
 from transforms.acl import ApplyAclChanges
@@ -194,7 +194,10 @@ def run_stream(
     from beam_pipelines.backfill import prepare_stores
 
     start = time.monotonic()
-    spec = spec or default_model()
+    if spec is None:
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(settings)
     prepare_stores(settings, spec)
     args = list(beam_args) or ["--runner=FnApiRunner"]
     if "--streaming" not in args:

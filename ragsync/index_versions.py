@@ -376,3 +376,15 @@ def describe(v: IndexVersion) -> str:
         f"v{v.version:<3d} {v.state:9s} {v.model_name:24s} {v.vector_collection} + {v.keyword_index} "
         f"created {when}{extra}{reason}"
     )
+
+
+def live_spec(settings: Settings) -> Any:
+    """The ModelSpec of the live index version's model (the packaged MiniLM
+    before anything was indexed). Pipelines embed with it and queries encode
+    with it, so a flip to a new model switches both."""
+    from ragsync.embedding import DEFAULT_MODEL, spec_for
+
+    try:
+        return spec_for(live_version(settings).model_name)
+    except ConfigurationError:
+        return spec_for(DEFAULT_MODEL)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.embedding import ModelSpec, default_model
+from ragsync.embedding import ModelSpec
 
 RRF_K = 60
 
@@ -42,14 +42,10 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) ->
 
 
 def embed_query(spec: ModelSpec, text: str) -> list[float]:
-    import os
+    """The query vector, by the same model (and query prefix) as the index."""
+    from ragsync.embedding import get_model
 
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from sentence_transformers import SentenceTransformer
-
-    model = SentenceTransformer(spec.path, device="cpu")
-    vec = model.encode([text], normalize_embeddings=True, convert_to_numpy=True, show_progress_bar=False)[0]
-    return [float(x) for x in vec]
+    return [float(x) for x in get_model(spec.name).encode_queries([text])[0]]
 
 
 def hybrid_query(
@@ -67,7 +63,10 @@ def hybrid_query(
     """
     if k <= 0:
         raise ValueError("k must be positive")
-    spec = spec or default_model()
+    if spec is None:
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(settings)
     catalog = open_catalog(settings)
     try:
         acl_ids = catalog.acl_ids_for_groups(tenant_id, list(groups))

@@ -28,32 +28,16 @@ _LOOKUP_BATCH = 256
 
 
 class _LazyModel:
-    """Loads the SentenceTransformer on first use, so a run with nothing to
-    embed (an unchanged re-run) never pays for loading torch and the model."""
+    """The model named by the spec, loaded on first use, so a run with
+    nothing to embed (an unchanged re-run) never pays for loading it."""
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
-        self._model: Any = None
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        if self._model is None:
-            import os
+        from ragsync.embedding import get_model
 
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(self.spec.path, device="cpu")
-            self._model.max_seq_length = self.spec.max_seq_length
-        return np.asarray(
-            self._model.encode(
-                list(texts),
-                batch_size=max(1, len(texts)),
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            ),
-            dtype=np.float32,
-        )
+        return get_model(self.spec.name).encode_passages(list(texts))
 
 
 def encode_isolating_failures(model: Any, texts: Sequence[str]) -> list[np.ndarray | Exception]:
