@@ -92,6 +92,13 @@ class OcrBelowBarError(RagsyncError):
     error_class = "ocr_below_bar"
 
 
+class ParserCrashError(RagsyncError):
+    """A parser's native engine failed on its own (not the document's fault)."""
+
+    error_class = "crash"
+    permanent = False
+
+
 class NoPermissionsError(RagsyncError):
     error_class = "no_permissions"
 

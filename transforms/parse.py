@@ -90,16 +90,13 @@ class _ParseFn(beam.DoFn):
 
     def setup(self) -> None:
         _die_with_parent()
-        # Runs inside the isolated child: cap its address space so a
-        # decompression bomb ends as a MemoryError or a dead child, not an
-        # out-of-memory kill of the whole pipeline.
+        # Runs inside the isolated child: cap its heap so a decompression
+        # bomb ends as a MemoryError (a dead letter), not an out-of-memory
+        # kill of the whole pipeline. RLIMIT_DATA, not RLIMIT_AS: Tika's
+        # native VM reserves a large address range it never touches, which
+        # an address-space cap would refuse.
         limit = self.settings.parse_memory_mb * 1024 * 1024
-        try:
-            with open("/proc/self/statm") as fh:
-                current = int(fh.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
-        except OSError:
-            current = 0
-        resource.setrlimit(resource.RLIMIT_AS, (current + limit, resource.RLIM_INFINITY))
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
         self._catalog = open_catalog(self.settings)
 
     def teardown(self) -> None:

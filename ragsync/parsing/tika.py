@@ -23,7 +23,7 @@ from typing import Any, TypeGuard
 from bs4 import BeautifulSoup
 from bs4.element import Tag
 
-from ragsync.errors import CorruptDocumentError, EncryptedDocumentError
+from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, ParserCrashError
 from ragsync.model import ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text
 from ragsync.parsing.html import _Walker
@@ -263,7 +263,13 @@ def parse_tika(data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, fi
     name = filename or "document"
     try:
         xhtml, raw_meta = _extractor(max_chars).extract_bytes_to_string(bytearray(data))
-    except Exception as exc:  # noqa: BLE001 - the native binding raises TypeError/RuntimeError/...
+    except BaseException as exc:  # noqa: BLE001 - the native binding raises TypeError/RuntimeError/...
+        if isinstance(exc, KeyboardInterrupt | SystemExit):
+            raise
+        if type(exc).__name__ == "PanicException":
+            # pyo3 panics derive from BaseException: the native Tika VM
+            # itself failed (e.g. it could not reserve memory), not the file.
+            raise ParserCrashError(f"{name}: the Tika native VM failed: {str(exc)[:300]}") from exc
         message = str(exc)
         if _ENCRYPTED.search(message):
             raise EncryptedDocumentError(f"{name}: {message[:300]}") from exc
