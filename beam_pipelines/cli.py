@@ -140,11 +140,17 @@ def cmd_status(args: argparse.Namespace) -> int:
         docs = catalog.document_counts_by_status()
         dead = catalog.dead_letter_counts()
         recent = catalog.list_dead_letters(limit=args.limit)
+        queue = catalog.queue_stats()
+        fresh = catalog.freshness_stats()
+        review = catalog.pages_for_review()
     finally:
         catalog.close()
     data = {
         "documents": docs,
         "dead_letters": dead,
+        "queue": queue,
+        "freshness": fresh,
+        "pages_for_review": review,
         "recent_dead_letters": [
             {
                 "doc_id": r.doc_id,
@@ -158,9 +164,24 @@ def cmd_status(args: argparse.Namespace) -> int:
     }
     human = ["documents by state:"] + [f"  {k:14s} {v}" for k, v in sorted(docs.items())]
     human += ["dead letters by error class:"] + [f"  {k:14s} {v}" for k, v in sorted(dead.items())]
+    human.append(
+        f"event queue: {queue['depth']} pending, oldest {queue['oldest_pending_age_s']:.0f}s; "
+        + ", ".join(f"{k} {v}" for k, v in sorted(queue["by_state"].items()))
+    )
+    if fresh:
+        human.append("freshness (indexed_at - event_time):")
+        human += [
+            f"  {f['source_id']:16s} {f['lane']:5s} {f['kind']:11s} n={f['events']:<6d} "
+            f"p50 {f['p50_s']:.1f}s  p95 {f['p95_s']:.1f}s"
+            for f in fresh
+        ]
+    human.append(
+        f"pages awaiting review (OCR below the bar): {review['pages']} in {review['documents']} documents"
+    )
+    human += [f"  {x['uri']}: pages {', '.join(map(str, x['pages']))}" for x in review["items"]]
     if recent:
-        human.append("most recent dead letters:")
-        human += [f"  [{r.error_class}] {r.uri}: {r.message[:120]}" for r in recent]
+        human.append("oldest open dead letters:")
+        human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {r.message[:120]}" for r in recent]
     _emit(args, data, "\n".join(human))
     return 0
 

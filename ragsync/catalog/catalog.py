@@ -1403,6 +1403,30 @@ class Catalog:
         with self._read_engine.connect() as conn:
             return [_document_from_row(r) for r in conn.execute(query).mappings()]
 
+    def pages_for_review(self, *, limit: int = 20) -> dict[str, Any]:
+        """Pages not indexed because OCR fell below the bar: totals and the
+        documents holding them (uri and page numbers)."""
+        p, d = schema.parsed_docs, schema.documents
+        query = (
+            select(d.c.doc_id, d.c.uri, p.c.pages_for_review)
+            .select_from(p.join(d, d.c.content_hash == p.c.content_hash))
+            .where(p.c.pages_for_review.is_not(None))
+            .where(p.c.pages_for_review != "[]")
+            .where(d.c.deleted_at.is_(None))
+            .order_by(d.c.doc_id)
+        )
+        docs = []
+        with self._read_engine.connect() as conn:
+            for doc_id, uri, pages_json in conn.execute(query).all():
+                pages = sorted(set(json.loads(pages_json or "[]")))
+                if pages:
+                    docs.append({"doc_id": doc_id, "uri": uri, "pages": pages})
+        return {
+            "documents": len(docs),
+            "pages": sum(len(x["pages"]) for x in docs),
+            "items": docs[:limit],
+        }
+
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list (0.0 when empty)."""

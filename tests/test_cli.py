@@ -1,0 +1,82 @@
+"""The command line as a script sees it: exit codes and ``--json`` shapes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from beam_pipelines.cli import main
+
+
+def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
+    code = main(list(argv))
+    return code, capsys.readouterr().out
+
+
+def test_sources_events_and_status(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    home = str(tmp_path / "home")
+    code, out = _run(
+        capsys, "sources", "add", "wiki", "--tenant", "acme", "--type", "wiki", "--home", home, "--json"
+    )
+    assert code == 0 and json.loads(out) == {"source_id": "wiki", "tenant_id": "acme", "type": "wiki"}
+    events = tmp_path / "events.jsonl"
+    good = {
+        "source_id": "wiki",
+        "doc_id": "p1",
+        "op": "delete",
+        "source_version": 2,
+        "event_time": "2026-12-01T00:00:00Z",
+    }
+    events.write_text(
+        json.dumps(good)
+        + "\n"
+        + "{not json\n"
+        + "\n"
+        + json.dumps({**good, "op": "move"})
+        + "\n"
+        + json.dumps(good)
+        + "\n"
+    )
+    code, out = _run(capsys, "events", "push", str(events), "--home", home, "--json")
+    data = json.loads(out)
+    assert code == 1  # some lines were rejected
+    assert (data["queued"], data["duplicates"]) == (1, 1)
+    assert [r["line"] for r in data["rejected"]] == [2, 4]
+    assert "'op' must be one of" in data["rejected"][1]["error"]
+
+    code, out = _run(capsys, "status", "--home", home, "--json")
+    status = json.loads(out)
+    assert code == 0
+    assert status["queue"]["depth"] == 1 and status["queue"]["by_state"] == {"pending": 1}
+    assert status["documents"] == {} and status["dead_letters"] == {}
+    assert status["pages_for_review"] == {"documents": 0, "pages": 0, "items": []}
+
+
+def test_parse_exit_codes_and_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    page = tmp_path / "page"  # no extension: detected from content
+    page.write_text(
+        "<html><body><h1>Title</h1><p>Body text.</p>"
+        "<table><tr><th>a</th></tr><tr><td>1</td></tr></table></body></html>"
+    )
+    code, out = _run(capsys, "parse", str(page), "--json")
+    data = json.loads(out)
+    assert code == 0 and data["mime"] == "text/html" and data["lane"] == "fast" and data["error"] is None
+    assert [(e["type"], e["text"]) for e in data["elements"]] == [
+        ("heading", "Title"),
+        ("paragraph", "Body text."),
+        ("table", "| a |\n| --- |\n| 1 |"),
+    ]
+    broken = tmp_path / "broken.pdf"
+    broken.write_bytes(b"%PDF-1.4 truncated")
+    code, out = _run(capsys, "parse", str(broken), "--json")
+    assert code == 2 and json.loads(out)["error"]["class"] == "corrupt"
+
+
+def test_backfill_of_a_missing_folder_says_what_to_do(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = main(["backfill", str(tmp_path / "nope"), "--home", str(tmp_path / "h")])
+    assert code == 2
+    assert "does not exist" in capsys.readouterr().err
