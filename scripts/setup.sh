@@ -19,15 +19,28 @@ if [ -n "$need_apt" ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq tesseract-ocr poppler-utils libmagic1 postgresql >/dev/null
 fi
 
+# Run a step quietly; on failure show what it printed and stop.
+quiet() {
+  local log
+  log="$(mktemp)"
+  if ! "$@" >"$log" 2>&1; then
+    cat "$log" >&2
+    echo "[setup] failed: $*" >&2
+    exit 1
+  fi
+  rm -f "$log"
+}
+
 PY="${PYTHON:-python3.11}"
 command -v "$PY" >/dev/null 2>&1 || PY=python3
 if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $PY" >&2
   "$PY" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+echo "[setup] installing Python packages into .venv (first run: several minutes)" >&2
+quiet .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned to the CPU build; install it first so nothing pulls a CUDA build.
-.venv/bin/python -m pip install -q "torch==2.13.0"
-.venv/bin/python -m pip install -q -r requirements.txt
-.venv/bin/python -m pip install -q --no-deps -e .
+quiet .venv/bin/python -m pip install -q "torch==2.13.0"
+quiet .venv/bin/python -m pip install -q -r requirements.txt
+quiet .venv/bin/python -m pip install -q --no-deps -e .
 echo "[setup] ready: .venv/bin/ragsync" >&2

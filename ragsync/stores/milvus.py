@@ -172,11 +172,22 @@ class MilvusVectorIndex:
 
     # -- connection and schema -------------------------------------------------
 
+    @staticmethod
+    def _quiet_client_logs() -> None:
+        """pymilvus logs a warning on every query iterator against Milvus
+        Lite (no server timestamp); keep the operator's console readable."""
+        import logging
+
+        for name in list(logging.root.manager.loggerDict):
+            if name.startswith("pymilvus"):
+                logging.getLogger(name).setLevel(logging.ERROR)
+
     def _connect(self, uri: str, token: str) -> Any:
         try:
             from pymilvus import MilvusClient
         except ImportError as exc:  # pragma: no cover - pymilvus is a core dependency
             raise ConfigurationError("pip install 'pymilvus[milvus_lite]'") from exc
+        self._quiet_client_logs()
         try:
             if self.is_lite:
                 return MilvusClient(uri=uri)
