@@ -113,19 +113,9 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
 
 
 def _event_id_of(payload: str) -> str:
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        return ""
-    if not isinstance(data, dict):
-        return ""
-    for path in (("event_id",), ("source", "event_id"), ("event", "event_id")):
-        node: Any = data
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, str) and node:
-            return node
-    return ""
+    from ragsync.model import payload_field
+
+    return payload_field(payload, "event_id")
 
 
 def cmd_dead_letters_retry(args: argparse.Namespace) -> int:

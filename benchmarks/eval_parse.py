@@ -336,7 +336,7 @@ def eval_ocr(corpus: Path, index: list[dict[str, str]], per_format: int) -> list
     default_nature = "human GT (UNLV-ISRI for *.3B; tesseract maintainers for others)"
     rows: list[Row] = []
     images = sorted(p for p in folder.iterdir() if p.suffix.lower() in (".tif", ".tiff", ".png", ".jpg"))
-    for img in images[: max(per_format, 1) * 2]:
+    for img in images[:per_format]:
         stem = img.stem.split("-rotated")[0]
         ref_path = next(
             (folder / n for n in (f"{stem}.gold.txt", f"{stem}.txt") if (folder / n).exists()),

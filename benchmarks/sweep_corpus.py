@@ -17,7 +17,9 @@ Each worker is pinned to one CPU when the machine has enough, so OCR inside
 it runs one Tesseract at a time. The parent enforces a
 per-file wall-clock limit (``--timeout``, default 60 s): a worker that runs past
 it is killed (``timeout``), one that dies (segfault, OOM kill) is recorded as
-``crash``; either way a fresh worker is started and the sweep goes on.
+``crash``; either way a fresh worker is started and the sweep goes on. Such a
+file's format is re-detected by the parent, its lane is reported as ``?``; a
+Tesseract child of a killed worker is left to the parser's own 120 s limit.
 
 Outcome of a file:
 
@@ -219,6 +221,16 @@ class _Slot:
             self.conn.close()
 
 
+def _parent_mime(path: str) -> str:
+    """Detected format of a file whose worker timed out or died (the lane stays unknown: ``?``)."""
+    try:
+        from ragsync.detect import detect_mime
+
+        return detect_mime(Path(path).read_bytes(), Path(path).name)
+    except Exception:  # noqa: BLE001 - only for the report
+        return "?"
+
+
 def run_sweep(files: list[tuple[str, str]], args: argparse.Namespace) -> list[dict[str, Any]]:
     """Run every file through a worker with a per-file time limit; return one record per file."""
     slots = [_Slot(i, args) for i in range(args.workers)]
@@ -230,7 +242,8 @@ def run_sweep(files: list[tuple[str, str]], args: argparse.Namespace) -> list[di
     def lost(slot: _Slot, outcome: str, message: str) -> None:
         assert slot.job is not None
         records.append(
-            {"path": slot.job[1], "mime": "?", "lane": "?", "needs_ocr": False, "elements": 0,
+            {"path": slot.job[1], "mime": _parent_mime(slot.job[0]),
+             "lane": "?", "needs_ocr": False, "elements": 0,
              "empty_elements": 0, "pages": 0, "pages_for_review": [], "size": 0, "outcome": outcome,
              "message": message, "seconds": round(time.perf_counter() - slot.started, 3)}
         )  # fmt: skip
@@ -362,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--corpus", type=Path, default=CORPUS)
-    ap.add_argument("--only", help="a subfolder of documents/, e.g. tika or unstructured/pdf")
+    ap.add_argument("--only", help="a subfolder (or file) of documents/, e.g. tika or unstructured/pdf")
     ap.add_argument("--limit", type=int, help="first N files (sorted paths)")
     ap.add_argument("--timeout", type=float, default=60.0, help="per-file wall-clock limit (s)")
     ap.add_argument("--mem-gb", type=float, default=4.0, help="RLIMIT_AS per worker (GiB, 0 = none)")
@@ -385,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     base = root / args.only if args.only else root
     if not base.exists():
         sys.exit(f"no such folder: {base}")
-    files = sorted(p for p in base.rglob("*") if p.is_file())
+    files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file())
     if args.limit:
         files = files[: args.limit]
     jobs = [(str(p), str(p.relative_to(root))) for p in files]
@@ -394,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     records = run_sweep(jobs, args)
     elapsed = time.perf_counter() - t0
     meta = {
-        "root": str(base.relative_to(root.parent)),
+        "root": str(base.relative_to(root.parent)),  # documents/... (folder or single file)
         "files": len(jobs),
         "elapsed_s": round(elapsed, 1),
         "workers": args.workers,

@@ -353,3 +353,22 @@ class QueuedEvent(JsonRecord):
 
 
 QueuedEvent._nested = {"event": Event}
+
+
+def payload_field(payload: str, name: str) -> str:
+    """A field of a dead letter's payload, wherever the record keeps it.
+
+    Payloads are the JSON of a SourceFile (``name`` at the top), a
+    FetchedDocument (under ``source``) or a QueuedEvent (under ``event``).
+    Returns '' when the payload is not JSON or has no such field.
+    """
+    try:
+        data = json.loads(payload)
+    except ValueError:
+        return ""
+    if not isinstance(data, dict):
+        return ""
+    for container in (data, data.get("source"), data.get("event")):
+        if isinstance(container, dict) and isinstance(container.get(name), str) and container[name]:
+            return str(container[name])
+    return ""

@@ -13,7 +13,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -23,6 +22,7 @@ from beam_pipelines.backfill import BackfillSummary, run_backfill
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.proc import kill_group
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -108,19 +108,6 @@ def _chunk_ids(settings: Settings) -> dict[str, set[str]]:
         kw.close()
         vec.close()
         cat.close()
-
-
-def _kill_group(pgid: int) -> None:
-    """SIGKILL a process group and wait until every member is gone (they
-    hold file locks, e.g. Milvus Lite's, until they exit)."""
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process group {pgid} did not exit")
 
 
 @pytest.fixture
@@ -260,7 +247,7 @@ def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(corpus: Path, 
         finally:
             # A crashed machine takes its helper processes with it (the parse
             # pool, the Milvus Lite server): end the whole process group.
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
     assert code == -signal.SIGKILL, log.read_text()[-2000:]
     crashed = Settings(home=str(crashed_home))
     partial = _chunk_ids(crashed)

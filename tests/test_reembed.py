@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from ragsync.config import Settings, open_catalog, open_keyword_index, open_vect
 from ragsync.embedding import EmbeddingModel, get_model, register_model
 from ragsync.eval_retrieval import evaluate, load_golden
 from ragsync.stores.milvus import MilvusVectorIndex
+from tests.proc import kill_group
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -238,17 +238,6 @@ def test_reembed_flips_to_new_model_and_rolls_back(state: tuple[Settings, str]) 
     assert _live_physical(settings) == ("ragsync_chunks_v1", "keyword")
 
 
-def _kill_group(pgid: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process group {pgid} did not exit")
-
-
 def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings, str]) -> None:
     settings, golden = state
     total = len(_catalog_ids(settings))
@@ -259,7 +248,7 @@ def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings
     try:
         proc.wait(timeout=240)
     finally:
-        _kill_group(proc.pid)  # Milvus Lite's server child holds the file lock
+        kill_group(proc.pid)  # Milvus Lite's server child holds the file lock
     assert proc.returncode == 137
 
     building = iv.building_version(settings, E5)

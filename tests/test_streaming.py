@@ -23,6 +23,7 @@ from ragsync.embedding import default_model
 from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.proc import kill_group
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -224,17 +225,6 @@ def test_permission_canary_never_leaks(tmp_path: Path) -> None:
     assert reconcile(settings, DIM).ok
 
 
-def _kill_group(pgid: int) -> None:
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except ProcessLookupError:
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"process group {pgid} did not exit")
-
-
 def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None:
     settings = _setup(tmp_path)
     doc = tmp_path / "handbook.md"
@@ -254,7 +244,7 @@ def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None
         try:
             code = proc.wait(timeout=600)
         finally:
-            _kill_group(proc.pid)
+            kill_group(proc.pid)
     assert code == -signal.SIGKILL, log.read_text()[-2000:]
     stale = _all_chunk_ids(settings)
     assert len(stale["vector"]) > 2, "old and new chunks are both in the index after the crash"

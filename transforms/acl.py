@@ -8,9 +8,9 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import ToDeadLetters, counter
+from transforms.common import StoresDoFn, ToDeadLetters, counter
 
 
 def apply_document_acl(
@@ -52,22 +52,10 @@ def apply_document_acl(
     return len(chunk_ids)
 
 
-class _AclFnBase(beam.DoFn):
-    def __init__(self, settings: Settings, dim: int) -> None:
-        self.settings = settings
-        self.dim = dim
-        self._stores: list[Any] = []
-
+class _AclFnBase(StoresDoFn):
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
-        self._vectors = open_vector_index(self.settings, self.dim)
-        self._keywords = open_keyword_index(self.settings)
-        self._stores = [self._keywords, self._vectors, self._catalog]
+        super().setup()
         self._count = counter("documents_acl_updated")
-
-    def teardown(self) -> None:
-        for store in self._stores:
-            store.close()
 
 
 class _ApplyAclFn(_AclFnBase):

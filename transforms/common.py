@@ -10,6 +10,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from ragsync import ids
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.errors import RagsyncError, classify
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, QueuedEvent, SourceFile
 
@@ -164,3 +165,25 @@ class ToDeadLetters(beam.PTransform):
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         stage = self.stage
         return pcoll | "ToDeadLetter" >> beam.Map(lambda bad: dead_letter_from_beam(stage, bad))
+
+
+class StoresDoFn(beam.DoFn):
+    """Base for steps that write the catalog and both indexes: opens one
+    client of each in ``setup()`` and closes them in ``teardown()``
+    (keyword index first, so its writer lock is released early)."""
+
+    def __init__(self, settings: Settings, dim: int) -> None:
+        self.settings = settings
+        self.dim = dim
+        self._stores: list[Any] = []
+
+    def setup(self) -> None:
+        self._catalog = open_catalog(self.settings)
+        self._vectors = open_vector_index(self.settings, self.dim)
+        self._keywords = open_keyword_index(self.settings)
+        self._stores = [self._keywords, self._vectors, self._catalog]
+
+    def teardown(self) -> None:
+        for store in self._stores:
+            store.close()
+        self._stores = []

@@ -7,15 +7,15 @@ from typing import Any
 
 import apache_beam as beam
 
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import ToDeadLetters, counter
+from transforms.common import StoresDoFn, ToDeadLetters, counter
 from transforms.io import delete_if_exists
 
 
-class _DeleteFn(beam.DoFn):
+class _DeleteFn(StoresDoFn):
     """QueuedEvent (delete) -> the event once the document is gone everywhere.
 
     Order: tombstone (blocks older upserts at once), chunks from the vector
@@ -25,22 +25,10 @@ class _DeleteFn(beam.DoFn):
     nothing of the document; otherwise the event is retried.
     """
 
-    def __init__(self, settings: Settings, dim: int) -> None:
-        self.settings = settings
-        self.dim = dim
-        self._stores: list[Any] = []
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
-        self._vectors = open_vector_index(self.settings, self.dim)
-        self._keywords = open_keyword_index(self.settings)
-        self._stores = [self._keywords, self._vectors, self._catalog]
+        super().setup()
         self._deleted = counter("chunks_deleted")
         self._docs = counter("documents_deleted")
-
-    def teardown(self) -> None:
-        for store in self._stores:
-            store.close()
 
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
         cat = self._catalog

@@ -3,7 +3,6 @@ the dead-letter sink."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import time
@@ -13,11 +12,11 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.decisions import backoff_delay, version_key
 from ragsync.errors import RagsyncError, is_retryable
-from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument
-from transforms.common import Progress, ToDeadLetters, counter, dead_letter_from_exception
+from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
+from transforms.common import Progress, StoresDoFn, ToDeadLetters, counter, dead_letter_from_exception
 from transforms.embed import EmbeddedPlan
 
 
@@ -25,7 +24,7 @@ class EmbedFailedError(RagsyncError):
     error_class = "embed_failed"
 
 
-class _WriteFn(beam.DoFn):
+class _WriteFn(StoresDoFn):
     """EmbeddedPlan -> the DocumentPlan once written, or a DeadLetter.
 
     Timeline for one document (each step idempotent, so a crash anywhere and a
@@ -40,18 +39,12 @@ class _WriteFn(beam.DoFn):
     """
 
     def __init__(self, settings: Settings, dim: int, total: int, show_progress: bool) -> None:
-        self.settings = settings
-        self.dim = dim
+        super().__init__(settings, dim)
         self.total = total
         self.show_progress = show_progress
-        self._catalog: Any = None
-        self._vectors: Any = None
-        self._keywords: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
-        self._vectors = open_vector_index(self.settings, self.dim)
-        self._keywords = open_keyword_index(self.settings)
+        super().setup()
         self._indexed = counter("documents_indexed")
         self._written = counter("chunks_written")
         self._deleted = counter("chunks_deleted")
@@ -66,11 +59,6 @@ class _WriteFn(beam.DoFn):
         # before the vanished chunks are deleted.
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
         self._flips = 0
-
-    def teardown(self) -> None:
-        for store in (self._keywords, self._vectors, self._catalog):
-            if store is not None:
-                store.close()
 
     def process(self, embedded: EmbeddedPlan) -> Iterator[Any]:
         plan = embedded.plan
@@ -107,7 +95,9 @@ class _WriteFn(beam.DoFn):
         if tomb is not None and version <= version_key(tomb["source_version"] or "0"):
             return True
         doc = self._catalog.get_document(plan.doc.doc_id)
-        return doc is not None and bool(doc.source_version) and version < version_key(doc.source_version)
+        return (
+            doc is not None and bool(doc.source_version) and version < version_key(doc.source_version or "")
+        )
 
     def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
         doc = plan.doc
@@ -115,7 +105,7 @@ class _WriteFn(beam.DoFn):
         by_id = {c.chunk_id: c for c in plan.chunks}
         new = [by_id[cid] for cid in plan.new_ids]
         if new:
-            self._vectors.upsert(new, [vectors[c.chunk_id] for c in new])
+            self._vectors.upsert(new, [vectors[c.chunk_id].tolist() for c in new])
             self._keywords.upsert(new)
         self._docs_written += 1
         if self._crash_after and self._docs_written >= self._crash_after:
@@ -242,29 +232,12 @@ class _DeadLetterSinkFn(beam.DoFn):
             )
             self._retried.inc()
             return
-        source_id = _source_id_of(dl.payload)
+        source_id = payload_field(dl.payload, "source_id")
         self._catalog.record_dead_letter(dl, source_id=source_id)
         if dl.event_id:
             self._catalog.ack_events([dl.event_id], "dead")
         self._count.inc()
         yield dl.error_class
-
-
-def _source_id_of(payload: str) -> str:
-    """The source id inside a dead letter's payload ('' when there is none)."""
-    try:
-        data = json.loads(payload)
-    except ValueError:
-        return ""
-    if not isinstance(data, dict):
-        return ""
-    for path in (("source_id",), ("source", "source_id"), ("event", "source_id")):
-        node: Any = data
-        for key in path:
-            node = node.get(key) if isinstance(node, dict) else None
-        if isinstance(node, str):
-            return node
-    return ""
 
 
 class WriteDeadLetters(beam.PTransform):

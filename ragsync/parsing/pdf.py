@@ -14,6 +14,7 @@ import ctypes
 import io
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,10 @@ _TABLE_MIN_RULINGS = 4
 _MAX_OBJECTS_SCANNED = 4000
 # pdfplumber costs ~0.2 s per page: at most this many candidate pages per document are searched.
 _MAX_TABLE_PAGES = 40
+# pdfplumber takes 0.2-2.6 s a candidate page: the table search of one
+# document stops after this many seconds so a table-heavy file never runs
+# into the parse time limit (pages past the budget keep their text).
+_TABLE_BUDGET_S = 15.0
 _EDGE_LINES = 2  # lines at the top and at the bottom of a page checked for running headers/footers
 
 
@@ -184,8 +189,11 @@ def _find_tables(
         pdf = pdfplumber.open(io.BytesIO(data))
     except Exception:  # noqa: BLE001 - tables are best effort; text still parses
         return found
+    deadline = time.monotonic() + _TABLE_BUDGET_S
     with pdf:
         for index in pages:
+            if time.monotonic() > deadline:
+                break
             try:
                 page = pdf.pages[index]
                 tables = page.find_tables()
