@@ -187,6 +187,43 @@ def percentile(values: list[float], q: float) -> float:
     return round(float(ordered[min(rank, len(ordered)) - 1]), 3)
 
 
+def _finished(by_state: dict[str, int]) -> int:
+    """Events no longer pending (done, stale, duplicate or dead)."""
+    return sum(n for state, n in by_state.items() if state != "pending")
+
+
+def events_by_op_state(catalog: Any) -> dict[str, int]:
+    """Queue rows of the run counted by ``op/state``."""
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    t = schema.events
+    counts: dict[str, int] = {}
+    with catalog.engine.connect() as conn:
+        for payload, state in conn.execute(select(t.c.payload, t.c.state)).all():
+            key = f"{json.loads(payload)['op']}/{state}"
+            counts[key] = counts.get(key, 0) + 1
+    return dict(sorted(counts.items()))
+
+
+def delete_check(catalog: Any) -> dict[str, int]:
+    """Tombstones, how many were completed, and catalog chunks still held by deleted documents."""
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    t = schema.tombstones
+    with catalog.engine.connect() as conn:
+        rows = conn.execute(select(t.c.doc_id, t.c.completed_at)).all()
+    left = sum(len(catalog.chunk_ids_for_doc(doc_id)) for doc_id, _ in rows)
+    return {
+        "tombstones": len(rows),
+        "completed": sum(1 for _, done in rows if done is not None),
+        "chunks_left_in_catalog": left,
+    }
+
+
 def chunks_of(catalog: Any, names: list[str]) -> int:
     """Chunks in the catalog for the given source document names."""
     from ragsync import ids
@@ -328,6 +365,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         produced = {op: 0 for op, _ in MIX}
         samples: list[dict[str, Any]] = []
         ops, weights = zip(*MIX, strict=True)
+        before_states = catalog.queue_stats()["by_state"]
         since = time.time()
         t0 = time.monotonic()
         next_at = t0
@@ -371,6 +409,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         produce_s = time.monotonic() - t0
         end_of_production = catalog.queue_stats()
         applied_in_window = len(freshness_rows(catalog, since))
+        finished_in_window = _finished(end_of_production["by_state"]) - _finished(before_states)
 
         # 4. drain, then stop the stream
         start = time.monotonic()
@@ -395,6 +434,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         total = sum(produced.values())
         stats = catalog.freshness_stats(since=since)
         by_state = end["by_state"]
+        finished_total = _finished(by_state) - _finished(before_states)
+        by_op_state = events_by_op_state(catalog)
+        deletes = delete_check(catalog)
     finally:
         if proc is not None:
             stop_group(proc)
@@ -428,7 +470,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if last_applied > since
             else 0.0,
             "by_op": {op: len(v) for op, v in sorted(by_op.items())},
+            "finished_in_window": finished_in_window,
+            "finished_rate_in_window": round(finished_in_window / produce_s, 2) if produce_s else 0.0,
+            "finished_total": finished_total,
         },
+        "events_by_op_and_state": by_op_state,
+        "deletes": deletes,
         "freshness_s": {
             "content_p50": percentile(content, 0.50),
             "content_p95": percentile(content, 0.95),
@@ -465,7 +512,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "duplicates": by_state.get("duplicate", 0),
         "dead_letters": dead,
         "stream_stopped_by": stopped,
-        "stream_summary": summary,
+        "base_load_summary": base_summary,
+        "live_stream_summary": summary,
         "targets": {"rate": 4.6, "content_p95_s": 300, "permissions_p95_s": 60},
         "kept": str(work) if args.keep else "",
     }
@@ -488,12 +536,18 @@ def markdown(r: dict[str, Any]) -> str:
         ("produced rate events/s (target 4.6)", f"{r['produced_rate']}"),
         ("applied during the window, events/s", f"{a['in_window']}, {a['rate_in_window']}"),
         ("applied in all, events/s up to the last apply", f"{a['total']}, {a['rate_to_last_apply']}"),
-        ("content freshness p50 / p95 s (target p95 < 300)", f"{f['content_p50']} / {f['content_p95']}"),
+        (
+            "content freshness p50 / p95 s (target p95 < 300)",
+            f"{f['content_p50']} / {f['content_p95']} (n={a['by_op'].get('upsert', 0)})",
+        ),
         (
             "permission freshness p50 / p95 s (target p95 < 60)",
-            f"{f['permissions_p50']} / {f['permissions_p95']}",
+            f"{f['permissions_p50']} / {f['permissions_p95']} (n={a['by_op'].get('acl', 0)})",
         ),
-        ("delete freshness p50 / p95 s", f"{f['delete_p50']} / {f['delete_p95']}"),
+        (
+            "delete freshness p50 / p95 s",
+            f"{f['delete_p50']} / {f['delete_p95']} (n={a['by_op'].get('delete', 0)})",
+        ),
         (
             "queue depth, oldest pending s at producer stop",
             f"{q['depth_at_producer_stop']}, {q['oldest_pending_age_at_producer_stop_s']}",
@@ -504,6 +558,15 @@ def markdown(r: dict[str, Any]) -> str:
             f"{q['depth_at_end']}, {q['oldest_pending_age_at_end_s']}",
         ),
         ("chunks embedded per edit", f"{e['chunks_embedded_per_edit']}"),
+        (
+            "finished events (applied+stale+duplicate+dead) in the window, events/s",
+            f"{a['finished_in_window']}, {a['finished_rate_in_window']}",
+        ),
+        (
+            "deletes: tombstones / completed / chunks left in catalog",
+            f"{r['deletes']['tombstones']} / {r['deletes']['completed']} / "
+            f"{r['deletes']['chunks_left_in_catalog']}",
+        ),
         (
             "stale / duplicate events, dead letters",
             f"{r['stale_or_superseded']} / {r['duplicates']}, {r['dead_letters']}",

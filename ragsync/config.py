@@ -56,6 +56,8 @@ class Settings:
         parse_memory_mb: address-space limit of the parse process.
         max_bytes: documents larger than this are dead-lettered ``too_large``.
         embed_batch_size: largest embedding batch.
+        boilerplate_min_docs: a chunk text already in this many other
+            documents is boilerplate and not indexed again (0 turns it off).
         event_lease_s: how long a read event stays hidden from other readers;
             one not acknowledged by then (its worker died) is delivered again.
     """
@@ -75,6 +77,7 @@ class Settings:
     max_bytes: int = 200_000_000
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
+    boilerplate_min_docs: int = 50
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)

@@ -84,11 +84,15 @@ def hybrid_query(
         fused = reciprocal_rank_fusion([[h.chunk_id for h in vhits], [h.chunk_id for h in khits]])
         rows = catalog.chunks_by_ids([cid for cid, _ in fused])
         allowed = set(acl_ids)
+        # Near duplicates (drafts of one file): only the newest of a group.
+        newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), acl_ids)
         docs: dict[str, Any] = {}
         results: list[QueryResult] = []
         for cid, score in fused:
             chunk = rows.get(cid)
             if chunk is None or chunk.tenant_id != tenant_id or not allowed.intersection(chunk.acl_ids):
+                continue
+            if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
                 continue
             if chunk.doc_id not in docs:
                 docs[chunk.doc_id] = catalog.get_document(chunk.doc_id)

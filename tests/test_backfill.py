@@ -284,3 +284,62 @@ def test_backfill_on_postgres_catalog(corpus: Path, tmp_path: Path, postgres_url
     second = _run(corpus, settings)
     assert (second.documents_unchanged, second.chunks_embedded, second.chunks_written) == (4, 0, 0)
     assert reconcile(settings, DIM).ok
+
+
+def test_near_duplicate_drafts_show_only_the_newest(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    body = [p for _, paras in HANDBOOK for p in paras]
+    (src / "policy-draft.md").write_text("# Travel policy\n\n" + "\n\n".join(body))
+    settings = Settings(home=str(tmp_path / "home"))
+    _run(src, settings)
+    # A later, slightly edited draft of the same file, and an unrelated note.
+    final = [*body[:-1], body[-1] + " Approved by the board in March."]
+    (src / "policy-final.md").write_text("# Travel policy\n\n" + "\n\n".join(final))
+    (src / "notes.txt").write_text("Notes from the quarterly meeting.\n\nRevenue grew by twelve percent.\n")
+    _run(src, settings)
+    hits = hybrid_query(settings, "hotel limit per night in London", groups=["everyone"], k=10)
+    uris = {Path(h.uri).name for h in hits}
+    assert "policy-final.md" in uris and "policy-draft.md" not in uris
+    cat = open_catalog(settings)
+    try:
+        ids_ = {Path(d.uri).name: d.doc_id for d in cat.documents_for_source(_source(cat))}
+        groups = cat.newest_of_groups(sorted(ids_.values()))
+    finally:
+        cat.close()
+    assert groups[ids_["policy-draft.md"]] == ids_["policy-final.md"]
+    assert groups[ids_["notes.txt"]] == ids_["notes.txt"]
+
+
+def _source(cat: object) -> str:
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    with cat.engine.connect() as conn:  # type: ignore[attr-defined]
+        return str(conn.execute(select(schema.sources.c.source_id)).scalar_one())
+
+
+def test_boilerplate_chunks_are_not_indexed_again(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    disclaimer = "## Disclaimer\n\nThis message is confidential and intended only for its addressees."
+    for name, topic in (("a", "hotel booking rules"), ("b", "laptop replacement")):
+        (src / f"{name}.md").write_text(
+            f"## {topic}\n\nDetails about {topic} for every team.\n\n{disclaimer}\n"
+        )
+    settings = Settings(home=str(tmp_path / "home"), boilerplate_min_docs=2)
+    _run(src, settings)
+    (src / "c.md").write_text(f"## parking\n\nDetails about parking for every team.\n\n{disclaimer}\n")
+    summary = _run(src, settings)
+    assert (summary.documents_indexed, summary.chunks_written) == (1, 1)
+    cat = open_catalog(settings)
+    try:
+        texts = {
+            Path(d.uri).name: [c.text for c in cat.chunks_for_doc(d.doc_id)]
+            for d in cat.documents_for_source(_source(cat))
+        }
+    finally:
+        cat.close()
+    assert len(texts["a.md"]) == len(texts["b.md"]) == 2
+    assert texts["c.md"] == ["Details about parking for every team."]

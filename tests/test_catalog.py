@@ -52,6 +52,9 @@ ALL_TABLES = {
     # migration 5 (streaming sync)
     "acl_versions",
     "freshness",
+    # migration 6 (near duplicates)
+    "doc_signatures",
+    "doc_bands",
 }
 ALL_VERSIONS = [m.version for m in MIGRATIONS]
 

@@ -37,10 +37,22 @@ class _ChunkAndDiffFn(beam.DoFn):
         self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
         self._new = counter("chunks_new")
         self._kept = counter("chunks_kept")
+        self._boilerplate = counter("chunks_boilerplate")
 
     def teardown(self) -> None:
         if self._catalog is not None:
             self._catalog.close()
+
+    def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
+        """Chunks whose text hash is already in ``boilerplate_min_docs`` other
+        documents (signatures, disclaimers) are not indexed again."""
+        limit = self.settings.boilerplate_min_docs
+        if limit <= 0:
+            return chunks
+        seen = self._catalog.docs_per_text_hash([c.text_hash for c in chunks], exclude_doc_id=doc_id)
+        kept = [c for c in chunks if seen.get(c.text_hash, 0) < limit]
+        self._boilerplate.inc(len(chunks) - len(kept))
+        return kept
 
     def process(self, parsed: ParsedDocument) -> Iterator[Any]:
         doc = parsed.doc
@@ -56,6 +68,9 @@ class _ChunkAndDiffFn(beam.DoFn):
         self._progress.add()
         if not chunks:
             raise NoTextError(f"{doc.source.uri} ({doc.mime}) parsed to no indexable text")
+        chunks = self._drop_boilerplate(doc.canonical_doc_id, chunks)
+        if not chunks:
+            raise NoTextError(f"{doc.source.uri}: every chunk is boilerplate seen in many other documents")
         diff = diff_chunks(self._catalog.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
         self._new.inc(len(diff.new))
         self._kept.inc(len(diff.kept))

@@ -50,6 +50,7 @@ class _DeleteFn(StoresDoFn):
         }
         if any(left.values()):
             raise WriteError(f"delete of {qe.doc_id} left chunks behind: {left}")
+        cat.remove_near_dup(qe.doc_id)
         cat.complete_tombstone(qe.doc_id)
         self._docs.inc()
         yield qe

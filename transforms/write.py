@@ -12,6 +12,7 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 
+from ragsync import near_dup
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import backoff_delay, version_key
 from ragsync.errors import RagsyncError, is_retryable
@@ -134,6 +135,10 @@ class _WriteFn(StoresDoFn):
         self._flips += 1
         if self._crash_after_flips and self._flips >= self._crash_after_flips and plan.vanished_ids:
             os.kill(os.getpid(), signal.SIGKILL)
+        # Near-duplicate grouping (MinHash over the document's chunk texts):
+        # queries show only the newest document of a group.
+        sig = near_dup.signature("\n\n".join(c.text for c in plan.chunks))
+        self._catalog.set_near_dup(doc.doc_id, tenant, sig, near_dup.band_keys(sig))
         if plan.vanished_ids:
             vanished = list(plan.vanished_ids)
             self._vectors.delete(tenant, vanished)

@@ -1427,6 +1427,111 @@ class Catalog:
             "items": docs[:limit],
         }
 
+    # -- near duplicates and boilerplate -------------------------------------
+
+    def set_near_dup(
+        self, doc_id: str, tenant_id: str, signature: np.ndarray, band_keys: Sequence[str]
+    ) -> str:
+        """Store a document's MinHash signature and join it to the group of
+        the most similar earlier document (``ragsync.near_dup.THRESHOLD``).
+
+        Returns:
+            The document's near-duplicate group id (its own doc id when it
+            resembles nothing).
+        """
+        from ragsync import near_dup
+
+        sigs, bands = schema.doc_signatures, schema.doc_bands
+        with self._read_engine.connect() as conn:
+            candidates = conn.execute(
+                select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+                .where(bands.c.tenant_id == tenant_id)
+                .where(bands.c.band_key.in_(list(band_keys)))
+                .where(sigs.c.doc_id != doc_id)
+                .distinct()
+            ).all()
+        group = doc_id
+        best = 0.0
+        for _other_id, other_sig, other_group in candidates:
+            sim = near_dup.similarity(signature, np.frombuffer(other_sig, dtype=np.uint64))
+            if sim >= near_dup.THRESHOLD and (sim > best or (sim == best and other_group < group)):
+                best, group = sim, other_group
+        row = {
+            "doc_id": doc_id,
+            "tenant_id": tenant_id,
+            "signature": np.asarray(signature, dtype=np.uint64).tobytes(),
+            "near_dup_group": group,
+            "updated_at": _now(),
+        }
+        with self._engine.begin() as conn:
+            self._upsert(conn, sigs, [row], ["doc_id"], ["signature", "near_dup_group", "updated_at"])
+            conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
+            conn.execute(
+                bands.insert(),
+                [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)],
+            )
+        return str(group)
+
+    def remove_near_dup(self, doc_id: str) -> None:
+        """Forget a deleted document's signature."""
+        with self._engine.begin() as conn:
+            conn.execute(schema.doc_bands.delete().where(schema.doc_bands.c.doc_id == doc_id))
+            conn.execute(schema.doc_signatures.delete().where(schema.doc_signatures.c.doc_id == doc_id))
+
+    def newest_of_groups(
+        self, doc_ids: Sequence[str], acl_ids: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        """For each document, the newest indexed member of its near-duplicate
+        group (itself when it has no group). Newest = latest ``indexed_at``.
+        With ``acl_ids``, only members readable through them count, so a
+        newer draft a reader may not see never hides the one they may."""
+        sigs, d = schema.doc_signatures, schema.documents
+        out = {doc_id: doc_id for doc_id in doc_ids}
+        with self._read_engine.connect() as conn:
+            groups = {
+                r.doc_id: r.near_dup_group
+                for r in conn.execute(
+                    select(sigs.c.doc_id, sigs.c.near_dup_group).where(sigs.c.doc_id.in_(list(doc_ids)))
+                )
+            }
+            if not groups:
+                return out
+            query = (
+                select(sigs.c.near_dup_group, d.c.doc_id, d.c.indexed_at)
+                .select_from(sigs.join(d, d.c.doc_id == sigs.c.doc_id))
+                .where(sigs.c.near_dup_group.in_(sorted(set(groups.values()))))
+                .where(d.c.status == "indexed")
+            )
+            if acl_ids is not None:
+                query = query.where(d.c.acl_id.in_(list(acl_ids)))
+            members = conn.execute(query).all()
+        newest: dict[str, tuple[float, str]] = {}
+        for group, member, indexed_at in members:
+            key = (float(indexed_at or 0.0), member)
+            if group not in newest or key > newest[group]:
+                newest[group] = key
+        for doc_id, group in groups.items():
+            if group in newest:
+                out[doc_id] = newest[group][1]
+        return out
+
+    def docs_per_text_hash(self, text_hashes: Sequence[str], *, exclude_doc_id: str = "") -> dict[str, int]:
+        """How many other documents hold a chunk with each text hash
+        (boilerplate detection)."""
+        t = schema.chunks
+        out: dict[str, int] = {}
+        with self._read_engine.connect() as conn:
+            for batch in _batches(sorted(set(text_hashes))):
+                rows = conn.execute(
+                    select(t.c.text_hash, func.count(func.distinct(t.c.doc_id)))
+                    .where(t.c.text_hash.in_(batch))
+                    .where(t.c.doc_id != exclude_doc_id)
+                    .group_by(t.c.text_hash)
+                ).all()
+                out.update({h: int(n) for h, n in rows})
+        return out
+
 
 def _percentile(sorted_values: Sequence[float], q: float) -> float:
     """Nearest-rank percentile of an ascending list (0.0 when empty)."""

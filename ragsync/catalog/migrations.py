@@ -144,12 +144,19 @@ def _m005_streaming(conn: Connection) -> None:
         table.create(conn, checkfirst=False)
 
 
+def _m006_near_duplicates(conn: Connection) -> None:
+    """Near-duplicate detection: MinHash signatures and LSH band keys."""
+    for table in schema.V6_TABLES:
+        table.create(conn, checkfirst=False)
+
+
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(1, "initial catalog tables", _m001_initial),
     Migration(2, "acl_groups lookup table", _m002_acl_groups),
     Migration(3, "control plane: tenants, api keys, sync requests", _m003_control_plane),
     Migration(4, "index_versions registry", _m004_index_versions),
     Migration(5, "streaming: acl_versions, freshness", _m005_streaming),
+    Migration(6, "near duplicates: doc_signatures, doc_bands", _m006_near_duplicates),
 )
 
 

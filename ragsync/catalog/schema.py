@@ -353,3 +353,29 @@ freshness = Table(
 
 #: Tables created by migration 5.
 V5_TABLES: tuple[Table, ...] = (acl_versions, freshness)
+
+# ----------------------------------------------------------- near duplicates (migration 6)
+
+# MinHash signature and near-duplicate group of each indexed document
+# (``ragsync.near_dup``); band keys find candidates without a full scan.
+doc_signatures = Table(
+    "doc_signatures",
+    metadata,
+    Column("doc_id", String(_ID), primary_key=True),
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("signature", LargeBinary, nullable=False),
+    Column("near_dup_group", String(_ID), nullable=False),
+    Column("updated_at", Double, nullable=False),
+    Index("ix_doc_signatures_group", "near_dup_group"),
+)
+
+doc_bands = Table(
+    "doc_bands",
+    metadata,
+    Column("tenant_id", String(_ID), primary_key=True),
+    Column("band_key", String(64), primary_key=True),
+    Column("doc_id", String(_ID), primary_key=True),
+)
+
+#: Tables created by migration 6.
+V6_TABLES: tuple[Table, ...] = (doc_signatures, doc_bands)
