@@ -15,6 +15,7 @@ Pub/Sub or Kafka (production; see ``event_source``).
 
 from __future__ import annotations
 
+import contextlib
 import sys
 import time
 from collections.abc import Sequence
@@ -187,10 +188,15 @@ def run_stream(
     show_progress: bool = True,
     spec: ModelSpec | None = None,
     **source_args: str,
-) -> StreamSummary:
+) -> StreamSummary | None:
     """Run the streaming pipeline (FnApiRunner with ``--streaming`` unless
     ``beam_args`` names another runner) until interrupted, or with
-    ``until_idle`` until the queue is drained and everything is written."""
+    ``until_idle`` until the queue is drained and everything is written.
+
+    Returns:
+        The summary, or None when Ctrl-C stopped the local runner (its
+        metrics are lost with it; ``ragsync status`` shows what was applied).
+    """
     from beam_pipelines.backfill import prepare_stores
 
     start = time.monotonic()
@@ -216,11 +222,19 @@ def run_stream(
     if show_progress:
         mode = "until the queue is drained" if until_idle else "until interrupted (Ctrl-C)"
         print(f"[stream] reading {source} events {mode}", file=sys.stderr, flush=True)
-    result = p.run()
+    result: Any = None
     try:
+        # The local runner does its work inside run(); a remote one returns
+        # at once and is waited for. Ctrl-C ends either with a summary.
+        result = p.run()
         result.wait_until_finish()
     except KeyboardInterrupt:
-        result.cancel()
+        if result is not None:
+            with contextlib.suppress(Exception):
+                result.cancel()
+        print("[stream] interrupted", file=sys.stderr, flush=True)
+    if result is None:
+        return None  # interrupted inside the local runner: no metrics to report
     return StreamSummary(
         events_applied=_metric(result, "events_applied"),
         events_stale=_metric(result, "events_stale"),

@@ -240,6 +240,17 @@ def catalog_texts(settings: Any) -> list[str]:
         catalog.close()
 
 
+def dead_letters(settings: Any) -> list[str]:
+    """``file: error class`` of each dead letter of the run."""
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(settings)
+    try:
+        return [f"{Path(d.uri).name}: {d.error_class}" for d in catalog.list_dead_letters(limit=100)]
+    finally:
+        catalog.close()
+
+
 def _source_ids(catalog: Any) -> list[str]:
     from sqlalchemy import select
 
@@ -347,6 +358,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             undo()
         cold_cpu = time.process_time() - cpu0
         metrics = runinference_metrics(probe.results[-1]) if probe.results else {}
+        dead = dead_letters(settings)
         texts = catalog_texts(settings)
         raw = raw_encode(texts, probe.batches)
         load_mid = _loadavg()
@@ -379,6 +391,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "cpu_s": round(cold_cpu, 1),
             "documents_per_s": rate(cold.documents_indexed, cold.seconds),
             "chunks_per_s": rate(cold.chunks_written, cold.seconds),
+            "dead_letters": dead,
         },
         "embed": {
             "chunks_in_catalog": len(texts),
@@ -438,9 +451,12 @@ def markdown(r: dict[str, Any]) -> str:
     """A small Markdown table of the headline figures."""
     c, e, u = r["cold"], r["embed"], r["rerun"]
     rows = [
-        ("files (wiki/html/docx/pdf)", f"{r['files']} ({'/'.join(str(v) for v in r['mix'].values())})"),
+        ("files (wiki/html/docx/pdf)", f"{r['files']} ({'/'.join(str(r['mix'][k]) for k, _ in SHARES)})"),
         ("cold: wall s", f"{c['wall_s']:.1f}"),
-        ("cold: documents indexed / dead-lettered", f"{c['documents_indexed']} / {c['dead_lettered']}"),
+        (
+            "cold: documents indexed / dead-lettered",
+            f"{c['documents_indexed']} / {c['dead_lettered']} {c.get('dead_letters', '')}",
+        ),
         ("cold: documents/s", f"{c['documents_per_s']:.2f}"),
         ("cold: chunks written, chunks/s", f"{c['chunks_written']}, {c['chunks_per_s']:.2f}"),
         ("embed: model load s (inside the run)", f"{e['model_load_s']:.1f}"),

@@ -279,9 +279,14 @@ def stop_group(proc: subprocess.Popen[bytes], grace_s: float = 30.0) -> str:
     return how
 
 
-def last_json(log: Path) -> dict[str, Any]:
-    """The last JSON object line the stream printed (its summary), or {}."""
-    for line in reversed(log.read_text(errors="replace").splitlines()):
+def last_json(log: Path, offset: int = 0) -> dict[str, Any]:
+    """The last JSON object line the stream printed after byte ``offset`` of its log (its
+    summary), or {} (a stream stopped by SIGINT prints none: FnApiRunner runs the pipeline
+    inside ``run()``, so the KeyboardInterrupt escapes ``run_stream``)."""
+    with open(log, "rb") as fh:
+        fh.seek(offset)
+        text = fh.read().decode(errors="replace")
+    for line in reversed(text.splitlines()):
         if line.startswith("{"):
             try:
                 data = json.loads(line)
@@ -347,6 +352,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base_chunks = count_rows(catalog, schema.chunks)
 
         # 2. the live stream, warmed up with one new document
+        live_offset = log.stat().st_size
         proc = start_stream(home, log, until_idle=False)
         warm = make_doc(rng, "warm-up")
         docs[warm.name] = warm
@@ -418,7 +424,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         end = catalog.queue_stats()
         stopped = stop_group(proc)
         proc = None
-        summary = last_json(log)
+        summary = last_json(log, live_offset)
 
         rows = freshness_rows(catalog, since)
         by_op: dict[str, list[float]] = {}

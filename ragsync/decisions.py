@@ -131,6 +131,8 @@ class DocVersions:
         complete: the live version's chunk rows are all there (False after a
             crash between flipping the version and deleting vanished chunks:
             a redelivered event must then run again to finish the delete).
+        delete_complete: the tombstone's delete finished everywhere (False
+            while a failed delete is retried: the retry must run again).
     """
 
     indexed: str | None = None
@@ -138,6 +140,7 @@ class DocVersions:
     deleted: str | None = None
     acl: str | None = None
     complete: bool = True
+    delete_complete: bool = True
 
 
 def version_key(version: str) -> tuple[int, int, str]:
@@ -181,7 +184,7 @@ def gate_event(op: str, version: str, known: DocVersions) -> GateAction:
         return GateAction.APPLY
     if op == "delete":
         if known.deleted is not None and v == _vk(known.deleted):
-            return GateAction.DUPLICATE
+            return GateAction.DUPLICATE if known.delete_complete else GateAction.APPLY
         if known.deleted is not None and v < _vk(known.deleted):
             return GateAction.STALE
         for other in (known.indexed, known.accepted):

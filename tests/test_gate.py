@@ -41,6 +41,7 @@ A, S, D = GateAction.APPLY, GateAction.STALE, GateAction.DUPLICATE
         ("delete", "7", DocVersions(indexed="5", accepted="5"), A),
         ("delete", "4", DocVersions(indexed="5", accepted="5"), S),
         ("delete", "7", DocVersions(deleted="7"), D),
+        ("delete", "7", DocVersions(deleted="7", delete_complete=False), A),  # a failed delete retries
         ("delete", "6", DocVersions(deleted="7"), S),
         ("acl", "3", DocVersions(indexed="5"), A),  # permissions are versioned on their own
         ("acl", "3", DocVersions(acl="3"), D),

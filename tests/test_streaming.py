@@ -75,7 +75,9 @@ def _push(settings: Settings, events: list[dict[str, Any]]) -> None:
 
 
 def _stream(settings: Settings) -> StreamSummary:
-    return run_stream(settings, until_idle=True, show_progress=False)
+    summary = run_stream(settings, until_idle=True, show_progress=False)
+    assert summary is not None
+    return summary
 
 
 def _setup(tmp_path: Path) -> Settings:
@@ -260,3 +262,35 @@ def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None
     assert reconcile(settings, DIM).ok
     hits = hybrid_query(settings, "hotel limit per night", groups=["everyone"], tenant_id=TENANT, k=5)
     assert hits and all("EUR" not in h.text for h in hits)
+
+
+def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None:
+    """Write, permission and delete steps each hold store clients at once;
+    none may lock another out (tantivy allows one writer per index)."""
+    settings = _setup(tmp_path)
+    docs = {}
+    for name in ("x", "y", "z"):
+        docs[name] = tmp_path / f"{name}.md"
+        docs[name].write_text(f"# Doc {name}\n\nThe {name}-ray budget for {name} is {ord(name)} EUR.\n")
+    _push(settings, [_event(n, "upsert", 1, ["everyone"], str(p), f"{n}1") for n, p in docs.items()])
+    assert _stream(settings).documents_indexed == 3
+    docs["x"].write_text("# Doc x\n\nThe x-ray budget for x is 999 EUR.\n")
+    _push(
+        settings,
+        [
+            _event("x", "upsert", 2, ["everyone"], str(docs["x"]), "x2"),
+            _event("y", "acl", 2, ["finance"], eid="y2"),
+            _event("z", "delete", 2, [], eid="z2"),
+        ],
+    )
+    s = _stream(settings)
+    assert (s.documents_indexed, s.documents_acl_updated, s.documents_deleted, s.dead_lettered) == (
+        1,
+        1,
+        1,
+        0,
+    )
+    assert _doc_traces(settings, "z") == {"vector": 0, "keyword": 0, "catalog": 0, "raw": 0, "parsed": 0}
+    hits = hybrid_query(settings, "y-ray budget", groups=["everyone"], tenant_id=TENANT, k=10)
+    assert all("y-ray" not in h.text for h in hits)
+    assert reconcile(settings, DIM).ok

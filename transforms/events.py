@@ -188,6 +188,7 @@ def known_versions(catalog: Any, doc_id: str) -> DocVersions:
         deleted=tomb["source_version"] if tomb is not None else None,
         acl=acl["acl_version"] if acl is not None else None,
         complete=complete,
+        delete_complete=tomb is None or tomb["completed_at"] is not None,
     )
 
 

@@ -153,6 +153,13 @@ class TantivyKeywordIndex:
             with contextlib.suppress(Exception):  # the write error is the one to report
                 writer.rollback()
             raise error from exc
+        finally:
+            # Release the writer lock after every call: several steps of one
+            # pipeline (write, permission changes, deletes) each hold a
+            # client, and tantivy allows one writer per index at a time.
+            self._writer = None
+            with contextlib.suppress(Exception):
+                writer.wait_merging_threads()
 
     def _searcher(self) -> Any:
         self._require_open()
