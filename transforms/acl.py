@@ -14,7 +14,7 @@ from transforms.common import StoresDoFn, ToDeadLetters, counter
 
 
 def apply_document_acl(
-    catalog: Any, vectors: Any, keywords: Any, doc_id: str, tenant_id: str, acl_id: str
+    catalog: Any, vectors: Any, keywords: Any, doc_id: str, tenant_id: str, acl_id: str, on_chunks: Any = None
 ) -> int:
     """Give ``doc_id`` the ACL ``acl_id`` everywhere its chunks are served.
 
@@ -24,6 +24,10 @@ def apply_document_acl(
     before the catalog rows, so a removal is enforced as early as possible;
     a failure part-way leaves the document row on its old ACL id and the
     change is applied again on retry.
+
+    Args:
+        on_chunks: optional ``(tenant_id, chunks, acl_ids)`` callback run
+            with the rewritten chunks before the catalog rows change.
 
     Returns:
         Number of chunks whose ACL ids were rewritten.
@@ -47,6 +51,8 @@ def apply_document_acl(
             for c in catalog.chunks_by_ids(chunk_ids).values()
         ]
         keywords.set_acl_ids(tenant_id, chunks)
+        if on_chunks is not None:  # e.g. the index versions being built
+            on_chunks(tenant_id, chunks, acl_list)
         catalog.set_chunk_acl_ids(canonical_id, acl_list)
     catalog.set_document_acl(doc_id, acl_id)
     return len(chunk_ids)
@@ -63,7 +69,13 @@ class _ApplyAclFn(_AclFnBase):
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         apply_document_acl(
-            self._catalog, self._vectors, self._keywords, doc.doc_id, doc.source.tenant_id, doc.acl_id
+            self._catalog,
+            self._vectors,
+            self._keywords,
+            doc.doc_id,
+            doc.source.tenant_id,
+            doc.acl_id,
+            self.shadow_set_acl,
         )
         self._count.inc()
         yield doc
@@ -77,7 +89,9 @@ class _ApplyAclEventFn(_AclFnBase):
         groups = list(qe.event.acl_groups)
         acl_id = ids.acl_id(qe.tenant_id, groups)
         self._catalog.upsert_acl(acl_id, qe.tenant_id, groups)
-        apply_document_acl(self._catalog, self._vectors, self._keywords, qe.doc_id, qe.tenant_id, acl_id)
+        apply_document_acl(
+            self._catalog, self._vectors, self._keywords, qe.doc_id, qe.tenant_id, acl_id, self.shadow_set_acl
+        )
         self._catalog.set_acl_version(qe.doc_id, qe.tenant_id, qe.event.source_version, acl_id)
         self._count.inc()
         yield qe

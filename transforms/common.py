@@ -170,20 +170,84 @@ class ToDeadLetters(beam.PTransform):
 class StoresDoFn(beam.DoFn):
     """Base for steps that write the catalog and both indexes: opens one
     client of each in ``setup()`` and closes them in ``teardown()``
-    (keyword index first, so its writer lock is released early)."""
+    (keyword index first, so its writer lock is released early).
+
+    It also opens every index version that is being built beside the live
+    one (a re-embedding, ``ragsync reembed``): the ``shadow_*`` methods write
+    the same changes there, embedded with that version's model, so the new
+    version never falls behind the live one while it is built. Versions are
+    read at setup; with the embedded stores a re-embedding and a pipeline
+    cannot run at once anyway (one process per Milvus Lite file).
+    """
 
     def __init__(self, settings: Settings, dim: int) -> None:
         self.settings = settings
         self.dim = dim
         self._stores: list[Any] = []
+        self._shadows: list[tuple[Any, Any, Any]] = []
 
     def setup(self) -> None:
         self._catalog = open_catalog(self.settings)
         self._vectors = open_vector_index(self.settings, self.dim)
         self._keywords = open_keyword_index(self.settings)
         self._stores = [self._keywords, self._vectors, self._catalog]
+        self._shadows = self._open_shadows()
+
+    def _open_shadows(self) -> list[tuple[Any, Any, Any]]:
+        if self.settings.es_url:
+            return []  # Elasticsearch indexes are not versioned yet
+        from ragsync import index_versions as iv
+        from ragsync.errors import ConfigurationError
+
+        try:
+            building = [v for v in iv.list_versions(self.settings) if v.state == iv.BUILDING]
+        except ConfigurationError:
+            return []
+        shadows = []
+        for v in building:
+            vec = iv.open_version_vector(self.settings, v)
+            kw = iv.open_version_keyword(self.settings, v)
+            self._stores[:0] = [kw, vec]
+            shadows.append((v, vec, kw))
+        return shadows
+
+    def shadow_upsert(self, chunks: list[Any]) -> None:
+        """Write ``chunks`` to every building version, embedded with its
+        model (embedding cache first)."""
+        if not chunks:
+            return
+        from ragsync.embedding import get_model
+
+        for version, vec, kw in self._shadows:
+            cached = self._catalog.get_embeddings([c.text_hash for c in chunks], version.model_version)
+            missing = [c for c in chunks if c.text_hash not in cached]
+            if missing:
+                fresh = get_model(version.model_name).encode_passages([c.embedding_text() for c in missing])
+                new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
+                self._catalog.put_embeddings(new, version.model_version)
+                cached.update(new)
+            vec.upsert(chunks, [cached[c.text_hash].tolist() for c in chunks])
+            kw.upsert(chunks)
+
+    def shadow_delete(self, tenant_id: str, chunk_ids: list[str]) -> None:
+        """Delete ``chunk_ids`` from every building version."""
+        if not chunk_ids:
+            return
+        for _, vec, kw in self._shadows:
+            vec.delete(tenant_id, chunk_ids)
+            kw.delete(tenant_id, chunk_ids)
+
+    def shadow_set_acl(self, tenant_id: str, chunks: list[Any], acl_ids: list[str]) -> None:
+        """Give ``chunks`` (already carrying ``acl_ids``) their new ACL in
+        every building version."""
+        if not chunks:
+            return
+        for _, vec, kw in self._shadows:
+            vec.set_acl_ids(tenant_id, [c.chunk_id for c in chunks], acl_ids)
+            kw.set_acl_ids(tenant_id, chunks)
 
     def teardown(self) -> None:
         for store in self._stores:
             store.close()
         self._stores = []
+        self._shadows = []

@@ -38,6 +38,7 @@ class _DeleteFn(StoresDoFn):
         if chunk_ids:
             self._vectors.delete(qe.tenant_id, chunk_ids)
             self._keywords.delete(qe.tenant_id, chunk_ids)
+            self.shadow_delete(qe.tenant_id, chunk_ids)
             cat.delete_chunks(chunk_ids)
             self._deleted.inc(len(chunk_ids))
         if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, qe.doc_id):

@@ -108,6 +108,7 @@ class _WriteFn(StoresDoFn):
         if new:
             self._vectors.upsert(new, [vectors[c.chunk_id].tolist() for c in new])
             self._keywords.upsert(new)
+            self.shadow_upsert(new)
         self._docs_written += 1
         if self._crash_after and self._docs_written >= self._crash_after:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -119,6 +120,7 @@ class _WriteFn(StoresDoFn):
         if moved:
             self._vectors.set_acl_ids(tenant, [c.chunk_id for c in moved], list(plan.acl_ids))
             self._keywords.set_acl_ids(tenant, moved)
+            self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
         self._catalog.write_chunks(list(plan.chunks))
         self._written.inc(len(new))
         self._catalog.flip_indexed_version(
@@ -143,6 +145,7 @@ class _WriteFn(StoresDoFn):
             vanished = list(plan.vanished_ids)
             self._vectors.delete(tenant, vanished)
             self._keywords.delete(tenant, vanished)
+            self.shadow_delete(tenant, vanished)
             self._catalog.delete_chunks(vanished)
             self._deleted.inc(len(vanished))
         self._indexed.inc()
