@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from connectors.files import FolderConnector
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
@@ -25,7 +25,7 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.model import SourceFile
 from transforms.chain import IndexDocuments
-from transforms.common import NAMESPACE
+from transforms.common import counter_value
 from transforms.io import BeamFileSystem
 from transforms.write import WriteDeadLetters
 
@@ -134,13 +134,6 @@ def sweep_orphans(settings: Settings, dim: int) -> int:
         catalog.close()
 
 
-def _metric(result: Any, name: str) -> int:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
-    return int(sum(c.committed or c.attempted or 0 for c in counters))
-
-
 def run_backfill(
     uri: str,
     settings: Settings,
@@ -175,8 +168,7 @@ def run_backfill(
     prepare_stores(settings, spec)
     register_source(settings, source_id, tenant_id, "object_store", uri)
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
-    options.view_as(beam.options.pipeline_options.StandardOptions)
-    runner = options.get_all_options().get("runner") or "FnApiRunner"
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)
     listed = p | "ListSource" >> beam.Create(files)
     build_pipeline(p, listed, settings, spec, total=len(files), show_progress=show_progress)
@@ -184,16 +176,16 @@ def run_backfill(
     result.wait_until_finish()
     orphans = sweep_orphans(settings, spec.dim)
     return BackfillSummary(
-        documents_seen=_metric(result, "documents_seen"),
-        documents_indexed=_metric(result, "documents_indexed"),
-        documents_unchanged=_metric(result, "documents_unchanged"),
-        documents_duplicate=_metric(result, "documents_duplicate"),
-        documents_acl_updated=_metric(result, "documents_acl_updated"),
-        dead_lettered=_metric(result, "dead_lettered"),
-        chunks_embedded=_metric(result, "chunks_embedded"),
-        embedding_cache_hits=_metric(result, "embedding_cache_hits"),
-        chunks_written=_metric(result, "chunks_written"),
-        chunks_deleted=_metric(result, "chunks_deleted"),
+        documents_seen=counter_value(result, "documents_seen"),
+        documents_indexed=counter_value(result, "documents_indexed"),
+        documents_unchanged=counter_value(result, "documents_unchanged"),
+        documents_duplicate=counter_value(result, "documents_duplicate"),
+        documents_acl_updated=counter_value(result, "documents_acl_updated"),
+        dead_lettered=counter_value(result, "dead_lettered"),
+        chunks_embedded=counter_value(result, "chunks_embedded"),
+        embedding_cache_hits=counter_value(result, "embedding_cache_hits"),
+        chunks_written=counter_value(result, "chunks_written"),
+        chunks_deleted=counter_value(result, "chunks_deleted"),
         orphans_removed=orphans,
         seconds=round(time.monotonic() - start, 3),
     )

@@ -31,7 +31,7 @@ from ragsync.errors import ConfigurationError
 from transforms.ack import AckEvents, outcome_of
 from transforms.acl import ApplyAclChanges
 from transforms.chain import IndexDocuments
-from transforms.common import NAMESPACE, ToDeadLetters
+from transforms.common import ToDeadLetters, counter_value
 from transforms.delete import DeleteDocuments
 from transforms.events import (
     ACL,
@@ -172,13 +172,6 @@ def _wire_to_row(data: bytes) -> dict[str, Any]:
     return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
 
 
-def _metric(result: Any, name: str) -> int:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
-    return int(sum(c.committed or c.attempted or 0 for c in counters))
-
-
 def run_stream(
     settings: Settings,
     *,
@@ -236,18 +229,18 @@ def run_stream(
     if result is None:
         return None  # interrupted inside the local runner: no metrics to report
     return StreamSummary(
-        events_applied=_metric(result, "events_applied"),
-        events_stale=_metric(result, "events_stale"),
-        events_duplicate=_metric(result, "events_duplicate"),
-        events_retried=_metric(result, "events_retried"),
-        documents_indexed=_metric(result, "documents_indexed"),
-        documents_unchanged=_metric(result, "documents_unchanged"),
-        documents_deleted=_metric(result, "documents_deleted"),
-        documents_acl_updated=_metric(result, "documents_acl_updated"),
-        chunks_embedded=_metric(result, "chunks_embedded"),
-        embedding_cache_hits=_metric(result, "embedding_cache_hits"),
-        chunks_written=_metric(result, "chunks_written"),
-        chunks_deleted=_metric(result, "chunks_deleted"),
-        dead_lettered=_metric(result, "dead_lettered"),
+        events_applied=counter_value(result, "events_applied"),
+        events_stale=counter_value(result, "events_stale"),
+        events_duplicate=counter_value(result, "events_duplicate"),
+        events_retried=counter_value(result, "events_retried"),
+        documents_indexed=counter_value(result, "documents_indexed"),
+        documents_unchanged=counter_value(result, "documents_unchanged"),
+        documents_deleted=counter_value(result, "documents_deleted"),
+        documents_acl_updated=counter_value(result, "documents_acl_updated"),
+        chunks_embedded=counter_value(result, "chunks_embedded"),
+        embedding_cache_hits=counter_value(result, "embedding_cache_hits"),
+        chunks_written=counter_value(result, "chunks_written"),
+        chunks_deleted=counter_value(result, "chunks_deleted"),
+        dead_lettered=counter_value(result, "dead_lettered"),
         seconds=round(time.monotonic() - start, 3),
     )

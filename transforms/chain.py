@@ -33,10 +33,9 @@ class _IndexLane(beam.PTransform):
     """
 
     def __init__(
-        self, settings: Settings, spec: ModelSpec, lane: str, total: int, show_progress: bool, streaming: bool
+        self, settings: Settings, spec: ModelSpec, lane: str, total: int, show_progress: bool
     ) -> None:
         super().__init__()
-        self.streaming = streaming
         self.settings = settings
         self.spec = spec
         self.lane = lane
@@ -49,14 +48,12 @@ class _IndexLane(beam.PTransform):
         chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
             s, total=self.total, show_progress=progress
         )
-        # Streaming batches per bundle too: the event source holds each poll
-        # open up to 200 ms for up to 64 events, which is where the design's
-        # "64 chunks or 200 ms" window lives. A timer-based batcher would
-        # strand its last batch on the local runner when the stream goes idle.
-        duration = None
-        embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(
-            s, self.spec, max_batch_duration_s=duration, show_progress=progress
-        )
+        # Both pipelines batch embeddings per bundle: in streaming the event
+        # source holds each poll open up to 200 ms for up to 64 events, which
+        # is where the design's "64 chunks or 200 ms" window lives. A
+        # timer-based batcher would strand its last batch on the local runner
+        # when the stream goes idle.
+        embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(s, self.spec, show_progress=progress)
         written = embedded | "WriteIndexes" >> WriteIndexes(
             s, self.spec.dim, total=self.total, show_progress=progress
         )
@@ -110,8 +107,7 @@ class IndexDocuments(beam.PTransform):
         s, spec = self.settings, self.spec
         fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
         routed = fetched["process"] | "RouteByType" >> RouteByType()
-        streaming = not self.group_duplicates
-        lane_args = (self.total, self.show_progress, streaming)
+        lane_args = (self.total, self.show_progress)
         fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(s, spec, Lane.FAST.value, *lane_args)
         slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(s, spec, Lane.SLOW.value, *lane_args)
         duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s)

@@ -23,6 +23,14 @@ def counter(name: str) -> Any:
     return Metrics.counter(NAMESPACE, name)
 
 
+def counter_value(result: Any, name: str) -> int:
+    """The value of a ragsync counter in a finished pipeline's result."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
+    return int(sum(c.committed or c.attempted or 0 for c in counters))
+
+
 def _identity(element: Any) -> dict[str, Any]:
     """doc_id, uri, tenant_id, source_version, attempts and payload of any
     stage record, for its dead letter."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 from collections.abc import Iterator
@@ -165,8 +164,3 @@ class ParseDocuments(beam.PTransform):
             "parsed": parsed["good"],
             "dead": parsed["bad"] | "ParseDeadLetters" >> ToDeadLetters("parse"),
         }
-
-
-def elements_json(parsed: ParsedDocument) -> str:
-    """The parsed elements as a JSON list (for debugging output)."""
-    return json.dumps([e.to_dict() for e in parsed.elements], ensure_ascii=False)
