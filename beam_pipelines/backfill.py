@@ -20,6 +20,7 @@ import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from connectors.files import FolderConnector
+from connectors.location import source_location
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
@@ -69,8 +70,16 @@ def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
 
 
 def register_source(settings: Settings, source_id: str, tenant_id: str, type_: str, uri: str = "") -> None:
-    """Register a source (idempotent). Raises ValueError when the id belongs
-    to another tenant."""
+    """Register a source (idempotent) with its location ``uri`` ('' for a
+    source that takes no ``content_uri``).
+
+    Raises:
+        ValueError: the id belongs to another tenant.
+        ConfigurationError: ``uri`` is not a usable location or overlaps
+            ragsync's own home or object store.
+    """
+    if uri:
+        uri = source_location(uri, reserved=settings.reserved_locations).uri
     catalog = open_catalog(settings)
     try:
         catalog.ensure_source(source_id, tenant_id, type_, uri)
@@ -162,11 +171,13 @@ def run_backfill(
 
         spec = live_spec(settings)
     source_id = source_id or source_id_for(uri)
+    # The folder becomes the source's location before anything is read:
+    # every fetch is confined to it.
+    prepare_stores(settings, spec)
+    register_source(settings, source_id, tenant_id, "object_store", uri)
     files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
     if show_progress:
         print(f"[list] {len(files)} files under {uri}", file=sys.stderr, flush=True)
-    prepare_stores(settings, spec)
-    register_source(settings, source_id, tenant_id, "object_store", uri)
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)

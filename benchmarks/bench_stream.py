@@ -328,7 +328,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     catalog: Any = None
     try:
         prepare_stores(settings, default_model())
-        register_source(settings, SOURCE, TENANT, "wiki")
+        register_source(settings, SOURCE, TENANT, "wiki", str(docs_dir))
         catalog = open_catalog(settings)
 
         # 1. base load through the event queue

@@ -54,7 +54,10 @@ class Settings:
         slow_parse_timeout_s: the same for the slow lane (OCR takes ~2-3 s a
             page a core).
         parse_memory_mb: address-space limit of the parse process.
-        max_bytes: documents larger than this are dead-lettered ``too_large``.
+        max_bytes: documents larger than this are dead-lettered ``too_large``
+            (enforced while reading: never more than this is read).
+        fetch_timeout_s: wall-clock limit for reading one document; over it
+            the document is dead-lettered ``fetch_timeout``.
         embed_batch_size: largest embedding batch.
         boilerplate_min_docs: a chunk text already in this many other
             documents is boilerplate and not indexed again (0 turns it off).
@@ -74,7 +77,8 @@ class Settings:
     parse_timeout_s: int = 120
     slow_parse_timeout_s: int = 1800
     parse_memory_mb: int = 4096
-    max_bytes: int = 200_000_000
+    max_bytes: int = 256 * 1024 * 1024
+    fetch_timeout_s: float = 300.0
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
@@ -88,8 +92,8 @@ class Settings:
             object.__setattr__(self, "milvus_uri", os.path.join(home, "milvus.db"))
         if not self.object_store:
             object.__setattr__(self, "object_store", os.path.join(home, "objects"))
-        if self.parse_timeout_s <= 0 or self.parse_memory_mb <= 0 or self.max_bytes <= 0:
-            raise ConfigurationError("parse limits and max_bytes must be positive")
+        if min(self.parse_timeout_s, self.parse_memory_mb, self.max_bytes, self.fetch_timeout_s) <= 0:
+            raise ConfigurationError("parse limits, max_bytes and fetch_timeout_s must be positive")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
 
@@ -99,6 +103,11 @@ class Settings:
         names another directory under ``home`` (read on every call, so a flip is
         seen by the next open)."""
         return resolve_keyword_alias(self.home)
+
+    @property
+    def reserved_locations(self) -> tuple[str, ...]:
+        """ragsync's own state (home and object store): no source may read there."""
+        return (self.home, self.object_store)
 
     def raw_uri(self, content_hash: str) -> str:
         """Object-store path of a raw copy."""

@@ -20,6 +20,7 @@ ERROR_CLASSES = (
     "crash",  # parser process died (segfault, out of memory)
     "no_permissions",  # ACL could not be read: fail closed
     "fetch_failed",  # bytes could not be read
+    "fetch_timeout",  # reading the bytes ran past the fetch time limit
     "invalid_event",  # malformed input record
     "embed_failed",  # the model failed on this chunk
     "write_failed",  # a store refused the write
@@ -41,6 +42,7 @@ PERMANENT_CLASSES = frozenset(
         "ocr_below_bar",
         "no_permissions",
         "invalid_event",
+        "fetch_timeout",
         "configuration",
     }
 )
@@ -108,8 +110,21 @@ class FetchError(RagsyncError):
     permanent = False
 
 
+class FetchTimeoutError(RagsyncError):
+    """Reading a document ran past the fetch time limit (not retried on its own:
+    a source that hangs would otherwise hold a worker on every restart)."""
+
+    error_class = "fetch_timeout"
+
+
 class InvalidEventError(RagsyncError):
     error_class = "invalid_event"
+
+
+class OutsideLocationError(InvalidEventError):
+    """An address that does not resolve under its source's location, or that
+    names something other than a regular file. The message is the same whatever
+    exists at the address."""
 
 
 class WriteError(RagsyncError):

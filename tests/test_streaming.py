@@ -81,9 +81,11 @@ def _stream(settings: Settings) -> StreamSummary:
 
 
 def _setup(tmp_path: Path) -> Settings:
-    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    # The test's content lives in tmp_path, the source's location; ragsync's
+    # home must lie outside every source location.
+    settings = Settings(home=str(tmp_path.with_name(tmp_path.name + "_home")), event_lease_s=2.0)
     prepare_stores(settings, default_model())
-    register_source(settings, SOURCE, TENANT, "wiki")
+    register_source(settings, SOURCE, TENANT, "wiki", str(tmp_path))
     return settings
 
 

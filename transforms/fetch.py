@@ -8,15 +8,23 @@ from typing import Any
 
 import apache_beam as beam
 
+from connectors.location import source_location
+from connectors.reader import ContentReader, FetchLimits
 from ragsync import ids
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import FetchAction, choose_canonical, fetch_action
-from ragsync.errors import EmptyDocumentError, NoPermissionsError, TooLargeError
+from ragsync.errors import (
+    ConfigurationError,
+    EmptyDocumentError,
+    NoPermissionsError,
+    OutsideLocationError,
+    TooLargeError,
+)
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import ToDeadLetters, counter
-from transforms.io import read_bytes, write_bytes_once
+from transforms.io import BeamFileSystem, write_bytes_once
 
 UNCHANGED = "unchanged"
 ACL_ONLY = "acl_only"
@@ -27,7 +35,10 @@ class _FetchFn(beam.DoFn):
     """SourceFile -> FetchedDocument: to process (main), ``unchanged`` or ``acl_only``.
 
     Raises a ``RagsyncError`` for permanent problems (no permissions, empty,
-    too large) so the wrapper turns them into dead letters.
+    too large, an address outside the source's location) so the wrapper turns
+    them into dead letters. Bytes are read only through the source's
+    ``ContentReader``: under the location the catalog holds for the source
+    (never one the work item names), within the byte and time limits.
     """
 
     def __init__(self, settings: Settings) -> None:
@@ -39,6 +50,25 @@ class _FetchFn(beam.DoFn):
         self._seen = counter("documents_seen")
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
+        self._readers: dict[tuple[str, str], ContentReader] = {}
+
+    def _reader(self, item: SourceFile) -> ContentReader:
+        """The reader of the item's source (cached per source)."""
+        key = (item.tenant_id, item.source_id)
+        if key not in self._readers:
+            source = self._catalog.get_source(item.source_id)
+            if source is None or source["tenant_id"] != item.tenant_id or not source.get("uri"):
+                raise OutsideLocationError(
+                    f"source {item.source_id!r} declares no location, so it takes no content_uri "
+                    "(register it with `ragsync sources add ... --uri ROOT`)"
+                )
+            try:
+                location = source_location(source["uri"], reserved=self.settings.reserved_locations)
+            except ConfigurationError as exc:
+                raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
+            limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
+            self._readers[key] = ContentReader(location, limits, BeamFileSystem())
+        return self._readers[key]
 
     def teardown(self) -> None:
         if self._catalog is not None:
@@ -52,7 +82,7 @@ class _FetchFn(beam.DoFn):
             )
         if item.size > self.settings.max_bytes:
             raise TooLargeError(f"{item.size} bytes is above the {self.settings.max_bytes}-byte limit")
-        data = read_bytes(item.uri)
+        data = self._reader(item).read(item.uri)
         if not data:
             raise EmptyDocumentError(f"{item.uri} has zero bytes")
         if len(data) > self.settings.max_bytes:
