@@ -22,6 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from connectors.files import FolderConnector
 from connectors.location import source_location
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.display import safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.model import SourceFile
@@ -177,7 +178,7 @@ def run_backfill(
     register_source(settings, source_id, tenant_id, "object_store", uri)
     files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
     if show_progress:
-        print(f"[list] {len(files)} files under {uri}", file=sys.stderr, flush=True)
+        print(safe_text(f"[list] {len(files)} files under {uri}"), file=sys.stderr, flush=True)
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)

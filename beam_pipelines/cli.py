@@ -18,6 +18,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
@@ -69,7 +70,7 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
     if args.json:
         print(json.dumps(data, indent=None, sort_keys=True, default=str))
     else:
-        print(human)
+        print(safe_text(human, keep_newlines=True))
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
@@ -113,7 +114,8 @@ def cmd_query(args: argparse.Namespace) -> int:
     for i, r in enumerate(results, 1):
         where = " > ".join(r.heading_path) or "(no heading)"
         page = f" p.{r.page}" if r.page else ""
-        print(f"{i:2d}. {r.score:.4f}  {r.uri}{page}\n    {where}\n    {r.text[:200].replace(chr(10), ' ')}")
+        text = safe_text(r.text[:200].replace(chr(10), " "))
+        print(f"{i:2d}. {r.score:.4f}  {safe_text(r.uri)}{page}\n    {safe_text(where)}\n    {text}")
     return 0
 
 
@@ -215,9 +217,9 @@ def cmd_parse(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
-        print(f"{args.file}: {mime} ({out['lane']} lane)")
+        print(safe_text(f"{args.file}: {mime} ({out['lane']} lane)"))
         if out["error"]:
-            print(f"dead letter [{out['error']['class']}]: {out['error']['message']}")
+            print(safe_text(f"dead letter [{out['error']['class']}]: {out['error']['message']}"))
         for e in out["elements"]:
             print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
     return code
@@ -297,10 +299,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except ConfigurationError as exc:
-        print(f"ragsync: configuration error: {exc}", file=sys.stderr)
+        print(safe_text(f"ragsync: configuration error: {exc}"), file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
-        print(f"ragsync: {exc}", file=sys.stderr)
+        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 2
 
 

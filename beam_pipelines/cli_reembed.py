@@ -12,6 +12,8 @@ import argparse
 import json
 from typing import Any
 
+from ragsync.display import safe_text
+
 
 def _settings(args: argparse.Namespace) -> Any:
     from beam_pipelines.cli import _settings as settings_from_args
@@ -23,7 +25,7 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
     if args.json:
         print(json.dumps(data, sort_keys=True, default=str))
     else:
-        print(human)
+        print(safe_text(human, keep_newlines=True))
 
 
 def _groups(text: str) -> list[str]:

@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from ragsync.display import safe_text
+
 SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 
 
@@ -18,7 +20,10 @@ def _settings(args: argparse.Namespace) -> Any:
 
 
 def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    print(json.dumps(data, sort_keys=True, default=str) if args.json else human)
+    if args.json:
+        print(json.dumps(data, sort_keys=True, default=str))
+    else:
+        print(safe_text(human, keep_newlines=True))
 
 
 def cmd_sources_add(args: argparse.Namespace) -> int:
@@ -27,7 +32,7 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
     try:
         register_source(_settings(args), args.source_id, args.tenant, args.type, args.uri or "")
     except ValueError as exc:
-        print(f"ragsync: {exc}", file=sys.stderr)
+        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 2
     data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type}
     _print(args, data, f"source {args.source_id} ({args.type}) registered for tenant {args.tenant}")
@@ -35,23 +40,48 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
-    from connectors.events import parse_event_line
+    """Queue the events of a JSONL file, each line on its own: a line that is
+    not UTF-8, not JSON, nested too deeply, too long or not a valid event (an
+    unknown source, a content_uri outside the source's location) is reported
+    with its line number; every other line is queued. Memory stays bounded
+    (lines are read and queued in batches)."""
+    from connectors.events import check_content_uri, parse_event_line, read_event_lines
     from ragsync.config import open_catalog
     from ragsync.errors import InvalidEventError
+    from ragsync.model import EVENT_LIMITS
 
-    valid = []
     rejected: list[dict[str, Any]] = []
-    with open(args.file, encoding="utf-8") as fh:
-        for number, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                valid.append(parse_event_line(line))
-            except InvalidEventError as exc:
-                rejected.append({"line": number, "error": str(exc)})
+    queued = duplicates = 0
     catalog = open_catalog(_settings(args))
+    locations: dict[str, str | None] = {}
+
+    def location_of(source_id: str) -> str | None:
+        if source_id not in locations:
+            row = catalog.get_source(source_id)
+            locations[source_id] = None if row is None else str(row.get("uri") or "")
+        return locations[source_id]
+
     try:
-        queued, duplicates = catalog.enqueue_events(valid)
+        with open(args.file, "rb") as fh:
+            batch = []
+            for number, raw in read_event_lines(fh):
+                try:
+                    if raw is None:
+                        raise InvalidEventError(f"the line is longer than {EVENT_LIMITS.event_bytes} bytes")
+                    event = parse_event_line(raw)
+                    location = location_of(event.source_id)
+                    if location is None:
+                        raise InvalidEventError(f"unknown source {event.source_id!r}")
+                    check_content_uri(event, location)
+                except InvalidEventError as exc:
+                    rejected.append({"line": number, "error": str(exc)})
+                    continue
+                batch.append(event)
+                if len(batch) >= 1000:
+                    added, dup = catalog.enqueue_events(batch)
+                    queued, duplicates, batch = queued + added, duplicates + dup, []
+            added, dup = catalog.enqueue_events(batch)
+            queued, duplicates = queued + added, duplicates + dup
     finally:
         catalog.close()
     data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}

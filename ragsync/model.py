@@ -307,6 +307,36 @@ DocumentPlan._nested = {"doc": FetchedDocument, "chunks": Chunk}
 
 
 @dataclass(frozen=True)
+class EventLimits:
+    """Size limits of a change event: the one home for them. The event schema
+    (``connectors.events``) enforces them and the catalog's columns are sized
+    from them, so an accepted event can always be stored.
+
+    Attributes:
+        source_id: characters of a source id.
+        doc_id: characters of the source's object id.
+        event_id: characters of an event id (idempotency key).
+        source_version: characters of a version.
+        content_uri: characters of a content address (PATH_MAX).
+        group: characters of one group name.
+        groups: groups in one event.
+        event_bytes: bytes of one encoded event (a JSON line or message).
+    """
+
+    source_id: int = 128
+    doc_id: int = 255
+    event_id: int = 255
+    source_version: int = 255
+    content_uri: int = 4096
+    group: int = 255
+    groups: int = 256
+    event_bytes: int = 1_000_000
+
+
+EVENT_LIMITS = EventLimits()
+
+
+@dataclass(frozen=True)
 class Event(JsonRecord):
     """A validated change event.
 

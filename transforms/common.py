@@ -11,6 +11,7 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.display import safe_text
 from ragsync.errors import RagsyncError, classify
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, QueuedEvent, SourceFile
 
@@ -156,7 +157,7 @@ class Progress:
             line += f"/{self.total} {self.unit} {rate:.1f} {self.unit}/s ETA {eta:.0f}s"
         else:
             line += f" {self.unit} {rate:.1f} {self.unit}/s"
-        print(line, file=sys.stderr, flush=True)
+        print(safe_text(line), file=sys.stderr, flush=True)
 
 
 class ToDeadLetters(beam.PTransform):

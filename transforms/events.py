@@ -21,6 +21,7 @@ from apache_beam.io.unbounded_source import CheckpointMark, UnboundedReader, Unb
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
+from connectors.events import check_content_uri
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
@@ -142,7 +143,9 @@ class EventQueueSource(UnboundedSource):
 
 
 class _ResolveFn(beam.DoFn):
-    """Event row -> (doc_id, QueuedEvent); an unknown source is a dead letter."""
+    """Event row -> (doc_id, QueuedEvent); an unknown source, or an upsert whose
+    content_uri lies outside the source's location, is an ``invalid_event``
+    dead letter."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -150,7 +153,7 @@ class _ResolveFn(beam.DoFn):
 
     def setup(self) -> None:
         self._catalog = open_catalog(self.settings)
-        self._tenants: dict[str, str | None] = {}
+        self._sources: dict[str, tuple[str, str] | None] = {}
 
     def teardown(self) -> None:
         if self._catalog is not None:
@@ -158,14 +161,16 @@ class _ResolveFn(beam.DoFn):
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
-        if event.source_id not in self._tenants:
+        if event.source_id not in self._sources:
             source = self._catalog.get_source(event.source_id)
-            self._tenants[event.source_id] = source["tenant_id"] if source else None
-        tenant = self._tenants[event.source_id]
-        if tenant is None:
+            self._sources[event.source_id] = (source["tenant_id"], source["uri"] or "") if source else None
+        found = self._sources[event.source_id]
+        if found is None:
             raise InvalidEventError(
                 f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
             )
+        tenant, location = found
+        check_content_uri(event, location)  # an outside address never reaches fetch
         doc_id = ids.doc_id(tenant, event.source_id, event.doc_id)
         yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0)))
 
