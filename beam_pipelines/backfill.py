@@ -21,6 +21,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from connectors.files import FolderConnector
 from connectors.location import source_location
+from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.display import safe_text
 from ragsync.embedding import ModelSpec
@@ -161,6 +162,7 @@ def run_backfill(
         ConfigurationError: the source is missing or a store cannot be opened.
     """
     start = time.monotonic()
+    lifecycle.install_child_watch()  # parse children never outlive this process
     if "://" not in uri:
         if not os.path.isdir(uri):
             raise ConfigurationError(

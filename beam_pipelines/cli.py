@@ -14,6 +14,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -294,16 +295,38 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command. Ctrl-C (SIGINT) and SIGTERM stop it within seconds with
+    exit code 130 / 143; helper processes never outlive it (``ragsync.lifecycle``)."""
+    from ragsync import lifecycle
+
     quiet_environment()
     args = build_parser().parse_args(argv)
+    lifecycle.install_child_watch()
     try:
-        return int(args.func(args))
+        with lifecycle.graceful_signals():
+            return int(args.func(args))
     except ConfigurationError as exc:
         print(safe_text(f"ragsync: configuration error: {exc}"), file=sys.stderr)
         return 2
     except FileNotFoundError as exc:
         print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 2
+    except BaseException as exc:
+        # A stop asked for by SIGINT/SIGTERM, even when a Beam step wrapped
+        # the interrupt in its own error.
+        if not isinstance(exc, KeyboardInterrupt) and lifecycle.stop_signal() is None:
+            raise
+        stopped = isinstance(exc, lifecycle.Stopped) or lifecycle.stop_signal() == signal.SIGTERM
+        if getattr(args, "json", False):
+            print(json.dumps({"interrupted": True, "signal": "SIGTERM" if stopped else "SIGINT"}))
+        print(
+            f"ragsync: {'stopped (SIGTERM)' if stopped else 'interrupted'}; nothing is left half-written: "
+            "run the same command again to resume",
+            file=sys.stderr,
+        )
+        if argv is None:  # a real process, not a call from a test or a script
+            lifecycle.exit_after_interrupt(143 if stopped else 130)
+        return 143 if stopped else 130
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -25,6 +25,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from ragsync import lifecycle
 from ragsync.config import Settings
 from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
@@ -181,18 +182,22 @@ def run_stream(
     show_progress: bool = True,
     spec: ModelSpec | None = None,
     **source_args: str,
-) -> StreamSummary | None:
+) -> StreamSummary:
     """Run the streaming pipeline (FnApiRunner with ``--streaming`` unless
     ``beam_args`` names another runner) until interrupted, or with
     ``until_idle`` until the queue is drained and everything is written.
 
     Returns:
-        The summary, or None when Ctrl-C stopped the local runner (its
-        metrics are lost with it; ``ragsync status`` shows what was applied).
+        The summary.
+
+    Raises:
+        KeyboardInterrupt: Ctrl-C or SIGTERM stopped the run (a remote job is
+            cancelled first); ``ragsync status`` shows what was applied.
     """
     from beam_pipelines.backfill import prepare_stores
 
     start = time.monotonic()
+    lifecycle.install_child_watch()  # parse children never outlive this process
     if spec is None:
         from ragsync.index_versions import live_spec
 
@@ -222,12 +227,13 @@ def run_stream(
         result = p.run()
         result.wait_until_finish()
     except KeyboardInterrupt:
+        # SIGINT or SIGTERM (ragsync.lifecycle): leased events that were not
+        # acknowledged are delivered again when their lease ends.
         if result is not None:
             with contextlib.suppress(Exception):
                 result.cancel()
         print("[stream] interrupted", file=sys.stderr, flush=True)
-    if result is None:
-        return None  # interrupted inside the local runner: no metrics to report
+        raise
     return StreamSummary(
         events_applied=counter_value(result, "events_applied"),
         events_stale=counter_value(result, "events_stale"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -52,10 +53,13 @@ class _WriteFn(StoresDoFn):
         self._stale = counter("events_stale")
         self._progress = Progress("write", "docs", self.total, enabled=self.show_progress)
         self._docs_written = 0
-        # Fault injection for crash tests: RAGSYNC_CRASH_AFTER_INDEX_WRITES=N
-        # SIGKILLs this process after the N-th document's index upsert, before
-        # its catalog rows exist - the worst place to die.
-        self._crash_after = int(os.environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "0") or 0)
+        # Fault injection for crash and signal tests:
+        # RAGSYNC_CRASH_AFTER_INDEX_WRITES=N[:SIGNAL] sends SIGNAL (default
+        # SIGKILL) to this process after the N-th document's index upsert,
+        # before its catalog rows exist - the worst place to be stopped.
+        after, _, signame = os.environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "").partition(":")
+        self._crash_after = int(after or 0)
+        self._crash_signal = getattr(signal, signame or "SIGKILL")
         # RAGSYNC_CRASH_AFTER_FLIPS=N: SIGKILL after the N-th version flip,
         # before the vanished chunks are deleted.
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
@@ -110,8 +114,9 @@ class _WriteFn(StoresDoFn):
             self._keywords.upsert(new)
             self.shadow_upsert(new)
         self._docs_written += 1
-        if self._crash_after and self._docs_written >= self._crash_after:
-            os.kill(os.getpid(), signal.SIGKILL)
+        if self._crash_after and self._docs_written == self._crash_after:
+            print(f"[fault] sending {self._crash_signal.name}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), self._crash_signal)
         # Kept chunks whose permissions changed with the content get the new
         # ACL ids in place (no re-embedding).
         new_ids = set(plan.new_ids)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -89,6 +90,8 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 # server when the last one closes, so another process (the next CLI command, a
 # restarted pipeline) can open the file. Process-wide by nature of the lock.
 _LITE_REFS: dict[str, int] = {}
+LITE_LOCK_WAIT_S = 15.0
+"""How long opening Milvus Lite waits for a lock left by a process that just died."""
 
 
 def _release_lite(path: str) -> None:
@@ -188,19 +191,36 @@ class MilvusVectorIndex:
         except ImportError as exc:  # pragma: no cover - pymilvus is a core dependency
             raise ConfigurationError("pip install 'pymilvus[milvus_lite]'") from exc
         self._quiet_client_logs()
-        try:
-            if self.is_lite:
-                return MilvusClient(uri=uri)
-            return MilvusClient(uri=uri, token=token)
-        except Exception as exc:
-            hint = ""
-            if self.is_lite:
+        # A process that was just killed may hold Milvus Lite's lock for a
+        # moment (its children exit within a second, ragsync.lifecycle): wait
+        # for it rather than fail the run that follows a crash.
+        deadline = time.monotonic() + (LITE_LOCK_WAIT_S if self.is_lite else 0.0)
+        while True:
+            try:
+                if self.is_lite:
+                    return MilvusClient(uri=uri)
+                return MilvusClient(uri=uri, token=token)
+            except Exception as exc:
+                if time.monotonic() < deadline:
+                    time.sleep(0.5)
+                    continue
+                error = exc
+                break
+        hint = ""
+        if self.is_lite:
+            from ragsync.lifecycle import lock_holders
+
+            holders = lock_holders(os.path.join(uri, "LOCK"))
+            if holders:
                 hint = (
-                    " A Milvus Lite file can be opened by one process only; to share it run "
-                    "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` and use "
-                    "http://127.0.0.1:P as the uri."
+                    f" Process(es) {', '.join(map(str, holders))} hold it: another ragsync run on this home?"
                 )
-            raise ConfigurationError(f"cannot open Milvus at {self.uri!r}: {exc}.{hint}") from exc
+            hint += (
+                " A Milvus Lite file can be opened by one process only; to share it run "
+                "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` and use"
+                " http://127.0.0.1:P as the uri."
+            )
+        raise ConfigurationError(f"cannot open Milvus at {self.uri!r}: {error}.{hint}") from error
 
     def _open(self, create: bool) -> None:
         client = self._client

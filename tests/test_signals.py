@@ -1,0 +1,204 @@
+"""Signals with real processes: SIGINT and SIGTERM stop a backfill or a stream
+promptly and cleanly, SIGKILL leaves no child behind, and the next run ends in
+the same state as a run that was never interrupted.
+
+The signal is sent by the process to itself at the worst moment (after a
+document's index upsert, before its catalog rows exist) through the
+``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N:SIGNAL`` fault hook in
+``transforms/write.py``, so every run is stopped at the same point; the
+handlers that react to it are the real ones (``ragsync.lifecycle``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from beam_pipelines.backfill import run_backfill
+from beam_pipelines.streaming import run_stream
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.reconcile import reconcile
+from tests.proc import kill_group
+
+pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parents[1]
+DIM = 384
+EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -signal.SIGKILL}
+TOPICS = [
+    "hotel limits",
+    "taxi rides",
+    "expense receipts",
+    "laptop refresh",
+    "parental leave",
+    "badge access",
+]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("signals") / "src"
+    src.mkdir()
+    for i, topic in enumerate(TOPICS):
+        paras = [f"Policy {i}: the rule about {topic} is number {i * 7 + 3}.", f"Ask the {topic} desk first."]
+        (src / f"policy-{i}.md").write_text(f"# {topic.title()}\n\n" + "\n\n".join(paras) + "\n")
+    return src
+
+
+def _state(settings: Settings) -> dict[str, object]:
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM)
+    kw = open_keyword_index(settings)
+    try:
+        return {
+            "catalog": sorted(cat.chunk_ids_for_tenant("default")),
+            "vector": sorted(vec.chunk_ids()),
+            "keyword": sorted(kw.chunk_ids()),
+            "status": cat.document_counts_by_status(),
+        }
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+
+@pytest.fixture(scope="module")
+def clean_state(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    settings = Settings(home=str(tmp_path_factory.mktemp("clean") / "home"))
+    summary = run_backfill(str(corpus), settings, show_progress=False)
+    assert summary.documents_indexed == len(TOPICS)
+    return _state(settings)
+
+
+def _env(**extra: str) -> dict[str, str]:
+    return dict(os.environ, HF_HUB_OFFLINE="1", **extra)
+
+
+def _session_members(sid: int) -> list[int]:
+    out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True).stdout
+    return [
+        int(p)
+        for p, s, stat in (line.split()[:3] for line in out.splitlines())
+        if int(s) == sid and "Z" not in stat
+    ]
+
+
+def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, float, str]:
+    """Run ``cmd`` in its own session until the fault hook sends ``signame``;
+    returns (exit code, seconds from the signal to exit, log text)."""
+    env = _env(RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", **extra_env)
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 600
+        while "[fault] sending" not in log.read_text(errors="replace"):
+            assert proc.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "the fault hook never fired"
+            time.sleep(0.05)
+        sent = time.monotonic()
+        code = proc.wait(timeout=120)
+        elapsed = time.monotonic() - sent
+        # No helper process (parse children, Tika, the Milvus Lite server)
+        # outlives the main one - for SIGKILL too, without our help.
+        wait_until = time.monotonic() + 10
+        while _session_members(proc.pid) and time.monotonic() < wait_until:
+            time.sleep(0.1)
+        left = _session_members(proc.pid)
+    finally:
+        kill_group(proc.pid)
+    assert left == [], f"processes outlived the stopped run: {left}"
+    return code, elapsed, log.read_text(errors="replace")
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGKILL"])
+def test_backfill_stopped_by_a_signal_then_rerun_matches_a_clean_run(
+    signame: str, corpus: Path, clean_state: dict[str, object], tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    cmd = [
+        sys.executable,
+        "-m",
+        "beam_pipelines.cli",
+        "backfill",
+        str(corpus),
+        "--home",
+        str(home),
+        "--quiet",
+    ]
+    code, elapsed, text = _stopped_by(cmd, signame, tmp_path / "run.log", {})
+    assert code == EXIT[signame], text[-3000:]
+    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    if signame != "SIGKILL":
+        assert "run the same command again to resume" in text
+        assert "Traceback" not in text
+    # The next run starts at once (no lock left behind) and finishes the work.
+    summary = run_backfill(str(corpus), Settings(home=str(home)), show_progress=False)
+    assert summary.documents_seen == len(TOPICS)
+    settings = Settings(home=str(home))
+    assert _state(settings) == clean_state
+    assert reconcile(settings, DIM).ok
+
+
+def _events(corpus: Path) -> str:
+    lines = []
+    for i, path in enumerate(sorted(corpus.iterdir())):
+        event = {
+            "source_id": "docs",
+            "doc_id": path.name,
+            "op": "upsert",
+            "source_version": 1,
+            "acl_groups": ["everyone"],
+            "content_uri": str(path),
+            "event_time": 1_700_000_000 + i,
+        }
+        lines.append(json.dumps(event))
+    return "\n".join(lines) + "\n"
+
+
+def _stream_home(tmp_path: Path, corpus: Path) -> Path:
+    home = tmp_path / "home"
+    events = tmp_path / "events.jsonl"
+    events.write_text(_events(corpus))
+    base = [sys.executable, "-m", "beam_pipelines.cli"]
+    for args in (
+        ["sources", "add", "docs", "--tenant", "default", "--type", "object_store", "--uri", str(corpus)],
+        ["events", "push", str(events)],
+    ):
+        done = subprocess.run([*base, *args, "--home", str(home)], env=_env(), cwd=ROOT, capture_output=True)
+        assert done.returncode == 0, done.stderr.decode()
+    return home
+
+
+@pytest.fixture(scope="module")
+def clean_stream_state(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, object]:
+    home = _stream_home(tmp_path_factory.mktemp("clean-stream"), corpus)
+    settings = Settings(home=str(home))
+    summary = run_stream(settings, until_idle=True, show_progress=False)
+    assert summary.documents_indexed == len(TOPICS)
+    return _state(settings)
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
+    signame: str, corpus: Path, clean_stream_state: dict[str, object], tmp_path: Path
+) -> None:
+    home = _stream_home(tmp_path, corpus)
+    base = [sys.executable, "-m", "beam_pipelines.cli"]
+    # A long-running stream (no --until-idle), as an operator runs it; short
+    # leases so the resumed run gets the unacknowledged events back quickly.
+    cmd = [*base, "stream", "--home", str(home), "--lease-s", "2", "--quiet"]
+    code, elapsed, text = _stopped_by(cmd, signame, tmp_path / "stream.log", {})
+    assert code == EXIT[signame], text[-3000:]
+    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
+    assert "run the same command again to resume" in text
+    resumed = run_stream(Settings(home=str(home)), until_idle=True, show_progress=False)
+    assert resumed.documents_indexed >= len(TOPICS) - 2
+    settings = Settings(home=str(home))
+    assert _state(settings) == clean_stream_state
+    assert reconcile(settings, DIM).ok
