@@ -165,19 +165,28 @@ def derive_event_id(
 
 
 def _message(exc: ValidationError) -> str:
-    """One line naming every field at fault (never echoing the input)."""
+    """One line naming every field at fault (never echoing the input, except
+    an unknown ``op``, which is one short word)."""
     parts = []
-    for err in exc.errors(include_input=False, include_url=False):
+    unknown = []
+    for err in exc.errors(include_url=False):
         loc = ".".join(str(p) for p in err.get("loc", ()) if not isinstance(p, int)) or "event"
+        kind = err.get("type")
         msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
-        if msg.startswith("'") and loc == "event":
-            parts.append(msg)
-        elif err.get("type") == "extra_forbidden":
-            parts.append(f"unknown field '{loc}'")
-        elif err.get("type") == "missing":
+        if kind == "extra_forbidden":
+            unknown.append(loc)
+        elif kind == "missing":
             parts.append(f"'{loc}' is required")
+        elif kind == "literal_error" and loc == "op":
+            got = err.get("input")
+            shown = repr(got)[:40] if isinstance(got, str | int) else type(got).__name__
+            parts.append(f"'op' must be one of {', '.join(OPS)}, got {shown}")
+        elif loc == "event":
+            parts.append(msg)
         else:
             parts.append(f"'{loc}' {msg}")
+    if unknown:
+        parts.append(f"unknown fields: {', '.join(sorted(unknown))}")
     return "; ".join(parts)
 
 
