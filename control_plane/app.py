@@ -15,7 +15,7 @@ Swagger UI at ``/docs``)::
     GET  /healthz                            (no authentication)
 
 Security: every ``/v1`` and ``/internal`` request needs ``Authorization:
-Bearer <key>`` or ``X-API-Key: <key>`` (see :mod:`control_plane.store`);
+Bearer <key>`` or ``X-API-Key: <key>`` (see :mod:`control_plane.keys`);
 the key decides the tenant. Another tenant's ids answer 404 exactly like
 unknown ids. ``/healthz`` and the OpenAPI document and UI are public: they
 hold no tenant data.
@@ -42,18 +42,11 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from sqlalchemy import text
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from connectors.events import Event, parse_event
-from control_plane.store import (
-    ID_PATTERN,
-    ConflictError,
-    ControlStore,
-    DeadLetterView,
-    new_id,
-)
-from ragsync.catalog import Catalog
+from control_plane.keys import ApiKeys
+from ragsync.catalog import ID_PATTERN, Catalog, ConflictError, DeadLetterRow, event_of_payload, new_id
 from ragsync.errors import InvalidEventError
 
 log = logging.getLogger(__name__)
@@ -431,8 +424,8 @@ def _tenant(
         raise ApiError(
             401, "missing API key: send Authorization: Bearer <key>", headers={"WWW-Authenticate": "Bearer"}
         )
-    store: ControlStore = request.app.state.store
-    tenant_id = store.authenticate(key)
+    keys: ApiKeys = request.app.state.keys
+    tenant_id = keys.authenticate(key)
     if tenant_id is None:
         raise ApiError(401, "invalid or revoked API key", headers={"WWW-Authenticate": "Bearer"})
     return tenant_id
@@ -479,9 +472,9 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
             built-in constant (must match the one keys were created with).
 
     Returns:
-        The FastAPI app; ``app.state.catalog`` and ``app.state.store`` are
-        the open :class:`~ragsync.catalog.Catalog` and
-        :class:`~control_plane.store.ControlStore`.
+        The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
+        the open :class:`~ragsync.catalog.Catalog` and its
+        :class:`~control_plane.keys.ApiKeys`.
 
     Raises:
         ValueError: ``max_body_bytes`` is not positive.
@@ -490,7 +483,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     if max_body_bytes <= 0:
         raise ValueError("max_body_bytes must be positive")
     catalog = Catalog.open(catalog_url)
-    store = ControlStore(catalog.engine, pepper=pepper)
+    keys = ApiKeys(catalog, pepper=pepper)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -504,7 +497,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         lifespan=lifespan,
     )
     app.state.catalog = catalog
-    app.state.store = store
+    app.state.keys = keys
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
 
     # -- errors --------------------------------------------------------------------
@@ -537,8 +530,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     def healthz() -> Any:
         """Liveness: 200 ``{"status": "ok"}`` when the catalog answers, else 503."""
         try:
-            with catalog.engine.connect() as conn:
-                conn.execute(text("SELECT 1"))
+            catalog.ping()
         except Exception:
             log.exception("catalog unreachable")
             return _error_response(503, "unavailable", "catalog unreachable")
@@ -565,7 +557,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         if body.sync == "poll" and interval is None:
             interval = 300
         try:
-            row = store.create_source(
+            row = catalog.create_source(
                 tenant_id,
                 source_id=body.source_id or new_id("src"),
                 type=body.type,
@@ -594,7 +586,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant) -> SyncOut:
         """Record a sync request for one of the caller's sources (404 for others')."""
         sid = _path_id(source_id)
-        req = store.create_sync_request(tenant_id, sid, body.mode) if sid else None
+        req = catalog.create_sync_request(tenant_id, sid, body.mode) if sid else None
         if req is None:
             raise _not_found(f"source {source_id!r}")
         return SyncOut(sync_id=req.sync_id, source_id=req.source_id, mode=req.mode, state=req.state)
@@ -642,8 +634,8 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
                 rejected.append(RejectedEvent(index=index, error=str(exc) or type(exc).__name__))
                 continue
             parsed.append((index, event))
-        owned = store.owned_source_ids(tenant_id, {e.source_id for _, e in parsed})
-        known = store.event_sources(e.event_id for _, e in parsed if e.source_id in owned)
+        owned = catalog.owned_source_ids(tenant_id, {e.source_id for _, e in parsed})
+        known = catalog.event_sources(e.event_id for _, e in parsed if e.source_id in owned)
         queue: list[Event] = []
         for index, event in parsed:
             if event.source_id not in owned:
@@ -678,7 +670,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         sid = _path_id(source_id) if source_id is not None else None
         if did is None or (source_id is not None and sid is None):
             raise _not_found(f"document {doc_id!r}")
-        status = store.document_status(tenant_id, did, source_id=sid)
+        status = catalog.document_status(tenant_id, did, source_id=sid)
         if status is None:
             raise _not_found(f"document {doc_id!r}")
         error = (
@@ -717,7 +709,7 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     )
     def create_backfill(body: BackfillIn, tenant_id: Tenant) -> BackfillOut:
         """Request a re-embedding/re-parsing backfill of the caller's documents into ``target_index``."""
-        row = store.create_backfill(
+        row = catalog.create_backfill(
             reason=body.reason,
             target_index=body.target_index,
             max_docs_per_s=body.max_docs_per_s,
@@ -729,21 +721,21 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     def get_backfill(backfill_id: str, tenant_id: Tenant) -> BackfillOut:
         """A backfill's progress; ``eta_s`` from the rate so far, null when unknown."""
         bid = _path_id(backfill_id)
-        row = store.get_backfill(bid, tenant_id=tenant_id) if bid else None
+        row = catalog.get_backfill(bid, tenant_id=tenant_id) if bid else None
         if row is None:
             raise _not_found(f"backfill {backfill_id!r}")
         return _backfill_out(row)
 
-    def _dead_letter_out(view: DeadLetterView) -> DeadLetterOut:
+    def _dead_letter_out(row: DeadLetterRow) -> DeadLetterOut:
         return DeadLetterOut(
-            event_id=view.event_id,
-            doc_id=view.doc_id,
-            source_id=view.source_id,
-            stage=view.stage,
-            error=view.error,
-            error_class=view.error_class,
-            attempts=view.attempts,
-            created_at=view.created_at,
+            event_id=row.event_id or str(row.id),
+            doc_id=row.doc_id,
+            source_id=row.source_id,
+            stage=row.stage,
+            error=row.message,
+            error_class=row.error_class,
+            attempts=row.attempts,
+            created_at=row.created_at,
         )
 
     @app.get("/v1/dead-letters", response_model=list[DeadLetterOut], tags=["dead letters"], responses=_ERRORS)
@@ -755,10 +747,10 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         """The caller's open dead letters, oldest first (404 for a source that is not the caller's)."""
         if source_id is not None:
             sid = _path_id(source_id)
-            if sid is None or store.get_source(tenant_id, sid) is None:
+            if sid is None or catalog.get_source(sid, tenant_id=tenant_id) is None:
                 raise _not_found(f"source {source_id!r}")
-        views = store.list_dead_letters(tenant_id, source_id=source_id, limit=limit)
-        return [_dead_letter_out(v) for v in views]
+        rows = catalog.list_dead_letters(tenant_id=tenant_id, source_id=source_id, limit=limit)
+        return [_dead_letter_out(r) for r in rows]
 
     @app.post(
         "/v1/dead-letters/{event_id:path}/retry",
@@ -778,12 +770,12 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         eid = _path_id(event_id)
         if eid is None:
             raise _not_found(f"dead letter {event_id!r}")
-        event = store.tenant_event(tenant_id, eid)
-        letters = store.open_dead_letters_for_event(tenant_id, eid)
+        event = catalog.tenant_event(tenant_id, eid)
+        letters = catalog.open_dead_letters_for_event(tenant_id, eid)
         if event is not None and (letters or event["state"] == "dead"):
             catalog.requeue_event(eid)
-            store.resolve_dead_letters(tenant_id, [i for i, _ in letters])
-            retry_id = store.record_retry(
+            catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
+            retry_id = catalog.record_retry(
                 tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=None
             )
             return RetryOut(event_id=eid, retry_id=retry_id, kind="event", state="requeued")
@@ -791,21 +783,21 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
             # An event-backed dead letter whose event is not in the local queue
             # (say it arrived through Pub/Sub): queue it again from its payload.
             replay = _event_from_payload(letters[-1][1])
-            if replay is not None and replay.source_id in store.owned_source_ids(
+            if replay is not None and replay.source_id in catalog.owned_source_ids(
                 tenant_id, [replay.source_id]
             ):
-                if not store.event_sources([replay.event_id]):
+                if not catalog.event_sources([replay.event_id]):
                     catalog.enqueue_events([replay])
                 else:
                     catalog.requeue_event(replay.event_id)
-                store.resolve_dead_letters(tenant_id, [i for i, _ in letters])
-                retry_id = store.record_retry(
+                catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
+                retry_id = catalog.record_retry(
                     tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=letters[-1][0]
                 )
                 return RetryOut(event_id=eid, retry_id=retry_id, kind="event", state="requeued")
-        if _DEAD_LETTER_ROW.match(eid) and store.open_file_dead_letter(tenant_id, int(eid)):
-            store.resolve_dead_letters(tenant_id, [int(eid)])
-            retry_id = store.record_retry(
+        if _DEAD_LETTER_ROW.match(eid) and catalog.open_file_dead_letter(tenant_id, int(eid)):
+            catalog.resolve_dead_letters(tenant_id, [int(eid)])
+            retry_id = catalog.record_retry(
                 tenant_id, kind="file", state="requested", event_id=None, dead_letter_id=int(eid)
             )
             return RetryOut(event_id=eid, retry_id=retry_id, kind="file", state="requested")
@@ -856,7 +848,11 @@ def _check_event_limits(event: Event) -> None:
 
 
 def _event_from_payload(payload: str) -> Event | None:
+    """The validated change event behind a dead letter's payload, or None."""
+    data = event_of_payload(payload)
+    if data is None:
+        return None
     try:
-        return parse_event(json.loads(payload))
+        return parse_event(data)
     except (ValueError, InvalidEventError, TypeError, OverflowError, RecursionError):
         return None

@@ -163,7 +163,7 @@ class _ResolveFn(beam.DoFn):
         event = Event.from_json(row["payload"])
         if event.source_id not in self._sources:
             source = self._catalog.get_source(event.source_id)
-            self._sources[event.source_id] = (source["tenant_id"], source["uri"] or "") if source else None
+            self._sources[event.source_id] = (source.tenant_id, source.uri) if source else None
         found = self._sources[event.source_id]
         if found is None:
             raise InvalidEventError(

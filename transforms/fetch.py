@@ -57,13 +57,13 @@ class _FetchFn(beam.DoFn):
         key = (item.tenant_id, item.source_id)
         if key not in self._readers:
             source = self._catalog.get_source(item.source_id)
-            if source is None or source["tenant_id"] != item.tenant_id or not source.get("uri"):
+            if source is None or source.tenant_id != item.tenant_id or not source.uri:
                 raise OutsideLocationError(
                     f"source {item.source_id!r} declares no location, so it takes no content_uri "
                     "(register it with `ragsync sources add ... --uri ROOT`)"
                 )
             try:
-                location = source_location(source["uri"], reserved=self.settings.reserved_locations)
+                location = source_location(source.uri, reserved=self.settings.reserved_locations)
             except ConfigurationError as exc:
                 raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
             limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
