@@ -22,8 +22,9 @@ from control_plane.app import create_app  # noqa: E402
 from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
 from ragsync import ids  # noqa: E402
-from ragsync.catalog import MIGRATIONS, Catalog, FetchRecord, create_catalog_engine, migrate, schema  # noqa: E402
+from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
 from ragsync.model import DeadLetter, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
+from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
 MAX_BODY = 64 * 1024
@@ -680,29 +681,31 @@ def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
 # ------------------------------------------------------------- migration and CLI
 
 
-def test_migration_3_adds_control_plane_tables_and_columns(catalog_url: str) -> None:
+def test_adopted_legacy_catalog_serves_sources_registered_before_the_api(catalog_url: str) -> None:
+    """A catalog of the hand-written migrations, with a source registered by
+    ``ragsync sources add`` (no sync settings, no credentials), is adopted by
+    the API: the source keeps its row and shows as never configured."""
     engine = create_catalog_engine(catalog_url)
     try:
-        assert migrate(engine, MIGRATIONS[:2]) == [1, 2]
-        columns = {c["name"] for c in inspect(engine).get_columns("sources")}
-        assert "sync" not in columns and "poll_interval_s" not in columns  # migration 1 is frozen
+        make_legacy_catalog(engine)
         with engine.begin() as conn:
             conn.execute(
                 schema.sources.insert().values(
                     source_id="old", tenant_id="t", type="drive", uri="", created_at=1.0
                 )
             )
-        assert migrate(engine, MIGRATIONS[:3]) == [3]
-        insp = inspect(engine)
-        assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
-        assert {"sync", "poll_interval_s"} <= {c["name"] for c in insp.get_columns("sources")}
-        assert {"max_docs_per_s", "started_at", "updated_at"} <= {
-            c["name"] for c in insp.get_columns("backfills")
-        }
-        source = Catalog(engine, catalog_url).get_source("old", tenant_id="t")
-        assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
     finally:
         engine.dispose()
+    app = create_app(catalog_url)
+    try:
+        insp = inspect(app.state.catalog.engine)
+        assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
+        assert "schema_migrations" not in insp.get_table_names()
+        source = app.state.catalog.get_source("old", tenant_id="t")
+        assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
+        assert app.state.catalog.get_source("old", tenant_id="other") is None
+    finally:
+        app.state.catalog.close()
 
 
 def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:

@@ -21,7 +21,7 @@ from ragsync.catalog.documents import (
     make_indexed_version,
 )
 from ragsync.catalog.index_versions import IndexVersion
-from ragsync.catalog.migrations import MIGRATIONS, Migration, applied_versions, migrate
+from ragsync.catalog.migrations import LegacyCatalogError, current_revision, head_revision, migrate
 from ragsync.catalog.sources import (
     BACKFILL_REASONS,
     BACKFILL_STATES,
@@ -41,7 +41,6 @@ __all__ = [
     "BACKFILL_STATES",
     "BATCH_SIZE",
     "ID_PATTERN",
-    "MIGRATIONS",
     "SOURCE_TYPES",
     "STATUS_FETCHED",
     "STATUS_INDEXED",
@@ -56,15 +55,16 @@ __all__ = [
     "DocumentRow",
     "FetchRecord",
     "IndexVersion",
-    "Migration",
+    "LegacyCatalogError",
     "ParsedRow",
     "SourceRow",
     "SyncRequestRow",
     "TenantRow",
-    "applied_versions",
     "create_catalog_engine",
+    "current_revision",
     "event_id_of_payload",
     "event_of_payload",
+    "head_revision",
     "make_indexed_version",
     "migrate",
     "new_id",
