@@ -56,7 +56,7 @@ from ragsync.embedding import EmbeddingModel, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
-from transforms.common import NAMESPACE, counter
+from transforms.common import CatalogDoFn, counter, counter_value
 
 CATCH_UP_PASSES = 3
 CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"
@@ -156,7 +156,7 @@ def backfill_progress(settings: Settings, version: int) -> dict[str, Any] | None
 # ------------------------------------------------------------------ pipeline
 
 
-class _ReembedFn(beam.DoFn):
+class _ReembedFn(CatalogDoFn):
     """(doc_id, chunk ids) -> nothing; embeds and writes in batches of about
     ``batch_chunks`` chunks. Counters: chunks_written, chunks_embedded,
     embedding_cache_hits, chunks_failed, documents_written."""
@@ -169,7 +169,7 @@ class _ReembedFn(beam.DoFn):
         max_docs_per_s: float,
         show_progress: bool,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.version = version
         self.batch_chunks = batch_chunks
         self.max_docs_per_s = max_docs_per_s
@@ -182,7 +182,7 @@ class _ReembedFn(beam.DoFn):
                 f"index v{self.version.version} was built with {self.version.model_version}, "
                 f"but {self.version.model_name} is now {self._model.version}"
             )
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._vectors = iv.open_version_vector(self.settings, self.version)
         self._keywords = iv.open_version_keyword(self.settings, self.version)
         self._limiter = RateLimiter(self.max_docs_per_s)
@@ -196,10 +196,11 @@ class _ReembedFn(beam.DoFn):
         self._docs = counter("documents_written")
 
     def teardown(self) -> None:
-        for name in ("_keywords", "_vectors", "_catalog"):
+        for name in ("_keywords", "_vectors"):
             store = getattr(self, name, None)
             if store is not None:
                 store.close()
+        super().teardown()
 
     def start_bundle(self) -> None:
         self._buffer: list[tuple[str, Sequence[str]]] = []
@@ -274,13 +275,6 @@ class _ReembedFn(beam.DoFn):
             os._exit(137)  # fault injection: die without cleanup, like a SIGKILL
 
 
-def _metric(result: Any, name: str) -> int:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
-    return int(sum(c.committed or c.attempted or 0 for c in counters))
-
-
 def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str], set[str], int, int]:
     """(vector ids, keyword ids, vector row count, keyword row count) of the target."""
     vec = iv.open_version_vector(settings, version)
@@ -340,7 +334,7 @@ def _run_pipeline(
     result = p.run()
     result.wait_until_finish()
     return {
-        name: _metric(result, name)
+        name: counter_value(result, name)
         for name in ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed")
     }
 

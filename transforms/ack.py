@@ -9,9 +9,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
-from transforms.common import counter
+from transforms.common import CatalogDoFn, counter
 
 
 @dataclass(frozen=True)
@@ -58,20 +58,12 @@ def outcome_of(record: Any, state: str = "done") -> Outcome:
     raise TypeError(f"no outcome for {type(record).__name__}")
 
 
-class _AckFn(beam.DoFn):
+class _AckFn(CatalogDoFn):
     """Outcome -> event row finished; applied events get a freshness row."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._applied = counter("events_applied")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, outcome: Outcome) -> Iterator[str]:
         if not outcome.event_id:

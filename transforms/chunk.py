@@ -8,17 +8,17 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.chunking import chunk_elements
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import Progress, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
 
 NEW_CHUNKS = "new_chunks"
 
 
-class _ChunkAndDiffFn(beam.DoFn):
+class _ChunkAndDiffFn(CatalogDoFn):
     """ParsedDocument -> (doc_id, DocumentPlan) and the new chunks to embed.
 
     Raises NoTextError when a parsed document yields no chunk, so an empty
@@ -26,22 +26,17 @@ class _ChunkAndDiffFn(beam.DoFn):
     """
 
     def __init__(self, settings: Settings, total: int, show_progress: bool) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.total = total
         self.show_progress = show_progress
-        self._catalog: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._tokenizer = load_tokenizer(default_model().path)
         self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
         self._new = counter("chunks_new")
         self._kept = counter("chunks_kept")
         self._boilerplate = counter("chunks_boilerplate")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
         """Chunks whose text hash is already in ``boilerplate_min_docs`` other
