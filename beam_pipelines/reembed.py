@@ -16,10 +16,10 @@
    (total/done/failed, in chunks) goes to the catalog's ``backfills`` row
    ``reembed-v{n}`` after every written batch.
 4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
-   left, which picks up documents the live pipeline changed meanwhile. There
-   is no dual-write: changes made after the last pass and before the flip
-   reach only the old version (run ``reembed`` again, or re-run the
-   backfill after the flip).
+   left, which picks up documents the live pipeline changed meanwhile.
+   Pipelines that run while the version is ``building`` write every change
+   to it too (dual write, ``transforms.common.StoresDoFn``), so it does not
+   fall behind before the flip.
 5. The gate: the catalog, the target vector collection and the target
    keyword index hold exactly the same chunk ids with no duplicate rows, and
    for every format of the golden set, vector-only and hybrid Recall@10 of

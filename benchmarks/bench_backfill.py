@@ -232,7 +232,7 @@ def catalog_texts(settings: Any) -> list[str]:
     catalog = open_catalog(settings)
     try:
         texts: list[str] = []
-        for source in _source_ids(catalog):
+        for source in catalog.source_ids():
             for doc in catalog.documents_for_source(source):
                 texts += [c.embedding_text() for c in catalog.chunks_for_doc(doc.doc_id)]
         return texts
@@ -249,15 +249,6 @@ def dead_letters(settings: Any) -> list[str]:
         return [f"{Path(d.uri).name}: {d.error_class}" for d in catalog.list_dead_letters(limit=100)]
     finally:
         catalog.close()
-
-
-def _source_ids(catalog: Any) -> list[str]:
-    from sqlalchemy import select
-
-    from ragsync.catalog import schema
-
-    with catalog.engine.connect() as conn:
-        return [r[0] for r in conn.execute(select(schema.sources.c.source_id)).all()]
 
 
 def raw_encode(texts: list[str], batches: list[list[str]]) -> dict[str, float]:

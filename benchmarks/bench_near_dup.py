@@ -37,6 +37,7 @@ ratios, not absolute seconds.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import random
 import sys
@@ -115,41 +116,37 @@ def make_drafts(texts: list[tuple[str, str]], every: int = 8, seed: int = 7) -> 
 # -------------------------------------------------------------------- signatures
 
 
-def _ragsync_signer() -> Signer:
-    # near_dup.signature takes the text; the bench hands every implementation
-    # the same shingle set, so this mirrors signature()'s body from its shingles.
-    def sign(shingles: set[str]) -> np.ndarray:
-        return near_dup.signature_of_shingles(shingles)
-
-    return sign
+def _ragsync_sign(shingles: set[str]) -> np.ndarray:
+    return near_dup.signature_of_shingles(shingles)
 
 
-def _datasketch_signer() -> Signer | None:
-    try:
-        from datasketch import MinHash
-    except ImportError:
-        return None
+def _datasketch_sign(shingles: set[str]) -> np.ndarray:
+    from datasketch import MinHash
 
-    def sign(shingles: set[str]) -> np.ndarray:
-        m = MinHash(num_perm=NUM_PERM, seed=1)
-        m.update_batch([s.encode("utf-8") for s in shingles])
-        return np.asarray(m.hashvalues, dtype=np.uint64)
-
-    return sign
+    m = MinHash(num_perm=NUM_PERM, seed=1)
+    m.update_batch([s.encode("utf-8") for s in shingles])
+    return np.asarray(m.hashvalues, dtype=np.uint64)
 
 
-def _rensa_signer() -> Signer | None:
-    try:
-        from rensa import RMinHash
-    except ImportError:
-        return None
+def _rensa_sign(shingles: set[str]) -> np.ndarray:
+    from rensa import RMinHash
 
-    def sign(shingles: set[str]) -> np.ndarray:
-        m = RMinHash(num_perm=NUM_PERM, seed=42)
-        m.update(list(shingles))
-        return np.asarray(m.digest(), dtype=np.uint64)
+    m = RMinHash(num_perm=NUM_PERM, seed=42)
+    m.update(list(shingles))
+    return np.asarray(m.digest(), dtype=np.uint64)
 
-    return sign
+
+def signers() -> dict[str, Signer | None]:
+    """Each implementation's signer, None when its package is not installed."""
+    out: dict[str, Signer | None] = {"ragsync": _ragsync_sign}
+    for label, sign in (("datasketch", _datasketch_sign), ("rensa", _rensa_sign)):
+        try:
+            importlib.import_module(label)
+        except ImportError:
+            out[label] = None
+        else:
+            out[label] = sign
+    return out
 
 
 # ---------------------------------------------------------------------- grouping
@@ -209,10 +206,9 @@ def run(corpus: Path, repeat: int) -> dict[str, Any]:
     by_name = dict(zip(names, shingle_sets, strict=True))
     known = [(d, o) for d, _, o in drafts if exact_jaccard(by_name[d], by_name[o]) >= near_dup.THRESHOLD]
 
-    signers = {"ragsync": _ragsync_signer(), "datasketch": _datasketch_signer(), "rensa": _rensa_signer()}
     results: dict[str, Any] = {}
     reference: set[tuple[str, str]] | None = None
-    for label, signer in signers.items():
+    for label, signer in signers().items():
         if signer is None:
             results[label] = {"available": False}
             continue

@@ -1,5 +1,6 @@
 """What every router shares: the caller's tenant (authentication), the
-catalog, and the check that makes a path id safe to look up.
+catalog, the check that makes a path id safe to look up, and the mapping of
+catalog rows to output models.
 
 Routers declare ``tenant_id: Tenant`` and ``catalog: CatalogDep``; the app
 (``create_app``) puts the open catalog and its :class:`ApiKeys` on
@@ -8,16 +9,19 @@ Routers declare ``tenant_id: Tenant`` and ``catalog: CatalogDep``; the app
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any, TypeVar
 
 from fastapi import Depends, Request
 from fastapi.security import APIKeyHeader, HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
 from control_plane.errors import ApiError
 from control_plane.keys import ApiKeys
 from ragsync.catalog import Catalog
 
 _MAX_PATH_ID = 1024
+
+M = TypeVar("M", bound=BaseModel)
 
 _bearer_scheme = HTTPBearer(auto_error=False, description="Authorization: Bearer <API key>")
 _header_scheme = APIKeyHeader(name="X-API-Key", auto_error=False, description="X-API-Key: <API key>")
@@ -51,6 +55,20 @@ def _catalog(request: Request) -> Catalog:
 Tenant = Annotated[str, Depends(_tenant)]
 #: The catalog the app serves.
 CatalogDep = Annotated[Catalog, Depends(_catalog)]
+
+
+def view(model: type[M], row: Any, **overrides: Any) -> M:
+    """An API model from a catalog row: each field the model declares, read
+    from the row's attribute of the same name, then ``overrides`` (fields the
+    row names otherwise or derives).
+
+    Args:
+        model: the pydantic output model.
+        row: a catalog row dataclass (``SourceRow``, ``BackfillRow``, ...).
+        overrides: values for fields the row does not hold under that name.
+    """
+    values = {name: getattr(row, name) for name in model.model_fields if name not in overrides}
+    return model(**values, **overrides)
 
 
 def path_id(value: str) -> str | None:

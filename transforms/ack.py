@@ -7,11 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import apache_beam as beam
-
-from ragsync.config import Settings
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
-from transforms.common import CatalogDoFn, counter
+from transforms.common import CatalogDoFn, CatalogStep, counter
 
 
 @dataclass(frozen=True)
@@ -87,12 +84,8 @@ class _AckFn(CatalogDoFn):
         yield outcome.event_id
 
 
-class AckEvents(beam.PTransform):
+class AckEvents(CatalogStep):
     """Input: ``Outcome``. Output: acknowledged event ids."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, outcomes: beam.PCollection) -> beam.PCollection:
-        return outcomes | "Ack" >> beam.ParDo(_AckFn(self.settings))
+    fn = _AckFn
+    label_ = "Ack"

@@ -77,8 +77,8 @@ class IndexDocuments(beam.PTransform):
         settings: stores and limits.
         spec: the embedding model.
         group_duplicates: bounded input: link copies within one run
-            (GroupByKey) and batch embeddings by bundle. False for unbounded
-            input: link against the catalog only, batch by 64 chunks or 200 ms.
+            (GroupByKey). False for unbounded input: link against the catalog
+            only. Either way embeddings are batched within a bundle.
         total: expected documents, for progress lines.
         show_progress: print progress to stderr.
     """

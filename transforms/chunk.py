@@ -15,11 +15,9 @@ from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
 from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
 
-NEW_CHUNKS = "new_chunks"
-
 
 class _ChunkAndDiffFn(CatalogDoFn):
-    """ParsedDocument -> (doc_id, DocumentPlan) and the new chunks to embed.
+    """ParsedDocument -> (doc_id, DocumentPlan): every chunk, and which are new or vanished.
 
     Raises NoTextError when a parsed document yields no chunk, so an empty
     result is a dead letter, never a silent skip.
@@ -80,15 +78,13 @@ class _ChunkAndDiffFn(CatalogDoFn):
             pages_for_review=parsed.pages_for_review,
         )
         yield (doc.doc_id, plan)
-        for c in diff.new:
-            yield beam.pvalue.TaggedOutput(NEW_CHUNKS, c)
 
 
 class ChunkDocuments(beam.PTransform):
     """Chunk parsed documents and diff against the catalog.
 
-    Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``),
-    ``new_chunks`` (``Chunk`` to embed), ``dead`` (``DeadLetter``).
+    Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``)
+    and ``dead`` (``DeadLetter``).
     """
 
     def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
@@ -98,16 +94,14 @@ class ChunkDocuments(beam.PTransform):
         self.show_progress = show_progress
 
     def expand(self, parsed: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = parsed | "ChunkAndDiff" >> beam.ParDo(
-            _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
-        ).with_outputs(NEW_CHUNKS, main="plans").with_exception_handling(main_tag="plans")
+        out = (
+            parsed
+            | "ChunkAndDiff"
+            >> beam.ParDo(
+                _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
+            ).with_exception_handling()
+        )
         return {
-            "plans": out["plans"],
-            NEW_CHUNKS: out[NEW_CHUNKS],
+            "plans": out["good"],
             "dead": out["bad"] | "ChunkDeadLetters" >> ToDeadLetters("chunk"),
         }
-
-
-def chunk_key(chunk: Chunk) -> str:
-    """The key that travels through RunInference with a chunk."""
-    return f"{chunk.doc_id}|{chunk.chunk_id}|{chunk.text_hash}"

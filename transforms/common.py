@@ -35,6 +35,13 @@ def counter_value(result: Any, name: str) -> int:
     return int(sum(c.committed or c.attempted or 0 for c in counters))
 
 
+def counters_of(result: Any, summary: Any, **others: Any) -> dict[str, Any]:
+    """The fields of a summary dataclass: ``others`` as given, every other
+    field the ragsync counter of the same name in a finished pipeline's result."""
+    names = [f.name for f in dataclasses.fields(summary) if f.name not in others]
+    return {**{name: counter_value(result, name) for name in names}, **others}
+
+
 def _unkeyed(element: Any) -> Any:
     """The record of a ``(key, record)`` pair; anything else unchanged."""
     if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
@@ -236,6 +243,22 @@ class CatalogDoFn(beam.DoFn):
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
+
+
+class CatalogStep(beam.PTransform):
+    """A transform that is one catalog DoFn over its input: subclasses name
+    the DoFn class (``fn``, built from the settings) and the step's label.
+    """
+
+    fn: type[CatalogDoFn]
+    label_: str
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return pcoll | self.label_ >> beam.ParDo(self.fn(self.settings))
 
 
 class StoresDoFn(CatalogDoFn):

@@ -105,13 +105,10 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
     failing batch is split until the bad texts are found).
     """
 
-    def __init__(
-        self, spec: ModelSpec, max_batch_size: int = 64, max_batch_duration_secs: float | None = None
-    ):
+    def __init__(self, spec: ModelSpec, max_batch_size: int = 64):
         super().__init__()
         self.spec = spec
         self._max_batch_size = max_batch_size
-        self._max_batch_duration_secs = max_batch_duration_secs
 
     def load_model(self) -> _LazyModel:
         return _LazyModel(self.spec)
@@ -131,17 +128,9 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         return out
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
-        # Batches are counted in chunks to embed, not in documents.
-        return {
-            "min_batch_size": 1,
-            "max_batch_size": self._max_batch_size,
-            **(
-                {"max_batch_duration_secs": self._max_batch_duration_secs}
-                if self._max_batch_duration_secs
-                else {}
-            ),
-            "element_size_fn": _misses_count,
-        }
+        # Batches are counted in chunks to embed, not in documents; no
+        # duration: see the module docstring.
+        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size, "element_size_fn": _misses_count}
 
     def get_metrics_namespace(self) -> str:
         return "ragsync_embed"
@@ -241,10 +230,9 @@ class _CacheStoreFn(CatalogDoFn):
 
 class EmbedChunks(beam.PTransform):
     """Embed each plan's new chunks: cache lookup by (text_hash,
-    model_version), then RunInference on the misses in micro-batches of up to
-    64 chunks, or (streaming, ``max_batch_duration_s=0.2``) 64 chunks or
-    200 ms. A bounded run batches within its large bundles and needs no
-    timer (FnApiRunner's batch mode rejects the timer-based batcher).
+    model_version) in batches of up to 256 chunks, then RunInference on the
+    misses in batches of up to ``settings.embed_batch_size`` chunks, both
+    within a bundle (module docstring).
 
     Input: ``(doc_id, DocumentPlan)``. Outputs: ``embedded`` (``EmbeddedPlan``,
     a vector for every new chunk) and ``dead`` (a list of ``DeadLetter``
@@ -257,15 +245,11 @@ class EmbedChunks(beam.PTransform):
         settings: Settings,
         spec: ModelSpec,
         *,
-        max_batch_duration_s: float | None = None,
         show_progress: bool = False,
     ) -> None:
         super().__init__()
-        if max_batch_duration_s is not None and max_batch_duration_s <= 0:
-            raise ValueError("max_batch_duration_s must be positive or None")
         self.settings = settings
         self.spec = spec
-        self.max_batch_duration_s = max_batch_duration_s
         self.show_progress = show_progress
 
     def expand(self, plans: beam.PCollection) -> dict[str, Any]:
@@ -277,11 +261,7 @@ class EmbedChunks(beam.PTransform):
             batches
             | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version)).with_exception_handling()
         )
-        handler = PlanEmbeddingHandler(
-            self.spec,
-            max_batch_size=self.settings.embed_batch_size,
-            max_batch_duration_secs=self.max_batch_duration_s,
-        )
+        handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
         inferred, failed = looked["good"] | "RunInference" >> RunInference(handler).with_exception_handling()
         store = _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
         stored = inferred | "CacheStore" >> beam.ParDo(store).with_exception_handling()

@@ -27,7 +27,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
 from ragsync.errors import InvalidEventError
 from ragsync.model import Event, QueuedEvent, SourceFile
-from transforms.common import CatalogDoFn, counter
+from transforms.common import CatalogDoFn, CatalogStep, counter
 
 STALE = "stale"
 DUPLICATE = "duplicate"
@@ -286,12 +286,8 @@ class _UpsertToWorkFn(CatalogDoFn):
         yield upsert_to_source_file(qe, groups)
 
 
-class UpsertsToWork(beam.PTransform):
+class UpsertsToWork(CatalogStep):
     """Input: upsert ``QueuedEvent``. Output: ``SourceFile`` for FetchDocuments."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, events: beam.PCollection) -> beam.PCollection:
-        return events | "UpsertToWork" >> beam.ParDo(_UpsertToWorkFn(self.settings))
+    fn = _UpsertToWorkFn
+    label_ = "UpsertToWork"

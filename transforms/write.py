@@ -19,6 +19,7 @@ from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
 from transforms.common import (
     CatalogDoFn,
+    CatalogStep,
     Progress,
     StoresDoFn,
     ToDeadLetters,
@@ -181,15 +182,11 @@ class _RecordDuplicateFn(CatalogDoFn):
         yield doc
 
 
-class RecordDuplicates(beam.PTransform):
+class RecordDuplicates(CatalogStep):
     """Input: ``FetchedDocument`` copies. Output: the same, once recorded."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "RecordDuplicate" >> beam.ParDo(_RecordDuplicateFn(self.settings))
+    fn = _RecordDuplicateFn
+    label_ = "RecordDuplicate"
 
 
 class _DeadLetterSinkFn(CatalogDoFn):

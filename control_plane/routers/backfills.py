@@ -8,7 +8,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
-from control_plane.deps import CatalogDep, Tenant, path_id
+from control_plane.deps import CatalogDep, Tenant, path_id, view
 from control_plane.errors import ERRORS, not_found
 from ragsync.catalog import ID_PATTERN, BackfillRow
 
@@ -43,18 +43,7 @@ class BackfillOut(BaseModel):
 
 
 def _backfill_out(row: BackfillRow) -> BackfillOut:
-    return BackfillOut(
-        backfill_id=row.backfill_id,
-        reason=row.reason,
-        target_index=row.target_index,
-        max_docs_per_s=row.max_docs_per_s,
-        state=row.state,
-        total=row.total,
-        done=row.done,
-        failed=row.failed,
-        eta_s=row.eta_s(),
-        created_at=row.created_at,
-    )
+    return view(BackfillOut, row, eta_s=row.eta_s())
 
 
 @router.post(

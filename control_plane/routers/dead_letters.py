@@ -14,7 +14,7 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
 from connectors.events import Event, parse_event
-from control_plane.deps import CatalogDep, Tenant, path_id
+from control_plane.deps import CatalogDep, Tenant, path_id, view
 from control_plane.errors import ERRORS, not_found
 from ragsync.catalog import DeadLetterRow, event_of_payload
 from ragsync.errors import InvalidEventError
@@ -58,16 +58,7 @@ def _event_from_payload(payload: str) -> Event | None:
 
 
 def _dead_letter_out(row: DeadLetterRow) -> DeadLetterOut:
-    return DeadLetterOut(
-        event_id=row.event_id or str(row.id),
-        doc_id=row.doc_id,
-        source_id=row.source_id,
-        stage=row.stage,
-        error=row.message,
-        error_class=row.error_class,
-        attempts=row.attempts,
-        created_at=row.created_at,
-    )
+    return view(DeadLetterOut, row, event_id=row.event_id or str(row.id), error=row.message)
 
 
 @router.get("/v1/dead-letters", response_model=list[DeadLetterOut], tags=["dead letters"], responses=ERRORS)

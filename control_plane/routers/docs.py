@@ -7,8 +7,10 @@ from typing import Annotated
 from fastapi import APIRouter, Query
 from pydantic import BaseModel
 
-from control_plane.deps import CatalogDep, Tenant, path_id
+from control_plane.deps import CatalogDep, Tenant, path_id, view
 from control_plane.errors import ERRORS, not_found
+from ragsync import ids
+from ragsync.catalog import Catalog
 
 router = APIRouter()
 
@@ -54,20 +56,46 @@ def doc_status(
     sid = path_id(source_id) if source_id is not None else None
     if did is None or (source_id is not None and sid is None):
         raise not_found(f"document {doc_id!r}")
-    status = catalog.document_status(tenant_id, did, source_id=sid)
+    status = _status(catalog, tenant_id, did, sid)
     if status is None:
         raise not_found(f"document {doc_id!r}")
-    error = (
-        DocError(error_class=status.error_class, message=status.error_message) if status.error_class else None
-    )
+    return status
+
+
+def _status(catalog: Catalog, tenant_id: str, doc_id: str, source_id: str | None) -> DocStatusOut | None:
+    """Where one of the tenant's documents stands.
+
+    Args:
+        catalog: the catalog.
+        tenant_id: caller's tenant.
+        doc_id: with ``source_id``, the source's object id; without, the
+            internal document id.
+        source_id: the tenant's source, or None.
+
+    Returns:
+        The status; None when the source or document is unknown or another
+        tenant's. A document the pipeline has not written yet but with a
+        queued event gets stage ``queued`` (or the event's state).
+    """
+    if source_id is not None and catalog.get_source(source_id, tenant_id=tenant_id) is None:
+        return None
+    internal = ids.doc_id(tenant_id, source_id, doc_id) if source_id is not None else doc_id
+    row = catalog.get_document(internal, tenant_id=tenant_id)
+    if row is not None:
+        message = catalog.last_dead_letter_message(internal, tenant_id=tenant_id) if row.error_class else None
+        error = DocError(error_class=row.error_class, message=message) if row.error_class else None
+        return view(DocStatusOut, row, stage=row.status, chunks=row.chunk_count, error=error)
+    event = catalog.latest_event(source_id, doc_id) if source_id is not None else None
+    if event is None or source_id is None:
+        return None
     return DocStatusOut(
-        doc_id=status.doc_id,
-        source_id=status.source_id,
-        source_object_id=status.source_object_id,
-        stage=status.stage,
-        source_version=status.source_version,
-        indexed_version=status.indexed_version,
-        chunks=status.chunks,
-        indexed_at=status.indexed_at,
-        error=error,
+        doc_id=internal,
+        source_id=source_id,
+        source_object_id=doc_id,
+        stage="queued" if event["state"] == "pending" else str(event["state"]),
+        source_version=event["source_version"],
+        indexed_version=None,
+        chunks=0,
+        indexed_at=None,
+        error=None,
     )

@@ -45,12 +45,6 @@ class EventIn(_Model):
     event_id: str | None = Field(default=None, max_length=_MAX_EVENT_ID_FIELD)
 
 
-class EventBatchIn(_Model):
-    """Several events in one request."""
-
-    events: list[EventIn] = Field(max_length=MAX_EVENTS_PER_REQUEST)
-
-
 class RejectedEvent(BaseModel):
     """An event that was not queued: its position in the request and why."""
 

@@ -7,7 +7,7 @@ from typing import Literal
 from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from control_plane.deps import CatalogDep, Tenant, path_id
+from control_plane.deps import CatalogDep, Tenant, path_id, view
 from control_plane.errors import ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, new_id
 
@@ -108,14 +108,7 @@ def create_source(body: SourceIn, tenant_id: Tenant, catalog: CatalogDep) -> Sou
         )
     except ConflictError as exc:
         raise ApiError(409, str(exc)) from exc
-    return SourceOut(
-        source_id=row.source_id,
-        tenant_id=row.tenant_id,
-        type=row.type,
-        sync=row.sync,
-        poll_interval_s=row.poll_interval_s,
-        credentials_ref_set=row.credentials_ref_set,
-    )
+    return view(SourceOut, row)
 
 
 @router.post(
@@ -131,4 +124,4 @@ def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant, catalog: Catal
     req = catalog.create_sync_request(tenant_id, sid, body.mode) if sid else None
     if req is None:
         raise not_found(f"source {source_id!r}")
-    return SyncOut(sync_id=req.sync_id, source_id=req.source_id, mode=req.mode, state=req.state)
+    return view(SyncOut, req)

@@ -14,7 +14,6 @@ from ragsync.catalog.dead_letters import DeadLetterRow, event_id_of_payload, eve
 from ragsync.catalog.documents import (
     STATUS_FETCHED,
     STATUS_INDEXED,
-    DocStatus,
     DocumentRow,
     FetchRecord,
     ParsedRow,
@@ -51,7 +50,6 @@ __all__ = [
     "Catalog",
     "ConflictError",
     "DeadLetterRow",
-    "DocStatus",
     "DocumentRow",
     "FetchRecord",
     "IndexVersion",

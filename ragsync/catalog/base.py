@@ -22,6 +22,7 @@ Conventions (the whole catalog follows them):
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import secrets
 import time
@@ -29,9 +30,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Column, Engine, create_engine, event, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.sql.schema import Table
 
 #: Largest number of values bound into one ``IN (...)`` clause or insert batch.
@@ -61,6 +63,21 @@ def _json_list(values: Iterable[Any]) -> str:
 
 def _tuple_from_json(text: str | None) -> tuple[Any, ...]:
     return tuple(json.loads(text)) if text else ()
+
+
+def row_to(cls: type[T], row: Mapping[Any, Any], **overrides: Any) -> T:
+    """A row dataclass from a result row: every field named like a column,
+    then ``overrides`` (decoded JSON, derived fields).
+
+    Args:
+        cls: the row dataclass.
+        row: the result row (``RowMapping`` or a dict of column values).
+        overrides: field values that do not come straight from a column.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {k: v for k, v in row.items() if k in names}
+    values.update(overrides)
+    return cls(**values)
 
 
 def new_id(prefix: str) -> str:
@@ -143,6 +160,51 @@ class Repository:
         self._engine = engine
         self._dialect = engine.dialect.name
         self._read_engine = read_only(engine)
+
+    def _find(self, table: Table, *, tenant_id: str | None = None, **key: Any) -> dict[str, Any] | None:
+        """The row of ``table`` whose columns equal ``key`` (a primary key), as a dict.
+
+        Args:
+            table: the table.
+            tenant_id: when given, another tenant's row counts as missing.
+            key: ``column=value`` pairs.
+
+        Returns:
+            The row, or None.
+        """
+        query = select(table).where(*(table.c[name] == value for name, value in key.items()))
+        if tenant_id is not None:
+            query = query.where(table.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else dict(row)
+
+    def _count_by(self, column: Column[Any], *where: Any, tenant_id: str | None = None) -> dict[str, int]:
+        """Rows of ``column``'s table counted by the column's value.
+
+        Args:
+            column: the column to group by.
+            where: extra conditions.
+            tenant_id: when given, only that tenant's rows.
+        """
+        query = select(column, func.count()).where(*where).group_by(column)
+        if tenant_id is not None:
+            query = query.where(column.table.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            return {str(value): int(n) for value, n in conn.execute(query).all()}
+
+    def _insert_new(self, table: Table, row: Mapping[str, Any], conflict: str) -> None:
+        """INSERT one row whose key must be new, in its own transaction.
+
+        Raises:
+            ConflictError: the key (or a unique column) is taken; the
+                message is ``conflict`` and nothing is written.
+        """
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(table.insert().values(**row))
+        except IntegrityError as exc:
+            raise ConflictError(conflict) from exc
 
     def _upsert(
         self,

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 from types import TracebackType
 
-from sqlalchemy import Engine, text
+from sqlalchemy import Engine, func, select, text
 
+from ragsync.catalog import schema
 from ragsync.catalog.base import create_catalog_engine, normalize_url
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
@@ -95,6 +96,16 @@ class Catalog(
     def engine(self) -> Engine:
         """The underlying engine (tests and the migrations use it; other code calls methods)."""
         return self._engine
+
+    def count_rows(self, table: str) -> int:
+        """Rows in one catalog table (for status and benchmarks).
+
+        Raises:
+            KeyError: no such table in :mod:`ragsync.catalog.schema`.
+        """
+        t = schema.metadata.tables[table]
+        with self._read_engine.connect() as conn:
+            return int(conn.execute(select(func.count()).select_from(t)).scalar() or 0)
 
     def ping(self) -> None:
         """Round-trip to the database.

@@ -14,23 +14,13 @@ from sqlalchemy import func, select, update
 from sqlalchemy.engine import RowMapping
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _batches, _json_list, _tuple_from_json
+from ragsync.catalog.base import Repository, _batches, _json_list, _tuple_from_json, row_to
 from ragsync.model import Chunk
 
 
 def _chunk_from_row(row: RowMapping) -> Chunk:
-    return Chunk(
-        chunk_id=row["chunk_id"],
-        doc_id=row["doc_id"],
-        tenant_id=row["tenant_id"],
-        text_hash=row["text_hash"],
-        ordinal=row["ordinal"],
-        heading_path=_tuple_from_json(row["heading_path"]),
-        page=row["page"],
-        text=row["text"],
-        token_count=row["token_count"],
-        acl_ids=_tuple_from_json(row["acl_ids"]),
-    )
+    lists = {name: _tuple_from_json(row[name]) for name in ("heading_path", "acl_ids")}
+    return row_to(Chunk, row, **lists)
 
 
 class ChunksRepository(Repository):
@@ -117,12 +107,7 @@ class ChunksRepository(Repository):
 
     def chunk_counts_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
         """Number of stored chunks per doc_id, for one tenant or all."""
-        t = schema.chunks
-        query = select(t.c.doc_id, func.count()).group_by(t.c.doc_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            return {doc_id: int(n) for doc_id, n in conn.execute(query).all()}
+        return self._count_by(schema.chunks.c.doc_id, tenant_id=tenant_id)
 
     def set_chunk_acl_ids(self, doc_id: str, acl_ids: Sequence[str], *, tenant_id: str | None = None) -> int:
         """Replace the ACL ids of every chunk of a document (permission change).

@@ -10,16 +10,17 @@ it, for every shape.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _now, new_id
+from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.model import DeadLetter, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
@@ -122,19 +123,7 @@ class DeadLetterRow:
 
     def to_dead_letter(self) -> DeadLetter:
         """The pipeline record this row was made from (without ids and times)."""
-        return DeadLetter(
-            stage=self.stage,
-            doc_id=self.doc_id,
-            uri=self.uri,
-            error_class=self.error_class,
-            message=self.message,
-            traceback=self.traceback,
-            attempts=self.attempts,
-            payload=self.payload,
-            tenant_id=self.tenant_id,
-            source_version=self.source_version,
-            event_id=self.event_id,
-        )
+        return DeadLetter(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeadLetter)})
 
 
 class DeadLettersRepository(Repository):
@@ -283,16 +272,25 @@ class DeadLettersRepository(Repository):
         if unresolved_only:
             query = query.where(t.c.resolved_at.is_(None))
         with self._read_engine.connect() as conn:
-            return [DeadLetterRow(**dict(r)) for r in conn.execute(query).mappings()]
+            return [row_to(DeadLetterRow, r) for r in conn.execute(query).mappings()]
+
+    def last_dead_letter_message(self, doc_id: str, *, tenant_id: str) -> str | None:
+        """The message of the tenant's newest dead letter for a document (resolved or not), or None."""
+        t = schema.dead_letters
+        query = (
+            select(t.c.message)
+            .where(t.c.doc_id == doc_id, t.c.tenant_id == tenant_id)
+            .order_by(t.c.id.desc())
+            .limit(1)
+        )
+        with self._read_engine.connect() as conn:
+            message = conn.execute(query).scalar()
+        return None if message is None else str(message)
 
     def dead_letter_counts(self) -> dict[str, int]:
         """Number of unresolved dead letters per error class."""
         t = schema.dead_letters
-        query = (
-            select(t.c.error_class, func.count()).where(t.c.resolved_at.is_(None)).group_by(t.c.error_class)
-        )
-        with self._read_engine.connect() as conn:
-            return {error_class: int(n) for error_class, n in conn.execute(query).all()}
+        return self._count_by(t.c.error_class, t.c.resolved_at.is_(None))
 
     def open_dead_letters_for_event(self, tenant_id: str, event_id: str) -> list[tuple[int, str]]:
         """The tenant's open dead letters of work that came from the event ``event_id``.

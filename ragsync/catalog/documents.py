@@ -1,8 +1,7 @@
 """Documents and what hangs off them: ACLs, parsed documents, exact and near duplicates.
 
 Rows: :class:`DocumentRow` (``documents``), :class:`FetchRecord` (what a
-fetch writes), :class:`ParsedRow` (``parsed_docs``) and :class:`DocStatus`
-(a document's stage as the control plane shows it). Tables: ``documents``,
+fetch writes) and :class:`ParsedRow` (``parsed_docs``). Tables: ``documents``,
 ``acls``/``acl_groups``, ``parsed_docs``, ``doc_signatures``/``doc_bands``.
 """
 
@@ -10,17 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 from sqlalchemy import and_, case, func, select, update
-from sqlalchemy.engine import RowMapping
 
-from ragsync import ids
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _batches, _json_list, _now, _tuple_from_json
+from ragsync.catalog.base import Repository, _batches, _json_list, _now, _tuple_from_json, row_to
 from ragsync.model import FetchedDocument
 
 #: Document statuses written by this module. Other stages may set their own
@@ -163,39 +160,8 @@ class ParsedRow:
     ocr_confidence: float | None
 
 
-@dataclass(frozen=True)
-class DocStatus:
-    """Where a document stands.
-
-    Attributes:
-        doc_id: internal (tenant-namespaced) document id.
-        source_id: its source.
-        source_object_id: the source's own id of the object.
-        stage: ``documents.status`` (``fetched``, ``indexed``, ``dead_letter``,
-            ...), or the queued event's state (``queued``) before the pipeline
-            has written a row.
-        source_version: latest source version seen.
-        indexed_version: live ``content_hash@source_version``, else None.
-        chunks: live chunk count.
-        indexed_at: epoch seconds of the last index flip, else None.
-        error_class: error class of the last failure, else None.
-        error_message: the latest dead letter's message for the document, else None.
-    """
-
-    doc_id: str
-    source_id: str
-    source_object_id: str
-    stage: str
-    source_version: str | None
-    indexed_version: str | None
-    chunks: int
-    indexed_at: float | None
-    error_class: str | None
-    error_message: str | None
-
-
-def _document_from_row(row: RowMapping) -> DocumentRow:
-    return DocumentRow(**dict(row))
+def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
+    return row_to(DocumentRow, row)
 
 
 # --------------------------------------------------------------------- repository
@@ -268,11 +234,10 @@ class DocumentsRepository(Repository):
 
     # -- documents ---------------------------------------------------------------
 
-    def get_document(self, doc_id: str) -> DocumentRow | None:
-        """The document row, or None when the document is unknown."""
-        t = schema.documents
-        with self._read_engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
+    def get_document(self, doc_id: str, *, tenant_id: str | None = None) -> DocumentRow | None:
+        """The document row, or None when the document is unknown (or, with
+        ``tenant_id``, another tenant's)."""
+        row = self._find(schema.documents, tenant_id=tenant_id, doc_id=doc_id)
         return None if row is None else _document_from_row(row)
 
     def find_indexed_by_content(
@@ -433,12 +398,7 @@ class DocumentsRepository(Repository):
 
     def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
         """Number of documents per status, for one tenant or all."""
-        t = schema.documents
-        query = select(t.c.status, func.count()).group_by(t.c.status)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            return {status: int(n) for status, n in conn.execute(query).all()}
+        return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
 
     def set_document_acl(self, doc_id: str, acl_id: str) -> None:
         """Record the ACL id a document's permissions now map to."""
@@ -458,111 +418,15 @@ class DocumentsRepository(Repository):
         with self._read_engine.connect() as conn:
             return int(conn.execute(query).scalar() or 0) > 0
 
-    def document_status(
-        self, tenant_id: str, doc_id: str, *, source_id: str | None = None
-    ) -> DocStatus | None:
-        """Where one of the tenant's documents stands.
-
-        Args:
-            tenant_id: caller's tenant.
-            doc_id: with ``source_id``, the source's object id; without, the
-                internal document id.
-            source_id: the tenant's source, or None.
-
-        Returns:
-            The status; None when the source or document is unknown or
-            another tenant's. A document not yet written by the pipeline but
-            with a queued event gets stage ``queued`` (or the event's state).
-        """
-        d, e, dl = schema.documents, schema.events, schema.dead_letters
-        with self._read_engine.connect() as conn:
-            if source_id is not None:
-                owned = conn.execute(
-                    select(schema.sources.c.source_id).where(
-                        schema.sources.c.source_id == source_id, schema.sources.c.tenant_id == tenant_id
-                    )
-                ).first()
-                if owned is None:
-                    return None
-                internal = ids.doc_id(tenant_id, source_id, doc_id)
-            else:
-                internal = doc_id
-            row = (
-                conn.execute(select(d).where(d.c.doc_id == internal, d.c.tenant_id == tenant_id))
-                .mappings()
-                .first()
-            )
-            if row is None:
-                if source_id is None:
-                    return None
-                event = (
-                    conn.execute(
-                        select(e.c.state, e.c.source_version)
-                        .where(e.c.source_id == source_id, e.c.doc_id == doc_id)
-                        .order_by(e.c.enqueued_at.desc(), e.c.event_id.desc())
-                        .limit(1)
-                    )
-                    .mappings()
-                    .first()
-                )
-                if event is None:
-                    return None
-                return DocStatus(
-                    doc_id=internal,
-                    source_id=source_id,
-                    source_object_id=doc_id,
-                    stage="queued" if event["state"] == "pending" else str(event["state"]),
-                    source_version=event["source_version"],
-                    indexed_version=None,
-                    chunks=0,
-                    indexed_at=None,
-                    error_class=None,
-                    error_message=None,
-                )
-            message = None
-            if row["error_class"]:
-                message = conn.execute(
-                    select(dl.c.message)
-                    .where(dl.c.doc_id == internal, dl.c.tenant_id == tenant_id)
-                    .order_by(dl.c.id.desc())
-                    .limit(1)
-                ).scalar()
-        return DocStatus(
-            doc_id=internal,
-            source_id=row["source_id"],
-            source_object_id=row["source_object_id"],
-            stage=row["status"],
-            source_version=row["source_version"],
-            indexed_version=row["indexed_version"],
-            chunks=int(row["chunk_count"]),
-            indexed_at=row["indexed_at"],
-            error_class=row["error_class"],
-            error_message=message,
-        )
-
     # -- parsed documents ---------------------------------------------------------
 
     def get_parsed(self, content_hash: str, parser_version: str) -> ParsedRow | None:
         """The stored parse of some bytes by a parser version, or None."""
-        t = schema.parsed_docs
-        with self._read_engine.connect() as conn:
-            row = (
-                conn.execute(
-                    select(t).where(t.c.content_hash == content_hash, t.c.parser_version == parser_version)
-                )
-                .mappings()
-                .first()
-            )
+        row = self._find(schema.parsed_docs, content_hash=content_hash, parser_version=parser_version)
         if row is None:
             return None
-        return ParsedRow(
-            content_hash=row["content_hash"],
-            parser_version=row["parser_version"],
-            elements_uri=row["elements_uri"],
-            pages=row["pages"],
-            pages_for_review=tuple(int(p) for p in _tuple_from_json(row["pages_for_review"])),
-            ocr_confidence=row["ocr_confidence"],
-        )
+        pages = tuple(int(p) for p in _tuple_from_json(row["pages_for_review"]))
+        return row_to(ParsedRow, row, pages_for_review=pages)
 
     def put_parsed(
         self,
@@ -642,10 +506,6 @@ class DocumentsRepository(Repository):
                     updated_at=_now(),
                 )
             )
-
-    def duplicate_acl_ids(self, canonical_doc_id: str) -> list[str]:
-        """ACL ids of the live exact copies that ``canonical_doc_id`` serves."""
-        return sorted({d.acl_id for d in self.duplicates_of(canonical_doc_id) if d.acl_id})
 
     def duplicates_of(self, canonical_doc_id: str) -> list[DocumentRow]:
         """Live exact copies served by ``canonical_doc_id``'s chunks."""

@@ -9,17 +9,22 @@ from __future__ import annotations
 
 import os
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sqlalchemy import func, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository
 
-if TYPE_CHECKING:  # pragma: no cover
-    from ragsync.config import Settings
-
 _UPDATABLE = frozenset({"state", "note", "flipped_at", "retire_after"})
+
+
+class _HasHome(Protocol):
+    """What :meth:`IndexVersion.keyword_path` reads of ``ragsync.config.Settings``
+    (typed structurally: the catalog does not import the configuration)."""
+
+    @property
+    def home(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -54,7 +59,7 @@ class IndexVersion:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
-    def keyword_path(self, settings: Settings) -> str:
+    def keyword_path(self, settings: _HasHome) -> str:
         """Absolute tantivy directory of this version."""
         return os.path.join(settings.home, self.keyword_index)
 

@@ -82,10 +82,8 @@ class QueueRepository(Repository):
             return [dict(r) for r in conn.execute(query).mappings()]
 
     def get_event(self, event_id: str) -> dict[str, Any] | None:
-        t = schema.events
-        with self._read_engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.event_id == event_id)).mappings().first()
-        return dict(row) if row is not None else None
+        """The queued event (row as a dict), or None."""
+        return self._find(schema.events, event_id=event_id)
 
     def ack_events(self, event_ids: Sequence[str], state: str = "done") -> int:
         """Mark events finished (``done``, ``stale``, ``duplicate`` or ``dead``)."""
@@ -133,16 +131,34 @@ class QueueRepository(Repository):
         """Queue depth by state and the age of the oldest pending event."""
         t = schema.events
         ts = _now() if now is None else now
+        by_state = self._count_by(t.c.state)
         with self._read_engine.connect() as conn:
-            by_state = {
-                s: int(n) for s, n in conn.execute(select(t.c.state, func.count()).group_by(t.c.state)).all()
-            }
             oldest = conn.execute(select(func.min(t.c.enqueued_at)).where(t.c.state == "pending")).scalar()
         return {
             "by_state": by_state,
             "depth": by_state.get("pending", 0),
             "oldest_pending_age_s": round(ts - float(oldest), 3) if oldest is not None else 0.0,
         }
+
+    def latest_event(self, source_id: str, source_object_id: str) -> dict[str, Any] | None:
+        """The most recently queued event of one object of a source (row as a dict), or None."""
+        t = schema.events
+        query = (
+            select(t)
+            .where(t.c.source_id == source_id, t.c.doc_id == source_object_id)
+            .order_by(t.c.enqueued_at.desc(), t.c.event_id.desc())
+            .limit(1)
+        )
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else dict(row)
+
+    def event_counts(self) -> dict[tuple[str, str], int]:
+        """Queue rows counted by ``(op, state)``."""
+        t = schema.events
+        query = select(t.c.op, t.c.state, func.count()).group_by(t.c.op, t.c.state)
+        with self._read_engine.connect() as conn:
+            return {(str(op), str(state)): int(n) for op, state, n in conn.execute(query).all()}
 
     def claim_events(
         self, *, limit: int = 100, lease_s: float = 300.0, now: float | None = None
@@ -214,10 +230,8 @@ class QueueRepository(Repository):
     # -- tombstones and permission versions --------------------------------
 
     def get_tombstone(self, doc_id: str) -> dict[str, Any] | None:
-        t = schema.tombstones
-        with self._read_engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
-        return dict(row) if row is not None else None
+        """The document's tombstone (row as a dict), or None."""
+        return self._find(schema.tombstones, doc_id=doc_id)
 
     def put_tombstone(self, doc_id: str, tenant_id: str, source_version: str) -> None:
         """Record a delete (the tombstone blocks older upserts) and mark the
@@ -241,16 +255,20 @@ class QueueRepository(Repository):
                 .values(status="deleted", deleted_at=ts, chunk_count=0, updated_at=ts)
             )
 
+    def list_tombstones(self) -> list[dict[str, Any]]:
+        """Every tombstone row (as dicts), by doc_id."""
+        t = schema.tombstones
+        with self._read_engine.connect() as conn:
+            return [dict(r) for r in conn.execute(select(t).order_by(t.c.doc_id)).mappings()]
+
     def complete_tombstone(self, doc_id: str) -> None:
         t = schema.tombstones
         with self._engine.begin() as conn:
             conn.execute(update(t).where(t.c.doc_id == doc_id).values(completed_at=_now()))
 
     def get_acl_version(self, doc_id: str) -> dict[str, Any] | None:
-        t = schema.acl_versions
-        with self._read_engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
-        return dict(row) if row is not None else None
+        """The document's last applied permission change (row as a dict), or None."""
+        return self._find(schema.acl_versions, doc_id=doc_id)
 
     def set_acl_version(self, doc_id: str, tenant_id: str, acl_version: str, acl_id: str) -> None:
         row = {
@@ -274,6 +292,13 @@ class QueueRepository(Repository):
             return
         with self._engine.begin() as conn:
             self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["event_id"], None)
+
+    def freshness_rows(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
+        """``(event_id, op, event_time, applied_at)`` of the events applied at or after ``since``."""
+        t = schema.freshness
+        query = select(t.c.event_id, t.c.op, t.c.event_time, t.c.applied_at).where(t.c.applied_at >= since)
+        with self._read_engine.connect() as conn:
+            return [(str(e), str(o), float(et), float(at)) for e, o, et, at in conn.execute(query).all()]
 
     def freshness_stats(self, *, since: float | None = None) -> list[dict[str, Any]]:
         """p50/p95 of applied_at - event_time per source, lane and kind

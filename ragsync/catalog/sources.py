@@ -26,7 +26,7 @@ from sqlalchemy import func, select, update
 from sqlalchemy.exc import IntegrityError
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_id
+from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_id, row_to
 
 SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 SYNC_KINDS = ("webhook", "poll")
@@ -191,34 +191,11 @@ class BackfillRow:
 
 
 def _backfill_from_row(row: Any) -> BackfillRow:
-    return BackfillRow(
-        backfill_id=row["backfill_id"],
-        tenant_id=row["tenant_id"],
-        reason=row["reason"],
-        target_index=row["target_index"],
-        state=row["state"],
-        total=int(row["total"]),
-        done=int(row["done"]),
-        failed=int(row["failed"]),
-        cursor=row["cursor"],
-        max_docs_per_s=row["max_docs_per_s"],
-        created_at=float(row["created_at"]),
-        started_at=row["started_at"],
-        updated_at=row["updated_at"],
-    )
+    return row_to(BackfillRow, row)
 
 
 def _source_from_row(row: Any) -> SourceRow:
-    return SourceRow(
-        source_id=row["source_id"],
-        tenant_id=row["tenant_id"],
-        type=row["type"],
-        sync=row["sync"],
-        poll_interval_s=row["poll_interval_s"],
-        credentials_ref_set=bool(row["credentials_ref"]),
-        created_at=float(row["created_at"]),
-        uri=row["uri"] or "",
-    )
+    return row_to(SourceRow, row, credentials_ref_set=bool(row["credentials_ref"]), uri=row["uri"] or "")
 
 
 def _check_count(name: str, value: int | None) -> None:
@@ -389,11 +366,7 @@ class SourcesRepository(Repository):
             "sync": sync,
             "poll_interval_s": poll_interval_s,
         }
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(schema.sources.insert().values(**row))
-        except IntegrityError as exc:
-            raise ConflictError(f"source_id {source_id!r} is already taken") from exc
+        self._insert_new(schema.sources, row, f"source_id {source_id!r} is already taken")
         return _source_from_row(row)
 
     def get_source(self, source_id: str, *, tenant_id: str | None = None) -> SourceRow | None:
@@ -406,12 +379,7 @@ class SourcesRepository(Repository):
         Returns:
             The row, or None when unknown (or another tenant's).
         """
-        t = schema.sources
-        query = select(t).where(t.c.source_id == source_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
+        row = self._find(schema.sources, tenant_id=tenant_id, source_id=source_id)
         return None if row is None else _source_from_row(row)
 
     def source_ids(self) -> list[str]:
@@ -455,49 +423,30 @@ class SourcesRepository(Repository):
             raise ValueError(f"mode must be one of {SYNC_MODES}, got {mode!r}")
         s = schema.sources
         now = _now()
-        req = SyncRequestRow(
-            sync_id=new_id("sync"),
-            tenant_id=tenant_id,
-            source_id=source_id,
-            mode=mode,
-            state="requested",
-            requested_at=now,
-        )
+        row = {
+            "sync_id": new_id("sync"),
+            "tenant_id": tenant_id,
+            "source_id": source_id,
+            "mode": mode,
+            "state": "requested",
+            "requested_at": now,
+            "updated_at": now,
+        }
         with self._engine.begin() as conn:
             owned = conn.execute(
                 select(s.c.source_id).where(s.c.source_id == source_id, s.c.tenant_id == tenant_id)
             ).first()
             if owned is None:
                 return None
-            conn.execute(
-                schema.sync_requests.insert().values(
-                    sync_id=req.sync_id,
-                    tenant_id=tenant_id,
-                    source_id=source_id,
-                    mode=mode,
-                    state=req.state,
-                    requested_at=now,
-                    updated_at=now,
-                )
-            )
-        return req
+            conn.execute(schema.sync_requests.insert().values(**row))
+        return row_to(SyncRequestRow, row)
 
     def pending_sync_requests(self, *, limit: int = 100) -> list[SyncRequestRow]:
         """Sync requests still ``requested``, oldest first (for a scheduler)."""
         t = schema.sync_requests
         query = select(t).where(t.c.state == "requested").order_by(t.c.requested_at).limit(limit)
         with self._read_engine.connect() as conn:
-            return [
-                SyncRequestRow(
-                    sync_id=r["sync_id"],
-                    tenant_id=r["tenant_id"],
-                    source_id=r["source_id"],
-                    mode=r["mode"],
-                    state=r["state"],
-                    requested_at=float(r["requested_at"]),
-                )
-                for r in conn.execute(query).mappings()
-            ]
+            return [row_to(SyncRequestRow, r) for r in conn.execute(query).mappings()]
 
     # -- backfills -------------------------------------------------------------
 
@@ -550,11 +499,7 @@ class SourcesRepository(Repository):
             "started_at": None,
             "updated_at": None,
         }
-        try:
-            with self._engine.begin() as conn:
-                conn.execute(schema.backfills.insert().values(**row))
-        except IntegrityError as exc:
-            raise ConflictError(f"backfill {row['backfill_id']!r} exists") from exc
+        self._insert_new(schema.backfills, row, f"backfill {row['backfill_id']!r} exists")
         return _backfill_from_row(row)
 
     def get_backfill(self, backfill_id: str, *, tenant_id: str | None = None) -> BackfillRow | None:
@@ -568,12 +513,7 @@ class SourcesRepository(Repository):
         Returns:
             The row, or None when unknown (or another tenant's).
         """
-        t = schema.backfills
-        query = select(t).where(t.c.backfill_id == backfill_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
+        row = self._find(schema.backfills, tenant_id=tenant_id, backfill_id=backfill_id)
         return None if row is None else _backfill_from_row(row)
 
     def list_backfills(self, *, state: str | None = None, tenant_id: str | None = None) -> list[BackfillRow]:
