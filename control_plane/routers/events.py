@@ -1,8 +1,10 @@
 """``POST /internal/events``: connectors queue change events (one or a batch).
 
-Each event is validated on its own by ``connectors.events.parse_event`` (the
-wire format's one validator) plus what the catalog can store; bad events are
-listed with their index, good ones are queued (idempotent on ``event_id``).
+Each event is validated on its own by ``connectors.events.parse_event``, the
+wire format's one schema (``connectors.events.EventIn``, whose limits are the
+catalog's column widths: ``ragsync.model.EVENT_LIMITS``), which is also the
+request body this endpoint publishes; bad events are listed with their index,
+good ones are queued (idempotent on ``event_id``).
 """
 
 from __future__ import annotations
@@ -10,39 +12,20 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Header, Request
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel
 
-from connectors.events import Event, parse_event
+from connectors.events import Event, EventIn, parse_event
 from control_plane.deps import CatalogDep, Tenant
 from control_plane.errors import ERRORS, ApiError, ErrorOut
 from ragsync.errors import InvalidEventError
 
 MAX_EVENTS_PER_REQUEST = 1000
-# Column widths of the events table (ids are VARCHAR(255) on PostgreSQL).
-_MAX_EVENT_ID_FIELD = 255
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]{1,255}$")
 
 router = APIRouter()
-
-
-class _Model(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-
-class EventIn(_Model):
-    """One change event (documentation of the wire format; validated by ``connectors.events``)."""
-
-    source_id: str = Field(min_length=1, max_length=_MAX_EVENT_ID_FIELD)
-    doc_id: str = Field(min_length=1, max_length=_MAX_EVENT_ID_FIELD, description="the source's object id")
-    op: Literal["upsert", "delete", "acl"]
-    source_version: str | int
-    acl_groups: list[str] = Field(default_factory=list, max_length=256)
-    content_uri: str | None = Field(default=None, description="required for upsert")
-    event_time: str | float = Field(description="ISO 8601 or epoch seconds")
-    event_id: str | None = Field(default=None, max_length=_MAX_EVENT_ID_FIELD)
 
 
 class RejectedEvent(BaseModel):
@@ -106,17 +89,6 @@ def _event_items(payload: Any) -> tuple[list[Any], bool]:
     raise ApiError(422, 'the body must be one event object or {"events": [...]}')
 
 
-def _check_event_limits(event: Event) -> None:
-    """Refuse what the catalog cannot store: over-long ids, text that is not valid UTF-8."""
-    for name in ("event_id", "source_id", "doc_id"):
-        if len(getattr(event, name)) > _MAX_EVENT_ID_FIELD:
-            raise InvalidEventError(f"'{name}' is longer than {_MAX_EVENT_ID_FIELD} characters")
-    try:
-        event.to_json().encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise InvalidEventError("the event contains text that is not valid Unicode") from exc
-
-
 def _idempotent_event_id(tenant_id: str, key: str) -> str:
     digest = hashlib.blake2b(f"{tenant_id}\x1f{key}".encode(), digest_size=16).hexdigest()
     return "ik" + digest
@@ -159,7 +131,6 @@ def post_events(
     for index, item in enumerate(items):
         try:
             event = parse_event(item)
-            _check_event_limits(event)
         except (InvalidEventError, ValueError, TypeError, OverflowError, RecursionError) as exc:
             rejected.append(RejectedEvent(index=index, error=str(exc) or type(exc).__name__))
             continue
