@@ -8,6 +8,7 @@ from setuptools import find_packages, setup
 CORE = [
     "apache-beam==2.77.0",
     "SQLAlchemy>=2.0,<3",
+    "alembic>=1.13",
     "numpy>=1.26",
     "beautifulsoup4>=4.12",
     "lxml>=5",
@@ -66,6 +67,9 @@ setup(
     packages=find_packages(
         include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*"]
     ),
+    # The catalog's Alembic environment travels with the package (revisions are
+    # modules; the template and ini file are data), so an installed ragsync migrates.
+    package_data={"ragsync.catalog.migrations": ["script.py.mako", "alembic.ini"]},
     install_requires=CORE,
     extras_require=EXTRAS,
     entry_points={"console_scripts": ["ragsync=beam_pipelines.cli:main"]},

@@ -28,7 +28,7 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.model import SourceFile
 from transforms.chain import IndexDocuments
-from transforms.common import counter_value
+from transforms.common import counters_of
 from transforms.io import BeamFileSystem
 from transforms.write import WriteDeadLetters
 
@@ -189,17 +189,5 @@ def run_backfill(
     result = p.run()
     result.wait_until_finish()
     orphans = sweep_orphans(settings, spec.dim)
-    return BackfillSummary(
-        documents_seen=counter_value(result, "documents_seen"),
-        documents_indexed=counter_value(result, "documents_indexed"),
-        documents_unchanged=counter_value(result, "documents_unchanged"),
-        documents_duplicate=counter_value(result, "documents_duplicate"),
-        documents_acl_updated=counter_value(result, "documents_acl_updated"),
-        dead_lettered=counter_value(result, "dead_lettered"),
-        chunks_embedded=counter_value(result, "chunks_embedded"),
-        embedding_cache_hits=counter_value(result, "embedding_cache_hits"),
-        chunks_written=counter_value(result, "chunks_written"),
-        chunks_deleted=counter_value(result, "chunks_deleted"),
-        orphans_removed=orphans,
-        seconds=round(time.monotonic() - start, 3),
-    )
+    seconds = round(time.monotonic() - start, 3)
+    return BackfillSummary(**counters_of(result, BackfillSummary, orphans_removed=orphans, seconds=seconds))

@@ -64,9 +64,6 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return Settings(**kwargs)
 
 
-_settings = settings_from_args  # older name, kept for plugin modules
-
-
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
     if args.json:
         print(json.dumps(data, indent=None, sort_keys=True, default=str))

@@ -16,7 +16,7 @@ from ragsync.display import safe_text
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    from beam_pipelines.cli import _settings as settings_from_args
+    from beam_pipelines.cli import settings_from_args
 
     return settings_from_args(args)
 

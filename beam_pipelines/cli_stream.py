@@ -8,9 +8,8 @@ import json
 import sys
 from typing import Any
 
+from ragsync.catalog.sources import SOURCE_TYPES
 from ragsync.display import safe_text
-
-SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 
 
 def _settings(args: argparse.Namespace) -> Any:
@@ -58,7 +57,7 @@ def cmd_events_push(args: argparse.Namespace) -> int:
     def location_of(source_id: str) -> str | None:
         if source_id not in locations:
             row = catalog.get_source(source_id)
-            locations[source_id] = None if row is None else str(row.get("uri") or "")
+            locations[source_id] = None if row is None else row.uri
         return locations[source_id]
 
     try:
@@ -130,7 +129,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
             "error_class": r.error_class,
             "message": r.message,
             "attempts": r.attempts,
-            "event_id": _event_id_of(r.payload),
+            "event_id": r.event_id,
         }
         for r in rows
     ]
@@ -140,12 +139,6 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     ]
     _print(args, data, "\n".join(human) or "no dead letters")
     return 0
-
-
-def _event_id_of(payload: str) -> str:
-    from ragsync.model import payload_field
-
-    return payload_field(payload, "event_id")
 
 
 def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
@@ -166,7 +159,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
                 print(f"ragsync: no open dead letter {args.id}", file=sys.stderr)
                 return 2
         for r in rows:
-            event_id = _event_id_of(r.payload)
+            event_id = r.event_id
             if event_id and catalog.requeue_event(event_id):
                 requeued += 1
             catalog.resolve_dead_letter(r.id)

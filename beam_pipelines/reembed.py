@@ -16,10 +16,10 @@
    (total/done/failed, in chunks) goes to the catalog's ``backfills`` row
    ``reembed-v{n}`` after every written batch.
 4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
-   left, which picks up documents the live pipeline changed meanwhile. There
-   is no dual-write: changes made after the last pass and before the flip
-   reach only the old version (run ``reembed`` again, or re-run the
-   backfill after the flip).
+   left, which picks up documents the live pipeline changed meanwhile.
+   Pipelines that run while the version is ``building`` write every change
+   to it too (dual write, ``transforms.common.StoresDoFn``), so it does not
+   fall behind before the flip.
 5. The gate: the catalog, the target vector collection and the target
    keyword index hold exactly the same chunk ids with no duplicate rows, and
    for every format of the golden set, vector-only and hybrid Recall@10 of
@@ -48,16 +48,15 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
-from sqlalchemy import select, update
 
 from ragsync import index_versions as iv
-from ragsync.catalog import Catalog, schema
+from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import EmbeddingModel, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
-from transforms.common import NAMESPACE, counter
+from transforms.common import CatalogDoFn, counter, counter_value
 
 CATCH_UP_PASSES = 3
 CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"
@@ -133,63 +132,23 @@ def _progress_start(
     catalog: Catalog, version: iv.IndexVersion, total: int, done: int, max_docs_per_s: float
 ) -> None:
     """Create or reset the ``backfills`` row of this re-embedding (done = present now)."""
-    t = schema.backfills
-    now = time.time()
-    values: dict[str, Any] = {
-        "total": total,
-        "done": done,
-        "failed": 0,
-        "state": "running",
-        "max_docs_per_s": max_docs_per_s or None,
-        "updated_at": now,
-    }
-    with catalog.engine.begin() as conn:
-        exists = conn.execute(select(t.c.backfill_id).where(t.c.backfill_id == _backfill_id(version.version)))
-        if exists.first() is None:
-            conn.execute(
-                t.insert().values(
-                    backfill_id=_backfill_id(version.version),
-                    tenant_id=None,
-                    reason="reembed",
-                    target_index=version.vector_collection,
-                    cursor=json.dumps({"model": version.model_name, "keyword_index": version.keyword_index}),
-                    created_at=now,
-                    started_at=now,
-                    **values,
-                )
-            )
-        else:
-            conn.execute(update(t).where(t.c.backfill_id == _backfill_id(version.version)).values(**values))
-
-
-def _progress_add(catalog: Catalog, version: int, done: int, failed: int) -> None:
-    t = schema.backfills
-    with catalog.engine.begin() as conn:
-        conn.execute(
-            update(t)
-            .where(t.c.backfill_id == _backfill_id(version))
-            .values(done=t.c.done + done, failed=t.c.failed + failed, updated_at=time.time())
-        )
-
-
-def _progress_state(catalog: Catalog, version: int, state: str) -> None:
-    t = schema.backfills
-    with catalog.engine.begin() as conn:
-        conn.execute(
-            update(t)
-            .where(t.c.backfill_id == _backfill_id(version))
-            .values(state=state, updated_at=time.time())
-        )
+    catalog.start_backfill(
+        _backfill_id(version.version),
+        reason="embedding_model",
+        target_index=version.vector_collection,
+        cursor=json.dumps({"model": version.model_name, "keyword_index": version.keyword_index}),
+        total=total,
+        done=done,
+        max_docs_per_s=max_docs_per_s or None,
+    )
 
 
 def backfill_progress(settings: Settings, version: int) -> dict[str, Any] | None:
-    """The ``backfills`` row of re-embedding into ``version`` (None when absent)."""
+    """The ``backfills`` row of re-embedding into ``version`` as a dict (None when absent)."""
     catalog = open_catalog(settings)
     try:
-        t = schema.backfills
-        with catalog.engine.connect() as conn:
-            row = conn.execute(select(t).where(t.c.backfill_id == _backfill_id(version))).mappings().first()
-        return dict(row) if row else None
+        row = catalog.get_backfill(_backfill_id(version))
+        return asdict(row) if row is not None else None
     finally:
         catalog.close()
 
@@ -197,7 +156,7 @@ def backfill_progress(settings: Settings, version: int) -> dict[str, Any] | None
 # ------------------------------------------------------------------ pipeline
 
 
-class _ReembedFn(beam.DoFn):
+class _ReembedFn(CatalogDoFn):
     """(doc_id, chunk ids) -> nothing; embeds and writes in batches of about
     ``batch_chunks`` chunks. Counters: chunks_written, chunks_embedded,
     embedding_cache_hits, chunks_failed, documents_written."""
@@ -210,7 +169,7 @@ class _ReembedFn(beam.DoFn):
         max_docs_per_s: float,
         show_progress: bool,
     ) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.version = version
         self.batch_chunks = batch_chunks
         self.max_docs_per_s = max_docs_per_s
@@ -223,7 +182,7 @@ class _ReembedFn(beam.DoFn):
                 f"index v{self.version.version} was built with {self.version.model_version}, "
                 f"but {self.version.model_name} is now {self._model.version}"
             )
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._vectors = iv.open_version_vector(self.settings, self.version)
         self._keywords = iv.open_version_keyword(self.settings, self.version)
         self._limiter = RateLimiter(self.max_docs_per_s)
@@ -237,10 +196,11 @@ class _ReembedFn(beam.DoFn):
         self._docs = counter("documents_written")
 
     def teardown(self) -> None:
-        for name in ("_keywords", "_vectors", "_catalog"):
+        for name in ("_keywords", "_vectors"):
             store = getattr(self, name, None)
             if store is not None:
                 store.close()
+        super().teardown()
 
     def start_bundle(self) -> None:
         self._buffer: list[tuple[str, Sequence[str]]] = []
@@ -306,26 +266,13 @@ class _ReembedFn(beam.DoFn):
         self._written.inc(len(chunks))
         self._failed.inc(failed)
         self._docs.inc(len(batch))
-        _progress_add(self._catalog, self.version.version, len(chunks), failed)
+        progress_id = _backfill_id(self.version.version)
+        self._catalog.add_backfill_progress(progress_id, done=len(chunks), failed=failed)
         self._docs_written += len(batch)
         if self.show_progress:
             print(f"[reembed v{self.version.version}] +{len(chunks)} chunks", file=sys.stderr, flush=True)
         if self._crash_after and self._docs_written >= self._crash_after:
             os._exit(137)  # fault injection: die without cleanup, like a SIGKILL
-
-
-def _metric(result: Any, name: str) -> int:
-    from apache_beam.metrics.metric import MetricsFilter
-
-    counters = result.metrics().query(MetricsFilter().with_namespace(NAMESPACE).with_name(name))["counters"]
-    return int(sum(c.committed or c.attempted or 0 for c in counters))
-
-
-def _catalog_chunks(catalog: Catalog) -> dict[str, str]:
-    """chunk_id -> doc_id of every stored chunk (all tenants)."""
-    t = schema.chunks
-    with catalog.engine.connect() as conn:
-        return {cid: doc for cid, doc in conn.execute(select(t.c.chunk_id, t.c.doc_id)).all()}
 
 
 def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str], set[str], int, int]:
@@ -387,7 +334,7 @@ def _run_pipeline(
     result = p.run()
     result.wait_until_finish()
     return {
-        name: _metric(result, name)
+        name: counter_value(result, name)
         for name in ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed")
     }
 
@@ -449,7 +396,7 @@ def run_reembed(
     for _ in range(CATCH_UP_PASSES):
         catalog = open_catalog(settings)
         try:
-            wanted = _catalog_chunks(catalog)
+            wanted = catalog.chunk_docs()
         finally:
             catalog.close()
         vec_ids, kw_ids, _, _ = _target_state(settings, target)
@@ -486,7 +433,7 @@ def run_reembed(
 
     catalog = open_catalog(settings)
     try:
-        wanted_ids = set(_catalog_chunks(catalog))
+        wanted_ids = set(catalog.chunk_docs())
     finally:
         catalog.close()
     vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, target)
@@ -523,7 +470,7 @@ def run_reembed(
             iv.flip(settings, target.version)
             state = iv.LIVE
         progress = {iv.LIVE: "flipped", iv.REFUSED: "refused", iv.BUILDING: "built"}[state]
-        _progress_state(catalog, target.version, progress)
+        catalog.update_backfill_progress(_backfill_id(target.version), state=progress)
     finally:
         catalog.close()
     written = totals["chunks_written"]

@@ -32,7 +32,7 @@ from ragsync.errors import ConfigurationError
 from transforms.ack import AckEvents, outcome_of
 from transforms.acl import ApplyAclChanges
 from transforms.chain import IndexDocuments
-from transforms.common import ToDeadLetters, counter_value
+from transforms.common import ToDeadLetters, counters_of
 from transforms.delete import DeleteDocuments
 from transforms.events import (
     ACL,
@@ -234,19 +234,4 @@ def run_stream(
                 result.cancel()
         print("[stream] interrupted", file=sys.stderr, flush=True)
         raise
-    return StreamSummary(
-        events_applied=counter_value(result, "events_applied"),
-        events_stale=counter_value(result, "events_stale"),
-        events_duplicate=counter_value(result, "events_duplicate"),
-        events_retried=counter_value(result, "events_retried"),
-        documents_indexed=counter_value(result, "documents_indexed"),
-        documents_unchanged=counter_value(result, "documents_unchanged"),
-        documents_deleted=counter_value(result, "documents_deleted"),
-        documents_acl_updated=counter_value(result, "documents_acl_updated"),
-        chunks_embedded=counter_value(result, "chunks_embedded"),
-        embedding_cache_hits=counter_value(result, "embedding_cache_hits"),
-        chunks_written=counter_value(result, "chunks_written"),
-        chunks_deleted=counter_value(result, "chunks_deleted"),
-        dead_lettered=counter_value(result, "dead_lettered"),
-        seconds=round(time.monotonic() - start, 3),
-    )
+    return StreamSummary(**counters_of(result, StreamSummary, seconds=round(time.monotonic() - start, 3)))

@@ -18,7 +18,7 @@ One run of this script measures, in one process:
      time each model call, excluding the lazy model load (the first call in
      the process loads the model; it is timed apart by encoding one warm-up
      text first);
-   * *embed stage time*: model time + the cache lookup (``_CacheLookupFn._flush``)
+   * *embed stage time*: model time + the cache lookup (``_CacheLookupFn._lookup``)
      + the cache store (``_CacheStoreFn.process``), each wrapped the same way;
    * *RunInference latency*: Beam's own ``ragsync_embed`` /
      ``inference_batch_latency_micro_secs`` distribution (sum over batches;
@@ -161,7 +161,7 @@ def install_probe(probe: EmbedProbe) -> Callable[[], None]:
     from transforms import embed
 
     orig_encode = embed._LazyModel.encode
-    orig_flush = embed._CacheLookupFn._flush
+    orig_lookup = embed._CacheLookupFn._lookup
     orig_store = embed._CacheStoreFn.process
     orig_run = beam.Pipeline.run
 
@@ -194,13 +194,13 @@ def install_probe(probe: EmbedProbe) -> Callable[[], None]:
         return result
 
     embed._LazyModel.encode = encode  # type: ignore[method-assign]
-    embed._CacheLookupFn._flush = _timed_generator(orig_flush, add_lookup)  # type: ignore[method-assign]
+    embed._CacheLookupFn._lookup = _timed_generator(orig_lookup, add_lookup)  # type: ignore[method-assign]
     embed._CacheStoreFn.process = store  # type: ignore[method-assign]
     beam.Pipeline.run = run  # type: ignore[method-assign]
 
     def undo() -> None:
         embed._LazyModel.encode = orig_encode  # type: ignore[method-assign]
-        embed._CacheLookupFn._flush = orig_flush  # type: ignore[method-assign]
+        embed._CacheLookupFn._lookup = orig_lookup  # type: ignore[method-assign]
         embed._CacheStoreFn.process = orig_store  # type: ignore[method-assign]
         beam.Pipeline.run = orig_run  # type: ignore[method-assign]
 
@@ -232,7 +232,7 @@ def catalog_texts(settings: Any) -> list[str]:
     catalog = open_catalog(settings)
     try:
         texts: list[str] = []
-        for source in _source_ids(catalog):
+        for source in catalog.source_ids():
             for doc in catalog.documents_for_source(source):
                 texts += [c.embedding_text() for c in catalog.chunks_for_doc(doc.doc_id)]
         return texts
@@ -249,15 +249,6 @@ def dead_letters(settings: Any) -> list[str]:
         return [f"{Path(d.uri).name}: {d.error_class}" for d in catalog.list_dead_letters(limit=100)]
     finally:
         catalog.close()
-
-
-def _source_ids(catalog: Any) -> list[str]:
-    from sqlalchemy import select
-
-    from ragsync.catalog import schema
-
-    with catalog.engine.connect() as conn:
-        return [r[0] for r in conn.execute(select(schema.sources.c.source_id)).all()]
 
 
 def raw_encode(texts: list[str], batches: list[list[str]]) -> dict[str, float]:

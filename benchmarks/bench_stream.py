@@ -158,26 +158,6 @@ def enqueue(catalog: Any, events: list[dict[str, Any]]) -> None:
     catalog.enqueue_events([parse_event(e) for e in events])
 
 
-def count_rows(catalog: Any, table: Any) -> int:
-    """Rows in a catalog table."""
-    from sqlalchemy import func, select
-
-    with catalog.engine.connect() as conn:
-        return int(conn.execute(select(func.count()).select_from(table)).scalar() or 0)
-
-
-def freshness_rows(catalog: Any, since: float) -> list[tuple[str, str, float, float]]:
-    """(event_id, op, event_time, applied_at) of the events applied after ``since``."""
-    from sqlalchemy import select
-
-    from ragsync.catalog import schema
-
-    t = schema.freshness
-    query = select(t.c.event_id, t.c.op, t.c.event_time, t.c.applied_at).where(t.c.applied_at >= since)
-    with catalog.engine.connect() as conn:
-        return [tuple(r) for r in conn.execute(query).all()]  # type: ignore[misc]
-
-
 def percentile(values: list[float], q: float) -> float:
     """Nearest-rank percentile, as ``Catalog.freshness_stats`` computes it."""
     if not values:
@@ -194,32 +174,16 @@ def _finished(by_state: dict[str, int]) -> int:
 
 def events_by_op_state(catalog: Any) -> dict[str, int]:
     """Queue rows of the run counted by ``op/state``."""
-    from sqlalchemy import select
-
-    from ragsync.catalog import schema
-
-    t = schema.events
-    counts: dict[str, int] = {}
-    with catalog.engine.connect() as conn:
-        for payload, state in conn.execute(select(t.c.payload, t.c.state)).all():
-            key = f"{json.loads(payload)['op']}/{state}"
-            counts[key] = counts.get(key, 0) + 1
-    return dict(sorted(counts.items()))
+    return {f"{op}/{state}": n for (op, state), n in sorted(catalog.event_counts().items())}
 
 
 def delete_check(catalog: Any) -> dict[str, int]:
     """Tombstones, how many were completed, and catalog chunks still held by deleted documents."""
-    from sqlalchemy import select
-
-    from ragsync.catalog import schema
-
-    t = schema.tombstones
-    with catalog.engine.connect() as conn:
-        rows = conn.execute(select(t.c.doc_id, t.c.completed_at)).all()
-    left = sum(len(catalog.chunk_ids_for_doc(doc_id)) for doc_id, _ in rows)
+    rows = catalog.list_tombstones()
+    left = sum(len(catalog.chunk_ids_for_doc(row["doc_id"])) for row in rows)
     return {
         "tombstones": len(rows),
-        "completed": sum(1 for _, done in rows if done is not None),
+        "completed": sum(1 for row in rows if row["completed_at"] is not None),
         "chunks_left_in_catalog": left,
     }
 
@@ -315,7 +279,6 @@ def wait_drained(catalog: Any, proc: subprocess.Popen[bytes] | None, timeout_s: 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
     from beam_pipelines.backfill import prepare_stores, register_source
-    from ragsync.catalog import schema
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model
 
@@ -349,7 +312,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         base_summary = last_json(log)
         if base_code != 0:
             raise RuntimeError(f"base load failed ({base_code}): {log.read_text(errors='replace')[-2000:]}")
-        base_chunks = count_rows(catalog, schema.chunks)
+        base_chunks = catalog.count_rows("chunks")
 
         # 2. the live stream, warmed up with one new document
         live_offset = log.stat().st_size
@@ -363,7 +326,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         warmup_s = time.monotonic() - start
 
         # 3. the producer
-        cache_before = count_rows(catalog, schema.embedding_cache)
+        cache_before = catalog.count_rows("embedding_cache")
         dead_before = sum(catalog.dead_letter_counts().values())
         live = sorted(n for n in docs if n != warm.name)
         base_names = set(live)
@@ -414,7 +377,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             produced[op] += 1
         produce_s = time.monotonic() - t0
         end_of_production = catalog.queue_stats()
-        applied_in_window = len(freshness_rows(catalog, since))
+        applied_in_window = len(catalog.freshness_rows(since=since))
         finished_in_window = _finished(end_of_production["by_state"]) - _finished(before_states)
 
         # 4. drain, then stop the stream
@@ -426,14 +389,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         proc = None
         summary = last_json(log, live_offset)
 
-        rows = freshness_rows(catalog, since)
+        rows = catalog.freshness_rows(since=since)
         by_op: dict[str, list[float]] = {}
         for _, op_name, event_time, applied_at in rows:
             by_op.setdefault(op_name, []).append(max(0.0, applied_at - event_time))
         content = by_op.get("upsert", [])
         perms = by_op.get("acl", [])
         last_applied = max((r[3] for r in rows), default=since)
-        cache_added = count_rows(catalog, schema.embedding_cache) - cache_before
+        cache_added = catalog.count_rows("embedding_cache") - cache_before
         new_chunks = chunks_of(catalog, new_names)
         edits_applied = max(0, len(content) - len(new_names))
         dead = sum(catalog.dead_letter_counts().values()) - dead_before

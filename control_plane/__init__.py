@@ -1,10 +1,12 @@
 """The control plane: an authenticated, tenant-scoped HTTP API over the catalog.
 
-* :mod:`control_plane.store` -- the control plane's rows (tenants, API keys,
-  sources, sync requests, backfills, dead-letter retries) on the catalog
-  database, usable without the web app (the backfill worker updates progress
-  through it);
-* :mod:`control_plane.app` -- ``create_app(catalog_url)``, the FastAPI service;
+* :mod:`control_plane.keys` -- API keys: made, hashed and checked (the rows
+  live in the catalog, :class:`ragsync.catalog.Catalog`, like every other row);
+* :mod:`control_plane.app` -- ``create_app(catalog_url)``, the FastAPI service
+  (wiring only): :mod:`control_plane.routers` has one router per resource,
+  :mod:`control_plane.deps` the shared dependencies (tenant, catalog),
+  :mod:`control_plane.errors` the error shape, :mod:`control_plane.middleware`
+  the body size limit;
 * :mod:`control_plane.cli` -- ``ragsync tenants ...`` and ``ragsync serve``.
 
 Plain Python: nothing here imports Apache Beam.

@@ -15,7 +15,8 @@ import os
 import sys
 from typing import Any
 
-from control_plane.store import ConflictError, ControlStore, TenantRow
+from control_plane.keys import ApiKeys
+from ragsync.catalog import Catalog, ConflictError, TenantRow
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
@@ -42,14 +43,12 @@ def _tenant_dict(row: TenantRow) -> dict[str, Any]:
 
 def cmd_tenants_create(args: argparse.Namespace) -> int:
     """Create a tenant and print its first API key (shown once)."""
-    store = ControlStore.open(_catalog_url(args))
-    try:
-        row, key = store.create_tenant(args.name, tenant_id=args.tenant_id)
-    except (ConflictError, ValueError) as exc:
-        print(f"ragsync: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        store.close()
+    with Catalog.open(_catalog_url(args)) as catalog:
+        try:
+            row, key = ApiKeys(catalog).create_tenant(args.name, tenant_id=args.tenant_id)
+        except (ConflictError, ValueError) as exc:
+            print(f"ragsync: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"tenant_id": row.tenant_id, "name": row.name, "api_key": key}))
     else:
@@ -60,11 +59,8 @@ def cmd_tenants_create(args: argparse.Namespace) -> int:
 
 def cmd_tenants_list(args: argparse.Namespace) -> int:
     """List tenants with their number of active keys."""
-    store = ControlStore.open(_catalog_url(args))
-    try:
-        rows = store.list_tenants()
-    finally:
-        store.close()
+    with Catalog.open(_catalog_url(args)) as catalog:
+        rows = catalog.list_tenants()
     if args.json:
         print(json.dumps([_tenant_dict(r) for r in rows]))
     elif not rows:
@@ -78,14 +74,12 @@ def cmd_tenants_list(args: argparse.Namespace) -> int:
 
 def cmd_tenants_add_key(args: argparse.Namespace) -> int:
     """Issue another API key for a tenant (key rotation)."""
-    store = ControlStore.open(_catalog_url(args))
-    try:
-        key_id, key = store.create_api_key(args.tenant_id)
-    except LookupError as exc:
-        print(f"ragsync: {exc}", file=sys.stderr)
-        return 2
-    finally:
-        store.close()
+    with Catalog.open(_catalog_url(args)) as catalog:
+        try:
+            key_id, key = ApiKeys(catalog).create_api_key(args.tenant_id)
+        except LookupError as exc:
+            print(f"ragsync: {exc}", file=sys.stderr)
+            return 2
     if args.json:
         print(json.dumps({"tenant_id": args.tenant_id, "key_id": key_id, "api_key": key}))
     else:
@@ -95,11 +89,8 @@ def cmd_tenants_add_key(args: argparse.Namespace) -> int:
 
 def cmd_tenants_revoke_key(args: argparse.Namespace) -> int:
     """Revoke an API key by its public id (the part after ``rsk_``)."""
-    store = ControlStore.open(_catalog_url(args))
-    try:
-        revoked = store.revoke_api_key(args.key_id)
-    finally:
-        store.close()
+    with Catalog.open(_catalog_url(args)) as catalog:
+        revoked = catalog.revoke_api_key(args.key_id)
     if args.json:
         print(json.dumps({"key_id": args.key_id, "revoked": revoked}))
     else:

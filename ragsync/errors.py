@@ -127,6 +127,12 @@ class OutsideLocationError(InvalidEventError):
     exists at the address."""
 
 
+class EmbedFailedError(RagsyncError):
+    """The embedding model rejected a chunk even alone, or gave a bad vector."""
+
+    error_class = "embed_failed"
+
+
 class WriteError(RagsyncError):
     error_class = "write_failed"
     permanent = False

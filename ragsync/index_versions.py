@@ -31,12 +31,9 @@ import json
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
 from typing import Any
 
-from sqlalchemy import func, select, update
-
-from ragsync.catalog import Catalog, schema
+from ragsync.catalog import Catalog, IndexVersion
 from ragsync.config import KEYWORD_ALIAS_FILE, Settings, open_catalog, resolve_keyword_alias
 from ragsync.embedding import DEFAULT_MODEL, default_model
 from ragsync.errors import ConfigurationError
@@ -55,41 +52,7 @@ DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 V1_KEYWORD_DIR = "keyword"
 
 
-@dataclass(frozen=True)
-class IndexVersion:
-    """One row of ``index_versions``.
-
-    Attributes:
-        version: 1, 2, ...
-        model_name: registry name of the embedding model (``get_model``).
-        model_version: the model's cache-key version.
-        dim: vector dimension.
-        vector_collection: physical Milvus collection.
-        keyword_index: tantivy directory name under ``home``.
-        state: building | live | retired | refused | dropped.
-        created_at, flipped_at, retire_after: epoch seconds (``flipped_at``:
-            when it last became live; ``retire_after``: when gc may drop it).
-        note: JSON gate report or a refusal reason.
-    """
-
-    version: int
-    model_name: str
-    model_version: str
-    dim: int
-    vector_collection: str
-    keyword_index: str
-    state: str
-    created_at: float
-    flipped_at: float | None
-    retire_after: float | None
-    note: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def keyword_path(self, settings: Settings) -> str:
-        """Absolute tantivy directory of this version."""
-        return os.path.join(settings.home, self.keyword_index)
+__all__ = ["IndexVersion"]  # the row type lives with its table in ragsync.catalog
 
 
 def _require_local_keyword(settings: Settings) -> None:
@@ -97,30 +60,12 @@ def _require_local_keyword(settings: Settings) -> None:
         raise ConfigurationError("index versions are not supported on Elasticsearch yet (tantivy only)")
 
 
-def _row(row: Any) -> IndexVersion:
-    return IndexVersion(**dict(row))
-
-
-def _all(catalog: Catalog) -> list[IndexVersion]:
-    t = schema.index_versions
-    with catalog.engine.connect() as conn:
-        return [_row(r) for r in conn.execute(select(t).order_by(t.c.version)).mappings()]
-
-
-def _set(catalog: Catalog, version: int, **values: Any) -> None:
-    t = schema.index_versions
-    with catalog.engine.begin() as conn:
-        conn.execute(update(t).where(t.c.version == version).values(**values))
-
-
 def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
     """Register what a backfill built (``{collection}_v1`` + ``HOME/keyword``) as
     live version 1 with the default model, when the registry is empty and the
     Milvus alias exists. Nothing happens before the first backfill."""
-    t = schema.index_versions
-    with catalog.engine.connect() as conn:
-        if conn.execute(select(func.count()).select_from(t)).scalar_one():
-            return
+    if catalog.has_index_versions():
+        return
     spec = default_model()
     try:
         index = MilvusVectorIndex(
@@ -130,22 +75,20 @@ def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
         return  # no index yet
     physical = index.physical_collection
     index.close()
-    row = {
-        "version": 1,
-        "model_name": DEFAULT_MODEL,
-        "model_version": spec.version,
-        "dim": spec.dim,
-        "vector_collection": physical,
-        "keyword_index": os.path.basename(resolve_keyword_alias(settings.home)),
-        "state": LIVE,
-        "created_at": time.time(),
-        "flipped_at": None,
-        "retire_after": None,
-        "note": "",
-    }
-    with catalog.engine.begin() as conn:
-        if not conn.execute(select(func.count()).select_from(t)).scalar_one():
-            conn.execute(t.insert().values(**row))
+    first = IndexVersion(
+        version=1,
+        model_name=DEFAULT_MODEL,
+        model_version=spec.version,
+        dim=spec.dim,
+        vector_collection=physical,
+        keyword_index=os.path.basename(resolve_keyword_alias(settings.home)),
+        state=LIVE,
+        created_at=time.time(),
+        flipped_at=None,
+        retire_after=None,
+        note="",
+    )
+    catalog.add_index_version(first, only_if_empty=True)
 
 
 def list_versions(settings: Settings) -> list[IndexVersion]:
@@ -153,7 +96,7 @@ def list_versions(settings: Settings) -> list[IndexVersion]:
     catalog = open_catalog(settings)
     try:
         _ensure_v1(settings, catalog)
-        return _all(catalog)
+        return catalog.list_index_versions()
     finally:
         catalog.close()
 
@@ -200,7 +143,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
     catalog = open_catalog(settings)
     try:
         _ensure_v1(settings, catalog)
-        existing = _all(catalog)
+        existing = catalog.list_index_versions()
         if not any(v.state == LIVE for v in existing):
             raise ConfigurationError("no live index version: run `ragsync backfill` first")
         n = max(v.version for v in existing) + 1
@@ -219,8 +162,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         )
         open_version_vector(settings, new, create=True).close()
         open_version_keyword(settings, new, create=True).close()
-        with catalog.engine.begin() as conn:
-            conn.execute(schema.index_versions.insert().values(**new.to_dict()))
+        catalog.add_index_version(new)
         return new
     finally:
         catalog.close()
@@ -281,11 +223,11 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
     now = time.time()
     catalog = open_catalog(settings)
     try:
-        for v in _all(catalog):
+        for v in catalog.list_index_versions():
             if v.state == LIVE and v.version != version:
-                _set(catalog, v.version, state=RETIRED, retire_after=now + retention_s)
-        _set(catalog, version, state=LIVE, flipped_at=now, retire_after=None)
-        return next(v for v in _all(catalog) if v.version == version)
+                catalog.update_index_version(v.version, state=RETIRED, retire_after=now + retention_s)
+        catalog.update_index_version(version, state=LIVE, flipped_at=now, retire_after=None)
+        return next(v for v in catalog.list_index_versions() if v.version == version)
     finally:
         catalog.close()
 
@@ -309,7 +251,8 @@ def mark_refused(
     """Record that ``version`` failed its gate (the live version is untouched)."""
     catalog = open_catalog(settings)
     try:
-        _set(catalog, version, state=REFUSED, note=note, retire_after=time.time() + retention_s)
+        retire_after = time.time() + retention_s
+        catalog.update_index_version(version, state=REFUSED, note=note, retire_after=retire_after)
     finally:
         catalog.close()
 
@@ -318,7 +261,7 @@ def set_note(settings: Settings, version: int, note: str) -> None:
     """Store a gate report (JSON text) on a version."""
     catalog = open_catalog(settings)
     try:
-        _set(catalog, version, note=note)
+        catalog.update_index_version(version, note=note)
     finally:
         catalog.close()
 
@@ -347,7 +290,7 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
             shutil.rmtree(v.keyword_path(settings), ignore_errors=True)
         catalog = open_catalog(settings)
         try:
-            _set(catalog, v.version, state=DROPPED)
+            catalog.update_index_version(v.version, state=DROPPED)
         finally:
             catalog.close()
         dropped.append(v.version)

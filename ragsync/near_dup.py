@@ -7,7 +7,11 @@ document whose band matches another's is a candidate; candidates whose
 estimated Jaccard similarity reaches the threshold join the same group.
 Queries then show only the newest document of a group.
 
-Pure functions; the catalog stores signatures and band keys.
+Pure functions; the catalog stores signatures and band keys. datasketch and
+rensa were measured against this (``benchmarks/bench_near_dup.py``, figures and
+the decision in ``benchmarks/README.md``): faster, equally good, but not the
+same signatures, and stored signatures cannot change without re-signing every
+catalog document.
 """
 
 from __future__ import annotations
@@ -42,7 +46,11 @@ def signature(text: str) -> np.ndarray:
     An empty text gives all-max values (similar to nothing but another
     empty text).
     """
-    sh = shingles(text)
+    return signature_of_shingles(shingles(text))
+
+
+def signature_of_shingles(sh: set[str]) -> np.ndarray:
+    """MinHash signature of a shingle set (see :func:`signature`)."""
     if not sh:
         return np.full(NUM_PERM, np.iinfo(np.uint64).max, dtype=np.uint64)
     hashed = sorted(

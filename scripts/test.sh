@@ -7,5 +7,5 @@ RAGSYNC_WITH_POSTGRES=1 scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy ragsync connectors transforms beam_pipelines
+.venv/bin/mypy ragsync connectors transforms beam_pipelines control_plane
 .venv/bin/python -m pytest -q "$@"

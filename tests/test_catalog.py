@@ -9,25 +9,27 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, select, text
-from sqlalchemy.engine import Connection
 
 from ragsync.catalog import (
-    MIGRATIONS,
     STATUS_FETCHED,
     STATUS_INDEXED,
     Catalog,
     DocumentRow,
     FetchRecord,
-    Migration,
-    applied_versions,
+    LegacyCatalogError,
     create_catalog_engine,
+    current_revision,
+    head_revision,
     make_indexed_version,
     migrate,
     normalize_url,
     schema,
 )
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
+from tests.migration_helpers import make_legacy_catalog, migrations_copy, revision_source
 
 ALL_TABLES = {
     "sources",
@@ -41,22 +43,22 @@ ALL_TABLES = {
     "backfills",
     "dead_letters",
     "tombstones",
-    "schema_migrations",
-    # migration 3 (control plane)
+    "alembic_version",
+    # control plane
     "tenants",
     "api_keys",
     "sync_requests",
     "dead_letter_retries",
-    # migration 4 (index versions)
+    # index versions
     "index_versions",
-    # migration 5 (streaming sync)
+    # streaming sync
     "acl_versions",
     "freshness",
-    # migration 6 (near duplicates)
+    # near duplicates
     "doc_signatures",
     "doc_bands",
 }
-ALL_VERSIONS = [m.version for m in MIGRATIONS]
+ALL_VERSIONS = ["0001", "0002"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture
@@ -124,7 +126,7 @@ def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None
     try:
         assert migrate(engine) == ALL_VERSIONS
         assert migrate(engine) == []
-        assert applied_versions(engine) == ALL_VERSIONS
+        assert current_revision(engine) == head_revision() == ALL_VERSIONS[-1]
         assert set(inspect(engine).get_table_names()) == ALL_TABLES
         doc_indexes = {ix["name"] for ix in inspect(engine).get_indexes("documents")}
         assert {"ix_documents_tenant_content", "ix_documents_source"} <= doc_indexes
@@ -134,31 +136,76 @@ def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None
         engine.dispose()
     # Catalog.open on a migrated database applies nothing and works.
     with Catalog.open(catalog_url) as cat:
-        assert applied_versions(cat.engine) == ALL_VERSIONS
+        assert current_revision(cat.engine) == ALL_VERSIONS[-1]
         assert cat.document_counts_by_status() == {}
 
 
-def test_failed_migration_rolls_back_and_is_not_recorded(catalog_url: str) -> None:
-    def bad_step(conn: Connection) -> None:
-        conn.execute(text("CREATE TABLE half_done (x INTEGER)"))
-        raise RuntimeError("boom")
+def test_the_migrations_build_exactly_the_schema_module(catalog_url: str) -> None:
+    """schema.py and the revisions may not drift apart: a schema change without
+    a revision (or the reverse) fails here, on both backends."""
+    with Catalog.open(catalog_url) as cat, cat.engine.connect() as conn:
+        diff = compare_metadata(
+            MigrationContext.configure(conn, opts={"compare_type": True}), schema.metadata
+        )
+    assert diff == []
 
+
+def test_failed_migration_rolls_back_and_is_not_recorded(catalog_url: str, tmp_path: Path) -> None:
+    bad = revision_source(
+        "9001",
+        ALL_VERSIONS[-1],
+        'op.execute("CREATE TABLE half_done (x INTEGER)")\nraise RuntimeError("boom")',
+    )
+    location = migrations_copy(tmp_path, bad)
     engine = create_catalog_engine(catalog_url)
     try:
+        # From empty: one transaction, so the good revisions before it roll back too.
         with pytest.raises(RuntimeError, match="boom"):
-            migrate(engine, (*MIGRATIONS, Migration(len(MIGRATIONS) + 1, "fails", bad_step)))
-        assert applied_versions(engine) == ALL_VERSIONS
+            migrate(engine, script_location=location)
+        assert current_revision(engine) is None
+        assert inspect(engine).get_table_names() == []
+        # From an up-to-date catalog: only the failing revision is missing afterwards.
+        assert migrate(engine) == ALL_VERSIONS
+        with pytest.raises(RuntimeError, match="boom"):
+            migrate(engine, script_location=location)
+        assert current_revision(engine) == ALL_VERSIONS[-1]
         assert "half_done" not in inspect(engine).get_table_names()
-        with pytest.raises(ValueError):
-            migrate(engine, (MIGRATIONS[1],))
     finally:
         engine.dispose()
 
 
-def test_migration_2_backfills_acl_groups_from_existing_acls(catalog_url: str) -> None:
+def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_path: Path) -> None:
+    """The path every later schema change takes: a revision that adds a column
+    to a table with rows (batch mode: SQLite copies the table)."""
+    add_column = revision_source(
+        "9001",
+        ALL_VERSIONS[-1],
+        'with op.batch_alter_table("sources") as batch:\n'
+        '    batch.add_column(sa.Column("region", sa.String(32), nullable=True))',
+    )
+    with Catalog.open(catalog_url) as cat:
+        cat.ensure_source("s1", "t1", "filesystem", "file:///data")
+        cat.upsert_acl("a1", "t1", ["eng", "hr"])
     engine = create_catalog_engine(catalog_url)
     try:
-        assert migrate(engine, MIGRATIONS[:1]) == [1]
+        assert migrate(engine, script_location=migrations_copy(tmp_path, add_column)) == ["9001"]
+        assert "region" in {c["name"] for c in inspect(engine).get_columns("sources")}
+        cat = Catalog(engine, catalog_url)
+        source = cat.get_source("s1", tenant_id="t1")
+        assert source is not None and (source.type, source.uri, source.sync) == (
+            "filesystem",
+            "file:///data",
+            None,
+        )
+        assert cat.acl_ids_for_groups("t1", ["hr"]) == ["a1"]
+    finally:
+        engine.dispose()
+
+
+def test_a_catalog_of_the_hand_written_migrations_is_stamped_and_keeps_its_rows(catalog_url: str) -> None:
+    engine = create_catalog_engine(catalog_url)
+    try:
+        make_legacy_catalog(engine, version=6)
         with engine.begin() as conn:
             conn.execute(
                 schema.acls.insert(),
@@ -167,7 +214,18 @@ def test_migration_2_backfills_acl_groups_from_existing_acls(catalog_url: str) -
                     {"acl_id": "a2", "tenant_id": "t2", "allow_groups": '["eng"]', "updated_at": 1.0},
                 ],
             )
+            conn.execute(
+                schema.acl_groups.insert(),
+                [
+                    {"tenant_id": "t1", "group_name": "eng", "acl_id": "a1"},
+                    {"tenant_id": "t1", "group_name": "hr", "acl_id": "a1"},
+                    {"tenant_id": "t2", "group_name": "eng", "acl_id": "a2"},
+                ],
+            )
+        # Stamped at the baseline (not re-created), then the later revisions run.
         assert migrate(engine) == ALL_VERSIONS[1:]
+        assert current_revision(engine) == ALL_VERSIONS[-1]
+        assert set(inspect(engine).get_table_names()) == ALL_TABLES  # schema_migrations dropped
     finally:
         engine.dispose()
     with Catalog.open(catalog_url) as cat:
@@ -175,8 +233,20 @@ def test_migration_2_backfills_acl_groups_from_existing_acls(catalog_url: str) -
         assert cat.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
 
 
+def test_an_older_hand_written_catalog_is_refused_unchanged(catalog_url: str) -> None:
+    engine = create_catalog_engine(catalog_url)
+    try:
+        make_legacy_catalog(engine, version=3)
+        with pytest.raises(LegacyCatalogError, match="version 3"):
+            migrate(engine)
+        assert current_revision(engine) is None
+        assert "schema_migrations" in inspect(engine).get_table_names()
+    finally:
+        engine.dispose()
+
+
 def test_concurrent_open_applies_each_migration_once(catalog_url: str) -> None:
-    results: list[list[int]] = []
+    results: list[list[str]] = []
     errors: list[BaseException] = []
 
     def worker() -> None:

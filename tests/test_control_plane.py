@@ -20,10 +20,11 @@ uvicorn = pytest.importorskip("uvicorn")
 from connectors.events import parse_event  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
 from control_plane.cli import is_loopback  # noqa: E402
-from control_plane.store import ControlStore  # noqa: E402
+from control_plane.keys import ApiKeys  # noqa: E402
 from ragsync import ids  # noqa: E402
-from ragsync.catalog import MIGRATIONS, Catalog, FetchRecord, create_catalog_engine, migrate, schema  # noqa: E402
-from ragsync.model import DeadLetter  # noqa: E402
+from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
+from ragsync.model import DeadLetter, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
+from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
 MAX_BODY = 64 * 1024
@@ -35,7 +36,7 @@ class Api:
 
     base_url: str
     catalog: Catalog
-    store: ControlStore
+    keys: ApiKeys
     a: Any  # httpx.Client with tenant A's key
     b: Any  # httpx.Client with tenant B's key
     key_a: str
@@ -58,9 +59,9 @@ def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
 @pytest.fixture
 def api(catalog_url: str) -> Iterator[Api]:
     app = create_app(catalog_url, max_body_bytes=MAX_BODY)
-    store: ControlStore = app.state.store
-    _, key_a = store.create_tenant("tenant-a")
-    _, key_b = store.create_tenant("tenant-b")
+    keys: ApiKeys = app.state.keys
+    _, key_a = keys.create_tenant("tenant-a")
+    _, key_b = keys.create_tenant("tenant-b")
     server, thread, port = _serve(app)
     base = f"http://127.0.0.1:{port}"
     seen: list[str] = []
@@ -73,7 +74,7 @@ def api(catalog_url: str) -> Iterator[Api]:
     a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key_a}"}, event_hooks=hooks)
     b = httpx.Client(base_url=base, headers={"X-API-Key": key_b}, event_hooks=hooks)
     try:
-        yield Api(base, app.state.catalog, store, a, b, key_a, seen)
+        yield Api(base, app.state.catalog, keys, a, b, key_a, seen)
     finally:
         a.close()
         b.close()
@@ -148,14 +149,14 @@ def test_requests_without_or_with_a_bad_key_get_401(api: Api) -> None:
         assert (r.status_code, r.json()) == (401, _error("unauthorized", "invalid or revoked API key"))
     # The same key works until it is revoked.
     assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 200
-    assert api.store.revoke_api_key(api.key_a.split("_")[1]) is True
+    assert api.catalog.revoke_api_key(api.key_a.split("_")[1]) is True
     assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 401
     # Unauthenticated writes change nothing.
     r = httpx.post(
         api.base_url + "/v1/backfills", json={"reason": "parser", "target_index": "x", "max_docs_per_s": 1}
     )
     assert r.status_code == 401
-    assert api.store.list_backfills() == []
+    assert api.catalog.list_backfills() == []
 
 
 def test_oversized_bodies_get_413_before_parsing(api: Api) -> None:
@@ -207,7 +208,7 @@ def test_create_source_and_request_sync(api: Api) -> None:
     body = r.json()
     assert body["sync_id"].startswith("sync_")
     assert body == {"sync_id": body["sync_id"], "source_id": "wiki-eng", "mode": "full", "state": "requested"}
-    assert [(s.sync_id, s.source_id, s.mode) for s in api.store.pending_sync_requests()] == [
+    assert [(s.sync_id, s.source_id, s.mode) for s in api.catalog.pending_sync_requests()] == [
         (body["sync_id"], "wiki-eng", "full")
     ]
 
@@ -434,8 +435,8 @@ def test_backfill_request_and_progress(api: Api) -> None:
     }
     assert api.a.get(f"/v1/backfills/{bid}").json() == created
     # The worker reports: started 100 s ago, 40 done + 10 failed of 150 -> 0.5 docs/s, 100 left.
-    assert api.store.update_backfill_progress(bid, state="running", total=150, now=time.time() - 100)
-    api.store.update_backfill_progress(bid, done=40, failed=10, cursor="doc-50")
+    assert api.catalog.update_backfill_progress(bid, state="running", total=150, now=time.time() - 100)
+    api.catalog.update_backfill_progress(bid, done=40, failed=10, cursor="doc-50")
     body = api.a.get(f"/v1/backfills/{bid}").json()
     assert {k: body[k] for k in ("state", "total", "done", "failed")} == {
         "state": "running",
@@ -444,9 +445,9 @@ def test_backfill_request_and_progress(api: Api) -> None:
         "failed": 10,
     }
     assert body["eta_s"] == pytest.approx(200, abs=5)
-    api.store.update_backfill_progress(bid, done=140, state="done")
+    api.catalog.update_backfill_progress(bid, done=140, state="done")
     assert api.a.get(f"/v1/backfills/{bid}").json()["eta_s"] == 0.0
-    assert api.store.get_backfill(bid) is not None and api.store.get_backfill(bid).cursor == "doc-50"  # type: ignore[union-attr]
+    assert api.catalog.get_backfill(bid) is not None and api.catalog.get_backfill(bid).cursor == "doc-50"  # type: ignore[union-attr]
     for body in (
         {"reason": "mood", "target_index": "v2", "max_docs_per_s": 1},
         {"reason": "parser", "target_index": "bad name", "max_docs_per_s": 1},
@@ -548,6 +549,67 @@ def test_dead_letters_are_listed_and_retried(api: Api) -> None:
     assert api.a.post("/v1/dead-letters/999999/retry").status_code == 404
 
 
+def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
+    """Payloads as the pipeline writes them: a QueuedEvent (resolve, gate,
+    acl, delete) and a FetchedDocument (fetch, parse, ... of an upsert event)."""
+    _source(api)
+    api.a.post("/internal/events", json=_event(doc_id="pages/q", event_id="ev-queued"))
+    (queued,) = api.catalog.pending_events()
+    api.catalog.ack_events(["ev-queued"], state="dead")
+    event = parse_event(json.loads(queued["payload"]))
+    internal = ids.doc_id("tenant-a", "wiki-eng", "pages/q")
+    qe = QueuedEvent(event, "tenant-a", internal, attempts=4)
+    api.catalog.add_dead_letter(
+        DeadLetter("acl", internal, "", "write_failed", "boom", payload=qe.to_json(), tenant_id="tenant-a"),
+        source_id="wiki-eng",
+    )
+    # An upsert that arrived through Pub/Sub: not in the local queue at all.
+    remote = parse_event(_event(doc_id="pages/r", event_id="ev-remote"))
+    source = SourceFile(
+        tenant_id="tenant-a",
+        source_id="wiki-eng",
+        source_object_id="pages/r",
+        uri=remote.content_uri,
+        size=-1,
+        acl_groups=remote.acl_groups,
+        source_version=remote.source_version,
+        event_id=remote.event_id,
+        event_time=remote.event_time,
+    )
+    fetched = FetchedDocument(
+        doc_id=ids.doc_id("tenant-a", "wiki-eng", "pages/r"),
+        source=source,
+        content_hash="h",
+        raw_uri="raw",
+        size=1,
+        acl_id="acl",
+        canonical_doc_id="c",
+    )
+    api.catalog.add_dead_letter(
+        DeadLetter(
+            "parse",
+            fetched.doc_id,
+            source.uri,
+            "corrupt",
+            "bad",
+            payload=fetched.to_json(),
+            tenant_id="tenant-a",
+        ),
+        source_id="wiki-eng",
+    )
+    assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == ["ev-queued", "ev-remote"]
+    for event_id in ("ev-queued", "ev-remote"):
+        r = api.a.post(f"/v1/dead-letters/{event_id}/retry")
+        assert (r.status_code, r.json()["kind"], r.json()["state"]) == (202, "event", "requeued"), r.text
+    assert {e["event_id"]: e["doc_id"] for e in api.catalog.pending_events()} == {
+        "ev-queued": "pages/q",
+        "ev-remote": "pages/r",
+    }
+    replayed = parse_event(json.loads(api.catalog.get_event("ev-remote")["payload"]))  # type: ignore[index]
+    assert replayed == remote
+    assert api.a.get("/v1/dead-letters").json() == []
+
+
 # -------------------------------------------------------------- tenant isolation
 
 
@@ -613,36 +675,37 @@ def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
     # Nothing of A's changed: A's dead letters are still open, its event is still dead.
     assert len(api.a.get("/v1/dead-letters").json()) == 2
     assert api.catalog.get_event(event_id)["state"] == "dead"  # type: ignore[index]
-    assert api.store.get_backfill(backfill, tenant_id="tenant-b") is None
+    assert api.catalog.get_backfill(backfill, tenant_id="tenant-b") is None
 
 
 # ------------------------------------------------------------- migration and CLI
 
 
-def test_migration_3_adds_control_plane_tables_and_columns(catalog_url: str) -> None:
+def test_adopted_legacy_catalog_serves_sources_registered_before_the_api(catalog_url: str) -> None:
+    """A catalog of the hand-written migrations, with a source registered by
+    ``ragsync sources add`` (no sync settings, no credentials), is adopted by
+    the API: the source keeps its row and shows as never configured."""
     engine = create_catalog_engine(catalog_url)
     try:
-        assert migrate(engine, MIGRATIONS[:2]) == [1, 2]
-        columns = {c["name"] for c in inspect(engine).get_columns("sources")}
-        assert "sync" not in columns and "poll_interval_s" not in columns  # migration 1 is frozen
+        make_legacy_catalog(engine)
         with engine.begin() as conn:
             conn.execute(
                 schema.sources.insert().values(
                     source_id="old", tenant_id="t", type="drive", uri="", created_at=1.0
                 )
             )
-        assert migrate(engine, MIGRATIONS[:3]) == [3]
-        insp = inspect(engine)
-        assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
-        assert {"sync", "poll_interval_s"} <= {c["name"] for c in insp.get_columns("sources")}
-        assert {"max_docs_per_s", "started_at", "updated_at"} <= {
-            c["name"] for c in insp.get_columns("backfills")
-        }
-        store = ControlStore(engine)
-        source = store.get_source("t", "old")
-        assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
     finally:
         engine.dispose()
+    app = create_app(catalog_url)
+    try:
+        insp = inspect(app.state.catalog.engine)
+        assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
+        assert "schema_migrations" not in insp.get_table_names()
+        source = app.state.catalog.get_source("old", tenant_id="t")
+        assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
+        assert app.state.catalog.get_source("old", tenant_id="other") is None
+    finally:
+        app.state.catalog.close()
 
 
 def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
@@ -653,14 +716,11 @@ def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.C
     created = json.loads(capsys.readouterr().out)
     assert set(created) == {"tenant_id", "name", "api_key"}
     assert (created["tenant_id"], created["name"]) == ("acme", "acme")
-    store = ControlStore.open(f"sqlite:///{home}/catalog.db")
-    try:
-        assert store.authenticate(created["api_key"]) == "acme"
-        with store._engine.connect() as conn:  # the key itself is not stored
+    with Catalog.open(f"sqlite:///{home}/catalog.db") as catalog:
+        assert ApiKeys(catalog).authenticate(created["api_key"]) == "acme"
+        with catalog.engine.connect() as conn:  # the key itself is not stored
             hashes = conn.execute(select(schema.api_keys.c.key_hash)).scalars().all()
         assert created["api_key"] not in hashes and len(hashes) == 1
-    finally:
-        store.close()
     assert main(["tenants", "create", "acme", "--home", home]) == 2
     assert "exists" in capsys.readouterr().err
     assert main(["tenants", "list", "--home", home, "--json"]) == 0
@@ -683,7 +743,7 @@ def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.C
 
 
 def test_backfill_eta_from_the_rate_so_far(tmp_path: Any) -> None:
-    store = ControlStore.open(f"sqlite:///{tmp_path}/c.db")
+    store = Catalog.open(f"sqlite:///{tmp_path}/c.db")
     try:
         created = store.create_backfill(reason="chunker", target_index="v3", max_docs_per_s=10)
         assert created.eta_s(now=1e9) is None

@@ -25,8 +25,8 @@ from control_plane.app import create_app  # noqa: E402
 # temporary SQLite file that the module fixture below removes.
 _DIR = Path(tempfile.mkdtemp(prefix="ragsync-fuzz-"))
 _APP = create_app(f"sqlite:///{_DIR / 'catalog.db'}", max_body_bytes=64 * 1024)
-_, _KEY = _APP.state.store.create_tenant("fuzz")
-_APP.state.store.create_source(
+_, _KEY = _APP.state.keys.create_tenant("fuzz")
+_APP.state.catalog.create_source(
     "fuzz",
     source_id="wiki-eng",
     type="wiki",

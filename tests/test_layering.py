@@ -55,3 +55,128 @@ def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import apache_beam as beam\nfrom apache_beam.io import fileio\n")
     assert {"apache_beam", "apache_beam.io"} <= _imports(bad)
+
+
+# ----------------------------------------------------------------- SQL in one place
+
+PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane")
+SQL_FREE = (*PRODUCT, "benchmarks", "templates", "scripts")
+
+
+def _sql_uses(path: Path) -> list[str]:
+    """SQLAlchemy/Alembic imports and reaches into a catalog's engine in one file."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    found = sorted(n for n in _imports(path) if n.split(".")[0] in ("sqlalchemy", "alembic"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr in ("connect", "begin"):
+            owner = node.value
+            if isinstance(owner, ast.Attribute) and owner.attr in ("engine", "_engine"):
+                found.append(f".{owner.attr}.{node.attr}()")
+    return found
+
+
+def test_sql_appears_only_in_the_catalog_package() -> None:
+    """Every layer reads and writes the catalog through ``Catalog`` methods;
+    SQLAlchemy (Core, ORM, ``text()``) and Alembic live in ragsync/catalog."""
+    catalog = ROOT / "ragsync" / "catalog"
+    offenders = {
+        str(p.relative_to(ROOT)): uses
+        for package in SQL_FREE
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if catalog not in p.parents and (uses := _sql_uses(p))
+    }
+    assert offenders == {}
+    assert len(list(catalog.rglob("*.py"))) >= 8 and _sql_uses(catalog / "base.py")
+
+
+def test_sql_check_detects_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text(
+        "from sqlalchemy import text\nimport alembic.command\n\n"
+        "def f(catalog):\n"
+        "    with catalog.engine.connect() as conn:\n"
+        "        conn.execute(text('SELECT 1'))\n"
+    )
+    assert _sql_uses(bad) == ["alembic.command", "sqlalchemy", ".engine.connect()"]
+
+
+# ----------------------------------------------------------------- import circles
+
+# Being broken on the parsing branch (issue 15: ocr.py split); the email parser
+# parses attachments with the package's ``parse`` on purpose (a lazy import).
+KNOWN_CIRCLES = {
+    frozenset({"ragsync.parsing.ocr", "ragsync.parsing.pdf"}),
+    frozenset({"ragsync.parsing", "ragsync.parsing.email"}),
+}
+
+
+def _module_names() -> dict[str, Path]:
+    out = {}
+    for package in PRODUCT:
+        for p in (ROOT / package).rglob("*.py"):
+            parts = list(p.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            out[".".join(parts)] = p
+    return out
+
+
+def _project_imports(path: Path, modules: dict[str, Path]) -> set[str]:
+    """Project modules ``path`` imports anywhere (module level, functions,
+    ``TYPE_CHECKING`` blocks): a lazy import hides a circle, it does not remove it."""
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for a in node.names:
+                full = f"{node.module}.{a.name}"
+                out.add(full if full in modules else node.module)
+    return {m for m in out if m in modules}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[frozenset[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[frozenset[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph[v]):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = set()
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.add(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(frozenset(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_module_imports_in_a_circle() -> None:
+    modules = _module_names()
+    graph = {m: _project_imports(p, modules) - {m} for m, p in modules.items()}
+    assert len(graph) > 80
+    assert [sorted(c) for c in _circles(graph) if c not in KNOWN_CIRCLES] == []
+
+
+def test_circle_check_detects_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert _circles(graph) == [frozenset({"a", "b", "c"})]

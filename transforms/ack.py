@@ -7,11 +7,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-import apache_beam as beam
-
-from ragsync.config import Settings, open_catalog
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
-from transforms.common import counter
+from transforms.common import CatalogDoFn, CatalogStep, counter
 
 
 @dataclass(frozen=True)
@@ -58,20 +55,12 @@ def outcome_of(record: Any, state: str = "done") -> Outcome:
     raise TypeError(f"no outcome for {type(record).__name__}")
 
 
-class _AckFn(beam.DoFn):
+class _AckFn(CatalogDoFn):
     """Outcome -> event row finished; applied events get a freshness row."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._applied = counter("events_applied")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, outcome: Outcome) -> Iterator[str]:
         if not outcome.event_id:
@@ -95,12 +84,8 @@ class _AckFn(beam.DoFn):
         yield outcome.event_id
 
 
-class AckEvents(beam.PTransform):
+class AckEvents(CatalogStep):
     """Input: ``Outcome``. Output: acknowledged event ids."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, outcomes: beam.PCollection) -> beam.PCollection:
-        return outcomes | "Ack" >> beam.ParDo(_AckFn(self.settings))
+    fn = _AckFn
+    label_ = "Ack"

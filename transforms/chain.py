@@ -48,19 +48,15 @@ class _IndexLane(beam.PTransform):
         chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
             s, total=self.total, show_progress=progress
         )
-        # Both pipelines batch embeddings per bundle: in streaming the event
-        # source holds each poll open up to 200 ms for up to 64 events, which
-        # is where the design's "64 chunks or 200 ms" window lives. A
-        # timer-based batcher would strand its last batch on the local runner
-        # when the stream goes idle.
+        # Both pipelines batch embeddings per bundle (see transforms/embed.py).
         embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(s, self.spec, show_progress=progress)
-        written = embedded | "WriteIndexes" >> WriteIndexes(
+        written = embedded["embedded"] | "WriteIndexes" >> WriteIndexes(
             s, self.spec.dim, total=self.total, show_progress=progress
         )
         return {
             "written": written["written"],
             "superseded": written["superseded"],
-            "dead": [parsed["dead"], chunked["dead"], *written["dead"]],
+            "dead": [parsed["dead"], chunked["dead"], *embedded["dead"], *written["dead"]],
         }
 
 
@@ -81,8 +77,8 @@ class IndexDocuments(beam.PTransform):
         settings: stores and limits.
         spec: the embedding model.
         group_duplicates: bounded input: link copies within one run
-            (GroupByKey) and batch embeddings by bundle. False for unbounded
-            input: link against the catalog only, batch by 64 chunks or 200 ms.
+            (GroupByKey). False for unbounded input: link against the catalog
+            only. Either way embeddings are batched within a bundle.
         total: expected documents, for progress lines.
         show_progress: print progress to stderr.
     """

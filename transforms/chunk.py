@@ -8,40 +8,33 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.chunking import chunk_elements
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import Progress, ToDeadLetters, counter
-
-NEW_CHUNKS = "new_chunks"
+from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
 
 
-class _ChunkAndDiffFn(beam.DoFn):
-    """ParsedDocument -> (doc_id, DocumentPlan) and the new chunks to embed.
+class _ChunkAndDiffFn(CatalogDoFn):
+    """ParsedDocument -> (doc_id, DocumentPlan): every chunk, and which are new or vanished.
 
     Raises NoTextError when a parsed document yields no chunk, so an empty
     result is a dead letter, never a silent skip.
     """
 
     def __init__(self, settings: Settings, total: int, show_progress: bool) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.total = total
         self.show_progress = show_progress
-        self._catalog: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._tokenizer = load_tokenizer(default_model().path)
         self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
         self._new = counter("chunks_new")
         self._kept = counter("chunks_kept")
         self._boilerplate = counter("chunks_boilerplate")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
         """Chunks whose text hash is already in ``boilerplate_min_docs`` other
@@ -85,15 +78,13 @@ class _ChunkAndDiffFn(beam.DoFn):
             pages_for_review=parsed.pages_for_review,
         )
         yield (doc.doc_id, plan)
-        for c in diff.new:
-            yield beam.pvalue.TaggedOutput(NEW_CHUNKS, c)
 
 
 class ChunkDocuments(beam.PTransform):
     """Chunk parsed documents and diff against the catalog.
 
-    Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``),
-    ``new_chunks`` (``Chunk`` to embed), ``dead`` (``DeadLetter``).
+    Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``)
+    and ``dead`` (``DeadLetter``).
     """
 
     def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
@@ -103,16 +94,14 @@ class ChunkDocuments(beam.PTransform):
         self.show_progress = show_progress
 
     def expand(self, parsed: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = parsed | "ChunkAndDiff" >> beam.ParDo(
-            _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
-        ).with_outputs(NEW_CHUNKS, main="plans").with_exception_handling(main_tag="plans")
+        out = (
+            parsed
+            | "ChunkAndDiff"
+            >> beam.ParDo(
+                _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
+            ).with_exception_handling()
+        )
         return {
-            "plans": out["plans"],
-            NEW_CHUNKS: out[NEW_CHUNKS],
+            "plans": out["good"],
             "dead": out["bad"] | "ChunkDeadLetters" >> ToDeadLetters("chunk"),
         }
-
-
-def chunk_key(chunk: Chunk) -> str:
-    """The key that travels through RunInference with a chunk."""
-    return f"{chunk.doc_id}|{chunk.chunk_id}|{chunk.text_hash}"

@@ -1,9 +1,12 @@
-"""Shared pieces of the Beam steps: dead-letter conversion, counters, progress."""
+"""Shared pieces of the Beam steps: the catalog/store DoFn bases, dead-letter
+conversion, counters, progress."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import apache_beam as beam
@@ -12,7 +15,7 @@ from apache_beam.metrics import Metrics
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.display import safe_text
-from ragsync.errors import RagsyncError, classify
+from ragsync.errors import classify
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, QueuedEvent, SourceFile
 
 NAMESPACE = "ragsync"
@@ -32,11 +35,40 @@ def counter_value(result: Any, name: str) -> int:
     return int(sum(c.committed or c.attempted or 0 for c in counters))
 
 
+def counters_of(result: Any, summary: Any, **others: Any) -> dict[str, Any]:
+    """The fields of a summary dataclass: ``others`` as given, every other
+    field the ragsync counter of the same name in a finished pipeline's result."""
+    names = [f.name for f in dataclasses.fields(summary) if f.name not in others]
+    return {**{name: counter_value(result, name) for name in names}, **others}
+
+
+def _unkeyed(element: Any) -> Any:
+    """The record of a ``(key, record)`` pair; anything else unchanged."""
+    if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
+        return element[1]
+    return element
+
+
+def _records(element: Any) -> list[Any]:
+    """The stage records a failed element stands for: the items of a batch
+    (``BatchElements``, RunInference, a group of exact copies), else the
+    element itself, so every document of a failed batch gets its own dead letter."""
+    element = _unkeyed(element)
+    if isinstance(element, (str, bytes, dict, tuple)) or dataclasses.is_dataclass(element):
+        return [element]  # a record (tuples: RunInference's PredictionResult, ...)
+    if isinstance(element, Iterable):
+        return list(element) or [element]
+    return [element]
+
+
 def _identity(element: Any) -> dict[str, Any]:
     """doc_id, uri, tenant_id, source_version, attempts and payload of any
     stage record, for its dead letter."""
-    if isinstance(element, tuple) and len(element) == 2 and isinstance(element[0], str):
-        element = element[1]
+    element = _unkeyed(element)
+    if hasattr(element, "example") and hasattr(element, "inference"):  # RunInference's PredictionResult
+        element = element.example
+    if isinstance(getattr(element, "plan", None), DocumentPlan):  # the embed stage's wrappers
+        element = element.plan
     if isinstance(element, QueuedEvent):
         return {
             "doc_id": element.doc_id,
@@ -92,19 +124,12 @@ def _identity(element: Any) -> dict[str, Any]:
     }
 
 
-def dead_letter_from_exception(stage: str, element: Any, exc: BaseException) -> DeadLetter:
-    """A dead letter for an exception raised while handling ``element``."""
-    error_class = exc.error_class if isinstance(exc, RagsyncError) else classify(type(exc).__name__)
-    return DeadLetter(
-        stage=stage, error_class=error_class, message=str(exc) or type(exc).__name__, **_identity(element)
-    )
-
-
 def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]]) -> DeadLetter:
     """Convert Beam's ``with_exception_handling`` record to a DeadLetter.
 
     Beam emits ``(element, (exc_type, repr(exc), traceback_lines))``; hangs
     and crashes of an isolated step arrive as TimeoutError/BrokenProcessPool.
+    A batch element is one record here: see :func:`dead_letters_from_beam`.
     """
     element, (exc_type, exc_repr, tb) = bad
     type_name = getattr(exc_type, "__name__", str(exc_type))
@@ -121,6 +146,22 @@ def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]
         traceback="".join(tb)[-_TRACEBACK_CHARS:],
         **_identity(element),
     )
+
+
+def dead_letters_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]]) -> list[DeadLetter]:
+    """One DeadLetter per stage record of a failed element (a batch gives one per item).
+
+    Args:
+        stage: the failing stage.
+        bad: ``(element, (exc_type, repr(exc), traceback_lines))`` from
+            ``with_exception_handling`` (a ``BatchElements`` batch or a
+            RunInference batch as the element, too).
+
+    Returns:
+        The dead letters, all with the same error.
+    """
+    element, error = bad
+    return [dead_letter_from_beam(stage, (record, error)) for record in _records(element)]
 
 
 class Progress:
@@ -164,7 +205,8 @@ class ToDeadLetters(beam.PTransform):
     """Beam dead-letter records of one stage -> ``DeadLetter`` records.
 
     Input: ``(element, (exc_type, repr, traceback))`` from
-    ``with_exception_handling``. Output: ``DeadLetter``.
+    ``with_exception_handling``. Output: ``DeadLetter``, one per record (a
+    failed batch gives one per document in it).
     """
 
     def __init__(self, stage: str) -> None:
@@ -173,13 +215,57 @@ class ToDeadLetters(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         stage = self.stage
-        return pcoll | "ToDeadLetter" >> beam.Map(lambda bad: dead_letter_from_beam(stage, bad))
+        return pcoll | "ToDeadLetter" >> beam.FlatMap(lambda bad: dead_letters_from_beam(stage, bad))
 
 
-class StoresDoFn(beam.DoFn):
+class CatalogDoFn(beam.DoFn):
+    """Base for steps that read or write the catalog: one ``Catalog`` per DoFn
+    instance, opened in ``setup()`` and closed in ``teardown()`` (a Catalog
+    holds a connection pool and does not pickle).
+
+    Args:
+        settings: where the catalog is; None runs the step without one
+            (``self._catalog`` stays None: the gate's catalog-free tests).
+    """
+
+    settings: Settings
+
+    def __init__(self, settings: Settings | None) -> None:
+        # None only for the gate's catalog-free tests; every other step has settings.
+        self.settings = settings  # type: ignore[assignment]
+        self._catalog: Any = None
+
+    def setup(self) -> None:
+        if self.settings is not None:
+            self._catalog = open_catalog(self.settings)
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
+
+class CatalogStep(beam.PTransform):
+    """A transform that is one catalog DoFn over its input: subclasses name
+    the DoFn class (``fn``, built from the settings) and the step's label.
+    """
+
+    fn: type[CatalogDoFn]
+    label_: str
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return pcoll | self.label_ >> beam.ParDo(self.fn(self.settings))
+
+
+class StoresDoFn(CatalogDoFn):
     """Base for steps that write the catalog and both indexes: opens one
     client of each in ``setup()`` and closes them in ``teardown()``
-    (keyword index first, so its writer lock is released early).
+    (keyword index first, so its writer lock is released early; the catalog
+    last).
 
     It also opens every index version that is being built beside the live
     one (a re-embedding, ``ragsync reembed``): the ``shadow_*`` methods write
@@ -190,16 +276,16 @@ class StoresDoFn(beam.DoFn):
     """
 
     def __init__(self, settings: Settings, dim: int) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.dim = dim
         self._stores: list[Any] = []
         self._shadows: list[tuple[Any, Any, Any]] = []
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._vectors = open_vector_index(self.settings, self.dim)
         self._keywords = open_keyword_index(self.settings)
-        self._stores = [self._keywords, self._vectors, self._catalog]
+        self._stores = [self._keywords, self._vectors]
         self._shadows = self._open_shadows()
 
     def _open_shadows(self) -> list[tuple[Any, Any, Any]]:
@@ -260,3 +346,4 @@ class StoresDoFn(beam.DoFn):
             store.close()
         self._stores = []
         self._shadows = []
+        super().teardown()

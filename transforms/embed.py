@@ -5,6 +5,20 @@ by their number of chunks to embed (``element_size_fn``), so one model call
 embeds up to 64 chunks of several documents, and the write stage receives
 each document whole without a join. That keeps the backfill and the
 streaming pipeline on one chain (no GroupByKey that would need triggers).
+
+Batching is ``beam.BatchElements`` without ``max_batch_duration_secs``, for
+the cache lookups as inside RunInference: batches fill within a bundle and
+the rest is flushed when the bundle ends. A duration would make it a
+timer-based (stateful) batcher, which strands the last batch on the local
+streaming runner when the stream goes idle (FINDINGS.md); in streaming the
+event source holds each poll open up to 200 ms instead, which is where the
+design's "64 chunks or 200 ms" window lives.
+
+Failures: a chunk the model rejects is isolated by splitting its batch (one
+bad text must not dead-letter the other documents of the batch); a plan with
+such a chunk raises ``EmbedFailedError`` in the cache-store step, whose
+exception handling makes it a dead letter like every other failure here
+(lookup, inference): one per document, stage ``embed``.
 """
 
 from __future__ import annotations
@@ -16,14 +30,14 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
-from apache_beam.transforms.window import GlobalWindow
-from apache_beam.utils.windowed_value import WindowedValue
 
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.embedding import ModelSpec
+from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
-from transforms.common import Progress, counter
+from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
 
+#: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256
 
 
@@ -71,17 +85,15 @@ class PlanToEmbed:
 
 @dataclass(frozen=True)
 class EmbeddedPlan:
-    """A plan with a vector for each new chunk, or the chunks that failed.
+    """A plan with a vector for each of its new chunks.
 
     Attributes:
         plan: the document plan.
-        vectors: chunk id -> vector for the new chunks that embedded.
-        failures: (chunk_id, message) for chunks the model rejected alone.
+        vectors: chunk id -> vector, for every id in ``plan.new_ids``.
     """
 
     plan: DocumentPlan
     vectors: dict[str, np.ndarray]
-    failures: tuple[tuple[str, str], ...] = ()
 
 
 class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyModel]):
@@ -93,13 +105,10 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
     failing batch is split until the bad texts are found).
     """
 
-    def __init__(
-        self, spec: ModelSpec, max_batch_size: int = 64, max_batch_duration_secs: float | None = None
-    ):
+    def __init__(self, spec: ModelSpec, max_batch_size: int = 64):
         super().__init__()
         self.spec = spec
         self._max_batch_size = max_batch_size
-        self._max_batch_duration_secs = max_batch_duration_secs
 
     def load_model(self) -> _LazyModel:
         return _LazyModel(self.spec)
@@ -119,17 +128,9 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         return out
 
     def batch_elements_kwargs(self) -> dict[str, Any]:
-        # Batches are counted in chunks to embed, not in documents.
-        return {
-            "min_batch_size": 1,
-            "max_batch_size": self._max_batch_size,
-            **(
-                {"max_batch_duration_secs": self._max_batch_duration_secs}
-                if self._max_batch_duration_secs
-                else {}
-            ),
-            "element_size_fn": _misses_count,
-        }
+        # Batches are counted in chunks to embed, not in documents; no
+        # duration: see the module docstring.
+        return {"min_batch_size": 1, "max_batch_size": self._max_batch_size, "element_size_fn": _misses_count}
 
     def get_metrics_namespace(self) -> str:
         return "ragsync_embed"
@@ -139,59 +140,27 @@ def _misses_count(item: PlanToEmbed) -> int:
     return max(1, len(item.misses))
 
 
-def _windowed(out: Any, timestamp: Any, window: Any) -> Any:
-    """Outputs of ``finish_bundle`` need an explicit timestamp and window:
-    the input's, so a streaming runner does not take them for late data."""
-    if isinstance(out, beam.pvalue.TaggedOutput):
-        return beam.pvalue.TaggedOutput(out.tag, WindowedValue(out.value, timestamp, (window,)))
-    return WindowedValue(out, timestamp, (window,))
+def _new_chunks_count(keyed: tuple[str, DocumentPlan]) -> int:
+    return max(1, len(keyed[1].new_ids))
 
 
-class _CacheLookupFn(beam.DoFn):
-    """(doc_id, DocumentPlan) -> PlanToEmbed with the cached vectors and the
-    chunks still to embed. Looks up the cache in batches."""
+class _CacheLookupFn(CatalogDoFn):
+    """A batch of (doc_id, DocumentPlan) -> one PlanToEmbed per plan, with the
+    cached vectors and the chunks still to embed (one cache query per batch)."""
 
     def __init__(self, settings: Settings, model_version: str) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.model_version = model_version
-        self._catalog: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._hits = counter("embedding_cache_hits")
         self._misses = counter("embedding_cache_misses")
 
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
+    def process(self, batch: list[tuple[str, DocumentPlan]]) -> Iterator[PlanToEmbed]:
+        yield from self._lookup([plan for _, plan in batch])
 
-    def start_bundle(self) -> None:
-        self._buffer: list[DocumentPlan] = []
-        self._pending = 0
-        self._last: tuple[Any, Any] = (0, GlobalWindow())
-
-    def process(
-        self,
-        keyed: tuple[str, DocumentPlan],
-        timestamp: Any = beam.DoFn.TimestampParam,
-        window: Any = beam.DoFn.WindowParam,
-    ) -> Iterator[Any]:
-        plan = keyed[1]
-        self._buffer.append(plan)
-        self._pending += len(plan.new_ids)
-        self._last = (timestamp, window)
-        if self._pending >= _LOOKUP_BATCH:
-            yield from self._flush()
-
-    def finish_bundle(self) -> Iterator[Any]:
-        timestamp, window = self._last
-        for out in self._flush():
-            yield _windowed(out, timestamp, window)
-
-    def _flush(self) -> Iterator[Any]:
-        if not self._buffer:
-            return
-        plans, self._buffer, self._pending = self._buffer, [], 0
+    def _lookup(self, plans: list[DocumentPlan]) -> Iterator[PlanToEmbed]:
         hashes = {c.chunk_id: c.text_hash for p in plans for c in p.chunks}
         wanted = sorted({hashes[cid] for p in plans for cid in p.new_ids})
         cached = self._catalog.get_embeddings(wanted, self.model_version) if wanted else {}
@@ -210,27 +179,27 @@ class _CacheLookupFn(beam.DoFn):
             yield PlanToEmbed(plan, hits, misses)
 
 
-class _CacheStoreFn(beam.DoFn):
-    """PredictionResult -> EmbeddedPlan; good vectors go to the cache."""
+class _CacheStoreFn(CatalogDoFn):
+    """PredictionResult -> EmbeddedPlan; good vectors go to the cache.
+
+    Raises ``EmbedFailedError`` for a plan with a chunk the model rejected (or
+    a vector of the wrong shape): the step's exception handling dead-letters
+    that document, after its good vectors were cached.
+    """
 
     def __init__(self, settings: Settings, model_version: str, dim: int, show_progress: bool) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.model_version = model_version
         self.dim = dim
         self.show_progress = show_progress
-        self._catalog: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._embedded = counter("chunks_embedded")
         self._progress = Progress("embed", "chunks", 0, enabled=self.show_progress)
 
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
-
     def process(self, result: PredictionResult) -> Iterator[EmbeddedPlan]:
-        item: Any = result.example
+        item: Any = result.example  # PlanToEmbed (RunInference types it loosely)
         raw: Any = result.inference
         inferences: list[Any] = list(raw)
         vectors = dict(item.cached)
@@ -250,19 +219,25 @@ class _CacheStoreFn(beam.DoFn):
             self._catalog.put_embeddings(fresh, self.model_version)
         self._embedded.inc(len(fresh))
         self._progress.add(len(fresh))
-        yield EmbeddedPlan(item.plan, vectors, tuple(failures))
+        if failures:
+            msgs = "; ".join(f"{cid}: {m}" for cid, m in failures[:3])
+            raise EmbedFailedError(f"{len(failures)} chunks could not be embedded: {msgs}")
+        missing = [cid for cid in item.plan.new_ids if cid not in vectors]
+        if missing:
+            raise EmbedFailedError(f"{len(missing)} chunks have no vector")
+        yield EmbeddedPlan(item.plan, vectors)
 
 
 class EmbedChunks(beam.PTransform):
     """Embed each plan's new chunks: cache lookup by (text_hash,
-    model_version), then RunInference on the misses in micro-batches of up to
-    64 chunks, or (streaming, ``max_batch_duration_s=0.2``) 64 chunks or
-    200 ms. A bounded run batches within its large bundles and needs no
-    timer (FnApiRunner's batch mode rejects the timer-based batcher).
+    model_version) in batches of up to 256 chunks, then RunInference on the
+    misses in batches of up to ``settings.embed_batch_size`` chunks, both
+    within a bundle (module docstring).
 
-    Input: ``(doc_id, DocumentPlan)``. Output: ``EmbeddedPlan`` (vectors for
-    the new chunks, and the chunks the model rejected even alone; the write
-    stage dead-letters documents with failures).
+    Input: ``(doc_id, DocumentPlan)``. Outputs: ``embedded`` (``EmbeddedPlan``,
+    a vector for every new chunk) and ``dead`` (a list of ``DeadLetter``
+    PCollections, left unflattened: see ``transforms/chain.py``) for the
+    documents whose lookup, inference or vectors failed.
     """
 
     def __init__(
@@ -270,24 +245,31 @@ class EmbedChunks(beam.PTransform):
         settings: Settings,
         spec: ModelSpec,
         *,
-        max_batch_duration_s: float | None = None,
         show_progress: bool = False,
     ) -> None:
         super().__init__()
-        if max_batch_duration_s is not None and max_batch_duration_s <= 0:
-            raise ValueError("max_batch_duration_s must be positive or None")
         self.settings = settings
         self.spec = spec
-        self.max_batch_duration_s = max_batch_duration_s
         self.show_progress = show_progress
 
-    def expand(self, plans: beam.PCollection) -> beam.PCollection:
+    def expand(self, plans: beam.PCollection) -> dict[str, Any]:
         version = self.spec.version
-        looked = plans | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version))
-        handler = PlanEmbeddingHandler(
-            self.spec,
-            max_batch_size=self.settings.embed_batch_size,
-            max_batch_duration_secs=self.max_batch_duration_s,
+        batches = plans | "BatchForLookup" >> beam.BatchElements(
+            min_batch_size=_LOOKUP_BATCH, max_batch_size=_LOOKUP_BATCH, element_size_fn=_new_chunks_count
         )
+        looked = (
+            batches
+            | "CacheLookup" >> beam.ParDo(_CacheLookupFn(self.settings, version)).with_exception_handling()
+        )
+        handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
+        inferred, failed = looked["good"] | "RunInference" >> RunInference(handler).with_exception_handling()
         store = _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
-        return looked | "RunInference" >> RunInference(handler) | "CacheStore" >> beam.ParDo(store)
+        stored = inferred | "CacheStore" >> beam.ParDo(store).with_exception_handling()
+        return {
+            "embedded": stored["good"],
+            "dead": [
+                looked["bad"] | "LookupDeadLetters" >> ToDeadLetters("embed"),
+                failed.failed_inferences | "InferenceDeadLetters" >> ToDeadLetters("embed"),
+                stored["bad"] | "StoreDeadLetters" >> ToDeadLetters("embed"),
+            ],
+        }

@@ -27,7 +27,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
 from ragsync.errors import InvalidEventError
 from ragsync.model import Event, QueuedEvent, SourceFile
-from transforms.common import counter
+from transforms.common import CatalogDoFn, CatalogStep, counter
 
 STALE = "stale"
 DUPLICATE = "duplicate"
@@ -142,28 +142,20 @@ class EventQueueSource(UnboundedSource):
 # -- decode and resolve --------------------------------------------------------
 
 
-class _ResolveFn(beam.DoFn):
+class _ResolveFn(CatalogDoFn):
     """Event row -> (doc_id, QueuedEvent); an unknown source, or an upsert whose
     content_uri lies outside the source's location, is an ``invalid_event``
     dead letter."""
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._sources: dict[str, tuple[str, str] | None] = {}
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
         if event.source_id not in self._sources:
             source = self._catalog.get_source(event.source_id)
-            self._sources[event.source_id] = (source["tenant_id"], source["uri"] or "") if source else None
+            self._sources[event.source_id] = (source.tenant_id, source.uri) if source else None
         found = self._sources[event.source_id]
         if found is None:
             raise InvalidEventError(
@@ -197,7 +189,7 @@ def known_versions(catalog: Any, doc_id: str) -> DocVersions:
     )
 
 
-class _GateFn(beam.DoFn):
+class _GateFn(CatalogDoFn):
     """(doc_id, QueuedEvent) -> the event to apply, tagged by op, or tagged
     ``stale`` / ``duplicate``.
 
@@ -214,19 +206,10 @@ class _GateFn(beam.DoFn):
     CONTENT = ReadModifyWriteStateSpec("content_version", coders.StrUtf8Coder())
     PERMS = ReadModifyWriteStateSpec("acl_version", coders.StrUtf8Coder())
 
-    def __init__(self, settings: Settings | None) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        if self.settings is not None:
-            self._catalog = open_catalog(self.settings)
+        super().setup()
         self._stale = counter("events_stale")
         self._duplicate = counter("events_duplicate")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(
         self,
@@ -291,20 +274,9 @@ def upsert_to_source_file(qe: QueuedEvent, acl_groups: tuple[str, ...] | None = 
     )
 
 
-class _UpsertToWorkFn(beam.DoFn):
+class _UpsertToWorkFn(CatalogDoFn):
     """QueuedEvent (upsert) -> SourceFile. Permissions: a newer permission
     change already applied wins over the groups this older upsert carries."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
-    def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, qe: QueuedEvent) -> Iterator[SourceFile]:
         acl = self._catalog.get_acl_version(qe.doc_id)
@@ -314,12 +286,8 @@ class _UpsertToWorkFn(beam.DoFn):
         yield upsert_to_source_file(qe, groups)
 
 
-class UpsertsToWork(beam.PTransform):
+class UpsertsToWork(CatalogStep):
     """Input: upsert ``QueuedEvent``. Output: ``SourceFile`` for FetchDocuments."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, events: beam.PCollection) -> beam.PCollection:
-        return events | "UpsertToWork" >> beam.ParDo(_UpsertToWorkFn(self.settings))
+    fn = _UpsertToWorkFn
+    label_ = "UpsertToWork"

@@ -12,7 +12,7 @@ from connectors.location import source_location
 from connectors.reader import ContentReader, FetchLimits
 from ragsync import ids
 from ragsync.chunking import ChunkerConfig
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.decisions import FetchAction, choose_canonical, fetch_action
 from ragsync.errors import (
     ConfigurationError,
@@ -23,7 +23,7 @@ from ragsync.errors import (
 )
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import ToDeadLetters, counter
+from transforms.common import CatalogDoFn, ToDeadLetters, counter
 from transforms.io import BeamFileSystem, write_bytes_once
 
 UNCHANGED = "unchanged"
@@ -31,7 +31,7 @@ ACL_ONLY = "acl_only"
 DUPLICATE = "duplicate"
 
 
-class _FetchFn(beam.DoFn):
+class _FetchFn(CatalogDoFn):
     """SourceFile -> FetchedDocument: to process (main), ``unchanged`` or ``acl_only``.
 
     Raises a ``RagsyncError`` for permanent problems (no permissions, empty,
@@ -41,12 +41,8 @@ class _FetchFn(beam.DoFn):
     (never one the work item names), within the byte and time limits.
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._seen = counter("documents_seen")
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
@@ -57,22 +53,18 @@ class _FetchFn(beam.DoFn):
         key = (item.tenant_id, item.source_id)
         if key not in self._readers:
             source = self._catalog.get_source(item.source_id)
-            if source is None or source["tenant_id"] != item.tenant_id or not source.get("uri"):
+            if source is None or source.tenant_id != item.tenant_id or not source.uri:
                 raise OutsideLocationError(
                     f"source {item.source_id!r} declares no location, so it takes no content_uri "
                     "(register it with `ragsync sources add ... --uri ROOT`)"
                 )
             try:
-                location = source_location(source["uri"], reserved=self.settings.reserved_locations)
+                location = source_location(source.uri, reserved=self.settings.reserved_locations)
             except ConfigurationError as exc:
                 raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
             limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
             self._readers[key] = ContentReader(location, limits, BeamFileSystem())
         return self._readers[key]
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
         self._seen.inc()
@@ -130,7 +122,7 @@ class _FetchFn(beam.DoFn):
         yield doc
 
 
-class _LinkDuplicatesFn(beam.DoFn):
+class _LinkDuplicatesFn(CatalogDoFn):
     """(tenant|content_hash, [FetchedDocument]) -> the canonical copy to process
     (main) and the other copies (``duplicate``).
 
@@ -139,17 +131,9 @@ class _LinkDuplicatesFn(beam.DoFn):
     permissions.
     """
 
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._dups = counter("documents_duplicate")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, keyed: tuple[str, Iterable[FetchedDocument]]) -> Iterator[Any]:
         _, docs_iter = keyed

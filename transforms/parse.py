@@ -10,11 +10,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, parse
-from transforms.common import ToDeadLetters, counter
+from transforms.common import CatalogDoFn, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
 
 
@@ -74,7 +74,7 @@ def _read_elements(uri: str) -> tuple[Element, ...]:
     return tuple(Element.from_json(line) for line in read_bytes(uri).decode("utf-8").splitlines() if line)
 
 
-class _ParseFn(beam.DoFn):
+class _ParseFn(CatalogDoFn):
     """FetchedDocument -> ParsedDocument, run in a child process.
 
     Elements are stored once per (content hash, parser version): a document
@@ -82,10 +82,6 @@ class _ParseFn(beam.DoFn):
     raises the parser's ``RagsyncError``; a hang or crash of the child process
     is reported by Beam's wrapper as TimeoutError/BrokenProcessPool.
     """
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
 
     def setup(self) -> None:
         _die_with_parent()
@@ -96,11 +92,7 @@ class _ParseFn(beam.DoFn):
         # an address-space cap would refuse.
         limit = self.settings.parse_memory_mb * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
-        self._catalog = open_catalog(self.settings)
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
+        super().setup()
 
     def process(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
         cat = self._catalog

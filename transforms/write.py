@@ -14,20 +14,24 @@ import apache_beam as beam
 import numpy as np
 
 from ragsync import near_dup
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.decisions import backoff_delay, version_key
-from ragsync.errors import RagsyncError, is_retryable
+from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
-from transforms.common import Progress, StoresDoFn, ToDeadLetters, counter, dead_letter_from_exception
+from transforms.common import (
+    CatalogDoFn,
+    CatalogStep,
+    Progress,
+    StoresDoFn,
+    ToDeadLetters,
+    counter,
+)
 from transforms.embed import EmbeddedPlan
 
 
-class EmbedFailedError(RagsyncError):
-    error_class = "embed_failed"
-
-
 class _WriteFn(StoresDoFn):
-    """EmbeddedPlan -> the DocumentPlan once written, or a DeadLetter.
+    """EmbeddedPlan -> the DocumentPlan once written (``superseded`` when a
+    newer version overtook it).
 
     Timeline for one document (each step idempotent, so a crash anywhere and a
     replay of the same plan converge):
@@ -67,16 +71,6 @@ class _WriteFn(StoresDoFn):
 
     def process(self, embedded: EmbeddedPlan) -> Iterator[Any]:
         plan = embedded.plan
-        if embedded.failures:
-            msgs = "; ".join(f"{cid}: {m}" for cid, m in embedded.failures[:3])
-            err = EmbedFailedError(f"{len(embedded.failures)} chunks could not be embedded: {msgs}")
-            yield beam.pvalue.TaggedOutput("dead", dead_letter_from_exception("embed", plan.doc, err))
-            return
-        missing = [cid for cid in plan.new_ids if cid not in embedded.vectors]
-        if missing:
-            err = EmbedFailedError(f"{len(missing)} chunks have no vector")
-            yield beam.pvalue.TaggedOutput("dead", dead_letter_from_exception("embed", plan.doc, err))
-            return
         if self._superseded(plan):
             # A newer version of this document was accepted (or it was
             # deleted) while this one was being embedded: writing it now
@@ -177,45 +171,30 @@ class WriteIndexes(beam.PTransform):
     def expand(self, embedded: beam.PCollection) -> dict[str, Any]:
         out = embedded | "Write" >> beam.ParDo(
             _WriteFn(self.settings, self.dim, self.total, self.show_progress)
-        ).with_outputs("dead", main="written").with_exception_handling(main_tag="written")
+        ).with_outputs("superseded", main="written").with_exception_handling(main_tag="written")
         return {
             "written": out["written"],
             "superseded": out["superseded"],
-            "dead": [out["dead"], out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")],
+            "dead": [out["bad"] | "WriteDeadLetters" >> ToDeadLetters("write")],
         }
 
 
-class _RecordDuplicateFn(beam.DoFn):
+class _RecordDuplicateFn(CatalogDoFn):
     """FetchedDocument (exact copy) -> its catalog row marks the canonical copy."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        self._catalog: Any = None
-
-    def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id)
         yield doc
 
 
-class RecordDuplicates(beam.PTransform):
+class RecordDuplicates(CatalogStep):
     """Input: ``FetchedDocument`` copies. Output: the same, once recorded."""
 
-    def __init__(self, settings: Settings) -> None:
-        super().__init__()
-        self.settings = settings
-
-    def expand(self, docs: beam.PCollection) -> beam.PCollection:
-        return docs | "RecordDuplicate" >> beam.ParDo(_RecordDuplicateFn(self.settings))
+    fn = _RecordDuplicateFn
+    label_ = "RecordDuplicate"
 
 
-class _DeadLetterSinkFn(beam.DoFn):
+class _DeadLetterSinkFn(CatalogDoFn):
     """DeadLetter -> a row in the dead-letter table (once per failure: a
     replay adds none); the document's status becomes ``dead_letter``.
 
@@ -225,18 +204,13 @@ class _DeadLetterSinkFn(beam.DoFn):
     """
 
     def __init__(self, settings: Settings, max_attempts: int) -> None:
-        self.settings = settings
+        super().__init__(settings)
         self.max_attempts = max_attempts
-        self._catalog: Any = None
 
     def setup(self) -> None:
-        self._catalog = open_catalog(self.settings)
+        super().setup()
         self._count = counter("dead_lettered")
         self._retried = counter("events_retried")
-
-    def teardown(self) -> None:
-        if self._catalog is not None:
-            self._catalog.close()
 
     def process(self, dl: DeadLetter) -> Iterator[str]:
         if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:

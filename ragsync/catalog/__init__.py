@@ -1,39 +1,71 @@
 """The catalog database: schema, migrations and the typed :class:`Catalog` API.
 
-Plain Python (SQLAlchemy Core); runs on SQLite and PostgreSQL. See
-:mod:`ragsync.catalog.catalog` for conventions (timestamps are float epoch
+Plain Python (SQLAlchemy); runs on SQLite and PostgreSQL. The only package
+that holds SQL: every other layer calls :class:`Catalog` methods. See
+:mod:`ragsync.catalog.catalog` for the repositories it combines and
+:mod:`ragsync.catalog.base` for conventions (timestamps are float epoch
 seconds, UTC).
 """
 
-from ragsync.catalog.catalog import (
-    BATCH_SIZE,
+from ragsync.catalog import schema
+from ragsync.catalog.base import BATCH_SIZE, ConflictError, create_catalog_engine, new_id, normalize_url
+from ragsync.catalog.catalog import Catalog
+from ragsync.catalog.dead_letters import DeadLetterRow, event_id_of_payload, event_of_payload
+from ragsync.catalog.documents import (
     STATUS_FETCHED,
     STATUS_INDEXED,
-    Catalog,
-    DeadLetterRow,
     DocumentRow,
     FetchRecord,
     ParsedRow,
-    create_catalog_engine,
     make_indexed_version,
-    normalize_url,
 )
-from ragsync.catalog.migrations import MIGRATIONS, Migration, applied_versions, migrate
+from ragsync.catalog.index_versions import IndexVersion
+from ragsync.catalog.migrations import LegacyCatalogError, current_revision, head_revision, migrate
+from ragsync.catalog.sources import (
+    BACKFILL_REASONS,
+    BACKFILL_STATES,
+    ID_PATTERN,
+    SOURCE_TYPES,
+    SYNC_KINDS,
+    SYNC_MODES,
+    ApiKeyRow,
+    BackfillRow,
+    SourceRow,
+    SyncRequestRow,
+    TenantRow,
+)
 
 __all__ = [
+    "BACKFILL_REASONS",
+    "BACKFILL_STATES",
     "BATCH_SIZE",
-    "MIGRATIONS",
+    "ID_PATTERN",
+    "SOURCE_TYPES",
     "STATUS_FETCHED",
     "STATUS_INDEXED",
+    "SYNC_KINDS",
+    "SYNC_MODES",
+    "ApiKeyRow",
+    "BackfillRow",
     "Catalog",
+    "ConflictError",
     "DeadLetterRow",
     "DocumentRow",
     "FetchRecord",
-    "Migration",
+    "IndexVersion",
+    "LegacyCatalogError",
     "ParsedRow",
-    "applied_versions",
+    "SourceRow",
+    "SyncRequestRow",
+    "TenantRow",
     "create_catalog_engine",
+    "current_revision",
+    "event_id_of_payload",
+    "event_of_payload",
+    "head_revision",
     "make_indexed_version",
     "migrate",
+    "new_id",
     "normalize_url",
+    "schema",
 ]

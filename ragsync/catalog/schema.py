@@ -10,9 +10,11 @@ Portability rules (so one schema runs on both backends):
 * versions and hashes are text; ``source_version`` is compared only for
   equality in SQL, never ordered (an mtime and an etag do not sort alike).
 
-This module describes the *current* schema. It must only change together with
-a new step in :mod:`ragsync.catalog.migrations` that brings an existing
-database to it; ``migrate`` creates tables from here.
+This module describes the *current* schema. It changes only together with a
+new Alembic revision in :mod:`ragsync.catalog.migrations` that brings an
+existing database to it (``tests/test_catalog.py`` compares the two). The
+migrations never create tables from here: each revision holds its own frozen
+DDL.
 """
 
 from __future__ import annotations
@@ -49,7 +51,7 @@ sources = Table(
     Column("cursor", Text, nullable=True),
     Column("created_at", Double, nullable=False),
     Column("last_reconciled_at", Double, nullable=True),
-    # Migration 3 (control plane): how changes arrive, ``webhook`` or ``poll``.
+    # How changes arrive (control plane): ``webhook`` or ``poll``.
     Column("sync", String(16), nullable=True),
     Column("poll_interval_s", Integer, nullable=True),
 )
@@ -91,8 +93,8 @@ acls = Table(
     Column("updated_at", Double, nullable=False),
 )
 
-# Lookup table kept in step with ``acls.allow_groups`` by ``Catalog.upsert_acl``
-# (migration 2): "which ACLs of this tenant allow any of these groups" becomes an
+# Lookup table kept in step with ``acls.allow_groups`` by ``Catalog.upsert_acl``:
+# "which ACLs of this tenant allow any of these groups" becomes an
 # indexed query instead of a scan that decodes every ACL's JSON.
 acl_groups = Table(
     "acl_groups",
@@ -175,8 +177,8 @@ backfills = Table(
     Column("failed", BigInteger, nullable=False, default=0),
     Column("state", String(32), nullable=False),
     Column("created_at", Double, nullable=False),
-    # Migration 3 (control plane): the requested rate limit, and when the worker
-    # started and last reported progress (for the ETA).
+    # The requested rate limit, and when the worker started and last reported
+    # progress (for the ETA).
     Column("max_docs_per_s", Double, nullable=True),
     Column("started_at", Double, nullable=True),
     Column("updated_at", Double, nullable=True),
@@ -213,30 +215,7 @@ tombstones = Table(
     Column("completed_at", Double, nullable=True),
 )
 
-schema_migrations = Table(
-    "schema_migrations",
-    metadata,
-    Column("version", Integer, primary_key=True, autoincrement=False),
-    Column("applied_at", Double, nullable=False),
-)
-
-#: Tables created by migration 1, in creation order. Tables that later steps
-#: altered (``sources``, ``backfills``) are created by migration 1 from frozen
-#: copies of their version-1 shape in :mod:`ragsync.catalog.migrations`.
-V1_TABLES: tuple[Table, ...] = (
-    sources,
-    documents,
-    acls,
-    parsed_docs,
-    chunks,
-    embedding_cache,
-    events,
-    backfills,
-    dead_letters,
-    tombstones,
-)
-
-# ----------------------------------------------------------- control plane (migration 3)
+# ----------------------------------------------------------------- control plane
 
 tenants = Table(
     "tenants",
@@ -289,16 +268,7 @@ dead_letter_retries = Table(
     Index("ix_dead_letter_retries_state", "state"),
 )
 
-#: Tables created by migration 3, in creation order.
-V3_TABLES: tuple[Table, ...] = (tenants, api_keys, sync_requests, dead_letter_retries)
-
-#: Columns migration 3 adds to version-1 tables: ``{table name: (column names)}``.
-V3_ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
-    "sources": ("sync", "poll_interval_s"),
-    "backfills": ("max_docs_per_s", "started_at", "updated_at"),
-}
-
-# ----------------------------------------------------------- index versions (migration 4)
+# ---------------------------------------------------------------- index versions
 
 # One row per index version (``ragsync.index_versions``): the physical vector
 # collection and keyword directory built for one embedding model, behind the
@@ -319,10 +289,7 @@ index_versions = Table(
     Column("note", Text, nullable=False, default=""),  # JSON gate report or refusal reason
 )
 
-#: Tables created by migration 4.
-V4_TABLES: tuple[Table, ...] = (index_versions,)
-
-# ----------------------------------------------------------- streaming sync (migration 5)
+# ---------------------------------------------------------------- streaming sync
 
 # Version gate bookkeeping that ``documents`` does not hold: the source version
 # of the last applied permission change (content versions live in
@@ -351,10 +318,7 @@ freshness = Table(
     Index("ix_freshness_source_lane", "source_id", "lane"),
 )
 
-#: Tables created by migration 5.
-V5_TABLES: tuple[Table, ...] = (acl_versions, freshness)
-
-# ----------------------------------------------------------- near duplicates (migration 6)
+# --------------------------------------------------------------- near duplicates
 
 # MinHash signature and near-duplicate group of each indexed document
 # (``ragsync.near_dup``); band keys find candidates without a full scan.
@@ -376,6 +340,3 @@ doc_bands = Table(
     Column("band_key", String(64), primary_key=True),
     Column("doc_id", String(_ID), primary_key=True),
 )
-
-#: Tables created by migration 6.
-V6_TABLES: tuple[Table, ...] = (doc_signatures, doc_bands)

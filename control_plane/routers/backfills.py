@@ -1,0 +1,70 @@
+"""``POST /v1/backfills`` and ``GET /v1/backfills/{backfill_id}``: re-embedding,
+re-parsing and re-chunking backfills of the caller's documents."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from fastapi import APIRouter
+from pydantic import BaseModel, ConfigDict, Field
+
+from control_plane.deps import CatalogDep, Tenant, path_id, view
+from control_plane.errors import ERRORS, not_found
+from ragsync.catalog import ID_PATTERN, BackfillRow
+
+router = APIRouter()
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BackfillIn(_Model):
+    """``POST /v1/backfills`` body."""
+
+    reason: Literal["embedding_model", "parser", "chunker"]
+    target_index: str = Field(pattern=ID_PATTERN, description="the new index version, e.g. chunks_v2")
+    max_docs_per_s: float = Field(gt=0, le=1_000_000, allow_inf_nan=False)
+
+
+class BackfillOut(BaseModel):
+    """A backfill and its progress."""
+
+    backfill_id: str
+    reason: str
+    target_index: str
+    max_docs_per_s: float | None
+    state: str
+    total: int
+    done: int
+    failed: int
+    eta_s: float | None
+    created_at: float
+
+
+def _backfill_out(row: BackfillRow) -> BackfillOut:
+    return view(BackfillOut, row, eta_s=row.eta_s())
+
+
+@router.post(
+    "/v1/backfills", status_code=201, response_model=BackfillOut, tags=["backfills"], responses=ERRORS
+)
+def create_backfill(body: BackfillIn, tenant_id: Tenant, catalog: CatalogDep) -> BackfillOut:
+    """Request a re-embedding/re-parsing backfill of the caller's documents into ``target_index``."""
+    row = catalog.create_backfill(
+        reason=body.reason,
+        target_index=body.target_index,
+        max_docs_per_s=body.max_docs_per_s,
+        tenant_id=tenant_id,
+    )
+    return _backfill_out(row)
+
+
+@router.get("/v1/backfills/{backfill_id}", response_model=BackfillOut, tags=["backfills"], responses=ERRORS)
+def get_backfill(backfill_id: str, tenant_id: Tenant, catalog: CatalogDep) -> BackfillOut:
+    """A backfill's progress; ``eta_s`` from the rate so far, null when unknown."""
+    bid = path_id(backfill_id)
+    row = catalog.get_backfill(bid, tenant_id=tenant_id) if bid else None
+    if row is None:
+        raise not_found(f"backfill {backfill_id!r}")
+    return _backfill_out(row)

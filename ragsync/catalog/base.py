@@ -1,0 +1,237 @@
+"""What every catalog repository shares: the engine, its transactions and helpers.
+
+Conventions (the whole catalog follows them):
+
+* **Timestamps** are float seconds since the Unix epoch, UTC (``time.time()``),
+  in parameters, in row dataclasses and in the database. They subtract
+  directly (freshness = ``indexed_at - event_time``) and mean the same on
+  both backends.
+* **Lists** (ACL groups, ACL ids, heading paths, pages for review) are JSON
+  text in the database and tuples in the row types.
+* **Vectors** are stored as little-endian float32 bytes and returned as
+  ``numpy.float32`` arrays, bit-exact.
+* **Backends**: ``sqlite:///path`` (or a bare filesystem path) and
+  ``postgresql+psycopg://...``. SQLite runs in WAL mode with a 30 s busy
+  timeout; its write transactions start with ``BEGIN IMMEDIATE`` so two
+  writers queue on the lock instead of failing on a lock upgrade, and reads
+  start with a plain ``BEGIN`` so they never wait for a writer.
+* **Transactions**: every write method runs in one short transaction
+  (``self._engine.begin()``) and is idempotent or says why not; reads use
+  ``self._read_engine``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+from sqlalchemy import Column, Engine, create_engine, event, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import Connection
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.sql.schema import Table
+
+#: Largest number of values bound into one ``IN (...)`` clause or insert batch.
+BATCH_SIZE = 500
+
+_SQLITE_BEGIN_OPTION = "ragsync_sqlite_begin"
+
+T = TypeVar("T")
+
+
+class ConflictError(ValueError):
+    """The id is already taken (by this or another tenant; the message does not say which)."""
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _batches(items: Sequence[T], size: int = BATCH_SIZE) -> Iterator[Sequence[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _json_list(values: Iterable[Any]) -> str:
+    return json.dumps(list(values), ensure_ascii=False)
+
+
+def _tuple_from_json(text: str | None) -> tuple[Any, ...]:
+    return tuple(json.loads(text)) if text else ()
+
+
+def row_to(cls: type[T], row: Mapping[Any, Any], **overrides: Any) -> T:
+    """A row dataclass from a result row: every field named like a column,
+    then ``overrides`` (decoded JSON, derived fields).
+
+    Args:
+        cls: the row dataclass.
+        row: the result row (``RowMapping`` or a dict of column values).
+        overrides: field values that do not come straight from a column.
+    """
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    values = {k: v for k, v in row.items() if k in names}
+    values.update(overrides)
+    return cls(**values)
+
+
+def new_id(prefix: str) -> str:
+    """A random id with a readable prefix, e.g. ``bf_1f0c...``."""
+    return f"{prefix}_{secrets.token_hex(8)}"
+
+
+def normalize_url(url: str) -> str:
+    """Turn a bare filesystem path into a SQLite URL; leave URLs alone.
+
+    Args:
+        url: ``dialect+driver://...`` or a filesystem path.
+
+    Returns:
+        The URL; a path becomes ``sqlite:///<absolute path>``.
+    """
+    if "://" in url:
+        return url
+    return f"sqlite:///{Path(url).expanduser().resolve()}"
+
+
+def create_catalog_engine(url: str) -> Engine:
+    """Create an engine configured for the catalog.
+
+    SQLite: WAL, ``busy_timeout`` 30 s and ``synchronous=NORMAL`` on every
+    connection; the driver's legacy transaction handling is switched off and
+    SQLAlchemy emits ``BEGIN IMMEDIATE`` for transactions (``BEGIN DEFERRED``
+    when the connection has the execution option ``ragsync_sqlite_begin``),
+    which makes DDL transactional and queues writers on the lock. The parent
+    directory of a database file is created.
+
+    Args:
+        url: a SQLAlchemy URL or a bare filesystem path (SQLite).
+
+    Returns:
+        The engine (no connection is opened yet).
+    """
+    url = normalize_url(url)
+    if not url.startswith("sqlite"):
+        return create_engine(url, pool_pre_ping=True)
+
+    database = url.split(":///", 1)[1] if ":///" in url else ""
+    if database and database != ":memory:" and not database.startswith("file:"):
+        Path(database).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 30.0})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Autocommit at the driver level; SQLAlchemy's "begin" hook below owns BEGIN.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA busy_timeout = 30000")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        mode = conn.get_execution_options().get(_SQLITE_BEGIN_OPTION, "IMMEDIATE")
+        conn.exec_driver_sql(f"BEGIN {mode}")
+
+    return engine
+
+
+def read_only(engine: Engine) -> Engine:
+    """The engine for reads: on SQLite they begin DEFERRED, so they never queue behind a writer."""
+    return engine.execution_options(**{_SQLITE_BEGIN_OPTION: "DEFERRED"})
+
+
+class Repository:
+    """Base of the per-concern repositories that :class:`~ragsync.catalog.Catalog` combines.
+
+    Holds the engine (writes, ``BEGIN IMMEDIATE`` on SQLite) and the read
+    engine (``BEGIN DEFERRED``), and the dialect-aware upsert every
+    repository uses.
+    """
+
+    def __init__(self, engine: Engine) -> None:
+        """Wrap an engine whose schema is already migrated."""
+        self._engine = engine
+        self._dialect = engine.dialect.name
+        self._read_engine = read_only(engine)
+
+    def _find(self, table: Table, *, tenant_id: str | None = None, **key: Any) -> dict[str, Any] | None:
+        """The row of ``table`` whose columns equal ``key`` (a primary key), as a dict.
+
+        Args:
+            table: the table.
+            tenant_id: when given, another tenant's row counts as missing.
+            key: ``column=value`` pairs.
+
+        Returns:
+            The row, or None.
+        """
+        query = select(table).where(*(table.c[name] == value for name, value in key.items()))
+        if tenant_id is not None:
+            query = query.where(table.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else dict(row)
+
+    def _count_by(self, column: Column[Any], *where: Any, tenant_id: str | None = None) -> dict[str, int]:
+        """Rows of ``column``'s table counted by the column's value.
+
+        Args:
+            column: the column to group by.
+            where: extra conditions.
+            tenant_id: when given, only that tenant's rows.
+        """
+        query = select(column, func.count()).where(*where).group_by(column)
+        if tenant_id is not None:
+            query = query.where(column.table.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            return {str(value): int(n) for value, n in conn.execute(query).all()}
+
+    def _insert_new(self, table: Table, row: Mapping[str, Any], conflict: str) -> None:
+        """INSERT one row whose key must be new, in its own transaction.
+
+        Raises:
+            ConflictError: the key (or a unique column) is taken; the
+                message is ``conflict`` and nothing is written.
+        """
+        try:
+            with self._engine.begin() as conn:
+                conn.execute(table.insert().values(**row))
+        except IntegrityError as exc:
+            raise ConflictError(conflict) from exc
+
+    def _upsert(
+        self,
+        conn: Connection,
+        table: Table,
+        rows: Sequence[Mapping[str, Any]],
+        keys: Sequence[str],
+        update_columns: Sequence[str] | None,
+        overrides: Callable[[Any], Mapping[str, Any]] | None = None,
+    ) -> None:
+        """INSERT ... ON CONFLICT (keys) DO UPDATE / DO NOTHING, per dialect.
+
+        ``update_columns=None`` means DO NOTHING. ``overrides``, given the
+        statement's ``excluded`` namespace, returns extra ``column: expression``
+        assignments for the DO UPDATE.
+        Rows must be unique on ``keys`` (PostgreSQL refuses to update one row
+        twice in a statement).
+        """
+        if not rows:
+            return
+        stmt = postgresql.insert(table) if self._dialect == "postgresql" else sqlite.insert(table)
+        if update_columns is None:
+            final = stmt.on_conflict_do_nothing(index_elements=list(keys))
+        else:
+            set_: dict[str, Any] = {name: stmt.excluded[name] for name in update_columns}
+            if overrides is not None:
+                set_.update(overrides(stmt.excluded))
+            final = stmt.on_conflict_do_update(index_elements=list(keys), set_=set_)
+        for batch in _batches(rows):
+            conn.execute(final, list(batch))

@@ -1,0 +1,611 @@
+"""Documents and what hangs off them: ACLs, parsed documents, exact and near duplicates.
+
+Rows: :class:`DocumentRow` (``documents``), :class:`FetchRecord` (what a
+fetch writes) and :class:`ParsedRow` (``parsed_docs``). Tables: ``documents``,
+``acls``/``acl_groups``, ``parsed_docs``, ``doc_signatures``/``doc_bands``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import and_, case, func, select, update
+
+from ragsync.catalog import schema
+from ragsync.catalog.base import Repository, _batches, _json_list, _now, _tuple_from_json, row_to
+from ragsync.model import FetchedDocument
+
+#: Document statuses written by this module. Other stages may set their own
+#: with :meth:`DocumentsRepository.set_status` (for example ``"failed"`` or ``"deleted"``).
+STATUS_FETCHED = "fetched"
+STATUS_INDEXED = "indexed"
+
+
+def make_indexed_version(content_hash: str, source_version: str) -> str:
+    """The ``indexed_version`` string for a live content hash and source version.
+
+    Args:
+        content_hash: sha256 hex of the indexed bytes.
+        source_version: the source's version of the object.
+
+    Returns:
+        ``"<content_hash>@<source_version>"``.
+    """
+    return f"{content_hash}@{source_version}"
+
+
+# --------------------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True)
+class DocumentRow:
+    """One row of ``documents``.
+
+    Attributes:
+        doc_id: namespaced stable id.
+        source_id: registered source.
+        tenant_id: owner tenant.
+        source_object_id: id of the object inside the source.
+        uri: where the object was read from.
+        mime: detected content type ('' until detection).
+        size: bytes (-1 when unknown).
+        source_version: the latest fetched source version.
+        content_hash: sha256 hex of the latest fetched bytes.
+        canonical_doc_id: document whose chunks this content shares.
+        acl_id: ACL row of the document's permissions.
+        status: pipeline status (``fetched``, ``indexed`` or a stage's own).
+        error_class: error class of the last failure, else None.
+        parser_version: parser of the live version.
+        chunker_id: chunker config of the live version.
+        indexed_version: ``content_hash@source_version`` that is live, else None.
+        chunk_count: number of chunks of the live version.
+        indexed_at: epoch seconds of the last flip, else None.
+        deleted_at: epoch seconds of deletion, else None.
+        updated_at: epoch seconds of the last write to the row.
+    """
+
+    doc_id: str
+    source_id: str
+    tenant_id: str
+    source_object_id: str = ""
+    uri: str = ""
+    mime: str = ""
+    size: int = -1
+    source_version: str | None = None
+    content_hash: str | None = None
+    canonical_doc_id: str | None = None
+    acl_id: str | None = None
+    status: str = STATUS_FETCHED
+    error_class: str | None = None
+    parser_version: str | None = None
+    chunker_id: str | None = None
+    indexed_version: str | None = None
+    chunk_count: int = 0
+    indexed_at: float | None = None
+    deleted_at: float | None = None
+    updated_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class FetchRecord:
+    """What :meth:`Catalog.record_fetch` stores about a fetched document.
+
+    Attributes:
+        doc_id: namespaced stable id.
+        source_id: registered source.
+        tenant_id: owner tenant.
+        source_object_id: id of the object inside the source.
+        uri: where the object was read from.
+        size: bytes.
+        source_version: the source's version of the object.
+        content_hash: sha256 hex of the bytes.
+        acl_id: ACL row built from the object's groups.
+        canonical_doc_id: itself, or the document it duplicates.
+        mime: detected content type ('' when not yet detected).
+    """
+
+    doc_id: str
+    source_id: str
+    tenant_id: str
+    source_object_id: str
+    uri: str
+    size: int
+    source_version: str
+    content_hash: str
+    acl_id: str
+    canonical_doc_id: str
+    mime: str = ""
+
+    @classmethod
+    def from_fetched(cls, doc: FetchedDocument) -> FetchRecord:
+        """Build from the pipeline's :class:`~ragsync.model.FetchedDocument`."""
+        return cls(
+            doc_id=doc.doc_id,
+            source_id=doc.source.source_id,
+            tenant_id=doc.source.tenant_id,
+            source_object_id=doc.source.source_object_id,
+            uri=doc.source.uri,
+            size=doc.size,
+            source_version=doc.source.source_version,
+            content_hash=doc.content_hash,
+            acl_id=doc.acl_id,
+            canonical_doc_id=doc.canonical_doc_id,
+            mime=doc.mime,
+        )
+
+
+@dataclass(frozen=True)
+class ParsedRow:
+    """One row of ``parsed_docs``: where a parser's output for some bytes is stored.
+
+    Attributes:
+        content_hash: sha256 hex of the parsed bytes.
+        parser_version: version of the parser.
+        elements_uri: object-store uri of the element list.
+        pages: number of pages (0 when the format has none).
+        pages_for_review: pages not indexed (OCR below the bar).
+        ocr_confidence: mean OCR confidence, None when no page was OCR'd.
+    """
+
+    content_hash: str
+    parser_version: str
+    elements_uri: str
+    pages: int
+    pages_for_review: tuple[int, ...]
+    ocr_confidence: float | None
+
+
+def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
+    return row_to(DocumentRow, row)
+
+
+# --------------------------------------------------------------------- repository
+
+
+class DocumentsRepository(Repository):
+    """Documents, ACLs, parsed documents, exact and near duplicates."""
+
+    # -- ACLs ----------------------------------------------------------------------
+
+    def upsert_acl(self, acl_id: str, tenant_id: str, groups: Sequence[str]) -> None:
+        """Create or replace an ACL row and its group lookup rows.
+
+        Args:
+            acl_id: ACL id (stable for a set of groups).
+            tenant_id: owner tenant.
+            groups: groups allowed to read; stored sorted and de-duplicated.
+        """
+        unique = sorted(set(groups))
+        with self._engine.begin() as conn:
+            self._upsert(
+                conn,
+                schema.acls,
+                [
+                    {
+                        "acl_id": acl_id,
+                        "tenant_id": tenant_id,
+                        "allow_groups": _json_list(unique),
+                        "updated_at": _now(),
+                    }
+                ],
+                ["acl_id"],
+                ["tenant_id", "allow_groups", "updated_at"],
+            )
+            conn.execute(schema.acl_groups.delete().where(schema.acl_groups.c.acl_id == acl_id))
+            if unique:
+                conn.execute(
+                    schema.acl_groups.insert(),
+                    [{"tenant_id": tenant_id, "group_name": g, "acl_id": acl_id} for g in unique],
+                )
+
+    def get_acl_groups(self, acl_id: str) -> tuple[str, ...] | None:
+        """The groups of an ACL, sorted, or None when the ACL does not exist."""
+        with self._read_engine.connect() as conn:
+            text = conn.execute(
+                select(schema.acls.c.allow_groups).where(schema.acls.c.acl_id == acl_id)
+            ).scalar_one_or_none()
+        return None if text is None else _tuple_from_json(text)
+
+    def acl_ids_for_groups(self, tenant_id: str, groups: Sequence[str]) -> list[str]:
+        """ACL ids of a tenant that allow at least one of the groups.
+
+        Args:
+            tenant_id: tenant; ACLs of other tenants are never returned.
+            groups: the reader's groups.
+
+        Returns:
+            Sorted, unique ACL ids; ``[]`` when ``groups`` is empty.
+        """
+        unique = sorted(set(groups))
+        if not unique:
+            return []
+        t = schema.acl_groups
+        found: set[str] = set()
+        with self._read_engine.connect() as conn:
+            for batch in _batches(unique):
+                query = select(t.c.acl_id).where(t.c.tenant_id == tenant_id, t.c.group_name.in_(batch))
+                found.update(conn.execute(query).scalars())
+        return sorted(found)
+
+    # -- documents ---------------------------------------------------------------
+
+    def get_document(self, doc_id: str, *, tenant_id: str | None = None) -> DocumentRow | None:
+        """The document row, or None when the document is unknown (or, with
+        ``tenant_id``, another tenant's)."""
+        row = self._find(schema.documents, tenant_id=tenant_id, doc_id=doc_id)
+        return None if row is None else _document_from_row(row)
+
+    def find_indexed_by_content(
+        self, tenant_id: str, content_hash: str, exclude_doc_id: str
+    ) -> DocumentRow | None:
+        """Find the canonical indexed copy of some bytes, for exact-duplicate linking.
+
+        Args:
+            tenant_id: tenant to search (duplicates never cross tenants).
+            content_hash: sha256 hex of the bytes.
+            exclude_doc_id: the document asking (never returned).
+
+        Returns:
+            The indexed, non-deleted document of the tenant with this content
+            hash that is its own canonical document (smallest doc_id if several),
+            or None.
+        """
+        t = schema.documents
+        query = (
+            select(t)
+            .where(
+                t.c.tenant_id == tenant_id,
+                t.c.content_hash == content_hash,
+                t.c.doc_id != exclude_doc_id,
+                t.c.status == STATUS_INDEXED,
+                t.c.deleted_at.is_(None),
+                t.c.canonical_doc_id == t.c.doc_id,
+            )
+            .order_by(t.c.doc_id)
+            .limit(1)
+        )
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return None if row is None else _document_from_row(row)
+
+    def record_fetch(self, doc: FetchRecord | FetchedDocument | DocumentRow) -> None:
+        """Insert or update a document after its bytes were fetched and hashed.
+
+        The status becomes ``fetched``, except that a document already
+        ``indexed`` with the same content hash stays ``indexed`` (nothing to
+        redo). ``deleted_at`` and ``error_class`` are cleared; the live-version
+        fields (``indexed_version``, ``chunk_count``, ...) are left alone.
+
+        Args:
+            doc: the fetched document's identity, version, hash and ACL.
+        """
+        if isinstance(doc, FetchedDocument):
+            rec = FetchRecord.from_fetched(doc)
+        elif isinstance(doc, DocumentRow):
+            rec = FetchRecord(
+                doc_id=doc.doc_id,
+                source_id=doc.source_id,
+                tenant_id=doc.tenant_id,
+                source_object_id=doc.source_object_id,
+                uri=doc.uri,
+                size=doc.size,
+                source_version=doc.source_version or "",
+                content_hash=doc.content_hash or "",
+                acl_id=doc.acl_id or "",
+                canonical_doc_id=doc.canonical_doc_id or doc.doc_id,
+                mime=doc.mime,
+            )
+        else:
+            rec = doc
+        t = schema.documents
+        row = dataclasses.asdict(rec)
+        row.update(status=STATUS_FETCHED, error_class=None, deleted_at=None, updated_at=_now())
+
+        def keep_indexed(excluded: Any) -> dict[str, Any]:
+            # SET expressions see the old row, so this compares stored vs new hash.
+            same = and_(t.c.status == STATUS_INDEXED, t.c.content_hash == excluded.content_hash)
+            return {"status": case((same, STATUS_INDEXED), else_=STATUS_FETCHED)}
+
+        updated = [c for c in row if c not in ("doc_id", "status")]
+        with self._engine.begin() as conn:
+            self._upsert(conn, t, [row], ["doc_id"], updated, overrides=keep_indexed)
+
+    def set_status(self, doc_id: str, status: str, error_class: str | None = None) -> None:
+        """Set a document's status and error class (None clears it).
+
+        Args:
+            doc_id: the document; an unknown id changes nothing.
+            status: new status.
+            error_class: error class of the failure, or None.
+        """
+        t = schema.documents
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(t)
+                .where(t.c.doc_id == doc_id)
+                .values(status=status, error_class=error_class, updated_at=_now())
+            )
+
+    def flip_indexed_version(
+        self,
+        doc_id: str,
+        *,
+        content_hash: str,
+        source_version: str,
+        indexed_version: str,
+        chunker_id: str,
+        parser_version: str,
+        chunk_count: int,
+        indexed_at: float,
+        expected_version_guard: str | None = None,
+        mime: str | None = None,
+    ) -> bool:
+        """Make a new version of a document live, in one transaction.
+
+        Sets ``content_hash``, ``source_version``, ``indexed_version``,
+        ``chunker_id``, ``parser_version``, ``chunk_count``, ``indexed_at``,
+        ``status='indexed'`` and clears ``error_class``.
+
+        Args:
+            doc_id: the document.
+            content_hash: hash of the indexed bytes.
+            source_version: source version of the indexed bytes.
+            indexed_version: see :func:`make_indexed_version`.
+            chunker_id: chunker config id.
+            parser_version: parser version.
+            chunk_count: number of chunks now live.
+            indexed_at: epoch seconds.
+            expected_version_guard: when given, update only if the row's stored
+                ``source_version`` still equals it (a newer fetch has not
+                overtaken this one).
+            mime: detected content type to record (None keeps the stored one).
+
+        Returns:
+            True if the row was updated; False if the document does not exist
+            or the guard failed (then nothing changed).
+        """
+        t = schema.documents
+        stmt = update(t).where(t.c.doc_id == doc_id)
+        if expected_version_guard is not None:
+            stmt = stmt.where(t.c.source_version == expected_version_guard)
+        stmt = stmt.values(
+            content_hash=content_hash,
+            source_version=source_version,
+            indexed_version=indexed_version,
+            chunker_id=chunker_id,
+            parser_version=parser_version,
+            chunk_count=chunk_count,
+            indexed_at=indexed_at,
+            status=STATUS_INDEXED,
+            error_class=None,
+            updated_at=_now(),
+            **({"mime": mime} if mime is not None else {}),
+        )
+        with self._engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
+
+    def documents_for_source(self, source_id: str) -> list[DocumentRow]:
+        """All documents of a source (deleted ones included), ordered by doc_id."""
+        t = schema.documents
+        with self._read_engine.connect() as conn:
+            rows = conn.execute(select(t).where(t.c.source_id == source_id).order_by(t.c.doc_id)).mappings()
+            return [_document_from_row(r) for r in rows]
+
+    def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
+        """Number of documents per status, for one tenant or all."""
+        return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
+
+    def set_document_acl(self, doc_id: str, acl_id: str) -> None:
+        """Record the ACL id a document's permissions now map to."""
+        t = schema.documents
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.doc_id == doc_id).values(acl_id=acl_id, updated_at=_now()))
+
+    def content_in_use(self, content_hash: str, exclude_doc_id: str) -> bool:
+        """True when another live document has these bytes (keep the raw copy)."""
+        t = schema.documents
+        query = (
+            select(func.count())
+            .where(t.c.content_hash == content_hash)
+            .where(t.c.doc_id != exclude_doc_id)
+            .where(t.c.deleted_at.is_(None))
+        )
+        with self._read_engine.connect() as conn:
+            return int(conn.execute(query).scalar() or 0) > 0
+
+    # -- parsed documents ---------------------------------------------------------
+
+    def get_parsed(self, content_hash: str, parser_version: str) -> ParsedRow | None:
+        """The stored parse of some bytes by a parser version, or None."""
+        row = self._find(schema.parsed_docs, content_hash=content_hash, parser_version=parser_version)
+        if row is None:
+            return None
+        pages = tuple(int(p) for p in _tuple_from_json(row["pages_for_review"]))
+        return row_to(ParsedRow, row, pages_for_review=pages)
+
+    def put_parsed(
+        self,
+        content_hash: str,
+        parser_version: str,
+        elements_uri: str,
+        pages: int,
+        pages_for_review: Sequence[int] = (),
+        ocr_confidence: float | None = None,
+    ) -> None:
+        """Record (or overwrite) where a parse of some bytes is stored.
+
+        Args:
+            content_hash: sha256 hex of the bytes.
+            parser_version: version of the parser.
+            elements_uri: object-store uri of the elements.
+            pages: number of pages.
+            pages_for_review: pages not indexed.
+            ocr_confidence: mean OCR confidence, or None.
+        """
+        row = {
+            "content_hash": content_hash,
+            "parser_version": parser_version,
+            "elements_uri": elements_uri,
+            "pages": pages,
+            "pages_for_review": _json_list(int(p) for p in pages_for_review),
+            "ocr_confidence": ocr_confidence,
+        }
+        with self._engine.begin() as conn:
+            self._upsert(
+                conn,
+                schema.parsed_docs,
+                [row],
+                ["content_hash", "parser_version"],
+                ["elements_uri", "pages", "pages_for_review", "ocr_confidence"],
+            )
+
+    def pages_for_review(self, *, limit: int = 20) -> dict[str, Any]:
+        """Pages not indexed because OCR fell below the bar: totals and the
+        documents holding them (uri and page numbers)."""
+        p, d = schema.parsed_docs, schema.documents
+        query = (
+            select(d.c.doc_id, d.c.uri, p.c.pages_for_review)
+            .select_from(p.join(d, d.c.content_hash == p.c.content_hash))
+            .where(p.c.pages_for_review.is_not(None))
+            .where(p.c.pages_for_review != "[]")
+            .where(d.c.deleted_at.is_(None))
+            .order_by(d.c.doc_id)
+        )
+        docs = []
+        with self._read_engine.connect() as conn:
+            for doc_id, uri, pages_json in conn.execute(query).all():
+                pages = sorted(set(json.loads(pages_json or "[]")))
+                if pages:
+                    docs.append({"doc_id": doc_id, "uri": uri, "pages": pages})
+        return {
+            "documents": len(docs),
+            "pages": sum(len(x["pages"]) for x in docs),
+            "items": docs[:limit],
+        }
+
+    # -- exact duplicates ------------------------------------------------------------
+
+    def mark_duplicate(self, doc_id: str, canonical_doc_id: str) -> None:
+        """Record that ``doc_id`` is an exact copy served by ``canonical_doc_id``'s
+        chunks: status ``duplicate``, no chunks of its own."""
+        t = schema.documents
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(t)
+                .where(t.c.doc_id == doc_id)
+                .values(
+                    canonical_doc_id=canonical_doc_id,
+                    status="duplicate",
+                    error_class=None,
+                    indexed_at=_now(),
+                    updated_at=_now(),
+                )
+            )
+
+    def duplicates_of(self, canonical_doc_id: str) -> list[DocumentRow]:
+        """Live exact copies served by ``canonical_doc_id``'s chunks."""
+        t = schema.documents
+        query = (
+            select(t)
+            .where(t.c.canonical_doc_id == canonical_doc_id)
+            .where(t.c.doc_id != canonical_doc_id)
+            .where(t.c.status == "duplicate")
+            .where(t.c.deleted_at.is_(None))
+            .order_by(t.c.doc_id)
+        )
+        with self._read_engine.connect() as conn:
+            return [_document_from_row(r) for r in conn.execute(query).mappings()]
+
+    # -- near duplicates -------------------------------------------------------------
+
+    def set_near_dup(
+        self, doc_id: str, tenant_id: str, signature: np.ndarray, band_keys: Sequence[str]
+    ) -> str:
+        """Store a document's MinHash signature and join it to the group of
+        the most similar earlier document (``ragsync.near_dup.THRESHOLD``).
+
+        Returns:
+            The document's near-duplicate group id (its own doc id when it
+            resembles nothing).
+        """
+        from ragsync import near_dup
+
+        sigs, bands = schema.doc_signatures, schema.doc_bands
+        with self._read_engine.connect() as conn:
+            candidates = conn.execute(
+                select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+                .where(bands.c.tenant_id == tenant_id)
+                .where(bands.c.band_key.in_(list(band_keys)))
+                .where(sigs.c.doc_id != doc_id)
+                .distinct()
+            ).all()
+        group = doc_id
+        best = 0.0
+        for _other_id, other_sig, other_group in candidates:
+            sim = near_dup.similarity(signature, np.frombuffer(other_sig, dtype=np.uint64))
+            if sim >= near_dup.THRESHOLD and (sim > best or (sim == best and other_group < group)):
+                best, group = sim, other_group
+        row = {
+            "doc_id": doc_id,
+            "tenant_id": tenant_id,
+            "signature": np.asarray(signature, dtype=np.uint64).tobytes(),
+            "near_dup_group": group,
+            "updated_at": _now(),
+        }
+        with self._engine.begin() as conn:
+            self._upsert(conn, sigs, [row], ["doc_id"], ["signature", "near_dup_group", "updated_at"])
+            conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
+            conn.execute(
+                bands.insert(),
+                [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)],
+            )
+        return str(group)
+
+    def remove_near_dup(self, doc_id: str) -> None:
+        """Forget a deleted document's signature."""
+        with self._engine.begin() as conn:
+            conn.execute(schema.doc_bands.delete().where(schema.doc_bands.c.doc_id == doc_id))
+            conn.execute(schema.doc_signatures.delete().where(schema.doc_signatures.c.doc_id == doc_id))
+
+    def newest_of_groups(
+        self, doc_ids: Sequence[str], acl_ids: Sequence[str] | None = None
+    ) -> dict[str, str]:
+        """For each document, the newest indexed member of its near-duplicate
+        group (itself when it has no group). Newest = latest ``indexed_at``.
+        With ``acl_ids``, only members readable through them count, so a
+        newer draft a reader may not see never hides the one they may."""
+        sigs, d = schema.doc_signatures, schema.documents
+        out = {doc_id: doc_id for doc_id in doc_ids}
+        with self._read_engine.connect() as conn:
+            groups = {
+                r.doc_id: r.near_dup_group
+                for r in conn.execute(
+                    select(sigs.c.doc_id, sigs.c.near_dup_group).where(sigs.c.doc_id.in_(list(doc_ids)))
+                )
+            }
+            if not groups:
+                return out
+            query = (
+                select(sigs.c.near_dup_group, d.c.doc_id, d.c.indexed_at)
+                .select_from(sigs.join(d, d.c.doc_id == sigs.c.doc_id))
+                .where(sigs.c.near_dup_group.in_(sorted(set(groups.values()))))
+                .where(d.c.status == "indexed")
+            )
+            if acl_ids is not None:
+                query = query.where(d.c.acl_id.in_(list(acl_ids)))
+            members = conn.execute(query).all()
+        newest: dict[str, tuple[float, str]] = {}
+        for group, member, indexed_at in members:
+            key = (float(indexed_at or 0.0), member)
+            if group not in newest or key > newest[group]:
+                newest[group] = key
+        for doc_id, group in groups.items():
+            if group in newest:
+                out[doc_id] = newest[group][1]
+        return out
