@@ -42,9 +42,8 @@ from ragsync.parsing.ocr import (  # noqa: E402
     iter_image_pages,
     ocr_page,
     render_pdf_page,
-    tesseract_env,
-    tesseract_path,
 )
+from ragsync.parsing.ocr_engine import tesseract_env, tesseract_path  # noqa: E402
 
 DEFAULT_CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 IMAGES = [

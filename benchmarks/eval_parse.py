@@ -69,7 +69,7 @@ from ragsync.detect import detect_mime  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
 from ragsync.model import ElementType  # noqa: E402
 from ragsync.parsing import ParseResult, parse  # noqa: E402
-from ragsync.parsing.ocr import char_error_rate  # noqa: E402
+from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 ORDER_CAP = 20_000

@@ -7,7 +7,6 @@ import shutil
 import struct
 import tracemalloc
 import zlib
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,18 +14,11 @@ import pytest
 from ragsync.detect import choose_lane, needs_ocr
 from ragsync.errors import CorruptDocumentError, OcrBelowBarError, TooLargeError
 from ragsync.parsing import parse
-from ragsync.parsing.ocr import (
-    OcrOptions,
-    PageImage,
-    char_error_rate,
-    coverage,
-    ink_mask,
-    ocr_page,
-    parse_tsv,
-    text_ink,
-)
+from ragsync.parsing.ocr import OcrOptions, PageImage, ocr_page
+from ragsync.parsing.ocr_layout import parse_tsv
+from ragsync.parsing.ocr_quality import char_error_rate, coverage, ink_mask, text_ink
+from tests.corpus import CORPUS, CORPUS_MISSING
 
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 PDF = "application/pdf"
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -164,7 +156,8 @@ def test_scanned_pdf_is_ocrd_with_low_cer(page_a: bytes) -> None:
 @needs_tesseract
 def test_missing_text_lowers_coverage(page_a: bytes) -> None:
     """Confidence cannot see dropped regions; coverage does (half the words -> ~0.5)."""
-    from ragsync.parsing.ocr import _run_tesseract, iter_image_pages
+    from ragsync.parsing.ocr import iter_image_pages
+    from ragsync.parsing.ocr_engine import _run_tesseract
 
     page = next(iter_image_pages(page_a))
     tsv = parse_tsv(_run_tesseract(page.gray, 3, page.dpi, OcrOptions()))
@@ -298,9 +291,7 @@ def test_mixed_pdf_keeps_text_layer_and_ocr_order(page_b: bytes) -> None:
 
 # --------------------------------------------------------------------------- real corpus
 
-corpus_required = pytest.mark.skipif(
-    not (CORPUS / "ocr_groundtruth").is_dir(), reason="shared corpus not present at ../shared/corpus"
-)
+corpus_required = pytest.mark.skipif(not (CORPUS / "ocr_groundtruth").is_dir(), reason=CORPUS_MISSING)
 
 # Measured with tesseract 5.3.0 (eng, this code): phototest 0.0000, phototest-rotated-180
 # 0.0000, eurotext 0.0218 (German/French/Spanish accents and quotes; the eng model only).

@@ -24,10 +24,10 @@ from ragsync.errors import (
 )
 from ragsync.model import ElementType
 from ragsync.parsing import PARSER_VERSION, ParseResult, parse
+from tests.corpus import CORPUS, CORPUS_MISSING
 from tests.fixtures_gen import write_fixtures
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
@@ -205,9 +205,7 @@ def test_encrypted_pdf(tmp_path: Path) -> None:
 
 # --------------------------------------------------------------------------- real corpus
 
-corpus_required = pytest.mark.skipif(
-    not (CORPUS / "documents").is_dir(), reason="shared corpus not present at ../shared/corpus"
-)
+corpus_required = pytest.mark.skipif(not (CORPUS / "documents").is_dir(), reason=CORPUS_MISSING)
 
 _SAMPLE_QUOTA = {
     "application/pdf": 7,

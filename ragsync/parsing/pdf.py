@@ -13,24 +13,33 @@ from __future__ import annotations
 import ctypes
 import io
 import re
-import threading
 import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
-from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, NoTextError, TooLargeError
+from ragsync.errors import (
+    CorruptDocumentError,
+    EncryptedDocumentError,
+    NoTextError,
+    OcrBelowBarError,
+    TooLargeError,
+)
 from ragsync.model import ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, table_to_markdown
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ragsync.parsing.ocr import OcrOptions
-
-PDFIUM_LOCK = threading.RLock()
+from ragsync.parsing._pdfium import PDFIUM_LOCK
+from ragsync.parsing.ocr import (
+    MIN_TEXT_LAYER_CHARS,
+    OcrOptions,
+    OcrRawParse,
+    assemble,
+    ocr_pdf_pages,
+    page_needs_ocr,
+)
 
 _WORD = re.compile(r"\S+")
 _DIGITS = re.compile(r"\d+")
@@ -404,8 +413,6 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
             below the OCR bar.
         ConfigurationError: scanned pages but Tesseract is not installed.
     """
-    from ragsync.parsing.ocr import MIN_TEXT_LAYER_CHARS, page_needs_ocr
-
     ocr_indices: list[int] = []
     page_items: list[list[_Item]] = []
     candidates: list[int] = []
@@ -462,9 +469,6 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
     review: tuple[int, ...] = ()
     ocr_conf: float | None = None
     if ocr_indices:
-        from ragsync.errors import OcrBelowBarError
-        from ragsync.parsing.ocr import assemble, ocr_pdf_pages
-
         ocr_out, review, ocr_conf = assemble(ocr_pdf_pages(data, ocr_indices, ocr_options))
         if not ocr_out and review and not any(page_items):
             raise OcrBelowBarError(f"all {len(review)} scanned page(s) of the PDF are below the OCR bar")
@@ -521,8 +525,6 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
         else:
             out.append(RawElement(ElementType.PARAGRAPH, text, 0, p.page))
     if ocr_indices:
-        from ragsync.parsing.ocr import OcrRawParse
-
         out = sorted(out + ocr_out, key=lambda e: e.page)  # stable: text-layer order kept
         if not out:
             raise NoTextError("PDF holds only running headers/footers and blank scanned pages")

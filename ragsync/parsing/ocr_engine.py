@@ -1,0 +1,404 @@
+"""OCR engine: page images through the Tesseract command-line tool, judged against the bar.
+
+Each page is one ``tesseract stdin stdout tsv`` process fed an uncompressed
+8-bit PGM on stdin, with ``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP
+threading makes a page ~5x slower on a busy machine) and a per-page time
+limit. Pages run in parallel: a thread pool of ``min(pages, cpus)`` threads
+drives one single-threaded Tesseract process per page (the threads only
+wait on pipes and run numpy, so the GIL is not a bottleneck, no page image
+is pickled, and nothing is forked from a possibly multi-threaded worker).
+
+Quality bar (``ragsync.parsing.ocr_quality``): a page passes when
+``confidence >= min_confidence`` and ``coverage >= min_coverage``; a failing
+page is retried once on a denoised, binarised copy with ``--psm 6`` and the
+better of the two results is kept.
+
+Nothing here imports Apache Beam.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragsync.errors import ConfigurationError
+from ragsync.parsing.ocr_layout import join_lines, parse_tsv
+from ragsync.parsing.ocr_quality import BLANK_INK, SPECK_INK, GrayImage, coverage, denoise, ink_mask, text_ink
+
+DEFAULT_MIN_CONFIDENCE = 60.0
+# Coverage counts only text-like ink (see ``text_ink``). Measured on 27 corpus pages
+# (tesseract-test images, ocrmypdf-resources scans rendered at 300 dpi): text pages 0.91-1.00
+# (0.91: c02-22.pdf with a photo; the magazine pages with photos 0.995), a chart (graph.pdf)
+# 0.29, a photo with a few words (baiona.png) 0.62, noise pages 0 (no words). A page where
+# Tesseract misses half the text scores ~0.5 (tests/test_ocr.py). 0.7 keeps a margin of 0.2
+# below the worst real text page and flags a third or more of the text missing.
+DEFAULT_MIN_COVERAGE = 0.7
+DEFAULT_MAX_PIXELS = 100_000_000
+DEFAULT_PAGE_TIMEOUT_S = 120.0
+# PDF pages are rendered at 300 dpi, scaled down so that one page stays under this many pixels.
+DEFAULT_MAX_RENDER_PIXELS = 25_000_000
+RENDER_DPI = 300.0
+
+_TESSERACT_LOCK = threading.Lock()
+_tesseract_path: str | None = None
+
+
+@dataclass(frozen=True)
+class OcrOptions:
+    """Settings of the OCR path.
+
+    Attributes:
+        min_confidence: mean word confidence (0-100) a page needs to pass.
+        min_coverage: fraction of the page's ink inside recognised word
+            boxes a page needs to pass (0-1).
+        lang: Tesseract language(s), e.g. ``"eng"`` or ``"eng+deu"``.
+        timeout_s: limit for one Tesseract run on one page; a page that runs
+            past it fails the bar.
+        max_pixels: images (or PDF image objects) above this many pixels are
+            refused with ``TooLargeError`` before they are decoded.
+        max_render_pixels: PDF pages are rendered at 300 dpi, or lower so
+            that a page stays under this many pixels.
+        workers: parallel Tesseract processes; ``None`` means
+            ``min(pages, usable cpus)``.
+        retry: retry a failing page once on a denoised, binarised copy with
+            ``--psm 6``.
+    """
+
+    min_confidence: float = DEFAULT_MIN_CONFIDENCE
+    min_coverage: float = DEFAULT_MIN_COVERAGE
+    lang: str = "eng"
+    timeout_s: float = DEFAULT_PAGE_TIMEOUT_S
+    max_pixels: int = DEFAULT_MAX_PIXELS
+    max_render_pixels: int = DEFAULT_MAX_RENDER_PIXELS
+    workers: int | None = None
+    retry: bool = True
+
+
+@dataclass(frozen=True)
+class PageImage:
+    """One page to OCR.
+
+    Attributes:
+        page: 1-based page number reported back in ``PageOcr.page``.
+        gray: 8-bit grayscale pixels, shape ``(height, width)``, 0 = black.
+        dpi: resolution told to Tesseract (0 lets Tesseract estimate it).
+    """
+
+    page: int
+    gray: GrayImage
+    dpi: int = 300
+
+
+@dataclass(frozen=True)
+class PageOcr:
+    """OCR result of one page.
+
+    Attributes:
+        page: 1-based page number.
+        paragraphs: paragraphs in reading order, each a tuple of its lines
+            as Tesseract recognised them (hyphens kept).
+        confidence: mean word confidence 0-100 (0 when no word).
+        coverage: fraction of ink pixels inside recognised word boxes (0-1;
+            1 for a blank page).
+        words: number of recognised words.
+        ink: fraction of the page's pixels that are ink.
+        passed: whether the page met the bar (a blank page passes, with no text).
+        blank: nothing legible on the page.
+        psm: Tesseract page segmentation mode of the kept result.
+        retried: whether the denoise + ``--psm 6`` retry ran.
+        error: why Tesseract gave no result (timeout, crash), else ``""``.
+        seconds: wall time spent on the page.
+        rotation: clockwise degrees the kept result's image was turned
+            (orientation detection in the retry), 0 otherwise.
+    """
+
+    page: int
+    paragraphs: tuple[tuple[str, ...], ...]
+    confidence: float
+    coverage: float
+    words: int
+    ink: float
+    passed: bool
+    blank: bool = False
+    psm: int = 3
+    retried: bool = False
+    error: str = ""
+    seconds: float = 0.0
+    rotation: int = 0
+
+    @property
+    def text(self) -> str:
+        """Lines joined by newlines, paragraphs by blank lines (hyphens kept)."""
+        return "\n\n".join("\n".join(lines) for lines in self.paragraphs)
+
+    def paragraph_texts(self) -> list[str]:
+        """Each paragraph on one line, words split at line ends rejoined.
+
+        Returns:
+            Non-empty paragraph strings in reading order.
+        """
+        return join_lines(self.paragraphs)
+
+
+# --------------------------------------------------------------------------- tesseract
+
+
+def tesseract_path() -> str:
+    """Locate the ``tesseract`` binary (``$TESSERACT`` overrides ``PATH``).
+
+    Returns:
+        The executable's path.
+
+    Raises:
+        ConfigurationError: Tesseract is not installed.
+    """
+    global _tesseract_path
+    with _TESSERACT_LOCK:
+        if _tesseract_path is None:
+            found = os.environ.get("TESSERACT") or shutil.which("tesseract")
+            if not found:
+                raise ConfigurationError(
+                    "tesseract not found: install it (apt-get install tesseract-ocr) or set $TESSERACT"
+                )
+            _tesseract_path = found
+        return _tesseract_path
+
+
+def tesseract_env() -> dict[str, str]:
+    """The environment for a Tesseract run: ours with ``OMP_THREAD_LIMIT=1``.
+
+    Returns:
+        A new environment mapping.
+    """
+    return {**os.environ, "OMP_THREAD_LIMIT": "1"}
+
+
+def to_pgm(gray: GrayImage) -> bytes:
+    """Encode 8-bit grayscale pixels as binary PGM, or PBM when only 0 and 255 occur.
+
+    Uncompressed netpbm is what Tesseract reads from stdin fastest; a
+    bilevel page sent as PBM also skips Tesseract's own thresholding
+    (~8% less CPU on a 300 dpi page).
+
+    Args:
+        gray: ``(height, width)`` uint8 array.
+
+    Returns:
+        The PGM (``P5``) or PBM (``P4``) file bytes.
+    """
+    h, w = gray.shape
+    arr = np.ascontiguousarray(gray, dtype=np.uint8)
+    if not np.any((arr != 0) & (arr != 255)):
+        return b"P4\n%d %d\n" % (w, h) + np.packbits(arr == 0, axis=1).tobytes()
+    return b"P5\n%d %d\n255\n" % (w, h) + arr.tobytes()
+
+
+def _run_tesseract(
+    gray: GrayImage, psm: int, dpi: int, options: OcrOptions, *, tsv: bool = True, with_stderr: bool = False
+) -> str:
+    """Run Tesseract on one image and return its TSV output (plain when ``tsv`` is False).
+
+    ``with_stderr`` appends Tesseract's stderr (where ``--psm 0`` prints its
+    orientation report).
+
+    Raises:
+        TimeoutError: past ``options.timeout_s``.
+        RuntimeError: Tesseract exited with an error.
+    """
+    lang = "osd" if psm == 0 else options.lang  # OSD with -l eng misreads 180-degree pages
+    cmd = [tesseract_path(), "stdin", "stdout", "--psm", str(psm), "-l", lang]
+    if dpi > 0:
+        cmd += ["--dpi", str(dpi)]
+    if tsv:
+        cmd.append("tsv")
+    killer = shutil.which("timeout")
+    if killer:  # the page dies on time even if this process is killed first
+        cmd = [killer, "-s", "KILL", f"{options.timeout_s:.0f}", *cmd]
+    try:
+        proc = subprocess.run(
+            cmd,
+            input=to_pgm(gray),
+            capture_output=True,
+            env=tesseract_env(),
+            timeout=options.timeout_s + 5,
+            check=False,
+        )
+    except subprocess.TimeoutExpired as exc:
+        raise TimeoutError(f"tesseract ran past {options.timeout_s:.0f} s") from exc
+    if proc.returncode == 137 or proc.returncode == -9:
+        raise TimeoutError(f"tesseract ran past {options.timeout_s:.0f} s")
+    if proc.returncode != 0:
+        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
+        raise RuntimeError(f"tesseract exited {proc.returncode}: {err[-1] if err else ''}")
+    out = proc.stdout.decode("utf-8", "replace")
+    return out + "\n" + proc.stderr.decode("utf-8", "replace") if with_stderr else out
+
+
+# --------------------------------------------------------------------------- one page
+
+
+def _attempt(
+    page: PageImage,
+    image: GrayImage,
+    ink_frac: float,
+    text: tuple[NDArray[np.bool_], int],
+    psm: int,
+    options: OcrOptions,
+) -> PageOcr:
+    try:
+        tsv = parse_tsv(_run_tesseract(image, psm, page.dpi, options))
+    except (TimeoutError, RuntimeError, OSError) as exc:
+        return PageOcr(page.page, (), 0.0, 0.0, 0, ink_frac, False, psm=psm, error=str(exc))
+    words = len(tsv.confs)
+    if words == 0 and ink_frac < SPECK_INK:
+        return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=psm)
+    conf = float(np.mean(tsv.confs)) if words else 0.0
+    cov = coverage(text[0], tsv.boxes, text[1])
+    passed = words > 0 and conf >= options.min_confidence and cov >= options.min_coverage
+    paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
+    return PageOcr(page.page, paragraphs, conf, cov, words, ink_frac, passed, psm=psm)
+
+
+def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:
+    """Clockwise rotation (0/90/180/270) that makes the page upright, by Tesseract's OSD.
+
+    Returns 0 when OSD is unsure (orientation confidence < 2) or fails.
+    """
+    try:
+        out = _run_tesseract(gray, 0, dpi, options, tsv=False, with_stderr=True)
+    except (TimeoutError, RuntimeError, OSError):
+        return 0
+    rotate = re.search(r"^Rotate:\s*(\d+)", out, re.M)
+    conf = re.search(r"^Orientation confidence:\s*([\d.]+)", out, re.M)
+    if not rotate or not conf or float(conf.group(1)) < 2.0:
+        return 0
+    angle = int(rotate.group(1)) % 360
+    return angle if angle in (90, 180, 270) else 0
+
+
+def _score(r: PageOcr) -> tuple[bool, float]:
+    return (r.passed, r.confidence * r.coverage)
+
+
+def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
+    """OCR one page image and judge it against the bar.
+
+    Runs ``--psm 3`` (automatic layout) first; a page below the bar is retried
+    once on ``denoise(gray)`` with ``--psm 6`` (one uniform block; ``--psm 3``
+    again when the first pass found under 20 words), turned
+    upright first when Tesseract's orientation detection (``--psm 0``, only
+    when the first pass found 5+ words) is sure the page is rotated, and the
+    better result is kept (a passing one first, then the higher
+    confidence x coverage). A page with (almost) no ink is blank: it passes
+    with no text and Tesseract is not run.
+
+    Args:
+        page: the page image.
+        options: bar and limits; defaults when ``None``.
+
+    Returns:
+        The page's ``PageOcr``. Never raises for a bad page: a Tesseract
+        crash or timeout gives a failing result with ``error`` set.
+
+    Raises:
+        ConfigurationError: Tesseract is not installed.
+    """
+    import time
+
+    opts = options or OcrOptions()
+    started = time.monotonic()
+    gray = page.gray
+    ink = ink_mask(gray)
+    ink_frac = float(np.count_nonzero(ink)) / max(ink.size, 1)
+    if ink_frac < BLANK_INK:
+        return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
+    tesseract_path()
+    text = text_ink(ink, page.dpi)
+    best = _attempt(page, gray, ink_frac, text, 3, opts)
+    if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
+        cleaned = denoise(gray)
+        angle = _orientation(gray, page.dpi, opts) if best.words >= 5 else 0
+        if angle:  # np.rot90 turns counter-clockwise
+            cleaned = np.ascontiguousarray(np.rot90(cleaned, -angle // 90))
+            text = (np.rot90(text[0], -angle // 90), text[1])
+        # --psm 6 reads the whole page as one block: it rescues pages where layout analysis
+        # dropped regions, but turns a page with no text found at all (noise, a photo) into
+        # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
+        psm = 6 if best.words >= 20 else 3
+        second = _attempt(page, cleaned, ink_frac, text, psm, opts)
+        second = _replace(second, retried=True, rotation=angle)
+        best = second if _score(second) > _score(best) else _replace(best, retried=True)
+    return _replace(best, seconds=time.monotonic() - started)
+
+
+def _replace(r: PageOcr, **changes: Any) -> PageOcr:
+    import dataclasses
+
+    return dataclasses.replace(r, **changes)
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (affinity-aware).
+
+    Returns:
+        At least 1.
+    """
+    try:
+        return max(len(os.sched_getaffinity(0)), 1)
+    except AttributeError:  # pragma: no cover - not Linux
+        return max(os.cpu_count() or 1, 1)
+
+
+def ocr_pages(pages: Iterable[PageImage], count: int, options: OcrOptions | None = None) -> list[PageOcr]:
+    """OCR many pages in parallel, one single-threaded Tesseract process per page.
+
+    ``pages`` is consumed lazily: at most twice the number of workers page
+    images are held at once (rendering a 300 dpi page is ~8 MB).
+
+    Args:
+        pages: page images, in any order.
+        count: how many pages ``pages`` yields (sizes the pool).
+        options: bar and limits; ``options.workers`` or ``min(count, cpus)``.
+
+    Returns:
+        One ``PageOcr`` per page, sorted by page number.
+
+    Raises:
+        ConfigurationError: Tesseract is not installed.
+        Whatever ``pages`` raises while it is iterated (e.g. ``TooLargeError``).
+    """
+    opts = options or OcrOptions()
+    if count <= 0:
+        return []
+    tesseract_path()
+    workers = max(1, min(count, opts.workers or usable_cpus()))
+    results: list[PageOcr] = []
+    if workers == 1:
+        results = [ocr_page(p, opts) for p in pages]
+    else:
+        inflight: deque[Future[PageOcr]] = deque()
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="ocr") as pool:
+            try:
+                for p in pages:
+                    while len(inflight) >= 2 * workers:
+                        done, _ = wait(list(inflight), return_when="FIRST_COMPLETED")
+                        for fut in done:
+                            inflight.remove(fut)
+                            results.append(fut.result())
+                    inflight.append(pool.submit(ocr_page, p, opts))
+            finally:
+                for fut in inflight:
+                    if not fut.cancel():
+                        results.append(fut.result())
+    return sorted(results, key=lambda r: r.page)
