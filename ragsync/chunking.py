@@ -91,6 +91,7 @@ class _Piece:
     tokens: int
     page: int
     is_table: bool = False
+    confidence: float | None = None
 
 
 def count_tokens(tokenizer: Tokenizer, text: str) -> int:
@@ -209,6 +210,12 @@ def _pack_section(pieces: list[_Piece], cfg: ChunkerConfig) -> list[list[_Piece]
     return groups
 
 
+def _min_confidence(group: Sequence[_Piece]) -> float | None:
+    """Lowest OCR confidence among a chunk's pieces, None when none was OCR'd."""
+    confs = [p.confidence for p in group if p.confidence is not None]
+    return min(confs) if confs else None
+
+
 def chunk_elements(
     elements: Sequence[Element],
     cfg: ChunkerConfig,
@@ -263,10 +270,12 @@ def chunk_elements(
             text = "- " + text
         tokens = count_tokens(tokenizer, text)
         if tokens <= cfg.max_tokens:
-            pieces.append(_Piece(text, tokens, el.page))
+            pieces.append(_Piece(text, tokens, el.page, confidence=el.confidence))
         else:
             for window in _token_windows(tokenizer, text, cfg.max_tokens, overlap):
-                pieces.append(_Piece(window, count_tokens(tokenizer, window), el.page))
+                pieces.append(
+                    _Piece(window, count_tokens(tokenizer, window), el.page, confidence=el.confidence)
+                )
     close_section()
 
     chunks: list[Chunk] = []
@@ -291,6 +300,7 @@ def chunk_elements(
                     text=text,
                     token_count=count_tokens(tokenizer, text),
                     acl_ids=acl,
+                    ocr_confidence=_min_confidence(group),
                 )
             )
     return chunks

@@ -24,11 +24,16 @@ class JsonRecord:
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ()
     _nested: ClassVar[dict[str, type]] = {}
+    # Optional fields left out of the JSON while None, so records written before they existed
+    # and records that do not use them keep their exact JSON.
+    _omit_none: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for f in dataclasses.fields(self):  # type: ignore[arg-type]
             value = getattr(self, f.name)
+            if value is None and f.name in self._omit_none:
+                continue
             if isinstance(value, Enum):
                 value = value.value
             elif isinstance(value, JsonRecord):
@@ -91,13 +96,19 @@ class Element(JsonRecord):
             items, 0 otherwise.
         page: 1-based page (or slide/sheet) number, 0 when the format has none.
         order: 0-based position in reading order within the document.
+        confidence: OCR word confidence 0-100 (mean over the element's
+            words) when the text was OCR'd, None when it came from a text
+            layer or markup (left out of the JSON then).
     """
+
+    _omit_none: ClassVar[tuple[str, ...]] = ("confidence",)
 
     type: ElementType
     text: str
     level: int = 0
     page: int = 0
     order: int = 0
+    confidence: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.type, ElementType):
@@ -222,9 +233,13 @@ class Chunk(JsonRecord):
         text: chunk text (the heading path is not repeated in it).
         token_count: tokens by the embedding model's tokenizer.
         acl_ids: ACL ids allowed to read the chunk.
+        ocr_confidence: the lowest OCR confidence (0-100) among the chunk's
+            OCR'd elements, None when none of its text was OCR'd (left out
+            of the JSON then).
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("heading_path", "acl_ids")
+    _omit_none: ClassVar[tuple[str, ...]] = ("ocr_confidence",)
 
     chunk_id: str
     doc_id: str
@@ -236,6 +251,7 @@ class Chunk(JsonRecord):
     text: str
     token_count: int
     acl_ids: tuple[str, ...]
+    ocr_confidence: float | None = None
 
     def embedding_text(self) -> str:
         """The text given to the embedding model: heading path, then text."""

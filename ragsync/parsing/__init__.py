@@ -42,6 +42,9 @@ class ParseResult:
         metadata: format metadata such as ``title`` or front-matter keys.
         ocr_confidence: mean Tesseract word confidence (0-100) over the
             non-blank OCR'd pages, ``None`` when nothing was OCR'd.
+        page_parsers: which parser read each page (``pdfium``,
+            ``pdfminer``, ``ocr``, ``none``), for PDFs and images; empty for
+            formats without pages.
     """
 
     elements: tuple[Element, ...]
@@ -49,6 +52,7 @@ class ParseResult:
     pages_for_review: tuple[int, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
     ocr_confidence: float | None = None
+    page_parsers: tuple[str, ...] = ()
 
 
 def _pdf(data: bytes, max_pages: int) -> RawParse:
@@ -197,7 +201,8 @@ def parse(
             such as ``; charset=`` are ignored).
         filename: the original name, used only in error messages.
         max_bytes: size limit in bytes.
-        max_pages: page limit (PDF).
+        max_pages: page limit (PDF pages, image frames); a longer document
+            is refused with ``TooLargeError``, never cut.
 
     Returns:
         A ``ParseResult`` with at least one element, each with non-empty text,
@@ -243,7 +248,8 @@ def parse(
     if not kept:
         raise NoTextError(f"{name}: parsed as {base} but holds no text")
     elements = tuple(
-        Element(type=e.type, text=e.text, level=e.level, page=e.page, order=i) for i, e in enumerate(kept)
+        Element(type=e.type, text=e.text, level=e.level, page=e.page, order=i, confidence=e.confidence)
+        for i, e in enumerate(kept)
     )
     return ParseResult(
         elements=elements,
@@ -251,6 +257,7 @@ def parse(
         metadata=dict(raw.metadata or {}),
         pages_for_review=tuple(getattr(raw, "pages_for_review", ())),
         ocr_confidence=getattr(raw, "ocr_confidence", None),
+        page_parsers=tuple(raw.page_parsers),
     )
 
 

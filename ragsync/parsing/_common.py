@@ -20,12 +20,15 @@ class RawElement:
         text: element text (Markdown for tables).
         level: heading level or list nesting depth, 0 otherwise.
         page: 1-based page number, 0 when the format has none.
+        confidence: OCR word confidence (0-100) of the element's text, None
+            when it comes from a text layer or markup.
     """
 
     type: ElementType
     text: str
     level: int = 0
     page: int = 0
+    confidence: float | None = None
 
 
 def clean_text(text: str) -> str:
@@ -131,8 +134,12 @@ class RawParse:
         elements: elements in reading order.
         pages: page count (0 when the format has none).
         metadata: format metadata (title, front matter keys...).
+        page_parsers: for paged formats, which parser read each page
+            (``pdfium``, ``pdfminer``, ``ocr``, ``none`` when nothing could);
+            empty when not tracked.
     """
 
     elements: list[RawElement]
     pages: int = 0
     metadata: dict[str, str] | None = None
+    page_parsers: tuple[str, ...] = ()

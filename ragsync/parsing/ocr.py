@@ -75,8 +75,9 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
 
     Returns:
         ``(elements, pages_for_review, ocr_confidence)``: a paragraph element
-        per paragraph of each passing page, in page order; sorted pages below
-        the bar; the mean confidence over non-blank pages (``None`` if all blank).
+        per paragraph of each passing page, in page order, carrying the mean
+        confidence of its words; sorted pages below the bar; the mean
+        confidence over non-blank pages (``None`` if all blank).
     """
     elements: list[RawElement] = []
     review: list[int] = []
@@ -88,7 +89,8 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
         if not r.passed:
             review.append(r.page)
             continue
-        elements.extend(RawElement(ElementType.PARAGRAPH, t, 0, r.page) for t in r.paragraph_texts())
+        for text, conf in r.paragraph_items():
+            elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
     return elements, tuple(review), (float(np.mean(confs)) if confs else None)
 
 
@@ -241,7 +243,7 @@ def parse_image(data: bytes, *, max_pages: int = 2000, options: OcrOptions | Non
                 f"(confidence >= {opts.min_confidence:g}, coverage >= {opts.min_coverage:g})"
             )
         raise NoTextError(f"image holds no legible text ({n} blank page(s))")
-    return OcrRawParse(elements, n, {}, pages_for_review=review, ocr_confidence=conf)
+    return OcrRawParse(elements, n, {}, ("ocr",) * n, pages_for_review=review, ocr_confidence=conf)
 
 
 # --------------------------------------------------------------------------- PDF pages

@@ -121,6 +121,7 @@ class PageOcr:
         seconds: wall time spent on the page.
         rotation: clockwise degrees the kept result's image was turned
             (orientation detection in the retry), 0 otherwise.
+        paragraph_confidences: mean word confidence of each paragraph.
     """
 
     page: int
@@ -136,6 +137,7 @@ class PageOcr:
     error: str = ""
     seconds: float = 0.0
     rotation: int = 0
+    paragraph_confidences: tuple[float, ...] = ()
 
     @property
     def text(self) -> str:
@@ -149,6 +151,19 @@ class PageOcr:
             Non-empty paragraph strings in reading order.
         """
         return join_lines(self.paragraphs)
+
+    def paragraph_items(self) -> list[tuple[str, float]]:
+        """Each non-empty paragraph on one line with the mean confidence of its words.
+
+        Returns:
+            ``(text, confidence)`` pairs in reading order (the page's mean
+            confidence stands in when paragraph confidences are missing).
+        """
+        out: list[tuple[str, float]] = []
+        for i, lines in enumerate(self.paragraphs):
+            conf = self.paragraph_confidences[i] if i < len(self.paragraph_confidences) else self.confidence
+            out.extend((text, conf) for text in join_lines([lines]))
+        return out
 
 
 # --------------------------------------------------------------------------- tesseract
@@ -267,7 +282,10 @@ def _attempt(
     cov = coverage(text[0], tsv.boxes, text[1])
     passed = words > 0 and conf >= options.min_confidence and cov >= options.min_coverage
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
-    return PageOcr(page.page, paragraphs, conf, cov, words, ink_frac, passed, psm=psm)
+    para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
+    return PageOcr(
+        page.page, paragraphs, conf, cov, words, ink_frac, passed, psm=psm, paragraph_confidences=para_confs
+    )
 
 
 def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:

@@ -20,6 +20,7 @@ class Tsv:
     """Words of one page: paragraphs (lists of lines), word confidences and boxes."""
 
     paragraphs: list[list[str]] = field(default_factory=list)
+    paragraph_confs: list[list[float]] = field(default_factory=list)
     confs: list[float] = field(default_factory=list)
     boxes: list[tuple[int, int, int, int]] = field(default_factory=list)
 
@@ -31,8 +32,9 @@ def parse_tsv(tsv: str) -> Tsv:
         tsv: the TSV text (header line first).
 
     Returns:
-        Paragraphs (lists of lines), word confidences and word boxes
-        ``(left, top, right, bottom)`` of non-empty words.
+        Paragraphs (lists of lines) with their words' confidences, all word
+        confidences and word boxes ``(left, top, right, bottom)`` of
+        non-empty words.
     """
     out = Tsv()
     para_key: tuple[str, str, str] | None = None
@@ -62,13 +64,17 @@ def parse_tsv(tsv: str) -> Tsv:
             line_key = lkey
         if pkey != para_key:
             out.paragraphs.append([])
+            out.paragraph_confs.append([])
             para_key = pkey
         line_words.append(text)
         out.confs.append(conf)
+        out.paragraph_confs[-1].append(conf)
         left, top, width, height = (int(v) for v in f[6:10])
         out.boxes.append((left, top, left + width, top + height))
     flush_line()
-    out.paragraphs = [p for p in out.paragraphs if p]
+    kept = [i for i, p in enumerate(out.paragraphs) if p]
+    out.paragraphs = [out.paragraphs[i] for i in kept]
+    out.paragraph_confs = [out.paragraph_confs[i] for i in kept]
     return out
 
 

@@ -1,0 +1,336 @@
+"""Words and text runs of one PDF page, from PDFium or (fallback) pdfminer, and text-layer checks.
+
+A page's text becomes ``Item`` boxes in PDF points with y pointing up: first
+words (PDFium's text with the boxes of each word's first and last character),
+then runs (words on one line closer than one em merged). Text outside the
+reading flow is dropped here: vertical text (arXiv side stamps, rotated margin
+notes) and line numbers in the margins. ``garbage_ratio`` tells a text layer
+whose fonts have no usable Unicode mapping (the page is then read by the next
+parser in the chain).
+
+Call the PDFium functions under ``PDFIUM_LOCK``. Nothing here imports Beam.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+import pypdfium2.raw as pdfium_c
+
+_WORD = re.compile(r"\S+")
+# Characters of a text layer whose font maps glyphs to nothing useful: control codes, U+FFFD,
+# private use. PDFium passes unmapped glyph codes through as control characters.
+_BAD_CHARS = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd\ue000-\uf8ff]")
+_CID = re.compile(r"\(cid:\d+\)")
+_DIGITS_ONLY = re.compile(r"\d{1,4}")
+# Line numbers: at least this many number-only runs in one narrow margin band of a page.
+_MIN_LINE_NUMBERS = 5
+
+
+@dataclass(slots=True)
+class Item:
+    """A word, a run of words on one line, or a table block, with its box (PDF points, y up).
+
+    Attributes:
+        x0: left edge.
+        x1: right edge.
+        bottom: lower edge.
+        top: upper edge.
+        size: text height (the font size, roughly); 0 for tables.
+        text: the text (Markdown for a table block).
+        table: whether this is a table block.
+    """
+
+    x0: float
+    x1: float
+    bottom: float
+    top: float
+    size: float
+    text: str
+    table: bool = False
+
+    @property
+    def cy(self) -> float:
+        """Vertical centre."""
+        return (self.top + self.bottom) / 2
+
+
+def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
+    """Runs (or words) of a PDFium text page in PDFium's text order, vertical text left out.
+
+    A word's box joins the loose boxes of its first and last characters;
+    consecutive words on one line closer than one em form a run (unless
+    ``words``). PDFium lines of rotated text (the middle character turned by
+    45-135 degrees: arXiv identifiers in the side margin, rotated notes) are
+    dropped so they never interleave with the page's lines.
+
+    Args:
+        textpage: a ``pypdfium2.PdfTextPage``.
+        words: return one item per word instead of runs.
+
+    Returns:
+        Items with ``size`` = box height.
+    """
+    n = textpage.count_chars()
+    if n <= 0:
+        return []
+    raw = textpage.raw
+    text = textpage.get_text_range(0, n)
+    exact = len(text) == n
+    if not exact:
+        text = _unit_text(raw, n)
+    rect = pdfium_c.FS_RECTF()
+    rect_p = ctypes.byref(rect)
+    get_box = pdfium_c.FPDFText_GetLooseCharBox
+    lines = text.split("\r\n")
+    starts = []
+    pos = 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line) + 2
+    turns = [_quarter_turns(raw, line, start) for line, start in zip(lines, starts, strict=True)]
+    weight = [0, 0, 0, 0]
+    for line, turn in zip(lines, turns, strict=True):
+        if turn is not None:
+            weight[turn] += len(line)
+    page_turn = max(range(4), key=lambda k: (weight[k], k == 0))
+    out: list[Item] = []
+    out_parts: list[list[str]] = []
+    parts: list[str] = []
+    for line, start, turn in zip(lines, starts, turns, strict=True):
+        if turn is not None and turn != page_turn:
+            continue  # text turned against the page's own (side-margin stamps, rotated notes)
+        # Runs never continue across PDFium's line breaks: it breaks between the columns of a
+        # page even where the gutter is narrower than one em.
+        first = len(out)
+        for m in _WORD.finditer(line):
+            a = start + m.start()
+            b = start + m.end() - 1
+            get_box(raw, a, rect_p)
+            left, right, bottom, top = rect.left, rect.right, rect.bottom, rect.top
+            if b != a:
+                get_box(raw, b, rect_p)
+                if not page_turn and abs(rect.bottom + rect.top - bottom - top) > top - bottom:
+                    # hyphenated across a line break (PDFium joins the halves at its soft-hyphen
+                    # mark): the box ends at the mark, on the first line
+                    mark = m.group().find("\ufffe")
+                    get_box(raw, a + mark if mark > 0 else a, rect_p)
+                    rect.bottom, rect.top = bottom, top
+                if rect.left < left:
+                    left = rect.left
+                if rect.right > right:
+                    right = rect.right
+                if rect.bottom < bottom:
+                    bottom = rect.bottom
+                if rect.top > top:
+                    top = rect.top
+            if page_turn:
+                left, right, bottom, top = _upright(page_turn, left, right, bottom, top)
+            size = top - bottom
+            if size < 0.1:
+                size = 0.1
+            word = m.group()
+            if not words and len(out) > first and _extend_run(out[-1], left, right, bottom, top, size):
+                parts.append(word)
+                continue
+            out.append(Item(left, right, bottom, top, size, word))
+            parts = [word]
+            out_parts.append(parts)
+    for item, item_parts in zip(out, out_parts, strict=True):
+        if len(item_parts) > 1:
+            item.text = " ".join(item_parts)
+        if not exact:
+            item.text = _fix_units(item.text)
+    return [it for it in out if it.text] if not exact else out
+
+
+def _unit_text(raw: Any, n: int) -> str:
+    """The text page as one character per PDFium character (UTF-16 unit), so indices line up.
+
+    ``get_text_range`` drops NUL characters and joins surrogate pairs, which
+    shifts every later index; this keeps them (``_fix_units`` repairs words).
+    """
+    buf = (ctypes.c_ushort * (n + 1))()
+    got = pdfium_c.FPDFText_GetText(raw, 0, n, buf)
+    return "".join(map(chr, buf[: max(min(got, n + 1) - 1, 0)])).ljust(n, " ")
+
+
+def _fix_units(text: str) -> str:
+    """Drop NULs and join UTF-16 surrogate pairs of a word taken from ``_unit_text``."""
+    text = text.replace("\x00", "")
+    return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+
+
+def _extend_run(cur: Item, left: float, right: float, bottom: float, top: float, size: float) -> bool:
+    """Grow run ``cur`` by a word when the word is on its line less than one em after it.
+
+    Returns:
+        Whether the word joined the run (``cur``'s box then covers it).
+    """
+    csize = cur.size
+    gap = left - cur.x1
+    cy = (bottom + top) * 0.5
+    if not (cur.bottom - 0.3 * size <= cy <= cur.top + 0.3 * size) or not (
+        -0.5 * size <= gap <= (csize if csize > size else size)
+    ):
+        return False
+    if right > cur.x1:
+        cur.x1 = right
+    if bottom < cur.bottom:
+        cur.bottom = bottom
+    if top > cur.top:
+        cur.top = top
+    if size > csize:
+        cur.size = size
+    return True
+
+
+def _quarter_turns(raw: Any, line: str, start: int) -> int | None:
+    """Quarter turns (0-3, counter-clockwise) of a PDFium text line, by its middle character.
+
+    None for lines of fewer than two characters (they follow the page).
+    """
+    stripped = len(line.rstrip())
+    if stripped < 2:
+        return None
+    index = start + stripped // 2
+    if line[stripped // 2] == " ":
+        index += 1
+    angle = pdfium_c.FPDFText_GetCharAngle(raw, index)
+    if angle < 0:
+        return None
+    return round(angle / (math.pi / 2)) % 4
+
+
+def _upright(
+    turn: int, left: float, right: float, bottom: float, top: float
+) -> tuple[float, float, float, float]:
+    """A box of text turned ``turn`` quarter turns, in coordinates where that text is upright.
+
+    Returns:
+        ``(left, right, bottom, top)`` in the turned frame.
+    """
+    if turn == 1:  # reads downwards: up is +x
+        return -top, -bottom, left, right
+    if turn == 3:  # reads upwards: up is -x
+        return bottom, top, -right, -left
+    return -right, -left, -top, -bottom  # upside down
+
+
+def pdfminer_words(page: Any) -> list[Item]:
+    """Words of a pdfplumber page (pdfminer), in PDF points with y up.
+
+    Args:
+        page: a ``pdfplumber.page.Page``.
+
+    Returns:
+        Word items; ``(cid:N)`` placeholders of unmapped glyphs are removed.
+    """
+    height = float(page.height)
+    x_off, y_off = float(page.bbox[0]), float(page.bbox[1])
+    out: list[Item] = []
+    for w in page.extract_words(keep_blank_chars=False, use_text_flow=True):
+        text = _CID.sub("", str(w["text"])).strip()
+        if not text or w.get("upright") is False:
+            continue
+        top = height - float(w["top"]) + y_off
+        bottom = height - float(w["bottom"]) + y_off
+        out.append(
+            Item(float(w["x0"]) + x_off, float(w["x1"]) + x_off, bottom, top, max(top - bottom, 0.1), text)
+        )
+    return out
+
+
+def merge_runs(words: list[Item]) -> list[Item]:
+    """Merge consecutive words on one line into runs; a gap wider than one em starts a new run.
+
+    Args:
+        words: word items in text order.
+
+    Returns:
+        New run items (the words are not modified).
+    """
+    out: list[Item] = []
+    parts: list[list[str]] = []
+    for w in words:
+        if out and _extend_run(out[-1], w.x0, w.x1, w.bottom, w.top, w.size):
+            parts[-1].append(w.text)
+            continue
+        out.append(Item(w.x0, w.x1, w.bottom, w.top, w.size, w.text))
+        parts.append([w.text])
+    for item, item_parts in zip(out, parts, strict=True):
+        item.text = " ".join(item_parts)
+    return out
+
+
+def drop_line_numbers(items: list[Item]) -> list[Item]:
+    """Remove line numbers printed in a margin band (manuscripts, legal texts).
+
+    A run that is only a 1-4 digit number, is the leftmost (or rightmost)
+    run of its line with other text on the line, and shares its left (or
+    right) edge within 4 pt with at least 4 others like it, is a line number.
+
+    Args:
+        items: the page's runs.
+
+    Returns:
+        The runs without line numbers (the same list when there are none).
+    """
+    numbers = [it for it in items if not it.table and _DIGITS_ONLY.fullmatch(it.text)]
+    if len(numbers) < _MIN_LINE_NUMBERS:
+        return items
+    texts = [it for it in items if not it.table]
+    drop: set[int] = set()
+    for side in ("left", "right"):
+        cands = []
+        for it in numbers:
+            others = [o for o in texts if o is not it and abs(o.cy - it.cy) <= 0.5 * it.size]
+            if not others:
+                continue
+            if (
+                side == "left"
+                and all(o.x0 >= it.x1 + 2 for o in others)
+                or side == "right"
+                and all(o.x1 <= it.x0 - 2 for o in others)
+            ):
+                cands.append(it)
+        key = (lambda it: it.x0) if side == "left" else (lambda it: it.x1)
+        cands.sort(key=key)
+        i = 0
+        while i < len(cands):
+            j = i
+            while j + 1 < len(cands) and key(cands[j + 1]) - key(cands[i]) <= 4:
+                j += 1
+            if j - i + 1 >= _MIN_LINE_NUMBERS:
+                drop.update(id(c) for c in cands[i : j + 1])
+            i = j + 1
+    if not drop:
+        return items
+    return [it for it in items if id(it) not in drop]
+
+
+def garbage_ratio(text: str) -> float:
+    """Share of a text layer's non-space characters that map to nothing readable.
+
+    Counts control characters (PDFium's output for glyphs without a Unicode
+    mapping), U+FFFD and private-use characters.
+
+    Args:
+        text: the page text.
+
+    Returns:
+        0-1; 0 for text without non-space characters.
+    """
+    visible = len(text) - text.count(" ") - text.count("\r") - text.count("\n")
+    if visible <= 0:
+        return 0.0
+    return len(_BAD_CHARS.findall(text)) / visible
+
+
+def page_text_chars(items: list[Item]) -> int:
+    """Non-space characters of a page's items."""
+    return sum(len(it.text) - it.text.count(" ") for it in items)
