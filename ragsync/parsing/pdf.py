@@ -52,7 +52,7 @@ from ragsync.parsing.ocr import (
     page_needs_ocr,
 )
 from ragsync.parsing.pdf_layout import Para, drop_running_lines, flows, paragraphs, to_elements
-from ragsync.parsing.pdf_rulings import Rulings, page_rulings
+from ragsync.parsing.pdf_rulings import Rulings, page_rulings, turned
 from ragsync.parsing.pdf_tables import Table, aligned_tables, ruled_tables, table_hint
 from ragsync.parsing.pdf_text import (
     Item,
@@ -60,6 +60,7 @@ from ragsync.parsing.pdf_text import (
     garbage_ratio,
     merge_runs,
     page_text_chars,
+    page_turn,
     pdfium_items,
     pdfminer_words,
 )
@@ -267,9 +268,10 @@ def _pdfium_page(doc: Any, index: int) -> tuple[list[Item], str]:
                     return [], OCR  # the OCR text replaces the few characters there
                 if not runs:
                     return [], PDFIUM
-                return page_items(
-                    runs, page_rulings(page), lambda: pdfium_items(textpage, words=True)
-                ), PDFIUM
+                rulings = page_rulings(page)
+                if rulings:
+                    rulings = turned(rulings, page_turn(textpage))
+                return page_items(runs, rulings, lambda: pdfium_items(textpage, words=True)), PDFIUM
             finally:
                 textpage.close()
         finally:

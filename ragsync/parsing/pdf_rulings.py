@@ -119,3 +119,35 @@ def page_rulings(page: Any) -> Rulings:
     walker = _Walker()
     walker.walk(pdfium_c.FPDFPage_CountObjects(raw), pdfium_c.FPDFPage_GetObject, raw, _IDENTITY)
     return walker.out
+
+
+def turned(rulings: Rulings, turn: int) -> Rulings:
+    """Rulings in the frame where text turned ``turn`` quarter turns is upright (see ``pdf_text.upright``).
+
+    Args:
+        rulings: rulings in page coordinates.
+        turn: quarter turns of the page's text (0 returns ``rulings`` as is).
+
+    Returns:
+        The rulings in the upright frame.
+    """
+    if turn % 4 == 0:
+        return rulings
+    from ragsync.parsing.pdf_text import upright
+
+    out = Rulings()
+    for y, x0, x1 in rulings.horizontal:
+        left, right, bottom, top = upright(turn, x0, x1, y, y)
+        (out.horizontal if top - bottom < right - left else out.vertical).append(
+            ((bottom + top) / 2, left, right)
+            if top - bottom < right - left
+            else ((left + right) / 2, bottom, top)
+        )
+    for x, y0, y1 in rulings.vertical:
+        left, right, bottom, top = upright(turn, x, x, y0, y1)
+        (out.horizontal if top - bottom < right - left else out.vertical).append(
+            ((bottom + top) / 2, left, right)
+            if top - bottom < right - left
+            else ((left + right) / 2, bottom, top)
+        )
+    return out

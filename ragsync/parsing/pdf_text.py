@@ -86,18 +86,7 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
     rect = pdfium_c.FS_RECTF()
     rect_p = ctypes.byref(rect)
     get_box = pdfium_c.FPDFText_GetLooseCharBox
-    lines = text.split("\r\n")
-    starts = []
-    pos = 0
-    for line in lines:
-        starts.append(pos)
-        pos += len(line) + 2
-    turns = [_quarter_turns(raw, line, start) for line, start in zip(lines, starts, strict=True)]
-    weight = [0, 0, 0, 0]
-    for line, turn in zip(lines, turns, strict=True):
-        if turn is not None:
-            weight[turn] += len(line)
-    page_turn = max(range(4), key=lambda k: (weight[k], k == 0))
+    lines, starts, turns, page_turn = _turns(raw, text)
     out: list[Item] = []
     out_parts: list[list[str]] = []
     parts: list[str] = []
@@ -129,7 +118,7 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
                 if rect.top > top:
                     top = rect.top
             if page_turn:
-                left, right, bottom, top = _upright(page_turn, left, right, bottom, top)
+                left, right, bottom, top = upright(page_turn, left, right, bottom, top)
             size = top - bottom
             if size < 0.1:
                 size = 0.1
@@ -189,6 +178,36 @@ def _extend_run(cur: Item, left: float, right: float, bottom: float, top: float,
     return True
 
 
+def _turns(raw: Any, text: str) -> tuple[list[str], list[int], list[int | None], int]:
+    """PDFium's lines of a page, their start indexes, quarter turns, and the page's own turn."""
+    lines = text.split("\r\n")
+    starts = []
+    pos = 0
+    for line in lines:
+        starts.append(pos)
+        pos += len(line) + 2
+    turns = [_quarter_turns(raw, line, start) for line, start in zip(lines, starts, strict=True)]
+    weight = [0, 0, 0, 0]
+    for line, turn in zip(lines, turns, strict=True):
+        if turn is not None:
+            weight[turn] += len(line)
+    return lines, starts, turns, max(range(4), key=lambda k: (weight[k], k == 0))
+
+
+def page_turn(textpage: Any) -> int:
+    """Quarter turns (counter-clockwise) of most of a page's text; 0 for upright text.
+
+    ``pdfium_items`` returns boxes turned back by this much; rulings are
+    turned the same way with ``ragsync.parsing.pdf_rulings.turned``.
+    """
+    n = textpage.count_chars()
+    if n <= 0:
+        return 0
+    raw = textpage.raw
+    text = textpage.get_text_range(0, n)
+    return _turns(raw, text if len(text) == n else _unit_text(raw, n))[3]
+
+
 def _quarter_turns(raw: Any, line: str, start: int) -> int | None:
     """Quarter turns (0-3, counter-clockwise) of a PDFium text line, by its middle character.
 
@@ -206,7 +225,7 @@ def _quarter_turns(raw: Any, line: str, start: int) -> int | None:
     return round(angle / (math.pi / 2)) % 4
 
 
-def _upright(
+def upright(
     turn: int, left: float, right: float, bottom: float, top: float
 ) -> tuple[float, float, float, float]:
     """A box of text turned ``turn`` quarter turns, in coordinates where that text is upright.
