@@ -186,6 +186,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _page_runs(parsers: tuple[str, ...]) -> list[dict[str, Any]]:
+    """Which parser read each page, as runs ``{"first", "last", "parser"}`` of consecutive pages."""
+    runs: list[dict[str, Any]] = []
+    for page, parser in enumerate(parsers, start=1):
+        if runs and runs[-1]["parser"] == parser and runs[-1]["last"] == page - 1:
+            runs[-1]["last"] = page
+        else:
+            runs.append({"first": page, "last": page, "parser": parser})
+    return runs
+
+
 def cmd_parse(args: argparse.Namespace) -> int:
     from ragsync.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.parsing import parse
@@ -199,16 +210,25 @@ def cmd_parse(args: argparse.Namespace) -> int:
         "elements": [],
         "pages_for_review": [],
         "ocr_confidence": None,
+        "page_parsers": [],
         "error": None,
     }
     code = 0
     try:
         result = parse(data, mime, filename=os.path.basename(args.file))
         out["elements"] = [
-            {"type": e.type.value, "text": e.text, "level": e.level, "page": e.page} for e in result.elements
+            {
+                "type": e.type.value,
+                "text": e.text,
+                "level": e.level,
+                "page": e.page,
+                "confidence": e.confidence,
+            }
+            for e in result.elements
         ]
         out["pages_for_review"] = list(result.pages_for_review)
         out["ocr_confidence"] = result.ocr_confidence
+        out["page_parsers"] = _page_runs(result.page_parsers)
     except RagsyncError as exc:
         out["error"] = {"class": exc.error_class, "message": str(exc)}
         code = 2

@@ -56,6 +56,8 @@ class Settings:
         parse_memory_mb: address-space limit of the parse process.
         max_bytes: documents larger than this are dead-lettered ``too_large``
             (enforced while reading: never more than this is read).
+        max_pages: documents with more pages (PDF pages, image frames) are
+            dead-lettered ``too_large``; nothing is ever cut to fit.
         fetch_timeout_s: wall-clock limit for reading one document; over it
             the document is dead-lettered ``fetch_timeout``.
         embed_batch_size: largest embedding batch.
@@ -78,6 +80,7 @@ class Settings:
     slow_parse_timeout_s: int = 1800
     parse_memory_mb: int = 4096
     max_bytes: int = 256 * 1024 * 1024
+    max_pages: int = 2000
     fetch_timeout_s: float = 300.0
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
@@ -92,8 +95,19 @@ class Settings:
             object.__setattr__(self, "milvus_uri", os.path.join(home, "milvus.db"))
         if not self.object_store:
             object.__setattr__(self, "object_store", os.path.join(home, "objects"))
-        if min(self.parse_timeout_s, self.parse_memory_mb, self.max_bytes, self.fetch_timeout_s) <= 0:
-            raise ConfigurationError("parse limits, max_bytes and fetch_timeout_s must be positive")
+        if (
+            min(
+                self.parse_timeout_s,
+                self.parse_memory_mb,
+                self.max_bytes,
+                self.max_pages,
+                self.fetch_timeout_s,
+            )
+            <= 0
+        ):
+            raise ConfigurationError(
+                "parse limits, max_bytes, max_pages and fetch_timeout_s must be positive"
+            )
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
 

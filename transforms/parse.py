@@ -112,7 +112,13 @@ class _ParseFn(CatalogDoFn):
             )
             return
         data = read_bytes(doc.raw_uri)
-        result = parse(data, doc.mime, filename=os.path.basename(doc.source.source_object_id))
+        result = parse(
+            data,
+            doc.mime,
+            filename=os.path.basename(doc.source.source_object_id),
+            max_bytes=self.settings.max_bytes,
+            max_pages=self.settings.max_pages,
+        )
         uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)

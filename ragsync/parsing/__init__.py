@@ -23,7 +23,7 @@ from ragsync.model import Element
 from ragsync.parsing._common import RawParse
 
 # Change whenever any parser's output changes (it is part of cache keys).
-PARSER_VERSION = "p2"
+PARSER_VERSION = "p3"
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
