@@ -95,6 +95,12 @@ def page_items(
     if len(rulings.horizontal) >= 2 and len(rulings.vertical) >= 2:
         tables = ruled_tables(words() if words is not None else runs, rulings)
         runs = [r for r in runs if not any(t.covers(r) for t in tables)]
+    # The whole page first (a wide table must not be cut at a column gutter), then each column
+    # of a multi-column page (a table inside one column, next to prose).
+    page_wide = aligned_tables(runs)
+    tables.extend(page_wide)
+    if page_wide:
+        runs = [r for r in runs if not any(t.covers(r) for t in page_wide)]
     for flow in flows(runs):
         tables.extend(aligned_tables(flow))
     if not tables:
