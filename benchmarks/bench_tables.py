@@ -231,14 +231,23 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
         return 0
-    print(
-        "| documents | n | tables | cell recall | cell precision | rows intact | header first | false tables |"
+    head = (
+        "documents",
+        "n",
+        "tables",
+        "cell recall",
+        "cell precision",
+        "rows intact",
+        "header first",
+        "false tables",
     )
+    print("| " + " | ".join(head) + " |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for kind, r in summary.items():
         print(
-            f"| {kind} | {r['docs']} | {r['tables']} | {r.get('cell_recall', '')} | {r.get('cell_precision', '')} "
-            f"| {r.get('rows_intact', '')} | {r.get('header_first', '')} | {r.get('false_tables', '')} |"
+            f"| {kind} | {r['docs']} | {r['tables']} | {r.get('cell_recall', '')} "
+            f"| {r.get('cell_precision', '')} | {r.get('rows_intact', '')} | {r.get('header_first', '')} "
+            f"| {r.get('false_tables', '')} |"
         )
     return 0
 

@@ -9,8 +9,8 @@ centres, header row first):
   lines of text).
 * aligned (borderless): runs of consecutive text lines with two or more runs
   each, whose runs fall into at least two x-columns separated by empty
-  gutters. Rows are text lines; a line holding only a continuation of the
-  first column's label is joined to the row above. To keep prose out, at
+  gutters. Rows are text lines; a line holding only one cell, set as close
+  under the row above as lines inside a cell are, continues that row's cell. To keep prose out, at
   least two columns must hold short cells (median <= 40 characters), at most
   one may hold long ones, and at least three rows must fill two or more
   cells.
@@ -176,7 +176,12 @@ def ruled_tables(words: Sequence[Item], rulings: Rulings) -> list[Table]:
 
 
 def _grid(words: Sequence[Item], xs: list[float], ys_top_down: list[float]) -> list[list[str]]:
-    """Cell texts of words placed in the grid ``xs`` (left to right) x ``ys`` (top to bottom)."""
+    """Cell texts of words placed in the grid ``xs`` (left to right) x ``ys`` (top to bottom).
+
+    A row band where at least half of the filled cells (two or more) hold
+    the same number (2+) of text lines is a band of unruled rows (rules only
+    around groups of rows): it is split into one row per text line.
+    """
     n_rows, n_cols = len(ys_top_down) - 1, len(xs) - 1
     cells: list[list[list[Item]]] = [[[] for _ in range(n_cols)] for _ in range(n_rows)]
     for w in words:
@@ -184,11 +189,27 @@ def _grid(words: Sequence[Item], xs: list[float], ys_top_down: list[float]) -> l
         col = next((j for j in range(n_cols) if cx <= xs[j + 1]), n_cols - 1)
         row = next((i for i in range(n_rows) if cy >= ys_top_down[i + 1]), n_rows - 1)
         cells[row][col].append(w)
-    return [[_cell_text(c) for c in row] for row in cells]
+    out: list[list[str]] = []
+    for row_cells in cells:
+        lines = text_lines([w for c in row_cells for w in c])
+        counts = [len(text_lines(c)) for c in row_cells if c]
+        common, same = max(
+            ((n, counts.count(n)) for n in set(counts)), key=lambda t: (t[1], t[0]), default=(0, 0)
+        )
+        if common >= 2 and same >= 2 and 2 * same >= len(counts):
+            for line in lines:
+                ids = {id(w) for w in line}
+                out.append([_cell_text([w for w in c if id(w) in ids]) for c in row_cells])
+        else:
+            out.append([_cell_text(c) for c in row_cells])
+    return out
 
 
 def _cell_text(words: list[Item]) -> str:
-    return " ".join(" ".join(w.text for w in line) for line in text_lines(words))
+    text = ""
+    for line in text_lines(words):
+        text = join_cell(text, " ".join(w.text for w in line))
+    return text
 
 
 def _drop_empty(rows: list[list[str]]) -> list[list[str]]:
@@ -265,8 +286,8 @@ def _blocks(lines: list[list[Item]]) -> list[list[list[Item]]]:
         blocks.append(cur)
     out = []
     for b in blocks:
-        while b and len(b[-1]) < 2:  # trailing single runs are text after the table
-            b = b[:-1]
+        while b and len(b[-1]) < 2 and not _tight(b[-1], b[-2] if len(b) > 1 else None):
+            b = b[:-1]  # trailing single runs are text after the table (unless they continue a cell)
         if sum(1 for line in b if len(line) >= 2) >= _MIN_ROWS:
             out.append(b)
     return out
@@ -290,8 +311,9 @@ def aligned_tables(runs: Sequence[Item]) -> list[Table]:
         prev_line: list[Item] | None = None
         for line in block:
             cells = _assign(line, cols)
-            if rows and prev_line is not None and _continues(line, prev_line, cells, rows[-1]):
-                rows[-1][0] = (rows[-1][0] + " " + cells[0]).strip()
+            col = _continuation(line, prev_line, cells, rows[-1]) if rows and prev_line is not None else -1
+            if col >= 0:
+                rows[-1][col] = join_cell(rows[-1][col], cells[col])
             else:
                 rows.append(cells)
             prev_line = line
@@ -309,12 +331,27 @@ def aligned_tables(runs: Sequence[Item]) -> list[Table]:
     return tables
 
 
-def _continues(line: list[Item], prev: list[Item], cells: list[str], prev_cells: list[str]) -> bool:
-    """A line holding only first-column text, right under a row whose label it continues."""
-    if not cells[0] or any(cells[1:]) or not prev_cells[0]:
+def _tight(line: list[Item], prev: list[Item] | None) -> bool:
+    """Whether ``line`` follows ``prev`` at the spacing of lines inside one cell."""
+    if prev is None:
         return False
     gap = min(it.bottom for it in prev) - max(it.top for it in line)
-    return gap <= 0.35 * max(it.size for it in line) and abs(line[0].x0 - prev[0].x0) <= 2 * line[0].size
+    return gap <= 0.35 * max(it.size for it in line)
+
+
+def _continuation(line: list[Item], prev: list[Item], cells: list[str], prev_cells: list[str]) -> int:
+    """The column a line continues: one filled cell, right under a row whose cell there is filled; else -1."""
+    filled = [j for j, c in enumerate(cells) if c]
+    if len(filled) != 1 or not prev_cells[filled[0]] or not _tight(line, prev):
+        return -1
+    return filled[0]
+
+
+def join_cell(a: str, b: str) -> str:
+    """Join two lines of one cell (a word split at PDFium's soft-hyphen mark is rejoined)."""
+    if a.endswith("\ufffe"):
+        return a[:-1] + b
+    return (a + " " + b).strip()
 
 
 def _table_like(rows: list[list[str]]) -> bool:

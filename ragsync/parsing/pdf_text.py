@@ -291,7 +291,9 @@ def drop_line_numbers(items: list[Item]) -> list[Item]:
 
     A run that is only a 1-4 digit number, is the leftmost (or rightmost)
     run of its line with other text on the line, and shares its left (or
-    right) edge within 4 pt with at least 4 others like it, is a line number.
+    right) edge within 4 pt with at least 4 others like it, is a line number
+    when the lines it numbers hold prose (median 30+ characters; a table's
+    first column of numbers is kept).
 
     Args:
         items: the page's runs.
@@ -324,12 +326,22 @@ def drop_line_numbers(items: list[Item]) -> list[Item]:
             j = i
             while j + 1 < len(cands) and key(cands[j + 1]) - key(cands[i]) <= 4:
                 j += 1
-            if j - i + 1 >= _MIN_LINE_NUMBERS:
-                drop.update(id(c) for c in cands[i : j + 1])
+            group = cands[i : j + 1]
+            if len(group) >= _MIN_LINE_NUMBERS and _next_to_prose(group, texts):
+                drop.update(id(c) for c in group)
             i = j + 1
     if not drop:
         return items
     return [it for it in items if id(it) not in drop]
+
+
+def _next_to_prose(numbers: list[Item], texts: list[Item]) -> bool:
+    """Whether the lines of these numbers hold prose (a table's first column of numbers does not)."""
+    lengths = sorted(
+        sum(len(o.text) for o in texts if o not in numbers and abs(o.cy - n.cy) <= 0.5 * n.size)
+        for n in numbers
+    )
+    return lengths[len(lengths) // 2] >= 30
 
 
 def garbage_ratio(text: str) -> float:
