@@ -60,7 +60,11 @@ from ragsync.detect import detect_mime, needs_ocr  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
 from ragsync.parsing import parse  # noqa: E402
 
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+CORPUS = Path(
+    os.environ.get("RAGSYNC_CORPUS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+)
+LONG_CORPUS_PDF = "documents/unstructured/pdf/DA-619p.pdf"
+LONG_PAGES = 1500
 SCAN = "documents/ocrmypdf-resources/multipage.pdf"
 MARKDOWN = "documents/wiki-18f-handbook/README.md"
 
@@ -253,6 +257,82 @@ def fast_lane_wait(corpus: Path, repeats: int) -> dict[str, Any]:
     return out
 
 
+_LONG_CHILD = """
+import resource, sys, time
+resource.setrlimit(resource.RLIMIT_DATA, (int(sys.argv[2]) * 1024 * 1024, resource.RLIM_INFINITY))
+from ragsync.parsing import parse
+data = open(sys.argv[1], "rb").read()
+t0 = time.process_time()
+r = parse(data, "application/pdf", max_pages=100000)
+cpu = time.process_time() - t0
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024
+print(r.pages, len(r.elements), round(cpu, 2), peak, len(set(e.page for e in r.elements)))
+"""
+
+
+def _long_pdf(path: Path, pages: int) -> None:
+    """A generated text PDF of ``pages`` pages (running header, page numbers, three paragraphs a page)."""
+    from fpdf import FPDF
+
+    pdf = FPDF(unit="pt", format="A4")
+    pdf.set_auto_page_break(False)
+    for page in range(1, pages + 1):
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=8)
+        pdf.set_xy(40, 20)
+        pdf.cell(0, 10, "Annual Report of the Long Document Society")
+        pdf.set_xy(40, 800)
+        pdf.cell(0, 10, f"Page {page} of {pages}")
+        pdf.set_font("Helvetica", size=11)
+        pdf.set_xy(40, 70)
+        for para in range(3):
+            pdf.set_x(40)
+            pdf.multi_cell(
+                500, 14, f"Marker p{page}x{para}: " + "the quick brown fox jumps over the lazy dog " * 5
+            )
+            pdf.ln(8)
+    path.write_bytes(bytes(pdf.output()))
+
+
+def long_documents(corpus: Path, memory_mb: int) -> list[dict[str, Any]]:
+    """Long PDFs parsed in a child under RLIMIT_DATA = ``memory_mb`` (the parse child's limit)."""
+    import subprocess
+    import tempfile
+
+    out: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        generated = Path(tmp) / "generated-1500.pdf"
+        _long_pdf(generated, LONG_PAGES)
+        for path in (corpus / LONG_CORPUS_PDF, generated):
+            if not path.is_file():
+                continue
+            t0 = time.perf_counter()
+            proc = subprocess.run(
+                [sys.executable, "-c", _LONG_CHILD, str(path), str(memory_mb)], capture_output=True, text=True
+            )
+            wall = time.perf_counter() - t0
+            if proc.returncode != 0:
+                out.append({"file": path.name, "error": proc.stderr.strip().splitlines()[-1:]})
+                continue
+            pages, elements, cpu, peak, with_text = (float(v) for v in proc.stdout.split())
+            raw_cpu, _ = timed(raw_pdfium, path.read_bytes())
+            out.append(
+                {
+                    "file": path.name,
+                    "pages": int(pages),
+                    "pages_with_text": int(with_text),
+                    "elements": int(elements),
+                    "parse_cpu_s": cpu,
+                    "raw_cpu_s": round(raw_cpu, 2),
+                    "parse_over_raw": round(raw_cpu / cpu, 3) if cpu else None,
+                    "peak_rss_mb": int(peak),
+                    "limit_mb": memory_mb,
+                    "wall_s": round(wall, 1),
+                }
+            )
+    return out
+
+
 def render(tp: dict[str, Any] | None, fl: dict[str, Any] | None, meta: dict[str, Any]) -> str:
     """Markdown report."""
     out = [f"Load average at start: {meta['load']} on {meta['cpus']} CPUs", ""]
@@ -284,6 +364,23 @@ def render(tp: dict[str, Any] | None, fl: dict[str, Any] | None, meta: dict[str,
         for e in tp["parse_errors"]:
             out.append(f"- parse error `{e['path']}`: {e['parse_error']}")
         out.append("")
+    if meta.get("long"):
+        out += [
+            f"Long documents (parse in a child under RLIMIT_DATA {meta['long'][0].get('limit_mb')} MB):",
+            "",
+            "| file | pages | pages with text | elements | parse CPU s | raw PDFium CPU s | parse/raw "
+            "| peak RSS MB |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|",
+        ]
+        for r in meta["long"]:
+            if "error" in r:
+                out.append(f"| {r['file']} | error: {r['error']} |" + " |" * 6)
+                continue
+            out.append(
+                f"| {r['file']} | {r['pages']} | {r['pages_with_text']} | {r['elements']} "
+                f"| {r['parse_cpu_s']} | {r['raw_cpu_s']} | {r['parse_over_raw']} | {r['peak_rss_mb']} |"
+            )
+        out.append("")
     if fl:
         out += [
             f"Fast-lane wait: `{fl['markdown']}` ({fl['bytes']} bytes) parsed while `{fl['scan']}` is OCR'd",
@@ -308,7 +405,8 @@ def main(argv: list[str] | None = None) -> int:
         "--plumber-files", type=int, default=15, help="files (<= 30 pages) also run by pdfplumber"
     )
     ap.add_argument("--md-repeats", type=int, default=200)
-    ap.add_argument("--skip", choices=("throughput", "fastlane"), action="append", default=[])
+    ap.add_argument("--skip", choices=("throughput", "fastlane", "long"), action="append", default=[])
+    ap.add_argument("--memory-mb", type=int, default=4096, help="RLIMIT_DATA of the long-document child")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     corpus = args.corpus.resolve()
@@ -319,6 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     if "throughput" not in args.skip:
         files = pick_files(corpus / "documents", args.max_files, args.max_pages)
         tp = throughput(files, args.plumber_files)
+    if "long" not in args.skip:
+        meta["long"] = long_documents(corpus, args.memory_mb)
     if "fastlane" not in args.skip:
         fl = fast_lane_wait(corpus, args.md_repeats)
     if args.json:

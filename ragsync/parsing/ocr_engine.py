@@ -1,8 +1,8 @@
 """OCR engine: page images through the Tesseract command-line tool, judged against the bar.
 
-Each page is one ``tesseract stdin stdout tsv`` process fed an uncompressed
-8-bit PGM on stdin, with ``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP
-threading makes a page ~5x slower on a busy machine) and a per-page time
+Each page is one ``tesseract stdin stdout tsv`` process fed the page image
+on stdin (PNG, or PBM when bilevel: see ``tesseract_input``), with
+``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP threading makes a page ~5x slower on a busy machine) and a per-page time
 limit. Pages run in parallel: a thread pool of ``min(pages, cpus)`` threads
 drives one single-threaded Tesseract process per page (the threads only
 wait on pipes and run numpy, so the GIL is not a bottleneck, no page image
@@ -18,6 +18,7 @@ Nothing here imports Apache Beam.
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import shutil
@@ -34,7 +35,15 @@ from numpy.typing import NDArray
 
 from ragsync.errors import ConfigurationError
 from ragsync.parsing.ocr_layout import join_lines, parse_tsv
-from ragsync.parsing.ocr_quality import BLANK_INK, SPECK_INK, GrayImage, coverage, denoise, ink_mask, text_ink
+from ragsync.parsing.ocr_quality import (
+    BLANK_INK,
+    SPECK_INK,
+    GrayImage,
+    coverage,
+    denoise,
+    ink_threshold,
+    page_text_ink,
+)
 
 DEFAULT_MIN_CONFIDENCE = 60.0
 # Coverage counts only text-like ink (see ``text_ink``). Measured on 27 corpus pages
@@ -199,24 +208,30 @@ def tesseract_env() -> dict[str, str]:
     return {**os.environ, "OMP_THREAD_LIMIT": "1"}
 
 
-def to_pgm(gray: GrayImage) -> bytes:
-    """Encode 8-bit grayscale pixels as binary PGM, or PBM when only 0 and 255 occur.
+def tesseract_input(gray: GrayImage) -> bytes:
+    """Encode a page image the way Tesseract reads it fastest from stdin.
 
-    Uncompressed netpbm is what Tesseract reads from stdin fastest; a
-    bilevel page sent as PBM also skips Tesseract's own thresholding
-    (~8% less CPU on a 300 dpi page).
+    Bilevel pages (only 0 and 255) go as PBM: Tesseract skips its own
+    thresholding (~8% less CPU on a 300 dpi page). Grayscale pages go as PNG
+    at compression level 1: leptonica reads binary PGM a byte at a time, which
+    cost ~0.4 CPU-s more per 8-megapixel page than a PNG in an interleaved
+    measurement (``benchmarks/PARSING.md``); encoding the PNG costs us ~0.1 s.
 
     Args:
         gray: ``(height, width)`` uint8 array.
 
     Returns:
-        The PGM (``P5``) or PBM (``P4``) file bytes.
+        PBM (``P4``) or PNG file bytes.
     """
     h, w = gray.shape
     arr = np.ascontiguousarray(gray, dtype=np.uint8)
     if not np.any((arr != 0) & (arr != 255)):
         return b"P4\n%d %d\n" % (w, h) + np.packbits(arr == 0, axis=1).tobytes()
-    return b"P5\n%d %d\n255\n" % (w, h) + arr.tobytes()
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.fromarray(arr, mode="L").save(buf, format="PNG", compress_level=1)
+    return buf.getvalue()
 
 
 def _run_tesseract(
@@ -243,7 +258,7 @@ def _run_tesseract(
     try:
         proc = subprocess.run(
             cmd,
-            input=to_pgm(gray),
+            input=tesseract_input(gray),
             capture_output=True,
             env=tesseract_env(),
             timeout=options.timeout_s + 5,
@@ -337,12 +352,11 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     opts = options or OcrOptions()
     started = time.monotonic()
     gray = page.gray
-    ink = ink_mask(gray)
-    ink_frac = float(np.count_nonzero(ink)) / max(ink.size, 1)
+    threshold, ink_frac = ink_threshold(gray)
     if ink_frac < BLANK_INK:
         return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
     tesseract_path()
-    text = text_ink(ink, page.dpi)
+    text = page_text_ink(gray, threshold, page.dpi)
     best = _attempt(page, gray, ink_frac, text, 3, opts)
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
         cleaned = denoise(gray)

@@ -27,22 +27,27 @@ _BOX_PAD = 2
 _WS = re.compile(r"\s+")
 
 
-def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
-    """Pixels that are ink: darker than both Otsu's threshold and the paper minus 60 levels.
+def ink_threshold(gray: GrayImage) -> tuple[int, float]:
+    """Gray level below which a pixel is ink, and the share of the page that is ink.
 
-    The second condition keeps scanner noise on a blank page (where Otsu's
-    threshold falls inside the noise) from counting as ink.
+    Ink is darker than both Otsu's threshold and the paper (the 90th
+    percentile brightness) minus 60 levels; the second condition keeps
+    scanner noise on a blank page (where Otsu's threshold falls inside the
+    noise) from counting as ink. One histogram pass (every other row of
+    pages above 2 megapixels), no mask.
 
     Args:
         gray: 8-bit grayscale pixels.
 
     Returns:
-        Boolean mask of the same shape.
+        ``(threshold, ink_fraction)``: ink is ``gray < threshold``.
     """
-    hist = np.bincount(gray.ravel(), minlength=256).astype(np.float64)
+    # every other row of a large page: the same histogram shape at half the cost
+    sample = gray[::2] if gray.size > 2_000_000 else gray
+    hist = np.bincount(sample.ravel(), minlength=256).astype(np.float64)
     total = hist.sum()
     if total == 0:
-        return np.zeros(gray.shape, dtype=bool)
+        return 0, 0.0
     levels = np.arange(256, dtype=np.float64)
     w0 = np.cumsum(hist)
     m0 = np.cumsum(hist * levels)
@@ -51,9 +56,58 @@ def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
         between = (m0[-1] * w0 / total - m0) ** 2 / (w0 * w1)
     between = np.nan_to_num(between)
     otsu = int(np.argmax(between)) + 1
-    paper = int(np.searchsorted(w0, 0.9 * total))  # 90th percentile brightness
+    paper = int(np.searchsorted(w0, 0.9 * total))
     threshold = min(otsu, paper - 60)
-    return gray < threshold
+    if threshold <= 0:
+        return 0, 0.0
+    return threshold, float(w0[threshold - 1] / total)
+
+
+def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
+    """Pixels that are ink (see ``ink_threshold``).
+
+    Args:
+        gray: 8-bit grayscale pixels.
+
+    Returns:
+        Boolean mask of the same shape.
+    """
+    return gray < ink_threshold(gray)[0]
+
+
+def _pool_factor(pixels: int, dpi: int) -> int:
+    if pixels > 4_000_000 and (dpi or 300) >= 250:
+        return 4  # letters of a 300 dpi page stay ~8 px tall; words stay apart
+    return 2 if pixels > 2_000_000 else 1
+
+
+def page_text_ink(gray: GrayImage, threshold: int, dpi: int) -> tuple[NDArray[np.bool_], int]:
+    """Text-like ink of a page image, measured on a min-pooled copy (see ``text_ink``).
+
+    Pooling the darkest pixel of each block and then thresholding gives the
+    same mask as pooling the full-size ink mask, at a fraction of the cost:
+    pages above 4 megapixels at 250 dpi or more are pooled 4x4, above 2
+    megapixels 2x2.
+
+    Args:
+        gray: 8-bit grayscale pixels.
+        threshold: from ``ink_threshold``.
+        dpi: resolution of ``gray`` (0: assume 300).
+
+    Returns:
+        ``(mask, factor)``: the text-ink mask, pooled by ``factor``.
+    """
+    factor = _pool_factor(gray.size, dpi)
+    if factor > 1:
+        h, w = (gray.shape[0] // factor) * factor, (gray.shape[1] // factor) * factor
+        rows = gray[:h:factor, :w]
+        for k in range(1, factor):  # strided minimum: ~20x faster than reshape(...).min(axis)
+            rows = np.minimum(rows, gray[k:h:factor, :w])
+        pooled = rows[:, ::factor]
+        for k in range(1, factor):
+            pooled = np.minimum(pooled, rows[:, k::factor])
+        gray = pooled
+    return _text_components(gray < threshold, (dpi or 300) / factor), factor
 
 
 def text_ink(ink: NDArray[np.bool_], dpi: int) -> tuple[NDArray[np.bool_], int]:
@@ -76,20 +130,24 @@ def text_ink(ink: NDArray[np.bool_], dpi: int) -> tuple[NDArray[np.bool_], int]:
     if factor == 2:
         h, w = (ink.shape[0] // 2) * 2, (ink.shape[1] // 2) * 2
         ink = ink[:h:2, :w:2] | ink[1:h:2, :w:2] | ink[:h:2, 1:w:2] | ink[1:h:2, 1:w:2]
+    return _text_components(ink, (dpi or 300) / factor), factor
+
+
+def _text_components(ink: NDArray[np.bool_], res: float) -> NDArray[np.bool_]:
+    """Keep the connected components of ``ink`` at most 0.4 in tall and 2 in wide (``res`` px per inch)."""
     try:
         from scipy import ndimage
     except ImportError:  # pragma: no cover - scipy is optional
-        return ink, factor
-    res = (dpi or 300) / factor
+        return ink
     labels, n = ndimage.label(ink, structure=np.ones((3, 3), dtype=bool))
     if n == 0:
-        return ink, factor
+        return ink
     keep = np.zeros(n + 1, dtype=bool)
     max_h, max_w = 0.4 * res, 2.0 * res
     for i, sl in enumerate(ndimage.find_objects(labels)):
         if sl is not None:
             keep[i + 1] = (sl[0].stop - sl[0].start) <= max_h and (sl[1].stop - sl[1].start) <= max_w
-    return keep[labels], factor
+    return keep[labels]
 
 
 def coverage(ink: NDArray[np.bool_], boxes: Sequence[tuple[int, int, int, int]], factor: int = 1) -> float:

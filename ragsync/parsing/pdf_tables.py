@@ -51,7 +51,8 @@ class Table:
     def item(self) -> Item:
         """The table as one Markdown block item."""
         x0, bottom, x1, top = self.box
-        return Item(x0, x1, bottom, top, 0.0, table_to_markdown(self.rows), table=True)
+        rows = [[c.replace("\ufffe", "") for c in row] for row in self.rows]  # PDFium's soft-hyphen mark
+        return Item(x0, x1, bottom, top, 0.0, table_to_markdown(rows), table=True)
 
     def covers(self, it: Item) -> bool:
         """Whether an item's centre lies inside the table box."""
@@ -179,7 +180,7 @@ def _grid(words: Sequence[Item], xs: list[float], ys_top_down: list[float]) -> l
     """Cell texts of words placed in the grid ``xs`` (left to right) x ``ys`` (top to bottom).
 
     A row band where at least half of the filled cells (two or more) hold
-    the same number (2+) of text lines is a band of unruled rows (rules only
+    the same number (3+) of text lines is a band of unruled rows (rules only
     around groups of rows): it is split into one row per text line.
     """
     n_rows, n_cols = len(ys_top_down) - 1, len(xs) - 1
@@ -196,7 +197,7 @@ def _grid(words: Sequence[Item], xs: list[float], ys_top_down: list[float]) -> l
         common, same = max(
             ((n, counts.count(n)) for n in set(counts)), key=lambda t: (t[1], t[0]), default=(0, 0)
         )
-        if common >= 2 and same >= 2 and 2 * same >= len(counts):
+        if common >= 3 and same >= 2 and 2 * same >= len(counts):
             for line in lines:
                 ids = {id(w) for w in line}
                 out.append([_cell_text([w for w in c if id(w) in ids]) for c in row_cells])
