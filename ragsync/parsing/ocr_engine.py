@@ -4,9 +4,10 @@ Each page is one ``tesseract stdin stdout tsv`` process fed the page image
 on stdin (PNG, or PBM when bilevel: see ``tesseract_input``), with
 ``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP threading makes a page ~5x
 slower on a busy machine) and a per-page time limit. Pages run in
-parallel: a thread pool of ``min(pages, cpus)`` threads drives one single-threaded Tesseract process per page (the threads only
-wait on pipes and run numpy, so the GIL is not a bottleneck, no page image
-is pickled, and nothing is forked from a possibly multi-threaded worker).
+parallel: a thread pool of ``min(pages, cpus)`` threads drives one
+single-threaded Tesseract process per page (the threads only wait on pipes
+and run numpy, so the GIL is not a bottleneck, no page image is pickled,
+and nothing is forked from a possibly multi-threaded worker).
 
 Quality bar (``ragsync.parsing.ocr_quality``): a page passes when
 ``confidence >= min_confidence`` and ``coverage >= min_coverage``; a failing
