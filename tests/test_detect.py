@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from ragsync.detect import choose_lane, detect_mime
+from tests.corpus import corpus_dir
 from tests.fixtures_gen import write_fixtures
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+CORPUS = corpus_dir()
 
 
 @pytest.fixture(scope="module")

@@ -112,7 +112,12 @@ class _ParseFn(CatalogDoFn):
             )
             return
         data = read_bytes(doc.raw_uri)
-        result = parse(data, doc.mime, filename=os.path.basename(doc.source.source_object_id))
+        result = parse(
+            data,
+            doc.mime,
+            filename=os.path.basename(doc.source.source_object_id),
+            limits=self.settings.archive_limits(),
+        )
         uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)

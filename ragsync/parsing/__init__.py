@@ -19,11 +19,12 @@ from ragsync.errors import (
     TooLargeError,
     UnsupportedFormatError,
 )
-from ragsync.model import Element
+from ragsync.model import Attachment, Element
 from ragsync.parsing._common import RawParse
+from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
 
 # Change whenever any parser's output changes (it is part of cache keys).
-PARSER_VERSION = "p2"
+PARSER_VERSION = "p3"
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -42,6 +43,9 @@ class ParseResult:
         metadata: format metadata such as ``title`` or front-matter keys.
         ocr_confidence: mean Tesseract word confidence (0-100) over the
             non-blank OCR'd pages, ``None`` when nothing was OCR'd.
+        attachments: files the document carries (e-mail attachments, archive
+            members), unparsed, to become child documents
+            (``ragsync.ids.child_object_id``; parse each with its ``depth``).
     """
 
     elements: tuple[Element, ...]
@@ -49,6 +53,7 @@ class ParseResult:
     pages_for_review: tuple[int, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
     ocr_confidence: float | None = None
+    attachments: tuple[Attachment, ...] = ()
 
 
 def _pdf(data: bytes, max_pages: int) -> RawParse:
@@ -99,10 +104,10 @@ def _pptx(data: bytes, max_pages: int) -> RawParse:
     return parse_pptx(data)
 
 
-def _eml(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.email import parse_email
+def _xml(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.html import parse_html
 
-    return parse_email(data)
+    return parse_html(data, main_only=False)
 
 
 def _image(data: bytes, max_pages: int) -> RawParse:
@@ -132,7 +137,6 @@ _TIKA_MIMES = (
     "application/vnd.ms-powerpoint",
     "application/vnd.ms-excel.sheet.binary.macroenabled.12",
     "application/vnd.ms-works",
-    "application/vnd.ms-outlook",
     "application/vnd.oasis.opendocument.text",
     "application/vnd.oasis.opendocument.spreadsheet",
     "application/vnd.oasis.opendocument.presentation",
@@ -159,11 +163,41 @@ _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
     "application/vnd.openxmlformats-officedocument.presentationml.presentation": _pptx,
     "application/vnd.ms-powerpoint.presentation.macroenabled.12": _pptx,
     "application/vnd.openxmlformats-officedocument.presentationml.slideshow": _pptx,
-    "message/rfc822": _eml,
+    "text/xml": _xml,
+    "application/xml": _xml,
     "application/json": _json,
     "application/x-ndjson": _json,
     **{mime: _tika(mime) for mime in _TIKA_MIMES},
     **{mime: _image for mime in ("image/png", "image/jpeg", "image/tiff", "image/bmp", "image/webp")},
+}
+
+
+Container = Callable[[bytes, str, str, ArchiveLimits, int], RawParse]
+
+
+def _email(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.email import parse_email
+
+    return parse_email(data, depth=depth, limits=limits)
+
+
+def _msg(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.email import parse_msg
+
+    return parse_msg(data, filename=filename, depth=depth, limits=limits)
+
+
+def _archive(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.archive import parse_archive
+
+    return parse_archive(data, mime, filename=filename, limits=limits, depth=depth)
+
+
+# Formats that carry other files: they return attachments (child documents) and need the limits.
+_CONTAINERS: dict[str, Container] = {
+    "message/rfc822": _email,
+    "application/vnd.ms-outlook": _msg,
+    **{mime: _archive for mime in ARCHIVE_MIMES},
 }
 
 
@@ -173,7 +207,7 @@ def supported_mimes() -> tuple[str, ...]:
     Returns:
         Sorted mime strings.
     """
-    return tuple(sorted(_PARSERS))
+    return tuple(sorted({*_PARSERS, *_CONTAINERS}))
 
 
 def _is_encrypted_ole(data: bytes) -> bool:
@@ -188,6 +222,8 @@ def parse(
     filename: str = "",
     max_bytes: int = 200_000_000,
     max_pages: int = 2000,
+    limits: ArchiveLimits | None = None,
+    depth: int = 0,
 ) -> ParseResult:
     """Parse a document into elements in reading order.
 
@@ -195,13 +231,20 @@ def parse(
         data: the document bytes.
         mime: content type from ``ragsync.detect.detect_mime`` (parameters
             such as ``; charset=`` are ignored).
-        filename: the original name, used only in error messages.
+        filename: the original name, used in error messages (and as the
+            member name of a bare ``.gz``).
         max_bytes: size limit in bytes.
         max_pages: page limit (PDF).
+        limits: archive expansion and container nesting limits
+            (``Settings.archive_limits()``; defaults ``ArchiveLimits()``).
+        depth: how many containers (archives, e-mails) enclose this
+            document: 0 for a top-level document, ``Attachment.depth`` for a
+            child.
 
     Returns:
         A ``ParseResult`` with at least one element, each with non-empty text,
-        ``order`` running 0..n-1.
+        ``order`` running 0..n-1; e-mails and archives also return their
+        ``attachments`` (unparsed).
 
     Raises:
         EmptyDocumentError: zero bytes (or only whitespace for text formats).
@@ -212,6 +255,8 @@ def parse(
             Pillow does not recognise).
         TooLargeError: above ``max_bytes`` or ``max_pages``, or an image (or
             PDF image object) above 100 megapixels.
+        ArchiveBombError: an archive expands past ``limits`` (bytes,
+            members, nesting depth, compression ratio).
         NoTextError: the file parsed but holds no text (a PDF whose pages
             have neither text nor images says OCR is needed).
         OcrBelowBarError: scanned PDF / image whose every non-blank page is
@@ -227,12 +272,17 @@ def parse(
         raise EncryptedDocumentError(f"{name}: password-protected office file (OLE EncryptedPackage)")
     base = mime.split(";", 1)[0].strip().lower()
     parser = _PARSERS.get(base)
-    if parser is None:
+    container = _CONTAINERS.get(base)
+    if parser is None and container is None:
         raise UnsupportedFormatError(f"{name}: no parser for content type {base or '(none)'}")
     if base.startswith("text/") and not data.strip():
         raise EmptyDocumentError(f"{name}: only whitespace")
     try:
-        raw = parser(data, max_pages)
+        if container is not None:
+            raw = container(data, base, filename, limits or ArchiveLimits(), depth)
+        else:
+            assert parser is not None
+            raw = parser(data, max_pages)
     except RagsyncError:
         raise
     except (RecursionError, MemoryError):
@@ -251,7 +301,8 @@ def parse(
         metadata=dict(raw.metadata or {}),
         pages_for_review=tuple(getattr(raw, "pages_for_review", ())),
         ocr_confidence=getattr(raw, "ocr_confidence", None),
+        attachments=tuple(raw.attachments),
     )
 
 
-__all__ = ["PARSER_VERSION", "ParseResult", "parse", "supported_mimes"]
+__all__ = ["PARSER_VERSION", "ArchiveLimits", "ParseResult", "parse", "supported_mimes"]
