@@ -11,7 +11,10 @@ Extractors:
 
 * **ours**: ``ragsync.parsing.parse(data, "text/html")``, element texts joined;
 * **trafilatura**: ``trafilatura.extract(data, include_tables=True, include_comments=False)``;
-* **bs4 text**: BeautifulSoup (lxml) ``get_text`` with script/style/noscript removed.
+* **bs4 text**: BeautifulSoup (lxml) ``get_text`` with script/style/noscript removed;
+* **before** (``--before-ref``, default ``main``): the project as it was, detection
+  included: ``detect.py`` and ``parsing/html.py`` loaded from git; a page not
+  detected as HTML counts as empty (it was dead-lettered ``unsupported``).
 
 Page sets:
 
@@ -32,7 +35,7 @@ Page sets:
 
 Usage::
 
-    python benchmarks/bench_web.py [--articles DIR] [--limit N] [--json]
+    python benchmarks/bench_web.py [--articles DIR] [--limit N] [--before-ref main] [--json]
 """
 
 from __future__ import annotations
@@ -71,6 +74,36 @@ def ours(data: bytes) -> tuple[str, str]:
     return "\n".join(e.text for e in result.elements), result.metadata.get("reading", "")
 
 
+def _load_from_git(ref: str, path: str, module: str) -> Any:
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    command = ["git", "-C", str(ROOT), "show", f"{ref}:{path}"]
+    source = subprocess.run(command, check=True, capture_output=True)
+    with tempfile.NamedTemporaryFile("wb", suffix=f"_{module}.py", delete=False) as fh:
+        fh.write(source.stdout)
+    spec = importlib.util.spec_from_file_location(module, fh.name)
+    assert spec is not None and spec.loader is not None
+    loaded = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(loaded)
+    os.unlink(fh.name)
+    return loaded
+
+
+def before_extractor(ref: str) -> Callable[[bytes], str]:
+    """The HTML path of ``ref``: its detection, then its HTML parser when that said HTML."""
+    detect = _load_from_git(ref, "ragsync/detect.py", "detect_before")
+    html = _load_from_git(ref, "ragsync/parsing/html.py", "html_before")
+
+    def run(data: bytes) -> str:
+        if detect.detect_mime(data, "page.html") not in ("text/html", "application/xhtml+xml"):
+            return ""  # dead-lettered unsupported (or parsed as something else)
+        return "\n".join(e.text for e in html.parse_html(data).elements)
+
+    return run
+
+
 def trafilatura_text(data: bytes) -> str:
     import trafilatura
 
@@ -78,8 +111,11 @@ def trafilatura_text(data: bytes) -> str:
 
 
 def bs4_text(data: bytes) -> str:
-    from bs4 import BeautifulSoup
+    import warnings
 
+    from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
+
+    warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)
     soup = BeautifulSoup(data, "lxml")
     for tag in soup(["script", "style", "noscript"]):
         tag.decompose()
@@ -200,8 +236,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--articles", default="", help="folder with html/*.html.gz and ground-truth.json")
     parser.add_argument("--limit", type=int, default=0, help="at most N pages per set (0: all)")
+    parser.add_argument("--before-ref", default="main", help="git ref for the 'before' column ('' to skip)")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
+    if args.before_ref:
+        EXTRACTORS["before"] = before_extractor(args.before_ref)
     if not (CORPUS / "documents").is_dir():
         print(f"shared corpus not found at {CORPUS} (set RAGSYNC_CORPUS)", file=sys.stderr)
         return 2

@@ -15,7 +15,9 @@ and not returned.
 
 from __future__ import annotations
 
+import base64
 import email
+import quopri
 from email import policy
 from email.message import EmailMessage, Message
 from typing import Any
@@ -86,7 +88,14 @@ def _attachment_bytes(part: Any) -> bytes:
         if isinstance(inner, list) and inner:
             inner = inner[0]
         if isinstance(inner, Message):
-            return inner.as_bytes(policy=policy.default)
+            raw = inner.as_bytes(policy=policy.default)
+            # RFC 2046 forbids encoding a message/rfc822 part, but some clients (GroupWise) do.
+            encoding = str(part.get("Content-Transfer-Encoding", "")).strip().lower()
+            if encoding == "base64":
+                return base64.b64decode(raw)
+            if encoding == "quoted-printable":
+                return quopri.decodestring(raw)
+            return raw
     payload = part.get_payload(decode=True)
     return payload if isinstance(payload, bytes) else b""
 

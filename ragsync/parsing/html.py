@@ -21,10 +21,11 @@ the page's content (link lists, tables of data, short notices).
 from __future__ import annotations
 
 import re
+import warnings
 from collections import Counter
 from typing import Any
 
-from bs4 import BeautifulSoup
+from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
 from bs4.element import NavigableString, Tag
 
 from ragsync.model import ElementType
@@ -516,7 +517,9 @@ def parse_html(data: bytes, *, main_only: bool = True) -> RawParse:
         ``reading`` (``main`` or ``structure``).
     """
     text = decode_html(data)
-    soup = BeautifulSoup(text, "lxml")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)  # XHTML and XML are read this way on purpose
+        soup = BeautifulSoup(text, "lxml")
     meta = _title(soup)
     structure = structure_walk(soup)
     if not main_only:
