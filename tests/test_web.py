@@ -158,6 +158,11 @@ def test_choose_reading_rules() -> None:
     # a heading the extractor dropped is put back before the text it introduces
     restored = restore_headings([RawElement(ElementType.HEADING, "Intro", 2), *body], body)
     assert [e.text for e in restored] == ["Intro", body[0].text]
+    # ... and so is the paragraph right after a kept table (trafilatura drops it with the table's block)
+    table = RawElement(ElementType.TABLE, "| Span | Length |\n| --- | --- |\n| Main | 503 |")
+    after = RawElement(para, "Figures from the council.")
+    assert restore_headings([table, after], [table]) == [table, after]
+    assert restore_headings([after, table], [table]) == [table]  # only text that follows the table
 
 
 @corpus_required

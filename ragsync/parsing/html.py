@@ -416,8 +416,31 @@ def keep_main_elements(structure: list[RawElement], main: list[RawElement]) -> l
     return [e for e, held in zip(structure, _kept_flags(structure, main), strict=True) if held]
 
 
+def _restore_after_tables(
+    structure: list[RawElement], flags: list[bool], main: list[RawElement]
+) -> list[RawElement]:
+    """Put back the paragraphs that directly follow a held table in the walk but that
+    the main content lacks (trafilatura drops the text after a table in the same
+    block), right after that table."""
+    out = list(main)
+    for i, element in enumerate(structure[:-1]):
+        after = structure[i + 1]
+        if element.type is not ElementType.TABLE or not flags[i] or flags[i + 1]:
+            continue
+        if after.type is not ElementType.PARAGRAPH:
+            continue
+        at = next(
+            (k for k, e in enumerate(out) if e.type is ElementType.TABLE and e.text == element.text), -1
+        )
+        if at >= 0 and (at + 1 >= len(out) or out[at + 1].text != after.text):
+            out.insert(at + 1, after)
+    return out
+
+
 def restore_headings(structure: list[RawElement], main: list[RawElement]) -> list[RawElement]:
-    """The main content with the headings extraction dropped put back before the text they introduce.
+    """The main content with the headings extraction dropped put back before the
+    text they introduce (and a paragraph right after a kept table, which
+    trafilatura drops with the table's block).
 
     trafilatura moves a page's ``<h1>`` into its title metadata and drops some
     section headings; a heading of the structure walk whose next non-heading
@@ -434,6 +457,7 @@ def restore_headings(structure: list[RawElement], main: list[RawElement]) -> lis
         ``main`` with the restored headings, in order.
     """
     flags = _kept_flags(structure, main)
+    main = _restore_after_tables(structure, flags, main)
     main_tokens = [" ".join(t.lower() for t in _TOKEN.findall(e.text)) for e in main]
     wanted: list[tuple[RawElement, list[str]]] = []
     for i, element in enumerate(structure):
