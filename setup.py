@@ -25,6 +25,10 @@ CORE = [
     "iscc-tika>=0.6",
     "pillow>=10",
     "scipy>=1.11",
+    "charset-normalizer>=3",
+    "trafilatura>=2.0",
+    "lxml_html_clean>=0.4",
+    "olefile>=0.47",
 ]
 
 EXTRAS = {

@@ -211,11 +211,17 @@ def cmd_parse(args: argparse.Namespace) -> int:
         "pages_for_review": [],
         "ocr_confidence": None,
         "page_parsers": [],
+        "attachments": [],
         "error": None,
     }
     code = 0
     try:
-        result = parse(data, mime, filename=os.path.basename(args.file))
+        limits = settings_from_args(args).archive_limits()
+        result = parse(data, mime, filename=os.path.basename(args.file), limits=limits)
+        out["attachments"] = [
+            {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
+            for a in result.attachments
+        ]
         out["elements"] = [
             {
                 "type": e.type.value,
@@ -240,6 +246,8 @@ def cmd_parse(args: argparse.Namespace) -> int:
             print(safe_text(f"dead letter [{out['error']['class']}]: {out['error']['message']}"))
         for e in out["elements"]:
             print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
+        for a in out["attachments"]:
+            print(f"  attachment {a['name']!r}: {a['bytes']} bytes (child document)")
     return code
 
 

@@ -25,6 +25,7 @@ from ragsync.errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.catalog import Catalog
+    from ragsync.parsing.archive import ArchiveLimits
     from ragsync.stores.base import KeywordIndex, VectorIndex
 
 DEFAULT_HOME = "./ragsync-data"
@@ -60,6 +61,12 @@ class Settings:
             dead-lettered ``too_large``; nothing is ever cut to fit.
         fetch_timeout_s: wall-clock limit for reading one document; over it
             the document is dead-lettered ``fetch_timeout``.
+        max_archive_bytes: an archive may expand to at most this many bytes
+            in total (nested archives included).
+        max_archive_members: ... and hold at most this many members.
+        max_archive_depth: containers (archives, e-mails) may nest this deep.
+        max_archive_ratio: a member expanding to more than 1 MiB may be at
+            most this many times its compressed size.
         embed_batch_size: largest embedding batch.
         boilerplate_min_docs: a chunk text already in this many other
             documents is boilerplate and not indexed again (0 turns it off).
@@ -82,6 +89,10 @@ class Settings:
     max_bytes: int = 256 * 1024 * 1024
     max_pages: int = 2000
     fetch_timeout_s: float = 300.0
+    max_archive_bytes: int = 512 * 1024 * 1024
+    max_archive_members: int = 10_000
+    max_archive_depth: int = 3
+    max_archive_ratio: float = 200.0
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
@@ -108,8 +119,21 @@ class Settings:
             raise ConfigurationError(
                 "parse limits, max_bytes, max_pages and fetch_timeout_s must be positive"
             )
+        if min(self.max_archive_bytes, self.max_archive_members, self.max_archive_depth) <= 0:
+            raise ConfigurationError("archive limits must be positive")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
+
+    def archive_limits(self) -> ArchiveLimits:
+        """The archive expansion limits to pass to ``ragsync.parsing.parse``."""
+        from ragsync.parsing.archive import ArchiveLimits
+
+        return ArchiveLimits(
+            max_bytes=self.max_archive_bytes,
+            max_members=self.max_archive_members,
+            max_depth=self.max_archive_depth,
+            max_ratio=self.max_archive_ratio,
+        )
 
     @property
     def keyword_path(self) -> str:

@@ -14,6 +14,7 @@ ERROR_CLASSES = (
     "corrupt",  # the bytes are not a valid file of their type
     "unsupported",  # a content type no parser handles
     "too_large",  # above the configured size or page limit
+    "archive_bomb",  # an archive over its expansion limits (bytes, members, nesting, ratio)
     "no_text",  # parsed fine but nothing to index
     "ocr_below_bar",  # every page fell under the OCR confidence bar
     "timeout",  # parser ran past its time limit
@@ -38,6 +39,7 @@ PERMANENT_CLASSES = frozenset(
         "corrupt",
         "unsupported",
         "too_large",
+        "archive_bomb",
         "no_text",
         "ocr_below_bar",
         "no_permissions",
@@ -84,6 +86,12 @@ class UnsupportedFormatError(RagsyncError):
 
 class TooLargeError(RagsyncError):
     error_class = "too_large"
+
+
+class ArchiveBombError(RagsyncError):
+    """An archive expands past a limit: total bytes, member count, nesting depth or compression ratio."""
+
+    error_class = "archive_bomb"
 
 
 class NoTextError(RagsyncError):

@@ -48,3 +48,35 @@ def acl_id(tenant_id: str, allow_groups: Iterable[str]) -> str:
     """Content-addressed ACL id: one row per distinct (tenant, group set)."""
     groups = sorted({g.strip() for g in allow_groups if g.strip()})
     return "acl" + _digest(ID_VERSION, "acl", tenant_id, *groups, size=12)
+
+
+_UNSAFE_IN_MEMBER = frozenset("%#") | {chr(c) for c in range(32)} | {"\x7f"}
+
+
+def child_object_id(parent_object_id: str, attachment_name: str) -> str:
+    """The ``source_object_id`` of a child document (an e-mail attachment, an archive member).
+
+    ``parent_object_id + "#" + name``, with ``%``, ``#`` and control
+    characters of the name percent-encoded. The name is the attachment's
+    ``ragsync.model.Attachment.name``, which parsing keeps unique within one
+    parent. Pass the result to ``doc_id`` with the parent's tenant and source
+    (the child also takes the parent's groups).
+
+    Stable: the same parent id and name give the same id on every run, so a
+    re-parsed parent updates its children in place. Collision-safe among
+    children: the name part never holds a raw ``#``, so splitting at the last
+    ``#`` recovers (parent, name) and different pairs never share an id; a
+    child of a child is ``root#a.zip#b.txt``. The one id a child could share is
+    a top-level object id that itself contains ``#`` and spells exactly such a
+    path.
+
+    Args:
+        parent_object_id: the parent's ``source_object_id`` (itself a child id
+            for nested containers).
+        attachment_name: the attachment's name (hostile text; never a path).
+
+    Returns:
+        The child's source object id.
+    """
+    escaped = "".join(f"%{ord(c):02X}" if c in _UNSAFE_IN_MEMBER else c for c in attachment_name)
+    return f"{parent_object_id}#{escaped}"

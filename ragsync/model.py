@@ -116,6 +116,32 @@ class Element(JsonRecord):
 
 
 @dataclass(frozen=True)
+class Attachment:
+    """A file carried inside a parsed document: an e-mail attachment or an archive member.
+
+    Parsing returns attachments instead of reading them, so each becomes a
+    child document of its parent (its own id from
+    ``ragsync.ids.child_object_id``, the parent's groups, deleted with the
+    parent). Not a JSON record: it carries bytes.
+
+    Attributes:
+        name: the name the container gives it, unique within one parse result
+            (an archive member's path, nested archives joined with ``/``; an
+            attachment's filename). Hostile: only a label, never a file path.
+        data: the member's bytes (bounded by the archive limits).
+        media_type: the container's type hint (an e-mail part's
+            ``Content-Type``), ``""`` when none; detection from the bytes decides.
+        depth: how many containers enclose it (1 for a member of a top-level
+            document); pass it as ``parse(..., depth=)`` when parsing the child.
+    """
+
+    name: str
+    data: bytes
+    media_type: str = ""
+    depth: int = 1
+
+
+@dataclass(frozen=True)
 class SourceFile(JsonRecord):
     """A file found by a listing, before it is fetched.
 

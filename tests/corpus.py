@@ -18,3 +18,8 @@ CORPUS_MISSING = f"shared corpus not present at {CORPUS} (set RAGSYNC_CORPUS or 
 def have_corpus(sub: str = "documents") -> bool:
     """Whether the corpus (its ``sub`` folder) is present."""
     return (CORPUS / sub).is_dir()
+
+
+def corpus_dir() -> Path:
+    """The corpus folder (it may not exist: callers skip then)."""
+    return CORPUS

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 
 from ragsync.detect import choose_lane, detect_mime
+from tests.corpus import corpus_dir
 from tests.fixtures_gen import write_fixtures
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+CORPUS = corpus_dir()
 
 
 @pytest.fixture(scope="module")
@@ -90,3 +91,53 @@ def test_lanes() -> None:
 def test_corpus_types(rel: str, mime: str) -> None:
     path = CORPUS / rel
     assert detect_mime(path.read_bytes(), path.name) == mime
+
+
+def test_text_decoded_before_it_is_typed() -> None:
+    note = "This is a test document to use for unit tests.\n\nIt has two paragraphs.\n"
+    assert detect_mime(note.encode("utf-16-le"), "a.txt") == "text/plain"  # no BOM
+    assert detect_mime(note.encode("utf-16-be"), "a.txt") == "text/plain"
+    assert detect_mime(note.encode("utf-32"), "a.txt") == "text/plain"
+    assert detect_mime("Grüße, café, naïve – “quoted”\n".encode("cp1252"), "a.txt") == "text/plain"
+    russian = ("Привет, это обычный текст в старой кодировке. " * 20).encode("cp1251")
+    assert detect_mime(russian, "a.txt") == "text/plain"
+    from ragsync.parsing import parse
+
+    assert parse(russian, "text/plain").elements[0].text.startswith("Привет, это обычный текст")
+    import hashlib
+
+    noise = b"".join(hashlib.sha256(bytes([i])).digest() for i in range(64))  # no BOM, no NULs pattern
+    assert detect_mime(noise) == "application/octet-stream"
+
+
+def test_csv_is_read_quote_aware() -> None:
+    quoted = b'name,comment\nann,"likes a, b"\nbob,"multi\nline"\ncid,plain\n'
+    assert detect_mime(quoted, "") == "text/csv"
+    ragged = b"Title line\na,b,c\n1,2,3\n4,5,6\n7,8\n"
+    assert detect_mime(ragged, "t.csv") == "text/csv"
+    assert detect_mime(b"a;b;c\n1;2;3\n4;5;6\n", "x.csv") == "text/csv"
+
+
+def test_single_message_mbox_and_code() -> None:
+    mbox = b"From someone@example.com Mon Jun 01 10:00:00 2009\nContent-Type: text/plain\n\nHello\n"
+    assert detect_mime(mbox, "one.mbox") == "message/rfc822"
+    code = b"#!/usr/bin/env python\n# Copyright 2020\n# Licensed under MIT\nimport os\n\n- x = 1\n"
+    assert detect_mime(code, "tool.py") == "text/plain"
+
+
+def test_zip_containers_that_are_not_archives() -> None:
+    import io
+    import zipfile
+
+    xps, visio = "application/vnd.ms-xpsdocument", "application/vnd.ms-visio.drawing"
+    for members, mime in (
+        ({"FixedDocSeq.fdseq": "<x/>", "Documents/1/Pages/1.fpage": "<x/>"}, xps),
+        ({"[Content_Types].xml": "<Types/>", "visio/document.xml": "<x/>"}, visio),
+        ({"readme.txt": "hello"}, "application/zip"),
+    ):
+        buf = io.BytesIO()
+        with zipfile.ZipFile(buf, "w") as zf:
+            for name, body in members.items():
+                zf.writestr(name, body)
+        assert detect_mime(buf.getvalue(), "x.bin") == mime
+    assert detect_mime(b"PK\x03\x04 not a zip", "broken.docx") == DOCX

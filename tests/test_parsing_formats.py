@@ -20,10 +20,11 @@ from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, Ragsync
 from ragsync.model import ElementType
 from ragsync.parsing import PARSER_VERSION, ParseResult, parse
 from ragsync.parsing.office import parse_xlsx
+from tests.corpus import corpus_dir
 from tests.fixtures_gen import write_fixtures
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "formats"
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
+CORPUS = corpus_dir()
 REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
@@ -114,8 +115,7 @@ def test_eml_headers_body_attachments(fixtures: dict[str, Path]) -> None:
     assert meta["to"] == "team@example.com"
     assert meta["cc"] == "boss@example.com"
     assert meta["subject"] == "Travel policy update"
-    assert meta["attachments"] == "2"
-    assert meta["attachment_errors"].startswith("logo.png: unsupported: ")
+    assert meta["attachments"] == "3"
     els = _els(result)
     assert els[0] == ("heading", 1, 0, "Travel policy update")
     assert els[1][3] == (
@@ -123,13 +123,16 @@ def test_eml_headers_body_attachments(fixtures: dict[str, Path]) -> None:
         "Date: Tue, 05 Mar 2024 10:00:00 +0000\nSubject: Travel policy update"
     )
     assert els[2] == ("paragraph", 0, 0, "Hi team,")  # text/plain preferred over HTML
-    i = els.index(("heading", 2, 0, "Attachment: policy.docx"))
-    assert els[i + 1] == ("heading", 3, 0, "Travel policy")  # attachment headings nest under it
-    assert any(e[0] == "table" and e[3].startswith("| Category | Limit (EUR) |") for e in els[i:])
-    assert els[-2:] == [
-        ("heading", 2, 0, "Attachment: note.txt"),
-        ("paragraph", 0, 0, "Remember to book early."),
-    ]
+    # Attachments are named in the text and returned unparsed, to become child documents.
+    assert els[-1] == ("paragraph", 0, 0, "Attachments: policy.docx, note.txt, logo.png")
+    assert not any(e[3] == "Travel policy" for e in els)  # the DOCX's text is not inlined
+    got = {a.name: a for a in result.attachments}
+    assert sorted(got) == ["logo.png", "note.txt", "policy.docx"]
+    assert got["note.txt"].data == b"Remember to book early.\n"
+    assert got["note.txt"].media_type == "text/plain" and got["note.txt"].depth == 1
+    assert got["policy.docx"].data.startswith(b"PK\x03\x04")
+    child = parse(got["policy.docx"].data, detect_mime(got["policy.docx"].data, "policy.docx"), depth=1)
+    assert child.elements[0].text == "Travel policy"
 
 
 def test_eml_html_body(fixtures: dict[str, Path]) -> None:
@@ -156,14 +159,24 @@ def _nested(depth: int) -> bytes:
     return bytes(msg)
 
 
-def test_eml_recursion_depth_limit() -> None:
-    result = parse(_nested(1), "message/rfc822")
-    headings = [e.text for e in result.elements if e.type is ElementType.HEADING]
-    assert headings == ["Level 1", "Attachment: fwd.eml", "Level 2", "Attachment: fwd.eml", "Level 3"]
-    assert "Body 4" not in " ".join(e.text for e in result.elements)
+def test_eml_forwarded_chain_stops_at_the_depth_limit() -> None:
+    from ragsync.parsing.archive import ArchiveLimits
+
+    limits = ArchiveLimits(max_depth=3)
+    data, depth, subjects = _nested(1), 0, []
+    while True:
+        result = parse(data, detect_mime(data, "m.eml"), limits=limits, depth=depth)
+        subjects.append(result.metadata["subject"])
+        if not result.attachments:
+            break
+        (fwd,) = result.attachments
+        assert fwd.name == "fwd.eml" and fwd.depth == depth + 1
+        data, depth = fwd.data, fwd.depth
+    assert subjects == ["Level 1", "Level 2", "Level 3", "Level 4"]
+    assert result.metadata["attachments_skipped"] == "nested deeper than 3 containers: fwd.eml"
 
 
-def test_eml_broken_attachment_recorded() -> None:
+def test_eml_broken_attachment_is_a_child_that_fails_alone() -> None:
     msg = EmailMessage()
     msg["From"] = "a@example.com"
     msg["To"] = "b@example.com"
@@ -173,8 +186,10 @@ def test_eml_broken_attachment_recorded() -> None:
         b"PK\x03\x04 not a zip", maintype="application", subtype="octet-stream", filename="x.docx"
     )
     result = parse(bytes(msg), "message/rfc822")
-    assert result.metadata["attachment_errors"].startswith("x.docx: corrupt: ")
-    assert [e.text for e in result.elements][-1] == "See attached."
+    assert [e.text for e in result.elements][-2:] == ["See attached.", "Attachments: x.docx"]
+    (bad,) = result.attachments
+    with pytest.raises(CorruptDocumentError):
+        parse(bad.data, detect_mime(bad.data, bad.name), filename=bad.name, depth=bad.depth)
 
 
 def test_github_and_jira(fixtures: dict[str, Path]) -> None:
@@ -345,7 +360,11 @@ def test_corpus_msg_subject() -> None:
     assert _els(result)[0] == ("heading", 1, 0, "Test Email")
     assert result.elements[1].text.startswith('From: "Matthew Robinson" <mrobinson@unstructured.io>\n')
     with_attachment = _parse_file(CORPUS / "documents" / "unstructured" / "fake-email-attachment.msg")
-    assert ("heading", 2, 0, "Attachment: fake-attachment.txt") in _els(with_attachment)
+    assert _els(with_attachment)[-1] == ("paragraph", 0, 0, "Attachments: fake-attachment.txt")
+    (att,) = with_attachment.attachments
+    assert att.name == "fake-attachment.txt" and att.depth == 1
+    child = parse(att.data, detect_mime(att.data, att.name), depth=att.depth)
+    assert child.elements[0].text == "Hey this is a fake attachment!"
 
 
 @corpus_required

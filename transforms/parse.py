@@ -118,6 +118,7 @@ class _ParseFn(CatalogDoFn):
             filename=os.path.basename(doc.source.source_object_id),
             max_bytes=self.settings.max_bytes,
             max_pages=self.settings.max_pages,
+            limits=self.settings.archive_limits(),
         )
         uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")

@@ -19,8 +19,9 @@ from ragsync.errors import (
     TooLargeError,
     UnsupportedFormatError,
 )
-from ragsync.model import Element
+from ragsync.model import Attachment, Element
 from ragsync.parsing._common import RawParse
+from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
 
 # Change whenever any parser's output changes (it is part of cache keys).
 PARSER_VERSION = "p3"
@@ -45,6 +46,9 @@ class ParseResult:
         page_parsers: which parser read each page (``pdfium``,
             ``pdfminer``, ``ocr``, ``none``), for PDFs and images; empty for
             formats without pages.
+        attachments: files the document carries (e-mail attachments, archive
+            members), unparsed, to become child documents
+            (``ragsync.ids.child_object_id``; parse each with its ``depth``).
     """
 
     elements: tuple[Element, ...]
@@ -53,6 +57,7 @@ class ParseResult:
     metadata: dict[str, str] = field(default_factory=dict)
     ocr_confidence: float | None = None
     page_parsers: tuple[str, ...] = ()
+    attachments: tuple[Attachment, ...] = ()
 
 
 def _pdf(data: bytes, max_pages: int) -> RawParse:
@@ -103,10 +108,10 @@ def _pptx(data: bytes, max_pages: int) -> RawParse:
     return parse_pptx(data)
 
 
-def _eml(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.email import parse_email
+def _xml(data: bytes, max_pages: int) -> RawParse:
+    from ragsync.parsing.html import parse_html
 
-    return parse_email(data)
+    return parse_html(data, main_only=False)
 
 
 def _image(data: bytes, max_pages: int) -> RawParse:
@@ -136,7 +141,6 @@ _TIKA_MIMES = (
     "application/vnd.ms-powerpoint",
     "application/vnd.ms-excel.sheet.binary.macroenabled.12",
     "application/vnd.ms-works",
-    "application/vnd.ms-outlook",
     "application/vnd.oasis.opendocument.text",
     "application/vnd.oasis.opendocument.spreadsheet",
     "application/vnd.oasis.opendocument.presentation",
@@ -163,11 +167,41 @@ _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
     "application/vnd.openxmlformats-officedocument.presentationml.presentation": _pptx,
     "application/vnd.ms-powerpoint.presentation.macroenabled.12": _pptx,
     "application/vnd.openxmlformats-officedocument.presentationml.slideshow": _pptx,
-    "message/rfc822": _eml,
+    "text/xml": _xml,
+    "application/xml": _xml,
     "application/json": _json,
     "application/x-ndjson": _json,
     **{mime: _tika(mime) for mime in _TIKA_MIMES},
     **{mime: _image for mime in ("image/png", "image/jpeg", "image/tiff", "image/bmp", "image/webp")},
+}
+
+
+Container = Callable[[bytes, str, str, ArchiveLimits, int], RawParse]
+
+
+def _email(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.email import parse_email
+
+    return parse_email(data, depth=depth, limits=limits)
+
+
+def _msg(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.email import parse_msg
+
+    return parse_msg(data, filename=filename, depth=depth, limits=limits)
+
+
+def _archive(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.archive import parse_archive
+
+    return parse_archive(data, mime, filename=filename, limits=limits, depth=depth)
+
+
+# Formats that carry other files: they return attachments (child documents) and need the limits.
+_CONTAINERS: dict[str, Container] = {
+    "message/rfc822": _email,
+    "application/vnd.ms-outlook": _msg,
+    **{mime: _archive for mime in ARCHIVE_MIMES},
 }
 
 
@@ -177,7 +211,7 @@ def supported_mimes() -> tuple[str, ...]:
     Returns:
         Sorted mime strings.
     """
-    return tuple(sorted(_PARSERS))
+    return tuple(sorted({*_PARSERS, *_CONTAINERS}))
 
 
 def _is_encrypted_ole(data: bytes) -> bool:
@@ -192,6 +226,8 @@ def parse(
     filename: str = "",
     max_bytes: int = 200_000_000,
     max_pages: int = 2000,
+    limits: ArchiveLimits | None = None,
+    depth: int = 0,
 ) -> ParseResult:
     """Parse a document into elements in reading order.
 
@@ -199,14 +235,21 @@ def parse(
         data: the document bytes.
         mime: content type from ``ragsync.detect.detect_mime`` (parameters
             such as ``; charset=`` are ignored).
-        filename: the original name, used only in error messages.
+        filename: the original name, used in error messages (and as the
+            member name of a bare ``.gz``).
         max_bytes: size limit in bytes.
         max_pages: page limit (PDF pages, image frames); a longer document
             is refused with ``TooLargeError``, never cut.
+        limits: archive expansion and container nesting limits
+            (``Settings.archive_limits()``; defaults ``ArchiveLimits()``).
+        depth: how many containers (archives, e-mails) enclose this
+            document: 0 for a top-level document, ``Attachment.depth`` for a
+            child.
 
     Returns:
         A ``ParseResult`` with at least one element, each with non-empty text,
-        ``order`` running 0..n-1.
+        ``order`` running 0..n-1; e-mails and archives also return their
+        ``attachments`` (unparsed).
 
     Raises:
         EmptyDocumentError: zero bytes (or only whitespace for text formats).
@@ -217,6 +260,8 @@ def parse(
             Pillow does not recognise).
         TooLargeError: above ``max_bytes`` or ``max_pages``, or an image (or
             PDF image object) above 100 megapixels.
+        ArchiveBombError: an archive expands past ``limits`` (bytes,
+            members, nesting depth, compression ratio).
         NoTextError: the file parsed but holds no text (a PDF whose pages
             have neither text nor images says OCR is needed).
         OcrBelowBarError: scanned PDF / image whose every non-blank page is
@@ -232,12 +277,17 @@ def parse(
         raise EncryptedDocumentError(f"{name}: password-protected office file (OLE EncryptedPackage)")
     base = mime.split(";", 1)[0].strip().lower()
     parser = _PARSERS.get(base)
-    if parser is None:
+    container = _CONTAINERS.get(base)
+    if parser is None and container is None:
         raise UnsupportedFormatError(f"{name}: no parser for content type {base or '(none)'}")
     if base.startswith("text/") and not data.strip():
         raise EmptyDocumentError(f"{name}: only whitespace")
     try:
-        raw = parser(data, max_pages)
+        if container is not None:
+            raw = container(data, base, filename, limits or ArchiveLimits(), depth)
+        else:
+            assert parser is not None
+            raw = parser(data, max_pages)
     except RagsyncError:
         raise
     except (RecursionError, MemoryError):
@@ -258,7 +308,8 @@ def parse(
         pages_for_review=tuple(getattr(raw, "pages_for_review", ())),
         ocr_confidence=getattr(raw, "ocr_confidence", None),
         page_parsers=tuple(raw.page_parsers),
+        attachments=tuple(raw.attachments),
     )
 
 
-__all__ = ["PARSER_VERSION", "ParseResult", "parse", "supported_mimes"]
+__all__ = ["PARSER_VERSION", "ArchiveLimits", "ParseResult", "parse", "supported_mimes"]

@@ -6,7 +6,7 @@ import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from ragsync.model import ElementType
+from ragsync.model import Attachment, ElementType
 
 _WS = re.compile(r"\s+")
 
@@ -88,29 +88,97 @@ def split_paragraphs(text: str) -> list[str]:
     return out
 
 
+_BOMS = (
+    (b"\xef\xbb\xbf", "utf-8-sig"),
+    (b"\xff\xfe\x00\x00", "utf-32"),
+    (b"\x00\x00\xfe\xff", "utf-32"),
+    (b"\xff\xfe", "utf-16"),
+    (b"\xfe\xff", "utf-16"),
+)
+
+
+def utf16_without_bom(head: bytes) -> str:
+    """``utf-16-le``/``-be`` when every other byte of an ASCII-heavy head is NUL, else ``""``."""
+    head = head[:400]
+    if len(head) < 40:
+        return ""
+    half = len(head) // 2
+    even, odd = head[0::2].count(0), head[1::2].count(0)
+    if odd >= 0.9 * half and even < 0.1 * half:
+        return "utf-16-le"
+    if even >= 0.9 * half and odd < 0.1 * half:
+        return "utf-16-be"
+    return ""
+
+
+def text_encoding(data: bytes) -> str:
+    """The codec to read bytes as text with (the one rule parsers and detection share).
+
+    Order: a byte order mark (UTF-8, UTF-32, UTF-16), UTF-16 without a BOM
+    (NUL on every other byte of the first 400 bytes), UTF-8 (a multibyte
+    character cut by the end of ``data`` is allowed, so a prefix can be
+    sniffed); then, when over 10 % of the first 64 KiB are non-ASCII bytes (a
+    non-Latin script in a legacy code page), charset-normalizer's guess;
+    else cp1252, and latin-1 when cp1252 leaves bytes undefined.
+
+    Args:
+        data: raw bytes (a prefix is enough).
+
+    Returns:
+        A Python codec name; decoding with it and ``errors="replace"`` never fails.
+    """
+    for bom, codec in _BOMS:
+        if data.startswith(bom):
+            return codec
+    wide = utf16_without_bom(data)
+    if wide:
+        return wide
+    try:
+        data.decode("utf-8")
+        return "utf-8"
+    except UnicodeDecodeError as exc:
+        if exc.start >= len(data) - 3 and exc.reason == "unexpected end of data":
+            return "utf-8"
+    sample = data[:65_536]
+    if sum(1 for b in sample if b >= 0x80) > 0.1 * len(sample):
+        # Mostly non-ASCII and not UTF-8: a legacy code page of a non-Latin script
+        # (cp1251, cp1256, koi8-r...); Western text has a few per cent of such bytes.
+        guess = _legacy_codepage(sample)
+        if guess:
+            return guess
+    try:
+        data.decode("cp1252")
+        return "cp1252"
+    except UnicodeDecodeError:
+        return "latin-1"
+
+
+def _legacy_codepage(sample: bytes) -> str:
+    """charset-normalizer's best single-byte guess for ``sample``, ``""`` when it has none."""
+    try:
+        from charset_normalizer import from_bytes
+    except ImportError:  # pragma: no cover - a declared dependency
+        return ""
+    best = from_bytes(sample).best()
+    if best is None or best.encoding in ("utf_8", "ascii"):
+        return ""
+    return str(best.encoding)
+
+
 def decode_text(data: bytes) -> str:
-    """Decode bytes as text: BOM-aware UTF-8/UTF-16, then cp1252, then latin-1.
+    """Decode bytes as text with ``text_encoding`` (BOM-aware UTF-8/16/32, UTF-16
+    without BOM, UTF-8, cp1252, latin-1).
 
     Args:
         data: raw bytes.
 
     Returns:
-        The decoded text with ``\\r\\n``/``\\r`` normalised to ``\\n``.
+        The decoded text without a BOM, ``\\r\\n``/``\\r`` normalised to ``\\n``.
     """
-    text: str
-    if data.startswith(b"\xef\xbb\xbf"):
-        text = data[3:].decode("utf-8", errors="replace")
-    elif data.startswith((b"\xff\xfe", b"\xfe\xff")):
-        text = data.decode("utf-16", errors="replace")
-    else:
-        for enc in ("utf-8", "cp1252"):
-            try:
-                text = data.decode(enc)
-                break
-            except UnicodeDecodeError:
-                continue
-        else:
-            text = data.decode("latin-1")
+    codec = text_encoding(data)
+    if codec.startswith("utf-16-"):
+        data = data[: len(data) // 2 * 2]
+    text = data.decode(codec, errors="replace").lstrip("\ufeff")
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
@@ -137,9 +205,12 @@ class RawParse:
         page_parsers: for paged formats, which parser read each page
             (``pdfium``, ``pdfminer``, ``ocr``, ``none`` when nothing could);
             empty when not tracked.
+        attachments: files the document carries (e-mail attachments, archive
+            members), returned unparsed to become child documents.
     """
 
     elements: list[RawElement]
     pages: int = 0
     metadata: dict[str, str] | None = None
     page_parsers: tuple[str, ...] = ()
+    attachments: tuple[Attachment, ...] = ()

@@ -84,11 +84,15 @@ def _is_page(node: Any) -> TypeGuard[Tag]:
     return isinstance(node, Tag) and node.name == "div" and _has_classes(node, _PAGE_CLASSES)
 
 
-def _prepare(soup: BeautifulSoup, mime: str) -> None:
-    """Rewrite Tika-specific markup into plain HTML the walker understands."""
+def _prepare(soup: BeautifulSoup, mime: str, embedded: bool = True) -> None:
+    """Rewrite Tika-specific markup into plain HTML the walker understands;
+    without ``embedded``, drop embedded documents (their text) altogether."""
     label = "Attachment" if mime == MIME_MSG else "Embedded"
     for entry in soup.find_all("div", class_="package-entry"):
         if not isinstance(entry, Tag) or entry.decomposed:
+            continue
+        if not embedded:
+            entry.decompose()
             continue
         head = entry.find("h1")
         name = clean_text(head.get_text(" ")) if isinstance(head, Tag) else ""
@@ -236,7 +240,9 @@ def _check_failure(text_found: bool, meta: dict[str, str], mime: str, name: str)
         raise CorruptDocumentError(f"{name}: Tika failed: {trace}")
 
 
-def parse_tika(data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, filename: str = "") -> RawParse:
+def parse_tika(
+    data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, filename: str = "", embedded: bool = True
+) -> RawParse:
     """Parse a document through Tika's XHTML output.
 
     Args:
@@ -247,6 +253,9 @@ def parse_tika(data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, fi
         max_chars: Tika write limit in characters of XHTML. When reached the
             text is cut there and ``metadata["truncated"] == "true"``.
         filename: used only in error messages.
+        embedded: keep the text of embedded documents (``Embedded: NAME``
+            sections); ``False`` drops it (MSG attachments become child
+            documents instead, ``ragsync.parsing.email.parse_msg``).
 
     Returns:
         Elements in reading order; sheets and slides numbered in ``page``
@@ -290,12 +299,12 @@ def parse_tika(data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, fi
     if _WRITE_LIMIT in meta or (stripped and not stripped.endswith("</html>")):
         out_meta["truncated"] = "true"
         out_meta["max_chars"] = str(max_chars)
-    embedded = meta.get("X-TIKA:EXCEPTION:embedded_exception", "")
-    if embedded:
-        out_meta["tika_warning"] = embedded.splitlines()[0][:300]
+    embedded_error = meta.get("X-TIKA:EXCEPTION:embedded_exception", "")
+    if embedded_error:
+        out_meta["tika_warning"] = embedded_error.splitlines()[0][:300]
     if body is None:
         return RawParse([], 0, out_meta)
-    _prepare(soup, mime)
+    _prepare(soup, mime, embedded)
     if mime == MIME_MSG:
         return RawParse(_msg(soup, body, meta, out_meta), 0, out_meta)
     elements, pages = _elements(body, soup, mime)
