@@ -1,35 +1,36 @@
-"""The bounded backfill pipeline: list a folder or prefix, then the shared
-stage chain (fetch, route, parse, chunk, diff, embed, write).
+"""The bounded pipeline: a full listing of any source, read by workers, then
+the shared stage chain (fetch, route, parse, chunk, diff, embed, write), and
+the documents the listing no longer holds queued as deletes.
 
-``build_pipeline`` wires the graph (tests call it with their own pipeline);
-``run_backfill`` lists the source, runs the graph on the FnApiRunner (or the
-runner named in ``beam_args``), sweeps index orphans, and returns a summary.
+``build_pipeline`` wires the stage chain onto any PCollection of
+``SourceFile`` (tests call it with their own pipeline);
+``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
+vanished-document deletes; ``run_listing`` runs it and returns its counters;
+``run_backfill`` is a full sync (``beam_pipelines.sync``) of a folder or
+prefix registered as an ``object_store`` source.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from connectors.files import FolderConnector
+from connectors.base import SourceSpec
 from connectors.location import source_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.display import safe_text
 from ragsync.embedding import ModelSpec
-from ragsync.errors import ConfigurationError
-from ragsync.model import SourceFile
+from ragsync.errors import ConfigurationError, FetchError, RagsyncError
 from transforms.chain import IndexDocuments
-from transforms.common import counters_of
-from transforms.io import BeamFileSystem
+from transforms.common import counter_value
+from transforms.listing import FindVanished, ListSource, QueueEvents
 from transforms.write import WriteDeadLetters
 
 
@@ -37,11 +38,13 @@ from transforms.write import WriteDeadLetters
 class BackfillSummary:
     """What a backfill did. Field names are the ``--json`` keys."""
 
+    documents_listed: int
     documents_seen: int
     documents_indexed: int
     documents_unchanged: int
     documents_duplicate: int
     documents_acl_updated: int
+    documents_deleted: int
     dead_lettered: int
     chunks_embedded: int
     embedding_cache_hits: int
@@ -71,9 +74,21 @@ def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
     open_keyword_index(settings, create=True).close()
 
 
-def register_source(settings: Settings, source_id: str, tenant_id: str, type_: str, uri: str = "") -> None:
+def register_source(
+    settings: Settings,
+    source_id: str,
+    tenant_id: str,
+    type_: str,
+    uri: str = "",
+    *,
+    options: Mapping[str, Any] | None = None,
+    credentials_ref: str | None = None,
+    sync: str | None = None,
+    poll_interval_s: int | None = None,
+) -> None:
     """Register a source (idempotent) with its location ``uri`` ('' for a
-    source that takes no ``content_uri``).
+    source that takes no ``content_uri``), then set the connector settings
+    given (options, credentials reference, how it syncs).
 
     Raises:
         ValueError: the id belongs to another tenant.
@@ -85,6 +100,13 @@ def register_source(settings: Settings, source_id: str, tenant_id: str, type_: s
     catalog = open_catalog(settings)
     try:
         catalog.ensure_source(source_id, tenant_id, type_, uri)
+        catalog.configure_source(
+            source_id,
+            options=options,
+            credentials_ref=credentials_ref,
+            sync=sync,
+            poll_interval_s=poll_interval_s,
+        )
     finally:
         catalog.close()
 
@@ -111,12 +133,114 @@ def build_pipeline(
     return out
 
 
-def list_source(uri: str, *, tenant_id: str, source_id: str, acl_groups: Sequence[str]) -> list[SourceFile]:
-    """Full listing of a folder or prefix through Beam FileSystems."""
-    connector = FolderConnector(
-        BeamFileSystem(), uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups
+def build_listing_pipeline(
+    p: beam.Pipeline,
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    listing_started_at: float,
+    max_delete_share: float,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """A full listing of ``source`` inside the pipeline, the stage chain on
+    what it lists, and delete events for what it no longer holds (behind the
+    partial-listing guard), queued for the streaming pipeline.
+
+    Returns:
+        ``listed`` (the listing) and the chain's outputs under ``indexed``.
+    """
+    listed = p | "ListSource" >> ListSource(source, settings, shards, show_progress=show_progress)
+    indexed = build_pipeline(p, listed, settings, spec, show_progress=show_progress)
+    deletes = listed | "FindVanished" >> FindVanished(
+        source, settings, listing_started_at=listing_started_at, max_delete_share=max_delete_share
     )
-    return list(connector.list_all())
+    deletes | "QueueDeletes" >> QueueEvents(settings)
+    return {"listed": listed, "indexed": indexed}
+
+
+#: Counters of a listing run, reported by ``run_listing``.
+LISTING_COUNTERS = (
+    "documents_listed",
+    "documents_seen",
+    "documents_indexed",
+    "documents_unchanged",
+    "documents_duplicate",
+    "documents_acl_updated",
+    "dead_lettered",
+    "chunks_embedded",
+    "embedding_cache_hits",
+    "chunks_written",
+    "chunks_deleted",
+    "documents_known",
+    "documents_vanished",
+    "events_queued",
+    "listing_guard_tripped",
+)
+
+
+class ListingFailedError(FetchError):
+    """The listing pipeline failed (a shard could not be listed, timed out,
+    or a store failed): nothing was deleted."""
+
+
+def run_listing(
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    max_delete_share: float,
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+) -> dict[str, int]:
+    """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
+    another runner) and return its counters (:data:`LISTING_COUNTERS`).
+
+    Raises:
+        ListingFailedError: the pipeline failed; the message names the cause.
+    """
+    started = time.time()
+    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    p = beam.Pipeline(runner=runner, options=options)
+    build_listing_pipeline(
+        p,
+        source,
+        settings,
+        spec,
+        shards=shards,
+        listing_started_at=started,
+        max_delete_share=max_delete_share,
+        show_progress=show_progress,
+    )
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
+        if lifecycle.stop_signal() is not None:
+            raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
+        raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
+    return {name: counter_value(result, name) for name in LISTING_COUNTERS}
+
+
+def root_cause(exc: BaseException) -> str:
+    """A one-line cause of a pipeline failure: the innermost ragsync error's
+    class and message when there is one (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):
+        if isinstance(e, RagsyncError):
+            return f"[{e.error_class}] {e}"[:1000]
+    text = str(seen[-1]) or type(seen[-1]).__name__
+    for line in reversed(text.splitlines()):
+        if "Error:" in line:
+            return line.strip()[:1000]
+    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
 
 
 def sweep_orphans(settings: Settings, dim: int) -> int:
@@ -155,12 +279,18 @@ def run_backfill(
     beam_args: Sequence[str] = (),
     show_progress: bool = True,
     spec: ModelSpec | None = None,
+    max_delete_share: float | None = None,
 ) -> BackfillSummary:
-    """Backfill ``uri`` into the stores named by ``settings``.
+    """Backfill ``uri`` into the stores named by ``settings``: register it as
+    an ``object_store`` source (its location and groups) and run a full sync.
 
     Raises:
         ConfigurationError: the source is missing or a store cannot be opened.
+        SyncError: the listing failed, the source is paused, or the
+            partial-listing guard held deletes back (the source is paused).
     """
+    from beam_pipelines.sync import run_sync
+
     start = time.monotonic()
     lifecycle.install_child_watch()  # parse children never outlive this process
     if "://" not in uri:
@@ -177,17 +307,39 @@ def run_backfill(
     # The folder becomes the source's location before anything is read:
     # every fetch is confined to it.
     prepare_stores(settings, spec)
-    register_source(settings, source_id, tenant_id, "object_store", uri)
-    files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
-    if show_progress:
-        print(safe_text(f"[list] {len(files)} files under {uri}"), file=sys.stderr, flush=True)
-    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
-    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
-    p = beam.Pipeline(runner=runner, options=options)
-    listed = p | "ListSource" >> beam.Create(files)
-    build_pipeline(p, listed, settings, spec, total=len(files), show_progress=show_progress)
-    result = p.run()
-    result.wait_until_finish()
+    register_source(
+        settings,
+        source_id,
+        tenant_id,
+        "object_store",
+        uri,
+        options={"acl_groups": [g for g in acl_groups if g]},
+    )
+    result = run_sync(
+        source_id,
+        settings,
+        full=True,
+        beam_args=beam_args,
+        show_progress=show_progress,
+        model_spec=spec,
+        max_delete_share=max_delete_share,
+    )
+    listing = result.listing or {}
+    applied = result.applied or {}
     orphans = sweep_orphans(settings, spec.dim)
-    seconds = round(time.monotonic() - start, 3)
-    return BackfillSummary(**counters_of(result, BackfillSummary, orphans_removed=orphans, seconds=seconds))
+    return BackfillSummary(
+        documents_listed=listing.get("documents_listed", 0),
+        documents_seen=listing.get("documents_seen", 0),
+        documents_indexed=listing.get("documents_indexed", 0),
+        documents_unchanged=listing.get("documents_unchanged", 0),
+        documents_duplicate=listing.get("documents_duplicate", 0),
+        documents_acl_updated=listing.get("documents_acl_updated", 0),
+        documents_deleted=applied.get("documents_deleted", 0),
+        dead_lettered=listing.get("dead_lettered", 0) + applied.get("dead_lettered", 0),
+        chunks_embedded=listing.get("chunks_embedded", 0),
+        embedding_cache_hits=listing.get("embedding_cache_hits", 0),
+        chunks_written=listing.get("chunks_written", 0),
+        chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
+        orphans_removed=orphans,
+        seconds=round(time.monotonic() - start, 3),
+    )

@@ -16,6 +16,7 @@ and a ``from_spec`` constructor, registered in ``connectors.registry``.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -75,6 +76,30 @@ class SourceSpec:
     uri: str = ""
     credentials_ref: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SourceSpec:
+        """A spec from a catalog ``sources`` row (``options`` as JSON text or a dict).
+
+        Raises:
+            ConfigurationError: the stored options are not a JSON object.
+        """
+        options = row.get("options") or {}
+        if isinstance(options, str):
+            try:
+                options = json.loads(options)
+            except ValueError:
+                options = None
+        if not isinstance(options, dict):
+            raise ConfigurationError(f"source {row.get('source_id')!r}: stored options are not a JSON object")
+        return cls(
+            source_id=str(row["source_id"]),
+            tenant_id=str(row["tenant_id"]),
+            type=str(row["type"]),
+            uri=str(row.get("uri") or ""),
+            credentials_ref=str(row.get("credentials_ref") or ""),
+            options=options,
+        )
 
     def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:
         """A list-of-groups option, cleaned (sorted, no blanks).

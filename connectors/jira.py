@@ -218,7 +218,14 @@ class JiraConnector:
         return issues, (str(nxt) if issues and nxt < total else "")
 
     def _scope(self, project: str = "") -> str:
-        parts = [f'project = "{project}"'] if project else []
+        """JQL of the source's issues: one project, else every configured
+        project, and the ``jql`` option."""
+        if project:
+            parts = [f'project = "{project}"']
+        elif self.projects:
+            parts = ["project in (" + ", ".join(f'"{p}"' for p in self.projects) + ")"]
+        else:
+            parts = []
         if self.jql:
             parts.append(f"({self.jql})")
         return " AND ".join(parts)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from connectors.base import Connector, FileSystem, SourceSpec
+from connectors.location import Location
 from connectors.reader import FetchLimits
 from ragsync.errors import ConfigurationError
 
@@ -26,11 +27,27 @@ CONNECTORS: dict[str, str] = {
 }
 
 
-def connector_class(source_type: str) -> Any:
-    """The class serving ``source_type``. Raises ConfigurationError."""
+def connector_class(spec: SourceSpec) -> Any:
+    """The class serving ``spec``.
+
+    The location decides how content is read: a folder or ``gs://``/``s3://``
+    prefix is always read by the folder connector (whatever the source's
+    type: a wiki exported to a bucket is a prefix of files); an HTTP(S)
+    location by the API connector of the source's type.
+
+    Raises:
+        ConfigurationError: no location, or no connector for the type and location.
+    """
+    if not spec.uri:
+        raise ConfigurationError(
+            f"source {spec.source_id!r} declares no location: register it with "
+            "`ragsync sources add ID --type TYPE --uri LOCATION`"
+        )
+    scheme = Location.parse(spec.uri).scheme
+    source_type = "object_store" if scheme in ("file", "gs", "s3") else spec.type
     target = CONNECTORS.get(source_type)
-    if target is None:
-        raise ConfigurationError(f"no connector for source type {source_type!r}")
+    if target is None or (scheme not in ("file", "gs", "s3") and source_type == "object_store"):
+        raise ConfigurationError(f"no connector reads a {spec.type!r} source at a {scheme}:// location")
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)
 
@@ -63,13 +80,8 @@ def open_connector(
         ConfigurationError: unknown type, no location, unusable options or
             credentials.
     """
-    if not spec.uri:
-        raise ConfigurationError(
-            f"source {spec.source_id!r} declares no location: register it with "
-            "`ragsync sources add ID --type TYPE --uri LOCATION`"
-        )
-    cls = connector_class(spec.type)
-    if spec.type == "object_store" and fs is None:
+    cls = connector_class(spec)
+    if cls.__name__ == "FolderConnector" and fs is None:
         raise ConfigurationError("object-store sources are read through a file system; none was given")
     connector: Connector = cls.from_spec(
         spec, fs=fs, limits=limits or FetchLimits(), transport=transport, sleep=sleep

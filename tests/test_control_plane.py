@@ -207,10 +207,9 @@ def test_create_source_and_request_sync(api: Api) -> None:
     assert r.status_code == 202
     body = r.json()
     assert body["sync_id"].startswith("sync_")
-    assert body == {"sync_id": body["sync_id"], "source_id": "wiki-eng", "mode": "full", "state": "requested"}
-    assert [(s.sync_id, s.source_id, s.mode) for s in api.catalog.pending_sync_requests()] == [
-        (body["sync_id"], "wiki-eng", "full")
-    ]
+    assert body == {"sync_id": body["sync_id"], "source_id": "wiki-eng", "mode": "full", "state": "queued"}
+    run = api.catalog.get_sync_run(body["sync_id"])
+    assert run is not None and (run.source_id, run.mode, run.state) == ("wiki-eng", "full", "queued")
 
 
 def test_source_validation_errors_are_422_and_never_echo_the_input(api: Api) -> None:

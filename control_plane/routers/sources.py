@@ -121,7 +121,7 @@ def create_source(body: SourceIn, tenant_id: Tenant, catalog: CatalogDep) -> Sou
 def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
     """Record a sync request for one of the caller's sources (404 for others')."""
     sid = path_id(source_id)
-    req = catalog.create_sync_request(tenant_id, sid, body.mode) if sid else None
+    req = catalog.request_sync(tenant_id, sid, body.mode) if sid else None
     if req is None:
         raise not_found(f"source {source_id!r}")
     return view(SyncOut, req)

@@ -1,8 +1,8 @@
-"""Tenants, API keys, sources, sync requests and backfills.
+"""Tenants, API keys, sources and backfills (a source's sync state and its
+sync runs are in :mod:`ragsync.catalog.syncs`).
 
-Rows: :class:`TenantRow`, :class:`SourceRow`, :class:`SyncRequestRow`,
-:class:`BackfillRow`. Tables: ``tenants``, ``api_keys``, ``sources``,
-``sync_requests``, ``backfills``.
+Rows: :class:`TenantRow`, :class:`SourceRow`, :class:`BackfillRow`.
+Tables: ``tenants``, ``api_keys``, ``sources``, ``backfills``.
 
 Tenant scoping: every method that reads or changes a tenant's row takes the
 tenant id and treats another tenant's row exactly like a missing one (returns
@@ -30,7 +30,6 @@ from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_
 
 SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 SYNC_KINDS = ("webhook", "poll")
-SYNC_MODES = ("incremental", "full")
 BACKFILL_REASONS = ("embedding_model", "parser", "chunker")
 #: ``requested`` .. ``cancelled`` are the API's; a re-embedding ends ``built``
 #: (complete, not flipped), ``flipped`` or ``refused`` (``ragsync reembed``).
@@ -114,27 +113,6 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
-class SyncRequestRow:
-    """A requested sync of one source.
-
-    Attributes:
-        sync_id: id.
-        tenant_id: owner.
-        source_id: the source to sync.
-        mode: ``incremental`` or ``full``.
-        state: ``requested`` until a scheduler takes it.
-        requested_at: epoch seconds.
-    """
-
-    sync_id: str
-    tenant_id: str
-    source_id: str
-    mode: str
-    state: str
-    requested_at: float
-
-
-@dataclass(frozen=True)
 class BackfillRow:
     """One row of ``backfills``.
 
@@ -207,7 +185,7 @@ def _check_count(name: str, value: int | None) -> None:
 
 
 class SourcesRepository(Repository):
-    """Tenants, API keys, sources, sync requests and backfills."""
+    """Tenants, API keys, sources and backfills."""
 
     # -- tenants and API keys ---------------------------------------------------
 
@@ -407,46 +385,6 @@ class SourcesRepository(Repository):
             a = {r for (r,) in conn.execute(select(schema.sources.c.tenant_id).distinct()).all()}
             b = {r for (r,) in conn.execute(select(schema.documents.c.tenant_id).distinct()).all()}
         return sorted(x for x in a | b if x)
-
-    # -- sync requests ---------------------------------------------------------
-
-    def create_sync_request(self, tenant_id: str, source_id: str, mode: str) -> SyncRequestRow | None:
-        """Record a request to sync a source.
-
-        Returns:
-            The request (state ``requested``), or None when the source is not the tenant's.
-
-        Raises:
-            ValueError: ``mode`` is not one of :data:`SYNC_MODES`.
-        """
-        if mode not in SYNC_MODES:
-            raise ValueError(f"mode must be one of {SYNC_MODES}, got {mode!r}")
-        s = schema.sources
-        now = _now()
-        row = {
-            "sync_id": new_id("sync"),
-            "tenant_id": tenant_id,
-            "source_id": source_id,
-            "mode": mode,
-            "state": "requested",
-            "requested_at": now,
-            "updated_at": now,
-        }
-        with self._engine.begin() as conn:
-            owned = conn.execute(
-                select(s.c.source_id).where(s.c.source_id == source_id, s.c.tenant_id == tenant_id)
-            ).first()
-            if owned is None:
-                return None
-            conn.execute(schema.sync_requests.insert().values(**row))
-        return row_to(SyncRequestRow, row)
-
-    def pending_sync_requests(self, *, limit: int = 100) -> list[SyncRequestRow]:
-        """Sync requests still ``requested``, oldest first (for a scheduler)."""
-        t = schema.sync_requests
-        query = select(t).where(t.c.state == "requested").order_by(t.c.requested_at).limit(limit)
-        with self._read_engine.connect() as conn:
-            return [row_to(SyncRequestRow, r) for r in conn.execute(query).mappings()]
 
     # -- backfills -------------------------------------------------------------
 
