@@ -5,9 +5,8 @@ the documents the listing no longer holds queued as deletes.
 ``build_pipeline`` wires the stage chain onto any PCollection of
 ``SourceFile`` (tests call it with their own pipeline);
 ``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
-vanished-document deletes; ``run_listing`` runs it and returns its counters;
-``run_backfill`` is a full sync (``beam_pipelines.sync``) of a folder or
-prefix registered as an ``object_store`` source.
+vanished-document deletes; ``run_listing`` runs it and returns its counters.
+``ragsync backfill`` is a full sync: ``beam_pipelines.sync.run_backfill``.
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import hashlib
 import os
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
@@ -27,34 +25,11 @@ from connectors.location import source_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
-from ragsync.errors import ConfigurationError, FetchError, RagsyncError
+from ragsync.errors import FetchError, RagsyncError
 from transforms.chain import IndexDocuments
 from transforms.common import counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents
 from transforms.write import WriteDeadLetters
-
-
-@dataclass(frozen=True)
-class BackfillSummary:
-    """What a backfill did. Field names are the ``--json`` keys."""
-
-    documents_listed: int
-    documents_seen: int
-    documents_indexed: int
-    documents_unchanged: int
-    documents_duplicate: int
-    documents_acl_updated: int
-    documents_deleted: int
-    dead_lettered: int
-    chunks_embedded: int
-    embedding_cache_hits: int
-    chunks_written: int
-    chunks_deleted: int
-    orphans_removed: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def source_id_for(uri: str) -> str:
@@ -267,79 +242,3 @@ def sweep_orphans(settings: Settings, dim: int) -> int:
         keywords.close()
         vectors.close()
         catalog.close()
-
-
-def run_backfill(
-    uri: str,
-    settings: Settings,
-    *,
-    tenant_id: str = "default",
-    source_id: str = "",
-    acl_groups: Sequence[str] = ("everyone",),
-    beam_args: Sequence[str] = (),
-    show_progress: bool = True,
-    spec: ModelSpec | None = None,
-    max_delete_share: float | None = None,
-) -> BackfillSummary:
-    """Backfill ``uri`` into the stores named by ``settings``: register it as
-    an ``object_store`` source (its location and groups) and run a full sync.
-
-    Raises:
-        ConfigurationError: the source is missing or a store cannot be opened.
-        SyncError: the listing failed, the source is paused, or the
-            partial-listing guard held deletes back (the source is paused).
-    """
-    from beam_pipelines.sync import run_sync
-
-    start = time.monotonic()
-    lifecycle.install_child_watch()  # parse children never outlive this process
-    if "://" not in uri:
-        if not os.path.isdir(uri):
-            raise ConfigurationError(
-                f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
-            )
-        uri = os.path.abspath(uri)
-    if spec is None:
-        from ragsync.index_versions import live_spec
-
-        spec = live_spec(settings)
-    source_id = source_id or source_id_for(uri)
-    # The folder becomes the source's location before anything is read:
-    # every fetch is confined to it.
-    prepare_stores(settings, spec)
-    register_source(
-        settings,
-        source_id,
-        tenant_id,
-        "object_store",
-        uri,
-        options={"acl_groups": [g for g in acl_groups if g]},
-    )
-    result = run_sync(
-        source_id,
-        settings,
-        full=True,
-        beam_args=beam_args,
-        show_progress=show_progress,
-        model_spec=spec,
-        max_delete_share=max_delete_share,
-    )
-    listing = result.listing or {}
-    applied = result.applied or {}
-    orphans = sweep_orphans(settings, spec.dim)
-    return BackfillSummary(
-        documents_listed=listing.get("documents_listed", 0),
-        documents_seen=listing.get("documents_seen", 0),
-        documents_indexed=listing.get("documents_indexed", 0),
-        documents_unchanged=listing.get("documents_unchanged", 0),
-        documents_duplicate=listing.get("documents_duplicate", 0),
-        documents_acl_updated=listing.get("documents_acl_updated", 0),
-        documents_deleted=applied.get("documents_deleted", 0),
-        dead_lettered=listing.get("dead_lettered", 0) + applied.get("dead_lettered", 0),
-        chunks_embedded=listing.get("chunks_embedded", 0),
-        embedding_cache_hits=listing.get("embedding_cache_hits", 0),
-        chunks_written=listing.get("chunks_written", 0),
-        chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
-        orphans_removed=orphans,
-        seconds=round(time.monotonic() - start, 3),
-    )

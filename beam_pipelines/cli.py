@@ -77,8 +77,7 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from beam_pipelines.backfill import run_backfill
-    from beam_pipelines.sync import SyncError
+    from beam_pipelines.sync import SyncError, run_backfill
 
     settings = settings_from_args(args)
     groups = _groups(args.acl_groups)

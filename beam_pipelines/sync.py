@@ -1,5 +1,6 @@
 """One sync of one source: ``ragsync sync SOURCE_ID``, the control plane's
-worker, and ``ragsync backfill`` (a full sync of a folder) all run this.
+worker, and ``ragsync backfill`` (:func:`run_backfill`: a full sync of a
+folder or prefix registered as an ``object_store`` source) all run this.
 
 1. Plan (``ragsync.decisions.plan_sync``): a full listing when asked for,
    when the source has no change feed or no cursor yet; otherwise the
@@ -23,13 +24,22 @@ source. A paused source is not synced until ``ragsync sources resume``.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from beam_pipelines.backfill import ListingFailedError
+from beam_pipelines.backfill import (
+    ListingFailedError,
+    prepare_stores,
+    register_source,
+    root_cause,
+    run_listing,
+    source_id_for,
+    sweep_orphans,
+)
 from connectors.api import RateLimitedError
 from connectors.base import CursorExpiredError, SourceSpec
 from connectors.location import source_location
@@ -247,8 +257,6 @@ def _full_listing(
     show_progress: bool,
     model_spec: ModelSpec | None,
 ) -> dict[str, int]:
-    from beam_pipelines.backfill import prepare_stores, run_listing
-
     if model_spec is None:
         from ragsync.index_versions import live_spec
 
@@ -328,8 +336,6 @@ def _rate_limit_in(exc: BaseException) -> RateLimitedError | None:
 
 
 def _message(exc: BaseException) -> str:
-    from beam_pipelines.backfill import root_cause
-
     return str(exc) if isinstance(exc, RagsyncError) else root_cause(exc)
 
 
@@ -341,3 +347,100 @@ def _as_sync_error(source_id: str, exc: BaseException) -> BaseException:
     if isinstance(exc, RagsyncError):
         return SyncError(f"sync of {source_id} failed: [{exc.error_class}] {exc}")
     return SyncError(f"sync of {source_id} failed: {_message(exc)}")
+
+
+@dataclass(frozen=True)
+class BackfillSummary:
+    """What a backfill did. Field names are the ``--json`` keys."""
+
+    documents_listed: int
+    documents_seen: int
+    documents_indexed: int
+    documents_unchanged: int
+    documents_duplicate: int
+    documents_acl_updated: int
+    documents_deleted: int
+    dead_lettered: int
+    chunks_embedded: int
+    embedding_cache_hits: int
+    chunks_written: int
+    chunks_deleted: int
+    orphans_removed: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_backfill(
+    uri: str,
+    settings: Settings,
+    *,
+    tenant_id: str = "default",
+    source_id: str = "",
+    acl_groups: Sequence[str] = ("everyone",),
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+    spec: ModelSpec | None = None,
+    max_delete_share: float | None = None,
+) -> BackfillSummary:
+    """Backfill ``uri`` into the stores named by ``settings``: register it as
+    an ``object_store`` source (its location and groups) and run a full sync.
+
+    Raises:
+        ConfigurationError: the source is missing or a store cannot be opened.
+        SyncError: the listing failed, the source is paused, or the
+            partial-listing guard held deletes back (the source is paused).
+    """
+    start = time.monotonic()
+    lifecycle.install_child_watch()  # parse children never outlive this process
+    if "://" not in uri:
+        if not os.path.isdir(uri):
+            raise ConfigurationError(
+                f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
+            )
+        uri = os.path.abspath(uri)
+    if spec is None:
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(settings)
+    source_id = source_id or source_id_for(uri)
+    # The folder becomes the source's location before anything is read:
+    # every fetch is confined to it.
+    prepare_stores(settings, spec)
+    register_source(
+        settings,
+        source_id,
+        tenant_id,
+        "object_store",
+        uri,
+        options={"acl_groups": [g for g in acl_groups if g]},
+    )
+    result = run_sync(
+        source_id,
+        settings,
+        full=True,
+        beam_args=beam_args,
+        show_progress=show_progress,
+        model_spec=spec,
+        max_delete_share=max_delete_share,
+    )
+    listing = result.listing or {}
+    applied = result.applied or {}
+    orphans = sweep_orphans(settings, spec.dim)
+    return BackfillSummary(
+        documents_listed=listing.get("documents_listed", 0),
+        documents_seen=listing.get("documents_seen", 0),
+        documents_indexed=listing.get("documents_indexed", 0),
+        documents_unchanged=listing.get("documents_unchanged", 0),
+        documents_duplicate=listing.get("documents_duplicate", 0),
+        documents_acl_updated=listing.get("documents_acl_updated", 0),
+        documents_deleted=applied.get("documents_deleted", 0),
+        dead_lettered=listing.get("dead_lettered", 0) + applied.get("dead_lettered", 0),
+        chunks_embedded=listing.get("chunks_embedded", 0),
+        embedding_cache_hits=listing.get("embedding_cache_hits", 0),
+        chunks_written=listing.get("chunks_written", 0),
+        chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
+        orphans_removed=orphans,
+        seconds=round(time.monotonic() - start, 3),
+    )

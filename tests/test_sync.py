@@ -18,9 +18,9 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.backfill import run_backfill, source_id_for
+from beam_pipelines.backfill import source_id_for
 from beam_pipelines.cli import main
-from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError, run_sync
+from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError, run_backfill, run_sync
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki

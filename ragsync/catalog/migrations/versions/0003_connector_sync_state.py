@@ -25,33 +25,38 @@ down_revision: str | Sequence[str] | None = "0002"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-_SOURCE_COLUMNS: tuple[sa.Column[object], ...] = (
-    sa.Column("options", sa.Text(), nullable=True),
-    sa.Column("paused_at", sa.Double(), nullable=True),
-    sa.Column("pause_reason", sa.Text(), nullable=True),
-    sa.Column("failures", sa.Integer(), nullable=True),
-    sa.Column("retry_at", sa.Double(), nullable=True),
-    sa.Column("last_sync_at", sa.Double(), nullable=True),
-    sa.Column("last_success_at", sa.Double(), nullable=True),
-    sa.Column("last_full_at", sa.Double(), nullable=True),
-    sa.Column("last_listed", sa.BigInteger(), nullable=True),
-)
-_RUN_COLUMNS: tuple[sa.Column[object], ...] = (
-    sa.Column("started_at", sa.Double(), nullable=True),
-    sa.Column("finished_at", sa.Double(), nullable=True),
-    sa.Column("counts", sa.Text(), nullable=True),
-    sa.Column("error", sa.Text(), nullable=True),
-    sa.Column("origin", sa.String(length=16), nullable=True),
-)
+
+def _source_columns() -> tuple[sa.Column[object], ...]:
+    return (
+        sa.Column("options", sa.Text(), nullable=True),
+        sa.Column("paused_at", sa.Double(), nullable=True),
+        sa.Column("pause_reason", sa.Text(), nullable=True),
+        sa.Column("failures", sa.Integer(), nullable=True),
+        sa.Column("retry_at", sa.Double(), nullable=True),
+        sa.Column("last_sync_at", sa.Double(), nullable=True),
+        sa.Column("last_success_at", sa.Double(), nullable=True),
+        sa.Column("last_full_at", sa.Double(), nullable=True),
+        sa.Column("last_listed", sa.BigInteger(), nullable=True),
+    )
+
+
+def _run_columns() -> tuple[sa.Column[object], ...]:
+    return (
+        sa.Column("started_at", sa.Double(), nullable=True),
+        sa.Column("finished_at", sa.Double(), nullable=True),
+        sa.Column("counts", sa.Text(), nullable=True),
+        sa.Column("error", sa.Text(), nullable=True),
+        sa.Column("origin", sa.String(length=16), nullable=True),
+    )
 
 
 def upgrade() -> None:
     with op.batch_alter_table("sources") as batch:
-        for column in _SOURCE_COLUMNS:
-            batch.add_column(column.copy())
+        for column in _source_columns():
+            batch.add_column(column)
     with op.batch_alter_table("sync_requests") as batch:
-        for column in _RUN_COLUMNS:
-            batch.add_column(column.copy())
+        for column in _run_columns():
+            batch.add_column(column)
     op.execute("UPDATE sync_requests SET state = 'queued' WHERE state = 'requested'")
     op.execute("UPDATE sync_requests SET state = 'succeeded' WHERE state = 'done'")
 
@@ -60,8 +65,8 @@ def downgrade() -> None:
     op.execute("UPDATE sync_requests SET state = 'requested' WHERE state = 'queued'")
     op.execute("UPDATE sync_requests SET state = 'done' WHERE state = 'succeeded'")
     with op.batch_alter_table("sync_requests") as batch:
-        for column in reversed(_RUN_COLUMNS):
+        for column in reversed(_run_columns()):
             batch.drop_column(column.name)
     with op.batch_alter_table("sources") as batch:
-        for column in reversed(_SOURCE_COLUMNS):
+        for column in reversed(_source_columns()):
             batch.drop_column(column.name)
