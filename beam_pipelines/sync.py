@@ -95,8 +95,26 @@ class SyncResult:
     applied: dict[str, Any] | None
     seconds: float
 
+    def totals(self) -> dict[str, int]:
+        """The counts an operator asks for first, over every part of the sync."""
+        listing, feed, applied = self.listing or {}, self.feed or {}, self.applied or {}
+
+        def both(name: str) -> int:
+            return int(listing.get(name, 0)) + int(applied.get(name, 0))
+
+        return {
+            "documents_listed": int(listing.get("documents_listed", 0)),
+            "documents_vanished": int(listing.get("documents_vanished", 0)),
+            "changes_read": int(feed.get("events_read", 0)),
+            "events_queued": int(feed.get("events_queued", 0)) + int(listing.get("events_queued", 0)),
+            "documents_indexed": both("documents_indexed"),
+            "documents_unchanged": both("documents_unchanged"),
+            "documents_deleted": int(applied.get("documents_deleted", 0)),
+            "dead_lettered": both("dead_lettered"),
+        }
+
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return {**asdict(self), "totals": self.totals()}
 
 
 class _QueueSink:

@@ -221,3 +221,71 @@ def test_a_folder_that_cannot_be_listed_fails_the_sync_and_deletes_nothing(
     state = catalog.source_state(source_id_for(str(src)))
     catalog.close()
     assert state is not None and state.paused and "cannot list" in state.pause_reason
+
+
+# -- through the control plane ----------------------------------------------------------
+
+
+def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
+    mediawiki: MediaWiki, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from tests.mediawiki import free_port
+
+    mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
+    home = str(tmp_path / "home")
+    cli = [sys.executable, "-m", "beam_pipelines.cli"]
+    made = subprocess.run(
+        [*cli, "tenants", "create", TENANT, "--home", home, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    key = json.loads(made.stdout)["api_key"]
+    port = free_port()
+    serve = subprocess.Popen(
+        [*cli, "serve", "--home", home, "--port", str(port), "--no-schedule"],
+        stdout=subprocess.DEVNULL,
+        stderr=(tmp_path / "serve.log").open("wb"),
+        start_new_session=True,
+    )
+    try:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                if api.get("/healthz").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
+            time.sleep(0.2)
+        body = {"type": "wiki", "uri": mediawiki.api_url, "sync": "webhook", "source_id": "wiki-api"}
+        assert api.post("/v1/sources", json=body).status_code == 201
+        run = api.post("/v1/sources/wiki-api/sync", json={"mode": "incremental"}).json()
+        assert run["state"] == "queued"
+        states = []
+        deadline = time.monotonic() + 900
+        while run["state"] not in ("succeeded", "failed"):
+            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()[-3000:]
+            time.sleep(1.0)
+            run = api.get(f"/v1/sources/wiki-api/sync/{run['sync_id']}").json()
+            states.append(run["state"])
+        assert run["state"] == "succeeded", run["error"]
+        assert "running" in states and run["started_at"] <= run["finished_at"]
+        # No cursor yet, so the worker's sync listed everything.
+        assert run["counts"]["mode"] == "full"
+        assert (run["counts"]["documents_listed"], run["counts"]["documents_indexed"]) == (2, 2)
+        source = api.get("/v1/sources/wiki-api").json()
+        assert source["last_full_at"] is not None and not source["paused"]
+    finally:
+        os.killpg(serve.pid, signal.SIGTERM)
+        serve.wait(timeout=60)
+    assert _found(Settings(home=home), ALPHA_OLD)

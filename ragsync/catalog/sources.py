@@ -309,9 +309,10 @@ class SourcesRepository(Repository):
         *,
         source_id: str,
         type: str,
-        credentials_ref: str,
+        credentials_ref: str | None,
         sync: str,
         poll_interval_s: int | None,
+        uri: str = "",
     ) -> SourceRow:
         """Register a source for a tenant.
 
@@ -320,9 +321,11 @@ class SourcesRepository(Repository):
             source_id: id, unique across tenants (``ID_PATTERN``).
             type: one of :data:`SOURCE_TYPES`.
             credentials_ref: a reference to the secret (``secretmanager://...``),
-                stored as given and never returned.
+                stored as given and never returned; None for a public source.
             sync: one of :data:`SYNC_KINDS`.
             poll_interval_s: seconds between polls when ``sync == "poll"``.
+            uri: the source's location, already checked by the caller
+                (``connectors.location.source_location``).
 
         Returns:
             The new source.
@@ -338,7 +341,7 @@ class SourcesRepository(Repository):
             "source_id": source_id,
             "tenant_id": tenant_id,
             "type": type,
-            "uri": "",
+            "uri": uri,
             "credentials_ref": credentials_ref,
             "created_at": now,
             "sync": sync,
@@ -464,6 +467,30 @@ class SourcesRepository(Repository):
             query = query.where(t.c.tenant_id == tenant_id)
         with self._read_engine.connect() as conn:
             return [_backfill_from_row(r) for r in conn.execute(query).mappings()]
+
+    def claim_backfill(self) -> BackfillRow | None:
+        """Take the oldest ``requested`` backfill (state ``running``), or None.
+        One conditional update: two workers never take the same request."""
+        t = schema.backfills
+        while True:
+            with self._read_engine.connect() as conn:
+                found = conn.execute(
+                    select(t.c.backfill_id)
+                    .where(t.c.state == "requested")
+                    .order_by(t.c.created_at, t.c.backfill_id)
+                    .limit(1)
+                ).scalar()
+            if found is None:
+                return None
+            now = _now()
+            with self._engine.begin() as conn:
+                taken = conn.execute(
+                    update(t)
+                    .where(t.c.backfill_id == found, t.c.state == "requested")
+                    .values(state="running", started_at=now, updated_at=now)
+                ).rowcount
+            if taken:
+                return self.get_backfill(str(found))
 
     def update_backfill_progress(
         self,
