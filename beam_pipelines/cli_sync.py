@@ -158,10 +158,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
         return 1
     d = result.to_dict()
     lines = [f"sync of {result.source_id} ({result.mode}: {result.reason}) finished in {result.seconds:.1f}s"]
-    for part in ("listing", "feed", "applied"):
-        if d[part]:
-            lines.append(f"  {part}:")
-            lines += [f"    {k:24s} {v}" for k, v in d[part].items() if k != "cursor"]
+    lines += [f"  {k:20s} {v}" for k, v in d["totals"].items()]
+    lines.append("  (--json for every counter of the listing, the change feed and the applied queue)")
     _print(args, d, "\n".join(lines))
     return 0
 
