@@ -306,11 +306,19 @@ def _full_listing(
             known=counters["documents_known"],
             vanished=counters["documents_vanished"],
             max_delete_share=plan.max_delete_share,
+            listed=counters["documents_listed"],
         )
         raise ListingGuardError(
             f"source {spec.source_id}: {verdict.reason}; the source is paused. If the deletions are "
             f"real, run `ragsync sources resume {spec.source_id}` and `ragsync sync {spec.source_id} "
             "--full --max-delete-share 1`"
+        )
+    if counters["documents_listed"] == 0 and spec.uri.startswith(("gs://", "s3://")):
+        # Beam's object-store file systems answer a missing bucket, a denied
+        # listing and an empty prefix alike: an empty listing is not trusted.
+        raise ListingFailedError(
+            f"full listing of {spec.source_id} failed: no object under {spec.uri} (a missing bucket or a "
+            "denied listing look the same as an empty prefix); nothing was deleted"
         )
     if cursor:
         catalog.save_cursor(spec.source_id, cursor)

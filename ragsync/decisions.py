@@ -233,7 +233,9 @@ class ListingVerdict:
     reason: str = ""
 
 
-def listing_verdict(*, known: int, vanished: int, max_delete_share: float) -> ListingVerdict:
+def listing_verdict(
+    *, known: int, vanished: int, max_delete_share: float, listed: int | None = None
+) -> ListingVerdict:
     """May a complete listing delete the ``vanished`` of ``known`` documents?
 
     A listing that silently missed part of a source (a page an API dropped,
@@ -246,6 +248,9 @@ def listing_verdict(*, known: int, vanished: int, max_delete_share: float) -> Li
         vanished: of those, the ones the listing did not return.
         max_delete_share: largest share (0..1) deleted without an operator;
             1.0 allows any.
+        listed: objects the listing returned, when known. An empty listing
+            of a source that has documents never deletes: a missing bucket, a
+            denied listing or an unmounted share look exactly like that.
 
     Returns:
         A verdict; ``delete`` is False when the guard trips.
@@ -256,6 +261,12 @@ def listing_verdict(*, known: int, vanished: int, max_delete_share: float) -> Li
         raise ValueError("need 0 <= vanished <= known")
     if known == 0 or vanished == 0:
         return ListingVerdict(True)
+    if listed == 0:
+        return ListingVerdict(
+            False,
+            f"the listing returned no object but the source has {known} documents (a missing bucket, a "
+            "denied listing or an unmounted share look like that): nothing was deleted",
+        )
     share = vanished / known
     if share > max_delete_share:
         return ListingVerdict(

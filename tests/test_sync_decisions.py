@@ -46,6 +46,12 @@ def test_listing_verdict(known: int, vanished: int, share: float, delete: bool) 
         assert f"would delete {vanished} of {known} documents" in verdict.reason
 
 
+def test_an_empty_listing_never_deletes() -> None:
+    verdict = listing_verdict(known=5, vanished=5, max_delete_share=1.0, listed=0)
+    assert not verdict.delete and "returned no object" in verdict.reason
+    assert listing_verdict(known=5, vanished=4, max_delete_share=1.0, listed=1).delete
+
+
 def test_listing_verdict_refuses_impossible_counts() -> None:
     with pytest.raises(ValueError):
         listing_verdict(known=1, vanished=2, max_delete_share=0.5)

@@ -168,8 +168,8 @@ def _vanished(joined: tuple[str, dict[str, list[Any]]]) -> Iterator[tuple[str, s
         yield groups["known"][0]
 
 
-def _verdict(known: int, vanished: int, max_share: float) -> ListingVerdict:
-    verdict = listing_verdict(known=known, vanished=vanished, max_delete_share=max_share)
+def _verdict(known: int, vanished: int, listed: int, max_share: float) -> ListingVerdict:
+    verdict = listing_verdict(known=known, vanished=vanished, max_delete_share=max_share, listed=listed)
     if not verdict.delete:
         counter("listing_guard_tripped").inc()
     return verdict
@@ -237,7 +237,10 @@ class FindVanished(beam.PTransform):
         )
         n_known = known | "CountKnown" >> beam.combiners.Count.Globally()
         n_vanished = vanished | "CountVanished" >> beam.combiners.Count.Globally()
-        verdict = n_known | "Guard" >> beam.Map(_verdict, beam.pvalue.AsSingleton(n_vanished), self.max_share)
+        n_listed = seen | "CountListed" >> beam.combiners.Count.Globally()
+        verdict = n_known | "Guard" >> beam.Map(
+            _verdict, beam.pvalue.AsSingleton(n_vanished), beam.pvalue.AsSingleton(n_listed), self.max_share
+        )
         to_deletes = _DeleteEventFn(self.spec)
         return vanished | "ToDeletes" >> beam.ParDo(to_deletes, beam.pvalue.AsSingleton(verdict))
 
