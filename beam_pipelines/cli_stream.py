@@ -1,4 +1,5 @@
-"""Commands of the streaming side: sources, events, stream, dead letters."""
+"""Commands of the streaming side: events, stream, dead letters (sources and
+sync are in ``beam_pipelines.cli_sync``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import json
 import sys
 from typing import Any
 
-from ragsync.catalog.sources import SOURCE_TYPES
 from ragsync.display import safe_text
 
 
@@ -23,19 +23,6 @@ def _print(args: argparse.Namespace, data: Any, human: str) -> None:
         print(json.dumps(data, sort_keys=True, default=str))
     else:
         print(safe_text(human, keep_newlines=True))
-
-
-def cmd_sources_add(args: argparse.Namespace) -> int:
-    from beam_pipelines.backfill import register_source
-
-    try:
-        register_source(_settings(args), args.source_id, args.tenant, args.type, args.uri or "")
-    except ValueError as exc:
-        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
-        return 2
-    data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type}
-    _print(args, data, f"source {args.source_id} ({args.type}) registered for tenant {args.tenant}")
-    return 0
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
@@ -172,16 +159,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``sources``, ``events``, ``stream`` and ``dead-letters``."""
-    src = sub.add_parser("sources", help="register sources")
-    src_sub = src.add_subparsers(dest="sources_command", required=True)
-    add = src_sub.add_parser("add", parents=[common], help="register a source (same as POST /v1/sources)")
-    add.add_argument("source_id")
-    add.add_argument("--tenant", required=True)
-    add.add_argument("--type", required=True, choices=SOURCE_TYPES)
-    add.add_argument("--uri", help="where the source lives (informational)")
-    add.set_defaults(func=cmd_sources_add)
-
+    """Add ``events``, ``stream`` and ``dead-letters``."""
     ev = sub.add_parser("events", help="the local event queue")
     ev_sub = ev.add_subparsers(dest="events_command", required=True)
     push = ev_sub.add_parser("push", parents=[common], help="enqueue events from a JSONL file")

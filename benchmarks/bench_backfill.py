@@ -324,7 +324,7 @@ def cli_rerun(folder: Path, home: Path) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Stage the files, run cold, compare with raw encode, re-run; returns every figure."""
-    from beam_pipelines.backfill import run_backfill
+    from beam_pipelines.sync import run_backfill
     from ragsync.config import Settings
 
     corpus = Path(args.corpus).resolve()

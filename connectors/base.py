@@ -3,18 +3,27 @@ interface connectors read object stores through.
 
 A connector translates one source (a folder or bucket prefix, a wiki, a drive,
 a ticket system) into ragsync's records: listings (``SourceFile``), change
-events (``Event``) and bytes. It never imports Beam; ``transforms/`` adapts
-any connector to a bounded or unbounded source. Every byte of content a
-connector returns is read through ``connectors.reader`` (bounded, under the
-source's location).
+events (``Event``) and bytes. It never imports Beam; ``transforms.listing``
+turns any connector into a bounded source (a full listing listed by workers,
+shard by shard) and ``connectors.sync`` feeds its change events to the queue
+the streaming pipeline reads. Every byte of content a connector returns, and
+every API answer it reads, goes through ``connectors.reader`` (bounded, under
+the source's location).
+
+Adding a connector: one module with a class implementing :class:`Connector`
+and a ``from_spec`` constructor, registered in ``connectors.registry``.
 """
 
 from __future__ import annotations
 
+import json
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO, ClassVar, Protocol
 
+from connectors.events import derive_event_id
+from ragsync.errors import ConfigurationError, FetchError
 from ragsync.model import Event, SourceFile
 
 
@@ -31,7 +40,9 @@ class FileSystem(Protocol):
     """What a connector needs from a file system.
 
     ``transforms.io`` adapts Apache Beam's ``FileSystems`` (local, gs://,
-    s3://) to this; tests may pass a local implementation.
+    s3://) to this; tests may pass a local implementation. ``match`` raises
+    ``FetchError`` when the listing itself fails (missing bucket, denied,
+    unreachable); an empty result means nothing matched.
     """
 
     def match(self, pattern: str) -> list[FileInfo]: ...
@@ -41,6 +52,9 @@ class FileSystem(Protocol):
     def join(self, base: str, *parts: str) -> str: ...
 
 
+SOURCE_TYPES = ("object_store", "wiki", "drive", "tickets")
+
+
 @dataclass(frozen=True)
 class SourceSpec:
     """A registered source, as a connector needs it.
@@ -48,11 +62,12 @@ class SourceSpec:
     Attributes:
         source_id: the source's id (unique within its tenant).
         tenant_id: the tenant that owns it.
-        type: ``object_store``, ``wiki``, ``drive`` or ``tickets``.
+        type: one of :data:`SOURCE_TYPES`.
         uri: its location (folder, ``gs://``/``s3://`` prefix, API base URL);
             '' when none was declared (such a source takes no ``content_uri``).
-        credentials_ref: reference to a secret ('' for public sources).
-        options: connector-specific settings.
+        credentials_ref: reference to a secret ('' for public sources); see
+            ``connectors.credentials``.
+        options: connector-specific settings (JSON-safe values).
     """
 
     source_id: str
@@ -62,15 +77,52 @@ class SourceSpec:
     credentials_ref: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_row(cls, row: Mapping[str, Any]) -> SourceSpec:
+        """A spec from a catalog ``sources`` row (``options`` as JSON text or a dict).
+
+        Raises:
+            ConfigurationError: the stored options are not a JSON object.
+        """
+        options = row.get("options") or {}
+        if isinstance(options, str):
+            try:
+                options = json.loads(options)
+            except ValueError:
+                options = None
+        if not isinstance(options, dict):
+            raise ConfigurationError(f"source {row.get('source_id')!r}: stored options are not a JSON object")
+        return cls(
+            source_id=str(row["source_id"]),
+            tenant_id=str(row["tenant_id"]),
+            type=str(row["type"]),
+            uri=str(row.get("uri") or ""),
+            credentials_ref=str(row.get("credentials_ref") or ""),
+            options=options,
+        )
+
+    def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:
+        """A list-of-groups option, cleaned (sorted, no blanks).
+
+        Raises:
+            ConfigurationError: the option is not a list of strings.
+        """
+        value = self.options.get(name, [])
+        if isinstance(value, str):
+            value = [g for g in value.split(",")]
+        if not isinstance(value, list | tuple) or not all(isinstance(g, str) for g in value):
+            raise ConfigurationError(f"source option {name!r} must be a list of group names")
+        return tuple(sorted({g.strip() for g in value if g.strip()}))
+
 
 @dataclass(frozen=True)
 class ChangePage:
-    """Changes read from a source's change feed.
+    """Changes read from a source's change feed, one API page at a time.
 
     Attributes:
         events: change events in the order the source reported them.
-        cursor: the cursor to read from next time (persist it only after the
-            events are durably queued).
+        cursor: where to read from next (persist it only after ``events``
+            are durably queued).
         more: True when the feed has more changes right now.
     """
 
@@ -79,23 +131,137 @@ class ChangePage:
     more: bool = False
 
 
+class CursorExpiredError(FetchError):
+    """The source no longer holds changes as old as the cursor (its change
+    log was trimmed): only a full listing is complete now."""
+
+
 class Connector(Protocol):
     """A source of documents.
 
-    ``list_all`` raises on any failure: an incomplete listing must never be
-    taken as complete (it would delete what it missed).
+    Rules every implementation keeps:
+
+    - listing raises on any failure (a page that errors, a denied call, an
+      unreachable host): an incomplete listing must never be taken as
+      complete, it would delete what it missed;
+    - content and API answers are read only through ``connectors.reader``
+      (``ContentReader`` or ``LocatedHttpClient``) under ``spec.uri``;
+    - permissions fail closed: groups that cannot be read are ``()`` and the
+      document is not indexed (``no_permissions`` dead letter).
+
+    Attributes:
+        spec: the source served.
+        supports_changes: True when the source has a change feed
+            (``start_cursor``/``changes``); otherwise every sync is a full
+            listing.
     """
 
     spec: SourceSpec
+    supports_changes: ClassVar[bool]
 
-    def list_all(self) -> Iterator[SourceFile]:
-        """A full listing."""
+    def list_shards(self) -> list[str]:
+        """Independent parts of a full listing (namespaces, key prefixes,
+        projects), listed in parallel by workers. Pure: no network call, so
+        the launcher can compute it."""
+        ...
+
+    def list_shard(self, shard: str) -> Iterator[SourceFile]:
+        """Every object in one shard (streamed; never held in memory)."""
+        ...
+
+    def start_cursor(self) -> str:
+        """The change feed's position now. Take it before a full listing so
+        nothing changed during the listing is missed."""
+        ...
+
+    def changes(self, cursor: str) -> ChangePage:
+        """One page of changes since ``cursor``.
+
+        Raises:
+            CursorExpiredError: the feed no longer reaches back to ``cursor``.
+        """
         ...
 
     def fetch(self, item: SourceFile) -> bytes:
         """The object's current bytes (bounded, under the source's location)."""
         ...
 
-    def permissions(self, item: SourceFile) -> Sequence[str]:
-        """Groups allowed to read the object; [] when they cannot be read."""
+    def permissions(self, item: SourceFile) -> tuple[str, ...]:
+        """Groups allowed to read the object now; ``()`` when they cannot be read."""
         ...
+
+    def webhook_events(self, body: bytes, headers: Mapping[str, str]) -> list[Event] | None:
+        """Translate a webhook call from the source.
+
+        Returns:
+            The events it carries; ``None`` when the call only says "something
+            changed" (read the change feed now).
+
+        Raises:
+            InvalidEventError: the payload is not one this source sends.
+        """
+        ...
+
+    def close(self) -> None:
+        """Release clients."""
+        ...
+
+
+def as_object(value: Any) -> dict[str, Any]:
+    """``value`` when it is a JSON object, else ``{}`` (API answers are hostile)."""
+    return value if isinstance(value, dict) else {}
+
+
+def list_all(connector: Connector) -> Iterator[SourceFile]:
+    """A full listing: every shard in order (one process; workers list
+    shards in parallel through ``transforms.listing``)."""
+    for shard in connector.list_shards():
+        yield from connector.list_shard(shard)
+
+
+def make_event(
+    spec: SourceSpec,
+    doc_id: str,
+    op: str,
+    source_version: str,
+    *,
+    acl_groups: Sequence[str] = (),
+    content_uri: str = "",
+    event_time: float | None = None,
+) -> Event:
+    """An event of ``spec``'s source with a content-derived id (a connector
+    that reads the same change twice emits the same event id, so the queue
+    keeps it once).
+
+    Raises:
+        ValueError: an unknown ``op`` or an upsert without ``content_uri``.
+    """
+    if op not in ("upsert", "delete", "acl"):
+        raise ValueError(f"unknown op {op!r}")
+    if op == "upsert" and not content_uri:
+        raise ValueError("an upsert needs a content_uri")
+    groups = tuple(sorted({g for g in acl_groups if g}))
+    return Event(
+        event_id=derive_event_id(spec.source_id, doc_id, op, source_version, groups),
+        source_id=spec.source_id,
+        doc_id=doc_id,
+        op=op,
+        source_version=source_version,
+        acl_groups=groups,
+        content_uri=content_uri if op == "upsert" else "",
+        event_time=time.time() if event_time is None else event_time,
+    )
+
+
+def upsert_for(item: SourceFile, *, event_time: float | None = None) -> Event:
+    """The upsert event announcing a listed object."""
+    spec = SourceSpec(source_id=item.source_id, tenant_id=item.tenant_id, type="")
+    return make_event(
+        spec,
+        item.source_object_id,
+        "upsert",
+        item.source_version,
+        acl_groups=item.acl_groups,
+        content_uri=item.uri,
+        event_time=event_time,
+    )

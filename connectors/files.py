@@ -1,9 +1,11 @@
-"""A folder or object-store prefix as a source.
+"""A folder or object-store prefix as a source (type ``object_store``).
 
 Each file under the root is one document; its ``source_object_id`` is its
 path relative to the root, so moving the root keeps ids only if the relative
-layout is kept. Permissions: every file gets the groups given on the command
-line, unless the root holds a ``.ragsync-acl.json`` sidecar::
+layout is kept. Its version is its modification time (``%.6f`` epoch
+seconds). Permissions: every file gets the source's ``acl_groups`` option
+(the backfill's ``--acl-groups``), unless the root holds a
+``.ragsync-acl.json`` sidecar::
 
     {"default": ["everyone"],
      "rules": [{"glob": "hr/*", "groups": ["hr"]}]}
@@ -11,11 +13,22 @@ line, unless the root holds a ``.ragsync-acl.json`` sidecar::
 The first matching rule wins. A file matched by a rule with no groups gets
 none and is therefore not indexed (fail closed).
 
-Hostile folders: only regular files are listed; a symlink is followed only
-when its target lies inside the root; a file name that is not valid UTF-8
-gets the object id ``//`` + its percent-encoded bytes (no valid relative
-path starts with ``//``, so ids never collide) and a ``file://`` URI that
-percent-encodes its bytes, so it travels through JSON and SQL unchanged.
+Listing: a local folder is one shard, walked by ``ContentReader.walk`` (only
+regular files; a symlink is followed only when its target lies inside the
+root). A ``gs://``/``s3://`` prefix is split into shards by the first
+character of the key below the prefix (one per letter or digit, plus one for
+every other first character), each matched through the ``FileSystem``
+(Beam's ``FileSystems.match``) on a worker, so no process holds the whole
+listing. A failing match fails the listing.
+
+Hostile names: a file name that is not valid UTF-8 gets the object id
+``//`` + its percent-encoded bytes (no valid relative path starts with
+``//``, so ids never collide) and a ``file://`` URI that percent-encodes its
+bytes, so it travels through JSON and SQL unchanged.
+
+There is no change feed: each sync is a full listing. Object stores notify
+changes through webhooks instead: GCS Pub/Sub notifications and S3 event
+notifications are translated by :meth:`FolderConnector.webhook_events`.
 """
 
 from __future__ import annotations
@@ -23,22 +36,29 @@ from __future__ import annotations
 import fnmatch
 import json
 import os
-from collections.abc import Iterator, Sequence
+import string
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from urllib.parse import quote
+from datetime import datetime
+from typing import Any, ClassVar
+from urllib.parse import quote, unquote_plus
 
-from connectors.base import FileSystem
+from connectors.base import ChangePage, FileSystem, SourceSpec, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
-from ragsync.errors import ConfigurationError
-from ragsync.model import SourceFile
+from ragsync.errors import ConfigurationError, InvalidEventError
+from ragsync.model import Event, SourceFile
 
 ACL_SIDECAR = ".ragsync-acl.json"
+SHARD_ALPHABET = string.digits + string.ascii_letters
+"""Object-store keys are listed in one shard per leading character in this
+set, plus one shard for keys starting with any other character."""
+REST_SHARD = "[!0-9A-Za-z]"
 
 
 @dataclass(frozen=True)
 class AclRules:
-    """Groups per relative path, from the command line and the sidecar."""
+    """Groups per relative path, from the source's groups and the sidecar."""
 
     default: tuple[str, ...]
     rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
@@ -84,57 +104,85 @@ def local_uri(path: str) -> str:
         return "file://" + quote(os.fsencode(path), safe="/")
 
 
-class FolderConnector:
-    """Lists and reads files under ``root``: a local folder, or a ``gs://`` /
-    ``s3://`` prefix read through a ``FileSystem``.
+def mtime_version(mtime: float) -> str:
+    """The version of a file modified at ``mtime`` (epoch seconds)."""
+    return f"{mtime:.6f}"
 
-    Every read goes through a ``ContentReader`` confined to ``root``.
+
+def _hidden(relative: str) -> bool:
+    return any(part.startswith(".") for part in relative.split("/"))
+
+
+class FolderConnector:
+    """Lists and reads files under a local folder or a ``gs://``/``s3://``
+    prefix. Every read goes through a ``ContentReader`` confined to the root.
+
+    Args:
+        spec: the source; ``spec.uri`` is the root; option ``acl_groups``
+            gives the default groups.
+        fs: the file system for object stores (``transforms.io.BeamFileSystem``).
+        limits: byte and time limits per read.
     """
 
-    def __init__(
-        self,
-        fs: FileSystem,
-        root: str,
-        *,
-        tenant_id: str,
-        source_id: str,
-        acl_groups: Sequence[str],
-        limits: FetchLimits | None = None,
-    ) -> None:
-        if not root:
+    supports_changes: ClassVar[bool] = False
+
+    def __init__(self, spec: SourceSpec, fs: FileSystem, limits: FetchLimits | None = None) -> None:
+        if not spec.uri:
             raise ConfigurationError("a source folder or prefix is required")
+        self.spec = spec
         self.fs = fs
-        self.location = Location.parse(root)
+        self.location = Location.parse(spec.uri)
         self.root = self.location.uri
-        self.tenant_id = tenant_id
-        self.source_id = source_id
-        self._default_groups = tuple(g for g in acl_groups if g)
+        self._default_groups = spec.option_groups()
         self.reader = ContentReader(self.location, limits, fs)
+        self._rules: AclRules | None = None
+
+    @classmethod
+    def from_spec(cls, spec: SourceSpec, *, fs: FileSystem, limits: FetchLimits, **_: Any) -> FolderConnector:
+        return cls(spec, fs, limits)
+
+    def close(self) -> None:
+        return None
+
+    # -- listing ------------------------------------------------------------------
 
     def _relative(self, path: str) -> str:
         prefix = self.root.rstrip("/") + "/"
         return path[len(prefix) :] if path.startswith(prefix) else path
 
     def acl_rules(self) -> AclRules:
-        """The sidecar's rules, or the default groups when there is none.
+        """The sidecar's rules, or the default groups when there is none
+        (read once per connector).
 
         Raises:
             ConfigurationError: the sidecar is malformed.
             FetchError / OutsideLocationError: it exists but cannot be read, or
                 is a link out of the root (fail closed: the listing fails).
         """
+        if self._rules is not None:
+            return self._rules
         sidecar = self.location.uri.rstrip("/") + "/" + ACL_SIDECAR
         if self.location.scheme == LOCAL:
             exists = os.path.lexists(os.path.join(self.location.root, ACL_SIDECAR))
         else:
             exists = any(i.path == sidecar for i in self.fs.match(sidecar))
         if not exists:
-            return AclRules(default=self._default_groups)
-        text = self.reader.read(sidecar)
-        return AclRules.parse(text.decode("utf-8", errors="replace"), self._default_groups)
+            self._rules = AclRules(default=self._default_groups)
+        else:
+            text = self.reader.read(sidecar)
+            self._rules = AclRules.parse(text.decode("utf-8", errors="replace"), self._default_groups)
+        return self._rules
 
-    def _listed(self) -> Iterator[tuple[str, str, int, float]]:
-        """(uri, relative path, size, mtime) of every file, sorted by path."""
+    def list_shards(self) -> list[str]:
+        """``[""]`` for a local folder (one walk); for object stores one
+        match pattern per leading key character plus one for the rest."""
+        if self.location.scheme == LOCAL:
+            return [""]
+        base = self.root.rstrip("/") + "/"
+        return [base + c + "**" for c in SHARD_ALPHABET] + [base + REST_SHARD + "**"]
+
+    def _listed(self, shard: str) -> Iterator[tuple[str, str, int, float]]:
+        """(uri, relative path, size, mtime) of every file of one shard."""
         if self.location.scheme == LOCAL:
             real_root = self.reader.real_root
             for path, st in self.reader.walk():
@@ -142,34 +190,140 @@ class FolderConnector:
                 uri = local_uri(os.path.join(self.location.root, rel))
                 yield uri, rel, st.st_size, st.st_mtime
             return
-        infos = self.fs.match(self.fs.join(self.root, "**"))
-        for info in sorted(infos, key=lambda i: i.path):
+        if not shard.startswith(self.root.rstrip("/") + "/"):
+            raise ValueError(f"shard {shard!r} is not under {self.root}")
+        for info in sorted(self.fs.match(shard), key=lambda i: i.path):
             if self.location.contains(info.path):
                 yield info.path, self._relative(info.path), info.size, info.mtime
 
-    def list_all(self) -> Iterator[SourceFile]:
-        """Every file under the root, sorted by path, hidden files skipped.
+    def list_shard(self, shard: str) -> Iterator[SourceFile]:
+        """Every file of one shard, sorted by path, hidden files skipped.
 
         Raises:
             FetchError: the root cannot be listed (never taken as empty).
         """
         rules = self.acl_rules()
-        for uri, rel, size, mtime in self._listed():
-            if any(part.startswith(".") for part in rel.split("/")):
+        for uri, rel, size, mtime in self._listed(shard):
+            if _hidden(rel):
                 continue
             object_id = local_object_id(rel)
             yield SourceFile(
-                tenant_id=self.tenant_id,
-                source_id=self.source_id,
+                tenant_id=self.spec.tenant_id,
+                source_id=self.spec.source_id,
                 source_object_id=object_id,
                 uri=uri,
                 size=size,
                 acl_groups=rules.groups_for(object_id),
-                source_version=f"{mtime:.6f}",
+                source_version=mtime_version(mtime),
             )
+
+    # -- no change feed -------------------------------------------------------------
+
+    def start_cursor(self) -> str:
+        return ""
+
+    def changes(self, cursor: str) -> ChangePage:
+        raise NotImplementedError("object stores have no change feed: every sync is a full listing")
+
+    # -- content and permissions ------------------------------------------------------
 
     def fetch(self, item: SourceFile) -> bytes:
         return self.reader.read(item.uri)
 
-    def permissions(self, item: SourceFile) -> Sequence[str]:
-        return item.acl_groups
+    def permissions(self, item: SourceFile) -> tuple[str, ...]:
+        return self.acl_rules().groups_for(item.source_object_id)
+
+    # -- webhooks ---------------------------------------------------------------------
+
+    def webhook_events(self, body: bytes, headers: Mapping[str, str]) -> list[Event] | None:
+        """Translate a GCS Pub/Sub notification (push format) or an S3 event
+        notification into events for objects under the root.
+
+        Objects outside the root, hidden files and GCS deletes of an
+        overwritten generation (the new generation's finalize follows) are
+        skipped.
+
+        Raises:
+            InvalidEventError: neither shape, or malformed.
+        """
+        try:
+            data = json.loads(body)
+        except ValueError as exc:
+            raise InvalidEventError(f"webhook body is not JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidEventError("webhook body must be a JSON object")
+        if isinstance(data.get("message"), dict):
+            return self._gcs_events(data["message"])
+        if isinstance(data.get("Records"), list):
+            return self._s3_events(data["Records"])
+        raise InvalidEventError("not a GCS Pub/Sub notification or an S3 event notification")
+
+    def _object_event(self, key_uri: str, op: str, mtime: float) -> Event | None:
+        if not self.location.contains(key_uri):
+            return None
+        rel = self._relative(self.location.resolve(key_uri))
+        if _hidden(rel):
+            return None
+        groups = self.acl_rules().groups_for(rel) if op == "upsert" else ()
+        return make_event(
+            self.spec,
+            rel,
+            op,
+            mtime_version(mtime),
+            acl_groups=groups,
+            content_uri=key_uri if op == "upsert" else "",
+            event_time=mtime,
+        )
+
+    def _gcs_events(self, message: dict[str, Any]) -> list[Event]:
+        import base64
+
+        attrs = message.get("attributes") or {}
+        if not isinstance(attrs, dict) or self.location.scheme != "gs":
+            raise InvalidEventError("a GCS notification for a source that is not gs://")
+        kind = attrs.get("eventType")
+        if kind not in ("OBJECT_FINALIZE", "OBJECT_DELETE", "OBJECT_ARCHIVE", "OBJECT_METADATA_UPDATE"):
+            raise InvalidEventError(f"unknown GCS eventType {kind!r}")
+        if kind in ("OBJECT_DELETE", "OBJECT_ARCHIVE") and attrs.get("overwrittenByGeneration"):
+            return []
+        try:
+            resource = json.loads(base64.b64decode(message.get("data") or "", validate=True) or b"{}")
+            bucket, name = str(attrs["bucketId"]), str(attrs["objectId"])
+        except (ValueError, KeyError, TypeError) as exc:
+            raise InvalidEventError(f"malformed GCS notification: {exc}") from None
+        stamp = resource.get("updated") if isinstance(resource, dict) else None
+        when = _rfc3339(stamp or attrs.get("eventTime") or "")
+        op = "upsert" if kind in ("OBJECT_FINALIZE", "OBJECT_METADATA_UPDATE") else "delete"
+        event = self._object_event(f"gs://{bucket}/{name}", op, when)
+        return [event] if event else []
+
+    def _s3_events(self, records: list[Any]) -> list[Event]:
+        if self.location.scheme != "s3":
+            raise InvalidEventError("an S3 notification for a source that is not s3://")
+        out: list[Event] = []
+        for record in records:
+            try:
+                name = str(record["eventName"])
+                bucket = str(record["s3"]["bucket"]["name"])
+                key = unquote_plus(str(record["s3"]["object"]["key"]))
+                when = _rfc3339(str(record["eventTime"]))
+            except (KeyError, TypeError) as exc:
+                raise InvalidEventError(f"malformed S3 event record: {exc}") from None
+            if name.startswith("ObjectCreated:"):
+                op = "upsert"
+            elif name.startswith("ObjectRemoved:"):
+                op = "delete"
+            else:
+                continue  # restore, replication, lifecycle transitions: no content change
+            event = self._object_event(f"s3://{bucket}/{key}", op, when)
+            if event:
+                out.append(event)
+        return out
+
+
+def _rfc3339(text: str) -> float:
+    """Epoch seconds of an RFC 3339 time. Raises InvalidEventError."""
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise InvalidEventError(f"not an RFC 3339 time: {text!r}") from None

@@ -5,7 +5,10 @@ returns the app. Endpoints (JSON in and out; OpenAPI at ``/openapi.json``,
 Swagger UI at ``/docs``), one router module each under ``control_plane.routers``::
 
     POST /v1/sources                         -> 201 source                 (sources)
-    POST /v1/sources/{source_id}/sync        -> 202 sync request           (sources)
+    GET  /v1/sources[/{source_id}]           -> sources, paused or not and why (sources)
+    POST /v1/sources/{source_id}/resume      -> the source, resumed        (sources)
+    POST /v1/sources/{source_id}/sync        -> 202 sync run               (sources)
+    GET  /v1/sources/{source_id}/sync/{sync_id} -> queued|running|succeeded|failed (sources)
     POST /internal/events                    -> 202 {accepted, duplicates, rejected} (events)
     GET  /v1/docs/{doc_id}/status[?source_id=]                             (docs)
     POST /v1/backfills                       -> 201 backfill               (backfills)
@@ -30,7 +33,7 @@ input is never echoed, so a credentials reference cannot leak back).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -39,13 +42,21 @@ from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
 from control_plane.middleware import BodySizeLimitMiddleware
 from control_plane.routers import backfills, dead_letters, docs, events, health, sources
+from control_plane.worker import Worker
 from ragsync.catalog import Catalog
 
 #: Routers in the order their paths appear in the OpenAPI document.
 ROUTERS = (health.router, sources.router, events.router, docs.router, backfills.router, dead_letters.router)
 
 
-def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str | None = None) -> FastAPI:
+def create_app(
+    catalog_url: str,
+    *,
+    max_body_bytes: int = 1_000_000,
+    pepper: str | None = None,
+    reserved_locations: tuple[str, ...] = (),
+    worker: Callable[[Catalog], Worker] | None = None,
+) -> FastAPI:
     """Build the control-plane app over a catalog database.
 
     Args:
@@ -54,6 +65,12 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         max_body_bytes: largest accepted request body; larger ones get 413.
         pepper: API-key pepper; default ``$RAGSYNC_API_KEY_PEPPER`` or the
             built-in constant (must match the one keys were created with).
+        reserved_locations: ragsync's own home and object store: no source
+            location may overlap them.
+        worker: builds the worker that runs accepted syncs and backfills
+            (``control_plane.worker``) over the app's catalog; it runs in a
+            thread from startup to shutdown. None: requests stay queued for a
+            ``ragsync worker``.
 
     Returns:
         The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
@@ -68,9 +85,15 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
         raise ValueError("max_body_bytes must be positive")
     catalog = Catalog.open(catalog_url)
 
+    running = worker(catalog) if worker is not None else None
+
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if running is not None:
+            running.start()
         yield
+        if running is not None:
+            running.stop()
         catalog.close()
 
     app = FastAPI(
@@ -81,6 +104,8 @@ def create_app(catalog_url: str, *, max_body_bytes: int = 1_000_000, pepper: str
     )
     app.state.catalog = catalog
     app.state.keys = ApiKeys(catalog, pepper=pepper)
+    app.state.reserved_locations = tuple(reserved_locations)
+    app.state.worker = running
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     install_error_handlers(app)
     for router in ROUTERS:

@@ -16,6 +16,7 @@ import sys
 from typing import Any
 
 from control_plane.keys import ApiKeys
+from control_plane.worker import Worker
 from ragsync.catalog import Catalog, ConflictError, TenantRow
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
@@ -121,8 +122,63 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from control_plane.app import create_app
 
-    app = create_app(_catalog_url(args), max_body_bytes=args.max_body_bytes)
+    settings = _settings(args)
+    worker = None
+    if args.workers:
+
+        def worker(catalog: Any) -> Worker:
+            return Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
+
+    app = create_app(
+        settings.catalog_url,
+        max_body_bytes=args.max_body_bytes,
+        reserved_locations=settings.reserved_locations,
+        worker=worker,
+    )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
+    return 0
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    """Settings from ``--home`` and the store flags (or their environment variables)."""
+    from ragsync.config import Settings
+
+    kwargs: dict[str, Any] = {"home": args.home}
+    for name in ("catalog_url", "milvus_uri", "es_url"):
+        value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
+        if value:
+            kwargs[name] = value
+    settings = Settings(**kwargs)
+    if settings.catalog_url.startswith("sqlite"):
+        settings.ensure_home()
+    return settings
+
+
+def _store_args(args: argparse.Namespace, settings: Any) -> list[str]:
+    """The store flags a worker's children get (the same stores as this process)."""
+    out = ["--home", settings.home, "--catalog-url", settings.catalog_url]
+    for flag, name in (("--milvus-uri", "milvus_uri"), ("--es-url", "es_url")):
+        value = getattr(args, name, None)
+        if value:
+            out += [flag, value]
+    return out
+
+
+def cmd_worker(args: argparse.Namespace) -> int:
+    """Run accepted syncs and backfills, and the schedule, until interrupted."""
+    from ragsync.catalog import Catalog
+
+    settings = _settings(args)
+    catalog = Catalog.open(settings.catalog_url)
+    worker = Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
+    try:
+        if args.once:
+            worker.catalog.fail_interrupted_sync_runs()
+            worker.run_once()
+        else:
+            worker.serve_forever(on_error=lambda exc: print(f"ragsync worker: {exc}", file=sys.stderr))
+    finally:
+        catalog.close()
     return 0
 
 
@@ -161,4 +217,24 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     serve.add_argument(
         "--max-body-bytes", type=int, default=1_000_000, help="largest request body (default 1000000)"
     )
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        choices=(0, 1),
+        help="1 (default): run accepted syncs and backfills in a worker thread; "
+        "0: leave them to `ragsync worker`",
+    )
+    serve.add_argument("--no-schedule", action="store_true", help="no scheduled polls or daily full listings")
     serve.set_defaults(func=cmd_serve)
+
+    worker = subparsers.add_parser(
+        "worker", parents=[common], help="run accepted syncs and backfills (and the sync schedule)"
+    )
+    worker.add_argument(
+        "--no-schedule", action="store_true", help="no scheduled polls or daily full listings"
+    )
+    worker.add_argument(
+        "--once", action="store_true", help="one pass (schedule, one sync, one backfill), then exit"
+    )
+    worker.set_defaults(func=cmd_worker)

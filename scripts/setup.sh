@@ -18,6 +18,13 @@ if [ -n "$need_apt" ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq tesseract-ocr poppler-utils libmagic1 postgresql >/dev/null
 fi
+# MediaWiki (Debian's package, PHP with SQLite) for the wiki connector's tests.
+if [ "${RAGSYNC_WITH_MEDIAWIKI:-0}" = "1" ] && { ! command -v php >/dev/null 2>&1 || [ ! -e /usr/share/mediawiki/maintenance/install.php ]; }; then
+  echo "[setup] installing MediaWiki and PHP (mediawiki php-cli php-sqlite3 php-intl php-mbstring php-xml)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    mediawiki php-cli php-sqlite3 php-intl php-mbstring php-xml >/dev/null
+fi
 
 # Run a step quietly; on failure show what it printed and stop.
 quiet() {

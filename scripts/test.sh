@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Set up, then lint, type-check and run the whole test suite (SQLite and a
-# throwaway PostgreSQL that the tests start themselves).
+# throwaway PostgreSQL and MediaWiki that the tests start themselves).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-RAGSYNC_WITH_POSTGRES=1 scripts/setup.sh
+RAGSYNC_WITH_POSTGRES=1 RAGSYNC_WITH_MEDIAWIKI=1 scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .

@@ -201,3 +201,40 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+# -- MediaWiki ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def mediawiki_template() -> Iterator[object]:
+    """One installed MediaWiki (SQLite) per session; tests serve copies of it.
+
+    Skipped when MediaWiki is not installed, except with ``$CI`` set: CI
+    installs it through ``scripts/setup.sh`` and must run these tests.
+    """
+    from tests import mediawiki
+
+    if not mediawiki.available():
+        if _in_ci():
+            pytest.fail(f"{mediawiki.MISSING} (CI is set: the MediaWiki tests must run)", pytrace=False)
+        pytest.skip(mediawiki.MISSING)
+    root = Path(tempfile.mkdtemp(prefix="ragsync-mw-"))
+    try:
+        yield mediawiki.MediaWiki.install(root / "template")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def mediawiki(mediawiki_template: object, tmp_path: Path) -> Iterator[object]:
+    """A running wiki of this test's own (a copy of the session's install)."""
+    from tests.mediawiki import MediaWiki
+
+    assert isinstance(mediawiki_template, MediaWiki)
+    wiki = mediawiki_template.copy_to(tmp_path / "wiki")
+    wiki.start()
+    try:
+        yield wiki
+    finally:
+        wiki.stop()

@@ -6,16 +6,24 @@ import shutil
 import time
 from pathlib import Path
 
-from sqlalchemy import Column, Double, Engine, Integer, MetaData, Table
+from sqlalchemy import Column, Double, Engine, Integer, MetaData, Table, text
 
-from ragsync.catalog import schema
 from ragsync.catalog.migrations import SCRIPT_LOCATION
 
 
 def make_legacy_catalog(engine: Engine, version: int = 6) -> None:
     """A catalog as the hand-written migrations left it at ``version``: the
-    tables of ``schema`` (their version 6 is the Alembic baseline) and
-    ``schema_migrations`` recording versions 1..``version``, no ``alembic_version``."""
+    tables of the Alembic baseline (their version 6) and ``schema_migrations``
+    recording versions 1..``version``, no ``alembic_version``."""
+    from alembic import command
+
+    from ragsync.catalog.migrations import BASELINE, VERSION_TABLE, alembic_config
+
+    cfg = alembic_config()
+    with engine.begin() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, BASELINE)
+        conn.execute(text(f"DROP TABLE {VERSION_TABLE}"))
     legacy = MetaData()
     bookkeeping = Table(
         "schema_migrations",
@@ -24,7 +32,6 @@ def make_legacy_catalog(engine: Engine, version: int = 6) -> None:
         Column("applied_at", Double, nullable=False),
     )
     with engine.begin() as conn:
-        schema.metadata.create_all(conn)
         bookkeeping.create(conn)
         conn.execute(
             bookkeeping.insert(), [{"version": v, "applied_at": time.time()} for v in range(1, version + 1)]

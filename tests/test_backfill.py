@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from docx import Document
 
-from beam_pipelines.backfill import BackfillSummary, run_backfill
+from beam_pipelines.sync import BackfillSummary, run_backfill
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile

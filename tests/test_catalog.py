@@ -58,7 +58,7 @@ ALL_TABLES = {
     "doc_signatures",
     "doc_bands",
 }
-ALL_VERSIONS = ["0001", "0002"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture

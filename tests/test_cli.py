@@ -20,7 +20,12 @@ def test_sources_events_and_status(tmp_path: Path, capsys: pytest.CaptureFixture
     code, out = _run(
         capsys, "sources", "add", "wiki", "--tenant", "acme", "--type", "wiki", "--home", home, "--json"
     )
-    assert code == 0 and json.loads(out) == {"source_id": "wiki", "tenant_id": "acme", "type": "wiki"}
+    assert code == 0 and json.loads(out) == {
+        "source_id": "wiki",
+        "tenant_id": "acme",
+        "type": "wiki",
+        "uri": "",
+    }
     events = tmp_path / "events.jsonl"
     good = {
         "source_id": "wiki",

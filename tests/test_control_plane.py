@@ -121,7 +121,11 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
     assert {(p, m) for p, ops in doc["paths"].items() for m in ops} == {
         ("/healthz", "get"),
         ("/v1/sources", "post"),
+        ("/v1/sources", "get"),
+        ("/v1/sources/{source_id}", "get"),
+        ("/v1/sources/{source_id}/resume", "post"),
         ("/v1/sources/{source_id}/sync", "post"),
+        ("/v1/sources/{source_id}/sync/{sync_id}", "get"),
         ("/internal/events", "post"),
         ("/v1/docs/{doc_id}/status", "get"),
         ("/v1/backfills", "post"),
@@ -186,14 +190,21 @@ def test_create_source_and_request_sync(api: Api) -> None:
         "source_id": "wiki-eng",
         "tenant_id": "tenant-a",
         "type": "wiki",
+        "uri": "",
         "sync": "webhook",
         "poll_interval_s": None,
         "credentials_ref_set": True,
+        "paused": False,
+        "pause_reason": "",
+        "failures": 0,
+        "last_sync_at": None,
+        "last_full_at": None,
     }
     r = api.a.post("/v1/sources", json={"type": "drive", "credentials_ref": SECRET_REF, "sync": "poll"})
     assert r.status_code == 201
     generated = r.json()
     assert generated["source_id"].startswith("src_") and generated["poll_interval_s"] == 300
+    assert generated["uri"] == "https://www.googleapis.com/drive/v3"  # Drive's API is the default location
     # Stored as given, never returned.
     with api.catalog.engine.connect() as conn:
         stored = conn.execute(
@@ -207,10 +218,56 @@ def test_create_source_and_request_sync(api: Api) -> None:
     assert r.status_code == 202
     body = r.json()
     assert body["sync_id"].startswith("sync_")
-    assert body == {"sync_id": body["sync_id"], "source_id": "wiki-eng", "mode": "full", "state": "requested"}
-    assert [(s.sync_id, s.source_id, s.mode) for s in api.catalog.pending_sync_requests()] == [
-        (body["sync_id"], "wiki-eng", "full")
-    ]
+    assert (body["source_id"], body["mode"], body["state"], body["counts"], body["error"]) == (
+        "wiki-eng",
+        "full",
+        "queued",
+        {},
+        None,
+    )
+    # Asking again while it is queued answers the same run.
+    again = api.a.post("/v1/sources/wiki-eng/sync", json={"mode": "incremental"}).json()
+    assert again["sync_id"] == body["sync_id"]
+    r = api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}")
+    assert r.status_code == 200 and r.json() == body
+    # The worker's side: claim, then record the outcome the API then shows.
+    run = api.catalog.claim_sync_run()
+    assert run is not None and (run.sync_id, run.state) == (body["sync_id"], "running")
+    assert api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").json()["state"] == "running"
+    api.catalog.finish_sync_run(run.sync_id, succeeded=False, error="cannot reach the wiki")
+    shown = api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").json()
+    assert (shown["state"], shown["error"]) == ("failed", "cannot reach the wiki")
+    assert api.b.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").status_code == 404  # another tenant
+
+
+def test_source_locations_pause_and_resume(api: Api) -> None:
+    body = {"type": "wiki", "sync": "poll", "uri": "https://wiki.example.org/w/api.php", "source_id": "pub"}
+    r = api.a.post("/v1/sources", json={**body, "options": {"namespaces": [0, 4]}})  # public: no credentials
+    assert r.status_code == 201, r.text
+    assert (r.json()["uri"], r.json()["credentials_ref_set"]) == ("https://wiki.example.org/w/api.php", False)
+    for bad in (
+        {
+            "type": "object_store",
+            "uri": "https://example.org/x",
+        },  # no connector reads an object store over HTTP
+        {"type": "wiki", "uri": "/proc/self"},  # a system folder
+        {"type": "wiki", "uri": "ftp://example.org/"},
+        {"type": "tickets", "uri": "https://user:pw@jira.example.org"},  # credentials in the URL
+    ):
+        r = api.a.post("/v1/sources", json={**bad, "sync": "webhook"})
+        assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "uri"], r.text
+        assert bad["uri"] not in r.text  # never echoed
+    api.catalog.sync_failed("pub", failures=3, pause_reason="the listing would delete 9 of 10 documents")
+    (listed,) = api.a.get("/v1/sources").json()
+    assert (listed["paused"], listed["pause_reason"], listed["failures"]) == (
+        True,
+        "the listing would delete 9 of 10 documents",
+        3,
+    )
+    assert api.b.get("/v1/sources").json() == []
+    assert api.b.post("/v1/sources/pub/resume").status_code == 404
+    resumed = api.a.post("/v1/sources/pub/resume").json()
+    assert (resumed["paused"], resumed["pause_reason"], resumed["failures"]) == (False, "", 0)
 
 
 def test_source_validation_errors_are_422_and_never_echo_the_input(api: Api) -> None:

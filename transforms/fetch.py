@@ -8,8 +8,10 @@ from typing import Any
 
 import apache_beam as beam
 
+from connectors.base import Connector, SourceSpec
 from connectors.location import source_location
-from connectors.reader import ContentReader, FetchLimits
+from connectors.reader import FetchLimits
+from connectors.registry import open_connector
 from ragsync import ids
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
@@ -37,8 +39,10 @@ class _FetchFn(CatalogDoFn):
     Raises a ``RagsyncError`` for permanent problems (no permissions, empty,
     too large, an address outside the source's location) so the wrapper turns
     them into dead letters. Bytes are read only through the source's
-    ``ContentReader``: under the location the catalog holds for the source
-    (never one the work item names), within the byte and time limits.
+    connector (``connectors.registry``), opened from what the catalog holds
+    for the source (never from what the work item names): a folder or prefix
+    through its ``ContentReader``, an API source through its located HTTP
+    client, both under the location and within the byte and time limits.
     """
 
     def setup(self) -> None:
@@ -46,25 +50,32 @@ class _FetchFn(CatalogDoFn):
         self._seen = counter("documents_seen")
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
-        self._readers: dict[tuple[str, str], ContentReader] = {}
+        self._connectors: dict[tuple[str, str], Connector] = {}
 
-    def _reader(self, item: SourceFile) -> ContentReader:
-        """The reader of the item's source (cached per source)."""
+    def _connector(self, item: SourceFile) -> Connector:
+        """The connector of the item's source (cached per source)."""
         key = (item.tenant_id, item.source_id)
-        if key not in self._readers:
-            source = self._catalog.get_source(item.source_id)
+        if key not in self._connectors:
+            source = self._catalog.source_state(item.source_id)
             if source is None or source.tenant_id != item.tenant_id or not source.uri:
                 raise OutsideLocationError(
                     f"source {item.source_id!r} declares no location, so it takes no content_uri "
                     "(register it with `ragsync sources add ... --uri ROOT`)"
                 )
             try:
-                location = source_location(source.uri, reserved=self.settings.reserved_locations)
+                source_location(source.uri, reserved=self.settings.reserved_locations)
             except ConfigurationError as exc:
                 raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
             limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
-            self._readers[key] = ContentReader(location, limits, BeamFileSystem())
-        return self._readers[key]
+            spec = SourceSpec.from_row(source.__dict__)
+            self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
+        return self._connectors[key]
+
+    def teardown(self) -> None:
+        for connector in self._connectors.values():
+            connector.close()
+        self._connectors = {}
+        super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
         self._seen.inc()
@@ -74,7 +85,7 @@ class _FetchFn(CatalogDoFn):
             )
         if item.size > self.settings.max_bytes:
             raise TooLargeError(f"{item.size} bytes is above the {self.settings.max_bytes}-byte limit")
-        data = self._reader(item).read(item.uri)
+        data = self._connector(item).fetch(item)
         if not data:
             raise EmptyDocumentError(f"{item.uri} has zero bytes")
         if len(data) > self.settings.max_bytes:

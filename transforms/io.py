@@ -15,10 +15,19 @@ class BeamFileSystem:
     """``connectors.base.FileSystem`` implemented with Beam's FileSystems."""
 
     def match(self, pattern: str) -> list[FileInfo]:
+        """Objects matching ``pattern``.
+
+        Raises:
+            FetchError: the match itself failed (a missing bucket, no access,
+                an unreachable store, no file system for the scheme): never
+                taken as "nothing there".
+        """
+        from ragsync.errors import FetchError
+
         try:
             result = FileSystems.match([pattern])[0]
-        except BeamIOError:
-            return []
+        except (BeamIOError, ValueError) as exc:
+            raise FetchError(f"cannot list {pattern}: {_cause(exc)}") from None
         return [
             FileInfo(path=m.path, size=int(m.size_in_bytes), mtime=float(m.last_updated_in_seconds or 0.0))
             for m in result.metadata_list
@@ -29,6 +38,15 @@ class BeamFileSystem:
 
     def join(self, base: str, *parts: str) -> str:
         return str(FileSystems.join(base, *parts))
+
+
+def _cause(exc: Exception) -> str:
+    """The first underlying error of a Beam IO error (it wraps one per pattern)."""
+    causes = getattr(exc, "exception_details", None)
+    if isinstance(causes, dict) and causes:
+        first = next(iter(causes.values()))
+        return f"{type(first).__name__}: {first}"[:500]
+    return f"{type(exc).__name__}: {exc}"[:500]
 
 
 def normalize_uri(uri: str) -> str:

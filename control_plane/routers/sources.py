@@ -1,17 +1,35 @@
-"""``POST /v1/sources`` and ``POST /v1/sources/{source_id}/sync``."""
+"""Sources and their syncs::
+
+    POST /v1/sources                               -> 201 source
+    GET  /v1/sources                               -> the caller's sources
+    GET  /v1/sources/{source_id}                   -> one source, paused or not and why
+    POST /v1/sources/{source_id}/resume            -> the source, resumed
+    POST /v1/sources/{source_id}/sync              -> 202 sync run (queued)
+    GET  /v1/sources/{source_id}/sync/{sync_id}    -> queued | running | succeeded | failed,
+                                                      with counts or the error
+
+A sync request is run by the worker that ``ragsync serve`` owns (or a
+``ragsync worker``): see ``control_plane.worker``.
+"""
 
 from __future__ import annotations
 
-from typing import Literal
+import json
+from typing import Any, Literal
 
-from fastapi import APIRouter
+from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from control_plane.deps import CatalogDep, Tenant, path_id, view
+from connectors.base import SourceSpec
+from connectors.location import source_location
+from connectors.registry import connector_class, default_uri
+from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ERRORS, ApiError, ErrorOut, not_found
-from ragsync.catalog import ID_PATTERN, ConflictError, new_id
+from ragsync.catalog import ID_PATTERN, ConflictError, SourceState, SyncRun, new_id
+from ragsync.errors import ConfigurationError
 
 _CREDENTIALS_REF = r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"
+_MAX_OPTIONS_BYTES = 16 * 1024
 
 router = APIRouter()
 
@@ -24,11 +42,23 @@ class SourceIn(_Model):
     """``POST /v1/sources`` body."""
 
     type: Literal["drive", "wiki", "tickets", "object_store"]
-    credentials_ref: str = Field(
+    uri: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="the source's location: a folder, gs:// or s3:// prefix, or its API URL (a wiki's "
+        "api.php, a Jira base URL; Drive defaults to its API). Content is only ever read under it.",
+    )
+    credentials_ref: str | None = Field(
+        default=None,
         min_length=4,
         max_length=2048,
         pattern=_CREDENTIALS_REF,
-        description="reference to a secret, e.g. secretmanager://projects/p/secrets/s; never returned",
+        description="reference to a secret (env://VAR, file:///path, secretmanager://...); omit for a "
+        "public source; never returned",
+    )
+    options: dict[str, Any] | None = Field(
+        default=None, description='connector options, e.g. {"namespaces": [0], "acl_groups": ["staff"]}'
     )
     sync: Literal["webhook", "poll"]
     poll_interval_s: int | None = Field(
@@ -37,11 +67,18 @@ class SourceIn(_Model):
     source_id: str | None = Field(default=None, pattern=ID_PATTERN, description="default: a new random id")
     tenant_id: str | None = Field(default=None, description="optional; must be the API key's tenant")
 
-    @field_validator("credentials_ref")
+    @field_validator("credentials_ref", "uri")
     @classmethod
-    def _printable(cls, value: str) -> str:
-        if not value.isprintable():
-            raise ValueError("must be a printable URI such as secretmanager://...")
+    def _printable(cls, value: str | None) -> str | None:
+        if value is not None and not value.isprintable():
+            raise ValueError("must be printable text")
+        return value
+
+    @field_validator("options")
+    @classmethod
+    def _small(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        if value is not None and len(json.dumps(value)) > _MAX_OPTIONS_BYTES:
+            raise ValueError(f"must be at most {_MAX_OPTIONS_BYTES} bytes of JSON")
         return value
 
     @model_validator(mode="after")
@@ -57,9 +94,15 @@ class SourceOut(BaseModel):
     source_id: str
     tenant_id: str
     type: str
+    uri: str
     sync: str | None
     poll_interval_s: int | None
     credentials_ref_set: bool
+    paused: bool
+    pause_reason: str
+    failures: int
+    last_sync_at: float | None
+    last_full_at: float | None
 
 
 class SyncIn(_Model):
@@ -69,12 +112,65 @@ class SyncIn(_Model):
 
 
 class SyncOut(BaseModel):
-    """A recorded sync request."""
+    """A sync run: ``queued``, ``running``, ``succeeded`` or ``failed``."""
 
     sync_id: str
     source_id: str
     mode: str
     state: str
+    requested_at: float
+    started_at: float | None
+    finished_at: float | None
+    counts: dict[str, Any]
+    error: str | None
+
+
+def _source_out(state: SourceState) -> SourceOut:
+    data = state.public()
+    return SourceOut(**{name: data[name] for name in SourceOut.model_fields})
+
+
+def _sync_out(run: SyncRun) -> SyncOut:
+    return SyncOut(
+        sync_id=run.sync_id,
+        source_id=run.source_id,
+        mode=run.mode,
+        state=run.state,
+        requested_at=run.requested_at,
+        started_at=run.started_at,
+        finished_at=run.finished_at,
+        counts=run.counts,
+        error=run.error or None,
+    )
+
+
+def _invalid(field: str, message: str) -> ApiError:
+    return ApiError(
+        422, f"{field}: {message}", details=[{"loc": ["body", field], "msg": message, "type": "value_error"}]
+    )
+
+
+def _location(request: Request, body: SourceIn) -> str:
+    """The checked location of a new source ('' when none applies).
+
+    Raises:
+        ApiError: 422 when it is unusable, overlaps ragsync's own state, or no
+            connector reads this type there (the input is never echoed).
+    """
+    uri = body.uri or default_uri(body.type)
+    if not uri:
+        return ""
+    reserved: tuple[str, ...] = getattr(request.app.state, "reserved_locations", ())
+    try:
+        location = source_location(uri, reserved=reserved)
+        connector_class(SourceSpec(source_id="-", tenant_id="-", type=body.type, uri=location.uri))
+    except ConfigurationError:
+        raise _invalid(
+            "uri",
+            "not a usable location for this type: a folder, gs:// or s3:// prefix (object_store), or an "
+            "http(s) API URL, outside ragsync's own state",
+        ) from None
+    return location.uri
 
 
 @router.post(
@@ -84,31 +180,60 @@ class SyncOut(BaseModel):
     tags=["sources"],
     responses={**ERRORS, 409: {"model": ErrorOut, "description": "source_id taken"}},
 )
-def create_source(body: SourceIn, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
+def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
     """Register a source of the caller's tenant. 409 when ``source_id`` is taken (by anyone)."""
     if body.tenant_id is not None and body.tenant_id != tenant_id:
-        raise ApiError(
-            422,
-            "tenant_id: must be the API key's tenant (or omitted)",
-            details=[
-                {"loc": ["body", "tenant_id"], "msg": "not the API key's tenant", "type": "value_error"}
-            ],
-        )
+        raise _invalid("tenant_id", "must be the API key's tenant (or omitted)")
+    uri = _location(request, body)
     interval = body.poll_interval_s if body.sync == "poll" else None
     if body.sync == "poll" and interval is None:
         interval = 300
+    source_id = body.source_id or new_id("src")
     try:
-        row = catalog.create_source(
+        catalog.create_source(
             tenant_id,
-            source_id=body.source_id or new_id("src"),
+            source_id=source_id,
             type=body.type,
             credentials_ref=body.credentials_ref,
             sync=body.sync,
             poll_interval_s=interval,
+            uri=uri,
         )
     except ConflictError as exc:
         raise ApiError(409, str(exc)) from exc
-    return view(SourceOut, row)
+    if body.options is not None:
+        catalog.configure_source(source_id, options=body.options)
+    state = catalog.source_state(source_id, tenant_id)
+    assert state is not None
+    return _source_out(state)
+
+
+@router.get("/v1/sources", response_model=list[SourceOut], tags=["sources"], responses=ERRORS)
+def list_sources(tenant_id: Tenant, catalog: CatalogDep) -> list[SourceOut]:
+    """The caller's sources, with their sync state."""
+    return [_source_out(s) for s in catalog.source_states(tenant_id)]
+
+
+def _own_source(source_id: str, tenant_id: str, catalog: Any) -> SourceState:
+    sid = path_id(source_id)
+    state = catalog.source_state(sid, tenant_id) if sid else None
+    if state is None:
+        raise not_found(f"source {source_id!r}")
+    return state  # type: ignore[no-any-return]
+
+
+@router.get("/v1/sources/{source_id}", response_model=SourceOut, tags=["sources"], responses=ERRORS)
+def get_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
+    """One of the caller's sources: ``paused`` with ``pause_reason`` when it is."""
+    return _source_out(_own_source(source_id, tenant_id, catalog))
+
+
+@router.post("/v1/sources/{source_id}/resume", response_model=SourceOut, tags=["sources"], responses=ERRORS)
+def resume_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
+    """Clear a pause (and the failure count): the next scheduled or requested sync runs."""
+    state = _own_source(source_id, tenant_id, catalog)
+    catalog.resume_source(state.source_id, tenant_id)
+    return _source_out(_own_source(source_id, tenant_id, catalog))
 
 
 @router.post(
@@ -119,9 +244,22 @@ def create_source(body: SourceIn, tenant_id: Tenant, catalog: CatalogDep) -> Sou
     responses=ERRORS,
 )
 def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
-    """Record a sync request for one of the caller's sources (404 for others')."""
+    """Queue a sync of one of the caller's sources (404 for others'); while one
+    is queued or running, that one is answered instead of a second."""
     sid = path_id(source_id)
-    req = catalog.create_sync_request(tenant_id, sid, body.mode) if sid else None
-    if req is None:
+    run = catalog.request_sync(tenant_id, sid, body.mode, origin="api") if sid else None
+    if run is None:
         raise not_found(f"source {source_id!r}")
-    return view(SyncOut, req)
+    return _sync_out(run)
+
+
+@router.get(
+    "/v1/sources/{source_id}/sync/{sync_id}", response_model=SyncOut, tags=["sources"], responses=ERRORS
+)
+def get_sync(source_id: str, sync_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
+    """A sync run: its state, and its counts once it succeeded or its error once it failed."""
+    sid, rid = path_id(source_id), path_id(sync_id)
+    run = catalog.get_sync_run(rid, tenant_id) if sid and rid else None
+    if run is None or run.source_id != sid:
+        raise not_found(f"sync {sync_id!r}")
+    return _sync_out(run)

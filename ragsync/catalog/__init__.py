@@ -27,13 +27,12 @@ from ragsync.catalog.sources import (
     ID_PATTERN,
     SOURCE_TYPES,
     SYNC_KINDS,
-    SYNC_MODES,
     ApiKeyRow,
     BackfillRow,
     SourceRow,
-    SyncRequestRow,
     TenantRow,
 )
+from ragsync.catalog.syncs import SYNC_MODES, SourceState, SyncRun
 
 __all__ = [
     "BACKFILL_REASONS",
@@ -56,8 +55,9 @@ __all__ = [
     "LegacyCatalogError",
     "ParsedRow",
     "SourceRow",
-    "SyncRequestRow",
     "TenantRow",
+    "SourceState",
+    "SyncRun",
     "create_catalog_engine",
     "current_revision",
     "event_id_of_payload",

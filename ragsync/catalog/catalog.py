@@ -11,8 +11,10 @@ combines one repository per concern, so call sites read
 * :mod:`~ragsync.catalog.queue` -- the event queue, leases, tombstones,
   permission versions and freshness;
 * :mod:`~ragsync.catalog.dead_letters` -- dead letters and their retries;
-* :mod:`~ragsync.catalog.sources` -- tenants, API keys, sources, sync
-  requests and backfills;
+* :mod:`~ragsync.catalog.sources` -- tenants, API keys, sources and
+  backfills;
+* :mod:`~ragsync.catalog.syncs` -- source sync state (cursor, pause,
+  failures) and sync runs;
 * :mod:`~ragsync.catalog.index_versions` -- the index-version registry.
 
 Every write method is idempotent (an upsert keyed by the row's identity, or
@@ -40,6 +42,7 @@ from ragsync.catalog.index_versions import IndexVersionsRepository
 from ragsync.catalog.migrations import migrate
 from ragsync.catalog.queue import QueueRepository
 from ragsync.catalog.sources import SourcesRepository
+from ragsync.catalog.syncs import SyncsRepository
 
 
 class Catalog(
@@ -48,6 +51,7 @@ class Catalog(
     QueueRepository,
     DeadLettersRepository,
     SourcesRepository,
+    SyncsRepository,
     IndexVersionsRepository,
 ):
     """Typed access to every catalog table.

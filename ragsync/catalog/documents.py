@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -395,6 +395,37 @@ class DocumentsRepository(Repository):
         with self._read_engine.connect() as conn:
             rows = conn.execute(select(t).where(t.c.source_id == source_id).order_by(t.c.doc_id)).mappings()
             return [_document_from_row(r) for r in rows]
+
+    def iter_source_documents(
+        self, source_id: str, tenant_id: str, *, updated_before: float, page: int = 5000
+    ) -> Iterator[tuple[str, str, str]]:
+        """(doc_id, source object id, source version) of every document of a
+        source that is not deleted and was last written before
+        ``updated_before``, ordered by doc_id and read page by page (never
+        all at once): what a full listing compares itself with.
+        """
+        t = schema.documents
+        after = ""
+        while True:
+            query = (
+                select(t.c.doc_id, t.c.source_object_id, t.c.source_version)
+                .where(
+                    t.c.source_id == source_id,
+                    t.c.tenant_id == tenant_id,
+                    t.c.status != "deleted",
+                    t.c.updated_at < updated_before,
+                    t.c.doc_id > after,
+                )
+                .order_by(t.c.doc_id)
+                .limit(page)
+            )
+            with self._read_engine.connect() as conn:
+                rows = conn.execute(query).all()
+            for doc_id, object_id, version in rows:
+                yield str(doc_id), str(object_id or ""), str(version or "")
+            if len(rows) < page:
+                return
+            after = str(rows[-1][0])
 
     def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
         """Number of documents per status, for one tenant or all."""

@@ -54,6 +54,16 @@ sources = Table(
     # How changes arrive (control plane): ``webhook`` or ``poll``.
     Column("sync", String(16), nullable=True),
     Column("poll_interval_s", Integer, nullable=True),
+    # Connectors (revision 0003): connector options and sync bookkeeping.
+    Column("options", Text, nullable=True),  # JSON object of connector options
+    Column("paused_at", Double, nullable=True),  # set while the source is paused
+    Column("pause_reason", Text, nullable=True),
+    Column("failures", Integer, nullable=True),  # syncs failed in a row
+    Column("retry_at", Double, nullable=True),  # no sync before (a rate limit asked to wait)
+    Column("last_sync_at", Double, nullable=True),  # last sync started
+    Column("last_success_at", Double, nullable=True),
+    Column("last_full_at", Double, nullable=True),  # last complete full listing
+    Column("last_listed", BigInteger, nullable=True),  # objects in that listing
 )
 
 documents = Table(
@@ -247,9 +257,15 @@ sync_requests = Table(
     Column("tenant_id", String(_ID), nullable=False),
     Column("source_id", String(_ID), nullable=False),
     Column("mode", String(16), nullable=False),  # incremental | full
-    Column("state", String(32), nullable=False),  # requested | running | done | failed
+    Column("state", String(32), nullable=False),  # queued | running | succeeded | failed
     Column("requested_at", Double, nullable=False),
     Column("updated_at", Double, nullable=False),
+    # Revision 0003: what the worker did.
+    Column("started_at", Double, nullable=True),
+    Column("finished_at", Double, nullable=True),
+    Column("counts", Text, nullable=True),  # JSON object of the sync's counters
+    Column("error", Text, nullable=True),
+    Column("origin", String(16), nullable=True),  # api | schedule | webhook
     Index("ix_sync_requests_source", "source_id", "state"),
 )
 

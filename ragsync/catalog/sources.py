@@ -1,8 +1,8 @@
-"""Tenants, API keys, sources, sync requests and backfills.
+"""Tenants, API keys, sources and backfills (a source's sync state and its
+sync runs are in :mod:`ragsync.catalog.syncs`).
 
-Rows: :class:`TenantRow`, :class:`SourceRow`, :class:`SyncRequestRow`,
-:class:`BackfillRow`. Tables: ``tenants``, ``api_keys``, ``sources``,
-``sync_requests``, ``backfills``.
+Rows: :class:`TenantRow`, :class:`SourceRow`, :class:`BackfillRow`.
+Tables: ``tenants``, ``api_keys``, ``sources``, ``backfills``.
 
 Tenant scoping: every method that reads or changes a tenant's row takes the
 tenant id and treats another tenant's row exactly like a missing one (returns
@@ -30,7 +30,6 @@ from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_
 
 SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 SYNC_KINDS = ("webhook", "poll")
-SYNC_MODES = ("incremental", "full")
 BACKFILL_REASONS = ("embedding_model", "parser", "chunker")
 #: ``requested`` .. ``cancelled`` are the API's; a re-embedding ends ``built``
 #: (complete, not flipped), ``flipped`` or ``refused`` (``ragsync reembed``).
@@ -114,27 +113,6 @@ class SourceRow:
 
 
 @dataclass(frozen=True)
-class SyncRequestRow:
-    """A requested sync of one source.
-
-    Attributes:
-        sync_id: id.
-        tenant_id: owner.
-        source_id: the source to sync.
-        mode: ``incremental`` or ``full``.
-        state: ``requested`` until a scheduler takes it.
-        requested_at: epoch seconds.
-    """
-
-    sync_id: str
-    tenant_id: str
-    source_id: str
-    mode: str
-    state: str
-    requested_at: float
-
-
-@dataclass(frozen=True)
 class BackfillRow:
     """One row of ``backfills``.
 
@@ -207,7 +185,7 @@ def _check_count(name: str, value: int | None) -> None:
 
 
 class SourcesRepository(Repository):
-    """Tenants, API keys, sources, sync requests and backfills."""
+    """Tenants, API keys, sources and backfills."""
 
     # -- tenants and API keys ---------------------------------------------------
 
@@ -331,9 +309,10 @@ class SourcesRepository(Repository):
         *,
         source_id: str,
         type: str,
-        credentials_ref: str,
+        credentials_ref: str | None,
         sync: str,
         poll_interval_s: int | None,
+        uri: str = "",
     ) -> SourceRow:
         """Register a source for a tenant.
 
@@ -342,9 +321,11 @@ class SourcesRepository(Repository):
             source_id: id, unique across tenants (``ID_PATTERN``).
             type: one of :data:`SOURCE_TYPES`.
             credentials_ref: a reference to the secret (``secretmanager://...``),
-                stored as given and never returned.
+                stored as given and never returned; None for a public source.
             sync: one of :data:`SYNC_KINDS`.
             poll_interval_s: seconds between polls when ``sync == "poll"``.
+            uri: the source's location, already checked by the caller
+                (``connectors.location.source_location``).
 
         Returns:
             The new source.
@@ -360,7 +341,7 @@ class SourcesRepository(Repository):
             "source_id": source_id,
             "tenant_id": tenant_id,
             "type": type,
-            "uri": "",
+            "uri": uri,
             "credentials_ref": credentials_ref,
             "created_at": now,
             "sync": sync,
@@ -407,46 +388,6 @@ class SourcesRepository(Repository):
             a = {r for (r,) in conn.execute(select(schema.sources.c.tenant_id).distinct()).all()}
             b = {r for (r,) in conn.execute(select(schema.documents.c.tenant_id).distinct()).all()}
         return sorted(x for x in a | b if x)
-
-    # -- sync requests ---------------------------------------------------------
-
-    def create_sync_request(self, tenant_id: str, source_id: str, mode: str) -> SyncRequestRow | None:
-        """Record a request to sync a source.
-
-        Returns:
-            The request (state ``requested``), or None when the source is not the tenant's.
-
-        Raises:
-            ValueError: ``mode`` is not one of :data:`SYNC_MODES`.
-        """
-        if mode not in SYNC_MODES:
-            raise ValueError(f"mode must be one of {SYNC_MODES}, got {mode!r}")
-        s = schema.sources
-        now = _now()
-        row = {
-            "sync_id": new_id("sync"),
-            "tenant_id": tenant_id,
-            "source_id": source_id,
-            "mode": mode,
-            "state": "requested",
-            "requested_at": now,
-            "updated_at": now,
-        }
-        with self._engine.begin() as conn:
-            owned = conn.execute(
-                select(s.c.source_id).where(s.c.source_id == source_id, s.c.tenant_id == tenant_id)
-            ).first()
-            if owned is None:
-                return None
-            conn.execute(schema.sync_requests.insert().values(**row))
-        return row_to(SyncRequestRow, row)
-
-    def pending_sync_requests(self, *, limit: int = 100) -> list[SyncRequestRow]:
-        """Sync requests still ``requested``, oldest first (for a scheduler)."""
-        t = schema.sync_requests
-        query = select(t).where(t.c.state == "requested").order_by(t.c.requested_at).limit(limit)
-        with self._read_engine.connect() as conn:
-            return [row_to(SyncRequestRow, r) for r in conn.execute(query).mappings()]
 
     # -- backfills -------------------------------------------------------------
 
@@ -526,6 +467,30 @@ class SourcesRepository(Repository):
             query = query.where(t.c.tenant_id == tenant_id)
         with self._read_engine.connect() as conn:
             return [_backfill_from_row(r) for r in conn.execute(query).mappings()]
+
+    def claim_backfill(self) -> BackfillRow | None:
+        """Take the oldest ``requested`` backfill (state ``running``), or None.
+        One conditional update: two workers never take the same request."""
+        t = schema.backfills
+        while True:
+            with self._read_engine.connect() as conn:
+                found = conn.execute(
+                    select(t.c.backfill_id)
+                    .where(t.c.state == "requested")
+                    .order_by(t.c.created_at, t.c.backfill_id)
+                    .limit(1)
+                ).scalar()
+            if found is None:
+                return None
+            now = _now()
+            with self._engine.begin() as conn:
+                taken = conn.execute(
+                    update(t)
+                    .where(t.c.backfill_id == found, t.c.state == "requested")
+                    .values(state="running", started_at=now, updated_at=now)
+                ).rowcount
+            if taken:
+                return self.get_backfill(str(found))
 
     def update_backfill_progress(
         self,

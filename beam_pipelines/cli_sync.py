@@ -1,0 +1,220 @@
+"""Commands of the connector side: ``sources add|list|pause|resume`` and ``sync``.
+
+Exit codes: 0 success; 1 the sync did not complete (the source is paused,
+the listing failed or the partial-listing guard held deletes back: the
+message says which and what to do); 2 usage or configuration error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+from connectors.base import SOURCE_TYPES
+from ragsync.display import safe_text
+
+
+def _settings(args: argparse.Namespace) -> Any:
+    from beam_pipelines.cli import settings_from_args
+
+    return settings_from_args(args)
+
+
+def _print(args: argparse.Namespace, data: Any, human: str) -> None:
+    if args.json:
+        print(json.dumps(data, sort_keys=True, default=str))
+    else:
+        print(safe_text(human, keep_newlines=True))
+
+
+def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | None:
+    """``--option key=JSON`` pairs (a bare word is a string) and ``--acl-groups``."""
+    if not pairs and groups is None:
+        return None
+    from ragsync.errors import ConfigurationError
+
+    out: dict[str, Any] = {}
+    for pair in pairs or []:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigurationError(f"--option {pair!r}: give key=value")
+        try:
+            out[key.strip()] = json.loads(raw)
+        except ValueError:
+            out[key.strip()] = raw
+    if groups is not None:
+        out["acl_groups"] = [g.strip() for g in groups.split(",") if g.strip()]
+    return out
+
+
+def cmd_sources_add(args: argparse.Namespace) -> int:
+    """Register a source with its location (``--uri``) and connector settings."""
+    from beam_pipelines.backfill import register_source
+    from connectors.registry import default_uri
+
+    uri = args.uri or default_uri(args.type)
+    try:
+        register_source(
+            _settings(args),
+            args.source_id,
+            args.tenant,
+            args.type,
+            uri,
+            options=_options(args.option, args.acl_groups),
+            credentials_ref=args.credentials_ref,
+            sync=args.sync,
+            poll_interval_s=args.poll_interval_s,
+        )
+    except ValueError as exc:
+        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
+        return 2
+    data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type, "uri": uri}
+    where = f" at {uri}" if uri else ""
+    _print(args, data, f"source {args.source_id} ({args.type}{where}) registered for tenant {args.tenant}")
+    return 0
+
+
+def _age(now: float, at: float | None) -> str:
+    return "never" if at is None else f"{now - at:.0f}s ago"
+
+
+def cmd_sources_list(args: argparse.Namespace) -> int:
+    """Sources with their sync state (paused ones with the reason)."""
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(_settings(args))
+    try:
+        states = catalog.source_states(args.tenant)
+    finally:
+        catalog.close()
+    now = time.time()
+    data = [s.public() for s in states]
+    human = []
+    for s in states:
+        status = f"PAUSED: {s.pause_reason}" if s.paused else "active"
+        human.append(
+            f"{s.source_id:20s} {s.type:12s} {status}\n"
+            f"    {s.uri or '(no location)'}; last sync {_age(now, s.last_sync_at)}, last full listing "
+            f"{_age(now, s.last_full_at)}, {s.failures} failures in a row"
+        )
+    _print(args, data, "\n".join(human) or "no sources: add one with `ragsync sources add`")
+    return 0
+
+
+def cmd_sources_pause(args: argparse.Namespace) -> int:
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(_settings(args))
+    try:
+        found = catalog.pause_source(args.source_id, args.reason or "paused by an operator")
+    finally:
+        catalog.close()
+    if not found:
+        print(safe_text(f"ragsync: unknown source {args.source_id!r}"), file=sys.stderr)
+        return 2
+    _print(args, {"source_id": args.source_id, "paused": True}, f"source {args.source_id} paused")
+    return 0
+
+
+def cmd_sources_resume(args: argparse.Namespace) -> int:
+    """Clear a pause (and the failure count): the next sync runs."""
+    from ragsync.config import open_catalog
+
+    catalog = open_catalog(_settings(args))
+    try:
+        found = catalog.resume_source(args.source_id)
+    finally:
+        catalog.close()
+    if not found:
+        print(safe_text(f"ragsync: unknown source {args.source_id!r}"), file=sys.stderr)
+        return 2
+    _print(args, {"source_id": args.source_id, "paused": False}, f"source {args.source_id} resumed")
+    return 0
+
+
+def cmd_sync(args: argparse.Namespace) -> int:
+    """Run the source's connector once (see ``beam_pipelines.sync``)."""
+    from beam_pipelines.sync import SyncError, run_sync
+
+    try:
+        result = run_sync(
+            args.source_id,
+            _settings(args),
+            full=args.full,
+            beam_args=args.beam_args,
+            show_progress=not args.quiet,
+            max_delete_share=args.max_delete_share,
+            apply=not args.no_apply,
+        )
+    except SyncError as exc:
+        if args.json:
+            print(
+                json.dumps({"source_id": args.source_id, "error": str(exc), "error_class": exc.error_class})
+            )
+        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
+        return 1
+    d = result.to_dict()
+    lines = [f"sync of {result.source_id} ({result.mode}: {result.reason}) finished in {result.seconds:.1f}s"]
+    lines += [f"  {k:20s} {v}" for k, v in d["totals"].items()]
+    lines.append("  (--json for every counter of the listing, the change feed and the applied queue)")
+    _print(args, d, "\n".join(lines))
+    return 0
+
+
+def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``sources`` and ``sync``."""
+    src = sub.add_parser("sources", help="register, list, pause and resume sources")
+    src_sub = src.add_subparsers(dest="sources_command", required=True)
+    add = src_sub.add_parser("add", parents=[common], help="register a source (same as POST /v1/sources)")
+    add.add_argument("source_id")
+    add.add_argument("--tenant", required=True)
+    add.add_argument("--type", required=True, choices=SOURCE_TYPES)
+    add.add_argument(
+        "--uri",
+        help="the source's location: a folder, gs:// or s3:// prefix, or the API URL "
+        "(a wiki's api.php, a Jira base URL; Drive defaults to its API)",
+    )
+    add.add_argument(
+        "--credentials-ref", help="env://VAR or file:///path holding the Authorization header (public: omit)"
+    )
+    add.add_argument("--acl-groups", help="comma-separated groups for what is not public (connector option)")
+    add.add_argument(
+        "--option", action="append", metavar="KEY=VALUE", help="connector option (JSON value), repeatable"
+    )
+    add.add_argument("--sync", choices=("poll", "webhook"), help="how `ragsync serve` keeps it current")
+    add.add_argument("--poll-interval-s", type=int, help="seconds between polls (with --sync poll)")
+    add.set_defaults(func=cmd_sources_add)
+
+    ls = src_sub.add_parser("list", parents=[common], help="sources and their sync state")
+    ls.add_argument("--tenant", help="only this tenant's sources")
+    ls.set_defaults(func=cmd_sources_list)
+
+    pause = src_sub.add_parser("pause", parents=[common], help="stop syncing a source")
+    pause.add_argument("source_id")
+    pause.add_argument("--reason")
+    pause.set_defaults(func=cmd_sources_pause)
+
+    resume = src_sub.add_parser("resume", parents=[common], help="sync a paused source again")
+    resume.add_argument("source_id")
+    resume.set_defaults(func=cmd_sources_resume)
+
+    sy = sub.add_parser("sync", parents=[common], help="run a source's connector once")
+    sy.add_argument("source_id")
+    sy.add_argument("--full", action="store_true", help="full listing; what vanished is deleted")
+    sy.add_argument(
+        "--max-delete-share",
+        type=float,
+        help="largest share of the source's documents one full listing may delete "
+        "(default: the source's option, else 0.5)",
+    )
+    sy.add_argument(
+        "--no-apply",
+        action="store_true",
+        help="only queue the changes (a running `ragsync stream` applies them)",
+    )
+    sy.add_argument("--quiet", action="store_true", help="no progress lines")
+    sy.add_argument("beam_args", nargs="*", help="after --: Beam options for the listing pipeline")
+    sy.set_defaults(func=cmd_sync)

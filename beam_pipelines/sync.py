@@ -1,0 +1,472 @@
+"""One sync of one source: ``ragsync sync SOURCE_ID``, the control plane's
+worker, and ``ragsync backfill`` (:func:`run_backfill`: a full sync of a
+folder or prefix registered as an ``object_store`` source) all run this.
+
+1. Plan (``ragsync.decisions.plan_sync``): a full listing when asked for,
+   when the source has no change feed or no cursor yet; otherwise the
+   changes since the stored cursor.
+2. Incremental: every page of changes is queued (the queue ``ragsync events
+   push`` uses), then its cursor saved (``connectors.sync.read_feed``). A
+   cursor the source no longer reaches back to falls back to a full listing.
+3. Full: the change feed's position is taken first; the listing pipeline
+   (``beam_pipelines.backfill.run_listing``) lists on workers, indexes what
+   it lists and queues deletes for what vanished, unless the partial-listing
+   guard trips: then nothing is deleted, the source is paused with the
+   reason and the sync fails. The feed position is saved after a complete
+   listing.
+4. Apply: the streaming pipeline runs until the queue is drained (skipped
+   with ``apply=False``, for a long-running ``ragsync stream``).
+
+Failures are counted on the source: a rate limit sets when to retry; the
+N-th failure in a row (option ``pause_after_failures``, default 5) pauses the
+source. A paused source is not synced until ``ragsync sources resume``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from typing import Any
+
+from beam_pipelines.backfill import (
+    ListingFailedError,
+    prepare_stores,
+    register_source,
+    root_cause,
+    run_listing,
+    source_id_for,
+    sweep_orphans,
+)
+from connectors.api import RateLimitedError
+from connectors.base import CursorExpiredError, SourceSpec
+from connectors.location import source_location
+from connectors.sync import FeedResult, read_feed
+from ragsync import lifecycle
+from ragsync.config import Settings, open_catalog
+from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
+from ragsync.display import safe_text
+from ragsync.embedding import ModelSpec
+from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync.model import Event
+from transforms.listing import connector_for
+
+DEFAULT_MAX_DELETE_SHARE = 0.5
+DEFAULT_PAUSE_AFTER = 5
+
+
+class SyncError(RagsyncError):
+    """A sync did not complete; the message says why and what to do."""
+
+    error_class = "fetch_failed"
+
+
+class SourcePausedError(SyncError):
+    """The source is paused: nothing is synced until it is resumed."""
+
+    error_class = "configuration"
+
+
+class ListingGuardError(SyncError):
+    """The partial-listing guard held a full listing's deletes back."""
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What one sync did (``--json`` of ``ragsync sync``; the API's counts).
+
+    Attributes:
+        source_id: the source.
+        mode: ``incremental`` or ``full``.
+        reason: why that mode.
+        listing: counters of the listing pipeline (full syncs).
+        feed: what reading the change feed did (incremental syncs).
+        applied: the streaming run that applied the queue, when one ran.
+        seconds: wall time.
+    """
+
+    source_id: str
+    mode: str
+    reason: str
+    listing: dict[str, int] | None
+    feed: dict[str, Any] | None
+    applied: dict[str, Any] | None
+    seconds: float
+
+    def totals(self) -> dict[str, int]:
+        """The counts an operator asks for first, over every part of the sync."""
+        listing, feed, applied = self.listing or {}, self.feed or {}, self.applied or {}
+
+        def both(name: str) -> int:
+            return int(listing.get(name, 0)) + int(applied.get(name, 0))
+
+        return {
+            "documents_listed": int(listing.get("documents_listed", 0)),
+            "documents_vanished": int(listing.get("documents_vanished", 0)),
+            "changes_read": int(feed.get("events_read", 0)),
+            "events_queued": int(feed.get("events_queued", 0)) + int(listing.get("events_queued", 0)),
+            "documents_indexed": both("documents_indexed"),
+            "documents_unchanged": both("documents_unchanged"),
+            "documents_deleted": int(applied.get("documents_deleted", 0)),
+            "dead_lettered": both("dead_lettered"),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "totals": self.totals()}
+
+
+class _QueueSink:
+    """``connectors.sync.EventSink`` on the catalog's event queue."""
+
+    def __init__(self, catalog: Any) -> None:
+        self.catalog = catalog
+
+    def queue(self, events: Sequence[Event]) -> int:
+        queued, _ = self.catalog.enqueue_events(list(events))
+        return int(queued)
+
+
+def _option_float(spec: SourceSpec, name: str, default: float) -> float:
+    value = spec.options.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigurationError(f"source option {name!r} must be a number")
+    return float(value)
+
+
+def run_sync(
+    source_id: str,
+    settings: Settings,
+    *,
+    full: bool = False,
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+    model_spec: ModelSpec | None = None,
+    max_delete_share: float | None = None,
+    apply: bool = True,
+) -> SyncResult:
+    """Sync ``source_id`` once (see the module docstring).
+
+    Args:
+        source_id: a registered source with a location.
+        settings: stores and limits.
+        full: list everything instead of reading the change feed.
+        beam_args: Beam options for the listing pipeline.
+        show_progress: progress lines on stderr.
+        model_spec: the embedding model (default: the live index version's).
+        max_delete_share: the partial-listing guard's limit (default: the
+            source's option ``max_delete_share``, else 0.5).
+        apply: run the streaming pipeline until the queue is drained.
+
+    Raises:
+        ConfigurationError: unknown source, no usable location, bad options.
+        SourcePausedError: the source is paused.
+        ListingGuardError: a full listing would have deleted too much (the
+            source is now paused).
+        SyncError: the listing or the change feed failed (counted; the N-th
+            failure in a row pauses the source).
+    """
+    start = time.monotonic()
+    catalog = open_catalog(settings)
+    try:
+        state = catalog.source_state(source_id)
+        if state is None:
+            raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
+        if state.paused:
+            raise SourcePausedError(
+                f"source {source_id} is paused: {state.pause_reason} "
+                f"(resume with `ragsync sources resume {source_id}`)"
+            )
+        if not state.uri:
+            raise ConfigurationError(
+                f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
+            )
+        source_location(state.uri, reserved=settings.reserved_locations)
+        spec = SourceSpec.from_row(state.__dict__)
+        share = max_delete_share
+        if share is None:
+            share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
+        pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
+        connector = connector_for(spec, settings)
+        plan = plan_sync(
+            source_id,
+            supports_changes=connector.supports_changes,
+            cursor=state.cursor,
+            full_requested=full,
+            max_delete_share=share,
+        )
+        catalog.sync_started(source_id)
+        try:
+            listing, feed, plan = _read_source(
+                plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec
+            )
+        except Exception as exc:
+            if lifecycle.stop_signal() is not None:
+                raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
+            in_listing = isinstance(exc, ListingGuardError | ListingFailedError)
+            _count_failure(catalog, source_id, state.failures, pause_after, exc, listing=in_listing)
+            wrapped = _as_sync_error(source_id, exc)
+            if wrapped is exc:
+                raise
+            raise wrapped from exc
+        finally:
+            connector.close()
+        applied = None
+        if apply and catalog.unfinished_events() > 0:
+            applied = _apply_queue(settings, show_progress, model_spec)
+        listed = listing.get("documents_listed") if listing is not None else None
+        catalog.sync_succeeded(source_id, full=plan.mode == SyncMode.FULL, listed=listed)
+    finally:
+        catalog.close()
+    return SyncResult(
+        source_id=source_id,
+        mode=plan.mode.value,
+        reason=plan.reason,
+        listing=listing,
+        feed=asdict(feed) if feed is not None else None,
+        applied=applied,
+        seconds=round(time.monotonic() - start, 3),
+    )
+
+
+def _read_source(
+    plan: SyncPlan,
+    connector: Any,
+    spec: SourceSpec,
+    catalog: Any,
+    settings: Settings,
+    beam_args: Sequence[str],
+    show_progress: bool,
+    model_spec: ModelSpec | None,
+) -> tuple[dict[str, int] | None, FeedResult | None, SyncPlan]:
+    """Run the plan's reading step; returns (listing counters, feed result, the plan run)."""
+    if plan.mode == SyncMode.INCREMENTAL:
+        try:
+            feed = read_feed(
+                connector, plan.cursor, _QueueSink(catalog), lambda c: catalog.save_cursor(spec.source_id, c)
+            )
+            if show_progress:
+                print(
+                    f"[sync] {spec.source_id}: {feed.events_read} changes in {feed.pages} pages, "
+                    f"{feed.events_queued} queued",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            return None, feed, plan
+        except CursorExpiredError as exc:
+            plan = replace(
+                plan, mode=SyncMode.FULL, reason=f"the cursor expired ({exc}): full listing", cursor=""
+            )
+    return (
+        _full_listing(plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec),
+        None,
+        plan,
+    )
+
+
+def _full_listing(
+    plan: SyncPlan,
+    connector: Any,
+    spec: SourceSpec,
+    catalog: Any,
+    settings: Settings,
+    beam_args: Sequence[str],
+    show_progress: bool,
+    model_spec: ModelSpec | None,
+) -> dict[str, int]:
+    if model_spec is None:
+        from ragsync.index_versions import live_spec
+
+        model_spec = live_spec(settings)
+    prepare_stores(settings, model_spec)
+    # The feed's position before listing: changes made while listing are
+    # read by the next incremental sync.
+    try:
+        cursor = connector.start_cursor() if connector.supports_changes else ""
+        shards = connector.list_shards()
+    except RagsyncError as exc:
+        message = f"full listing of {spec.source_id} failed: [{exc.error_class}] {exc}"
+        raise ListingFailedError(message) from exc
+    if show_progress:
+        print(
+            safe_text(f"[sync] {spec.source_id}: full listing ({plan.reason})"), file=sys.stderr, flush=True
+        )
+    counters = run_listing(
+        spec,
+        settings,
+        model_spec,
+        shards=shards,
+        max_delete_share=plan.max_delete_share,
+        beam_args=beam_args,
+        show_progress=show_progress,
+    )
+    if counters["listing_guard_tripped"]:
+        verdict = listing_verdict(
+            known=counters["documents_known"],
+            vanished=counters["documents_vanished"],
+            max_delete_share=plan.max_delete_share,
+            listed=counters["documents_listed"],
+        )
+        raise ListingGuardError(
+            f"source {spec.source_id}: {verdict.reason}; the source is paused. If the deletions are "
+            f"real, run `ragsync sources resume {spec.source_id}` and `ragsync sync {spec.source_id} "
+            "--full --max-delete-share 1`"
+        )
+    if counters["documents_listed"] == 0 and spec.uri.startswith(("gs://", "s3://")):
+        # Beam's object-store file systems answer a missing bucket, a denied
+        # listing and an empty prefix alike: an empty listing is not trusted.
+        raise ListingFailedError(
+            f"full listing of {spec.source_id} failed: no object under {spec.uri} (a missing bucket or a "
+            "denied listing look the same as an empty prefix); nothing was deleted"
+        )
+    if cursor:
+        catalog.save_cursor(spec.source_id, cursor)
+    return counters
+
+
+def _apply_queue(settings: Settings, show_progress: bool, model_spec: ModelSpec | None) -> dict[str, Any]:
+    from beam_pipelines.streaming import run_stream
+
+    summary = run_stream(settings, until_idle=True, show_progress=show_progress, spec=model_spec)
+    if summary is None:
+        raise SyncError("applying the queued events was interrupted")
+    return summary.to_dict()
+
+
+def _count_failure(
+    catalog: Any, source_id: str, previous: int, pause_after: int, exc: BaseException, *, listing: bool
+) -> None:
+    """Record a failed sync on its source (and pause it when due)."""
+    limited = _rate_limit_in(exc)
+    if limited is not None:
+        # The source asked us to wait: not the connector failing.
+        catalog.sync_failed(source_id, failures=previous, retry_at=time.time() + limited.retry_after_s)
+        return
+    outcome = after_failure(previous, error=_message(exc), pause_after=pause_after, listing_failed=listing)
+    catalog.sync_failed(
+        source_id, failures=outcome.failures, pause_reason=outcome.reason if outcome.pause else ""
+    )
+
+
+def _rate_limit_in(exc: BaseException) -> RateLimitedError | None:
+    """The rate-limit answer behind a failure (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        if isinstance(cur, RateLimitedError):
+            return cur
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return None
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc) if isinstance(exc, RagsyncError) else root_cause(exc)
+
+
+def _as_sync_error(source_id: str, exc: BaseException) -> BaseException:
+    if isinstance(exc, SyncError | ConfigurationError):
+        return exc
+    if isinstance(exc, ListingFailedError):
+        return SyncError(str(exc))
+    if isinstance(exc, RagsyncError):
+        return SyncError(f"sync of {source_id} failed: [{exc.error_class}] {exc}")
+    return SyncError(f"sync of {source_id} failed: {_message(exc)}")
+
+
+@dataclass(frozen=True)
+class BackfillSummary:
+    """What a backfill did. Field names are the ``--json`` keys."""
+
+    documents_listed: int
+    documents_seen: int
+    documents_indexed: int
+    documents_unchanged: int
+    documents_duplicate: int
+    documents_acl_updated: int
+    documents_deleted: int
+    dead_lettered: int
+    chunks_embedded: int
+    embedding_cache_hits: int
+    chunks_written: int
+    chunks_deleted: int
+    orphans_removed: int
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def run_backfill(
+    uri: str,
+    settings: Settings,
+    *,
+    tenant_id: str = "default",
+    source_id: str = "",
+    acl_groups: Sequence[str] = ("everyone",),
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+    spec: ModelSpec | None = None,
+    max_delete_share: float | None = None,
+) -> BackfillSummary:
+    """Backfill ``uri`` into the stores named by ``settings``: register it as
+    an ``object_store`` source (its location and groups) and run a full sync.
+
+    Raises:
+        ConfigurationError: the source is missing or a store cannot be opened.
+        SyncError: the listing failed, the source is paused, or the
+            partial-listing guard held deletes back (the source is paused).
+    """
+    start = time.monotonic()
+    lifecycle.install_child_watch()  # parse children never outlive this process
+    if "://" not in uri:
+        if not os.path.isdir(uri):
+            raise ConfigurationError(
+                f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
+            )
+        uri = os.path.abspath(uri)
+    if spec is None:
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(settings)
+    source_id = source_id or source_id_for(uri)
+    # The folder becomes the source's location before anything is read:
+    # every fetch is confined to it.
+    prepare_stores(settings, spec)
+    register_source(
+        settings,
+        source_id,
+        tenant_id,
+        "object_store",
+        uri,
+        options={"acl_groups": [g for g in acl_groups if g]},
+    )
+    result = run_sync(
+        source_id,
+        settings,
+        full=True,
+        beam_args=beam_args,
+        show_progress=show_progress,
+        model_spec=spec,
+        max_delete_share=max_delete_share,
+    )
+    listing = result.listing or {}
+    applied = result.applied or {}
+    orphans = sweep_orphans(settings, spec.dim)
+    return BackfillSummary(
+        documents_listed=listing.get("documents_listed", 0),
+        documents_seen=listing.get("documents_seen", 0),
+        documents_indexed=listing.get("documents_indexed", 0),
+        documents_unchanged=listing.get("documents_unchanged", 0),
+        documents_duplicate=listing.get("documents_duplicate", 0),
+        documents_acl_updated=listing.get("documents_acl_updated", 0),
+        documents_deleted=applied.get("documents_deleted", 0),
+        dead_lettered=listing.get("dead_lettered", 0) + applied.get("dead_lettered", 0),
+        chunks_embedded=listing.get("chunks_embedded", 0),
+        embedding_cache_hits=listing.get("embedding_cache_hits", 0),
+        chunks_written=listing.get("chunks_written", 0),
+        chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
+        orphans_removed=orphans,
+        seconds=round(time.monotonic() - start, 3),
+    )

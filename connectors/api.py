@@ -1,0 +1,176 @@
+"""Calling a source's HTTP API politely: rate limits, retries, JSON.
+
+API connectors (wiki, drive, tickets) read through :class:`ApiClient`, a thin
+policy over ``connectors.reader.LocatedHttpClient`` (which confines every
+request and redirect to the source's location and bounds bytes and time).
+
+Policy:
+- ``429 Too Many Requests`` and ``503 Service Unavailable`` are rate-limit
+  answers: ``Retry-After`` (seconds or an HTTP date) is honoured by sleeping
+  when it is at most ``retry_cap_s``; a longer wait, or one more limited
+  answer after ``max_attempts``, raises :class:`RateLimitedError` carrying
+  the wait, so the sync is rescheduled instead of holding a worker;
+- other 5xx answers and unreachable hosts are retried with exponential
+  backoff up to ``max_attempts``, then raise ``FetchError``;
+- 401/403 raise :class:`AccessDeniedError` at once (credentials or sharing
+  must change: retrying cannot help).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from connectors.reader import HttpStatusError, LocatedHttpClient
+from ragsync.decisions import backoff_delay
+from ragsync.errors import FetchError
+
+DEFAULT_RETRY_CAP_S = 60.0
+DEFAULT_MAX_ATTEMPTS = 5
+RATE_LIMIT_STATUSES = (429, 503)
+
+
+class RateLimitedError(FetchError):
+    """The source asked us to wait longer than we wait in place.
+
+    Attributes:
+        retry_after_s: seconds the source asked for (0 when it gave none).
+    """
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class AccessDeniedError(FetchError):
+    """The source refused the credentials (401) or the caller may not read
+    the resource (403)."""
+
+    permanent = True
+
+
+def parse_retry_after(value: str, *, now: float | None = None) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header.
+
+    Args:
+        value: delta-seconds (``"120"``) or an HTTP date.
+        now: the current time (epoch seconds), for tests.
+
+    Returns:
+        Non-negative seconds, or None when the header is absent or malformed.
+    """
+    text = (value or "").strip()
+    if not text:
+        return None
+    if text.isdigit():
+        return float(int(text))
+    try:
+        when = email.utils.parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
+
+
+class ApiClient:
+    """JSON and bytes from one source's API, with the retry policy above.
+
+    Args:
+        http: the located client (confinement and limits live there).
+        retry_cap_s: longest ``Retry-After`` honoured by sleeping.
+        max_attempts: attempts per request before giving up.
+        sleep: ``time.sleep`` (tests pass a recorder).
+        is_rate_limited: tells a rate-limit answer sent with another status
+            (Google APIs answer some with 403 and a reason in the body).
+    """
+
+    def __init__(
+        self,
+        http: LocatedHttpClient,
+        *,
+        retry_cap_s: float = DEFAULT_RETRY_CAP_S,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        sleep: Callable[[float], None] = time.sleep,
+        is_rate_limited: Callable[[Any], bool] | None = None,
+    ) -> None:
+        if max_attempts < 1 or retry_cap_s < 0:
+            raise ValueError("max_attempts must be >= 1 and retry_cap_s >= 0")
+        self.http = http
+        self.retry_cap_s = retry_cap_s
+        self.max_attempts = max_attempts
+        self.sleep = sleep
+        self.is_rate_limited = is_rate_limited
+
+    @property
+    def base_url(self) -> str:
+        return self.http.location.base_url
+
+    def close(self) -> None:
+        self.http.close()
+
+    def get(self, uri: str, params: Mapping[str, Any] | None = None) -> Any:
+        """A successful (2xx) ``httpx.Response`` with its body read.
+
+        Raises:
+            RateLimitedError: still limited, or asked to wait past the cap.
+            AccessDeniedError: 401 or 403.
+            HttpStatusError: another 4xx status (404 included).
+            FetchError: unreachable or 5xx after every attempt.
+            OutsideLocationError / TooLargeError / FetchTimeoutError: from
+                the located client (never retried).
+        """
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                response = self.http.get(uri, params)
+            except FetchError as exc:
+                if type(exc) is not FetchError or attempt >= self.max_attempts:
+                    raise  # a limit or a refusal is final; unreachable after retries
+                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
+                continue
+            status = int(response.status_code)
+            if status < 400:
+                return response
+            if status in RATE_LIMIT_STATUSES or (self.is_rate_limited and self.is_rate_limited(response)):
+                wait = parse_retry_after(response.headers.get("retry-after", ""))
+                delay = (
+                    wait if wait is not None else backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
+                )
+                if delay > self.retry_cap_s or attempt >= self.max_attempts:
+                    raise RateLimitedError(
+                        f"{self.base_url} answered HTTP {status}: retry after {delay:.0f} s", delay
+                    )
+                self.sleep(delay)
+                continue
+            if status in (401, 403):
+                raise AccessDeniedError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
+            if status >= 500 and attempt < self.max_attempts:
+                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
+                continue
+            if status >= 500:
+                raise FetchError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
+            raise HttpStatusError(status, response.headers.get("retry-after", ""), _short(uri))
+
+    def get_json(self, uri: str, params: Mapping[str, Any] | None = None) -> Any:
+        """Decoded JSON of a successful answer (errors as for :meth:`get`).
+
+        Raises:
+            FetchError: the body is not JSON.
+        """
+        response = self.get(uri, params)
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise FetchError(f"{_short(uri)} did not answer JSON: {exc}") from None
+
+    def get_bytes(self, uri: str, params: Mapping[str, Any] | None = None) -> bytes:
+        """The body of a successful answer (bounded by the client's limits)."""
+        return bytes(self.get(uri, params).content)
+
+
+def _short(uri: str) -> str:
+    return uri if len(uri) <= 200 else uri[:200] + "..."

@@ -1,0 +1,328 @@
+"""Google Drive as a source (type ``drive``), through the Drive API v3.
+
+The source's location is the API base, ``https://www.googleapis.com/drive/v3``;
+every call (listing, changes, permissions, downloads and exports) goes there
+and nowhere else: links in file metadata (``webContentLink``,
+``exportLinks``) are never followed.
+
+- **Documents**: one per file that is not a folder, shortcut or other
+  non-document Google type. Google Docs, Sheets and Slides are exported
+  (``files.export``) as HTML, XLSX and PPTX; other files are downloaded
+  (``files.get?alt=media``).
+- **Listing**: ``files.list`` with ``trashed = false``, paged by
+  ``pageToken``; one shard for My Drive and what is shared with the user
+  (``corpora=user``) and one per shared drive named in option ``drive_ids``.
+- **Changes**: ``changes.getStartPageToken`` gives the cursor;
+  ``changes.list`` pages with ``nextPageToken`` and ends with
+  ``newStartPageToken`` (the next cursor). A change with ``removed`` or a
+  trashed file is a delete.
+- **Versions**: the listing uses ``modifiedTime``, changes use the change's
+  ``time`` (both RFC 3339 UTC with milliseconds, so they order as text).
+- **Permissions**: ``permissions.list`` (paged): users become
+  ``user:EMAIL``, groups ``group:EMAIL``, a domain ``domain:NAME`` and
+  ``anyone`` becomes ``everyone``; link-only sharing (``allowFileDiscovery``
+  false) grants no group. A file whose permissions cannot be read gets no
+  group and is not indexed (fail closed).
+- **Webhooks**: push notifications (``changes.watch``) carry no change, only
+  ``X-Goog-Resource-State``: they trigger a read of the change feed.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any, ClassVar
+from urllib.parse import quote
+
+from connectors.api import AccessDeniedError, ApiClient
+from connectors.base import ChangePage, SourceSpec, as_object, make_event
+from connectors.credentials import auth_headers
+from connectors.location import Location, _refuse
+from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
+from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.model import Event, SourceFile
+
+EVERYONE = "everyone"
+DRIVE_API = "https://www.googleapis.com/drive/v3"
+FOLDER = "application/vnd.google-apps.folder"
+#: Google types exported, and the format they are exported as.
+_OOXML = "application/vnd.openxmlformats-officedocument"
+EXPORTS = {
+    "application/vnd.google-apps.document": "text/html",
+    "application/vnd.google-apps.spreadsheet": f"{_OOXML}.spreadsheetml.sheet",
+    "application/vnd.google-apps.presentation": f"{_OOXML}.presentationml.presentation",
+}
+_FILE_FIELDS = "id,name,mimeType,modifiedTime,size,trashed"
+_CHANGE_FIELDS = (
+    f"nextPageToken,newStartPageToken,changes(changeType,removed,fileId,time,file({_FILE_FIELDS}))"
+)
+_PERMISSION_FIELDS = "nextPageToken,permissions(id,type,role,emailAddress,domain,allowFileDiscovery,deleted)"
+_ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
+_RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+
+
+def _is_rate_limited(response: Any) -> bool:
+    """Drive answers some rate limits with 403 and a reason in the body."""
+    if int(response.status_code) != 403:
+        return False
+    try:
+        errors = response.json().get("error", {}).get("errors", [])
+    except (ValueError, AttributeError):
+        return False
+    return any(isinstance(e, dict) and e.get("reason") in _RATE_REASONS for e in errors)
+
+
+def _epoch(stamp: str) -> float:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return time.time()
+
+
+def groups_from_permissions(permissions: list[dict[str, Any]]) -> tuple[str, ...]:
+    """Drive permissions -> ragsync groups (see the module docstring)."""
+    out: set[str] = set()
+    for p in permissions:
+        if not isinstance(p, dict) or p.get("deleted"):
+            continue
+        kind = p.get("type")
+        if kind in ("user", "group") and p.get("emailAddress"):
+            out.add(f"{kind}:{str(p['emailAddress']).lower()}")
+        elif kind == "domain" and p.get("domain") and p.get("allowFileDiscovery", False):
+            out.add(f"domain:{str(p['domain']).lower()}")
+        elif kind == "anyone" and p.get("allowFileDiscovery", False):
+            out.add(EVERYONE)
+    return tuple(sorted(out))
+
+
+class DriveConnector:
+    """Files of one Google Drive account (and the shared drives it names).
+
+    Args:
+        spec: the source (``uri`` = the API base; options ``drive_ids`` and
+            ``channel_token``).
+        api: the API client (with the source's access token).
+    """
+
+    supports_changes: ClassVar[bool] = True
+
+    def __init__(self, spec: SourceSpec, api: ApiClient) -> None:
+        self.spec = spec
+        self.api = api
+        self.location: Location = api.http.location
+        drive_ids = spec.options.get("drive_ids", [])
+        if not isinstance(drive_ids, list) or not all(isinstance(d, str) and _ID.match(d) for d in drive_ids):
+            raise ConfigurationError("option 'drive_ids' must be a list of shared drive ids")
+        self.drive_ids = tuple(drive_ids)
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: SourceSpec,
+        *,
+        limits: FetchLimits,
+        transport: Any = None,
+        sleep: Any = time.sleep,
+        **_: Any,
+    ) -> DriveConnector:
+        location = Location.parse(spec.uri or DRIVE_API)
+        headers = {"User-Agent": "ragsync (Drive connector)", **auth_headers(spec.credentials_ref)}
+        http = LocatedHttpClient(location, limits, headers, transport)
+        return cls(spec, ApiClient(http, sleep=sleep, is_rate_limited=_is_rate_limited))
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _url(self, path: str) -> str:
+        return f"{self.location.base_url}/{path}"
+
+    # -- addresses ------------------------------------------------------------------
+
+    def content_uri(self, file_id: str, mime: str) -> str:
+        """Where a file's bytes are read: an export for Google types, the
+        media download otherwise."""
+        if mime in EXPORTS:
+            return self._url(f"files/{file_id}/export?mimeType={quote(EXPORTS[mime], safe='')}")
+        return self._url(f"files/{file_id}?alt=media&supportsAllDrives=true")
+
+    @staticmethod
+    def is_document(mime: str) -> bool:
+        """Folders, shortcuts, forms and other Google types without an export are not documents."""
+        return mime != FOLDER and (not mime.startswith("application/vnd.google-apps.") or mime in EXPORTS)
+
+    def _item(self, f: dict[str, Any], version: str) -> SourceFile:
+        file_id = str(f["id"])
+        return SourceFile(
+            tenant_id=self.spec.tenant_id,
+            source_id=self.spec.source_id,
+            source_object_id=file_id,
+            uri=self.content_uri(file_id, str(f.get("mimeType", ""))),
+            size=int(f["size"]) if str(f.get("size", "")).isdigit() else -1,
+            acl_groups=self._file_groups(file_id),
+            source_version=version,
+        )
+
+    # -- listing --------------------------------------------------------------------
+
+    def list_shards(self) -> list[str]:
+        return ["user"] + [f"drive:{d}" for d in self.drive_ids]
+
+    def list_shard(self, shard: str) -> Iterator[SourceFile]:
+        """Every document file of one corpus, with its permissions.
+
+        Raises:
+            FetchError (and subclasses): a page could not be read.
+        """
+        params: dict[str, Any] = {
+            "q": "trashed = false",
+            "pageSize": "1000",
+            "fields": f"nextPageToken,files({_FILE_FIELDS})",
+            "supportsAllDrives": "true",
+            "includeItemsFromAllDrives": "true",
+        }
+        if shard == "user":
+            params["corpora"] = "user"
+        elif shard.startswith("drive:") and shard[6:] in self.drive_ids:
+            params.update(corpora="drive", driveId=shard[6:])
+        else:
+            raise ValueError(f"{shard!r} is not one of this source's corpora")
+        token = ""
+        while True:
+            data = self.api.get_json(
+                self._url("files"), {**params, **({"pageToken": token} if token else {})}
+            )
+            for f in data.get("files", []):
+                if not isinstance(f, dict) or not _ID.match(str(f.get("id", ""))) or f.get("trashed"):
+                    continue
+                if self.is_document(str(f.get("mimeType", ""))):
+                    yield self._item(f, str(f.get("modifiedTime", "")))
+            token = str(data.get("nextPageToken") or "")
+            if not token:
+                return
+
+    # -- change feed ------------------------------------------------------------------
+
+    def start_cursor(self) -> str:
+        data = self.api.get_json(self._url("changes/startPageToken"), {"supportsAllDrives": "true"})
+        token = str(data.get("startPageToken") or "")
+        if not token:
+            raise FetchError("Drive answered no startPageToken")
+        return token
+
+    def changes(self, cursor: str) -> ChangePage:
+        """One page of ``changes.list`` from the page token ``cursor``."""
+        if not cursor:
+            raise ConfigurationError("a Drive change feed needs a page token (take one with start_cursor)")
+        data = self.api.get_json(
+            self._url("changes"),
+            {
+                "pageToken": cursor,
+                "pageSize": "1000",
+                "includeRemoved": "true",
+                "supportsAllDrives": "true",
+                "includeItemsFromAllDrives": "true",
+                "fields": _CHANGE_FIELDS,
+            },
+        )
+        events: list[Event] = []
+        for change in data.get("changes", []):
+            event = self._change_event(change)
+            if event is not None:
+                events.append(event)
+        if data.get("nextPageToken"):
+            return ChangePage(tuple(events), str(data["nextPageToken"]), more=True)
+        if not data.get("newStartPageToken"):
+            raise FetchError("Drive answered neither nextPageToken nor newStartPageToken")
+        return ChangePage(tuple(events), str(data["newStartPageToken"]), more=False)
+
+    def _change_event(self, change: Any) -> Event | None:
+        if not isinstance(change, dict) or change.get("changeType", "file") != "file":
+            return None  # shared-drive metadata changes
+        file_id = str(change.get("fileId", ""))
+        if not _ID.match(file_id):
+            return None
+        stamp = str(change.get("time", ""))
+        f = as_object(change.get("file"))
+        mime = str(f.get("mimeType", ""))
+        if change.get("removed") or f.get("trashed"):
+            return make_event(self.spec, file_id, "delete", stamp, event_time=_epoch(stamp))
+        if not self.is_document(mime):
+            return None
+        item = self._item({**f, "id": file_id}, stamp)
+        return make_event(
+            self.spec,
+            file_id,
+            "upsert",
+            stamp,
+            acl_groups=item.acl_groups,
+            content_uri=item.uri,
+            event_time=_epoch(stamp),
+        )
+
+    # -- content and permissions ------------------------------------------------------
+
+    def _file_id(self, item: SourceFile) -> str:
+        file_id = item.source_object_id
+        if not _ID.match(file_id):
+            raise _refuse(item.uri)
+        address = self.location.resolve(item.uri)
+        allowed = {self.location.resolve(self.content_uri(file_id, m)) for m in (*EXPORTS, "")}
+        if address not in allowed:
+            raise _refuse(item.uri)  # only this file's download or export is read
+        return file_id
+
+    def fetch(self, item: SourceFile) -> bytes:
+        """The file's bytes (a download, or an export of a Google type).
+
+        Raises:
+            OutsideLocationError: ``item.uri`` is not this file's download or export.
+            TooLargeError / FetchTimeoutError: over the read limits.
+            FetchError: Drive refused or is unreachable.
+        """
+        self._file_id(item)
+        return self.api.get_bytes(item.uri)
+
+    def _file_groups(self, file_id: str) -> tuple[str, ...]:
+        permissions: list[dict[str, Any]] = []
+        token = ""
+        try:
+            while True:
+                params = {
+                    "pageSize": "100",
+                    "supportsAllDrives": "true",
+                    "fields": _PERMISSION_FIELDS,
+                    **({"pageToken": token} if token else {}),
+                }
+                data = self.api.get_json(self._url(f"files/{file_id}/permissions"), params)
+                permissions.extend(p for p in data.get("permissions", []) if isinstance(p, dict))
+                token = str(data.get("nextPageToken") or "")
+                if not token:
+                    break
+        except (AccessDeniedError, HttpStatusError):
+            return ()  # permissions we may not read: fail closed
+        return groups_from_permissions(permissions)
+
+    def permissions(self, item: SourceFile) -> tuple[str, ...]:
+        return self._file_groups(self._file_id(item))
+
+    # -- webhooks ---------------------------------------------------------------------
+
+    def webhook_events(self, body: bytes, headers: Mapping[str, str]) -> list[Event] | None:
+        """A ``changes.watch`` push notification: ``sync`` (channel opened)
+        carries nothing; any other state means "read the change feed".
+
+        Raises:
+            InvalidEventError: not a Drive notification, or the channel token
+                does not match option ``channel_token``.
+        """
+        lower = {k.lower(): v for k, v in headers.items()}
+        state = lower.get("x-goog-resource-state", "")
+        if not state or not lower.get("x-goog-channel-id"):
+            raise InvalidEventError("not a Drive push notification (no X-Goog-Resource-State / Channel-ID)")
+        expected = str(self.spec.options.get("channel_token", ""))
+        if expected and lower.get("x-goog-channel-token", "") != expected:
+            raise InvalidEventError("Drive notification with a wrong channel token")
+        return [] if state == "sync" else None

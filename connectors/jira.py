@@ -1,0 +1,402 @@
+"""Jira as a source (type ``tickets``), through its REST API.
+
+The source's location is the Jira base URL (``https://host/jira``); search,
+issues, comments and attachment downloads are read under it only: an
+attachment whose ``content`` link points elsewhere is refused when fetched
+(dead letter ``invalid_event``).
+
+- **Documents**: one per issue (its JSON with every comment, read by the
+  ticket parser) and one per attachment (object id
+  ``ISSUE_ID/attachments/ATTACHMENT_ID``, read as a file). Object ids use the
+  numeric issue id, which survives a move to another project (the key does
+  not).
+- **Versions**: ``fields.updated`` of the issue, and ``created`` of an
+  attachment, as epoch milliseconds.
+- **Search**: ``GET /rest/api/2/search`` paged with ``startAt``/``maxResults``
+  (``total`` says when it ends), or the newer ``/rest/api/3/search/jql``
+  paged with ``nextPageToken`` (option ``search_api: "jql"``).
+- **Cursor**: JSON ``{"since": ISO-UTC}`` (plus the paging position while a
+  feed is read). Changes are ``updated >= "since"`` ordered by ``updated``;
+  JQL takes minutes in the Jira user's time zone, so ``since`` is written in
+  that zone (option ``timezone``, else the offset of the server's
+  ``serverInfo.serverTime``) and one minute earlier: re-read issues give the
+  same event ids and are queued once.
+- **Deletes**: Jira's search does not report deleted issues or removed
+  attachments: a full listing finds them (vanished objects).
+- **Permissions**: an issue with a security level gets the groups of option
+  ``security_levels`` (``{"Level name": ["group"]}``), else none (fail
+  closed). Without one: ``everyone`` when the source is read anonymously
+  (whatever anonymous users may read is public), else option ``acl_groups``
+  (none: fail closed).
+- **Webhooks**: ``jira:issue_created``/``jira:issue_updated``/comment events
+  become upserts, ``jira:issue_deleted`` a delete.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Iterator, Mapping
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any, ClassVar
+from urllib.parse import urlencode
+
+from connectors.api import ApiClient
+from connectors.base import ChangePage, SourceSpec, as_object, make_event
+from connectors.credentials import auth_headers
+from connectors.location import Location, _refuse
+from connectors.reader import FetchLimits, LocatedHttpClient
+from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.model import Event, SourceFile
+
+EVERYONE = "everyone"
+ISSUE_FIELDS = (
+    "summary,description,comment,issuetype,status,priority,resolution,reporter,assignee,components,"
+    "labels,fixVersions,created,resolutiondate,updated,security,attachment,project"
+)
+_LIST_FIELDS = "updated,security,attachment,project"
+_PAGE = 100
+_PROJECT = re.compile(r"^[A-Z][A-Z0-9_]{0,49}$")
+_DIGITS = re.compile(r"^[0-9]{1,20}$")
+_OVERLAP = timedelta(minutes=1)
+
+
+def jira_time(text: str) -> datetime:
+    """``2019-03-14T13:08:10.254+0000`` (Jira's format) -> aware datetime.
+
+    Raises:
+        ValueError: not a Jira time.
+    """
+    text = text.strip()
+    if re.search(r"[+-]\d{4}$", text):
+        text = text[:-2] + ":" + text[-2:]
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def millis(text: str) -> str:
+    """The version of a Jira time: epoch milliseconds as digits.
+
+    Raises:
+        FetchError: not a Jira time (a record without a usable time fails its
+            listing rather than being skipped, which would delete it).
+    """
+    try:
+        return str(int(jira_time(text).timestamp() * 1000))
+    except ValueError:
+        raise FetchError(f"Jira answered a record with an unreadable time {text[:40]!r}") from None
+
+
+class JiraConnector:
+    """Issues (and their attachments) of one Jira site.
+
+    Args:
+        spec: the source (``uri`` = the Jira base URL; options ``jql``,
+            ``projects``, ``search_api``, ``timezone``, ``security_levels``,
+            ``acl_groups``, ``attachments``).
+        api: the API client.
+        anonymous: True when no credentials are sent.
+    """
+
+    supports_changes: ClassVar[bool] = True
+
+    def __init__(self, spec: SourceSpec, api: ApiClient, *, anonymous: bool) -> None:
+        self.spec = spec
+        self.api = api
+        self.location: Location = api.http.location
+        self.anonymous = anonymous
+        opts = spec.options
+        self.jql = str(opts.get("jql", "")).strip()
+        projects = opts.get("projects", [])
+        if not isinstance(projects, list) or not all(
+            isinstance(p, str) and _PROJECT.match(p) for p in projects
+        ):
+            raise ConfigurationError("option 'projects' must be a list of Jira project keys (e.g. LUCENE)")
+        self.projects = tuple(projects)
+        self.search_api = str(opts.get("search_api", "v2"))
+        if self.search_api not in ("v2", "jql"):
+            raise ConfigurationError(
+                "option 'search_api' must be 'v2' (startAt paging) or 'jql' (nextPageToken)"
+            )
+        levels = opts.get("security_levels", {})
+        if not isinstance(levels, dict):
+            raise ConfigurationError("option 'security_levels' must map level names to lists of groups")
+        self.security_levels = {str(k): tuple(sorted(str(g) for g in v)) for k, v in levels.items()}
+        self.groups = spec.option_groups()
+        self.attachments = bool(opts.get("attachments", True))
+        self._tz: tzinfo | None = None
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: SourceSpec,
+        *,
+        limits: FetchLimits,
+        transport: Any = None,
+        sleep: Any = time.sleep,
+        **_: Any,
+    ) -> JiraConnector:
+        location = Location.parse(spec.uri)
+        auth = auth_headers(spec.credentials_ref)
+        headers = {"User-Agent": "ragsync (Jira connector)", "Accept": "application/json", **auth}
+        return cls(
+            spec,
+            ApiClient(LocatedHttpClient(location, limits, headers, transport), sleep=sleep),
+            anonymous=not auth,
+        )
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _url(self, path: str) -> str:
+        return f"{self.location.base_url}/{path}"
+
+    # -- records ----------------------------------------------------------------------
+
+    def issue_uri(self, issue_id: str) -> str:
+        return self._url(f"rest/api/2/issue/{issue_id}?{urlencode({'fields': ISSUE_FIELDS})}")
+
+    def _issue_groups(self, fields: dict[str, Any]) -> tuple[str, ...]:
+        security = fields.get("security")
+        if isinstance(security, dict) and security:
+            return self.security_levels.get(str(security.get("name", "")), ())
+        return (EVERYONE,) if self.anonymous else self.groups
+
+    def _items(self, issue: Any) -> Iterator[SourceFile]:
+        """The issue and its attachments as listing records."""
+        if not isinstance(issue, dict) or not _DIGITS.match(str(issue.get("id", ""))):
+            raise FetchError("Jira answered an issue without a numeric id")
+        fields = as_object(issue.get("fields"))
+        issue_id = str(issue["id"])
+        groups = self._issue_groups(fields)
+        base = {"tenant_id": self.spec.tenant_id, "source_id": self.spec.source_id, "acl_groups": groups}
+        yield SourceFile(
+            source_object_id=issue_id,
+            uri=self.issue_uri(issue_id),
+            source_version=millis(str(fields.get("updated", ""))),
+            **base,  # type: ignore[arg-type]
+        )
+        if not self.attachments:
+            return
+        for att in fields.get("attachment") or []:
+            if (
+                not isinstance(att, dict)
+                or not _DIGITS.match(str(att.get("id", "")))
+                or not att.get("content")
+            ):
+                continue
+            yield SourceFile(
+                source_object_id=f"{issue_id}/attachments/{att['id']}",
+                uri=str(att["content"]),  # checked against the location when fetched
+                size=int(att["size"]) if str(att.get("size", "")).isdigit() else -1,
+                source_version=millis(str(att.get("created") or fields.get("updated", ""))),
+                **base,  # type: ignore[arg-type]
+            )
+
+    # -- search -----------------------------------------------------------------------
+
+    def _search_page(self, jql: str, position: str, fields: str) -> tuple[list[Any], str]:
+        """One page of a search: (issues, next position or '' at the end)."""
+        if self.search_api == "jql":
+            params = {"jql": jql, "maxResults": str(_PAGE), "fields": fields}
+            if position:
+                params["nextPageToken"] = position
+            data = self.api.get_json(self._url("rest/api/3/search/jql"), params)
+            issues = data.get("issues", [])
+            token = str(data.get("nextPageToken") or "")
+            return issues, ("" if data.get("isLast", not token) else token)
+        start = int(position or 0)
+        data = self.api.get_json(
+            self._url("rest/api/2/search"),
+            {"jql": jql, "startAt": str(start), "maxResults": str(_PAGE), "fields": fields},
+        )
+        issues = data.get("issues", [])
+        if not isinstance(issues, list):
+            raise FetchError("Jira search answered no issue list")
+        nxt = start + len(issues)
+        total = int(data.get("total", 0))
+        return issues, (str(nxt) if issues and nxt < total else "")
+
+    def _scope(self, project: str = "") -> str:
+        """JQL of the source's issues: one project, else every configured
+        project, and the ``jql`` option."""
+        if project:
+            parts = [f'project = "{project}"']
+        elif self.projects:
+            parts = ["project in (" + ", ".join(f'"{p}"' for p in self.projects) + ")"]
+        else:
+            parts = []
+        if self.jql:
+            parts.append(f"({self.jql})")
+        return " AND ".join(parts)
+
+    def list_shards(self) -> list[str]:
+        """One shard per configured project, else one for the whole JQL scope."""
+        return list(self.projects) or [""]
+
+    def list_shard(self, shard: str) -> Iterator[SourceFile]:
+        """Every issue of one project (ordered by creation, so issues created
+        during the listing only append), and its attachments.
+
+        Raises:
+            FetchError (and subclasses): a page failed.
+        """
+        if shard and shard not in self.projects:
+            raise ValueError(f"{shard!r} is not one of this source's projects")
+        scope = self._scope(shard)
+        jql = (f"{scope} " if scope else "") + "ORDER BY created ASC, key ASC"
+        position = ""
+        while True:
+            issues, position = self._search_page(jql, position, _LIST_FIELDS)
+            for issue in issues:
+                yield from self._items(issue)
+            if not position:
+                return
+
+    # -- change feed ------------------------------------------------------------------
+
+    def _zone(self) -> tzinfo:
+        """The time zone JQL dates are read in."""
+        if self._tz is None:
+            name = str(self.spec.options.get("timezone", ""))
+            if name:
+                from zoneinfo import ZoneInfo
+
+                self._tz = ZoneInfo(name)
+            else:
+                info = self.api.get_json(self._url("rest/api/2/serverInfo"))
+                self._tz = jira_time(str(info.get("serverTime", ""))).tzinfo or timezone.utc
+        return self._tz
+
+    def start_cursor(self) -> str:
+        info = self.api.get_json(self._url("rest/api/2/serverInfo"))
+        now = jira_time(str(info.get("serverTime", "")))
+        return json.dumps({"since": now.astimezone(timezone.utc).isoformat()})
+
+    def changes(self, cursor: str) -> ChangePage:
+        """One search page of issues updated since the cursor."""
+        try:
+            state = json.loads(cursor) if cursor else {}
+            since = datetime.fromisoformat(str(state["since"]))
+        except (ValueError, KeyError, TypeError):
+            raise ConfigurationError(f"not a Jira cursor: {cursor[:200]!r}") from None
+        local = (since - _OVERLAP).astimezone(self._zone())
+        scope = self._scope()
+        jql = (
+            f"({scope}) AND " if scope else ""
+        ) + f'updated >= "{local:%Y/%m/%d %H:%M}" ORDER BY updated ASC, key ASC'
+        issues, position = self._search_page(jql, str(state.get("position", "")), ISSUE_FIELDS)
+        newest = datetime.fromisoformat(str(state.get("newest", since.isoformat())))
+        events: list[Event] = []
+        for issue in issues:
+            for item in self._items(issue):
+                events.append(
+                    make_event(
+                        self.spec,
+                        item.source_object_id,
+                        "upsert",
+                        item.source_version,
+                        acl_groups=item.acl_groups,
+                        content_uri=item.uri,
+                        event_time=int(item.source_version) / 1000,
+                    )
+                )
+            updated = jira_time(str(issue.get("fields", {}).get("updated", "")))
+            newest = max(newest, updated.astimezone(timezone.utc))
+        if position:
+            nxt = {"since": since.isoformat(), "position": position, "newest": newest.isoformat()}
+            return ChangePage(tuple(events), json.dumps(nxt), more=True)
+        return ChangePage(tuple(events), json.dumps({"since": newest.isoformat()}), more=False)
+
+    # -- content and permissions ------------------------------------------------------
+
+    def _check(self, item: SourceFile) -> None:
+        """Only this connector's addresses are read: the issue's REST address,
+        or an attachment's link under the location."""
+        address = self.location.resolve(item.uri)  # another host: refused here
+        issue_id, _, rest = item.source_object_id.partition("/")
+        if not _DIGITS.match(issue_id):
+            raise _refuse(item.uri)
+        if not rest and address != self.location.resolve(self.issue_uri(issue_id)):
+            raise _refuse(item.uri)
+        if rest and (not rest.startswith("attachments/") or not _DIGITS.match(rest[len("attachments/") :])):
+            raise _refuse(item.uri)
+
+    def fetch(self, item: SourceFile) -> bytes:
+        """An issue as JSON with all its comments, or an attachment's bytes.
+
+        Raises:
+            OutsideLocationError: the address is not under the Jira base URL.
+            TooLargeError / FetchTimeoutError / FetchError: as for every read.
+        """
+        self._check(item)
+        if "/" in item.source_object_id:
+            return self.api.get_bytes(item.uri)
+        issue = self.api.get_json(item.uri)
+        if not isinstance(issue, dict) or not isinstance(issue.get("fields"), dict):
+            raise FetchError(f"Jira answered no issue for {item.source_object_id}")
+        block = issue["fields"].get("comment")
+        if isinstance(block, dict) and int(block.get("total", 0)) > len(block.get("comments") or []):
+            block["comments"] = list(self._all_comments(item.source_object_id))
+            block["startAt"], block["maxResults"] = 0, len(block["comments"])
+        return json.dumps(issue, ensure_ascii=False).encode("utf-8")
+
+    def _all_comments(self, issue_id: str) -> Iterator[Any]:
+        start = 0
+        while True:
+            data = self.api.get_json(
+                self._url(f"rest/api/2/issue/{issue_id}/comment"),
+                {"startAt": str(start), "maxResults": str(_PAGE), "orderBy": "created"},
+            )
+            comments = data.get("comments", [])
+            yield from comments
+            start += len(comments)
+            if not comments or start >= int(data.get("total", 0)):
+                return
+
+    def permissions(self, item: SourceFile) -> tuple[str, ...]:
+        self._check(item)
+        issue_id = item.source_object_id.partition("/")[0]
+        issue = self.api.get_json(self._url(f"rest/api/2/issue/{issue_id}"), {"fields": "security"})
+        return self._issue_groups(issue.get("fields") or {})
+
+    # -- webhooks ---------------------------------------------------------------------
+
+    def webhook_events(self, body: bytes, headers: Mapping[str, str]) -> list[Event] | None:
+        """A Jira webhook call -> events.
+
+        Raises:
+            InvalidEventError: not a Jira issue or comment webhook.
+        """
+        try:
+            data = json.loads(body)
+            kind = str(data["webhookEvent"])
+            issue = data["issue"]
+            stamp = int(data.get("timestamp") or time.time() * 1000)
+        except (ValueError, KeyError, TypeError):
+            raise InvalidEventError("not a Jira webhook (webhookEvent, issue)") from None
+        if not isinstance(issue, dict) or not _DIGITS.match(str(issue.get("id", ""))):
+            raise InvalidEventError("Jira webhook without a numeric issue id")
+        if kind == "jira:issue_deleted":
+            return [make_event(self.spec, str(issue["id"]), "delete", str(stamp), event_time=stamp / 1000)]
+        if kind not in ("jira:issue_created", "jira:issue_updated") and not kind.startswith("comment_"):
+            return []
+        fields = as_object(issue.get("fields"))
+        if not fields.get("updated"):
+            fields = {**fields, "updated": datetime.fromtimestamp(stamp / 1000, timezone.utc).isoformat()}
+        try:
+            items = list(self._items({**issue, "fields": fields}))
+        except (ValueError, FetchError) as exc:
+            raise InvalidEventError(f"malformed Jira webhook issue: {exc}") from None
+        return [
+            make_event(
+                self.spec,
+                i.source_object_id,
+                "upsert",
+                i.source_version,
+                acl_groups=i.acl_groups,
+                content_uri=i.uri,
+                event_time=int(i.source_version) / 1000,
+            )
+            for i in items
+        ]

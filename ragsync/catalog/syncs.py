@@ -1,0 +1,413 @@
+"""Sources as connectors see them, and the sync runs a worker executes.
+
+Rows: :class:`SourceState` (a ``sources`` row: location, options, cursor,
+pause and failure bookkeeping) and :class:`SyncRun` (a ``sync_requests``
+row: ``queued -> running -> succeeded | failed`` with its counts and error).
+
+The cursor is written by :meth:`SyncsRepository.save_cursor` only after the
+events read up to it are durably queued (``connectors.sync``), so a crash
+re-reads changes instead of losing them.
+
+Claiming a run (:meth:`SyncsRepository.claim_sync_run`) is one conditional
+``UPDATE ... WHERE state = 'queued'``: two workers never run the same
+request. At most one run per source is queued or running; asking again while
+one is pending returns the pending run.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sqlalchemy import and_, select, update
+
+from ragsync.catalog import schema
+from ragsync.catalog.base import Repository, new_id
+
+SYNC_STATES = ("queued", "running", "succeeded", "failed")
+SYNC_MODES = ("incremental", "full")
+_PENDING = ("queued", "running")
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _json_object(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+@dataclass(frozen=True)
+class SourceState:
+    """One source and its sync bookkeeping.
+
+    Attributes:
+        source_id: id.
+        tenant_id: owner.
+        type: connector type.
+        uri: the source's location ('' when none was declared).
+        credentials_ref: reference to a secret ('' for public sources; never
+            shown by the API).
+        options: connector options.
+        sync: ``poll``, ``webhook`` or None (syncs only on request).
+        poll_interval_s: seconds between polls.
+        cursor: where the next incremental sync starts (None before the first).
+        paused: True while paused (syncs refused until resumed).
+        pause_reason: why it was paused.
+        failures: syncs failed in a row.
+        retry_at: no sync before this time (a rate limit), or None.
+        last_sync_at: when the last sync started.
+        last_success_at: when a sync last succeeded.
+        last_full_at: when a full listing last succeeded.
+        last_listed: objects in that listing.
+    """
+
+    source_id: str
+    tenant_id: str
+    type: str
+    uri: str = ""
+    credentials_ref: str = ""
+    options: dict[str, Any] = field(default_factory=dict)
+    sync: str | None = None
+    poll_interval_s: int | None = None
+    cursor: str | None = None
+    paused: bool = False
+    pause_reason: str = ""
+    failures: int = 0
+    retry_at: float | None = None
+    last_sync_at: float | None = None
+    last_success_at: float | None = None
+    last_full_at: float | None = None
+    last_listed: int | None = None
+
+    def public(self) -> dict[str, Any]:
+        """Everything but the credentials reference (shown as a flag)."""
+        out = {k: v for k, v in self.__dict__.items() if k != "credentials_ref"}
+        out["credentials_ref_set"] = bool(self.credentials_ref)
+        return out
+
+
+def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
+    return SourceState(
+        source_id=row["source_id"],
+        tenant_id=row["tenant_id"],
+        type=row["type"],
+        uri=row["uri"] or "",
+        credentials_ref=row["credentials_ref"] or "",
+        options=_json_object(row["options"]),
+        sync=row["sync"],
+        poll_interval_s=row["poll_interval_s"],
+        cursor=row["cursor"],
+        paused=row["paused_at"] is not None,
+        pause_reason=row["pause_reason"] or "",
+        failures=int(row["failures"] or 0),
+        retry_at=row["retry_at"],
+        last_sync_at=row["last_sync_at"],
+        last_success_at=row["last_success_at"],
+        last_full_at=row["last_full_at"],
+        last_listed=row["last_listed"],
+    )
+
+
+@dataclass(frozen=True)
+class SyncRun:
+    """One requested sync of a source.
+
+    Attributes:
+        sync_id: id.
+        tenant_id: owner.
+        source_id: the source.
+        mode: ``incremental`` or ``full``.
+        state: ``queued``, ``running``, ``succeeded`` or ``failed``.
+        requested_at: epoch seconds.
+        started_at: when a worker took it.
+        finished_at: when it ended.
+        counts: the sync's counters (events queued, documents indexed...).
+        error: why it failed ('' otherwise).
+        origin: ``api``, ``schedule``, ``webhook`` or ``cli``.
+    """
+
+    sync_id: str
+    tenant_id: str
+    source_id: str
+    mode: str
+    state: str
+    requested_at: float
+    started_at: float | None = None
+    finished_at: float | None = None
+    counts: dict[str, Any] = field(default_factory=dict)
+    error: str = ""
+    origin: str = ""
+
+
+def _run_from_row(row: Mapping[Any, Any]) -> SyncRun:
+    return SyncRun(
+        sync_id=row["sync_id"],
+        tenant_id=row["tenant_id"],
+        source_id=row["source_id"],
+        mode=row["mode"],
+        state=row["state"],
+        requested_at=float(row["requested_at"]),
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        counts=_json_object(row["counts"]),
+        error=row["error"] or "",
+        origin=row["origin"] or "",
+    )
+
+
+class SyncsRepository(Repository):
+    """Source sync state and sync runs."""
+
+    # -- sources --------------------------------------------------------------------
+
+    def source_state(self, source_id: str, tenant_id: str | None = None) -> SourceState | None:
+        """The source, or None (also when ``tenant_id`` is given and not its owner)."""
+        t = schema.sources
+        query = select(t).where(t.c.source_id == source_id)
+        if tenant_id is not None:
+            query = query.where(t.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return _state_from_row(row) if row is not None else None
+
+    def source_states(self, tenant_id: str | None = None) -> list[SourceState]:
+        """Every source (of one tenant, or all), ordered by id."""
+        t = schema.sources
+        query = select(t).order_by(t.c.source_id)
+        if tenant_id is not None:
+            query = query.where(t.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            return [_state_from_row(r) for r in conn.execute(query).mappings()]
+
+    def configure_source(
+        self,
+        source_id: str,
+        *,
+        options: Mapping[str, Any] | None = None,
+        credentials_ref: str | None = None,
+        sync: str | None = None,
+        poll_interval_s: int | None = None,
+    ) -> bool:
+        """Set the given connector settings of a source (None leaves one as it is).
+
+        Returns:
+            False when there is no such source.
+        """
+        values: dict[str, Any] = {}
+        if options is not None:
+            values["options"] = json.dumps(dict(options), sort_keys=True)
+        if credentials_ref is not None:
+            values["credentials_ref"] = credentials_ref or None
+        if sync is not None:
+            if sync not in ("poll", "webhook"):
+                raise ValueError("sync must be 'poll' or 'webhook'")
+            values["sync"] = sync
+        if poll_interval_s is not None:
+            if poll_interval_s < 1:
+                raise ValueError("poll_interval_s must be positive")
+            values["poll_interval_s"] = poll_interval_s
+        if not values:
+            return self.source_state(source_id) is not None
+        t = schema.sources
+        with self._engine.begin() as conn:
+            return bool(conn.execute(update(t).where(t.c.source_id == source_id).values(**values)).rowcount)
+
+    def save_cursor(self, source_id: str, cursor: str) -> None:
+        """Persist where the next incremental sync starts (call only after the
+        events read up to ``cursor`` are durably queued)."""
+        t = schema.sources
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.source_id == source_id).values(cursor=cursor))
+
+    def sync_started(self, source_id: str, *, at: float | None = None) -> None:
+        t = schema.sources
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.source_id == source_id).values(last_sync_at=at or _now()))
+
+    def sync_succeeded(self, source_id: str, *, full: bool, listed: int | None = None) -> None:
+        """A sync ended well: the failure count and any rate-limit wait reset;
+        a full listing records its time and size."""
+        now = _now()
+        values: dict[str, Any] = {"failures": 0, "retry_at": None, "last_success_at": now}
+        if full:
+            values.update(last_full_at=now, last_listed=listed)
+        t = schema.sources
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.source_id == source_id).values(**values))
+
+    def sync_failed(
+        self, source_id: str, *, failures: int, pause_reason: str = "", retry_at: float | None = None
+    ) -> None:
+        """A sync failed: record the count, a rate-limit wait, and pause the
+        source when ``pause_reason`` is given."""
+        values: dict[str, Any] = {"failures": failures, "retry_at": retry_at}
+        if pause_reason:
+            values.update(paused_at=_now(), pause_reason=pause_reason[:4000])
+        t = schema.sources
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(t.c.source_id == source_id).values(**values))
+
+    def pause_source(self, source_id: str, reason: str) -> bool:
+        """Pause a source by hand. Returns False when there is no such source."""
+        t = schema.sources
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                update(t)
+                .where(t.c.source_id == source_id)
+                .values(paused_at=_now(), pause_reason=reason[:4000])
+            )
+        return bool(result.rowcount)
+
+    def resume_source(self, source_id: str, tenant_id: str | None = None) -> bool:
+        """Clear a pause, the failure count and any rate-limit wait.
+
+        Returns:
+            False when there is no such source (of that tenant).
+        """
+        t = schema.sources
+        cond = t.c.source_id == source_id
+        if tenant_id is not None:
+            cond = and_(cond, t.c.tenant_id == tenant_id)
+        with self._engine.begin() as conn:
+            result = conn.execute(
+                update(t).where(cond).values(paused_at=None, pause_reason=None, failures=0, retry_at=None)
+            )
+        return bool(result.rowcount)
+
+    # -- sync runs --------------------------------------------------------------------
+
+    def request_sync(
+        self, tenant_id: str, source_id: str, mode: str, *, origin: str = "api"
+    ) -> SyncRun | None:
+        """Queue a sync of one of the tenant's sources; when one is already
+        queued or running, that one is returned instead of a second.
+
+        Returns:
+            The run, or None when the source is not the tenant's.
+
+        Raises:
+            ValueError: ``mode`` is not incremental or full.
+        """
+        if mode not in SYNC_MODES:
+            raise ValueError(f"mode must be one of {SYNC_MODES}, got {mode!r}")
+        s, r = schema.sources, schema.sync_requests
+        now = _now()
+        with self._engine.begin() as conn:
+            owned = conn.execute(
+                select(s.c.source_id).where(s.c.source_id == source_id, s.c.tenant_id == tenant_id)
+            ).first()
+            if owned is None:
+                return None
+            pending = (
+                conn.execute(
+                    select(r)
+                    .where(r.c.source_id == source_id, r.c.state.in_(_PENDING))
+                    .order_by(r.c.requested_at)
+                    .limit(1)
+                )
+                .mappings()
+                .first()
+            )
+            if pending is not None:
+                return _run_from_row(pending)
+            sync_id = new_id("sync")
+            conn.execute(
+                r.insert().values(
+                    sync_id=sync_id,
+                    tenant_id=tenant_id,
+                    source_id=source_id,
+                    mode=mode,
+                    state="queued",
+                    requested_at=now,
+                    updated_at=now,
+                    origin=origin,
+                )
+            )
+        return SyncRun(sync_id, tenant_id, source_id, mode, "queued", now, origin=origin)
+
+    def get_sync_run(self, sync_id: str, tenant_id: str | None = None) -> SyncRun | None:
+        r = schema.sync_requests
+        query = select(r).where(r.c.sync_id == sync_id)
+        if tenant_id is not None:
+            query = query.where(r.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            row = conn.execute(query).mappings().first()
+        return _run_from_row(row) if row is not None else None
+
+    def claim_sync_run(self) -> SyncRun | None:
+        """Take the oldest queued run (state ``running``), or None."""
+        r = schema.sync_requests
+        while True:
+            with self._read_engine.connect() as conn:
+                row = (
+                    conn.execute(
+                        select(r.c.sync_id).where(r.c.state == "queued").order_by(r.c.requested_at).limit(1)
+                    )
+                    .mappings()
+                    .first()
+                )
+            if row is None:
+                return None
+            now = _now()
+            with self._engine.begin() as conn:
+                taken = conn.execute(
+                    update(r)
+                    .where(r.c.sync_id == row["sync_id"], r.c.state == "queued")
+                    .values(state="running", started_at=now, updated_at=now)
+                ).rowcount
+            if taken:
+                return self.get_sync_run(row["sync_id"])
+
+    def finish_sync_run(
+        self, sync_id: str, *, succeeded: bool, counts: Mapping[str, Any] | None = None, error: str = ""
+    ) -> None:
+        """Record how a run ended."""
+        r = schema.sync_requests
+        now = _now()
+        with self._engine.begin() as conn:
+            conn.execute(
+                update(r)
+                .where(r.c.sync_id == sync_id)
+                .values(
+                    state="succeeded" if succeeded else "failed",
+                    finished_at=now,
+                    updated_at=now,
+                    counts=json.dumps(dict(counts or {}), sort_keys=True, default=str),
+                    error=error[:4000] or None,
+                )
+            )
+
+    def fail_interrupted_sync_runs(self) -> int:
+        """Runs left ``running`` by a worker that died: ``failed`` (a worker
+        calls this when it starts, before claiming). Returns how many."""
+        r = schema.sync_requests
+        now = _now()
+        with self._engine.begin() as conn:
+            return int(
+                conn.execute(
+                    update(r)
+                    .where(r.c.state == "running")
+                    .values(
+                        state="failed",
+                        finished_at=now,
+                        updated_at=now,
+                        error="the worker stopped during the sync",
+                    )
+                ).rowcount
+            )
+
+    def pending_sync_sources(self) -> set[str]:
+        """Sources with a run queued or running."""
+        r = schema.sync_requests
+        with self._read_engine.connect() as conn:
+            return set(conn.execute(select(r.c.source_id).where(r.c.state.in_(_PENDING))).scalars())

@@ -1,0 +1,525 @@
+"""Drive and Jira connectors, and the API rate-limit policy, against recorded
+answers in the APIs' real shape (paging, 429 + Retry-After, deletions)
+served by ``httpx.MockTransport`` through the located client.
+
+Neither service can run here; the answers follow their documentation (Drive
+API v3: files.list, changes.getStartPageToken, changes.list,
+permissions.list, files.export; Jira REST v2: search, issue, comment,
+serverInfo) and, for Jira, real issues of the shared corpus.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import pytest
+
+from connectors.api import ApiClient, RateLimitedError, parse_retry_after
+from connectors.base import SourceSpec, list_all
+from connectors.drive import groups_from_permissions
+from connectors.location import Location
+from connectors.reader import FetchLimits, LocatedHttpClient
+from connectors.registry import open_connector
+from ragsync.errors import InvalidEventError, OutsideLocationError, TooLargeError
+from ragsync.model import SourceFile
+
+DRIVE = "https://www.googleapis.com/drive/v3"
+JIRA = "https://issues.example.org/jira"
+CORPUS = (
+    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "documents" / "tickets-jira-apache-lucene"
+)
+if not CORPUS.exists():
+    CORPUS = Path("/work/shared/corpus/documents/tickets-jira-apache-lucene")
+
+Handler = Callable[[httpx.Request], httpx.Response]
+
+
+def _body(content: bytes, status: int = 200, headers: dict[str, str] | None = None) -> httpx.Response:
+    """An answer whose body is streamed, as from the network (the located
+    client reads bodies block by block under its byte limit)."""
+    return httpx.Response(status, headers=headers or {}, stream=httpx.ByteStream(content))
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> httpx.Response:
+    return _body(json.dumps(data).encode(), status, {"content-type": "application/json", **(headers or {})})
+
+
+def _params(request: httpx.Request) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(request.url.query.decode()).items()}
+
+
+class Recorder:
+    """A MockTransport handler that logs every request and answers from a function."""
+
+    def __init__(self, answer: Handler) -> None:
+        self.answer = answer
+        self.requests: list[httpx.Request] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.requests.append(request)
+        return self.answer(request)
+
+    def paths(self) -> list[str]:
+        return [r.url.path for r in self.requests]
+
+
+def _open(
+    kind: str, uri: str, handler: Handler, sleeps: list[float], max_bytes: int = 64 * 1024, **options: Any
+) -> Any:
+    spec = SourceSpec(source_id=f"{kind}-1", tenant_id="acme", type=kind, uri=uri, options=options)
+    return open_connector(
+        spec,
+        limits=FetchLimits(max_bytes=max_bytes, timeout_s=30),
+        transport=httpx.MockTransport(handler),
+        sleep=sleeps.append,
+    )
+
+
+# -- the rate-limit policy -----------------------------------------------------------
+
+
+def test_retry_after_is_read_as_seconds_or_an_http_date() -> None:
+    assert parse_retry_after("120") == 120.0
+    assert parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now=1445412470.0) == 10.0
+    assert parse_retry_after("") is None
+    assert parse_retry_after("soon") is None
+
+
+def test_429_is_waited_out_when_short_and_rescheduled_when_long() -> None:
+    answers = [
+        _json({}, 429, {"Retry-After": "2"}),
+        _json({}, 503, {"Retry-After": "1"}),
+        _json({"ok": 1}),
+        _json({}, 429, {"Retry-After": "3600"}),
+    ]
+    rec = Recorder(lambda r: answers.pop(0))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(JIRA), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, retry_cap_s=60, sleep=sleeps.append)
+    assert api.get_json(f"{JIRA}/rest/api/2/serverInfo") == {"ok": 1}
+    assert sleeps == [2.0, 1.0]
+    with pytest.raises(RateLimitedError) as info:
+        api.get_json(f"{JIRA}/rest/api/2/serverInfo")
+    assert info.value.retry_after_s == 3600.0
+    assert sleeps == [2.0, 1.0]  # the long wait is not slept in place
+
+
+def test_rate_limited_after_max_attempts_even_when_each_wait_is_short() -> None:
+    rec = Recorder(lambda r: _json({}, 429, {"Retry-After": "1"}))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(JIRA), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, max_attempts=3, sleep=sleeps.append)
+    with pytest.raises(RateLimitedError):
+        api.get_json(f"{JIRA}/x")
+    assert len(rec.requests) == 3 and sleeps == [1.0, 1.0]
+
+
+# -- Google Drive ----------------------------------------------------------------------
+
+_FILES = {
+    "doc1": {"id": "doc1", "name": "Travel policy", "mimeType": "application/vnd.google-apps.document"},
+    "pdf2": {"id": "pdf2", "name": "Report.pdf", "mimeType": "application/pdf", "size": "2048"},
+    "fold3": {"id": "fold3", "name": "Team", "mimeType": "application/vnd.google-apps.folder"},
+    "form4": {"id": "form4", "name": "Survey", "mimeType": "application/vnd.google-apps.form"},
+    "priv5": {"id": "priv5", "name": "Secret.txt", "mimeType": "text/plain", "size": "10"},
+}
+_PERMISSIONS = {
+    "doc1": [
+        [
+            {"id": "p1", "type": "user", "role": "owner", "emailAddress": "Ann@Example.com"},
+            {"id": "p2", "type": "anyone", "role": "reader", "allowFileDiscovery": False},
+        ],
+        [{"id": "p3", "type": "group", "role": "reader", "emailAddress": "eng@example.com"}],
+    ],
+    "pdf2": [
+        [
+            {
+                "id": "p4",
+                "type": "domain",
+                "role": "reader",
+                "domain": "example.com",
+                "allowFileDiscovery": True,
+            }
+        ]
+    ],
+}
+
+
+def _drive_answer(request: httpx.Request) -> httpx.Response:
+    path, q = request.url.path, _params(request)
+    stamp = "2026-11-30T10:00:00.000Z"
+    if path == "/drive/v3/files":
+        assert q["q"] == "trashed = false" and q["corpora"] == "user"
+        if q.get("pageToken") == "files-2":
+            return _json(
+                {
+                    "files": [
+                        {**_FILES["form4"], "modifiedTime": stamp},
+                        {**_FILES["priv5"], "modifiedTime": stamp},
+                    ]
+                }
+            )
+        first = [{**_FILES[k], "modifiedTime": stamp} for k in ("doc1", "pdf2", "fold3")]
+        return _json({"nextPageToken": "files-2", "files": first})
+    if path.endswith("/permissions"):
+        file_id = path.split("/")[-2]
+        if file_id not in _PERMISSIONS:
+            return _json({"error": {"code": 403, "message": "insufficientFilePermissions"}}, 403)
+        pages = _PERMISSIONS[file_id]
+        index = int(q.get("pageToken", "0"))
+        body: dict[str, Any] = {"permissions": pages[index]}
+        if index + 1 < len(pages):
+            body["nextPageToken"] = str(index + 1)
+        return _json(body)
+    if path == "/drive/v3/changes/startPageToken":
+        return _json({"kind": "drive#startPageToken", "startPageToken": "100"})
+    if path == "/drive/v3/changes":
+        if q["pageToken"] == "100":
+            return _json(
+                {
+                    "nextPageToken": "101",
+                    "changes": [
+                        {
+                            "changeType": "file",
+                            "removed": True,
+                            "fileId": "gone9",
+                            "time": "2026-12-01T09:00:00.000Z",
+                        },
+                        {
+                            "changeType": "file",
+                            "removed": False,
+                            "fileId": "pdf2",
+                            "time": "2026-12-01T09:01:00.000Z",
+                            "file": {**_FILES["pdf2"], "trashed": True},
+                        },
+                    ],
+                }
+            )
+        assert q["pageToken"] == "101"
+        return _json(
+            {
+                "newStartPageToken": "102",
+                "changes": [
+                    {
+                        "changeType": "file",
+                        "removed": False,
+                        "fileId": "doc1",
+                        "time": "2026-12-01T09:02:00.000Z",
+                        "file": {
+                            **_FILES["doc1"],
+                            "trashed": False,
+                            "modifiedTime": "2026-12-01T09:02:00.000Z",
+                        },
+                    },
+                    {"changeType": "drive", "driveId": "sd1", "time": "2026-12-01T09:03:00.000Z"},
+                ],
+            }
+        )
+    if path == "/drive/v3/files/doc1/export":
+        assert q["mimeType"] == "text/html"
+        return _body(b"<html><body><h1>Travel</h1><p>Economy class.</p></body></html>")
+    if path == "/drive/v3/files/pdf2":
+        return _body(b"x" * 100_000)  # above the 64 KiB test limit
+    raise AssertionError(f"unexpected request {request.url}")
+
+
+def test_drive_listing_pages_files_and_permissions_and_fails_closed() -> None:
+    rec = Recorder(_drive_answer)
+    drive = _open("drive", DRIVE, rec, [])
+    items = list(list_all(drive))
+    assert [i.source_object_id for i in items] == ["doc1", "pdf2", "priv5"]  # no folder, no form
+    by_id = {i.source_object_id: i for i in items}
+    # Link-only "anyone" grants nothing; both permission pages are read.
+    assert by_id["doc1"].acl_groups == ("group:eng@example.com", "user:ann@example.com")
+    assert by_id["pdf2"].acl_groups == ("domain:example.com",)
+    assert by_id["priv5"].acl_groups == ()  # 403 on permissions.list: fail closed
+    assert by_id["doc1"].uri == f"{DRIVE}/files/doc1/export?mimeType=text%2Fhtml"
+    assert by_id["pdf2"].uri == f"{DRIVE}/files/pdf2?alt=media&supportsAllDrives=true"
+    assert by_id["pdf2"].size == 2048 and by_id["doc1"].source_version == "2026-11-30T10:00:00.000Z"
+
+
+def test_drive_changes_page_tokens_deletes_and_trash() -> None:
+    drive = _open("drive", DRIVE, Recorder(_drive_answer), [])
+    cursor = drive.start_cursor()
+    assert cursor == "100"
+    first = drive.changes(cursor)
+    assert first.more and first.cursor == "101"
+    assert [(e.doc_id, e.op, e.source_version) for e in first.events] == [
+        ("gone9", "delete", "2026-12-01T09:00:00.000Z"),
+        ("pdf2", "delete", "2026-12-01T09:01:00.000Z"),  # trashed is a delete
+    ]
+    second = drive.changes(first.cursor)
+    assert not second.more and second.cursor == "102"
+    (upsert,) = second.events  # the shared-drive change is not a file
+    assert (upsert.doc_id, upsert.op) == ("doc1", "upsert")
+    assert upsert.acl_groups == ("group:eng@example.com", "user:ann@example.com")
+    assert upsert.content_uri == f"{DRIVE}/files/doc1/export?mimeType=text%2Fhtml"
+
+
+def test_drive_fetch_exports_and_refuses_other_addresses_and_huge_bodies() -> None:
+    drive = _open("drive", DRIVE, Recorder(_drive_answer), [])
+    doc = SourceFile(
+        "acme", "drive-1", "doc1", f"{DRIVE}/files/doc1/export?mimeType=text%2Fhtml", acl_groups=("x",)
+    )
+    assert b"Economy class" in drive.fetch(doc)
+    for uri in (
+        "https://evil.example/files/doc1?alt=media",  # another host
+        f"{DRIVE}/files/pdf2?alt=media&supportsAllDrives=true",  # another file's content
+        f"{DRIVE}/about?fields=user",  # not content
+    ):
+        with pytest.raises(OutsideLocationError):
+            drive.fetch(SourceFile("acme", "drive-1", "doc1", uri))
+    pdf = SourceFile("acme", "drive-1", "pdf2", f"{DRIVE}/files/pdf2?alt=media&supportsAllDrives=true")
+    with pytest.raises(TooLargeError):
+        drive.fetch(pdf)
+
+
+def test_drive_rate_limit_403_with_reason_is_retried() -> None:
+    calls: list[int] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        if len(calls) == 1:
+            error = {"code": 403, "errors": [{"reason": "userRateLimitExceeded"}], "message": "slow down"}
+            return _json({"error": error}, 403)
+        return _json({"startPageToken": "7"})
+
+    sleeps: list[float] = []
+    drive = _open("drive", DRIVE, answer, sleeps)
+    assert drive.start_cursor() == "7"
+    assert len(sleeps) == 1 and 0 < sleeps[0] <= 1.0  # backoff: no Retry-After given
+
+
+def test_drive_webhooks_trigger_a_feed_read() -> None:
+    drive = _open("drive", DRIVE, Recorder(_drive_answer), [], channel_token="t0k")
+    base = {"X-Goog-Channel-ID": "ch1", "X-Goog-Channel-Token": "t0k"}
+    assert drive.webhook_events(b"", {**base, "X-Goog-Resource-State": "sync"}) == []
+    assert drive.webhook_events(b"", {**base, "X-Goog-Resource-State": "change"}) is None
+    with pytest.raises(InvalidEventError):
+        drive.webhook_events(b"", {**base, "X-Goog-Resource-State": "change", "X-Goog-Channel-Token": "no"})
+    with pytest.raises(InvalidEventError):
+        drive.webhook_events(b"{}", {})
+
+
+def test_drive_permission_mapping() -> None:
+    assert groups_from_permissions(
+        [
+            {"type": "anyone", "allowFileDiscovery": True},
+            {"type": "user", "emailAddress": "A@B.C", "deleted": True},
+            {"type": "domain", "domain": "Example.com", "allowFileDiscovery": False},
+        ]
+    ) == ("everyone",)
+
+
+# -- Jira --------------------------------------------------------------------------------
+
+
+def _issue(issue_id: str, key: str, updated: str, **fields: Any) -> dict[str, Any]:
+    """A Jira REST v2 issue in the shape of the corpus's real ones."""
+    return {
+        "expand": "renderedFields,names,schema,operations,editmeta,changelog,versionedRepresentations",
+        "id": issue_id,
+        "self": f"{JIRA}/rest/api/2/issue/{issue_id}",
+        "key": key,
+        "fields": {
+            "summary": f"{key} summary",
+            "updated": updated,
+            "created": "2019-01-01T00:00:00.000+0000",
+            "project": {"key": key.split("-")[0], "id": "1"},
+            "issuetype": {"name": "Bug"},
+            "status": {"name": "Open"},
+            "description": f"Description of {key}.",
+            "attachment": [],
+            "comment": {"comments": [], "maxResults": 0, "total": 0, "startAt": 0},
+            **fields,
+        },
+    }
+
+
+def _comment(n: int) -> dict[str, Any]:
+    return {
+        "id": str(n),
+        "author": {"displayName": f"User {n}"},
+        "body": f"Comment number {n}.",
+        "created": "2019",
+    }
+
+
+ISSUES = [
+    _issue("101", "LUC-1", "2019-03-14T13:08:10.254+0000"),
+    _issue(
+        "102",
+        "LUC-2",
+        "2019-03-14T14:00:00.000+0000",
+        attachment=[
+            {
+                "id": "9001",
+                "filename": "fix.patch",
+                "created": "2019-03-14T13:59:00.000+0000",
+                "size": 12,
+                "mimeType": "text/plain",
+                "content": f"{JIRA}/secure/attachment/9001/fix.patch",
+            },
+            {
+                "id": "9002",
+                "filename": "evil.bin",
+                "created": "2019-03-14T13:59:30.000+0000",
+                "size": 12,
+                "content": "https://evil.example/steal",
+            },
+        ],
+        comment={"comments": [_comment(1)], "maxResults": 1, "total": 3, "startAt": 0},
+    ),
+    _issue("103", "LUC-3", "2019-03-15T08:00:00.000+0000", security={"id": "5", "name": "Committers"}),
+]
+
+
+def _jira_answer(log: list[str]) -> Handler:
+    def answer(request: httpx.Request) -> httpx.Response:
+        path, q = request.url.path, _params(request)
+        if path == "/jira/rest/api/2/serverInfo":
+            return _json({"version": "8.20.0", "serverTime": "2019-03-16T09:30:00.000+0100"})
+        if path == "/jira/rest/api/2/search":
+            log.append(q["jql"])
+            start = int(q.get("startAt", "0"))
+            page = ISSUES[start : start + 2]  # the server caps maxResults at 2
+            return _json({"startAt": start, "maxResults": 2, "total": len(ISSUES), "issues": page})
+        if path.startswith("/jira/rest/api/2/issue/") and path.endswith("/comment"):
+            start = int(q["startAt"])
+            comments = [_comment(n) for n in (1, 2, 3)][start : start + 2]
+            return _json({"startAt": start, "maxResults": 2, "total": 3, "comments": comments})
+        if path.startswith("/jira/rest/api/2/issue/"):
+            issue_id = path.rsplit("/", 1)[-1]
+            return _json(next(i for i in ISSUES if i["id"] == issue_id))
+        if path == "/jira/secure/attachment/9001/fix.patch":
+            return _body(b"--- a\n+++ b\n")
+        raise AssertionError(f"unexpected request {request.url}")
+
+    return answer
+
+
+def test_jira_listing_pages_with_start_at_and_lists_attachments_as_children() -> None:
+    log: list[str] = []
+    jira = _open("tickets", JIRA, _jira_answer(log), [], security_levels={"Committers": ["committers"]})
+    items = list(list_all(jira))
+    assert [i.source_object_id for i in items] == [
+        "101",
+        "102",
+        "102/attachments/9001",
+        "102/attachments/9002",
+        "103",
+    ]
+    assert log == ["ORDER BY created ASC, key ASC"] * 2  # two pages: startAt 0 and 2
+    by_id = {i.source_object_id: i for i in items}
+    assert by_id["101"].acl_groups == ("everyone",)  # read anonymously
+    assert by_id["103"].acl_groups == ("committers",)  # security level mapped
+    assert by_id["101"].source_version == "1552568890254"
+    assert by_id["102/attachments/9001"].uri == f"{JIRA}/secure/attachment/9001/fix.patch"
+
+
+def test_jira_security_level_without_mapping_fails_closed() -> None:
+    jira = _open("tickets", JIRA, _jira_answer([]), [])
+    items = {i.source_object_id: i for i in list_all(jira)}
+    assert items["103"].acl_groups == ()
+
+
+def test_jira_changes_use_updated_in_the_server_time_zone() -> None:
+    log: list[str] = []
+    jira = _open("tickets", JIRA, _jira_answer(log), [], projects=["LUC"])
+    cursor = jira.start_cursor()
+    assert json.loads(cursor) == {"since": "2019-03-16T08:30:00+00:00"}
+    page = jira.changes(json.dumps({"since": "2019-03-14T12:00:00+00:00"}))
+    # 12:00 UTC minus one minute of overlap, written in the server's +01:00.
+    assert log[-1] == '(project in ("LUC")) AND updated >= "2019/03/14 12:59" ORDER BY updated ASC, key ASC'
+    assert page.more and json.loads(page.cursor)["position"] == "2"
+    assert [e.doc_id for e in page.events] == ["101", "102", "102/attachments/9001", "102/attachments/9002"]
+    last = jira.changes(page.cursor)
+    assert not last.more and [e.doc_id for e in last.events] == ["103"]
+    assert json.loads(last.cursor) == {"since": "2019-03-15T08:00:00+00:00"}
+
+
+def test_jira_fetch_reads_every_comment_and_refuses_foreign_attachments() -> None:
+    jira = _open("tickets", JIRA, _jira_answer([]), [])
+    items = {i.source_object_id: i for i in list_all(jira)}
+    issue = json.loads(jira.fetch(items["102"]))
+    assert [c["body"] for c in issue["fields"]["comment"]["comments"]] == [
+        "Comment number 1.",
+        "Comment number 2.",
+        "Comment number 3.",
+    ]
+    assert jira.fetch(items["102/attachments/9001"]) == b"--- a\n+++ b\n"
+    with pytest.raises(OutsideLocationError):
+        jira.fetch(items["102/attachments/9002"])  # content pointing at another host
+    with pytest.raises(OutsideLocationError):
+        jira.fetch(SourceFile("acme", "tickets-1", "101", f"{JIRA}/rest/api/2/myself"))
+
+
+def test_jira_webhooks() -> None:
+    jira = _open("tickets", JIRA, _jira_answer([]), [])
+    deleted = jira.webhook_events(
+        json.dumps(
+            {"webhookEvent": "jira:issue_deleted", "timestamp": 1552900000000, "issue": {"id": "101"}}
+        ).encode(),
+        {},
+    )
+    assert deleted is not None and [(e.doc_id, e.op, e.source_version) for e in deleted] == [
+        ("101", "delete", "1552900000000")
+    ]
+    updated = jira.webhook_events(
+        json.dumps(
+            {"webhookEvent": "jira:issue_updated", "timestamp": 1552900000000, "issue": ISSUES[1]}
+        ).encode(),
+        {},
+    )
+    assert updated is not None and [e.doc_id for e in updated] == [
+        "102",
+        "102/attachments/9001",
+        "102/attachments/9002",
+    ]
+    with pytest.raises(InvalidEventError):
+        jira.webhook_events(b'{"hello": 1}', {})
+
+
+def test_jira_rate_limit_answer_is_honoured() -> None:
+    answers = [_json({}, 429, {"Retry-After": "5"})]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        return answers.pop(0) if answers else _jira_answer([])(request)
+
+    sleeps: list[float] = []
+    jira = _open("tickets", JIRA, answer, sleeps)
+    assert len(list(list_all(jira))) == 5
+    assert sleeps == [5.0]
+
+
+@pytest.mark.skipif(not CORPUS.exists(), reason="the shared corpus (../shared/corpus) is absent")
+def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
+    from ragsync.parsing import parse
+
+    real = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(CORPUS.glob("*.json"))]
+    base = "https://issues.apache.org/jira"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        path, q = request.url.path, _params(request)
+        if path == "/jira/rest/api/2/search":
+            start = int(q.get("startAt", "0"))
+            return _json(
+                {"startAt": start, "maxResults": 50, "total": len(real), "issues": real[start : start + 50]}
+            )
+        issue_id = path.rsplit("/", 1)[-1]
+        return _json(next(i for i in real if i["id"] == issue_id))
+
+    jira = _open("tickets", base, answer, [], max_bytes=16 * 1024 * 1024)
+    items = [i for i in list_all(jira) if "/" not in i.source_object_id]
+    assert sorted(i.source_object_id for i in items) == sorted(i["id"] for i in real)
+    lucene_6572 = next(i for i in items if i.source_object_id == "12838134")
+    parsed = parse(jira.fetch(lucene_6572), "application/json", filename="issue.json")
+    text = "\n".join(e.text for e in parsed.elements)
+    assert "LUCENE-6572" in text and "I also don't understand why it depends on join" in text
+    attachments = [i for i in list_all(jira) if i.source_object_id.startswith("12838134/attachments/")]
+    assert len(attachments) == len(real[[r["id"] for r in real].index("12838134")]["fields"]["attachment"])

@@ -1,0 +1,274 @@
+"""The one adapter from any connector to Beam: a full listing read by workers,
+and the documents that listing no longer holds.
+
+``ListSource`` turns a connector into a bounded source. The launcher only
+asks the connector for its shards (a pure, network-free call: namespaces,
+key prefixes, projects); workers list each shard (``Connector.list_shard``:
+Beam ``FileSystems.match`` for object stores, API pages for the others) and
+stream the records on, so no process holds the whole listing. A failing or
+timed-out shard fails the pipeline: the run exits non-zero and nothing is
+deleted.
+
+``FindVanished`` compares the listing with the catalog's documents of the
+source and, unless the partial-listing guard trips, turns each document the
+listing no longer holds into a delete event, queued on the same queue as
+``ragsync events push`` (the streaming pipeline's version gate and delete
+path apply it). Documents written after the listing started are never
+candidates (something else is updating them now).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import apache_beam as beam
+
+from connectors.base import Connector, SourceSpec, make_event
+from connectors.reader import FetchLimits
+from connectors.registry import open_connector
+from ragsync import ids
+from ragsync.config import Settings
+from ragsync.decisions import ListingVerdict, listing_verdict
+from ragsync.errors import FetchTimeoutError
+from ragsync.model import Event, SourceFile
+from transforms.common import CatalogDoFn, counter
+from transforms.io import BeamFileSystem
+
+DEFAULT_LISTING_TIMEOUT_S = 6 * 3600.0
+
+
+def connector_for(spec: SourceSpec, settings: Settings) -> Connector:
+    """The connector of ``spec`` with Beam's file systems and the settings' read limits."""
+    limits = FetchLimits(max_bytes=settings.max_bytes, timeout_s=settings.fetch_timeout_s)
+    return open_connector(spec, fs=BeamFileSystem(), limits=limits)
+
+
+def listing_shards(spec: SourceSpec, settings: Settings) -> list[str]:
+    """The shards of a full listing (computed on the launcher, no network)."""
+    connector = connector_for(spec, settings)
+    try:
+        return connector.list_shards()
+    finally:
+        connector.close()
+
+
+class _ListShardFn(beam.DoFn):
+    """shard -> every ``SourceFile`` of it, streamed.
+
+    Raises whatever the connector raises (the run fails: an incomplete
+    listing is never used), or ``FetchTimeoutError`` past ``timeout_s``.
+    """
+
+    def __init__(self, spec: SourceSpec, settings: Settings, timeout_s: float, show_progress: bool) -> None:
+        self.spec = spec
+        self.settings = settings
+        self.timeout_s = timeout_s
+        self.show_progress = show_progress
+        self._connector: Connector | None = None
+
+    def setup(self) -> None:
+        self._connector = connector_for(self.spec, self.settings)
+        self._listed = counter("documents_listed")
+
+    def teardown(self) -> None:
+        if self._connector is not None:
+            self._connector.close()
+            self._connector = None
+
+    def process(self, shard: str) -> Iterator[SourceFile]:
+        assert self._connector is not None
+        started = last = time.monotonic()
+        for n, item in enumerate(self._connector.list_shard(shard), start=1):
+            self._listed.inc()
+            yield item
+            now = time.monotonic()
+            if now - started > self.timeout_s:
+                raise FetchTimeoutError(
+                    f"listing {self.spec.source_id} shard {shard!r} ran past {self.timeout_s:g} s "
+                    f"({n} objects): an incomplete listing is not used"
+                )
+            if self.show_progress and now - last >= 2.0:
+                last = now
+                rate = n / max(now - started, 1e-6)
+                print(f"[list] {n} objects {rate:.0f}/s (shard {shard or '-'})", file=sys.stderr, flush=True)
+
+
+class ListSource(beam.PTransform):
+    """A connector's full listing, listed by workers shard by shard.
+
+    Input: the pipeline (``PBegin``). Output: ``SourceFile``, redistributed
+    so fetching runs in parallel whatever the shard count.
+
+    Args:
+        spec: the source.
+        settings: read limits (and the file systems' configuration).
+        shards: from :func:`listing_shards` (the launcher's only listing work).
+        timeout_s: longest time one shard may take.
+        show_progress: print a listing rate line to stderr.
+    """
+
+    def __init__(
+        self,
+        spec: SourceSpec,
+        settings: Settings,
+        shards: list[str],
+        *,
+        timeout_s: float = DEFAULT_LISTING_TIMEOUT_S,
+        show_progress: bool = False,
+    ) -> None:
+        super().__init__()
+        if not shards:
+            raise ValueError("a listing needs at least one shard")
+        if timeout_s <= 0:
+            raise ValueError("timeout_s must be positive")
+        self.spec = spec
+        self.settings = settings
+        self.shards = list(shards)
+        self.timeout_s = timeout_s
+        self.show_progress = show_progress
+
+    def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
+        fn = _ListShardFn(self.spec, self.settings, self.timeout_s, self.show_progress)
+        return (
+            pbegin
+            | "Shards" >> beam.Create(self.shards)
+            | "SpreadShards" >> beam.Reshuffle()
+            | "ListShard" >> beam.ParDo(fn)
+            | "SpreadListing" >> beam.Reshuffle()
+        )
+
+
+class _KnownDocumentsFn(CatalogDoFn):
+    """source id -> (doc_id, (object id, version)) of every live document of
+    the source last written before the listing started (streamed in pages)."""
+
+    def __init__(self, settings: Settings, spec: SourceSpec, listing_started_at: float) -> None:
+        super().__init__(settings)
+        self.spec = spec
+        self.started_at = listing_started_at
+
+    def setup(self) -> None:
+        super().setup()
+        self._known = counter("documents_known")
+
+    def process(self, _: Any) -> Iterator[tuple[str, tuple[str, str]]]:
+        for doc_id, object_id, version in self._catalog.iter_source_documents(
+            self.spec.source_id, self.spec.tenant_id, updated_before=self.started_at
+        ):
+            self._known.inc()
+            yield doc_id, (object_id, version)
+
+
+def _vanished(joined: tuple[str, dict[str, list[Any]]]) -> Iterator[tuple[str, str]]:
+    _, groups = joined
+    if groups["known"] and not groups["listed"]:
+        yield groups["known"][0]
+
+
+def _verdict(known: int, vanished: int, listed: int, max_share: float) -> ListingVerdict:
+    verdict = listing_verdict(known=known, vanished=vanished, max_delete_share=max_share, listed=listed)
+    if not verdict.delete:
+        counter("listing_guard_tripped").inc()
+    return verdict
+
+
+class _DeleteEventFn(beam.DoFn):
+    """(object id, stored version) -> a delete event, unless the guard tripped."""
+
+    def __init__(self, spec: SourceSpec) -> None:
+        self.spec = spec
+
+    def setup(self) -> None:
+        self._vanished = counter("documents_vanished")
+
+    def process(self, item: tuple[str, str], verdict: ListingVerdict) -> Iterator[Event]:
+        self._vanished.inc()
+        if verdict.delete:
+            object_id, version = item
+            # The stored version: a delete ties with what is applied (ties go
+            # to the delete) and loses to anything newer an event brought.
+            yield make_event(self.spec, object_id, "delete", version or "0")
+
+
+class FindVanished(beam.PTransform):
+    """Documents of the source that a complete listing no longer holds, as
+    delete events, behind the partial-listing guard.
+
+    Input: the listing (``SourceFile``). Output: ``Event`` (op ``delete``).
+    Counters: ``documents_known``, ``documents_vanished`` and
+    ``listing_guard_tripped`` (1 when the guard held the deletes back).
+
+    Args:
+        spec: the source listed.
+        settings: where the catalog is.
+        listing_started_at: epoch seconds when the listing began.
+        max_delete_share: largest share of the known documents one listing
+            may delete (``ragsync.decisions.listing_verdict``).
+    """
+
+    def __init__(
+        self, spec: SourceSpec, settings: Settings, *, listing_started_at: float, max_delete_share: float
+    ) -> None:
+        super().__init__()
+        if not 0.0 <= max_delete_share <= 1.0:
+            raise ValueError("max_delete_share must be within 0..1")
+        self.spec = spec
+        self.settings = settings
+        self.started_at = listing_started_at
+        self.max_share = max_delete_share
+
+    def expand(self, listed: beam.PCollection) -> beam.PCollection:
+        p = listed.pipeline
+        seen = listed | "KeyListed" >> beam.Map(
+            lambda f: (ids.doc_id(f.tenant_id, f.source_id, f.source_object_id), True)
+        )
+        known = (
+            p
+            | "SourceId" >> beam.Create([self.spec.source_id])
+            | "KnownDocuments" >> beam.ParDo(_KnownDocumentsFn(self.settings, self.spec, self.started_at))
+        )
+        vanished = (
+            {"listed": seen, "known": known}
+            | "JoinListing" >> beam.CoGroupByKey()
+            | "NotListed" >> beam.FlatMap(_vanished)
+        )
+        n_known = known | "CountKnown" >> beam.combiners.Count.Globally()
+        n_vanished = vanished | "CountVanished" >> beam.combiners.Count.Globally()
+        n_listed = seen | "CountListed" >> beam.combiners.Count.Globally()
+        verdict = n_known | "Guard" >> beam.Map(
+            _verdict, beam.pvalue.AsSingleton(n_vanished), beam.pvalue.AsSingleton(n_listed), self.max_share
+        )
+        to_deletes = _DeleteEventFn(self.spec)
+        return vanished | "ToDeletes" >> beam.ParDo(to_deletes, beam.pvalue.AsSingleton(verdict))
+
+
+class _QueueEventsFn(CatalogDoFn):
+    """[Event] -> events durably queued (counter ``events_queued``)."""
+
+    def setup(self) -> None:
+        super().setup()
+        self._queued = counter("events_queued")
+
+    def process(self, batch: list[Event]) -> Iterator[int]:
+        queued, _ = self._catalog.enqueue_events(batch)
+        self._queued.inc(queued)
+        yield queued
+
+
+class QueueEvents(beam.PTransform):
+    """Input: ``Event``. Output: counts queued per batch. Events go to the
+    catalog's queue (idempotent on ``event_id``) in batches of up to 500."""
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, events: beam.PCollection) -> beam.PCollection:
+        return (
+            events
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=500)
+            | "Enqueue" >> beam.ParDo(_QueueEventsFn(self.settings))
+        )
