@@ -66,7 +66,6 @@ def register_source(
     given (options, credentials reference, how it syncs).
 
     Raises:
-        ValueError: the id belongs to another tenant.
         ConfigurationError: ``uri`` is not a usable location or overlaps
             ragsync's own home or object store.
     """
@@ -77,6 +76,7 @@ def register_source(
         catalog.ensure_source(source_id, tenant_id, type_, uri)
         catalog.configure_source(
             source_id,
+            tenant_id=tenant_id,
             options=options,
             credentials_ref=credentials_ref,
             sync=sync,

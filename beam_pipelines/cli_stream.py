@@ -33,19 +33,28 @@ def cmd_events_push(args: argparse.Namespace) -> int:
     (lines are read and queued in batches)."""
     from connectors.events import check_content_uri, parse_event_line, read_event_lines
     from ragsync.config import open_catalog
-    from ragsync.errors import InvalidEventError
+    from ragsync.errors import AmbiguousSourceError, InvalidEventError
     from ragsync.model import EVENT_LIMITS
 
     rejected: list[dict[str, Any]] = []
     queued = duplicates = 0
     catalog = open_catalog(_settings(args))
-    locations: dict[str, str | None] = {}
+    sources: dict[tuple[str, str], tuple[str, str] | None] = {}
 
-    def location_of(source_id: str) -> str | None:
-        if source_id not in locations:
-            row = catalog.get_source(source_id)
-            locations[source_id] = None if row is None else row.uri
-        return locations[source_id]
+    def source_of(event: Any) -> tuple[str, str] | None:
+        """(tenant, location) of the event's source, for this line's tenant:
+        --tenant, else the event's own tenant_id, else the source's only owner."""
+        if event.tenant_id and args.tenant and event.tenant_id != args.tenant:
+            raise InvalidEventError(f"'tenant_id' {event.tenant_id!r} is not --tenant {args.tenant!r}")
+        tenant = args.tenant or event.tenant_id or ""
+        key = (tenant, event.source_id)
+        if key not in sources:
+            try:
+                row = catalog.get_source(event.source_id, tenant_id=tenant or None)
+            except AmbiguousSourceError as exc:
+                raise InvalidEventError(str(exc)) from None
+            sources[key] = None if row is None else (row.tenant_id, row.uri or "")
+        return sources[key]
 
     try:
         with open(args.file, "rb") as fh:
@@ -55,10 +64,11 @@ def cmd_events_push(args: argparse.Namespace) -> int:
                     if raw is None:
                         raise InvalidEventError(f"the line is longer than {EVENT_LIMITS.event_bytes} bytes")
                     event = parse_event_line(raw)
-                    location = location_of(event.source_id)
-                    if location is None:
+                    found = source_of(event)
+                    if found is None:
                         raise InvalidEventError(f"unknown source {event.source_id!r}")
-                    check_content_uri(event, location)
+                    check_content_uri(event, found[1])
+                    event = dataclasses.replace(event, tenant_id=found[0])
                 except InvalidEventError as exc:
                     rejected.append({"line": number, "error": str(exc)})
                     continue
@@ -92,6 +102,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         subscription=args.pubsub_subscription or "",
         topic=args.kafka_topic or "",
         bootstrap=args.kafka_bootstrap or "",
+        lanes=args.lanes,
     )
     d = summary.to_dict()
     human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items()]
@@ -147,7 +158,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
                 return 2
         for r in rows:
             event_id = r.event_id
-            if event_id and catalog.requeue_event(event_id):
+            if event_id and catalog.requeue_event(r.tenant_id, event_id):
                 requeued += 1
             catalog.resolve_dead_letter(r.id)
             resolved += 1
@@ -164,6 +175,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     ev_sub = ev.add_subparsers(dest="events_command", required=True)
     push = ev_sub.add_parser("push", parents=[common], help="enqueue events from a JSONL file")
     push.add_argument("file", help="one JSON event a line (see connectors/events.py for the fields)")
+    push.add_argument(
+        "--tenant", help="the events' tenant (needed when several tenants have a source of the same id)"
+    )
     push.set_defaults(func=cmd_events_push)
 
     st = sub.add_parser("stream", parents=[common], help="run the streaming pipeline")
@@ -173,6 +187,13 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument("--kafka-topic", help="topic (with --source kafka)")
     st.add_argument("--kafka-bootstrap", help="bootstrap servers (with --source kafka)")
     st.add_argument("--quiet", action="store_true", help="no progress lines")
+    st.add_argument(
+        "--lanes",
+        default="all",
+        choices=("all", "priority,fast", "slow"),
+        help="queue lanes to serve: all (two pipelines at once: deletes/permissions/content, and the "
+        "slow OCR lane), or one group for one process per group",
+    )
     st.add_argument(
         "--lease-s", type=float, help="seconds before an unacknowledged event is redelivered (default 300)"
     )

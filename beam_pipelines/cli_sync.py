@@ -109,7 +109,9 @@ def cmd_sources_pause(args: argparse.Namespace) -> int:
 
     catalog = open_catalog(_settings(args))
     try:
-        found = catalog.pause_source(args.source_id, args.reason or "paused by an operator")
+        found = catalog.pause_source(
+            args.source_id, args.reason or "paused by an operator", tenant_id=args.tenant
+        )
     finally:
         catalog.close()
     if not found:
@@ -125,7 +127,7 @@ def cmd_sources_resume(args: argparse.Namespace) -> int:
 
     catalog = open_catalog(_settings(args))
     try:
-        found = catalog.resume_source(args.source_id)
+        found = catalog.resume_source(args.source_id, args.tenant)
     finally:
         catalog.close()
     if not found:
@@ -148,6 +150,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             show_progress=not args.quiet,
             max_delete_share=args.max_delete_share,
             apply=not args.no_apply,
+            tenant_id=args.tenant,
         )
     except SyncError as exc:
         if args.json:
@@ -162,6 +165,9 @@ def cmd_sync(args: argparse.Namespace) -> int:
     lines.append("  (--json for every counter of the listing, the change feed and the applied queue)")
     _print(args, d, "\n".join(lines))
     return 0
+
+
+_TENANT_HELP = "the source's tenant (needed when several tenants have a source of this id)"
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -194,15 +200,24 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     pause = src_sub.add_parser("pause", parents=[common], help="stop syncing a source")
     pause.add_argument("source_id")
+    pause.add_argument(
+        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
+    )
     pause.add_argument("--reason")
     pause.set_defaults(func=cmd_sources_pause)
 
     resume = src_sub.add_parser("resume", parents=[common], help="sync a paused source again")
     resume.add_argument("source_id")
+    resume.add_argument(
+        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
+    )
     resume.set_defaults(func=cmd_sources_resume)
 
     sy = sub.add_parser("sync", parents=[common], help="run a source's connector once")
     sy.add_argument("source_id")
+    sy.add_argument(
+        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
+    )
     sy.add_argument("--full", action="store_true", help="full listing; what vanished is deleted")
     sy.add_argument(
         "--max-delete-share",

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -73,10 +74,17 @@ class StreamSummary:
 
 
 def build_streaming_pipeline(
-    events: beam.PCollection, settings: Settings, spec: ModelSpec, *, show_progress: bool = False
+    events: beam.PCollection,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    show_progress: bool = False,
+    slow_handoff: bool = False,
 ) -> dict[str, list[beam.PCollection]]:
     """Wire gate, routing, the shared chain, acks and dead letters onto
-    ``events``, a PCollection of ``(doc_id, QueuedEvent)``.
+    ``events``, a PCollection of ``(doc_id, QueuedEvent)``. With
+    ``slow_handoff`` documents that need the slow lane are handed to the
+    queue's slow lane instead of being parsed (see ``transforms.lanes``).
 
     Returns the PCollections tests assert on: ``acked`` and ``dead`` (lists
     of PCollections of event ids and DeadLetters).
@@ -88,7 +96,7 @@ def build_streaming_pipeline(
     deleted = gated[DELETE] | "DeleteDocuments" >> DeleteDocuments(settings, spec.dim)
     work = gated[UPSERT] | "UpsertsToWork" >> UpsertsToWork(settings)
     chain = work | "IndexDocuments" >> IndexDocuments(
-        settings, spec, group_duplicates=False, show_progress=show_progress
+        settings, spec, group_duplicates=False, show_progress=show_progress, slow_handoff=slow_handoff
     )
     finished = [
         *chain["written"],
@@ -173,6 +181,56 @@ def _wire_to_row(data: bytes) -> dict[str, Any]:
     return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
 
 
+#: How the local queue's lanes are served: ``all`` runs the two groups below
+#: as two pipelines at once in this process (a slow OCR bundle never holds
+#: back a permission change or a wiki edit); one group name serves just that
+#: group (e.g. separate processes against a Milvus server).
+LANE_GROUPS: dict[str, tuple[str, ...]] = {"priority,fast": ("priority", "fast"), "slow": ("slow",)}
+
+
+def _lane_pipeline(
+    settings: Settings,
+    spec: ModelSpec,
+    args: list[str],
+    *,
+    source: str,
+    until_idle: bool,
+    lanes: tuple[str, ...],
+    combined: bool,
+    show_progress: bool,
+    source_args: dict[str, str],
+) -> beam.Pipeline:
+    """One streaming pipeline: its event source, resolve, and the shared graph.
+
+    For the local queue it serves ``lanes``; the fast group hands slow
+    documents over when a slow pipeline runs beside it (``combined``), and the
+    slow group then waits for every lane to drain before it finishes."""
+    options = PipelineOptions(args)
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    p = beam.Pipeline(runner=runner, options=options)
+    if source == "queue":
+        from ragsync.catalog.queue import LANES
+
+        idle = LANES if (combined and lanes == ("slow",)) else lanes
+        queue = EventQueueSource(
+            settings, until_idle=until_idle, lease_s=settings.event_lease_s, lanes=lanes, idle_lanes=idle
+        )
+        rows = p | "ReadEventQueue" >> beam.io.Read(queue)
+    else:
+        rows = event_source(p, settings, source=source, until_idle=until_idle, **source_args)
+    resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_exception_handling()
+    (
+        resolved["bad"]
+        | "ResolveDeadLetters" >> ToDeadLetters("resolve")
+        | "WriteResolveDeadLetters" >> WriteDeadLetters(settings)
+    )
+    handoff = source == "queue" and combined and "slow" not in lanes
+    build_streaming_pipeline(
+        resolved["good"], settings, spec, show_progress=show_progress, slow_handoff=handoff
+    )
+    return p
+
+
 def run_stream(
     settings: Settings,
     *,
@@ -181,16 +239,23 @@ def run_stream(
     beam_args: Sequence[str] = (),
     show_progress: bool = True,
     spec: ModelSpec | None = None,
+    lanes: str = "all",
     **source_args: str,
 ) -> StreamSummary:
     """Run the streaming pipeline (FnApiRunner with ``--streaming`` unless
     ``beam_args`` names another runner) until interrupted, or with
     ``until_idle`` until the queue is drained and everything is written.
 
+    Args:
+        lanes: local queue only: ``all`` (default: the priority+fast group and
+            the slow group as two pipelines at once), ``priority,fast`` or
+            ``slow`` (one group, for one process per group).
+
     Returns:
-        The summary.
+        The summary (counters summed over the lane pipelines).
 
     Raises:
+        ConfigurationError: an unknown lane group or event source setting.
         KeyboardInterrupt: Ctrl-C or SIGTERM stopped the run (a remote job is
             cancelled first); ``ragsync status`` shows what was applied.
     """
@@ -198,6 +263,8 @@ def run_stream(
 
     start = time.monotonic()
     lifecycle.install_child_watch()  # parse children never outlive this process
+    if lanes != "all" and lanes not in LANE_GROUPS:
+        raise ConfigurationError(f"--lanes must be all or one of {', '.join(LANE_GROUPS)}, got {lanes!r}")
     if spec is None:
         from ragsync.index_versions import live_spec
 
@@ -206,32 +273,78 @@ def run_stream(
     args = list(beam_args) or ["--runner=FnApiRunner"]
     if "--streaming" not in args:
         args.append("--streaming")
-    options = PipelineOptions(args)
-    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
-    p = beam.Pipeline(runner=runner, options=options)
-    rows = event_source(p, settings, source=source, until_idle=until_idle, **source_args)
-    resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_exception_handling()
-    (
-        resolved["bad"]
-        | "ResolveDeadLetters" >> ToDeadLetters("resolve")
-        | "WriteResolveDeadLetters" >> WriteDeadLetters(settings)
-    )
-    build_streaming_pipeline(resolved["good"], settings, spec, show_progress=show_progress)
+    if source != "queue":
+        groups: list[tuple[str, ...]] = [
+            ("priority", "fast", "slow")
+        ]  # a bus of its own: one pipeline, lanes as branches
+    elif lanes == "all":
+        groups = list(LANE_GROUPS.values())
+    else:
+        groups = [LANE_GROUPS[lanes]]
+    pipelines = [
+        _lane_pipeline(
+            settings,
+            spec,
+            args,
+            source=source,
+            until_idle=until_idle,
+            lanes=group,
+            combined=len(groups) > 1,
+            show_progress=show_progress,
+            source_args=source_args,
+        )
+        for group in groups
+    ]
     if show_progress:
         mode = "until the queue is drained" if until_idle else "until interrupted (Ctrl-C)"
-        print(f"[stream] reading {source} events {mode}", file=sys.stderr, flush=True)
-    result: Any = None
+        served = " + ".join("/".join(g) for g in groups)
+        print(f"[stream] reading {source} events ({served}) {mode}", file=sys.stderr, flush=True)
+    results = _run_all(pipelines)
+    totals: dict[str, Any] = {}
+    for result in results:
+        for name, value in counters_of(result, StreamSummary, seconds=0.0).items():
+            totals[name] = totals.get(name, 0) + value
+    totals["seconds"] = round(time.monotonic() - start, 3)
+    return StreamSummary(**totals)
+
+
+def _run_all(pipelines: list[beam.Pipeline]) -> list[Any]:
+    """Run the pipelines at once (one thread each; the local runner does its
+    work inside ``run()``) and wait for all. An error in one stops the wait
+    and is raised; Ctrl-C and SIGTERM reach the main thread, which cancels
+    what it can and re-raises (the command ends the process)."""
+    results: list[Any] = [None] * len(pipelines)
+    errors: list[BaseException] = []
+
+    def work(i: int) -> None:
+        try:
+            result = pipelines[i].run()
+            results[i] = result
+            result.wait_until_finish()
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors.append(exc)
+
+    if len(pipelines) == 1:
+        work(0)
+    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(pipelines))]
     try:
-        # The local runner does its work inside run(); a remote one returns
-        # at once and is waited for. Ctrl-C ends either with a summary.
-        result = p.run()
-        result.wait_until_finish()
+        if len(pipelines) > 1:
+            for t in threads:
+                t.start()
+            while any(t.is_alive() for t in threads) and not errors:
+                for t in threads:
+                    t.join(timeout=0.2)
     except KeyboardInterrupt:
         # SIGINT or SIGTERM (ragsync.lifecycle): leased events that were not
         # acknowledged are delivered again when their lease ends.
-        if result is not None:
-            with contextlib.suppress(Exception):
-                result.cancel()
+        for result in results:
+            if result is not None:
+                with contextlib.suppress(Exception):
+                    result.cancel()
         print("[stream] interrupted", file=sys.stderr, flush=True)
         raise
-    return StreamSummary(**counters_of(result, StreamSummary, seconds=round(time.monotonic() - start, 3)))
+    if errors:
+        if isinstance(errors[0], KeyboardInterrupt):
+            print("[stream] interrupted", file=sys.stderr, flush=True)
+        raise errors[0]
+    return results

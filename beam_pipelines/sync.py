@@ -118,13 +118,16 @@ class SyncResult:
 
 
 class _QueueSink:
-    """``connectors.sync.EventSink`` on the catalog's event queue."""
+    """``connectors.sync.EventSink`` on the catalog's event queue (the
+    events are the source's tenant's)."""
 
-    def __init__(self, catalog: Any) -> None:
+    def __init__(self, catalog: Any, tenant_id: str) -> None:
         self.catalog = catalog
+        self.tenant_id = tenant_id
 
     def queue(self, events: Sequence[Event]) -> int:
-        queued, _ = self.catalog.enqueue_events(list(events))
+        mine = [replace(e, tenant_id=self.tenant_id) for e in events]
+        queued, _ = self.catalog.enqueue_events(mine)
         return int(queued)
 
 
@@ -145,6 +148,7 @@ def run_sync(
     model_spec: ModelSpec | None = None,
     max_delete_share: float | None = None,
     apply: bool = True,
+    tenant_id: str | None = None,
 ) -> SyncResult:
     """Sync ``source_id`` once (see the module docstring).
 
@@ -158,6 +162,8 @@ def run_sync(
         max_delete_share: the partial-listing guard's limit (default: the
             source's option ``max_delete_share``, else 0.5).
         apply: run the streaming pipeline until the queue is drained.
+        tenant_id: the source's tenant (source ids are unique per tenant;
+            without it the id must be unique across tenants).
 
     Raises:
         ConfigurationError: unknown source, no usable location, bad options.
@@ -170,7 +176,7 @@ def run_sync(
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = catalog.source_state(source_id)
+        state = catalog.source_state(source_id, tenant_id)
         if state is None:
             raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
         if state.paused:
@@ -196,7 +202,8 @@ def run_sync(
             full_requested=full,
             max_delete_share=share,
         )
-        catalog.sync_started(source_id)
+        tenant = state.tenant_id
+        catalog.sync_started(source_id, tenant_id=tenant)
         try:
             listing, feed, plan = _read_source(
                 plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec
@@ -205,7 +212,7 @@ def run_sync(
             if lifecycle.stop_signal() is not None:
                 raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
             in_listing = isinstance(exc, ListingGuardError | ListingFailedError)
-            _count_failure(catalog, source_id, state.failures, pause_after, exc, listing=in_listing)
+            _count_failure(catalog, spec, state.failures, pause_after, exc, listing=in_listing)
             wrapped = _as_sync_error(source_id, exc)
             if wrapped is exc:
                 raise
@@ -216,7 +223,7 @@ def run_sync(
         if apply and catalog.unfinished_events() > 0:
             applied = _apply_queue(settings, show_progress, model_spec)
         listed = listing.get("documents_listed") if listing is not None else None
-        catalog.sync_succeeded(source_id, full=plan.mode == SyncMode.FULL, listed=listed)
+        catalog.sync_succeeded(source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=tenant)
     finally:
         catalog.close()
     return SyncResult(
@@ -244,7 +251,10 @@ def _read_source(
     if plan.mode == SyncMode.INCREMENTAL:
         try:
             feed = read_feed(
-                connector, plan.cursor, _QueueSink(catalog), lambda c: catalog.save_cursor(spec.source_id, c)
+                connector,
+                plan.cursor,
+                _QueueSink(catalog, spec.tenant_id),
+                lambda c: catalog.save_cursor(spec.source_id, c, tenant_id=spec.tenant_id),
             )
             if show_progress:
                 print(
@@ -321,7 +331,7 @@ def _full_listing(
             "denied listing look the same as an empty prefix); nothing was deleted"
         )
     if cursor:
-        catalog.save_cursor(spec.source_id, cursor)
+        catalog.save_cursor(spec.source_id, cursor, tenant_id=spec.tenant_id)
     return counters
 
 
@@ -335,18 +345,19 @@ def _apply_queue(settings: Settings, show_progress: bool, model_spec: ModelSpec 
 
 
 def _count_failure(
-    catalog: Any, source_id: str, previous: int, pause_after: int, exc: BaseException, *, listing: bool
+    catalog: Any, spec: SourceSpec, previous: int, pause_after: int, exc: BaseException, *, listing: bool
 ) -> None:
     """Record a failed sync on its source (and pause it when due)."""
+    key = {"tenant_id": spec.tenant_id}
     limited = _rate_limit_in(exc)
     if limited is not None:
         # The source asked us to wait: not the connector failing.
-        catalog.sync_failed(source_id, failures=previous, retry_at=time.time() + limited.retry_after_s)
+        retry_at = time.time() + limited.retry_after_s
+        catalog.sync_failed(spec.source_id, failures=previous, retry_at=retry_at, **key)
         return
     outcome = after_failure(previous, error=_message(exc), pause_after=pause_after, listing_failed=listing)
-    catalog.sync_failed(
-        source_id, failures=outcome.failures, pause_reason=outcome.reason if outcome.pause else ""
-    )
+    reason = outcome.reason if outcome.pause else ""
+    catalog.sync_failed(spec.source_id, failures=outcome.failures, pause_reason=reason, **key)
 
 
 def _rate_limit_in(exc: BaseException) -> RateLimitedError | None:

@@ -250,6 +250,7 @@ def make_event(
         acl_groups=groups,
         content_uri=content_uri if op == "upsert" else "",
         event_time=time.time() if event_time is None else event_time,
+        tenant_id=spec.tenant_id,
     )
 
 

@@ -93,14 +93,22 @@ class EventIn(BaseModel):
         description="upsert only: an address under the source's location",
     )
     event_time: str | float = Field(description="ISO 8601 or epoch seconds")
-    event_id: str | None = Field(default=None, max_length=_L.event_id, description="idempotency key")
+    event_id: str | None = Field(
+        default=None, max_length=_L.event_id, description="idempotency key (unique within the tenant)"
+    )
+    tenant_id: str | None = Field(
+        default=None,
+        max_length=_L.source_id,
+        description="the source's tenant: optional (the API takes it from the caller's key and "
+        "refuses another); a bus shared by tenants must set it",
+    )
 
-    @field_validator("source_id", "doc_id", "event_id", mode="before")
+    @field_validator("source_id", "doc_id", "event_id", "tenant_id", mode="before")
     @classmethod
     def _ids(cls, value: Any, info: Any) -> Any:
         if value is None:
             return value
-        limit = getattr(_L, info.field_name)
+        limit = getattr(_L, "source_id" if info.field_name == "tenant_id" else info.field_name)
         return _plain_text(value, max_chars=limit)
 
     @field_validator("source_version", mode="before")
@@ -153,6 +161,7 @@ class EventIn(BaseModel):
             acl_groups=groups,
             content_uri=(self.content_uri or "") if self.op == "upsert" else "",
             event_time=float(self.event_time),
+            tenant_id=self.tenant_id or "",
         )
 
 

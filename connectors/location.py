@@ -266,3 +266,31 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
                 "keep sources and the ragsync home apart"
             )
     return location
+
+
+def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id: str) -> bool:
+    """Whether a tenant may declare ``location`` (the API's rule; the operator's
+    own tools may declare any location).
+
+    Args:
+        location: the declared location (already parsed).
+        patterns: the operator's allowed locations; ``{tenant}`` in one
+            stands for the caller's tenant id (``/srv/docs/{tenant}``,
+            ``s3://corp-docs/{tenant}``, ``https://wiki.example.com/w``).
+        tenant_id: the caller's tenant.
+
+    Returns:
+        True when the location lies under one of the patterns.
+    """
+    if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
+        return False
+    for pattern in patterns:
+        try:
+            allowed = Location.parse(pattern.replace("{tenant}", tenant_id))
+        except ConfigurationError:
+            continue
+        if allowed.scheme == location.scheme and (
+            location.root == allowed.root or location.root.startswith(allowed.root.rstrip("/") + "/")
+        ):
+            return True
+    return False

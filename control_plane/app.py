@@ -40,6 +40,7 @@ from fastapi import FastAPI
 
 from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
+from control_plane.limits import TenantBudget
 from control_plane.middleware import BodySizeLimitMiddleware
 from control_plane.routers import backfills, dead_letters, docs, events, health, sources
 from control_plane.worker import Worker
@@ -55,6 +56,9 @@ def create_app(
     max_body_bytes: int = 1_000_000,
     pepper: str | None = None,
     reserved_locations: tuple[str, ...] = (),
+    allowed_locations: tuple[str, ...] = (),
+    events_per_s: float = 200.0,
+    events_burst: int = 2000,
     worker: Callable[[Catalog], Worker] | None = None,
 ) -> FastAPI:
     """Build the control-plane app over a catalog database.
@@ -67,6 +71,12 @@ def create_app(
             built-in constant (must match the one keys were created with).
         reserved_locations: ragsync's own home and object store: no source
             location may overlap them.
+        allowed_locations: where tenants may declare sources
+            (``connectors.location.allowed_for_tenant``; ``{tenant}`` stands for
+            the caller's tenant id). Empty: no tenant may declare a location.
+        events_per_s: each tenant's sustained budget on ``/internal/events``
+            (events per second); over it the API answers 429 with Retry-After.
+        events_burst: events a tenant may send at once before the budget applies.
         worker: builds the worker that runs accepted syncs and backfills
             (``control_plane.worker``) over the app's catalog; it runs in a
             thread from startup to shutdown. None: requests stay queued for a
@@ -81,8 +91,8 @@ def create_app(
         ValueError: ``max_body_bytes`` is not positive.
         sqlalchemy.exc.SQLAlchemyError: the catalog cannot be opened or migrated.
     """
-    if max_body_bytes <= 0:
-        raise ValueError("max_body_bytes must be positive")
+    if max_body_bytes <= 0 or events_per_s <= 0 or events_burst <= 0:
+        raise ValueError("max_body_bytes, events_per_s and events_burst must be positive")
     catalog = Catalog.open(catalog_url)
 
     running = worker(catalog) if worker is not None else None
@@ -105,6 +115,8 @@ def create_app(
     app.state.catalog = catalog
     app.state.keys = ApiKeys(catalog, pepper=pepper)
     app.state.reserved_locations = tuple(reserved_locations)
+    app.state.allowed_locations = tuple(allowed_locations)
+    app.state.event_budget = TenantBudget(rate_per_s=events_per_s, burst=events_burst)
     app.state.worker = running
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     install_error_handlers(app)

@@ -129,10 +129,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def worker(catalog: Any) -> Worker:
             return Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
 
+    allowed = list(args.allow_location)
+    allowed += [p.strip() for p in os.environ.get("RAGSYNC_ALLOWED_LOCATIONS", "").split(",") if p.strip()]
     app = create_app(
         settings.catalog_url,
         max_body_bytes=args.max_body_bytes,
         reserved_locations=settings.reserved_locations,
+        allowed_locations=tuple(allowed),
+        events_per_s=args.events_per_s,
+        events_burst=args.events_burst,
         worker=worker,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
@@ -216,6 +221,24 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     serve.add_argument(
         "--max-body-bytes", type=int, default=1_000_000, help="largest request body (default 1000000)"
+    )
+    serve.add_argument(
+        "--allow-location",
+        action="append",
+        default=[],
+        metavar="LOCATION",
+        help="where tenants may declare sources (repeatable; {tenant} stands for the caller's tenant id, "
+        "e.g. /srv/docs/{tenant} or s3://corp-docs/{tenant}); also RAGSYNC_ALLOWED_LOCATIONS "
+        "(comma-separated). None: tenants cannot declare locations through the API",
+    )
+    serve.add_argument(
+        "--events-per-s",
+        type=float,
+        default=200.0,
+        help="each tenant's sustained event budget on /internal/events (default 200; then 429)",
+    )
+    serve.add_argument(
+        "--events-burst", type=int, default=2000, help="events a tenant may send at once (default 2000)"
     )
     serve.add_argument(
         "--workers",

@@ -102,25 +102,27 @@ class Worker:
         """Request the syncs that are due; returns their sync ids."""
         busy = self.catalog.pending_sync_sources()
         states = self.catalog.source_states()
+        # Source ids are unique per tenant: schedule by (tenant, id).
+        key = {(s.tenant_id, s.source_id): f"{s.tenant_id}\x1f{s.source_id}" for s in states}
         schedules = [
             SourceSchedule(
-                source_id=s.source_id,
+                source_id=key[(s.tenant_id, s.source_id)],
                 sync=s.sync,
                 poll_interval_s=s.poll_interval_s,
                 paused=s.paused,
                 last_sync_at=s.last_sync_at,
                 last_full_at=s.last_full_at,
                 retry_at=s.retry_at,
-                busy=s.source_id in busy,
+                busy=(s.tenant_id, s.source_id) in busy,
             )
             for s in states
         ]
-        owners = {s.source_id: s.tenant_id for s in states}
         out = []
-        for source_id, mode in due_syncs(
+        for scheduled, mode in due_syncs(
             schedules, time.time() if now is None else now, full_every_s=self.full_every_s
         ):
-            run = self.catalog.request_sync(owners[source_id], source_id, mode.value, origin="schedule")
+            tenant_id, source_id = scheduled.split("\x1f", 1)
+            run = self.catalog.request_sync(tenant_id, source_id, mode.value, origin="schedule")
             if run is not None:
                 out.append(run.sync_id)
         return out
@@ -159,7 +161,8 @@ class Worker:
 
     def run_sync(self, run: SyncRun) -> None:
         """Run one claimed sync request and record how it ended."""
-        args = ["sync", run.source_id, "--quiet"] + (["--full"] if run.mode == "full" else [])
+        args = ["sync", run.source_id, "--tenant", run.tenant_id, "--quiet"]
+        args += ["--full"] if run.mode == "full" else []
         code, out, err = self._child(args)
         data = _last_json(out) or {}
         if code == 0 and "totals" in data:

@@ -175,3 +175,10 @@ def _all_subclasses(cls: type) -> list[type]:
         out.append(sub)
         out.extend(_all_subclasses(sub))
     return out
+
+
+class AmbiguousSourceError(ConfigurationError):
+    """A source id given without its tenant names sources of several tenants."""
+
+    def __init__(self, source_id: str) -> None:
+        super().__init__(f"source {source_id!r} exists for several tenants: give the tenant (--tenant)")

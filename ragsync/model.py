@@ -366,7 +366,7 @@ class EventLimits:
     """
 
     source_id: int = 128
-    doc_id: int = 255
+    doc_id: int = 1024
     event_id: int = 255
     source_version: int = 255
     content_uri: int = 4096
@@ -391,6 +391,9 @@ class Event(JsonRecord):
         acl_groups: groups allowed to read the document.
         content_uri: where the bytes are (upserts only).
         event_time: when the change happened, epoch seconds UTC.
+        tenant_id: the tenant whose source it is ('' until known: the API
+            sets it from the caller's key, ``events push`` from ``--tenant``
+            or the source's only owner). Event ids are unique per tenant.
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
@@ -403,6 +406,7 @@ class Event(JsonRecord):
     acl_groups: tuple[str, ...]
     content_uri: str
     event_time: float
+    tenant_id: str = ""
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from ragsync.catalog import (
     normalize_url,
     schema,
 )
+from ragsync.errors import AmbiguousSourceError
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
 from tests.migration_helpers import make_legacy_catalog, migrations_copy, revision_source
 
@@ -58,7 +59,7 @@ ALL_TABLES = {
     "doc_signatures",
     "doc_bands",
 }
-ALL_VERSIONS = ["0001", "0002", "0003"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003", "0004"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture
@@ -282,7 +283,7 @@ def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ sources
 
 
-def test_ensure_source_is_idempotent_and_tenant_safe(catalog: Catalog) -> None:
+def test_ensure_source_is_idempotent_and_scoped_per_tenant(catalog: Catalog) -> None:
     catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
     catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
     with catalog.engine.connect() as conn:
@@ -290,8 +291,25 @@ def test_ensure_source_is_idempotent_and_tenant_safe(catalog: Catalog) -> None:
     assert len(rows) == 1
     assert (rows[0]["tenant_id"], rows[0]["type"], rows[0]["uri"]) == ("t1", "filesystem", "file:///data")
     assert rows[0]["created_at"] > 0
-    with pytest.raises(ValueError, match="belongs to tenant"):
-        catalog.ensure_source("s1", "t2", "filesystem")
+    # Another tenant's "s1" is its own source: t1's is untouched.
+    catalog.ensure_source("s1", "t2", "wiki", "https://wiki.example.com/w")
+    one = catalog.get_source("s1", tenant_id="t1")
+    two = catalog.get_source("s1", tenant_id="t2")
+    assert one is not None and two is not None
+    assert (one.type, one.uri, two.type, two.uri) == (
+        "filesystem",
+        "file:///data",
+        "wiki",
+        "https://wiki.example.com/w",
+    )
+    # Without a tenant an id held by two tenants is refused, never guessed.
+    with pytest.raises(AmbiguousSourceError):
+        catalog.get_source("s1")
+    # The operator may move a source's location (an empty uri keeps it).
+    catalog.ensure_source("s1", "t1", "filesystem", "file:///data2")
+    catalog.ensure_source("s1", "t1", "filesystem")
+    moved = catalog.get_source("s1", tenant_id="t1")
+    assert moved is not None and moved.uri == "file:///data2"
 
 
 # ---------------------------------------------------------------------------- ACLs

@@ -80,7 +80,7 @@ class _AckFn(CatalogDoFn):
                 ]
             )
             self._applied.inc()
-        self._catalog.ack_events([outcome.event_id], outcome.state)
+        self._catalog.ack_events([(outcome.tenant_id, outcome.event_id)], outcome.state)
         yield outcome.event_id
 
 

@@ -21,6 +21,7 @@ from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
 from transforms.embed import EmbedChunks
 from transforms.fetch import ACL_ONLY, DUPLICATE, UNCHANGED, FetchDocuments
+from transforms.lanes import HandToSlowLane
 from transforms.parse import ParseDocuments, RouteByType
 from transforms.write import RecordDuplicates, WriteIndexes
 
@@ -81,6 +82,10 @@ class IndexDocuments(beam.PTransform):
             only. Either way embeddings are batched within a bundle.
         total: expected documents, for progress lines.
         show_progress: print progress to stderr.
+        slow_handoff: event-driven work only: a document found to need the
+            slow lane is not parsed here; its event moves to the queue's
+            ``slow`` lane (``transforms.lanes.HandToSlowLane``), which another
+            pipeline serves, so a scan never holds back a wiki edit.
     """
 
     def __init__(
@@ -91,6 +96,7 @@ class IndexDocuments(beam.PTransform):
         group_duplicates: bool = True,
         total: int = 0,
         show_progress: bool = False,
+        slow_handoff: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -98,6 +104,7 @@ class IndexDocuments(beam.PTransform):
         self.group_duplicates = group_duplicates
         self.total = total
         self.show_progress = show_progress
+        self.slow_handoff = slow_handoff
 
     def expand(self, files: beam.PCollection) -> dict[str, list[beam.PCollection]]:
         s, spec = self.settings, self.spec
@@ -105,14 +112,22 @@ class IndexDocuments(beam.PTransform):
         routed = fetched["process"] | "RouteByType" >> RouteByType()
         lane_args = (self.total, self.show_progress)
         fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(s, spec, Lane.FAST.value, *lane_args)
-        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(s, spec, Lane.SLOW.value, *lane_args)
         duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s)
         acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
-        return {
-            "written": [fast["written"], slow["written"]],
-            "superseded": [fast["superseded"], slow["superseded"]],
+        out: dict[str, list[beam.PCollection]] = {
+            "written": [fast["written"]],
+            "superseded": [fast["superseded"]],
             UNCHANGED: [fetched[UNCHANGED]],
             "duplicates": [duplicates],
             "acl_updated": [acl["updated"]],
-            "dead": [fetched["dead"], routed["dead"], *fast["dead"], *slow["dead"], acl["dead"]],
+            "dead": [fetched["dead"], routed["dead"], *fast["dead"], acl["dead"]],
         }
+        if self.slow_handoff:
+            handed = routed[Lane.SLOW.value] | "HandToSlowLane" >> HandToSlowLane(s)
+            out["dead"].append(handed["dead"])
+            return out
+        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(s, spec, Lane.SLOW.value, *lane_args)
+        out["written"].append(slow["written"])
+        out["superseded"].append(slow["superseded"])
+        out["dead"].extend(slow["dead"])
+        return out

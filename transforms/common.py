@@ -108,7 +108,7 @@ def _identity(element: Any) -> dict[str, Any]:
         return {
             "doc_id": "",
             "uri": "",
-            "tenant_id": "",
+            "tenant_id": str(element.get("tenant_id") or ""),
             "source_version": str(element.get("source_version") or ""),
             "attempts": int(element.get("attempts") or 0) + 1,
             "payload": str(element.get("payload", ""))[:4000],

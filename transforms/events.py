@@ -11,6 +11,8 @@ make the redelivery harmless.
 from __future__ import annotations
 
 import collections
+import dataclasses
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -23,10 +25,11 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from connectors.events import check_content_uri
 from ragsync import ids
+from ragsync.catalog.queue import LANES, EventKey
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
 from ragsync.errors import InvalidEventError
-from ragsync.model import Event, QueuedEvent, SourceFile
+from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
 from transforms.common import CatalogDoFn, CatalogStep, counter
 
 STALE = "stale"
@@ -46,29 +49,87 @@ class _NoCheckpoint(CheckpointMark):
         return None
 
 
-class _EventQueueReader(UnboundedReader):
-    def __init__(self, settings: Settings, until_idle: bool, lease_s: float, batch: int, hold_s: float):
+class _LeaseHeartbeat:
+    """Keeps the leases of events in flight alive while their work runs.
+
+    A slow-lane parse may take longer than a lease (OCR of a long scan): every
+    ``lease_s / 3`` seconds this thread pushes the lease of every event it was
+    given ``lease_s`` ahead, until the event is acknowledged. If the process
+    dies, the heartbeat dies with it and the events are delivered again when
+    their leases end.
+    """
+
+    def __init__(self, settings: Settings, lease_s: float) -> None:
         self.settings = settings
-        self.until_idle = until_idle
         self.lease_s = lease_s
-        self.batch = batch
-        self.hold_s = hold_s
+        self._keys: set[EventKey] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="ragsync-lease-heartbeat", daemon=True)
+        self._thread.start()
+
+    def add(self, rows: list[dict[str, Any]]) -> None:
+        with self._lock:
+            self._keys.update((r["tenant_id"], r["event_id"]) for r in rows)
+
+    def _run(self) -> None:
+        catalog = open_catalog(self.settings)
+        try:
+            while not self._stop.wait(max(0.5, self.lease_s / 3)):
+                with self._lock:
+                    keys = list(self._keys)
+                if not keys:
+                    continue
+                try:
+                    alive = catalog.extend_leases(keys, self.lease_s)
+                except Exception:  # noqa: BLE001 - a missed beat is retried; the lease has slack
+                    continue
+                with self._lock:
+                    self._keys -= set(keys) - alive
+        finally:
+            catalog.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class _EventQueueReader(UnboundedReader):
+    def __init__(self, source: EventQueueSource) -> None:
+        self.source = source
         self._catalog: Any = None
+        self._heartbeat: _LeaseHeartbeat | None = None
         self._buffer: collections.deque[dict[str, Any]] = collections.deque()
         self._current: dict[str, Any] | None = None
         self._done = False
 
     def start(self) -> bool:
-        self._catalog = open_catalog(self.settings)
+        self._catalog = open_catalog(self.source.settings)
+        self._heartbeat = _LeaseHeartbeat(self.source.settings, self.source.lease_s)
         return self.advance()
+
+    def _claim(self) -> list[dict[str, Any]]:
+        src = self.source
+        claimed, looped = self._catalog.claim_events(
+            limit=src.batch, lease_s=src.lease_s, lanes=src.lanes, max_deliveries=src.max_deliveries
+        )
+        for row in looped:
+            # Leased again and again and never finished: the worker died on
+            # it each time (a parser crash that took the process, an OOM
+            # kill). Set aside instead of taking the stream down forever.
+            self._catalog.record_dead_letter(
+                crash_loop_dead_letter(row, src.max_deliveries), row["source_id"]
+            )
+        if claimed and self._heartbeat is not None:
+            self._heartbeat.add(claimed)
+        return list(claimed)
 
     def advance(self) -> bool:
         if not self._buffer:
             # Hold the bundle open briefly so a burst of events travels
             # together (the embedder batches what one bundle holds).
-            deadline = time.monotonic() + self.hold_s
+            deadline = time.monotonic() + self.source.hold_s
             while True:
-                rows = self._catalog.claim_events(limit=self.batch, lease_s=self.lease_s)
+                rows = self._claim()
                 self._buffer.extend(rows)
                 if rows or time.monotonic() >= deadline:
                     break
@@ -76,7 +137,7 @@ class _EventQueueReader(UnboundedReader):
         if self._buffer:
             self._current = self._buffer.popleft()
             return True
-        if self.until_idle and self._catalog.unfinished_events() == 0:
+        if self.source.until_idle and self._catalog.unfinished_events(self.source.idle_lanes) == 0:
             self._done = True
         return False
 
@@ -94,9 +155,31 @@ class _EventQueueReader(UnboundedReader):
         return _NoCheckpoint()
 
     def close(self) -> None:
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat = None
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
+
+
+def crash_loop_dead_letter(row: dict[str, Any], max_deliveries: int) -> DeadLetter:
+    """The dead letter of an event whose worker died every time it ran."""
+    return DeadLetter(
+        stage="queue",
+        doc_id="",
+        uri="",
+        error_class="crash",
+        message=(
+            f"delivered {row.get('deliveries')} times and never finished (the worker died each time, "
+            f"limit {max_deliveries}): set aside; re-drive it with `ragsync dead-letters retry` after a fix"
+        ),
+        attempts=int(row.get("deliveries") or 0),
+        payload=str(row.get("payload") or ""),
+        tenant_id=str(row.get("tenant_id") or ""),
+        source_version=str(row.get("source_version") or ""),
+        event_id=str(row.get("event_id") or ""),
+    )
 
 
 class EventQueueSource(UnboundedSource):
@@ -104,11 +187,19 @@ class EventQueueSource(UnboundedSource):
 
     Args:
         settings: where the catalog is.
-        until_idle: finish once no event is pending or in flight.
+        until_idle: finish once no event of ``lanes`` is pending or in flight.
         lease_s: how long a read event is hidden from other readers; an event
-            not acknowledged by then is delivered again.
+            not acknowledged by then is delivered again (a heartbeat extends
+            the leases of events still in flight).
         batch: events leased per poll.
         hold_s: how long a poll waits for events before yielding.
+        lanes: the queue lanes this source serves (``priority``, ``fast``,
+            ``slow``), served in that order, tenants taking turns.
+        max_deliveries: an event leased this many times without finishing
+            is dead-lettered (``crash``) instead of leased again.
+        idle_lanes: with ``until_idle``, the lanes that must be drained before
+            the source finishes (default ``lanes``; the slow lane's source
+            waits for every lane, since the others may still hand it work).
     """
 
     def __init__(
@@ -119,18 +210,27 @@ class EventQueueSource(UnboundedSource):
         lease_s: float = 300.0,
         batch: int = 64,
         hold_s: float = 0.2,
+        lanes: tuple[str, ...] = LANES,
+        max_deliveries: int = 5,
+        idle_lanes: tuple[str, ...] = (),
     ) -> None:
+        unknown = set(lanes) - set(LANES)
+        if unknown or not lanes:
+            raise ValueError(f"lanes must be a non-empty subset of {LANES}, got {lanes}")
         self.settings = settings
         self.until_idle = until_idle
         self.lease_s = lease_s
         self.batch = batch
         self.hold_s = hold_s
+        self.lanes = tuple(lanes)
+        self.max_deliveries = max_deliveries
+        self.idle_lanes = tuple(idle_lanes) or self.lanes
 
     def split(self, desired_num_splits: int, options: Any = None) -> list[UnboundedSource]:
         return [self]
 
     def create_reader(self, options: Any, checkpoint_mark: Any) -> UnboundedReader:
-        return _EventQueueReader(self.settings, self.until_idle, self.lease_s, self.batch, self.hold_s)
+        return _EventQueueReader(self)
 
     def get_checkpoint_mark_coder(self) -> coders.Coder:
         return coders.PickleCoder()
@@ -149,20 +249,25 @@ class _ResolveFn(CatalogDoFn):
 
     def setup(self) -> None:
         super().setup()
-        self._sources: dict[str, tuple[str, str] | None] = {}
+        self._sources: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
-        if event.source_id not in self._sources:
-            source = self._catalog.get_source(event.source_id)
-            self._sources[event.source_id] = (source.tenant_id, source.uri) if source else None
-        found = self._sources[event.source_id]
+        # The tenant: the queue row's (set when it was queued), else the
+        # message's own, else the source's only owner.
+        claimed = str(row.get("tenant_id") or event.tenant_id or "")
+        key = (claimed, event.source_id)
+        if key not in self._sources:
+            source = self._catalog.get_source(event.source_id, tenant_id=claimed or None)
+            self._sources[key] = (source.tenant_id, source.uri) if source else None
+        found = self._sources[key]
         if found is None:
             raise InvalidEventError(
                 f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
             )
         tenant, location = found
         check_content_uri(event, location)  # an outside address never reaches fetch
+        event = dataclasses.replace(event, tenant_id=tenant)
         doc_id = ids.doc_id(tenant, event.source_id, event.doc_id)
         yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0)))
 

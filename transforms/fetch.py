@@ -56,7 +56,7 @@ class _FetchFn(CatalogDoFn):
         """The connector of the item's source (cached per source)."""
         key = (item.tenant_id, item.source_id)
         if key not in self._connectors:
-            source = self._catalog.source_state(item.source_id)
+            source = self._catalog.source_state(item.source_id, item.tenant_id)
             if source is None or source.tenant_id != item.tenant_id or not source.uri:
                 raise OutsideLocationError(
                     f"source {item.source_id!r} declares no location, so it takes no content_uri "

@@ -253,6 +253,7 @@ class _QueueEventsFn(CatalogDoFn):
         self._queued = counter("events_queued")
 
     def process(self, batch: list[Event]) -> Iterator[int]:
+        # Events of a listing carry their source's tenant (see _DeleteEventFn).
         queued, _ = self._catalog.enqueue_events(batch)
         self._queued.inc(queued)
         yield queued

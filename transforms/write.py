@@ -215,14 +215,14 @@ class _DeadLetterSinkFn(CatalogDoFn):
     def process(self, dl: DeadLetter) -> Iterator[str]:
         if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
             self._catalog.retry_event_later(
-                dl.event_id, backoff_delay(dl.attempts), max_attempts=self.max_attempts
+                (dl.tenant_id, dl.event_id), backoff_delay(dl.attempts), max_attempts=self.max_attempts
             )
             self._retried.inc()
             return
         source_id = payload_field(dl.payload, "source_id")
         self._catalog.record_dead_letter(dl, source_id=source_id)
         if dl.event_id:
-            self._catalog.ack_events([dl.event_id], "dead")
+            self._catalog.ack_events([(dl.tenant_id, dl.event_id)], "dead")
         self._count.inc()
         yield dl.error_class
 

@@ -7,6 +7,7 @@ by its row id when it has none (a backfill file).
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from typing import Annotated, Literal
 
@@ -98,7 +99,7 @@ def retry_dead_letter(event_id: str, tenant_id: Tenant, catalog: CatalogDep) -> 
     event = catalog.tenant_event(tenant_id, eid)
     letters = catalog.open_dead_letters_for_event(tenant_id, eid)
     if event is not None and (letters or event["state"] == "dead"):
-        catalog.requeue_event(eid)
+        catalog.requeue_event(tenant_id, eid)
         catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
         retry_id = catalog.record_retry(
             tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=None
@@ -109,10 +110,10 @@ def retry_dead_letter(event_id: str, tenant_id: Tenant, catalog: CatalogDep) -> 
         # (say it arrived through Pub/Sub): queue it again from its payload.
         replay = _event_from_payload(letters[-1][1])
         if replay is not None and replay.source_id in catalog.owned_source_ids(tenant_id, [replay.source_id]):
-            if not catalog.event_sources([replay.event_id]):
-                catalog.enqueue_events([replay])
+            if not catalog.event_sources(tenant_id, [replay.event_id]):
+                catalog.enqueue_events([dataclasses.replace(replay, tenant_id=tenant_id)])
             else:
-                catalog.requeue_event(replay.event_id)
+                catalog.requeue_event(tenant_id, replay.event_id)
             catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
             retry_id = catalog.record_retry(
                 tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=letters[-1][0]

@@ -85,7 +85,7 @@ def _status(catalog: Catalog, tenant_id: str, doc_id: str, source_id: str | None
         message = catalog.last_dead_letter_message(internal, tenant_id=tenant_id) if row.error_class else None
         error = DocError(error_class=row.error_class, message=message) if row.error_class else None
         return view(DocStatusOut, row, stage=row.status, chunks=row.chunk_count, error=error)
-    event = catalog.latest_event(source_id, doc_id) if source_id is not None else None
+    event = catalog.latest_event(tenant_id, source_id, doc_id) if source_id is not None else None
     if event is None or source_id is None:
         return None
     return DocStatusOut(

@@ -3,12 +3,14 @@
 Each event is validated on its own by ``connectors.events.parse_event``, the
 wire format's one schema (``connectors.events.EventIn``, whose limits are the
 catalog's column widths: ``ragsync.model.EVENT_LIMITS``), which is also the
-request body this endpoint publishes; bad events are listed with their index,
-good ones are queued (idempotent on ``event_id``).
+request body this endpoint publishes; bad events are listed with their index
+(a single bad event is a 422), good ones are queued (idempotent on
+``(tenant, event_id)``). See ``post_events`` for the tenant rules.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import re
@@ -17,9 +19,10 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Header, Request
 from pydantic import BaseModel
 
-from connectors.events import Event, EventIn, parse_event
+from connectors.events import Event, EventIn, check_content_uri, parse_event
 from control_plane.deps import CatalogDep, Tenant
 from control_plane.errors import ERRORS, ApiError, ErrorOut
+from control_plane.limits import TenantBudget
 from ragsync.errors import InvalidEventError
 
 MAX_EVENTS_PER_REQUEST = 1000
@@ -94,15 +97,32 @@ def _idempotent_event_id(tenant_id: str, key: str) -> str:
     return "ik" + digest
 
 
+def _conflicts(stored: dict[str, Any], event: Event) -> bool:
+    """True when a queued event with the same id says something else (the
+    same id reused for another change: refused, never dropped silently)."""
+    try:
+        queued = Event.from_json(str(stored.get("payload") or "{}"))
+    except (ValueError, TypeError):
+        return True
+    same = ("source_id", "doc_id", "op", "source_version", "acl_groups", "content_uri", "event_time")
+    return any(getattr(queued, f) != getattr(event, f) for f in same)
+
+
 @router.post(
     "/internal/events",
     status_code=202,
     response_model=EventsOut,
     tags=["events"],
-    responses={**ERRORS, 400: {"model": ErrorOut, "description": "bad Idempotency-Key"}},
+    responses={
+        **ERRORS,
+        400: {"model": ErrorOut, "description": "bad Idempotency-Key"},
+        409: {"model": ErrorOut, "description": "Idempotency-Key or event_id reused for another change"},
+        429: {"model": ErrorOut, "description": "the tenant's event budget is spent; see Retry-After"},
+    },
     openapi_extra=_event_openapi_body(),
 )
 def post_events(
+    request: Request,
     tenant_id: Tenant,
     catalog: CatalogDep,
     payload: Annotated[Any, Depends(_json_body)],
@@ -111,14 +131,26 @@ def post_events(
     """Queue change events from connectors (at-least-once senders).
 
     The body is one event or ``{"events": [...]}`` (at most 1000). Each
-    event is validated on its own: a bad one is listed in ``rejected``
-    with its index and reason, the others are queued. Queuing is
-    idempotent on ``event_id`` (given, or derived from the content); for
-    a single event, an ``Idempotency-Key`` header stands in for a missing
-    ``event_id``. Events for sources that are unknown or another tenant's
-    are rejected with the same reason.
+    event is validated on its own: in a batch a bad one is listed in
+    ``rejected`` with its index and reason and the others are queued; a
+    single bad event is answered 422 naming the field. Queuing is idempotent
+    on ``event_id`` within the caller's tenant (given, or derived from the
+    content; for a single event an ``Idempotency-Key`` header stands in for a
+    missing ``event_id``); the same id with a different change is a 409 (a
+    batch lists it). Event ids, sources and their locations are the tenant's
+    own: another tenant's source is answered exactly like an unknown one, and
+    an upsert's ``content_uri`` must lie under its source's location (the
+    answer is the same whether anything exists there). Each tenant has an
+    event budget (429 with Retry-After when spent, nothing queued).
     """
     items, batch = _event_items(payload)
+    wait = request.app.state.event_budget.take(tenant_id, len(items))
+    if wait > 0:
+        raise ApiError(
+            429,
+            f"event budget of this tenant spent: retry after {wait:.1f} s",
+            headers={"Retry-After": TenantBudget.retry_after(wait)},
+        )
     if idempotency_key is not None:
         if batch:
             raise ApiError(400, "Idempotency-Key applies to single-event posts; give each event an event_id")
@@ -127,27 +159,53 @@ def post_events(
         if isinstance(items[0], dict) and not items[0].get("event_id"):
             items[0] = {**items[0], "event_id": _idempotent_event_id(tenant_id, idempotency_key)}
     rejected: list[RejectedEvent] = []
+    fields: dict[int, str] = {}
     parsed: list[tuple[int, Event]] = []
     for index, item in enumerate(items):
         try:
             event = parse_event(item)
+            if event.tenant_id and event.tenant_id != tenant_id:
+                fields[index] = "tenant_id"
+                raise InvalidEventError("'tenant_id' must be the API key's tenant (or omitted)")
+            parsed.append((index, dataclasses.replace(event, tenant_id=tenant_id)))
         except (InvalidEventError, ValueError, TypeError, OverflowError, RecursionError) as exc:
             rejected.append(RejectedEvent(index=index, error=str(exc) or type(exc).__name__))
-            continue
-        parsed.append((index, event))
-    owned = catalog.owned_source_ids(tenant_id, {e.source_id for _, e in parsed})
-    known = catalog.event_sources(e.event_id for _, e in parsed if e.source_id in owned)
+    sources = {sid: catalog.get_source(sid, tenant_id=tenant_id) for sid in {e.source_id for _, e in parsed}}
+    known = catalog.event_sources(tenant_id, (e.event_id for _, e in parsed))
     queue: list[Event] = []
+    conflicts: list[int] = []
     for index, event in parsed:
-        if event.source_id not in owned:
+        source = sources[event.source_id]
+        if source is None:
+            fields[index] = "source_id"
             rejected.append(RejectedEvent(index=index, error=f"unknown source {event.source_id!r}"))
             continue
-        if known.setdefault(event.event_id, event.source_id) != event.source_id:
-            rejected.append(
-                RejectedEvent(index=index, error=f"event_id {event.event_id!r} is used by another source")
-            )
+        try:
+            check_content_uri(event, source.uri)
+        except InvalidEventError as exc:
+            fields[index] = "content_uri"
+            rejected.append(RejectedEvent(index=index, error=str(exc)))
             continue
+        if event.event_id in known:
+            stored = catalog.tenant_event(tenant_id, event.event_id)
+            if stored is not None and _conflicts(stored, event):
+                conflicts.append(index)
+                rejected.append(
+                    RejectedEvent(
+                        index=index, error=f"event_id {event.event_id!r} was used for another change"
+                    )
+                )
+                continue
         queue.append(event)
+    if not batch and conflicts:
+        raise ApiError(409, "this Idempotency-Key or event_id was already used for a different event")
+    if not batch and rejected:
+        field = fields.get(0, "body")
+        raise ApiError(
+            422,
+            rejected[0].error,
+            details=[{"loc": ["body", field], "msg": rejected[0].error, "type": "value_error"}],
+        )
     accepted, duplicates = catalog.enqueue_events(queue) if queue else (0, 0)
     rejected.sort(key=lambda r: r.index)
     return EventsOut(accepted=accepted, duplicates=duplicates, rejected=rejected)

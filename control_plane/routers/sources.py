@@ -21,7 +21,7 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connectors.base import SourceSpec
-from connectors.location import source_location
+from connectors.location import allowed_for_tenant, source_location
 from connectors.registry import connector_class, default_uri
 from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ERRORS, ApiError, ErrorOut, not_found
@@ -150,7 +150,7 @@ def _invalid(field: str, message: str) -> ApiError:
     )
 
 
-def _location(request: Request, body: SourceIn) -> str:
+def _location(request: Request, body: SourceIn, tenant_id: str) -> str:
     """The checked location of a new source ('' when none applies).
 
     Raises:
@@ -170,6 +170,15 @@ def _location(request: Request, body: SourceIn) -> str:
             "not a usable location for this type: a folder, gs:// or s3:// prefix (object_store), or an "
             "http(s) API URL, outside ragsync's own state",
         ) from None
+    # A tenant may only declare a location the operator allows it: without
+    # this, a tenant could name another tenant's folder or the host's files.
+    allowed: tuple[str, ...] = getattr(request.app.state, "allowed_locations", ())
+    if not allowed_for_tenant(location, allowed, tenant_id):
+        raise _invalid(
+            "uri",
+            "not a location this server lets your tenant declare (the operator lists them with "
+            "`ragsync serve --allow-location` or RAGSYNC_ALLOWED_LOCATIONS)",
+        )
     return location.uri
 
 
@@ -178,13 +187,15 @@ def _location(request: Request, body: SourceIn) -> str:
     status_code=201,
     response_model=SourceOut,
     tags=["sources"],
-    responses={**ERRORS, 409: {"model": ErrorOut, "description": "source_id taken"}},
+    responses={**ERRORS, 409: {"model": ErrorOut, "description": "the tenant already has this source_id"}},
 )
 def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
-    """Register a source of the caller's tenant. 409 when ``source_id`` is taken (by anyone)."""
+    """Register a source of the caller's tenant. Source ids are the tenant's
+    own: 409 only when the caller already has one with this id. ``uri`` must
+    lie under a location the operator allows this tenant (422 otherwise)."""
     if body.tenant_id is not None and body.tenant_id != tenant_id:
         raise _invalid("tenant_id", "must be the API key's tenant (or omitted)")
-    uri = _location(request, body)
+    uri = _location(request, body, tenant_id)
     interval = body.poll_interval_s if body.sync == "poll" else None
     if body.sync == "poll" and interval is None:
         interval = 300
@@ -202,7 +213,7 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
     except ConflictError as exc:
         raise ApiError(409, str(exc)) from exc
     if body.options is not None:
-        catalog.configure_source(source_id, options=body.options)
+        catalog.configure_source(source_id, tenant_id=tenant_id, options=body.options)
     state = catalog.source_state(source_id, tenant_id)
     assert state is not None
     return _source_out(state)

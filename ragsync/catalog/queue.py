@@ -9,18 +9,40 @@ streaming graph takes one shape from every bus.
 
 Event states: ``pending`` -> ``done`` (or ``stale``, ``duplicate``), or
 ``pending`` -> ``dead`` after the last attempt. ``available_at`` delays a
-retry (backoff) and implements leases.
+retry (backoff) and implements leases. Events are keyed by ``(tenant_id,
+event_id)`` and served by lane (``priority``: deletes and permission
+changes; ``fast`` and ``slow``: content), tenants taking turns within a lane.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from dataclasses import replace
+from typing import Any, NamedTuple
 
-from sqlalchemy import func, select, update
+from sqlalchemy import and_, case, func, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
+
+#: Queue lanes, in the order they are served.
+LANES = ("priority", "fast", "slow")
+
+EventKey = tuple[str, str]
+"""An event's key in the queue: ``(tenant_id, event_id)``."""
+
+
+def lane_of_op(op: str) -> str:
+    """The lane an event starts in: deletes and permission changes never wait
+    behind content."""
+    return "priority" if op in ("delete", "acl") else "fast"
+
+
+class ClaimedEvents(NamedTuple):
+    """What ``claim_events`` leased, and what it gave up on."""
+
+    claimed: list[dict[str, Any]]
+    crash_looped: list[dict[str, Any]]
 
 
 class QueueRepository(Repository):
@@ -28,43 +50,81 @@ class QueueRepository(Repository):
 
     # -- the local event queue ----------------------------------------------
 
-    def enqueue_events(self, events: Sequence[Any], *, now: float | None = None) -> tuple[int, int]:
-        """Add events (``connectors.events.Event``) to the queue.
+    def _event_tenants(self, conn: Any, events: Sequence[Any]) -> list[str]:
+        """The tenant of each event: its own ``tenant_id``, else its source's
+        only owner. Raises ValueError for an unknown or ambiguous source."""
+        s = schema.sources
+        missing = sorted({e.source_id for e in events if not getattr(e, "tenant_id", "")})
+        owners: dict[str, list[str]] = {}
+        for batch in _batches(missing):
+            query = select(s.c.source_id, s.c.tenant_id).where(s.c.source_id.in_(batch))
+            for sid, tid in conn.execute(query):
+                owners.setdefault(sid, []).append(tid)
+        out = []
+        for e in events:
+            tenant = getattr(e, "tenant_id", "") or ""
+            if not tenant:
+                found = owners.get(e.source_id, [])
+                if len(found) != 1:
+                    why = "is unknown" if not found else "belongs to several tenants: give the tenant"
+                    raise ValueError(f"source {e.source_id!r} {why}")
+                tenant = found[0]
+            out.append(tenant)
+        return out
 
-        Idempotent on ``event_id``: a redelivered event is not queued twice.
+    def enqueue_events(self, events: Sequence[Any], *, now: float | None = None) -> tuple[int, int]:
+        """Add events (``ragsync.model.Event``) to the queue.
+
+        Idempotent on ``(tenant, event_id)``: a redelivered event is not
+        queued twice; one tenant's ids never meet another's. Deletes and
+        permission changes go to the ``priority`` lane, content to ``fast``
+        (the pipeline moves a document it finds slow to the ``slow`` lane).
+
+        Raises:
+            ValueError: an event without a tenant whose source is unknown or
+                owned by several tenants (nothing is queued).
 
         Returns:
             (newly queued, duplicates ignored).
         """
         t = schema.events
         ts = _now() if now is None else now
-        rows = [
-            {
-                "event_id": e.event_id,
-                "source_id": e.source_id,
-                "doc_id": e.doc_id,
-                "op": e.op,
-                "source_version": e.source_version,
-                "payload": e.to_json(),
-                "event_time": e.event_time,
-                "enqueued_at": ts,
-                "attempts": 0,
-                "state": "pending",
-                "available_at": ts,
-            }
-            for e in events
-        ]
-        if not rows:
+        if not events:
             return 0, 0
-        ids = [r["event_id"] for r in rows]
         with self._engine.begin() as conn:
-            existing = {r for (r,) in conn.execute(select(t.c.event_id).where(t.c.event_id.in_(ids))).all()}
-            fresh = [r for r in rows if r["event_id"] not in existing]
-            unique: dict[str, dict[str, Any]] = {}
-            for r in fresh:
-                unique.setdefault(r["event_id"], r)
+            tenants = self._event_tenants(conn, events)
+            rows = [
+                {
+                    "tenant_id": tenant,
+                    "event_id": e.event_id,
+                    "source_id": e.source_id,
+                    "doc_id": e.doc_id,
+                    "op": e.op,
+                    "source_version": e.source_version,
+                    "payload": replace(e, tenant_id=tenant).to_json(),
+                    "event_time": e.event_time,
+                    "enqueued_at": ts,
+                    "attempts": 0,
+                    "state": "pending",
+                    "available_at": ts,
+                    "lane": lane_of_op(e.op),
+                    "deliveries": 0,
+                }
+                for e, tenant in zip(events, tenants, strict=True)
+            ]
+            existing: set[tuple[str, str]] = set()
+            for tenant in sorted(set(tenants)):
+                ids = [r["event_id"] for r in rows if r["tenant_id"] == tenant]
+                for batch in _batches(ids):
+                    query = select(t.c.event_id).where(t.c.tenant_id == tenant, t.c.event_id.in_(batch))
+                    existing.update((tenant, eid) for eid in conn.execute(query).scalars())
+            unique: dict[tuple[str, str], dict[str, Any]] = {}
+            for r in rows:
+                key = (r["tenant_id"], r["event_id"])
+                if key not in existing:
+                    unique.setdefault(key, r)
             if unique:
-                self._upsert(conn, t, list(unique.values()), ["event_id"], None)
+                self._upsert(conn, t, list(unique.values()), ["tenant_id", "event_id"], None)
         return len(unique), len(rows) - len(unique)
 
     def pending_events(self, *, limit: int = 500, now: float | None = None) -> list[dict[str, Any]]:
@@ -75,77 +135,126 @@ class QueueRepository(Repository):
             select(t)
             .where(t.c.state == "pending")
             .where(t.c.available_at <= ts)
-            .order_by(t.c.enqueued_at, t.c.event_id)
+            .order_by(t.c.enqueued_at, t.c.tenant_id, t.c.event_id)
             .limit(limit)
         )
         with self._read_engine.connect() as conn:
             return [dict(r) for r in conn.execute(query).mappings()]
 
-    def get_event(self, event_id: str) -> dict[str, Any] | None:
-        """The queued event (row as a dict), or None."""
-        return self._find(schema.events, event_id=event_id)
+    def get_event(self, event_id: str, tenant_id: str | None = None) -> dict[str, Any] | None:
+        """The queued event (row as a dict), or None. Without ``tenant_id``
+        the id must be unique across tenants (operator tools and tests)."""
+        if tenant_id is not None:
+            return self._find(schema.events, tenant_id=tenant_id, event_id=event_id)
+        t = schema.events
+        with self._read_engine.connect() as conn:
+            rows = conn.execute(select(t).where(t.c.event_id == event_id).limit(2)).mappings().all()
+        return dict(rows[0]) if len(rows) == 1 else None
 
-    def ack_events(self, event_ids: Sequence[str], state: str = "done") -> int:
-        """Mark events finished (``done``, ``stale``, ``duplicate`` or ``dead``)."""
+    @staticmethod
+    def _keyed(t: Any, keys: Sequence[EventKey]) -> Any:
+        """A WHERE clause matching the (tenant_id, event_id) ``keys``."""
+        return or_(*(and_(t.c.tenant_id == tenant, t.c.event_id == eid) for tenant, eid in keys))
+
+    def ack_events(self, keys: Sequence[EventKey], state: str = "done") -> int:
+        """Mark events finished (``done``, ``stale``, ``duplicate`` or ``dead``).
+
+        Args:
+            keys: ``(tenant_id, event_id)`` pairs.
+        """
         t = schema.events
         n = 0
         with self._engine.begin() as conn:
-            for batch in _batches(list(event_ids)):
-                n += conn.execute(update(t).where(t.c.event_id.in_(batch)).values(state=state)).rowcount
+            for batch in _batches(list(dict.fromkeys(keys)), 200):
+                n += conn.execute(update(t).where(self._keyed(t, batch)).values(state=state)).rowcount
         return n
 
-    def retry_event_later(self, event_id: str, delay_s: float, *, max_attempts: int = 5) -> str:
+    def retry_event_later(self, key: EventKey, delay_s: float, *, max_attempts: int = 5) -> str:
         """Count a failed attempt; requeue after ``delay_s`` or mark ``dead``.
 
         Returns:
-            The event's new state: ``pending`` or ``dead``.
+            The event's new state: ``pending``, ``dead`` or ``missing``.
         """
         t = schema.events
+        where = self._keyed(t, [key])
         with self._engine.begin() as conn:
-            row = conn.execute(select(t.c.attempts).where(t.c.event_id == event_id)).first()
+            row = conn.execute(select(t.c.attempts).where(where)).first()
             if row is None:
                 return "missing"
             attempts = int(row[0]) + 1
             state = "dead" if attempts >= max_attempts else "pending"
-            conn.execute(
-                update(t)
-                .where(t.c.event_id == event_id)
-                .values(attempts=attempts, state=state, available_at=_now() + delay_s)
-            )
+            values = {"attempts": attempts, "state": state, "available_at": _now() + delay_s}
+            conn.execute(update(t).where(where).values(**values))
         return state
 
-    def requeue_event(self, event_id: str) -> bool:
-        """Put a finished or dead event back in the queue (dead-letter retry)."""
+    def requeue_event(self, tenant_id: str, event_id: str) -> bool:
+        """Put a finished or dead event back in the queue (dead-letter retry):
+        attempts and deliveries start again from zero."""
         t = schema.events
         with self._engine.begin() as conn:
-            return (
-                conn.execute(
-                    update(t)
-                    .where(t.c.event_id == event_id)
-                    .values(state="pending", attempts=0, available_at=_now())
-                ).rowcount
-                == 1
+            stmt = (
+                update(t)
+                .where(self._keyed(t, [(tenant_id, event_id)]))
+                .values(state="pending", attempts=0, deliveries=0, available_at=_now())
             )
+            return conn.execute(stmt).rowcount == 1
+
+    def move_to_lane(self, keys: Sequence[EventKey], lane: str) -> int:
+        """Hand leased events to another lane (a document found to need the
+        slow lane): their lease ends now, so that lane's reader takes them."""
+        if lane not in LANES:
+            raise ValueError(f"unknown lane {lane!r}")
+        t = schema.events
+        n = 0
+        with self._engine.begin() as conn:
+            for batch in _batches(list(dict.fromkeys(keys)), 200):
+                stmt = (
+                    update(t)
+                    .where(self._keyed(t, batch), t.c.state == "pending")
+                    .values(lane=lane, available_at=_now(), deliveries=0)
+                )
+                n += conn.execute(stmt).rowcount
+        return n
+
+    def extend_leases(
+        self, keys: Sequence[EventKey], lease_s: float, *, now: float | None = None
+    ) -> set[EventKey]:
+        """Heartbeat: push the lease of events still being worked on
+        ``lease_s`` ahead. Returns the keys still pending (the others were
+        acknowledged and need no more heartbeats)."""
+        t = schema.events
+        ts = _now() if now is None else now
+        alive: set[EventKey] = set()
+        with self._engine.begin() as conn:
+            for batch in _batches(list(dict.fromkeys(keys)), 200):
+                where = and_(self._keyed(t, batch), t.c.state == "pending")
+                conn.execute(update(t).where(where).values(available_at=ts + lease_s))
+                still = conn.execute(select(t.c.tenant_id, t.c.event_id).where(where))
+                alive.update((str(tid), str(eid)) for tid, eid in still)
+        return alive
 
     def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
-        """Queue depth by state and the age of the oldest pending event."""
+        """Queue depth by state and lane, and the age of the oldest pending event."""
         t = schema.events
         ts = _now() if now is None else now
         by_state = self._count_by(t.c.state)
+        by_lane = self._count_by(t.c.lane, t.c.state == "pending")
         with self._read_engine.connect() as conn:
             oldest = conn.execute(select(func.min(t.c.enqueued_at)).where(t.c.state == "pending")).scalar()
         return {
             "by_state": by_state,
+            "by_lane": by_lane,
             "depth": by_state.get("pending", 0),
             "oldest_pending_age_s": round(ts - float(oldest), 3) if oldest is not None else 0.0,
         }
 
-    def latest_event(self, source_id: str, source_object_id: str) -> dict[str, Any] | None:
-        """The most recently queued event of one object of a source (row as a dict), or None."""
+    def latest_event(self, tenant_id: str, source_id: str, source_object_id: str) -> dict[str, Any] | None:
+        """The most recently queued event of one object of a tenant's source
+        (row as a dict), or None."""
         t = schema.events
         query = (
             select(t)
-            .where(t.c.source_id == source_id, t.c.doc_id == source_object_id)
+            .where(t.c.tenant_id == tenant_id, t.c.source_id == source_id, t.c.doc_id == source_object_id)
             .order_by(t.c.enqueued_at.desc(), t.c.event_id.desc())
             .limit(1)
         )
@@ -161,71 +270,94 @@ class QueueRepository(Repository):
             return {(str(op), str(state)): int(n) for op, state, n in conn.execute(query).all()}
 
     def claim_events(
-        self, *, limit: int = 100, lease_s: float = 300.0, now: float | None = None
-    ) -> list[dict[str, Any]]:
-        """Lease up to ``limit`` due pending events, oldest first.
+        self,
+        *,
+        limit: int = 100,
+        lease_s: float = 300.0,
+        lanes: Sequence[str] = LANES,
+        max_deliveries: int = 5,
+        now: float | None = None,
+    ) -> ClaimedEvents:
+        """Lease up to ``limit`` due pending events of ``lanes``.
 
-        A leased event stays ``pending`` with ``available_at`` moved ``lease_s``
-        ahead: if the worker dies before acknowledging it, it is delivered
-        again when the lease ends (at-least-once). Rows come back as dicts.
+        Order: the ``priority`` lane first; within a lane, round-robin over
+        tenants (the n-th oldest event of every tenant before the n+1-th of
+        any), so one tenant's backlog never holds another's work; then age.
+
+        A leased event stays ``pending`` with ``available_at`` moved
+        ``lease_s`` ahead: if the worker dies before acknowledging it, it is
+        delivered again when the lease ends (at-least-once). Each lease counts
+        a delivery; an event already delivered ``max_deliveries`` times
+        without being finished (its worker died every time: a poison
+        document) is not leased again but marked ``dead`` and returned in
+        ``crash_looped`` for a dead letter.
+
+        Returns:
+            ``ClaimedEvents(claimed, crash_looped)``, rows as dicts.
         """
         t = schema.events
         ts = _now() if now is None else now
+        rank = case({"priority": 0, "fast": 1, "slow": 2}, value=t.c.lane, else_=3)
+        turn = (
+            func.row_number()
+            .over(partition_by=(t.c.lane, t.c.tenant_id), order_by=(t.c.enqueued_at, t.c.event_id))
+            .label("turn")
+        )
+        due = (
+            select(t.c.tenant_id, t.c.event_id, rank.label("rank"), turn, t.c.enqueued_at)
+            .where(t.c.state == "pending", t.c.available_at <= ts, t.c.lane.in_(list(lanes)))
+            .subquery()
+        )
+        picked = (
+            select(due.c.tenant_id, due.c.event_id)
+            .order_by(due.c.rank, due.c.turn, due.c.enqueued_at, due.c.tenant_id, due.c.event_id)
+            .limit(limit)
+        )
         with self._engine.begin() as conn:
-            rows = [
-                dict(r)
-                for r in conn.execute(
-                    select(t)
-                    .where(t.c.state == "pending")
-                    .where(t.c.available_at <= ts)
-                    .order_by(t.c.enqueued_at, t.c.event_id)
-                    .limit(limit)
-                ).mappings()
-            ]
-            ids = [r["event_id"] for r in rows]
-            for batch in _batches(ids):
+            keys = [(str(a), str(b)) for a, b in conn.execute(picked).all()]
+            if not keys:
+                return ClaimedEvents([], [])
+            order = {k: i for i, k in enumerate(keys)}
+            rows = [dict(r) for r in conn.execute(select(t).where(self._keyed(t, keys))).mappings()]
+            rows.sort(key=lambda r: order[(r["tenant_id"], r["event_id"])])
+            looped = [r for r in rows if int(r.get("deliveries") or 0) >= max_deliveries]
+            claimed = [r for r in rows if int(r.get("deliveries") or 0) < max_deliveries]
+            if looped:
+                dead = [(r["tenant_id"], r["event_id"]) for r in looped]
+                conn.execute(update(t).where(self._keyed(t, dead)).values(state="dead"))
+            for batch in _batches([(r["tenant_id"], r["event_id"]) for r in claimed], 200):
                 conn.execute(
                     update(t)
-                    .where(t.c.event_id.in_(batch))
-                    .where(t.c.state == "pending")
-                    .values(available_at=ts + lease_s)
+                    .where(self._keyed(t, batch), t.c.state == "pending")
+                    .values(available_at=ts + lease_s, deliveries=t.c.deliveries + 1)
                 )
-        return rows
+        for r in claimed:
+            r["deliveries"] = int(r.get("deliveries") or 0) + 1
+        return ClaimedEvents(claimed, looped)
 
-    def unfinished_events(self) -> int:
-        """Pending events, leased or not (the queue is drained at 0)."""
+    def unfinished_events(self, lanes: Sequence[str] = LANES) -> int:
+        """Pending events of ``lanes``, leased or not (drained at 0)."""
         t = schema.events
+        query = select(func.count()).where(t.c.state == "pending", t.c.lane.in_(list(lanes)))
         with self._read_engine.connect() as conn:
-            return int(conn.execute(select(func.count()).where(t.c.state == "pending")).scalar() or 0)
+            return int(conn.execute(query).scalar() or 0)
 
-    def event_sources(self, event_ids: Iterable[str]) -> dict[str, str]:
-        """``{event_id: source_id}`` for the ids already in the event queue."""
+    def event_sources(self, tenant_id: str, event_ids: Iterable[str]) -> dict[str, str]:
+        """``{event_id: source_id}`` for the tenant's ids already in the queue."""
         wanted = sorted(set(event_ids))
         t = schema.events
         out: dict[str, str] = {}
         with self._read_engine.connect() as conn:
             for batch in _batches(wanted):
-                out.update(
-                    {
-                        eid: sid
-                        for eid, sid in conn.execute(
-                            select(t.c.event_id, t.c.source_id).where(t.c.event_id.in_(batch))
-                        ).all()
-                    }
+                query = select(t.c.event_id, t.c.source_id).where(
+                    t.c.tenant_id == tenant_id, t.c.event_id.in_(batch)
                 )
+                out.update({eid: sid for eid, sid in conn.execute(query).all()})
         return out
 
     def tenant_event(self, tenant_id: str, event_id: str) -> dict[str, Any] | None:
-        """A queued event of one of the tenant's sources (row as a dict), else None."""
-        e, s = schema.events, schema.sources
-        query = (
-            select(e)
-            .join(s, s.c.source_id == e.c.source_id)
-            .where(e.c.event_id == event_id, s.c.tenant_id == tenant_id)
-        )
-        with self._read_engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
-        return None if row is None else dict(row)
+        """A queued event of the tenant (row as a dict), else None."""
+        return self._find(schema.events, tenant_id=tenant_id, event_id=event_id)
 
     # -- tombstones and permission versions --------------------------------
 
@@ -291,7 +423,7 @@ class QueueRepository(Repository):
         if not rows:
             return
         with self._engine.begin() as conn:
-            self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["event_id"], None)
+            self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["tenant_id", "event_id"], None)
 
     def freshness_rows(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
         """``(event_id, op, event_time, applied_at)`` of the events applied at or after ``since``."""

@@ -33,18 +33,23 @@ from sqlalchemy import (
     Text,
 )
 
+from ragsync.model import EVENT_LIMITS
+
 metadata = MetaData()
 
 # SQLite only auto-increments an ``INTEGER PRIMARY KEY`` (a rowid alias), not BIGINT.
 _AutoId = BigInteger().with_variant(Integer(), "sqlite")
 
 _ID = 255  # ids and hashes: hex digests or namespaced ids, well under this
+_DOC_ID = EVENT_LIMITS.doc_id  # a source's object id as events carry it
 
 sources = Table(
     "sources",
     metadata,
+    # Source ids are scoped per tenant (revision 0004): two tenants may both
+    # have a source called "wiki", and neither can learn of the other's.
+    Column("tenant_id", String(_ID), primary_key=True),
     Column("source_id", String(_ID), primary_key=True),
-    Column("tenant_id", String(_ID), nullable=False),
     Column("type", String(64), nullable=False),
     Column("uri", Text, nullable=False, default=""),
     Column("credentials_ref", Text, nullable=True),
@@ -159,9 +164,11 @@ embedding_cache = Table(
 events = Table(
     "events",
     metadata,
+    # Event ids are scoped per tenant (revision 0004).
+    Column("tenant_id", String(_ID), primary_key=True),
     Column("event_id", String(_ID), primary_key=True),
     Column("source_id", String(_ID), nullable=False),
-    Column("doc_id", String(_ID), nullable=False),
+    Column("doc_id", String(_DOC_ID), nullable=False),
     Column("op", String(16), nullable=False),
     Column("source_version", Text, nullable=True),
     Column("payload", Text, nullable=False, default="{}"),  # JSON object
@@ -170,7 +177,13 @@ events = Table(
     Column("attempts", Integer, nullable=False, default=0),
     Column("state", String(32), nullable=False),
     Column("available_at", Double, nullable=False),
+    # Revision 0004: the queue lane (``priority`` for deletes and permission
+    # changes, ``fast`` and ``slow`` for content) and how many times the
+    # event was leased (a worker that dies on it every time is a crash loop).
+    Column("lane", String(16), nullable=False, default="fast"),
+    Column("deliveries", Integer, nullable=False, default=0),
     Index("ix_events_state_available", "state", "available_at"),
+    Index("ix_events_lane_state", "lane", "state", "available_at"),
     Index("ix_events_doc", "doc_id"),
 )
 
@@ -324,9 +337,9 @@ acl_versions = Table(
 freshness = Table(
     "freshness",
     metadata,
+    Column("tenant_id", String(_ID), primary_key=True),
     Column("event_id", String(_ID), primary_key=True),
     Column("source_id", String(_ID), nullable=False),
-    Column("tenant_id", String(_ID), nullable=False),
     Column("op", String(16), nullable=False),
     Column("lane", String(16), nullable=False),
     Column("event_time", Double, nullable=False),

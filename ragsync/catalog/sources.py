@@ -27,6 +27,7 @@ from sqlalchemy.exc import IntegrityError
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_id, row_to
+from ragsync.errors import AmbiguousSourceError
 
 SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
 SYNC_KINDS = ("webhook", "poll")
@@ -278,16 +279,14 @@ class SourcesRepository(Repository):
     # -- sources ---------------------------------------------------------------
 
     def ensure_source(self, source_id: str, tenant_id: str, type: str, uri: str = "") -> None:
-        """Register a source if it is not registered yet.
+        """Register a tenant's source, or update its type and location
+        (operator tools: ``ragsync sources add``, a backfill's folder).
 
         Args:
-            source_id: id of the source.
+            source_id: id of the source (unique within the tenant).
             tenant_id: owner tenant.
-            type: connector type (``drive``, ``wiki``, ``filesystem``, ...).
-            uri: root of the source.
-
-        Raises:
-            ValueError: the source exists under another tenant (nothing changed).
+            type: connector type (``drive``, ``wiki``, ``object_store``, ...).
+            uri: the source's location ('' keeps the stored one).
         """
         t = schema.sources
         with self._engine.begin() as conn:
@@ -298,10 +297,11 @@ class SourcesRepository(Repository):
                 "uri": uri,
                 "created_at": _now(),
             }
-            self._upsert(conn, t, [row], ["source_id"], None)
-            owner = conn.execute(select(t.c.tenant_id).where(t.c.source_id == source_id)).scalar_one()
-            if owner != tenant_id:
-                raise ValueError(f"source {source_id!r} belongs to tenant {owner!r}, not {tenant_id!r}")
+            self._upsert(conn, t, [row], ["tenant_id", "source_id"], ["type"])
+            if uri:
+                conn.execute(
+                    update(t).where(t.c.tenant_id == tenant_id, t.c.source_id == source_id).values(uri=uri)
+                )
 
     def create_source(
         self,
@@ -318,7 +318,7 @@ class SourcesRepository(Repository):
 
         Args:
             tenant_id: owner.
-            source_id: id, unique across tenants (``ID_PATTERN``).
+            source_id: id, unique within the tenant (``ID_PATTERN``).
             type: one of :data:`SOURCE_TYPES`.
             credentials_ref: a reference to the secret (``secretmanager://...``),
                 stored as given and never returned; None for a public source.
@@ -332,7 +332,8 @@ class SourcesRepository(Repository):
 
         Raises:
             ValueError: an argument is out of its domain.
-            ConflictError: the id is taken (by any tenant).
+            ConflictError: the tenant already has a source with this id
+                (another tenant's ids are neither seen nor in the way).
         """
         if type not in SOURCE_TYPES or sync not in SYNC_KINDS or not _ID_RE.match(source_id):
             raise ValueError(f"invalid source definition: {source_id!r} {type!r} {sync!r}")
@@ -355,19 +356,31 @@ class SourcesRepository(Repository):
 
         Args:
             source_id: the source.
-            tenant_id: when given, another tenant's source counts as unknown.
+            tenant_id: its tenant; None (operator tools) accepts any tenant
+                when only one has a source of that id.
 
         Returns:
             The row, or None when unknown (or another tenant's).
+
+        Raises:
+            AmbiguousSourceError: no tenant given and several tenants have
+                a source of that id.
         """
-        row = self._find(schema.sources, tenant_id=tenant_id, source_id=source_id)
-        return None if row is None else _source_from_row(row)
+        t = schema.sources
+        query = select(t).where(t.c.source_id == source_id)
+        if tenant_id is not None:
+            query = query.where(t.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            rows = conn.execute(query.limit(2)).mappings().all()
+        if len(rows) > 1:
+            raise AmbiguousSourceError(source_id)
+        return _source_from_row(rows[0]) if rows else None
 
     def source_ids(self) -> list[str]:
-        """Every registered source id, sorted."""
+        """Every registered source id, sorted (ids are unique per tenant only)."""
         t = schema.sources
         with self._read_engine.connect() as conn:
-            return sorted(conn.execute(select(t.c.source_id)).scalars())
+            return sorted(set(conn.execute(select(t.c.source_id)).scalars()))
 
     def owned_source_ids(self, tenant_id: str, source_ids: Iterable[str]) -> set[str]:
         """The subset of ``source_ids`` that are the tenant's sources."""

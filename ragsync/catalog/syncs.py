@@ -26,6 +26,7 @@ from sqlalchemy import and_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, new_id
+from ragsync.errors import AmbiguousSourceError
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
 SYNC_MODES = ("incremental", "full")
@@ -165,6 +166,14 @@ def _run_from_row(row: Mapping[Any, Any]) -> SyncRun:
     )
 
 
+def _source_where(t: Any, source_id: str, tenant_id: str | None) -> Any:
+    """The source's row: by (tenant, id), or by id alone for operator tools
+    (which then act on every tenant's source of that id: callers that know
+    the tenant pass it)."""
+    cond = t.c.source_id == source_id
+    return cond if tenant_id is None else and_(cond, t.c.tenant_id == tenant_id)
+
+
 class SyncsRepository(Repository):
     """Source sync state and sync runs."""
 
@@ -173,12 +182,12 @@ class SyncsRepository(Repository):
     def source_state(self, source_id: str, tenant_id: str | None = None) -> SourceState | None:
         """The source, or None (also when ``tenant_id`` is given and not its owner)."""
         t = schema.sources
-        query = select(t).where(t.c.source_id == source_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
+        query = select(t).where(_source_where(t, source_id, tenant_id)).limit(2)
         with self._read_engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
-        return _state_from_row(row) if row is not None else None
+            rows = conn.execute(query).mappings().all()
+        if len(rows) > 1:
+            raise AmbiguousSourceError(source_id)
+        return _state_from_row(rows[0]) if rows else None
 
     def source_states(self, tenant_id: str | None = None) -> list[SourceState]:
         """Every source (of one tenant, or all), ordered by id."""
@@ -193,6 +202,7 @@ class SyncsRepository(Repository):
         self,
         source_id: str,
         *,
+        tenant_id: str | None = None,
         options: Mapping[str, Any] | None = None,
         credentials_ref: str | None = None,
         sync: str | None = None,
@@ -217,24 +227,28 @@ class SyncsRepository(Repository):
                 raise ValueError("poll_interval_s must be positive")
             values["poll_interval_s"] = poll_interval_s
         if not values:
-            return self.source_state(source_id) is not None
+            return self.source_state(source_id, tenant_id) is not None
         t = schema.sources
         with self._engine.begin() as conn:
-            return bool(conn.execute(update(t).where(t.c.source_id == source_id).values(**values)).rowcount)
+            where = _source_where(t, source_id, tenant_id)
+            return bool(conn.execute(update(t).where(where).values(**values)).rowcount)
 
-    def save_cursor(self, source_id: str, cursor: str) -> None:
+    def save_cursor(self, source_id: str, cursor: str, *, tenant_id: str | None = None) -> None:
         """Persist where the next incremental sync starts (call only after the
         events read up to ``cursor`` are durably queued)."""
         t = schema.sources
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.source_id == source_id).values(cursor=cursor))
+            conn.execute(update(t).where(_source_where(t, source_id, tenant_id)).values(cursor=cursor))
 
-    def sync_started(self, source_id: str, *, at: float | None = None) -> None:
+    def sync_started(self, source_id: str, *, at: float | None = None, tenant_id: str | None = None) -> None:
         t = schema.sources
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.source_id == source_id).values(last_sync_at=at or _now()))
+            where = _source_where(t, source_id, tenant_id)
+            conn.execute(update(t).where(where).values(last_sync_at=at or _now()))
 
-    def sync_succeeded(self, source_id: str, *, full: bool, listed: int | None = None) -> None:
+    def sync_succeeded(
+        self, source_id: str, *, full: bool, listed: int | None = None, tenant_id: str | None = None
+    ) -> None:
         """A sync ended well: the failure count and any rate-limit wait reset;
         a full listing records its time and size."""
         now = _now()
@@ -243,10 +257,16 @@ class SyncsRepository(Repository):
             values.update(last_full_at=now, last_listed=listed)
         t = schema.sources
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.source_id == source_id).values(**values))
+            conn.execute(update(t).where(_source_where(t, source_id, tenant_id)).values(**values))
 
     def sync_failed(
-        self, source_id: str, *, failures: int, pause_reason: str = "", retry_at: float | None = None
+        self,
+        source_id: str,
+        *,
+        failures: int,
+        pause_reason: str = "",
+        retry_at: float | None = None,
+        tenant_id: str | None = None,
     ) -> None:
         """A sync failed: record the count, a rate-limit wait, and pause the
         source when ``pause_reason`` is given."""
@@ -255,15 +275,15 @@ class SyncsRepository(Repository):
             values.update(paused_at=_now(), pause_reason=pause_reason[:4000])
         t = schema.sources
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.source_id == source_id).values(**values))
+            conn.execute(update(t).where(_source_where(t, source_id, tenant_id)).values(**values))
 
-    def pause_source(self, source_id: str, reason: str) -> bool:
+    def pause_source(self, source_id: str, reason: str, *, tenant_id: str | None = None) -> bool:
         """Pause a source by hand. Returns False when there is no such source."""
         t = schema.sources
         with self._engine.begin() as conn:
             result = conn.execute(
                 update(t)
-                .where(t.c.source_id == source_id)
+                .where(_source_where(t, source_id, tenant_id))
                 .values(paused_at=_now(), pause_reason=reason[:4000])
             )
         return bool(result.rowcount)
@@ -275,9 +295,7 @@ class SyncsRepository(Repository):
             False when there is no such source (of that tenant).
         """
         t = schema.sources
-        cond = t.c.source_id == source_id
-        if tenant_id is not None:
-            cond = and_(cond, t.c.tenant_id == tenant_id)
+        cond = _source_where(t, source_id, tenant_id)
         with self._engine.begin() as conn:
             result = conn.execute(
                 update(t).where(cond).values(paused_at=None, pause_reason=None, failures=0, retry_at=None)
@@ -311,7 +329,7 @@ class SyncsRepository(Repository):
             pending = (
                 conn.execute(
                     select(r)
-                    .where(r.c.source_id == source_id, r.c.state.in_(_PENDING))
+                    .where(r.c.tenant_id == tenant_id, r.c.source_id == source_id, r.c.state.in_(_PENDING))
                     .order_by(r.c.requested_at)
                     .limit(1)
                 )
@@ -406,8 +424,9 @@ class SyncsRepository(Repository):
                 ).rowcount
             )
 
-    def pending_sync_sources(self) -> set[str]:
-        """Sources with a run queued or running."""
+    def pending_sync_sources(self) -> set[tuple[str, str]]:
+        """``(tenant_id, source_id)`` of the sources with a run queued or running."""
         r = schema.sync_requests
+        query = select(r.c.tenant_id, r.c.source_id).where(r.c.state.in_(_PENDING))
         with self._read_engine.connect() as conn:
-            return set(conn.execute(select(r.c.source_id).where(r.c.state.in_(_PENDING))).scalars())
+            return {(str(t), str(s)) for t, s in conn.execute(query).all()}

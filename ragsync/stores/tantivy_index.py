@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,16 @@ from typing import Any
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
 from ragsync.stores.base import Hit
+
+_PATH_LOCKS: dict[str, threading.Lock] = {}
+_PATH_LOCKS_GUARD = threading.Lock()
+
+
+def _path_lock(path: str) -> threading.Lock:
+    """The process-wide lock of one index directory."""
+    with _PATH_LOCKS_GUARD:
+        return _PATH_LOCKS.setdefault(str(Path(path).resolve()), threading.Lock())
+
 
 WRITER_HEAP_BYTES = 50_000_000
 """Writer memory budget; tantivy needs at least 15 MB per thread."""
@@ -143,7 +154,14 @@ class TantivyKeywordIndex:
 
     def _write(self, operations: Callable[[Any], None]) -> None:
         """Run ``operations`` on the writer and commit; on any failure roll
-        back so nothing of the call is kept, and raise ``WriteError``."""
+        back so nothing of the call is kept, and raise ``WriteError``.
+
+        Writers of one index in this process (the stream's lane pipelines run
+        in threads) take turns: tantivy allows one writer at a time."""
+        with _path_lock(self.path):
+            self._write_locked(operations)
+
+    def _write_locked(self, operations: Callable[[Any], None]) -> None:
         writer = self._get_writer()
         try:
             operations(writer)
