@@ -7,6 +7,7 @@ import json
 import threading
 import time
 from collections.abc import Iterator
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +57,15 @@ def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
     return server, thread, port
 
 
+# The operator lets each tenant declare wikis under its own path.
+ALLOWED = ("https://wiki.example.org/{tenant}", "https://wiki.example.org/w")
+WIKI_A = "https://wiki.example.org/tenant-a/api.php"
+WIKI_B = "https://wiki.example.org/tenant-b/api.php"
+
+
 @pytest.fixture
 def api(catalog_url: str) -> Iterator[Api]:
-    app = create_app(catalog_url, max_body_bytes=MAX_BODY)
+    app = create_app(catalog_url, max_body_bytes=MAX_BODY, allowed_locations=ALLOWED)
     keys: ApiKeys = app.state.keys
     _, key_a = keys.create_tenant("tenant-a")
     _, key_b = keys.create_tenant("tenant-b")
@@ -86,7 +93,14 @@ def api(catalog_url: str) -> Iterator[Api]:
 
 
 def _source(api: Api, source_id: str = "wiki-eng", client: Any = None) -> dict[str, Any]:
-    body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": source_id}
+    uri = WIKI_B if client is api.b else WIKI_A
+    body = {
+        "type": "wiki",
+        "credentials_ref": SECRET_REF,
+        "sync": "webhook",
+        "source_id": source_id,
+        "uri": uri,
+    }
     r = (client or api.a).post("/v1/sources", json=body)
     assert r.status_code == 201, r.text
     return dict(r.json())
@@ -101,7 +115,7 @@ def _event(
         "op": "upsert",
         "source_version": version,
         "acl_groups": ["eng"],
-        "content_uri": f"gs://bucket/{doc_id}.html",
+        "content_uri": f"{WIKI_A}?title={doc_id}",
         "event_time": "2026-12-01T10:00:00Z",
         **kw,
     }
@@ -190,7 +204,7 @@ def test_create_source_and_request_sync(api: Api) -> None:
         "source_id": "wiki-eng",
         "tenant_id": "tenant-a",
         "type": "wiki",
-        "uri": "",
+        "uri": WIKI_A,
         "sync": "webhook",
         "poll_interval_s": None,
         "credentials_ref_set": True,
@@ -324,15 +338,17 @@ def test_the_same_event_twice_is_queued_once(api: Api) -> None:
 def test_idempotency_key_deduplicates_single_event_posts(api: Api) -> None:
     _source(api)
     first = api.a.post("/internal/events", json=_event(), headers={"Idempotency-Key": "k-1"})
-    # A resend with another event_time would derive the same id anyway; a new
-    # version under the same key is still the same delivery.
-    again = api.a.post("/internal/events", json=_event(version=2), headers={"Idempotency-Key": "k-1"})
+    resent = api.a.post("/internal/events", json=_event(), headers={"Idempotency-Key": "k-1"})
+    # The same key with a different change is refused, never silently dropped
+    # (the IETF Idempotency-Key draft's rule).
+    reused = api.a.post("/internal/events", json=_event(version=2), headers={"Idempotency-Key": "k-1"})
     other = api.a.post("/internal/events", json=_event(version=2), headers={"Idempotency-Key": "k-2"})
-    assert [r.json() for r in (first, again, other)] == [
+    assert [r.json() for r in (first, resent, other)] == [
         {"accepted": 1, "duplicates": 0, "rejected": []},
         {"accepted": 0, "duplicates": 1, "rejected": []},
         {"accepted": 1, "duplicates": 0, "rejected": []},
     ]
+    assert (reused.status_code, reused.json()["error"]["code"]) == (409, "conflict")
     assert api.catalog.queue_stats()["depth"] == 2
     r = api.a.post("/internal/events", json={"events": [_event()]}, headers={"Idempotency-Key": "k-3"})
     assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
@@ -347,7 +363,7 @@ def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) ->
         _event(doc_id="c", op="delete"),
         _event(source_id="nope"),
         _event(doc_id="d", event_time="yesterday"),
-        _event(doc_id="x" * 300),
+        _event(doc_id="x" * 1100),
         _event(doc_id="e", acl_groups="eng"),
     ]
     r = api.a.post("/internal/events", json={"events": batch})
@@ -360,7 +376,7 @@ def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) ->
             {"index": 2, "error": "an event must be a JSON object"},
             {"index": 4, "error": "unknown source 'nope'"},
             {"index": 5, "error": "'event_time' 'yesterday' is not ISO 8601"},
-            {"index": 6, "error": "'doc_id' is longer than 255 characters"},
+            {"index": 6, "error": "'doc_id' is longer than 1024 characters"},
             {"index": 7, "error": "'acl_groups' must be a list of strings"},
         ],
     }
@@ -523,7 +539,7 @@ def _dead_letters(api: Api) -> tuple[str, int]:
     _source(api)
     api.a.post("/internal/events", json=_event())
     (queued,) = api.catalog.pending_events()
-    api.catalog.ack_events([queued["event_id"]], state="dead")
+    api.catalog.ack_events([("tenant-a", queued["event_id"])], state="dead")
     api.catalog.add_dead_letter(
         DeadLetter(
             stage="fetch",
@@ -612,7 +628,7 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
     _source(api)
     api.a.post("/internal/events", json=_event(doc_id="pages/q", event_id="ev-queued"))
     (queued,) = api.catalog.pending_events()
-    api.catalog.ack_events(["ev-queued"], state="dead")
+    api.catalog.ack_events([("tenant-a", "ev-queued")], state="dead")
     event = parse_event(json.loads(queued["payload"]))
     internal = ids.doc_id("tenant-a", "wiki-eng", "pages/q")
     qe = QueuedEvent(event, "tenant-a", internal, attempts=4)
@@ -663,7 +679,7 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
         "ev-remote": "pages/r",
     }
     replayed = parse_event(json.loads(api.catalog.get_event("ev-remote")["payload"]))  # type: ignore[index]
-    assert replayed == remote
+    assert (replayed.tenant_id, dataclasses.replace(replayed, tenant_id="")) == ("tenant-a", remote)
     assert api.a.get("/v1/dead-letters").json() == []
 
 
@@ -703,35 +719,27 @@ def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
     # B sees none of A's dead letters and cannot queue events for A's source.
     assert api.b.get("/v1/dead-letters").json() == []
     r = api.b.post("/internal/events", json=_event(doc_id="pages/9"))
-    assert r.json() == {
-        "accepted": 0,
-        "duplicates": 0,
-        "rejected": [{"index": 0, "error": "unknown source 'wiki-eng'"}],
-    }
-    # ... nor claim A's source id, and the answer does not say whose it is.
+    assert (r.status_code, r.json()["error"]["message"]) == (422, "unknown source 'wiki-eng'")
+    # Source ids are each tenant's own: B may name a source "wiki-eng" too
+    # (its own), and only A's second "wiki-eng" is a conflict.
+    body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"}
+    r = api.b.post("/v1/sources", json={**body, "uri": WIKI_B})
+    r_own = api.a.post("/v1/sources", json={**body, "uri": WIKI_A})
+    assert (r.status_code, r.json()["tenant_id"]) == (201, "tenant-b")
+    assert (r_own.status_code, r_own.json()) == (
+        409,
+        _error("conflict", "source_id 'wiki-eng' is already taken"),
+    )
+    # B's events for its own "wiki-eng" never touch A's, even under A's event id.
     r = api.b.post(
-        "/v1/sources",
-        json={"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"},
+        "/internal/events",
+        json=_event(doc_id="pages/9", event_id=event_id, content_uri=f"{WIKI_B}?title=pages/9"),
     )
-    r_own = api.a.post(
-        "/v1/sources",
-        json={"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"},
-    )
-    assert (
-        (r.status_code, r.json())
-        == (r_own.status_code, r_own.json())
-        == (
-            409,
-            _error("conflict", "source_id 'wiki-eng' is already taken"),
-        )
-    )
-    # An explicit event_id already used by A's source is refused for B's own source.
-    _source(api, "b-drive", client=api.b)
-    r = api.b.post("/internal/events", json=_event(source_id="b-drive", event_id=event_id))
-    assert r.json()["rejected"] == [{"index": 0, "error": f"event_id {event_id!r} is used by another source"}]
+    assert r.json() == {"accepted": 1, "duplicates": 0, "rejected": []}
+    assert api.catalog.tenant_event("tenant-b", event_id)["doc_id"] == "pages/9"  # type: ignore[index]
     # Nothing of A's changed: A's dead letters are still open, its event is still dead.
     assert len(api.a.get("/v1/dead-letters").json()) == 2
-    assert api.catalog.get_event(event_id)["state"] == "dead"  # type: ignore[index]
+    assert api.catalog.tenant_event("tenant-a", event_id)["state"] == "dead"  # type: ignore[index]
     assert api.catalog.get_backfill(backfill, tenant_id="tenant-b") is None
 
 

@@ -345,6 +345,16 @@ def test_corpus_corrupt(rel: str) -> None:
         _parse_file(CORPUS / "documents" / rel)
 
 
+@pytest.mark.parametrize("name", ["notes.odt", "sheet.ods", "book.epub"])
+def test_a_zip_format_that_is_not_a_zip_is_corrupt_without_tika(name: str, tmp_path: Path) -> None:
+    """Named like an OpenDocument/EPUB file but plain text: refused as corrupt
+    by the container check (the Tika VM is never started for it)."""
+    path = tmp_path / name
+    path.write_bytes(b"This is not a zip file!\n" * 3)
+    with pytest.raises(CorruptDocumentError, match="not a ZIP container"):
+        _parse_file(path)
+
+
 @corpus_required
 def test_corpus_pptx_slide_order() -> None:
     result = _parse_file(CORPUS / "documents" / "unstructured" / "fake-power-point-many-pages.pptx")

@@ -171,9 +171,10 @@ def _location(request: Request, body: SourceIn, tenant_id: str) -> str:
             "http(s) API URL, outside ragsync's own state",
         ) from None
     # A tenant may only declare a location the operator allows it: without
-    # this, a tenant could name another tenant's folder or the host's files.
+    # this, a tenant could name another tenant's folder, the host's files or
+    # an internal address. A type's fixed public API (Drive's) needs no grant.
     allowed: tuple[str, ...] = getattr(request.app.state, "allowed_locations", ())
-    if not allowed_for_tenant(location, allowed, tenant_id):
+    if body.uri is not None and not allowed_for_tenant(location, allowed, tenant_id):
         raise _invalid(
             "uri",
             "not a location this server lets your tenant declare (the operator lists them with "

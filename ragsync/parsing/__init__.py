@@ -130,6 +130,10 @@ def _tika(mime: str) -> Callable[[bytes, int], RawParse]:
     def run(data: bytes, max_pages: int) -> RawParse:
         from ragsync.parsing.tika import parse_tika
 
+        if mime in _ZIP_CONTAINERS and not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+            # A file named like an OpenDocument/EPUB that is not a ZIP: say so
+            # without starting the Tika VM.
+            raise CorruptDocumentError(f"document: not a valid {mime} file (not a ZIP container)")
         return parse_tika(data, mime)
 
     return run
@@ -151,6 +155,9 @@ _TIKA_MIMES = (
     "text/rtf",
     "application/epub+zip",
 )
+
+# Tika formats stored as ZIP containers.
+_ZIP_CONTAINERS = frozenset(m for m in _TIKA_MIMES if "opendocument" in m or m == "application/epub+zip")
 
 _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
     MIME_PDF: _pdf,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 from typing import Any, TypeGuard
 
 from bs4 import BeautifulSoup
@@ -240,6 +241,24 @@ def _check_failure(text_found: bool, meta: dict[str, str], mime: str, name: str)
         raise CorruptDocumentError(f"{name}: Tika failed: {trace}")
 
 
+def _is_panic(exc: BaseException) -> bool:
+    """pyo3 panics derive from BaseException: the native Tika VM itself
+    failed (e.g. it could not reserve memory under load), not the file."""
+    return type(exc).__name__ == "PanicException"
+
+
+def _extract(data: bytes, max_chars: int) -> tuple[str, Any]:
+    """Tika's XHTML and metadata; a VM failure is tried once more (it is the
+    machine's state, not the document, and usually passes a second time)."""
+    try:
+        return _extractor(max_chars).extract_bytes_to_string(bytearray(data))  # type: ignore[no-any-return]
+    except BaseException as exc:  # noqa: BLE001
+        if not _is_panic(exc):
+            raise
+        time.sleep(0.5)
+        return _extractor(max_chars).extract_bytes_to_string(bytearray(data))  # type: ignore[no-any-return]
+
+
 def parse_tika(
     data: bytes, mime: str, *, max_chars: int = DEFAULT_MAX_CHARS, filename: str = "", embedded: bool = True
 ) -> RawParse:
@@ -271,14 +290,12 @@ def parse_tika(
     """
     name = filename or "document"
     try:
-        xhtml, raw_meta = _extractor(max_chars).extract_bytes_to_string(bytearray(data))
+        xhtml, raw_meta = _extract(data, max_chars)
     except BaseException as exc:  # noqa: BLE001 - the native binding raises TypeError/RuntimeError/...
         if isinstance(exc, KeyboardInterrupt | SystemExit):
             raise
-        if type(exc).__name__ == "PanicException":
-            # pyo3 panics derive from BaseException: the native Tika VM
-            # itself failed (e.g. it could not reserve memory), not the file.
-            raise ParserCrashError(f"{name}: the Tika native VM failed: {str(exc)[:300]}") from exc
+        if _is_panic(exc):
+            raise ParserCrashError(f"{name}: the Tika native VM failed twice: {str(exc)[:300]}") from exc
         message = str(exc)
         if _ENCRYPTED.search(message):
             raise EncryptedDocumentError(f"{name}: {message[:300]}") from exc
