@@ -185,10 +185,14 @@ class FolderConnector:
         """(uri, relative path, size, mtime) of every file of one shard."""
         if self.location.scheme == LOCAL:
             real_root = self.reader.real_root
-            for path, st in self.reader.walk():
+            # Entries the reader will not read (links leaving the root,
+            # devices, FIFOs, sockets) are listed too: fetching them is
+            # refused, so each becomes an ``invalid_event`` dead letter with
+            # the reason instead of vanishing from the listing unseen.
+            for path, st in self.reader.walk(include_refused=True):
                 rel = os.path.relpath(path, real_root)
                 uri = local_uri(os.path.join(self.location.root, rel))
-                yield uri, rel, st.st_size, st.st_mtime
+                yield uri, rel, st.st_size if st else 0, st.st_mtime if st else 0.0
             return
         if not shard.startswith(self.root.rstrip("/") + "/"):
             raise ValueError(f"shard {shard!r} is not under {self.root}")

@@ -214,13 +214,15 @@ class ContentReader:
 
     # -- listing --------------------------------------------------------------------
 
-    def walk(self) -> Iterator[tuple[str, os.stat_result]]:
+    def walk(self, *, include_refused: bool = False) -> Iterator[tuple[str, os.stat_result | None]]:
         """Every regular file under a local location, as (path, stat).
 
         Symlinks are followed only when their target is inside the root (files
-        and directories alike); a directory is visited once (loops end);
-        devices, FIFOs and sockets are skipped. Paths keep undecodable bytes
-        as surrogate escapes (``os.fsdecode``). Order: sorted by path.
+        and directories alike); a directory is visited once (loops end).
+        Devices, FIFOs, sockets and links leaving the root are never read:
+        with ``include_refused`` they are yielded as (path, None) so the
+        caller can report each one, else skipped. Paths keep undecodable
+        bytes as surrogate escapes (``os.fsdecode``). Order: sorted by path.
 
         Raises:
             FetchError: the root cannot be listed (missing, no access): a
@@ -236,11 +238,11 @@ class ContentReader:
         if not stat.S_ISDIR(root_stat.st_mode):
             raise FetchError(f"{self.location.root} is not a folder")
         seen_dirs = {(root_stat.st_dev, root_stat.st_ino)}
-        yield from self._walk_dir(root, seen_dirs)
+        yield from self._walk_dir(root, seen_dirs, include_refused)
 
     def _walk_dir(
-        self, directory: str, seen_dirs: set[tuple[int, int]]
-    ) -> Iterator[tuple[str, os.stat_result]]:
+        self, directory: str, seen_dirs: set[tuple[int, int]], include_refused: bool
+    ) -> Iterator[tuple[str, os.stat_result | None]]:
         try:
             with os.scandir(directory) as it:
                 entries = sorted(it, key=lambda e: e.name)
@@ -252,16 +254,17 @@ class ContentReader:
                 st = os.stat(path) if entry.is_symlink() else entry.stat(follow_symlinks=False)
             except OSError:
                 continue  # a dangling link or a file removed meanwhile
-            if entry.is_symlink() and not self._under_real_root(os.path.realpath(path)):
-                continue  # a link that leaves the root is never followed
-            if stat.S_ISDIR(st.st_mode):
+            leaves_root = entry.is_symlink() and not self._under_real_root(os.path.realpath(path))
+            if not leaves_root and stat.S_ISDIR(st.st_mode):
                 key = (st.st_dev, st.st_ino)
                 if key in seen_dirs:
                     continue
                 seen_dirs.add(key)
-                yield from self._walk_dir(path, seen_dirs)
-            elif stat.S_ISREG(st.st_mode):
+                yield from self._walk_dir(path, seen_dirs, include_refused)
+            elif not leaves_root and stat.S_ISREG(st.st_mode):
                 yield path, st
+            elif include_refused:
+                yield path, None  # a link leaving the root, a device, FIFO or socket
 
 
 class LocatedHttpClient:

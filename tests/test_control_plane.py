@@ -3,11 +3,11 @@ with a real HTTP client, on SQLite and PostgreSQL (``catalog_url``)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 import time
 from collections.abc import Iterator
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 

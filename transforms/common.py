@@ -16,7 +16,15 @@ from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.display import safe_text
 from ragsync.errors import classify
-from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, ParsedDocument, QueuedEvent, SourceFile
+from ragsync.model import (
+    DeadLetter,
+    DocumentPlan,
+    Event,
+    FetchedDocument,
+    ParsedDocument,
+    QueuedEvent,
+    SourceFile,
+)
 
 NAMESPACE = "ragsync"
 _TRACEBACK_CHARS = 4000
@@ -106,7 +114,7 @@ def _identity(element: Any) -> dict[str, Any]:
         }
     if isinstance(element, dict):  # an event row that could not be resolved
         return {
-            "doc_id": "",
+            "doc_id": _row_doc_id(element),
             "uri": "",
             "tenant_id": str(element.get("tenant_id") or ""),
             "source_version": str(element.get("source_version") or ""),
@@ -122,6 +130,19 @@ def _identity(element: Any) -> dict[str, Any]:
         "attempts": 1,
         "payload": repr(element)[:4000],
     }
+
+
+def _row_doc_id(row: dict[str, Any]) -> str:
+    """The document id an unresolved event row names ('' when its payload is
+    not an event or its tenant is unknown), so the refusal shows in that
+    document's status."""
+    tenant = str(row.get("tenant_id") or "")
+    try:
+        event = Event.from_json(str(row.get("payload") or ""))
+    except (ValueError, TypeError, KeyError):
+        return ""
+    tenant = tenant or event.tenant_id
+    return ids.doc_id(tenant, event.source_id, event.doc_id) if tenant else ""
 
 
 def dead_letter_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]]]) -> DeadLetter:

@@ -1,0 +1,250 @@
+"""The trust boundary attacked end to end, the way a tenant would: events
+through the stream, a hostile folder through a backfill, and the API.
+
+Whatever a tenant names, ragsync reads only regular files under the source's
+location, within the byte limit; everything refused is a dead letter with a
+reason that is not retried on restart, the rest of the work goes on, and the
+secret outside the location never becomes searchable.
+(The reader's own unit tests are in ``tests/test_trust_boundary.py``.)
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.streaming import run_stream
+from beam_pipelines.sync import run_backfill
+from connectors.events import parse_event
+from control_plane.app import create_app
+from ragsync import ids
+from ragsync.config import Settings, open_catalog
+from ragsync.embedding import default_model
+from ragsync.query import hybrid_query
+
+pytestmark = pytest.mark.slow
+SECRET = "The vault combination is seven seven three one."
+GOOD = "# Holidays\n\nThe office closes on the first Monday of August for the summer holiday.\n"
+LIMIT = 64 * 1024
+
+
+def _world(tmp_path: Path) -> dict[str, Path]:
+    """Tenant A's folder full of traps, tenant B's folder and a secret outside both."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    secret = tmp_path / "secret.md"
+    secret.write_text(f"# Secret\n\n{SECRET}\n")
+    (b / "b-only.md").write_text(f"# B\n\n{SECRET}\n")
+    (a / "good.md").write_text(GOOD)
+    os.symlink(a / "good.md", a / "alias.md")  # a link inside the root is fine
+    os.symlink(secret, a / "leak.md")  # a link leaving the root is refused
+    os.symlink("/dev/zero", a / "zero.md")  # a device behind a link
+    os.mkfifo(a / "pipe.md")  # would hang a reader forever
+    (a / "big.md").write_text("# Big\n\n" + "word " * (LIMIT // 4))  # over the byte limit
+    return {"a": a, "b": b, "secret": secret}
+
+
+def _settings(tmp_path: Path) -> Settings:
+    return Settings(
+        home=str(tmp_path.with_name(tmp_path.name + "_home")),
+        max_bytes=LIMIT,
+        fetch_timeout_s=10.0,
+        event_lease_s=5.0,
+    )
+
+
+def _secret_hits(settings: Settings, tenant: str) -> list[str]:
+    hits = hybrid_query(
+        settings, "vault combination seven", groups=["everyone", "staff"], tenant_id=tenant, k=20
+    )
+    return [h.text for h in hits if "vault" in h.text]
+
+
+def _dead_letters(settings: Settings, tenant: str) -> dict[str, str]:
+    """Open dead letters of the tenant: {object id or uri: error class}."""
+    cat = open_catalog(settings)
+    try:
+        rows = cat.list_dead_letters(tenant_id=tenant, limit=1000)
+    finally:
+        cat.close()
+    return {_object_name(r.doc_id, r.uri): r.error_class for r in rows}
+
+
+def _object_name(doc_id: str, uri: str) -> str:
+    """The event's object id when the dead letter is one of the events below
+    (ragsync's document id hashes it), else the file's name."""
+    names = {ids.doc_id("tenant-a", "a-docs", name): name for name in EVENT_NAMES}
+    return names.get(doc_id) or Path(uri).name
+
+
+EVENT_NAMES = ("good", "alias", "passwd", "dotdot", "encoded", "other-tenant", "leak", "zero", "pipe", "big")
+
+
+def test_events_naming_anything_outside_the_location_become_dead_letters(tmp_path: Path) -> None:
+    world = _world(tmp_path)
+    settings = _settings(tmp_path)
+    prepare_stores(settings, default_model())
+    register_source(settings, "a-docs", "tenant-a", "object_store", str(world["a"]))
+    register_source(settings, "b-docs", "tenant-b", "object_store", str(world["b"]))
+    a = world["a"]
+    targets = {
+        "good": f"file://{a}/good.md",
+        "alias": str(a / "alias.md"),
+        "passwd": "file:///etc/passwd",
+        "dotdot": f"{a}/../secret.md",
+        "encoded": f"file://{a}/%2e%2e/secret.md",
+        "other-tenant": str(world["b"] / "b-only.md"),
+        "leak": str(a / "leak.md"),
+        "zero": str(a / "zero.md"),
+        "pipe": str(a / "pipe.md"),
+        "big": str(a / "big.md"),
+    }
+    events = [
+        {
+            "source_id": "a-docs",
+            "tenant_id": "tenant-a",
+            "doc_id": name,
+            "op": "upsert",
+            "source_version": 1,
+            "acl_groups": ["staff"],
+            "content_uri": uri,
+            "event_time": time.time() - 5,
+        }
+        for name, uri in targets.items()
+    ]
+    cat = open_catalog(settings)
+    try:
+        # Straight into the queue, as a Pub/Sub or Kafka message would arrive:
+        # the stream itself must hold the boundary, not only the API.
+        assert cat.enqueue_events([parse_event(e) for e in events]) == (len(events), 0)
+    finally:
+        cat.close()
+    summary = run_stream(settings, until_idle=True, show_progress=False)
+    assert summary is not None
+    assert summary.documents_indexed == 2  # good and its in-root alias
+    assert summary.dead_lettered == 8
+    refused = {
+        n: "invalid_event" for n in ("passwd", "dotdot", "encoded", "other-tenant", "leak", "zero", "pipe")
+    }
+    assert _dead_letters(settings, "tenant-a") == {**refused, "big": "too_large"}
+    assert _secret_hits(settings, "tenant-a") == []
+    hits = hybrid_query(settings, "summer holiday office", groups=["staff"], tenant_id="tenant-a", k=5)
+    assert {h.doc_id for h in hits} and all("August" in h.text for h in hits)
+    # A restart does not pick any of them up again.
+    again = run_stream(settings, until_idle=True, show_progress=False)
+    assert again is not None
+    assert (again.events_applied, again.dead_lettered, again.documents_indexed) == (0, 0, 0)
+    assert len(_dead_letters(settings, "tenant-a")) == 8
+
+
+def test_a_backfill_of_a_hostile_folder_indexes_only_its_own_regular_files(tmp_path: Path) -> None:
+    world = _world(tmp_path)
+    (world["a"] / "sub").mkdir()
+    os.symlink(world["b"], world["a"] / "sub" / "other-tenant")  # a folder link out of the root
+    odd = os.fsencode(str(world["a"])) + b"/caf\xe9-notes.md"  # a name that is not UTF-8
+    with open(odd, "wb") as fh:
+        fh.write(b"# Cafe\n\nThe cafe on the ground floor opens at eight.\n")
+    settings = _settings(tmp_path)
+    summary = run_backfill(
+        str(world["a"]), settings, tenant_id="tenant-a", acl_groups=["staff"], show_progress=False
+    )
+    # good.md and the non-UTF-8 name are indexed and alias.md is linked to
+    # good.md as its exact duplicate; every entry that is not read is a dead
+    # letter with its reason (nothing vanishes from the listing unseen).
+    assert (summary.documents_indexed, summary.documents_duplicate, summary.dead_lettered) == (2, 1, 5)
+    assert _dead_letters(settings, "tenant-a") == {
+        "leak.md": "invalid_event",
+        "zero.md": "invalid_event",
+        "pipe.md": "invalid_event",
+        "other-tenant": "invalid_event",
+        "big.md": "too_large",
+    }
+    assert _secret_hits(settings, "tenant-a") == []
+    hits = hybrid_query(settings, "cafe ground floor", groups=["staff"], tenant_id="tenant-a", k=3)
+    assert hits and "eight" in hits[0].text
+
+
+# ---------------------------------------------------------------------- the API
+
+
+def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
+        time.sleep(0.01)
+    return server, thread, int(server.servers[0].sockets[0].getsockname()[1])
+
+
+def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path: Path) -> None:
+    world = _world(tmp_path)
+    home = tmp_path / "home"
+    app = create_app(
+        f"sqlite:///{tmp_path / 'catalog.db'}",
+        allowed_locations=(f"{tmp_path}/{{tenant}}",),
+        reserved_locations=(str(home),),
+    )
+    _, key_a = app.state.keys.create_tenant("a")
+    app.state.keys.create_tenant("b")
+    server, thread, port = _serve(app)
+    api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key_a})
+    try:
+        # A tenant may declare its own folder, never another's or the host's.
+        made = api.post(
+            "/v1/sources",
+            json={"type": "object_store", "sync": "webhook", "source_id": "docs", "uri": str(world["a"])},
+        )
+        assert made.status_code == 201, made.text
+        for uri in (str(world["b"]), "/etc", str(tmp_path), f"{world['a']}/../b"):
+            r = api.post("/v1/sources", json={"type": "object_store", "sync": "webhook", "uri": uri})
+            assert (r.status_code, r.json()["error"]["details"][0]["loc"]) == (422, ["body", "uri"]), uri
+            assert uri not in r.text
+
+        def push(uri: str, doc_id: str = "x") -> httpx.Response:
+            body = {
+                "source_id": "docs",
+                "doc_id": doc_id,
+                "op": "upsert",
+                "source_version": 1,
+                "acl_groups": ["staff"],
+                "content_uri": uri,
+                "event_time": "2026-12-01T10:00:00Z",
+            }
+            return api.post("/internal/events", json=body)
+
+        pairs = [  # (an address that exists, one that does not): identical answers
+            ("file:///etc/passwd", "file:///etc/no-such-file"),
+            (f"{world['a']}/../secret.md", f"{world['a']}/../no-such.md"),
+            (f"file://{world['a']}/%2E%2E/secret.md", f"file://{world['a']}/%2E%2E/none.md"),
+            (str(world["b"] / "b-only.md"), str(world["b"] / "none.md")),
+        ]
+        for present, absent in pairs:
+            r1, r2 = push(present), push(absent)
+            assert r1.status_code == r2.status_code == 422, (r1.text, r2.text)
+            assert r1.json()["error"]["details"][0]["loc"] == ["body", "content_uri"]
+            shape = [
+                r.json()["error"]["message"].replace(u, "ADDR") for r, u in ((r1, present), (r2, absent))
+            ]
+            assert shape[0] == shape[1], shape
+        # Inside the location, even a missing file is accepted: existence is
+        # only ever checked by the reader, whose answer becomes a dead letter.
+        good = push(str(world["a"] / "good.md"))
+        assert good.json().get("accepted") == 1, good.text
+        assert push(str(world["a"] / "later.md"), "later").json()["accepted"] == 1
+        assert app.state.catalog.queue_stats()["depth"] == 2
+    finally:
+        api.close()
+        server.should_exit = True
+        thread.join(timeout=20)
+        app.state.catalog.close()
