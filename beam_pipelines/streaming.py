@@ -202,9 +202,11 @@ def _lane_pipeline(
 ) -> beam.Pipeline:
     """One streaming pipeline: its event source, resolve, and the shared graph.
 
-    For the local queue it serves ``lanes``; the fast group hands slow
-    documents over when a slow pipeline runs beside it (``combined``), and the
-    slow group then waits for every lane to drain before it finishes."""
+    For the local queue it serves ``lanes``; the fast group always hands slow
+    documents over to the queue's slow lane (served by the slow group, in this
+    process with ``lanes="all"`` or by another ``ragsync stream --lanes slow``),
+    and a combined slow group waits for every lane to drain before it
+    finishes."""
     options = PipelineOptions(args)
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)
@@ -224,7 +226,7 @@ def _lane_pipeline(
         | "ResolveDeadLetters" >> ToDeadLetters("resolve")
         | "WriteResolveDeadLetters" >> WriteDeadLetters(settings)
     )
-    handoff = source == "queue" and combined and "slow" not in lanes
+    handoff = source == "queue" and "slow" not in lanes
     build_streaming_pipeline(
         resolved["good"], settings, spec, show_progress=show_progress, slow_handoff=handoff
     )

@@ -199,7 +199,7 @@ class QueueRepository(Repository):
             )
             return conn.execute(stmt).rowcount == 1
 
-    def move_to_lane(self, keys: Sequence[EventKey], lane: str) -> int:
+    def move_to_lane(self, keys: Sequence[EventKey], lane: str, *, now: float | None = None) -> int:
         """Hand leased events to another lane (a document found to need the
         slow lane): their lease ends now, so that lane's reader takes them."""
         if lane not in LANES:
@@ -211,7 +211,7 @@ class QueueRepository(Repository):
                 stmt = (
                     update(t)
                     .where(self._keyed(t, batch), t.c.state == "pending")
-                    .values(lane=lane, available_at=_now(), deliveries=0)
+                    .values(lane=lane, available_at=_now() if now is None else now, deliveries=0)
                 )
                 n += conn.execute(stmt).rowcount
         return n

@@ -1,0 +1,108 @@
+"""Lanes end to end: with a scanned page waiting for OCR, a permission change
+and a small edit are applied by the priority/fast workers without waiting for
+the slow lane, which a separate worker drains afterwards (real model, Milvus
+Lite, tantivy, Tesseract)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.streaming import run_stream
+from connectors.events import parse_event
+from ragsync.config import Settings, open_catalog
+from ragsync.embedding import default_model
+from ragsync.query import hybrid_query
+
+pytestmark = pytest.mark.slow
+TENANT, SOURCE = "acme", "share"
+
+
+def _scan(path: Path, text: str) -> None:
+    """A page image of ``text`` (what a scanner gives), 200 dpi-ish."""
+    img = Image.new("L", (1700, 600), 255)
+    draw = ImageDraw.Draw(img)
+    try:
+        font = ImageFont.truetype("DejaVuSans.ttf", 48)
+    except OSError:
+        font = ImageFont.load_default(size=48)
+    for i, line in enumerate(text.split("\n")):
+        draw.text((80, 80 + 90 * i), line, fill=0, font=font)
+    img.save(path)
+
+
+def _event(doc: str, op: str, version: int, groups: list[str], uri: str = "") -> dict[str, object]:
+    data: dict[str, object] = {
+        "source_id": SOURCE,
+        "tenant_id": TENANT,
+        "doc_id": doc,
+        "op": op,
+        "source_version": version,
+        "acl_groups": groups,
+        "event_time": time.time() - 1,
+    }
+    if uri:
+        data["content_uri"] = uri
+    return data
+
+
+def _push(settings: Settings, events: list[dict[str, object]]) -> None:
+    cat = open_catalog(settings)
+    try:
+        cat.enqueue_events([parse_event(e) for e in events])
+    finally:
+        cat.close()
+
+
+def _docs(settings: Settings, text: str, group: str) -> set[str]:
+    return {Path(h.uri).name for h in hybrid_query(settings, text, groups=[group], tenant_id=TENANT, k=10)}
+
+
+def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=30.0)
+    prepare_stores(settings, default_model())
+    register_source(settings, SOURCE, TENANT, "object_store", str(src))
+    (src / "policy.md").write_text("# Policy\n\nVisitors sign in at the front desk before nine.\n")
+    _push(settings, [_event("policy.md", "upsert", 1, ["staff"], str(src / "policy.md"))])
+    assert (
+        run_stream(settings, until_idle=True, show_progress=False, lanes="priority,fast").documents_indexed
+        == 1
+    )
+
+    # A scanned page arrives first, then an edit and a permission change.
+    _scan(src / "scan.png", "Fire drill every second Tuesday\nAssemble in the north car park")
+    (src / "policy.md").write_text("# Policy\n\nVisitors sign in at the reception desk before ten.\n")
+    _push(settings, [_event("scan.png", "upsert", 1, ["staff"], str(src / "scan.png"))])
+    _push(
+        settings,
+        [
+            _event("policy.md", "upsert", 2, ["staff"], str(src / "policy.md")),
+            _event("policy.md", "acl", 3, ["contractors"]),
+        ],
+    )
+    fast = run_stream(settings, until_idle=True, show_progress=False, lanes="priority,fast")
+    # The priority/fast workers applied both and handed the scan over.
+    assert (fast.documents_indexed, fast.documents_acl_updated) == (1, 1)
+    assert _docs(settings, "visitors reception desk", "contractors") == {"policy.md"}
+    assert _docs(settings, "visitors reception desk", "staff") == set()  # narrowed, fail closed
+    cat = open_catalog(settings)
+    try:
+        assert cat.queue_stats()["by_lane"] == {"slow": 1}
+    finally:
+        cat.close()
+    assert _docs(settings, "fire drill north car park", "staff") == set()
+
+    slow = run_stream(settings, until_idle=True, show_progress=False, lanes="slow")
+    assert slow.documents_indexed == 1
+    assert "scan.png" in _docs(settings, "fire drill north car park", "staff")
+    cat = open_catalog(settings)
+    try:
+        assert cat.queue_stats()["depth"] == 0
+    finally:
+        cat.close()
