@@ -261,16 +261,44 @@ def last_json(log: Path, offset: int = 0) -> dict[str, Any]:
     return {}
 
 
-def wait_drained(catalog: Any, proc: subprocess.Popen[bytes] | None, timeout_s: float) -> bool:
-    """Wait until no event is pending (or ``proc`` died); True when drained."""
+def wait_drained(
+    catalog: Any,
+    proc: subprocess.Popen[bytes] | None,
+    timeout_s: float,
+    lanes: tuple[str, ...] = ("priority", "fast", "slow"),
+) -> bool:
+    """Wait until no event of ``lanes`` is pending (or ``proc`` died); True when drained."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if catalog.unfinished_events() == 0:
+        if catalog.unfinished_events(lanes) == 0:
             return True
         if proc is not None and proc.poll() is not None:
             return False
         time.sleep(0.5)
-    return catalog.unfinished_events() == 0
+    return catalog.unfinished_events(lanes) == 0
+
+
+def write_scans(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]]:
+    """``n`` scanned pages (PNG images of text, what a scanner gives) and their
+    upsert events (ids ``scan-…``, so their own freshness is kept apart)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        font: Any = ImageFont.truetype("DejaVuSans.ttf", 34)
+    except OSError:
+        font = ImageFont.load_default(size=34)
+    events = []
+    for i in range(n):
+        img = Image.new("L", (1654, 2339), 255)  # A4 at 200 dpi
+        draw = ImageDraw.Draw(img)
+        for line in range(40):
+            draw.text((120, 140 + 52 * line), _paragraph(rng)[:80], fill=0, font=font)
+        path = folder / f"scan-{i:04d}.png"
+        img.save(path)
+        doc = Doc(name=f"scan-{i:04d}", title="", paragraphs=[], sections=[])
+        events.append(event(doc, "upsert", str(path)))
+    return events
 
 
 # --------------------------------------------------------------------------- the run
@@ -324,6 +352,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not wait_drained(catalog, proc, args.warmup_timeout):
             raise RuntimeError(f"stream did not start: {log.read_text(errors='replace')[-2000:]}")
         warmup_s = time.monotonic() - start
+        if args.slow_backlog:
+            # A backlog of scanned pages for the slow lane, queued just before
+            # the window: permission changes and edits must not wait for it.
+            enqueue(catalog, write_scans(docs_dir / "scans", args.slow_backlog, rng))
 
         # 3. the producer
         cache_before = catalog.count_rows("embedding_cache")
@@ -382,14 +414,18 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # 4. drain, then stop the stream
         start = time.monotonic()
-        drained = wait_drained(catalog, proc, args.drain_timeout)
+        drain_lanes = ("priority", "fast") if args.slow_backlog else ("priority", "fast", "slow")
+        drained = wait_drained(catalog, proc, args.drain_timeout, drain_lanes)
+        scans_pending = catalog.unfinished_events(("slow",))
         drain_s = time.monotonic() - start
         end = catalog.queue_stats()
         stopped = stop_group(proc)
         proc = None
         summary = last_json(log, live_offset)
 
-        rows = catalog.freshness_rows(since=since)
+        all_rows = catalog.freshness_rows(since=since)
+        rows = [r for r in all_rows if not r[0].startswith("scan-")]
+        scans_applied = len(all_rows) - len(rows)
         by_op: dict[str, list[float]] = {}
         for _, op_name, event_time, applied_at in rows:
             by_op.setdefault(op_name, []).append(max(0.0, applied_at - event_time))
@@ -415,9 +451,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             shutil.rmtree(work, ignore_errors=True)
 
     return {
+        "slow_backlog": {
+            "pages": args.slow_backlog,
+            "applied_by_end": scans_applied,
+            "pending_at_end": scans_pending,
+        },
         "config": {
             "rate": args.rate,
             "seconds": args.seconds,
+            "slow_backlog": args.slow_backlog,
             "base_documents": args.base,
             "seed": args.seed,
             "cpus": os.cpu_count(),
@@ -550,6 +592,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rate", type=float, default=4.6, help="changed documents per second (default 4.6)")
     parser.add_argument("--seconds", type=float, default=120.0, help="production window (default 120)")
     parser.add_argument("--base", type=int, default=200, help="base documents (default 200)")
+    parser.add_argument(
+        "--slow-backlog",
+        type=int,
+        default=0,
+        help="scanned pages queued for the slow lane just before the window (default 0)",
+    )
     parser.add_argument("--seed", type=int, default=7, help="random seed (documents and events)")
     parser.add_argument("--drain-timeout", type=float, default=180.0, help="longest wait for the queue")
     parser.add_argument("--base-timeout", type=float, default=600.0, help="longest wait for the base load")

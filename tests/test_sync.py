@@ -251,7 +251,18 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     key = json.loads(made.stdout)["api_key"]
     port = free_port()
     serve = subprocess.Popen(
-        [*cli, "serve", "--home", home, "--port", str(port), "--no-schedule"],
+        # The operator lets tenants declare this wiki (and nothing else).
+        [
+            *cli,
+            "serve",
+            "--home",
+            home,
+            "--port",
+            str(port),
+            "--no-schedule",
+            "--allow-location",
+            mediawiki.api_url,
+        ],
         stdout=subprocess.DEVNULL,
         stderr=(tmp_path / "serve.log").open("wb"),
         start_new_session=True,

@@ -52,7 +52,10 @@ class QueueRepository(Repository):
 
     def _event_tenants(self, conn: Any, events: Sequence[Any]) -> list[str]:
         """The tenant of each event: its own ``tenant_id``, else its source's
-        only owner. Raises ValueError for an unknown or ambiguous source."""
+        only owner, else '' for an unknown source (queued all the same: the
+        stream turns it into an ``invalid_event`` dead letter, so a bad event
+        in a batch neither blocks the others nor vanishes). Raises ValueError
+        for a source several tenants own (the sender must name the tenant)."""
         s = schema.sources
         missing = sorted({e.source_id for e in events if not getattr(e, "tenant_id", "")})
         owners: dict[str, list[str]] = {}
@@ -65,10 +68,9 @@ class QueueRepository(Repository):
             tenant = getattr(e, "tenant_id", "") or ""
             if not tenant:
                 found = owners.get(e.source_id, [])
-                if len(found) != 1:
-                    why = "is unknown" if not found else "belongs to several tenants: give the tenant"
-                    raise ValueError(f"source {e.source_id!r} {why}")
-                tenant = found[0]
+                if len(found) > 1:
+                    raise ValueError(f"source {e.source_id!r} belongs to several tenants: give the tenant")
+                tenant = found[0] if found else ""
             out.append(tenant)
         return out
 
@@ -81,8 +83,8 @@ class QueueRepository(Repository):
         (the pipeline moves a document it finds slow to the ``slow`` lane).
 
         Raises:
-            ValueError: an event without a tenant whose source is unknown or
-                owned by several tenants (nothing is queued).
+            ValueError: an event without a tenant whose source several
+                tenants own (nothing is queued).
 
         Returns:
             (newly queued, duplicates ignored).
