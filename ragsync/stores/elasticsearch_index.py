@@ -92,6 +92,7 @@ class ElasticsearchKeywordIndex:
         create: create ``{index}_v1`` with the alias ``{index}`` when the
             name does not exist.
         api_key: API key (base64 ``id:key``); empty for no auth.
+        basic_auth: ``(user, password)`` instead of an API key.
         client: an already built ``Elasticsearch`` client (tests, custom TLS
             settings); ``url`` and ``api_key`` are ignored then.
 
@@ -108,6 +109,7 @@ class ElasticsearchKeywordIndex:
         *,
         create: bool = False,
         api_key: str = "",
+        basic_auth: tuple[str, str] | None = None,
         client: Any = None,
     ) -> None:
         self.url = url
@@ -117,7 +119,13 @@ class ElasticsearchKeywordIndex:
                 from elasticsearch import Elasticsearch
             except ImportError as exc:
                 raise ConfigurationError("pip install 'ragsync[elasticsearch]'") from exc
-            client = Elasticsearch(url, api_key=api_key or None, request_timeout=60, retry_on_timeout=True)
+            client = Elasticsearch(
+                url,
+                api_key=api_key or None,
+                basic_auth=basic_auth,
+                request_timeout=60,
+                retry_on_timeout=True,
+            )
         self._es: Any = client
         try:
             self._open(create)
