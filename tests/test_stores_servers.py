@@ -178,3 +178,25 @@ def test_vector_contract(harness: Harness, check: Callable[[Harness], None]) -> 
     if harness.kind != "vector":
         pytest.skip("vector stores only")
     check(harness)
+
+
+def test_elasticsearch_index_versions_flip_and_roll_back_on_a_server() -> None:
+    """A version index beside the live one; the alias moves to it and back."""
+    if not ES_URL:
+        pytest.skip("set RAGSYNC_ES_URL=http://host:9200 to run against Elasticsearch")
+    name = f"ragsync_test_{uuid.uuid4().hex[:12]}"
+    live = ElasticsearchKeywordIndex(ES_URL, name, create=True, api_key=ES_API_KEY)
+    v2 = ElasticsearchKeywordIndex(ES_URL, f"{name}_v2", create=True, api_key=ES_API_KEY, alias=False)
+    try:
+        assert live.physical_index == f"{name}_v1"
+        v2.upsert([contract.make_chunk(1)])
+        v2.point_alias(name)
+        assert ElasticsearchKeywordIndex(ES_URL, name, api_key=ES_API_KEY).physical_index == f"{name}_v2"
+        assert sum(live.count_by_doc().values()) == 1  # the alias now reads v2
+        ElasticsearchKeywordIndex(ES_URL, f"{name}_v1", api_key=ES_API_KEY, alias=False).point_alias(name)
+        assert sum(live.count_by_doc().values()) == 0
+        v2.drop_physical()
+    finally:
+        v2.close()
+        live.close()
+        _drop_es(name)
