@@ -156,3 +156,60 @@ def test_a_new_version_index_is_created_without_an_alias() -> None:
     assert es.errors == [] and es.script == []
     body = es.requests[1].json_lines()[0]
     assert set(body) == {"mappings"} and body["mappings"]["dynamic"] == "strict"
+
+
+def _alias_moves(old: str, new: str) -> list[Exchange]:
+    """What a flip asks Elasticsearch, with its recorded answers."""
+    missing = {"error": f"alias [{new}] missing", "status": 404}
+    return [
+        Exchange("HEAD", f"/{new}"),
+        Exchange("HEAD", f"/_alias/{new}", status=404, body=missing),
+        Exchange("HEAD", "/_alias/kw"),
+        Exchange("GET", "/_alias/kw", body={old: {"aliases": {"kw": {"is_write_index": True}}}}),
+        Exchange("POST", "/_aliases", body={"acknowledged": True, "errors": False}),
+    ]
+
+
+def test_flip_and_rollback_move_the_milvus_and_elasticsearch_aliases_together(tmp_path: Path) -> None:
+    import time
+
+    from ragsync import index_versions as iv
+    from ragsync.catalog import IndexVersion
+    from ragsync.config import Settings, open_catalog
+    from ragsync.stores.milvus import MilvusVectorIndex
+
+    def row(n: int, state: str) -> IndexVersion:
+        return IndexVersion(
+            n, "minilm", "1", 8, f"ragsync_chunks_v{n}", f"kw_v{n}", state, time.time(), None, None, ""
+        )
+
+    with Replay(_alias_moves("kw_v1", "kw_v2") + _alias_moves("kw_v2", "kw_v1")) as es:
+        settings = Settings(home=str(tmp_path / "home"), es_url=es.url, es_index="kw")
+        MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks", 8, create=True).close()
+        MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks_v2", 8, create=True, alias=False).close()
+        catalog = open_catalog(settings)
+        catalog.add_index_version(row(1, iv.LIVE))
+        catalog.add_index_version(row(2, iv.BUILDING))
+        catalog.close()
+
+        assert iv.flip(settings, 2).state == iv.LIVE
+        vectors = MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks", 8)
+        assert vectors.physical_collection == "ragsync_chunks_v2"
+        vectors.close()
+        assert iv.rollback(settings).version == 1
+        vectors = MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks", 8)
+        assert vectors.physical_collection == "ragsync_chunks_v1"
+        vectors.close()
+        assert [(v.version, v.state) for v in iv.list_versions(settings)] == [(1, iv.LIVE), (2, iv.RETIRED)]
+    assert es.errors == [] and es.script == []
+    moves = [r.json_lines()[0]["actions"] for r in es.requests if r.path == "/_aliases"]
+    assert moves == [
+        [
+            {"remove": {"index": "kw_v1", "alias": "kw"}},
+            {"add": {"index": "kw_v2", "alias": "kw", "is_write_index": True}},
+        ],
+        [
+            {"remove": {"index": "kw_v2", "alias": "kw"}},
+            {"add": {"index": "kw_v1", "alias": "kw", "is_write_index": True}},
+        ],
+    ]
