@@ -203,3 +203,14 @@ def test_setting_flags_rebuild_the_settings_in_a_child(tmp_path: Path) -> None:
     assert "secret" not in flags
     rebuilt = settings_from_args(parse_command(build_parser(), ["status", *flags]))
     assert rebuilt == dataclasses.replace(settings, es_api_key="")
+
+
+def test_stream_lanes_from_flag_pipeline_option_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_pipelines.cli_stream import _lanes
+
+    parser = build_parser()
+    assert _lanes(parse_command(parser, ["stream"])) == "all"
+    assert _lanes(parse_command(parser, ["stream", "--", "--lanes=slow"])) == "slow"
+    monkeypatch.setenv("RAGSYNC_LANES", "priority,fast")
+    assert _lanes(parse_command(parser, ["stream"])) == "priority,fast"
+    assert _lanes(parse_command(parser, ["stream", "--lanes", "slow"])) == "slow"
