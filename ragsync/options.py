@@ -5,9 +5,10 @@ variable: one table, three ways in.
 fields flattened as ``chunk_*``); ``JOB_OPTIONS`` the job's own parameters
 (what to index and for whom). From that table:
 
-* ``RagsyncOptions`` (a Beam ``PipelineOptions``) takes ``--catalog_url=...``
-  (the form Beam, the Dataflow Flex Template launcher and ``ragsync CMD --
-  BEAM_ARGS`` use);
+* ``beam_pipelines.options.RagsyncOptions`` (a Beam ``PipelineOptions``;
+  this module stays free of Beam) takes ``--catalog_url=...`` (the form Beam,
+  the Dataflow Flex Template launcher and ``ragsync CMD -- BEAM_ARGS`` use);
+  ``add_pipeline_flags`` adds the same to any parser;
 * ``add_setting_flags`` gives the ``ragsync`` command line ``--catalog-url``
   (and the ``--catalog_url`` spelling);
 * the environment variable is ``RAGSYNC_`` + the upper-cased name
@@ -25,8 +26,6 @@ import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-
-from apache_beam.options.pipeline_options import PipelineOptions
 
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
@@ -143,17 +142,11 @@ def setting_names() -> list[str]:
     return names
 
 
-class RagsyncOptions(PipelineOptions):
-    """ragsync's settings and job parameters as Beam pipeline options
-    (``--catalog_url=...``, ``--source=...``); each defaults to its
-    ``RAGSYNC_*`` environment variable, then the ``Settings`` default."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser: Any) -> None:
-        for opt in ALL_OPTIONS:
-            parser.add_argument(
-                f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]"
-            )
+def add_pipeline_flags(parser: Any) -> None:
+    """Add ``--name`` (underscores, Beam's style) for every option, default
+    None: ``RagsyncOptions`` and ``parse_pipeline_args`` use it."""
+    for opt in ALL_OPTIONS:
+        parser.add_argument(f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]")
 
 
 def add_setting_flags(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ("home",)) -> None:
@@ -225,7 +218,7 @@ def parse_pipeline_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]
     """Split Beam-style arguments into ragsync's option values (set ones only)
     and the rest (Beam's own options: runner, project, s3_endpoint_url...)."""
     parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    RagsyncOptions._add_argparse_args(parser)
+    add_pipeline_flags(parser)
     known, rest = parser.parse_known_args(list(argv))
     return {k: v for k, v in vars(known).items() if v is not None}, rest
 

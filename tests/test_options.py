@@ -13,13 +13,13 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.cli import build_parser, parse_command, settings_from_args
+from beam_pipelines.options import RagsyncOptions
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
 from ragsync.options import (
     CHUNK_PREFIX,
     SETTING_OPTIONS,
-    RagsyncOptions,
     option,
     option_values,
     setting_flags,

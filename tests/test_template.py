@@ -12,9 +12,10 @@ from pathlib import Path
 
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipelines.options import RagsyncOptions
 from beam_pipelines.template import run, template_metadata
 from ragsync.config import Settings, open_catalog
-from ragsync.options import ALL_OPTIONS, RagsyncOptions
+from ragsync.options import ALL_OPTIONS
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "dataflow"
