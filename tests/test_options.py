@@ -214,3 +214,41 @@ def test_stream_lanes_from_flag_pipeline_option_or_env(monkeypatch: pytest.Monke
     monkeypatch.setenv("RAGSYNC_LANES", "priority,fast")
     assert _lanes(parse_command(parser, ["stream"])) == "priority,fast"
     assert _lanes(parse_command(parser, ["stream", "--lanes", "slow"])) == "slow"
+
+
+def _readme_commands() -> list[str]:
+    """Every ``ragsync ...`` command line in the README's bash blocks (continuations joined)."""
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    commands: list[str] = []
+    in_bash = False
+    pending = ""
+    for line in text.splitlines():
+        if line.startswith("```"):
+            in_bash = line.strip() == "```bash" and not in_bash
+            continue
+        if not in_bash:
+            continue
+        line = pending + line.strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        command = line.split("ragsync ", 1)
+        if line.startswith("ragsync ") or (len(command) == 2 and line.split()[0].startswith("RAGSYNC_")):
+            commands.append("ragsync " + command[1])
+    return commands
+
+
+def test_every_readme_command_line_parses() -> None:
+    import shlex
+
+    commands = _readme_commands()
+    assert len(commands) >= 10
+    assert any("-- --runner=DirectRunner" in c and "s3://" in c for c in commands)
+    parser = build_parser()
+    for command in commands:
+        argv = shlex.split(command, comments=True)[1:]
+        try:
+            parse_command(parser, argv)
+        except SystemExit as exc:  # argparse's refusal
+            raise AssertionError(f"README command does not parse: {command}") from exc
