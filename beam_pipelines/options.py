@@ -19,3 +19,15 @@ class RagsyncOptions(PipelineOptions):
     @classmethod
     def _add_argparse_args(cls, parser: Any) -> None:
         add_pipeline_flags(parser)
+
+
+def settings_from_pipeline_options(options: PipelineOptions) -> Any:
+    """``Settings`` from a ``PipelineOptions`` (its ragsync options, then the
+    ``RAGSYNC_*`` environment, then the defaults).
+
+    Raises:
+        ConfigurationError: a value out of range.
+    """
+    from ragsync.options import option_values, settings_from
+
+    return settings_from(option_values(options.view_as(RagsyncOptions).get_all_options()))

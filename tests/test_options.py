@@ -252,3 +252,16 @@ def test_every_readme_command_line_parses() -> None:
             parse_command(parser, argv)
         except SystemExit as exc:  # argparse's refusal
             raise AssertionError(f"README command does not parse: {command}") from exc
+
+
+def test_settings_from_a_pipeline_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from beam_pipelines.options import settings_from_pipeline_options
+
+    monkeypatch.setenv("RAGSYNC_FETCH_TIMEOUT_S", "12.5")
+    options = PipelineOptions([f"--home={tmp_path}", "--es_url=http://es:9200", "--runner=DirectRunner"])
+    settings = settings_from_pipeline_options(options)
+    assert (settings.home, settings.es_url, settings.fetch_timeout_s) == (
+        str(tmp_path),
+        "http://es:9200",
+        12.5,
+    )
