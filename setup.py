@@ -51,6 +51,9 @@ EXTRAS = {
     # Pin the client's major version to your server's (8.x or 9.x).
     "elasticsearch": ["elasticsearch>=8,<10"],
     "gcp": ["apache-beam[gcp]==2.77.0"],
+    # s3:// through Beam's S3 file system; moto's S3 server for the tests.
+    "aws": ["apache-beam[aws]==2.77.0"],
+    "s3-server": ["moto[server]>=5"],
     # The control-plane HTTP API (ragsync serve).
     "api": ["fastapi>=0.110", "uvicorn>=0.29"],
     # A second packaged embedding model, for re-embedding migrations.

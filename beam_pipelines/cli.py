@@ -58,15 +58,54 @@ def _groups(text: str) -> list[str]:
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
-    """Settings from the common flags (``--home``, store URLs) and env."""
-    from ragsync.config import Settings
+    """Settings from the command's flags, then the pipeline options after
+    ``--`` (``--es_api_key=...``), then ``RAGSYNC_*`` variables, then the
+    defaults (``ragsync.options``)."""
+    from ragsync.options import option_values, setting_names, settings_from
 
-    kwargs: dict[str, Any] = {"home": args.home}
-    for name in ("catalog_url", "milvus_uri", "es_url"):
-        value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
-        if value:
-            kwargs[name] = value
-    return Settings(**kwargs)
+    flags = {name: getattr(args, name, None) for name in setting_names()}
+    return settings_from(option_values(flags, getattr(args, "pipeline_values", None)))
+
+
+def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
+    """``CMD ARGS -- BEAM_ARGS`` -> (CMD ARGS, BEAM_ARGS); None when there is no ``--``.
+
+    argparse alone cannot take options both before and after ``--`` next to
+    a positional argument, so the Beam part is cut off first."""
+    argv = list(argv)
+    if "--" not in argv:
+        return argv, None
+    i = argv.index("--")
+    return argv[:i], argv[i + 1 :]
+
+
+def _takes_beam_args(parser: argparse.ArgumentParser, argv: Sequence[str]) -> bool:
+    """Whether the (sub)command named in ``argv`` runs a pipeline (has ``beam_args``)."""
+    current = parser
+    for token in argv:
+        sub = next((a for a in current._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None:
+            break
+        if token in sub.choices:
+            current = sub.choices[token]
+    return any(a.dest == "beam_args" for a in current._actions)
+
+
+def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argparse.Namespace:
+    """Parse a command line; for commands that run a pipeline, what follows
+    ``--`` is split into ragsync's pipeline options (``args.pipeline_values``)
+    and Beam's own (``args.beam_args``: runner, project, s3_endpoint_url...).
+    Other commands keep ``--`` as argparse's end of options."""
+    from ragsync.options import parse_pipeline_args
+
+    head, tail = split_beam_args(argv)
+    if tail is None or not _takes_beam_args(parser, head):
+        head, tail = list(argv), None
+    args = parser.parse_args(head)
+    if hasattr(args, "beam_args"):
+        values, rest = parse_pipeline_args(list(args.beam_args or []) + list(tail or []))
+        args.pipeline_values, args.beam_args = values, rest
+    return args
 
 
 def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
@@ -286,16 +325,16 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from ragsync.config import default_home
+
+    from ragsync.options import add_setting_flags
 
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
-        "--home", default=default_home(), help="state directory (default $RAGSYNC_HOME or ./ragsync-data)"
+        "--home", default=None, help="state directory (default $RAGSYNC_HOME or ./ragsync-data)"
     )
     common.add_argument("--json", action="store_true", help="print one JSON document for scripts")
-    common.add_argument("--catalog-url", help="SQLAlchemy URL of the catalog (default SQLite under --home)")
-    common.add_argument("--milvus-uri", help="Milvus server URL (default Milvus Lite under --home)")
-    common.add_argument("--es-url", help="Elasticsearch URL (default embedded tantivy index under --home)")
+    # Every setting (stores, credentials, limits): --catalog-url, --es-api-key, --max-bytes...
+    add_setting_flags(common)
 
     parser = argparse.ArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -318,7 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument(
-        "beam_args", nargs="*", help="after --: Beam pipeline options, e.g. -- --runner=DataflowRunner"
+        "beam_args",
+        nargs="*",
+        help="after --: pipeline options, e.g. -- --runner=DataflowRunner --s3_endpoint_url=URL "
+        "(ragsync's own settings too: --es_api_key=KEY)",
     )
     b.set_defaults(func=cmd_backfill)
 
@@ -357,7 +399,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from ragsync import lifecycle
 
     quiet_environment()
-    args = build_parser().parse_args(argv)
+    args = parse_command(build_parser(), sys.argv[1:] if argv is None else argv)
     lifecycle.install_child_watch()
     try:
         with lifecycle.graceful_signals():

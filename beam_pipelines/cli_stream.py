@@ -87,6 +87,15 @@ def cmd_events_push(args: argparse.Namespace) -> int:
     return 1 if rejected else 0
 
 
+def _lanes(args: argparse.Namespace) -> str:
+    """``--lanes``, else the ``lanes`` pipeline option or ``$RAGSYNC_LANES``, else ``all``."""
+    if args.lanes is not None:
+        return str(args.lanes)
+    from ragsync.options import option_values
+
+    return str(option_values(getattr(args, "pipeline_values", None)).get("lanes") or "all")
+
+
 def cmd_stream(args: argparse.Namespace) -> int:
     from beam_pipelines.streaming import run_stream
 
@@ -102,7 +111,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
         subscription=args.pubsub_subscription or "",
         topic=args.kafka_topic or "",
         bootstrap=args.kafka_bootstrap or "",
-        lanes=args.lanes,
+        lanes=_lanes(args),
     )
     d = summary.to_dict()
     human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items()]
@@ -189,10 +198,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument("--quiet", action="store_true", help="no progress lines")
     st.add_argument(
         "--lanes",
-        default="all",
+        default=None,
         choices=("all", "priority,fast", "slow"),
         help="queue lanes to serve: all (two pipelines at once: deletes/permissions/content, and the "
-        "slow OCR lane), or one group for one process per group",
+        "slow OCR lane), or one group for one process per group (default: pipeline option --lanes, "
+        "$RAGSYNC_LANES, else all)",
     )
     st.add_argument(
         "--lease-s", type=float, help="seconds before an unacknowledged event is redelivered (default 300)"

@@ -19,7 +19,7 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -122,6 +122,48 @@ def build_streaming_pipeline(
     return {"acked": acked, "dead": dead}
 
 
+class _GuardWireFn(beam.DoFn):
+    """Bus message bytes -> queue-shaped rows; anything that is not a valid
+    event goes to the ``dead`` output with its raw bytes (never an exception:
+    a raised error fails the bundle, which a streaming runner retries forever)."""
+
+    def __init__(self, bus: str, where: str) -> None:
+        self.bus = bus
+        self.where = where
+
+    def process(self, raw: Any) -> Iterator[Any]:
+        from connectors.events import wire_dead_letter, wire_message_to_row
+        from ragsync.errors import InvalidEventError
+
+        if raw is not None and not isinstance(raw, bytes):
+            raw = (
+                bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
+            )
+        try:
+            yield wire_message_to_row(raw, bus=self.bus)
+        except InvalidEventError as exc:
+            yield beam.pvalue.TaggedOutput("dead", wire_dead_letter(raw, exc, bus=self.bus, where=self.where))
+
+
+class GuardBusMessages(beam.PTransform):
+    """Input: message bodies (bytes) from Pub/Sub or Kafka. Output: rows for
+    the resolve step; invalid messages are written as ``invalid_event`` dead
+    letters (stage ``decode``) with their raw bytes, and counted."""
+
+    def __init__(self, settings: Settings, bus: str, where: str) -> None:
+        super().__init__()
+        self.settings = settings
+        self.bus = bus
+        self.where = where
+
+    def expand(self, messages: beam.PCollection) -> beam.PCollection:
+        out = messages | "Decode" >> beam.ParDo(_GuardWireFn(self.bus, self.where)).with_outputs(
+            "dead", main="rows"
+        )
+        out.dead | "WriteBusDeadLetters" >> WriteDeadLetters(self.settings)
+        return out.rows
+
+
 def event_source(
     p: beam.Pipeline,
     settings: Settings,
@@ -131,9 +173,20 @@ def event_source(
     subscription: str = "",
     topic: str = "",
     bootstrap: str = "",
+    kafka_group: str = "ragsync-stream",
 ) -> beam.PCollection:
     """Event rows from the configured bus, as dicts shaped like catalog rows
     (``payload`` holds the event JSON, ``attempts`` the failed deliveries).
+
+    A bus message that is not a valid event (not UTF-8, not JSON, not an
+    event, empty) becomes a dead letter with its raw bytes
+    (``GuardBusMessages``); it never fails the bundle. Acknowledgement: the
+    local queue acknowledges each event after its writes (``AckEvents``);
+    Kafka offsets are committed when the runner finalizes a checkpoint
+    (``commit_offset_in_finalize``, consumer group ``kafka_group``); Pub/Sub
+    messages are acknowledged by the runner once the read's output is
+    durably checkpointed (Dataflow), from where it is processed again after
+    a crash.
 
     Args:
         source: ``queue`` (the catalog's events table), ``pubsub`` or ``kafka``.
@@ -141,6 +194,7 @@ def event_source(
         subscription: Pub/Sub subscription path.
         topic: Kafka topic.
         bootstrap: Kafka bootstrap servers.
+        kafka_group: Kafka consumer group whose offsets are committed.
 
     Raises:
         ConfigurationError: an unknown source or missing setting.
@@ -156,29 +210,27 @@ def event_source(
         return (
             p
             | "ReadPubSub" >> ReadFromPubSub(subscription=subscription)
-            | "PubSubToRow" >> beam.Map(_wire_to_row)
+            | "PubSubToRow" >> GuardBusMessages(settings, "pubsub", subscription)
         )
     if source == "kafka":
         if not (topic and bootstrap):
             raise ConfigurationError("--kafka-topic and --kafka-bootstrap are required")
         from apache_beam.io.kafka import ReadFromKafka
 
+        consumer = {
+            "bootstrap.servers": bootstrap,
+            "group.id": kafka_group,
+            "enable.auto.commit": "false",
+            "auto.offset.reset": "earliest",
+        }
         return (
             p
-            | "ReadKafka" >> ReadFromKafka(consumer_config={"bootstrap.servers": bootstrap}, topics=[topic])
-            | "KafkaToRow" >> beam.Map(lambda kv: _wire_to_row(kv[1]))
+            | "ReadKafka"
+            >> ReadFromKafka(consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True)
+            | "KafkaValue" >> beam.Map(lambda kv: kv[1])
+            | "KafkaToRow" >> GuardBusMessages(settings, "kafka", topic)
         )
     raise ConfigurationError(f"unknown event source {source!r}: use queue, pubsub or kafka")
-
-
-def _wire_to_row(data: bytes) -> dict[str, Any]:
-    """A message from Pub/Sub or Kafka -> a queue-shaped row. Validation
-    happens in the resolve step, so a malformed message becomes a dead
-    letter there instead of failing the read."""
-    from connectors.events import parse_event_line
-
-    event = parse_event_line(data.decode("utf-8"))
-    return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
 
 
 #: How the local queue's lanes are served: ``all`` runs the two groups below

@@ -26,6 +26,7 @@ whatever this schema accepts the queue can store.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import math
@@ -35,7 +36,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ragsync.errors import InvalidEventError
-from ragsync.model import EVENT_LIMITS, Event
+from ragsync.model import EVENT_LIMITS, DeadLetter, Event
 
 OPS = ("upsert", "delete", "acl")
 _L = EVENT_LIMITS
@@ -296,3 +297,51 @@ def check_content_uri(event: Event, location_uri: str) -> None:
         Location.parse(location_uri).resolve(event.content_uri)
     except ConfigurationError as exc:
         raise OutsideLocationError(f"source {event.source_id!r}: {exc}") from None
+
+
+WIRE_STAGE = "decode"
+"""Dead-letter stage of a bus message that is not a valid event."""
+
+
+def wire_message_to_row(raw: bytes | None, *, bus: str) -> dict[str, Any]:
+    """A Pub/Sub message body or Kafka record value -> a queue-shaped row
+    (``event_id``, ``payload`` the event's JSON, ``attempts`` 0).
+
+    Raises:
+        InvalidEventError: empty (a Kafka tombstone), not UTF-8, too long,
+            not JSON or not a valid event; the message says which.
+    """
+    if not raw:
+        raise InvalidEventError(f"an empty {bus} message is not an event")
+    event = parse_event_line(raw)
+    return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
+
+
+def wire_dead_letter(raw: bytes | None, error: InvalidEventError, *, bus: str, where: str) -> DeadLetter:
+    """The dead letter of a bus message that is not a valid event: the reason
+    and the raw bytes (base64, the first ``EVENT_LIMITS.event_bytes`` of
+    them), so it can be inspected and re-published after a fix.
+
+    Args:
+        raw: the message body as received.
+        error: why it was refused.
+        bus: ``pubsub`` or ``kafka``.
+        where: the subscription or topic it came from.
+    """
+    data = raw or b""
+    kept = data[: _L.event_bytes]
+    payload = {
+        "bus": bus,
+        "from": where,
+        "bytes": len(data),
+        "raw_base64": base64.b64encode(kept).decode("ascii"),
+        "truncated": len(kept) < len(data),
+    }
+    return DeadLetter(
+        stage=WIRE_STAGE,
+        doc_id="",
+        uri=f"{bus}:{where}",
+        error_class="invalid_event",
+        message=str(error)[:1000],
+        payload=json.dumps(payload, sort_keys=True),
+    )

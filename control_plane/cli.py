@@ -23,14 +23,8 @@ LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
 
 def _catalog_url(args: argparse.Namespace) -> str:
-    """``--catalog-url``, else ``$RAGSYNC_CATALOG_URL``, else SQLite under ``--home``."""
-    from ragsync.config import Settings
-
-    url = getattr(args, "catalog_url", None) or os.environ.get("RAGSYNC_CATALOG_URL", "")
-    settings = Settings(home=args.home, catalog_url=url) if url else Settings(home=args.home)
-    if settings.catalog_url.startswith("sqlite"):
-        settings.ensure_home()
-    return settings.catalog_url
+    """The catalog of the settings (``--catalog-url``, ``$RAGSYNC_CATALOG_URL``, SQLite under home)."""
+    return str(_settings(args).catalog_url)
 
 
 def _tenant_dict(row: TenantRow) -> dict[str, Any]:
@@ -145,28 +139,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 def _settings(args: argparse.Namespace) -> Any:
-    """Settings from ``--home`` and the store flags (or their environment variables)."""
-    from ragsync.config import Settings
+    """Settings from the flags, ``RAGSYNC_*`` variables and defaults (``ragsync.options``)."""
+    from beam_pipelines.cli import settings_from_args
 
-    kwargs: dict[str, Any] = {"home": args.home}
-    for name in ("catalog_url", "milvus_uri", "es_url"):
-        value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
-        if value:
-            kwargs[name] = value
-    settings = Settings(**kwargs)
+    settings = settings_from_args(args)
     if settings.catalog_url.startswith("sqlite"):
         settings.ensure_home()
     return settings
 
 
 def _store_args(args: argparse.Namespace, settings: Any) -> list[str]:
-    """The store flags a worker's children get (the same stores as this process)."""
-    out = ["--home", settings.home, "--catalog-url", settings.catalog_url]
-    for flag, name in (("--milvus-uri", "milvus_uri"), ("--es-url", "es_url")):
-        value = getattr(args, name, None)
-        if value:
-            out += [flag, value]
-    return out
+    """The flags a worker's children get (the same stores and limits as this
+    process); secrets travel in the environment the children inherit."""
+    from ragsync.options import SETTING_OPTIONS, setting_flags
+
+    for opt in SETTING_OPTIONS:
+        if opt.secret and getattr(settings, opt.name):
+            os.environ[opt.env] = getattr(settings, opt.name)
+    return setting_flags(settings)
 
 
 def cmd_worker(args: argparse.Namespace) -> int:

@@ -72,12 +72,17 @@ class Settings:
             documents is boilerplate and not indexed again (0 turns it off).
         event_lease_s: how long a read event stays hidden from other readers;
             one not acknowledged by then (its worker died) is delivered again.
+        es_api_key: Elasticsearch API key (base64 ``id:key``); empty for none.
+        es_username, es_password: Elasticsearch basic auth (instead of a key).
+
+    Every field is also a pipeline option, a flag and a ``RAGSYNC_*``
+    environment variable (``ragsync.options``).
     """
 
     home: str = field(default_factory=default_home)
     catalog_url: str = ""
     milvus_uri: str = ""
-    milvus_token: str = ""
+    milvus_token: str = field(default="", repr=False)
     collection: str = "ragsync_chunks"
     es_url: str = ""
     es_index: str = "ragsync_chunks"
@@ -96,6 +101,9 @@ class Settings:
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
+    es_api_key: str = field(default="", repr=False)
+    es_username: str = ""
+    es_password: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)
@@ -121,6 +129,8 @@ class Settings:
             )
         if min(self.max_archive_bytes, self.max_archive_members, self.max_archive_depth) <= 0:
             raise ConfigurationError("archive limits must be positive")
+        if self.es_api_key and self.es_username:
+            raise ConfigurationError("give es_api_key or es_username/es_password, not both")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
 
@@ -215,7 +225,13 @@ def open_keyword_index(settings: Settings, *, create: bool = False) -> KeywordIn
     if settings.es_url:
         from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
 
-        return ElasticsearchKeywordIndex(settings.es_url, settings.es_index, create=create)
+        return ElasticsearchKeywordIndex(
+            settings.es_url,
+            settings.es_index,
+            create=create,
+            api_key=settings.es_api_key,
+            basic_auth=(settings.es_username, settings.es_password) if settings.es_username else None,
+        )
     from ragsync.stores.tantivy_index import TantivyKeywordIndex
 
     if create:

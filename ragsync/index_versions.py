@@ -11,17 +11,19 @@ the *live* version:
 * tantivy: ``HOME/keyword.alias`` names the live directory
   (``Settings.keyword_path`` follows it); version 1 is ``HOME/keyword``,
   later versions are ``HOME/keyword_v{n}``.
+* Elasticsearch (``Settings.es_url``): the alias ``{es_index}`` points to
+  the physical index ``{es_index}_v{n}``, moved in one ``_aliases`` request.
 
 States: ``building`` (being filled by a re-embedding), ``live`` (the aliases
 point to it; exactly one), ``retired`` (was live; kept ``retention_s`` for
 rollback), ``refused`` (failed its gate; kept the same time for a look),
 ``dropped`` (removed by :func:`gc`).
 
-A flip moves the Milvus alias, then the keyword alias file (atomic rename),
-then the catalog rows. It is idempotent: if it fails half-way, running the
-same flip again finishes it. Indexes opened before a flip keep using the
-version they opened; new opens see the new one. Elasticsearch keyword
-indexes are not versioned yet (``ConfigurationError``).
+A flip moves the Milvus alias, then the keyword alias (the file's atomic
+rename, or the Elasticsearch alias), then the catalog rows: both stores
+flip (and roll back) together. It is idempotent: if it fails half-way,
+running the same flip again finishes it. Indexes opened before a flip keep
+using the version they opened; new opens see the new one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from ragsync.catalog import Catalog, IndexVersion
 from ragsync.config import KEYWORD_ALIAS_FILE, Settings, open_catalog, resolve_keyword_alias
 from ragsync.embedding import DEFAULT_MODEL, default_model
 from ragsync.errors import ConfigurationError
+from ragsync.stores.base import KeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
 from ragsync.stores.tantivy_index import TantivyKeywordIndex
 
@@ -55,9 +58,24 @@ V1_KEYWORD_DIR = "keyword"
 __all__ = ["IndexVersion"]  # the row type lives with its table in ragsync.catalog
 
 
-def _require_local_keyword(settings: Settings) -> None:
-    if settings.es_url:
-        raise ConfigurationError("index versions are not supported on Elasticsearch yet (tantivy only)")
+def _open_es(settings: Settings, name: str, *, create: bool = False, alias: bool = True) -> Any:
+    from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
+
+    basic = (settings.es_username, settings.es_password) if settings.es_username else None
+    return ElasticsearchKeywordIndex(
+        settings.es_url, name, create=create, api_key=settings.es_api_key, basic_auth=basic, alias=alias
+    )
+
+
+def _live_keyword_index(settings: Settings) -> str:
+    """Name of the keyword index the alias points to now (v1's when nothing moved it)."""
+    if not settings.es_url:
+        return os.path.basename(resolve_keyword_alias(settings.home))
+    es = _open_es(settings, settings.es_index)
+    try:
+        return str(es.physical_index)
+    finally:
+        es.close()
 
 
 def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
@@ -81,7 +99,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
         model_version=spec.version,
         dim=spec.dim,
         vector_collection=physical,
-        keyword_index=os.path.basename(resolve_keyword_alias(settings.home)),
+        keyword_index=_live_keyword_index(settings),
         state=LIVE,
         created_at=time.time(),
         flipped_at=None,
@@ -136,10 +154,8 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         The new row.
 
     Raises:
-        ConfigurationError: no live version yet, Elasticsearch keyword index,
-            or the stores cannot be created.
+        ConfigurationError: no live version yet, or the stores cannot be created.
     """
-    _require_local_keyword(settings)
     catalog = open_catalog(settings)
     try:
         _ensure_v1(settings, catalog)
@@ -153,7 +169,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
             model_version=model_version,
             dim=dim,
             vector_collection=f"{settings.collection}_v{n}",
-            keyword_index=f"{V1_KEYWORD_DIR}_v{n}",
+            keyword_index=f"{settings.es_index}_v{n}" if settings.es_url else f"{V1_KEYWORD_DIR}_v{n}",
             state=BUILDING,
             created_at=time.time(),
             flipped_at=None,
@@ -182,11 +198,10 @@ def open_version_vector(
     )
 
 
-def open_version_keyword(
-    settings: Settings, version: IndexVersion, *, create: bool = False
-) -> TantivyKeywordIndex:
-    """The version's tantivy directory (not the alias)."""
-    _require_local_keyword(settings)
+def open_version_keyword(settings: Settings, version: IndexVersion, *, create: bool = False) -> KeywordIndex:
+    """The version's tantivy directory or Elasticsearch index (not the alias)."""
+    if settings.es_url:
+        return _open_es(settings, version.keyword_index, create=create, alias=False)  # type: ignore[no-any-return]
     return TantivyKeywordIndex(version.keyword_path(settings), create=create)
 
 
@@ -210,7 +225,6 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
     Raises:
         ConfigurationError: no such version, or it was dropped.
     """
-    _require_local_keyword(settings)
     target = get_version(settings, version)
     if target.state == DROPPED:
         raise ConfigurationError(f"index version {version} was dropped")
@@ -219,7 +233,14 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
         index.point_alias(settings.collection)
     finally:
         index.close()
-    _write_keyword_alias(settings, target.keyword_index)
+    if settings.es_url:
+        es = _open_es(settings, target.keyword_index, alias=False)
+        try:
+            es.point_alias(settings.es_index)
+        finally:
+            es.close()
+    else:
+        _write_keyword_alias(settings, target.keyword_index)
     now = time.time()
     catalog = open_catalog(settings)
     try:
@@ -277,9 +298,8 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
     Raises:
         WriteError: Milvus refused to drop a collection (that version stays).
     """
-    _require_local_keyword(settings)
     now = time.time() if now is None else now
-    live_dir = os.path.basename(settings.keyword_path)
+    live_dir = _live_keyword_index(settings)
     dropped: list[int] = []
     for v in list_versions(settings):
         if v.state not in (RETIRED, REFUSED) or v.retire_after is None or v.retire_after > now:
@@ -287,7 +307,15 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
         with contextlib.suppress(ConfigurationError):  # already gone
             open_version_vector(settings, v).drop_physical()
         if v.keyword_index != live_dir:
-            shutil.rmtree(v.keyword_path(settings), ignore_errors=True)
+            if settings.es_url:
+                with contextlib.suppress(ConfigurationError):  # already gone
+                    es = _open_es(settings, v.keyword_index, alias=False)
+                    try:
+                        es.drop_physical()
+                    finally:
+                        es.close()
+            else:
+                shutil.rmtree(v.keyword_path(settings), ignore_errors=True)
         catalog = open_catalog(settings)
         try:
             catalog.update_index_version(v.version, state=DROPPED)

@@ -1,20 +1,24 @@
 """Production event buses: the Pub/Sub and Kafka readers are wired into the
 streaming graph. They cannot run here (no credentials, emulator or Java
 expansion service); the graph is constructed where the library allows it,
-and wire messages are validated like every other event."""
+and wire messages are validated like every other event: raw bytes that are
+not a valid event become dead letters with those bytes, never a failed
+bundle."""
 
 from __future__ import annotations
 
+import base64
 import json
 from pathlib import Path
 
 import apache_beam as beam
 import pytest
 
-from beam_pipelines.streaming import _wire_to_row, event_source
-from ragsync.config import Settings
+from beam_pipelines.streaming import GuardBusMessages, event_source
+from connectors.events import wire_message_to_row
+from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, InvalidEventError
-from ragsync.model import Event
+from ragsync.model import EVENT_LIMITS, Event
 
 
 def test_pubsub_reader_is_constructed_into_the_graph(tmp_path: Path) -> None:
@@ -36,8 +40,11 @@ def test_kafka_reader_is_the_cross_language_transform() -> None:
     from apache_beam.io.kafka import ReadFromKafka
 
     source = inspect.getsource(event_source)
-    assert 'ReadFromKafka(consumer_config={"bootstrap.servers": bootstrap}, topics=[topic])' in source
-    assert {"consumer_config", "topics"} <= set(inspect.signature(ReadFromKafka.__init__).parameters)
+    assert "ReadFromKafka(consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True)" in source
+    assert '"enable.auto.commit": "false"' in source and '"KafkaToRow" >> GuardBusMessages' in source
+    assert {"consumer_config", "topics", "commit_offset_in_finalize"} <= set(
+        inspect.signature(ReadFromKafka.__init__).parameters
+    )
 
 
 @pytest.mark.parametrize(
@@ -62,9 +69,60 @@ def test_wire_messages_become_queue_rows_or_invalid_events() -> None:
         "acl_groups": ["eng"],
         "event_time": 1796119200,
     }
-    row = _wire_to_row(json.dumps(msg).encode())
+    row = wire_message_to_row(json.dumps(msg).encode(), bus="pubsub")
     event = Event.from_json(row["payload"])
     assert (event.op, event.acl_groups, row["attempts"]) == ("acl", ("eng",), 0)
     assert row["event_id"] == event.event_id
     with pytest.raises(InvalidEventError):
-        _wire_to_row(b'{"op": "upsert"}')
+        wire_message_to_row(b'{"op": "upsert"}', bus="kafka")
+    with pytest.raises(InvalidEventError, match="empty kafka message"):
+        wire_message_to_row(None, bus="kafka")
+
+
+GOOD = {"source_id": "wiki", "doc_id": "p1", "op": "delete", "source_version": "3", "event_time": 1796119200}
+RAW_MESSAGES = [
+    json.dumps(GOOD).encode(),  # valid
+    json.dumps({**GOOD, "doc_id": "p2"}).encode(),  # valid
+    b"\xff\xfe\x00not utf-8",
+    b"{not json",
+    b"[1, 2, 3]",
+    b"",  # a Kafka tombstone
+    json.dumps({**GOOD, "op": "move"}).encode(),
+    b"[" * 100_000,  # nested too deeply
+    b"x" * (EVENT_LIMITS.event_bytes + 1),  # too long: the first event_bytes are kept
+]
+
+
+def test_bus_messages_that_are_not_events_become_dead_letters_with_their_raw_bytes(tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    out = tmp_path / "rows.json"
+    p = beam.Pipeline(runner="FnApiRunner")
+    rows = p | beam.Create(RAW_MESSAGES) | GuardBusMessages(settings, "kafka", "ragsync-events")
+    (
+        rows
+        | beam.Map(lambda r: Event.from_json(r["payload"]).doc_id)
+        | beam.combiners.ToList()
+        | beam.Map(lambda ids: out.write_text(json.dumps(sorted(ids))))
+    )
+    p.run().wait_until_finish()  # the bundle never fails
+    assert json.loads(out.read_text()) == ["p1", "p2"]
+    catalog = open_catalog(settings)
+    try:
+        dead = catalog.list_dead_letters(limit=100)
+    finally:
+        catalog.close()
+    assert len(dead) == 7
+    assert {(d.stage, d.error_class, d.uri) for d in dead} == {
+        ("decode", "invalid_event", "kafka:ragsync-events")
+    }
+    payloads = [json.loads(d.payload) for d in dead]
+    raw = sorted(base64.b64decode(x["raw_base64"]) for x in payloads)
+    assert raw == sorted(m[: EVENT_LIMITS.event_bytes] for m in RAW_MESSAGES[2:])
+    assert sorted((x["bytes"], x["truncated"]) for x in payloads)[-1] == (EVENT_LIMITS.event_bytes + 1, True)
+    by_start = {base64.b64decode(json.loads(d.payload)["raw_base64"])[:4]: d.message for d in dead}
+    assert "not valid UTF-8" in by_start[b"\xff\xfe\x00n"]
+    assert "not valid JSON" in by_start[b"{not"]
+    assert "must be a JSON object" in by_start[b"[1, "]
+    assert "empty kafka message" in by_start[b""]
+    assert "nested too deeply" in by_start[b"[[[["]
+    assert "longer than" in by_start[b"xxxx"]

@@ -37,7 +37,8 @@ class IndexVersion:
         model_version: the model's cache-key version.
         dim: vector dimension.
         vector_collection: physical Milvus collection.
-        keyword_index: tantivy directory name under ``home``.
+        keyword_index: tantivy directory name under ``home``, or the
+            physical Elasticsearch index (``{es_index}_v{n}``).
         state: building | live | retired | refused | dropped.
         created_at, flipped_at, retire_after: epoch seconds (``flipped_at``:
             when it last became live; ``retire_after``: when gc may drop it).

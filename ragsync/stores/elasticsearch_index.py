@@ -15,11 +15,23 @@ delete-by-query) so they are visible to searches when the call returns.
 
 The client's major version must match the server's (an 9.x client is
 refused by an 8.x server); ``open`` checks the connection and says so.
+
+Bulk writes: items the server rejects with 429 (its write queue is full)
+are sent again, only those, after an exponential backoff
+(``BULK_RETRY_BASE_S`` doubling, ``BULK_RETRIES`` times); a whole request
+answered 429 (after the client's own retries) is retried the same way.
+Still rejected after that: ``WriteError`` (the step's retry or dead letter
+takes over; ids are content-keyed, so a retry is harmless).
+
+Index versions (``ragsync.index_versions``): ``alias=False`` opens or
+creates exactly the physical index ``{index}_v{n}``; ``point_alias`` moves
+the alias to it in one ``_aliases`` call; ``drop_physical`` deletes it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
@@ -31,6 +43,12 @@ BATCH_SIZE = 500
 
 PAGE_SIZE = 1000
 """Buckets per composite-aggregation page."""
+
+BULK_RETRIES = 5
+"""How many times items rejected with 429 are sent again."""
+
+BULK_RETRY_BASE_S = 0.5
+"""First backoff before a 429 retry; doubles each time (0.5, 1, 2, 4, 8 s)."""
 
 MAX_RESULT_WINDOW = 10_000
 """Elasticsearch's default ``index.max_result_window``."""
@@ -83,6 +101,77 @@ def _bulk_errors(response: Any, ignore_missing: bool = False) -> list[str]:
     return reasons
 
 
+_sleep = time.sleep  # the backoff's clock (tests replace it)
+
+
+def rejected_pairs(response: Any) -> list[int]:
+    """Positions (in the request's item order) of bulk items answered 429."""
+    if not response.get("errors"):
+        return []
+    out = []
+    for i, item in enumerate(response.get("items", [])):
+        for _action, result in item.items():
+            if result.get("status") == 429:
+                out.append(i)
+    return out
+
+
+def _status_of(exc: BaseException) -> int | None:
+    meta = getattr(exc, "meta", None)
+    status = getattr(meta, "status", None)
+    return status if isinstance(status, int) else None
+
+
+def bulk_with_retry(
+    es: Any,
+    operations: list[dict[str, Any]],
+    *,
+    ignore_missing: bool = False,
+    retries: int = BULK_RETRIES,
+    base_s: float = BULK_RETRY_BASE_S,
+    sleep: Callable[[float], None] | None = None,
+) -> list[str]:
+    """Send ``operations`` (action/body pairs) as bulk requests until every
+    item is written or failed for another reason than 429.
+
+    Returns:
+        Error reasons of failed items (404s skipped with ``ignore_missing``).
+
+    Raises:
+        WriteError: items (or the whole request) still rejected with 429
+            after ``retries`` retries.
+    """
+    pending = operations
+    errors: list[str] = []
+    for attempt in range(retries + 1):
+        try:
+            response = es.bulk(operations=pending, refresh="wait_for")
+        except Exception as exc:
+            if _status_of(exc) != 429:
+                raise
+            response = {"errors": True, "items": [{"index": {"status": 429}}] * (len(pending) // 2)}
+        rejected = rejected_pairs(response)
+        if rejected:
+            keep = set(rejected)
+            done = {
+                "errors": response.get("errors"),
+                "items": [item for i, item in enumerate(response.get("items", [])) if i not in keep],
+            }
+        else:
+            done = response
+        errors += _bulk_errors(done, ignore_missing=ignore_missing)
+        if not rejected:
+            return errors
+        if attempt == retries:
+            raise WriteError(
+                f"Elasticsearch rejected {len(rejected)} bulk items with 429 (too many requests) "
+                f"{retries + 1} times; the step retries later"
+            )
+        pending = [op for i in rejected for op in pending[2 * i : 2 * i + 2]]
+        (sleep or _sleep)(base_s * 2**attempt)
+    return errors
+
+
 class ElasticsearchKeywordIndex:
     """``KeywordIndex`` on an Elasticsearch index (or alias).
 
@@ -92,6 +181,9 @@ class ElasticsearchKeywordIndex:
         create: create ``{index}_v1`` with the alias ``{index}`` when the
             name does not exist.
         api_key: API key (base64 ``id:key``); empty for no auth.
+        basic_auth: ``(user, password)`` instead of an API key.
+        alias: with ``create``, False creates exactly ``index`` with no
+            alias (an index version built beside the live one).
         client: an already built ``Elasticsearch`` client (tests, custom TLS
             settings); ``url`` and ``api_key`` are ignored then.
 
@@ -108,16 +200,25 @@ class ElasticsearchKeywordIndex:
         *,
         create: bool = False,
         api_key: str = "",
+        basic_auth: tuple[str, str] | None = None,
         client: Any = None,
+        alias: bool = True,
     ) -> None:
         self.url = url
         self.index = index
+        self._alias = alias
         if client is None:
             try:
                 from elasticsearch import Elasticsearch
             except ImportError as exc:
                 raise ConfigurationError("pip install 'ragsync[elasticsearch]'") from exc
-            client = Elasticsearch(url, api_key=api_key or None, request_timeout=60, retry_on_timeout=True)
+            client = Elasticsearch(
+                url,
+                api_key=api_key or None,
+                basic_auth=basic_auth,
+                request_timeout=60,
+                retry_on_timeout=True,
+            )
         self._es: Any = client
         try:
             self._open(create)
@@ -139,12 +240,51 @@ class ElasticsearchKeywordIndex:
                     f"Elasticsearch index {self.index!r} does not exist at {self.url!r}; create it by "
                     "opening the index with create=True (e.g. `ragsync init`)"
                 )
+            if not self._alias:
+                es.indices.create(index=self.index, mappings=MAPPINGS)
+                return
             physical = f"{self.index}_v1"
             es.indices.create(
                 index=physical,
                 mappings=MAPPINGS,
                 aliases={self.index: {"is_write_index": True}},
             )
+
+    @property
+    def physical_index(self) -> str:
+        """The concrete index behind the name (the name itself when it is not an alias)."""
+        es = self._require_open()
+        if es.indices.exists_alias(name=self.index):
+            holders = sorted(es.indices.get_alias(name=self.index).keys())
+            if len(holders) == 1:
+                return str(holders[0])
+            raise ConfigurationError(f"Elasticsearch alias {self.index!r} points to {holders}, not one index")
+        return self.index
+
+    def point_alias(self, alias: str) -> None:
+        """Make ``alias`` name this index's physical index only (created or
+        moved in one atomic ``_aliases`` request).
+
+        Raises:
+            WriteError: Elasticsearch refused (e.g. ``alias`` is an index name).
+        """
+        es = self._require_open()
+        physical = self.physical_index
+        actions: list[dict[str, Any]] = []
+        if es.indices.exists_alias(name=alias):
+            for holder in sorted(es.indices.get_alias(name=alias).keys()):
+                if holder != physical:
+                    actions.append({"remove": {"index": holder, "alias": alias}})
+        actions.append({"add": {"index": physical, "alias": alias, "is_write_index": True}})
+        try:
+            es.indices.update_aliases(actions=actions)
+        except Exception as exc:
+            raise WriteError(f"Elasticsearch alias {alias!r} -> {physical!r} failed: {exc}") from exc
+
+    def drop_physical(self) -> None:
+        """Delete the physical index (an index version's; never call on the live one)."""
+        es = self._require_open()
+        es.options(ignore_status=404).indices.delete(index=self.physical_index)
 
     def _require_open(self) -> Any:
         if self._es is None:
@@ -160,8 +300,8 @@ class ElasticsearchKeywordIndex:
             The number of chunks written; visible to search on return.
 
         Raises:
-            WriteError: a bulk item failed (earlier batches stay written;
-                retrying is safe).
+            WriteError: a bulk item failed, or stayed rejected with 429
+                (earlier batches stay written; retrying is safe).
         """
         es = self._require_open()
         for start in range(0, len(chunks), BATCH_SIZE):
@@ -169,8 +309,7 @@ class ElasticsearchKeywordIndex:
             for chunk in chunks[start : start + BATCH_SIZE]:
                 operations.append({"index": {"_index": self.index, "_id": chunk.chunk_id}})
                 operations.append(_source(chunk))
-            response = es.bulk(operations=operations, refresh="wait_for")
-            errors = _bulk_errors(response)
+            errors = bulk_with_retry(es, operations)
             if errors:
                 raise WriteError(
                     f"Elasticsearch bulk index into {self.index!r} failed: {'; '.join(errors[:5])}"
@@ -226,8 +365,7 @@ class ElasticsearchKeywordIndex:
                 operations.append(
                     {"script": {"source": _SET_ACL_SCRIPT, "lang": "painless", "params": params}}
                 )
-            response = es.bulk(operations=operations, refresh="wait_for")
-            errors = _bulk_errors(response, ignore_missing=True)
+            errors = bulk_with_retry(es, operations, ignore_missing=True)
             if errors:
                 raise WriteError(
                     f"Elasticsearch ACL update in {self.index!r} failed: {'; '.join(errors[:5])}"

@@ -1,0 +1,280 @@
+"""Every setting as a pipeline option, a command-line flag and an environment
+variable: one table, three ways in.
+
+``SETTING_OPTIONS`` has one entry per ``Settings`` field (the chunker's
+fields flattened as ``chunk_*``); ``JOB_OPTIONS`` the job's own parameters
+(what to index and for whom). From that table:
+
+* ``beam_pipelines.options.RagsyncOptions`` (a Beam ``PipelineOptions``;
+  this module stays free of Beam) takes ``--catalog_url=...`` (the form Beam,
+  the Dataflow Flex Template launcher and ``ragsync CMD -- BEAM_ARGS`` use);
+  ``add_pipeline_flags`` adds the same to any parser;
+* ``add_setting_flags`` gives the ``ragsync`` command line ``--catalog-url``
+  (and the ``--catalog_url`` spelling);
+* the environment variable is ``RAGSYNC_`` + the upper-cased name
+  (``RAGSYNC_ES_API_KEY``).
+
+Precedence: a ``ragsync`` flag, then a pipeline option, then the environment,
+then the ``Settings`` default. ``settings_from`` builds the ``Settings``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ragsync.chunking import ChunkerConfig
+from ragsync.config import Settings
+from ragsync.errors import ConfigurationError
+
+CHUNK_PREFIX = "chunk_"
+"""Option prefix of ``ChunkerConfig`` fields (``chunk_max_tokens``)."""
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option: its name (``snake_case``), type, help and whether it is secret
+    (never printed, never passed on to child processes' command lines)."""
+
+    name: str
+    type: type
+    help: str
+    secret: bool = False
+
+    @property
+    def env(self) -> str:
+        return "RAGSYNC_" + self.name.upper()
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+
+def _o(name: str, typ: type, help_: str, secret: bool = False) -> Option:
+    return Option(name, typ, help_, secret)
+
+
+SETTING_OPTIONS: tuple[Option, ...] = (
+    _o("home", str, "local state directory (default ./ragsync-data)"),
+    _o(
+        "catalog_url",
+        str,
+        "SQLAlchemy URL of the catalog, e.g. postgresql+psycopg://u@host/db (default SQLite under home)",
+        secret=False,
+    ),
+    _o("milvus_uri", str, "Milvus server URL, e.g. http://milvus:19530 (default Milvus Lite under home)"),
+    _o("milvus_token", str, "Milvus server token (user:password or an API key)", secret=True),
+    _o("collection", str, "vector collection (alias) name (default ragsync_chunks)"),
+    _o("es_url", str, "Elasticsearch URL, e.g. https://es:9200 (default: embedded tantivy index under home)"),
+    _o("es_index", str, "Elasticsearch index (alias) name (default ragsync_chunks)"),
+    _o("es_api_key", str, "Elasticsearch API key (base64 id:key)", secret=True),
+    _o("es_username", str, "Elasticsearch basic-auth user (with es_password)"),
+    _o("es_password", str, "Elasticsearch basic-auth password", secret=True),
+    _o("object_store", str, "root of raw and parsed copies: a folder, gs:// or s3:// (default home/objects)"),
+    _o("chunk_max_tokens", int, "largest chunk in model tokens (default 400)"),
+    _o("chunk_overlap_ratio", float, "share of max tokens repeated when a paragraph is split (default 0.15)"),
+    _o(
+        "chunk_min_pieces",
+        int,
+        "paragraphs before a content-defined chunk boundary may end a chunk (default 2)",
+    ),
+    _o("chunk_boundary_modulus", int, "1 in N paragraphs is a content-defined boundary (default 3)"),
+    _o("parse_timeout_s", int, "seconds to parse one document in the fast lane (default 120)"),
+    _o("slow_parse_timeout_s", int, "seconds to parse one document in the slow (OCR) lane (default 1800)"),
+    _o("parse_memory_mb", int, "address-space limit of the parse process in MiB (default 4096)"),
+    _o(
+        "max_bytes",
+        int,
+        "largest document in bytes; larger ones are dead-lettered too_large (default 256 MiB)",
+    ),
+    _o("max_pages", int, "most pages of a document; more are dead-lettered too_large (default 2000)"),
+    _o("fetch_timeout_s", float, "seconds to read one document; over it: fetch_timeout (default 300)"),
+    _o("max_archive_bytes", int, "most bytes an archive may expand to (default 512 MiB)"),
+    _o("max_archive_members", int, "most members in an archive (default 10000)"),
+    _o("max_archive_depth", int, "deepest nesting of archives and e-mails (default 3)"),
+    _o("max_archive_ratio", float, "largest expansion ratio of an archive member over 1 MiB (default 200)"),
+    _o("embed_batch_size", int, "largest embedding batch, 1..1024 (default 64)"),
+    _o(
+        "event_lease_s", float, "seconds a read event stays hidden before it is delivered again (default 300)"
+    ),
+    _o(
+        "boilerplate_min_docs",
+        int,
+        "a chunk text in this many documents is boilerplate, 0 = off (default 50)",
+    ),
+)
+
+JOB_OPTIONS: tuple[Option, ...] = (
+    _o("source", str, "what to index: a folder, gs://bucket/prefix or s3://bucket/prefix"),
+    _o("tenant", str, "tenant that owns the documents (default: default)"),
+    _o("acl_groups", str, "comma-separated groups allowed to read the documents (default: everyone)"),
+    _o("source_id", str, "source id (default derived from the source location)"),
+    _o(
+        "max_delete_share",
+        float,
+        "largest share of the source's documents one listing may delete (default 0.5)",
+    ),
+    _o(
+        "model",
+        str,
+        "embedding model the job expects; it fails when the live index version uses another "
+        "(change models with `ragsync reembed`)",
+    ),
+    _o("lanes", str, "streaming, local queue: all, 'priority,fast' or slow (default all)"),
+)
+
+ALL_OPTIONS: tuple[Option, ...] = SETTING_OPTIONS + JOB_OPTIONS
+_BY_NAME = {o.name: o for o in ALL_OPTIONS}
+
+
+def setting_names() -> list[str]:
+    """The option name of every ``Settings`` field (``chunker`` as its ``chunk_*`` fields)."""
+    names: list[str] = []
+    for f in dataclasses.fields(Settings):
+        if f.name == "chunker":
+            names += [CHUNK_PREFIX + c.name for c in dataclasses.fields(ChunkerConfig)]
+        else:
+            names.append(f.name)
+    return names
+
+
+def add_pipeline_flags(parser: Any) -> None:
+    """Add ``--name`` (underscores, Beam's style) for every option, default
+    None: ``RagsyncOptions`` and ``parse_pipeline_args`` use it."""
+    for opt in ALL_OPTIONS:
+        parser.add_argument(f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]")
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ("home",)) -> None:
+    """Add ``--name-with-dashes`` (and the ``--name_with_underscores``
+    spelling) for every setting to a ``ragsync`` command parser; default None
+    (unset: the pipeline option, environment or default decides)."""
+    skipped = set(skip)
+    for opt in SETTING_OPTIONS:
+        if opt.name in skipped:
+            continue
+        flags = [opt.flag] if opt.flag == f"--{opt.name}" else [opt.flag, f"--{opt.name}"]
+        parser.add_argument(
+            *flags, dest=opt.name, type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]"
+        )
+
+
+def _convert(opt: Option, raw: Any) -> Any:
+    if isinstance(raw, str) and opt.type is not str:
+        try:
+            return opt.type(raw.strip())
+        except ValueError:
+            raise ConfigurationError(f"{opt.env}={raw!r}: {opt.name} must be a {opt.type.__name__}") from None
+    return raw
+
+
+def option_values(*layers: Mapping[str, Any] | None, env: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """Every option that is set: the first layer that has a non-None value for
+    it, else its environment variable (a non-empty one). Unknown keys are ignored."""
+    environ = os.environ if env is None else env
+    out: dict[str, Any] = {}
+    for opt in ALL_OPTIONS:
+        value = None
+        for layer in layers:
+            if layer is not None and layer.get(opt.name) is not None:
+                value = layer[opt.name]
+                break
+        if value is None and environ.get(opt.env):
+            value = environ[opt.env]
+        if value is not None:
+            out[opt.name] = _convert(opt, value)
+    return out
+
+
+def settings_from(values: Mapping[str, Any]) -> Settings:
+    """``Settings`` from option values (``option_values``); unset fields keep
+    their defaults.
+
+    Raises:
+        ConfigurationError: a value out of range (``Settings`` checks limits).
+    """
+    kwargs: dict[str, Any] = {}
+    chunk: dict[str, Any] = {}
+    for name in setting_names():
+        if name not in values:
+            continue
+        if name.startswith(CHUNK_PREFIX):
+            chunk[name[len(CHUNK_PREFIX) :]] = values[name]
+        else:
+            kwargs[name] = values[name]
+    if chunk:
+        try:
+            kwargs["chunker"] = ChunkerConfig(**chunk)
+        except ValueError as exc:
+            raise ConfigurationError(f"chunk options: {exc}") from None
+    return Settings(**kwargs)
+
+
+def parse_pipeline_args(argv: Sequence[str]) -> tuple[dict[str, Any], list[str]]:
+    """Split Beam-style arguments into ragsync's option values (set ones only)
+    and the rest (Beam's own options: runner, project, s3_endpoint_url...)."""
+    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    add_pipeline_flags(parser)
+    known, rest = parser.parse_known_args(list(argv))
+    return {k: v for k, v in vars(known).items() if v is not None}, rest
+
+
+def settings_from_pipeline_args(
+    argv: Sequence[str], *, flags: Mapping[str, Any] | None = None
+) -> tuple[Settings, dict[str, Any], list[str]]:
+    """``Settings`` from ``ragsync`` flags (``flags``, first), pipeline options
+    in ``argv``, the environment and the defaults.
+
+    Returns:
+        (settings, every option value that is set, the Beam arguments that are
+        not ragsync's: hand these to ``PipelineOptions``).
+    """
+    mine, rest = parse_pipeline_args(argv)
+    values = option_values(flags, mine)
+    return settings_from(values), values, rest
+
+
+def setting_flags(settings: Settings) -> list[str]:
+    """``ragsync`` flags that rebuild ``settings`` in a child process (fields
+    that differ from the defaults; secrets are left to the environment)."""
+    base = Settings(home=settings.home)
+    out = ["--home", settings.home]
+    for opt in SETTING_OPTIONS:
+        if opt.name == "home" or opt.secret:
+            continue
+        if opt.name.startswith(CHUNK_PREFIX):
+            field = opt.name[len(CHUNK_PREFIX) :]
+            value, default = getattr(settings.chunker, field), getattr(base.chunker, field)
+        else:
+            value, default = getattr(settings, opt.name), getattr(base, opt.name)
+        if value != default:
+            out += [opt.flag, str(value)]
+    return out
+
+
+def template_parameters() -> list[dict[str, Any]]:
+    """The Flex Template's ``metadata.json`` parameters: one per option
+    (``source`` required, every other optional)."""
+    return [
+        {
+            "name": o.name,
+            "label": o.name.replace("_", " ").capitalize(),
+            "helpText": o.help,
+            "isOptional": o.name != "source",
+        }
+        for o in (*JOB_OPTIONS, *SETTING_OPTIONS)
+        if o.name not in ("lanes", "home")
+    ]
+
+
+def option(name: str) -> Option:
+    """The option called ``name``.
+
+    Raises:
+        KeyError: no such option.
+    """
+    return _BY_NAME[name]

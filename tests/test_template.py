@@ -1,0 +1,84 @@
+"""The Dataflow Flex Template: ``main.py`` takes exactly what the launcher
+passes (``--source=... --tenant=... --acl_groups=... --runner=...``, one flag
+per ``metadata.json`` parameter), and indexes the source."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipelines.options import RagsyncOptions
+from beam_pipelines.template import run, template_metadata
+from ragsync.config import Settings, open_catalog
+from ragsync.options import ALL_OPTIONS
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "templates" / "dataflow"
+
+
+def test_metadata_json_is_generated_from_the_options() -> None:
+    on_disk = json.loads((TEMPLATE / "metadata.json").read_text())
+    assert on_disk == template_metadata(), "regenerate: python -m beam_pipelines.template --metadata"
+    names = [p["name"] for p in on_disk["parameters"]]
+    flags = set(PipelineOptions([]).view_as(RagsyncOptions).get_all_options())
+    assert len(names) == len(set(names)) == len(ALL_OPTIONS) - 2  # all but `home` and `lanes`
+    assert set(names) <= flags
+    assert [p["name"] for p in on_disk["parameters"] if not p["isOptional"]] == ["source"]
+    # Every parameter, given as the launcher gives it, is parsed as that option.
+    types = {o.name: o.type for o in ALL_OPTIONS}
+    argv = [f"--{name}={types[name](1)}" for name in names]
+    parsed = PipelineOptions(argv).view_as(RagsyncOptions).get_all_options()
+    assert all(parsed[name] is not None for name in names)
+
+
+def _corpus(root: Path) -> Path:
+    src = root / "src"
+    (src / "sub").mkdir(parents=True)
+    (src / "a.txt").write_text("Alpacas are domesticated camelids from South America.\n")
+    (src / "b.md").write_text("# Laptops\n\nEvery employee receives a laptop on the first day.\n")
+    (src / "sub" / "c.txt").write_text("The cafeteria opens at eight and closes at four.\n")
+    return src
+
+
+def test_main_py_as_the_launcher_runs_it_indexes_the_folder(tmp_path: Path) -> None:
+    src = _corpus(tmp_path)
+    home = tmp_path / "home"
+    env = dict(os.environ, RAGSYNC_HOME=str(home), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    argv = [sys.executable, str(TEMPLATE / "main.py"), f"--source={src}", "--tenant=T"]
+    argv += ["--acl_groups=staff,hr", "--runner=DirectRunner"]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (summary["documents_listed"], summary["documents_indexed"], summary["dead_lettered"]) == (3, 3, 0)
+    catalog = open_catalog(Settings(home=str(home)))
+    try:
+        assert catalog.document_counts_by_status("T") == {"indexed": 3}
+        assert catalog.document_counts_by_status() == {"indexed": 3}
+    finally:
+        catalog.close()
+
+
+def test_missing_source_and_foreign_model_are_configuration_errors(tmp_path: Path) -> None:
+    home = f"--home={tmp_path / 'home'}"
+    assert run([home, "--tenant=T", "--runner=DirectRunner"]) == 2
+    src = _corpus(tmp_path)
+    assert run([home, f"--source={src}", "--model=some-other-model", "--runner=DirectRunner"]) == 2
+    assert run([home, f"--source={tmp_path / 'missing'}", "--runner=DirectRunner"]) == 2
+
+
+def test_dockerfile_builds_launcher_and_workers_from_the_locked_requirements() -> None:
+    import apache_beam
+
+    text = (TEMPLATE / "Dockerfile").read_text()
+    assert f"ARG BEAM_VERSION={apache_beam.__version__}" in text
+    assert f'"apache-beam[gcp,aws]=={apache_beam.__version__}"' in text
+    assert "pip install --no-cache-dir -r requirements.txt" in text
+    assert "COPY --from=launcher /opt/google/dataflow/python_template_launcher" in text
+    assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in text
+    pinned = (ROOT / "requirements.txt").read_text().splitlines()
+    assert f"apache-beam=={apache_beam.__version__}" in pinned
