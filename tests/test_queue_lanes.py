@@ -95,3 +95,15 @@ def test_an_event_that_kills_its_worker_every_time_is_set_aside(catalog: Catalog
     # Re-driven after a fix, it starts counting again.
     assert catalog.requeue_event("a", "a-upsert-01")
     assert _ids(catalog.claim_events(limit=1, max_deliveries=3).claimed) == ["a-upsert-01"]
+
+
+def test_a_heartbeat_lets_go_of_events_requeued_or_handed_to_the_slow_lane(catalog: Catalog) -> None:
+    catalog.enqueue_events([_event("a", 1), _event("a", 2), _event("a", 3)], now=0.0)
+    rows = catalog.claim_events(lease_s=10.0, now=1.0).claimed
+    claims = {(str(r["tenant_id"]), str(r["event_id"])): (int(r["attempts"]), str(r["lane"])) for r in rows}
+    assert catalog.retry_event_later(("a", "a-upsert-01"), 60.0) == "pending"  # a retryable failure
+    assert catalog.move_to_lane([("a", "a-upsert-02")], "slow", now=2.0) == 1  # found to need OCR
+    held = catalog.extend_leases(list(claims), 10.0, now=5.0, claimed=claims)
+    assert held == {("a", "a-upsert-03")}
+    # The slow lane's reader gets the scan at once; the requeued one waits for its retry time.
+    assert _ids(catalog.claim_events(lanes=("slow",), now=6.0).claimed) == ["a-upsert-02"]

@@ -62,7 +62,9 @@ class _LeaseHeartbeat:
     def __init__(self, settings: Settings, lease_s: float) -> None:
         self.settings = settings
         self.lease_s = lease_s
-        self._keys: set[EventKey] = set()
+        # What each event looked like when leased: a requeue after a failure
+        # (attempts+1) or a hand-off to the slow lane ends this worker's claim.
+        self._claims: dict[EventKey, tuple[int, str]] = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ragsync-lease-heartbeat", daemon=True)
@@ -70,22 +72,26 @@ class _LeaseHeartbeat:
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
-            self._keys.update((r["tenant_id"], r["event_id"]) for r in rows)
+            for r in rows:
+                key = (r["tenant_id"], r["event_id"])
+                self._claims[key] = (int(r.get("attempts") or 0), str(r.get("lane") or "fast"))
 
     def _run(self) -> None:
         catalog = open_catalog(self.settings)
         try:
             while not self._stop.wait(max(0.5, self.lease_s / 3)):
                 with self._lock:
-                    keys = list(self._keys)
-                if not keys:
+                    claims = dict(self._claims)
+                if not claims:
                     continue
                 try:
-                    alive = catalog.extend_leases(keys, self.lease_s)
+                    alive = catalog.extend_leases(list(claims), self.lease_s, claimed=claims)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the lease has slack
                     continue
                 with self._lock:
-                    self._keys -= set(keys) - alive
+                    for key in set(claims) - alive:
+                        if self._claims.get(key) == claims[key]:
+                            del self._claims[key]
         finally:
             catalog.close()
 

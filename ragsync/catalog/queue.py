@@ -219,20 +219,38 @@ class QueueRepository(Repository):
         return n
 
     def extend_leases(
-        self, keys: Sequence[EventKey], lease_s: float, *, now: float | None = None
+        self,
+        keys: Sequence[EventKey],
+        lease_s: float,
+        *,
+        now: float | None = None,
+        claimed: Mapping[EventKey, tuple[int, str]] | None = None,
     ) -> set[EventKey]:
         """Heartbeat: push the lease of events still being worked on
-        ``lease_s`` ahead. Returns the keys still pending (the others were
-        acknowledged and need no more heartbeats)."""
+        ``lease_s`` ahead. Returns the keys still held (the others were
+        acknowledged, or handed back, and need no more heartbeats).
+
+        Args:
+            claimed: ``{key: (attempts, lane)}`` as they were when the caller
+                leased the events; an event whose attempts or lane changed
+                since (requeued after a failure, handed to the slow lane) is
+                no longer the caller's and is left alone.
+        """
         t = schema.events
         ts = _now() if now is None else now
         alive: set[EventKey] = set()
         with self._engine.begin() as conn:
             for batch in _batches(list(dict.fromkeys(keys)), 200):
                 where = and_(self._keyed(t, batch), t.c.state == "pending")
-                conn.execute(update(t).where(where).values(available_at=ts + lease_s))
-                still = conn.execute(select(t.c.tenant_id, t.c.event_id).where(where))
-                alive.update((str(tid), str(eid)) for tid, eid in still)
+                rows = conn.execute(select(t.c.tenant_id, t.c.event_id, t.c.attempts, t.c.lane).where(where))
+                held = [
+                    (str(tid), str(eid))
+                    for tid, eid, attempts, lane in rows
+                    if claimed is None or claimed.get((str(tid), str(eid))) == (int(attempts or 0), str(lane))
+                ]
+                if held:
+                    conn.execute(update(t).where(self._keyed(t, held)).values(available_at=ts + lease_s))
+                alive.update(held)
         return alive
 
     def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
