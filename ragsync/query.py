@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
 
@@ -97,7 +98,7 @@ def hybrid_query(
             if chunk.doc_id not in docs:
                 docs[chunk.doc_id] = catalog.get_document(chunk.doc_id)
             doc = docs[chunk.doc_id]
-            if doc is None or doc.status != "indexed" or doc.deleted_at:
+            if doc is None or doc.status not in LIVE_STATUSES or doc.deleted_at:
                 continue
             results.append(
                 QueryResult(
