@@ -6,7 +6,7 @@ them and act on the answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -488,3 +488,52 @@ def due_syncs(
         ):
             out.append((s.source_id, SyncMode.INCREMENTAL))
     return out
+
+
+# -- repairing the indexes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What ``ragsync reconcile --repair`` does, per store.
+
+    Attributes:
+        rewrite: ``{store: chunk ids}`` held by the catalog for a document
+            that is not deleted but missing from that store: written again
+            from the catalog's chunk rows.
+        orphans: ``{store: chunk ids}`` in that store with no chunk row in
+            the catalog: deleted from that store.
+        dead_rows: chunk rows of documents that are deleted or unknown (a
+            delete that stopped part-way): deleted from every store and the
+            catalog.
+    """
+
+    rewrite: dict[str, tuple[str, ...]]
+    orphans: dict[str, tuple[str, ...]]
+    dead_rows: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to repair."""
+        return not (any(self.rewrite.values()) or any(self.orphans.values()) or self.dead_rows)
+
+
+def plan_repair(
+    catalog_chunks: Mapping[str, str], gone_docs: Collection[str], stores: Mapping[str, Collection[str]]
+) -> RepairPlan:
+    """Compare chunk ids, not just counts, between the catalog and each store.
+
+    Args:
+        catalog_chunks: ``{chunk_id: doc_id}`` of the catalog's chunk rows.
+        gone_docs: documents that are deleted or unknown to the catalog.
+        stores: ``{store name: chunk ids it holds}``.
+
+    Returns:
+        The plan; every id list is sorted, so a replay repairs the same ids.
+    """
+    gone = set(gone_docs)
+    dead = {cid for cid, doc in catalog_chunks.items() if doc in gone}
+    wanted = set(catalog_chunks) - dead
+    rewrite = {name: tuple(sorted(wanted - set(ids))) for name, ids in stores.items()}
+    orphans = {name: tuple(sorted(set(ids) - set(catalog_chunks))) for name, ids in stores.items()}
+    return RepairPlan(rewrite=rewrite, orphans=orphans, dead_rows=tuple(sorted(dead)))

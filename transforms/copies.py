@@ -142,22 +142,16 @@ def _promote(step: Any, owner: Any, plan: CopiesPlan, chunks: list[Chunk]) -> No
 
 
 def vectors_for(step: Any, chunks: list[Chunk]) -> dict[str, list[float]]:
-    """Vectors of ``chunks`` by text hash for the live model: from the
-    embedding cache, the model only for a text missing there (counted as
-    ``chunks_embedded``)."""
-    from ragsync.embedding import get_model
+    """Vectors of ``chunks`` by text hash for the live model, from the
+    embedding cache (``ragsync.embedding.cached_vectors``; a vector missing
+    there is computed and counted as ``chunks_embedded``)."""
+    from ragsync.embedding import cached_vectors
     from ragsync.index_versions import live_spec
 
-    spec = live_spec(step.settings)
-    cached = step._catalog.get_embeddings([c.text_hash for c in chunks], spec.version)
-    missing = [c for c in chunks if c.text_hash not in cached]
-    if missing:
-        fresh = get_model(spec.name).encode_passages([c.embedding_text() for c in missing])
-        new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
-        step._catalog.put_embeddings(new, spec.version)
-        cached.update(new)
-        counter("chunks_embedded").inc(len(missing))
-    return {h: v.tolist() for h, v in cached.items()}
+    vectors, fresh = cached_vectors(step._catalog, live_spec(step.settings), chunks)
+    if fresh:
+        counter("chunks_embedded").inc(fresh)
+    return vectors
 
 
 def retire_holder(step: Any, doc_id: str) -> int:

@@ -133,6 +133,10 @@ class _FetchFn(CatalogDoFn):
             yield beam.pvalue.TaggedOutput(ACL_ONLY, doc)
             return
         cat.record_fetch(doc)
+        if stored is not None and stored.status in LIVE_STATUSES and stored.acl_id != acl:
+            # New bytes and new permissions: the permissions apply to the live
+            # version at once, whether or not the new bytes parse.
+            yield beam.pvalue.TaggedOutput(ACL_ONLY, doc)
         was_copy = stored is not None and stored.status == "duplicate"
         if was_copy and stored.canonical_doc_id not in (None, doc_id):
             # A copy changed: its old holder's chunks lose its groups.

@@ -441,6 +441,18 @@ class DocumentsRepository(Repository):
                 return
             after = str(rows[-1][0])
 
+    def gone_doc_ids(self, doc_ids: Sequence[str]) -> set[str]:
+        """Of ``doc_ids``, those that are deleted or have no row (their chunk
+        rows are leftovers of a delete that stopped part-way)."""
+        t = schema.documents
+        wanted = sorted(set(doc_ids))
+        present: set[str] = set()
+        with self._read_engine.connect() as conn:
+            for batch in _batches(wanted):
+                query = select(t.c.doc_id).where(t.c.doc_id.in_(batch), t.c.deleted_at.is_(None))
+                present.update(conn.execute(query).scalars())
+        return set(wanted) - present
+
     def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
         """Number of documents per status, for one tenant or all."""
         return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
