@@ -50,6 +50,12 @@ class _AclFnBase(CopiesDoFn):
         self._count = counter("documents_acl_updated")
 
 
+class AclStep(_AclFnBase):
+    """The stores of a permission change, for a step that is not one itself
+    (the fetch stage applies new permissions to a live version): call
+    ``setup()`` and ``teardown()`` like Beam would."""
+
+
 class _ApplyAclFn(_AclFnBase):
     """FetchedDocument with unchanged bytes and new permissions -> doc id."""
 

@@ -24,8 +24,10 @@ from ragsync.errors import (
     OutsideLocationError,
     TooLargeError,
 )
+from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
+from transforms.acl import apply_document_acl
 from transforms.common import CatalogDoFn, ToDeadLetters, counter
 from transforms.io import BeamFileSystem, write_bytes_once
 
@@ -53,6 +55,7 @@ class _FetchFn(CatalogDoFn):
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
         self._connectors: dict[tuple[str, str], Connector] = {}
+        self._acl_step: Any = None
 
     def _connector(self, item: SourceFile) -> Connector:
         """The connector of the item's source (cached per source)."""
@@ -77,6 +80,9 @@ class _FetchFn(CatalogDoFn):
         for connector in self._connectors.values():
             connector.close()
         self._connectors = {}
+        if self._acl_step is not None:
+            self._acl_step.teardown()
+            self._acl_step = None
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
@@ -135,13 +141,25 @@ class _FetchFn(CatalogDoFn):
         cat.record_fetch(doc)
         if stored is not None and stored.status in LIVE_STATUSES and stored.acl_id != acl:
             # New bytes and new permissions: the permissions apply to the live
-            # version at once, whether or not the new bytes parse.
-            yield beam.pvalue.TaggedOutput(ACL_ONLY, doc)
+            # version now, whether or not the new bytes parse (here, before
+            # this document's write can touch the same rows).
+            apply_document_acl(self._stores(), doc_id, item.tenant_id, acl)
         was_copy = stored is not None and stored.status == "duplicate"
         if was_copy and stored.canonical_doc_id not in (None, doc_id):
             # A copy changed: its old holder's chunks lose its groups.
             yield beam.pvalue.TaggedOutput(LEFT_COPY, (str(stored.canonical_doc_id), doc))
         yield doc
+
+    def _stores(self) -> Any:
+        """The indexes, opened on first use (only a document whose bytes and
+        permissions both changed needs them here)."""
+        if self._acl_step is None:
+            from transforms.acl import AclStep
+
+            step = AclStep(self.settings, live_spec(self.settings).dim)
+            step.setup()
+            self._acl_step = step
+        return self._acl_step
 
     def _copy_of_live(self, stored: Any) -> bool:
         """True when ``stored`` is an exact copy linked to a holder that is
