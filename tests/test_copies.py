@@ -168,7 +168,8 @@ def test_copy_added_repermissioned_and_deleted_in_later_runs(tmp_path: Path) -> 
     shutil.copy(src / "notes.txt", src / "copy" / "notes.txt")
     second = _run(src, settings)
     assert (second.documents_duplicate, second.chunks_embedded, second.chunks_written) == (1, 0, 0)  # type: ignore[attr-defined]
-    assert _seen_by(settings, ["finance"]) == ["notes.txt"]
+    # Each reader is shown the copy they may read (never the other's path).
+    assert _seen_by(settings, ["finance"]) == ["copy/notes.txt"]
     assert _seen_by(settings, ["everyone"]) == ["notes.txt"]
     state = _state(settings)
     assert state["statuses"] == {"notes.txt": "indexed", "copy/notes.txt": "duplicate"}
@@ -184,7 +185,7 @@ def test_copy_added_repermissioned_and_deleted_in_later_runs(tmp_path: Path) -> 
     fourth = _run(src, settings)
     assert (fourth.documents_acl_updated, fourth.chunks_embedded, fourth.chunks_written) == (1, 0, 0)  # type: ignore[attr-defined]
     assert _seen_by(settings, ["finance"]) == []
-    assert _seen_by(settings, ["legal"]) == ["notes.txt"]
+    assert _seen_by(settings, ["legal"]) == ["copy/notes.txt"]
 
     # The copy is deleted: legal loses it, everyone keeps it.
     shutil.rmtree(src / "copy")
@@ -208,8 +209,8 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
     settings = Settings(home=str(tmp_path / "home"))
     first = _run(src, settings)
     assert (first.documents_indexed, first.documents_duplicate) == (1, 2)  # type: ignore[attr-defined]
-    for team in ("team-a", "team-b", "team-c"):
-        assert len(_seen_by(settings, [team])) == 1, team
+    for folder in ("a", "b", "c"):
+        assert _seen_by(settings, ["team-" + folder]) == [f"{folder}/notes.txt"]
     holder = next(iter(_state(settings)["owners"]))  # type: ignore[call-overload]
     rest = sorted({"a/notes.txt", "b/notes.txt", "c/notes.txt"} - {holder})
     holder_team = "team-" + holder[0]
@@ -226,7 +227,7 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
     assert len(promoted) == 1 and state["statuses"][promoted[0]] == "indexed"  # type: ignore[index]
     assert _seen_by(settings, [holder_team]) == []
     for other in rest:
-        assert _seen_by(settings, ["team-" + other[0]]) == [promoted[0]], other
+        assert _seen_by(settings, ["team-" + other[0]]) == [other]
 
     # The promoted copy is deleted: the last copy takes over, again
     # without embedding anything.
