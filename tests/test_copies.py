@@ -15,6 +15,7 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -240,3 +241,77 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
     state = _state(settings)
     assert state["statuses"][last] == "indexed" and state["ok"]  # type: ignore[index]
     assert set(state["owners"]) == {holder, last}  # type: ignore[call-overload]
+
+
+@pytest.mark.slow
+def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
+    """The same rules hold for change events (streaming pipeline, catalog queue)."""
+    import time
+
+    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.streaming import run_stream
+    from connectors.events import parse_event
+    from ragsync.config import Settings, open_catalog
+    from ragsync.embedding import default_model
+    from ragsync.query import hybrid_query
+
+    content = tmp_path / "content"
+    content.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (content / name).write_text(NOTES)
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    prepare_stores(settings, default_model())
+    register_source(settings, "wiki", "acme", "wiki", str(content))
+
+    def push(doc: str, op: str, version: int, groups: list[str], eid: str) -> None:
+        event = {"source_id": "wiki", "doc_id": doc, "op": op, "source_version": version}
+        event.update(acl_groups=groups, event_time=time.time() - 1, event_id=eid)
+        if op == "upsert":
+            event["content_uri"] = str(content / doc)
+        cat = open_catalog(settings)
+        try:
+            cat.enqueue_events([parse_event(event)])
+        finally:
+            cat.close()
+
+    def stream() -> Any:
+        summary = run_stream(settings, until_idle=True, show_progress=False)
+        assert summary is not None
+        return summary
+
+    def seen(group: str) -> list[str]:
+        hits = hybrid_query(settings, QUESTION, groups=[group], tenant_id="acme", k=10)
+        return sorted(h.uri.rsplit("/", 1)[1] for h in hits if "Revenue grew" in h.text)
+
+    push("a.txt", "upsert", 1, ["team-a"], "e1")
+    assert stream().chunks_embedded == 1
+    push("b.txt", "upsert", 1, ["team-b"], "e2")
+    assert stream().chunks_embedded == 0
+    assert (seen("team-a"), seen("team-b")) == (["a.txt"], ["b.txt"])
+
+    # A permission change of the copy moves its share of the union.
+    push("b.txt", "acl", 2, ["team-c"], "e3")
+    s = stream()
+    assert (s.documents_acl_updated, s.chunks_embedded) == (1, 0)
+    assert (seen("team-b"), seen("team-c")) == ([], ["b.txt"])
+
+    # Deleting the indexed copy promotes the other, without embedding.
+    push("a.txt", "delete", 3, [], "e4")
+    s = stream()
+    assert (s.documents_deleted, s.chunks_embedded) == (1, 0)
+    assert (seen("team-a"), seen("team-c")) == ([], ["b.txt"])
+    assert _state_of(settings) == {"b.txt": 1}
+
+
+def _state_of(settings: object) -> dict[str, int]:
+    """Chunk rows per file name, after checking the three stores agree."""
+    from ragsync.config import open_catalog
+    from ragsync.reconcile import reconcile
+
+    assert reconcile(settings, DIM).ok  # type: ignore[arg-type]
+    cat = open_catalog(settings)  # type: ignore[arg-type]
+    try:
+        counts = cat.chunk_counts_by_doc()
+        return {cat.get_document(d).uri.rsplit("/", 1)[1]: n for d, n in counts.items()}
+    finally:
+        cat.close()
