@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 from docx import Document
@@ -95,3 +96,63 @@ def test_failed_update_keeps_the_last_good_version(
     assert any("240 EUR" in t for t in texts) and not any("210 EUR" in t for t in texts)
     assert _status(home, capsys)["documents"] == {"indexed": 2}
     assert reconcile(settings, DIM).ok
+
+
+def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> None:
+    """The same through change events (streaming pipeline, catalog queue)."""
+    import time
+
+    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.streaming import run_stream
+    from connectors.events import parse_event
+    from ragsync import ids
+    from ragsync.config import Settings, open_catalog
+    from ragsync.embedding import default_model
+    from ragsync.query import hybrid_query
+
+    content = tmp_path / "content"
+    content.mkdir()
+    policy = content / "policy.docx"
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    prepare_stores(settings, default_model())
+    register_source(settings, "wiki", "acme", "wiki", str(content))
+    doc_id = ids.doc_id("acme", "wiki", "policy")
+
+    def apply(version: int, data: bytes) -> Any:
+        policy.write_bytes(data)
+        event = {"source_id": "wiki", "doc_id": "policy", "op": "upsert", "source_version": version}
+        event.update(acl_groups=["everyone"], event_time=time.time() - 1, content_uri=str(policy))
+        cat = open_catalog(settings)
+        try:
+            cat.enqueue_events([parse_event(event)])
+        finally:
+            cat.close()
+        summary = run_stream(settings, until_idle=True, show_progress=False)
+        assert summary is not None
+        return summary
+
+    def texts() -> list[str]:
+        hits = hybrid_query(settings, "hotel nights Oslo capped", groups=["everyone"], tenant_id="acme", k=5)
+        return [h.text for h in hits]
+
+    def row() -> Any:
+        cat = open_catalog(settings)
+        try:
+            return cat.get_document(doc_id), cat.dead_letter_counts()
+        finally:
+            cat.close()
+
+    good = _docx("Travel policy", "Hotel nights in Oslo are capped at 210 EUR per night.")
+    assert apply(1, good).documents_indexed == 1
+    s = apply(2, good[: len(good) // 2])
+    assert (s.documents_indexed, s.dead_lettered) == (0, 1)
+    assert any("210 EUR" in t for t in texts())
+    doc, dead = row()
+    assert (doc.status, doc.source_version, doc.indexed_version) == ("stale", "2", "1")
+    assert sum(dead.values()) == 1 and doc.error_class in dead
+
+    s = apply(3, _docx("Travel policy", "Hotel nights in Oslo are capped at 240 EUR per night since May."))
+    assert s.documents_indexed == 1
+    assert any("240 EUR" in t for t in texts()) and not any("210 EUR" in t for t in texts())
+    doc, _ = row()
+    assert (doc.status, doc.error_class, doc.indexed_version) == ("indexed", None, "3")
