@@ -167,10 +167,27 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from ragsync.embedding import default_model
-    from ragsync.reconcile import reconcile
+    from ragsync.index_versions import live_spec
+    from ragsync.reconcile import reconcile, repair
 
-    report = reconcile(settings_from_args(args), default_model().dim)
+    settings = settings_from_args(args)
+    dim = live_spec(settings).dim
+    if args.repair:
+        fixed = repair(settings, dim)
+        lines = [f"{a.action} {a.store} tenant={a.tenant_id}: {a.chunks} chunks" for a in fixed.actions]
+        lines = lines or ["nothing to repair"]
+        lines.append(
+            f"vectors computed by the model: {fixed.chunks_embedded} (the rest from the embedding cache)"
+        )
+        after = fixed.after
+        lines.append(
+            "after repair: vector index, keyword index and chunks table agree"
+            if after.ok
+            else f"after repair: {len(after.mismatches)} documents still disagree"
+        )
+        _emit(args, fixed.to_dict(), "\n".join(lines))
+        return 0 if after.ok else 1
+    report = reconcile(settings, dim)
     human = [f"{report.documents} documents, {report.chunks} chunks in the catalog"]
     if report.ok:
         human.append("vector index, keyword index and chunks table agree")
@@ -372,6 +389,12 @@ def build_parser() -> argparse.ArgumentParser:
     q.set_defaults(func=cmd_query)
 
     r = sub.add_parser("reconcile", parents=[common], help="compare chunk counts across the three stores")
+    r.add_argument(
+        "--repair",
+        action="store_true",
+        help="fix what it finds: write chunks a store lacks again from the catalog, delete orphans and "
+        "chunks of deleted documents; reports each action (run it while no pipeline writes)",
+    )
     r.set_defaults(func=cmd_reconcile)
 
     s = sub.add_parser("status", parents=[common], help="documents by state, dead letters by class")

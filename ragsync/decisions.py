@@ -6,7 +6,7 @@ them and act on the answer.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Protocol
@@ -41,6 +41,7 @@ def fetch_action(
     parser_version: str,
     chunker_id: str,
     stored_chunk_rows: int | None,
+    copy_of_live: bool = False,
 ) -> FetchAction:
     """Decide whether a fetched document needs work.
 
@@ -54,11 +55,20 @@ def fetch_action(
             (None when not looked up). A mismatch with the row's
             ``chunk_count`` means an earlier run died between flipping the
             version and deleting vanished chunks: process again to finish.
+        copy_of_live: the stored row is an exact copy (``duplicate``) linked
+            to a holder that is live and holds the stored bytes.
 
     Returns:
         UNCHANGED only when the document is indexed from these exact bytes by
-        the current parser and chunker with its chunk rows complete.
+        the current parser and chunker with its chunk rows complete, or is
+        a linked copy of a live holder with these bytes and permissions.
+        ACL_ONLY for the same with other permissions (a copy's new
+        permissions change the union its holder's chunks carry).
     """
+    if stored is not None and stored.status == "duplicate" and copy_of_live:
+        if stored.content_hash == content_hash:
+            return FetchAction.ACL_ONLY if stored.acl_id != acl_id else FetchAction.UNCHANGED
+        return FetchAction.PROCESS
     if stored is None or stored.status != "indexed" or stored.content_hash != content_hash:
         return FetchAction.PROCESS
     if stored.parser_version != parser_version or stored.chunker_id != chunker_id:
@@ -108,6 +118,70 @@ def choose_canonical(candidates: Sequence[str], indexed_canonical: str | None) -
     if not candidates:
         raise ValueError("no candidates")
     return min(candidates)
+
+
+@dataclass(frozen=True)
+class CopyIdentity:
+    """One identity (document) that may serve some indexed content.
+
+    Attributes:
+        doc_id: the document.
+        acl_id: its own permissions (each copy keeps its own).
+        content_hash: hash of the content the identity holds now.
+        live: False once the document is deleted (or being deleted).
+    """
+
+    doc_id: str
+    acl_id: str
+    content_hash: str
+    live: bool = True
+
+
+@dataclass(frozen=True)
+class CopiesPlan:
+    """Who serves a piece of indexed content and who may read it.
+
+    Attributes:
+        holder: the identity whose chunks serve the content after the
+            change (None: no live identity is left; the chunks go).
+        promote: True when ``holder`` is not the identity that owns the
+            chunks now: the chunks are re-keyed to it (no re-embedding).
+        acl_ids: the union of the live identities' ACL ids: what the
+            chunks carry.
+        duplicates: the other live identities, linked to ``holder``.
+    """
+
+    holder: str | None
+    promote: bool
+    acl_ids: tuple[str, ...]
+    duplicates: tuple[str, ...]
+
+
+def plan_copies(owner: str, content_hash: str, identities: Iterable[CopyIdentity]) -> CopiesPlan:
+    """Decide who serves the content ``owner``'s chunks hold, after a copy
+    was added, deleted, edited away or re-permissioned.
+
+    Only live identities that still hold ``content_hash`` count. The owner
+    keeps the role while it counts (nothing is re-keyed); otherwise the
+    smallest doc id among the rest is promoted, so every replay and every
+    order of events picks the same one (as a fresh backfill does).
+
+    Args:
+        owner: the document whose chunk rows hold the content now.
+        content_hash: hash of that content.
+        identities: the owner and every document linked to it as a copy
+            (others are ignored when their hash or liveness rules them out).
+
+    Returns:
+        The plan; ``holder`` is None when no live identity holds the content.
+    """
+    members = {i.doc_id: i for i in identities if i.live and i.content_hash == content_hash}
+    if not members:
+        return CopiesPlan(None, False, (), ())
+    holder = owner if owner in members else min(members)
+    acl_ids = tuple(sorted({m.acl_id for m in members.values() if m.acl_id}))
+    duplicates = tuple(sorted(d for d in members if d != holder))
+    return CopiesPlan(holder, holder != owner, acl_ids, duplicates)
 
 
 class GateAction(str, Enum):
@@ -414,3 +488,52 @@ def due_syncs(
         ):
             out.append((s.source_id, SyncMode.INCREMENTAL))
     return out
+
+
+# -- repairing the indexes ---------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepairPlan:
+    """What ``ragsync reconcile --repair`` does, per store.
+
+    Attributes:
+        rewrite: ``{store: chunk ids}`` held by the catalog for a document
+            that is not deleted but missing from that store: written again
+            from the catalog's chunk rows.
+        orphans: ``{store: chunk ids}`` in that store with no chunk row in
+            the catalog: deleted from that store.
+        dead_rows: chunk rows of documents that are deleted or unknown (a
+            delete that stopped part-way): deleted from every store and the
+            catalog.
+    """
+
+    rewrite: dict[str, tuple[str, ...]]
+    orphans: dict[str, tuple[str, ...]]
+    dead_rows: tuple[str, ...]
+
+    @property
+    def empty(self) -> bool:
+        """True when there is nothing to repair."""
+        return not (any(self.rewrite.values()) or any(self.orphans.values()) or self.dead_rows)
+
+
+def plan_repair(
+    catalog_chunks: Mapping[str, str], gone_docs: Collection[str], stores: Mapping[str, Collection[str]]
+) -> RepairPlan:
+    """Compare chunk ids, not just counts, between the catalog and each store.
+
+    Args:
+        catalog_chunks: ``{chunk_id: doc_id}`` of the catalog's chunk rows.
+        gone_docs: documents that are deleted or unknown to the catalog.
+        stores: ``{store name: chunk ids it holds}``.
+
+    Returns:
+        The plan; every id list is sorted, so a replay repairs the same ids.
+    """
+    gone = set(gone_docs)
+    dead = {cid for cid, doc in catalog_chunks.items() if doc in gone}
+    wanted = set(catalog_chunks) - dead
+    rewrite = {name: tuple(sorted(wanted - set(ids))) for name, ids in stores.items()}
+    orphans = {name: tuple(sorted(set(ids) - set(catalog_chunks))) for name, ids in stores.items()}
+    return RepairPlan(rewrite=rewrite, orphans=orphans, dead_rows=tuple(sorted(dead)))

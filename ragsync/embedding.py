@@ -245,3 +245,24 @@ def get_model(name: str) -> EmbeddingModel:
     if name not in _INSTANCES:
         _INSTANCES[name] = _FACTORIES[name]()
     return _INSTANCES[name]
+
+
+def cached_vectors(
+    catalog: Any, spec: ModelSpec, chunks: Sequence[Any]
+) -> tuple[dict[str, list[float]], int]:
+    """Vectors of already chunked text by text hash: from the catalog's
+    embedding cache for ``spec``'s model version, the model only for those
+    missing there (then cached). Used where chunks are written again without
+    being re-embedded (a promoted exact copy, a repair).
+
+    Returns:
+        ``({text_hash: vector}, number the model computed)``.
+    """
+    cached = catalog.get_embeddings([c.text_hash for c in chunks], spec.version)
+    missing = [c for c in chunks if c.text_hash not in cached]
+    if missing:
+        fresh = get_model(spec.name).encode_passages([c.embedding_text() for c in missing])
+        new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
+        catalog.put_embeddings(new, spec.version)
+        cached.update(new)
+    return {h: np.asarray(v, dtype=np.float32).tolist() for h, v in cached.items()}, len(missing)

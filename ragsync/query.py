@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
 
@@ -95,13 +96,13 @@ def hybrid_query(
             if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
                 continue
             if chunk.doc_id not in docs:
-                docs[chunk.doc_id] = catalog.get_document(chunk.doc_id)
+                docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), allowed)
             doc = docs[chunk.doc_id]
-            if doc is None or doc.status != "indexed" or doc.deleted_at:
+            if doc is None:
                 continue
             results.append(
                 QueryResult(
-                    doc_id=chunk.doc_id,
+                    doc_id=doc.doc_id,
                     chunk_id=cid,
                     uri=doc.uri,
                     heading_path=list(chunk.heading_path),
@@ -115,3 +116,18 @@ def hybrid_query(
         return results
     finally:
         catalog.close()
+
+
+def _shown_copy(catalog: Any, holder: Any, allowed: set[str]) -> Any:
+    """The document a hit on ``holder``'s chunks is shown as: None when the
+    holder has no live version; else, of the holder and its exact copies
+    (``transforms.copies``), the smallest doc id the reader may read through
+    its own permissions, so a reader never sees the path of a copy they may
+    not read and the answer does not depend on which copy holds the chunks.
+    None too when no live copy lets the reader in (chunks whose ACL ids lag
+    behind a permission change: fail closed).
+    """
+    if holder is None or holder.status not in LIVE_STATUSES or holder.deleted_at:
+        return None
+    readable = [d for d in [holder, *catalog.duplicates_of(holder.doc_id)] if d.acl_id in allowed]
+    return min(readable, key=lambda d: d.doc_id) if readable else None

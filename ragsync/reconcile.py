@@ -56,3 +56,119 @@ def reconcile(settings: Settings, dim: int) -> ReconcileReport:
         if not v.get(d, 0) == kw.get(d, 0) == c.get(d, 0)
     ]
     return ReconcileReport(documents=len(docs), chunks=sum(c.values()), mismatches=bad)
+
+
+@dataclass(frozen=True)
+class RepairAction:
+    """One thing ``repair`` did.
+
+    Attributes:
+        action: ``rewrite`` (chunks written again from the catalog),
+            ``delete_orphans`` (store rows with no catalog chunk row) or
+            ``delete_dead_rows`` (chunks of deleted documents, everywhere).
+        store: ``vector``, ``keyword`` or ``catalog``.
+        tenant_id: the tenant.
+        chunks: number of chunks.
+    """
+
+    action: str
+    store: str
+    tenant_id: str
+    chunks: int
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What ``repair`` found, did and left.
+
+    Attributes:
+        actions: every action taken, in order.
+        chunks_embedded: vectors the model computed (those missing from the
+            embedding cache); every other rewritten vector came from the cache.
+        after: reconciliation once the repair ran.
+    """
+
+    actions: list[RepairAction]
+    chunks_embedded: int
+    after: ReconcileReport
+
+    def counts(self) -> dict[str, int]:
+        """Chunks per ``action:store``, e.g. ``{"rewrite:vector": 3}``."""
+        out: dict[str, int] = {}
+        for a in self.actions:
+            key = f"{a.action}:{a.store}"
+            out[key] = out.get(key, 0) + a.chunks
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.after.ok,
+            "actions": [a.__dict__ for a in self.actions],
+            "counts": self.counts(),
+            "chunks_embedded": self.chunks_embedded,
+            "after": self.after.to_dict(),
+        }
+
+
+def repair(settings: Settings, dim: int) -> RepairReport:
+    """Fix what reconciliation finds, comparing chunk ids per tenant
+    (``ragsync.decisions.plan_repair``): chunks the catalog holds for a live
+    document but a store lacks are written again from the catalog's chunk
+    rows (vectors from the embedding cache; the model only for a vector
+    missing there); store rows with no catalog row are deleted; chunk rows of
+    deleted documents are deleted everywhere.
+
+    Only safe when no pipeline writes at the same time (like the sweep at the
+    end of a backfill): a writer between its index write and its catalog
+    write looks like an orphan.
+
+    Raises:
+        ValueError: ``dim`` is not the live model's dimension.
+    """
+    from ragsync.decisions import plan_repair
+    from ragsync.embedding import cached_vectors
+    from ragsync.index_versions import live_spec
+
+    spec = live_spec(settings)
+    if spec.dim != dim:
+        raise ValueError(f"dim {dim} is not the live model's ({spec.name}: {spec.dim})")
+    catalog = open_catalog(settings)
+    vectors = open_vector_index(settings, dim)
+    keywords = open_keyword_index(settings)
+    actions: list[RepairAction] = []
+    embedded = 0
+    try:
+        stores: dict[str, Any] = {"vector": vectors, "keyword": keywords}
+        tenants = catalog.tenant_ids()
+        all_rows = catalog.chunk_docs()
+        for tenant in tenants:
+            ids = catalog.chunk_ids_for_tenant(tenant)
+            rows = {cid: all_rows[cid] for cid in ids if cid in all_rows}
+            gone = catalog.gone_doc_ids(sorted(set(rows.values())))
+            plan = plan_repair(rows, gone, {name: s.chunk_ids(tenant) for name, s in stores.items()})
+            if plan.dead_rows:
+                dead = list(plan.dead_rows)
+                for store in stores.values():
+                    store.delete(tenant, dead)
+                catalog.delete_chunks(dead, tenant_id=tenant)
+                actions.append(RepairAction("delete_dead_rows", "catalog", tenant, len(dead)))
+            for name, orphans in plan.orphans.items():
+                if orphans:
+                    stores[name].delete(tenant, list(orphans))
+                    actions.append(RepairAction("delete_orphans", name, tenant, len(orphans)))
+            for name, missing in plan.rewrite.items():
+                if not missing:
+                    continue
+                chunks = [c for cid, c in sorted(catalog.chunks_by_ids(list(missing)).items())]
+                if name == "vector":
+                    vecs, fresh = cached_vectors(catalog, spec, chunks)
+                    embedded += fresh
+                    vectors.upsert(chunks, [vecs[c.text_hash] for c in chunks])
+                else:
+                    keywords.upsert(chunks)
+                actions.append(RepairAction("rewrite", name, tenant, len(chunks)))
+    finally:
+        keywords.close()
+        vectors.close()
+        catalog.close()
+    return RepairReport(actions=actions, chunks_embedded=embedded, after=reconcile(settings, dim))

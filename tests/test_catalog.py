@@ -387,13 +387,15 @@ def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None
     assert (doc.status, doc.source_version, doc.indexed_version) == (STATUS_INDEXED, "v2", "h1@v1")
     assert doc.chunk_count == 3
 
-    # New bytes: back to fetched; the live version is still the old one until the next flip.
+    # New bytes: the live version (status, hash of the live bytes) stays
+    # searchable until the next flip; the accepted source version moves on.
     catalog.record_fetch(fetch("d1", version="v3", content_hash="h2"))
     doc = catalog.get_document("d1")
     assert doc is not None
-    assert (doc.status, doc.content_hash, doc.indexed_version, doc.chunk_count) == (
-        STATUS_FETCHED,
-        "h2",
+    assert (doc.status, doc.content_hash, doc.source_version, doc.indexed_version, doc.chunk_count) == (
+        STATUS_INDEXED,
+        "h1",
+        "v3",
         "h1@v1",
         3,
     )
@@ -444,9 +446,9 @@ def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
     doc = catalog.get_document("d1")
     assert doc is not None
     assert (doc.status, doc.source_version, doc.content_hash, doc.indexed_version) == (
-        STATUS_FETCHED,
+        STATUS_INDEXED,
         "v2",
-        "h2",
+        "h1",
         "h1@v1",
     )
     # The v2 writer's flip passes; an unguarded flip always applies.

@@ -19,8 +19,9 @@ from ragsync.embedding import ModelSpec
 from ragsync.model import Lane
 from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
+from transforms.copies import RefreshCopies
 from transforms.embed import EmbedChunks
-from transforms.fetch import ACL_ONLY, DUPLICATE, UNCHANGED, FetchDocuments
+from transforms.fetch import ACL_ONLY, DUPLICATE, LEFT_COPY, UNCHANGED, FetchDocuments
 from transforms.lanes import HandToSlowLane
 from transforms.parse import ParseDocuments, RouteByType
 from transforms.write import RecordDuplicates, WriteIndexes
@@ -112,15 +113,23 @@ class IndexDocuments(beam.PTransform):
         routed = fetched["process"] | "RouteByType" >> RouteByType()
         lane_args = (self.total, self.show_progress)
         fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(s, spec, Lane.FAST.value, *lane_args)
-        duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s)
+        duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s, spec.dim)
+        left = fetched[LEFT_COPY] | "RefreshCopies" >> RefreshCopies(s, spec.dim)
         acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
         out: dict[str, list[beam.PCollection]] = {
             "written": [fast["written"]],
             "superseded": [fast["superseded"]],
             UNCHANGED: [fetched[UNCHANGED]],
-            "duplicates": [duplicates],
+            "duplicates": [duplicates["recorded"]],
             "acl_updated": [acl["updated"]],
-            "dead": [fetched["dead"], routed["dead"], *fast["dead"], acl["dead"]],
+            "dead": [
+                fetched["dead"],
+                routed["dead"],
+                *fast["dead"],
+                acl["dead"],
+                duplicates["dead"],
+                left["dead"],
+            ],
         }
         if self.slow_handoff:
             handed = routed[Lane.SLOW.value] | "HandToSlowLane" >> HandToSlowLane(s)

@@ -11,14 +11,17 @@ from ragsync.config import Settings
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import StoresDoFn, ToDeadLetters, counter
+from transforms.common import ToDeadLetters, counter
+from transforms.copies import CopiesDoFn, sync_copies
 from transforms.io import delete_if_exists
 
 
-class _DeleteFn(StoresDoFn):
+class _DeleteFn(CopiesDoFn):
     """QueuedEvent (delete) -> the event once the document is gone everywhere.
 
-    Order: tombstone (blocks older upserts at once), chunks from the vector
+    Order: tombstone (blocks older upserts at once), the exact copies
+    (``transforms.copies``: a copy's groups leave its holder's chunks; a
+    holder's chunks are first re-keyed to a live copy), chunks from the vector
     index, the keyword index and the chunks table, then the parsed elements
     and the raw copy (unless another live document has the same bytes).
     Completion is recorded only after each store is checked and holds
@@ -34,6 +37,12 @@ class _DeleteFn(StoresDoFn):
         cat = self._catalog
         doc = cat.get_document(qe.doc_id)
         cat.put_tombstone(qe.doc_id, qe.tenant_id, qe.event.source_version)
+        if doc is not None and (doc.canonical_doc_id or qe.doc_id) != qe.doc_id:
+            # An exact copy: its holder's chunks lose its groups.
+            sync_copies(self, str(doc.canonical_doc_id))
+        else:
+            # A holder: a live copy left takes over its chunks (no re-embedding).
+            sync_copies(self, qe.doc_id)
         chunk_ids = sorted(cat.chunk_ids_for_doc(qe.doc_id))
         if chunk_ids:
             self._vectors.delete(qe.tenant_id, chunk_ids)

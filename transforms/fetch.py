@@ -13,6 +13,7 @@ from connectors.location import source_location
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync import ids
+from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.decisions import FetchAction, choose_canonical, fetch_action
@@ -23,14 +24,17 @@ from ragsync.errors import (
     OutsideLocationError,
     TooLargeError,
 )
+from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
+from transforms.acl import apply_document_acl
 from transforms.common import CatalogDoFn, ToDeadLetters, counter
 from transforms.io import BeamFileSystem, write_bytes_once
 
 UNCHANGED = "unchanged"
 ACL_ONLY = "acl_only"
 DUPLICATE = "duplicate"
+LEFT_COPY = "left_copy"
 
 
 class _FetchFn(CatalogDoFn):
@@ -51,6 +55,7 @@ class _FetchFn(CatalogDoFn):
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
         self._connectors: dict[tuple[str, str], Connector] = {}
+        self._acl_step: Any = None
 
     def _connector(self, item: SourceFile) -> Connector:
         """The connector of the item's source (cached per source)."""
@@ -75,6 +80,9 @@ class _FetchFn(CatalogDoFn):
         for connector in self._connectors.values():
             connector.close()
         self._connectors = {}
+        if self._acl_step is not None:
+            self._acl_step.teardown()
+            self._acl_step = None
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
@@ -110,6 +118,7 @@ class _FetchFn(CatalogDoFn):
             parser_version=PARSER_VERSION,
             chunker_id=chunker_id,
             stored_chunk_rows=rows,
+            copy_of_live=self._copy_of_live(stored),
         )
         doc = FetchedDocument(
             doc_id=doc_id,
@@ -130,7 +139,40 @@ class _FetchFn(CatalogDoFn):
             yield beam.pvalue.TaggedOutput(ACL_ONLY, doc)
             return
         cat.record_fetch(doc)
+        if stored is not None and stored.status in LIVE_STATUSES and stored.acl_id != acl:
+            # New bytes and new permissions: the permissions apply to the live
+            # version now, whether or not the new bytes parse (here, before
+            # this document's write can touch the same rows).
+            apply_document_acl(self._stores(), doc_id, item.tenant_id, acl)
+        was_copy = stored is not None and stored.status == "duplicate"
+        if was_copy and stored.canonical_doc_id not in (None, doc_id):
+            # A copy changed: its old holder's chunks lose its groups.
+            yield beam.pvalue.TaggedOutput(LEFT_COPY, (str(stored.canonical_doc_id), doc))
         yield doc
+
+    def _stores(self) -> Any:
+        """The indexes, opened on first use (only a document whose bytes and
+        permissions both changed needs them here)."""
+        if self._acl_step is None:
+            from transforms.acl import AclStep
+
+            step = AclStep(self.settings, live_spec(self.settings).dim)
+            step.setup()
+            self._acl_step = step
+        return self._acl_step
+
+    def _copy_of_live(self, stored: Any) -> bool:
+        """True when ``stored`` is an exact copy linked to a holder that is
+        live and holds the copy's bytes."""
+        if stored is None or stored.status != "duplicate" or not stored.canonical_doc_id:
+            return False
+        holder = self._catalog.get_document(stored.canonical_doc_id)
+        return (
+            holder is not None
+            and holder.deleted_at is None
+            and holder.status in LIVE_STATUSES
+            and holder.content_hash == stored.content_hash
+        )
 
 
 class _LinkDuplicatesFn(CatalogDoFn):
@@ -152,7 +194,9 @@ class _LinkDuplicatesFn(CatalogDoFn):
         first = docs[0]
         indexed = self._catalog.find_indexed_by_content(first.source.tenant_id, first.content_hash, "")
         group_ids = [d.doc_id for d in docs]
-        indexed_id = indexed.doc_id if indexed is not None and indexed.doc_id not in group_ids else None
+        # The copy that holds the chunks keeps the role, in this run's group
+        # or not: nothing is re-embedded and the others become its copies.
+        indexed_id = indexed.doc_id if indexed is not None else None
         canonical = choose_canonical(group_ids, indexed_id)
         acl_ids = tuple(sorted({d.acl_id for d in docs}))
         for d in docs:
@@ -175,6 +219,8 @@ class FetchDocuments(beam.PTransform):
       (``canonical_doc_id`` names it);
       ``acl_only``: ``FetchedDocument`` with unchanged bytes but new permissions;
       ``unchanged``: ``FetchedDocument`` that need nothing;
+      ``left_copy``: ``(holder doc id, FetchedDocument)``: an exact copy
+      whose bytes changed, so its old holder's chunks lose its groups;
       ``dead``: ``DeadLetter`` (no permissions, empty, too large, unreadable).
     """
 
@@ -187,7 +233,7 @@ class FetchDocuments(beam.PTransform):
 
     def expand(self, files: beam.PCollection) -> dict[str, beam.PCollection]:
         fetched = files | "Fetch" >> beam.ParDo(_FetchFn(self.settings)).with_outputs(
-            UNCHANGED, ACL_ONLY, main="fetched"
+            UNCHANGED, ACL_ONLY, LEFT_COPY, main="fetched"
         ).with_exception_handling(main_tag="fetched")
         keyed = fetched["fetched"] | "KeyByContent" >> beam.Map(
             lambda d: (f"{d.source.tenant_id}|{d.content_hash}", d)
@@ -207,5 +253,6 @@ class FetchDocuments(beam.PTransform):
             DUPLICATE: linked[DUPLICATE],
             ACL_ONLY: fetched[ACL_ONLY],
             UNCHANGED: fetched[UNCHANGED],
+            LEFT_COPY: fetched[LEFT_COPY],
             "dead": fetched["bad"] | "FetchDeadLetters" >> ToDeadLetters("fetch"),
         }

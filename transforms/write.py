@@ -20,16 +20,15 @@ from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
 from transforms.common import (
     CatalogDoFn,
-    CatalogStep,
     Progress,
-    StoresDoFn,
     ToDeadLetters,
     counter,
 )
+from transforms.copies import CopiesDoFn, retire_holder, sync_copies
 from transforms.embed import EmbeddedPlan
 
 
-class _WriteFn(StoresDoFn):
+class _WriteFn(CopiesDoFn):
     """EmbeddedPlan -> the DocumentPlan once written (``superseded`` when a
     newer version overtook it).
 
@@ -101,6 +100,11 @@ class _WriteFn(StoresDoFn):
     def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
         doc = plan.doc
         tenant = doc.source.tenant_id
+        stored = self._catalog.get_document(doc.doc_id)
+        if stored is not None and stored.content_hash not in (None, doc.content_hash):
+            # Its old bytes may still be another document's: that copy takes
+            # over the old chunks before they are rewritten (no re-embedding).
+            sync_copies(self, doc.doc_id, leaving=True)
         by_id = {c.chunk_id: c for c in plan.chunks}
         new = [by_id[cid] for cid in plan.new_ids]
         if new:
@@ -147,6 +151,8 @@ class _WriteFn(StoresDoFn):
             self.shadow_delete(tenant, vanished)
             self._catalog.delete_chunks(vanished)
             self._deleted.inc(len(vanished))
+        # Copies linked in earlier runs or by events read these chunks too.
+        sync_copies(self, doc.canonical_doc_id)
         self._indexed.inc()
 
 
@@ -179,19 +185,42 @@ class WriteIndexes(beam.PTransform):
         }
 
 
-class _RecordDuplicateFn(CatalogDoFn):
-    """FetchedDocument (exact copy) -> its catalog row marks the canonical copy."""
+class _RecordDuplicateFn(CopiesDoFn):
+    """FetchedDocument (exact copy) -> the same, once its catalog row links
+    the canonical copy and the canonical copy's chunks carry the copy's
+    groups too (``transforms.copies``).
+
+    A document that held chunks of its own (it was edited into bytes another
+    document already serves) first hands them to one of its own copies, if
+    any is left, and then loses them.
+    """
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
+        stored = self._catalog.get_document(doc.doc_id)
+        if stored is not None and (stored.canonical_doc_id or doc.doc_id) == doc.doc_id:
+            retire_holder(self, doc.doc_id)
         self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id)
+        sync_copies(self, doc.canonical_doc_id)
         yield doc
 
 
-class RecordDuplicates(CatalogStep):
-    """Input: ``FetchedDocument`` copies. Output: the same, once recorded."""
+class RecordDuplicates(beam.PTransform):
+    """Input: ``FetchedDocument`` copies. Outputs: ``recorded`` (the same,
+    once recorded) and ``dead`` (``DeadLetter``)."""
 
-    fn = _RecordDuplicateFn
-    label_ = "RecordDuplicate"
+    def __init__(self, settings: Settings, dim: int) -> None:
+        super().__init__()
+        self.settings = settings
+        self.dim = dim
+
+    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
+        out = (
+            docs
+            | "RecordDuplicate"
+            >> beam.ParDo(_RecordDuplicateFn(self.settings, self.dim)).with_exception_handling()
+        )
+        dead = out["bad"] | "DuplicateDeadLetters" >> ToDeadLetters("copies")
+        return {"recorded": out["good"], "dead": dead}
 
 
 class _DeadLetterSinkFn(CatalogDoFn):

@@ -17,10 +17,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import and_, case, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
+from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
 from ragsync.model import DeadLetter, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
@@ -164,7 +165,8 @@ class DeadLettersRepository(Repository):
 
         A replay of the same failure (same document, stage, error class and
         source version, still unresolved) adds no second row. The document's
-        row gets status ``dead_letter`` and the error class; a document that
+        row gets status ``dead_letter`` (``stale`` when it has a live version,
+        which stays searchable) and the error class; a document that
         failed before it had a row (say, an empty file) gets a minimal row so
         coverage counts see it.
 
@@ -192,14 +194,22 @@ class DeadLettersRepository(Repository):
         return new_id, True
 
     def _mark_dead(self, dl: DeadLetter, source_id: str) -> None:
+        """The document's status becomes ``dead_letter``, or ``stale`` when
+        it has a live version: a failed update leaves the last good version
+        searchable (the error class says why it is stale)."""
         if not dl.doc_id:
             return
         t = schema.documents
+        live = and_(t.c.status.in_(LIVE_STATUSES), t.c.indexed_version.is_not(None))
         with self._engine.begin() as conn:
             updated = conn.execute(
                 update(t)
                 .where(t.c.doc_id == dl.doc_id)
-                .values(status="dead_letter", error_class=dl.error_class, updated_at=_now())
+                .values(
+                    status=case((live, STATUS_STALE), else_="dead_letter"),
+                    error_class=dl.error_class,
+                    updated_at=_now(),
+                )
             ).rowcount
             if updated == 0:
                 row = {

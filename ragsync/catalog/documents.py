@@ -24,6 +24,10 @@ from ragsync.model import FetchedDocument
 #: with :meth:`DocumentsRepository.set_status` (for example ``"failed"`` or ``"deleted"``).
 STATUS_FETCHED = "fetched"
 STATUS_INDEXED = "indexed"
+#: A live version is served while a newer version failed (see ``dead_letters``).
+STATUS_STALE = "stale"
+#: Statuses of a document whose live version is searchable.
+LIVE_STATUSES = (STATUS_INDEXED, STATUS_STALE)
 
 
 def make_indexed_version(content_hash: str, source_version: str) -> str:
@@ -262,7 +266,7 @@ class DocumentsRepository(Repository):
                 t.c.tenant_id == tenant_id,
                 t.c.content_hash == content_hash,
                 t.c.doc_id != exclude_doc_id,
-                t.c.status == STATUS_INDEXED,
+                t.c.status.in_(LIVE_STATUSES),
                 t.c.deleted_at.is_(None),
                 t.c.canonical_doc_id == t.c.doc_id,
             )
@@ -276,9 +280,12 @@ class DocumentsRepository(Repository):
     def record_fetch(self, doc: FetchRecord | FetchedDocument | DocumentRow) -> None:
         """Insert or update a document after its bytes were fetched and hashed.
 
-        The status becomes ``fetched``, except that a document already
-        ``indexed`` with the same content hash stays ``indexed`` (nothing to
-        redo). ``deleted_at`` and ``error_class`` are cleared; the live-version
+        The status becomes ``fetched`` and ``content_hash`` the new hash,
+        except for a document with a live version (``indexed`` or ``stale``):
+        it keeps its status and the hash of the live content until the new
+        version is written, so it stays searchable and a crash before the
+        write leaves a differing hash (the next run redoes it).
+        ``deleted_at`` and ``error_class`` are cleared; the live-version
         fields (``indexed_version``, ``chunk_count``, ...) are left alone.
 
         Args:
@@ -307,9 +314,16 @@ class DocumentsRepository(Repository):
         row.update(status=STATUS_FETCHED, error_class=None, deleted_at=None, updated_at=_now())
 
         def keep_indexed(excluded: Any) -> dict[str, Any]:
-            # SET expressions see the old row, so this compares stored vs new hash.
-            same = and_(t.c.status == STATUS_INDEXED, t.c.content_hash == excluded.content_hash)
-            return {"status": case((same, STATUS_INDEXED), else_=STATUS_FETCHED)}
+            # SET expressions see the old row. A document with a live version
+            # keeps its status and the hash of the live content until the
+            # new version is written (flip_indexed_version): it stays
+            # searchable meanwhile, and a differing hash tells the next run
+            # the new version is still to do.
+            live = and_(t.c.status.in_(LIVE_STATUSES), t.c.indexed_version.is_not(None))
+            return {
+                "status": case((live, t.c.status), else_=STATUS_FETCHED),
+                "content_hash": case((live, t.c.content_hash), else_=excluded.content_hash),
+            }
 
         updated = [c for c in row if c not in ("doc_id", "status")]
         with self._engine.begin() as conn:
@@ -427,6 +441,18 @@ class DocumentsRepository(Repository):
                 return
             after = str(rows[-1][0])
 
+    def gone_doc_ids(self, doc_ids: Sequence[str]) -> set[str]:
+        """Of ``doc_ids``, those that are deleted or have no row (their chunk
+        rows are leftovers of a delete that stopped part-way)."""
+        t = schema.documents
+        wanted = sorted(set(doc_ids))
+        present: set[str] = set()
+        with self._read_engine.connect() as conn:
+            for batch in _batches(wanted):
+                query = select(t.c.doc_id).where(t.c.doc_id.in_(batch), t.c.deleted_at.is_(None))
+                present.update(conn.execute(query).scalars())
+        return set(wanted) - present
+
     def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
         """Number of documents per status, for one tenant or all."""
         return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
@@ -536,6 +562,63 @@ class DocumentsRepository(Repository):
                     indexed_at=_now(),
                     updated_at=_now(),
                 )
+            )
+
+    def promote_copy(
+        self,
+        doc_id: str,
+        *,
+        from_doc_id: str,
+        chunker_id: str,
+        parser_version: str,
+        chunk_count: int,
+        indexed_at: float,
+    ) -> int:
+        """Make the exact copy ``doc_id`` the holder of the chunks that
+        ``from_doc_id`` held (after its chunk rows were re-keyed to it), in
+        one transaction: it becomes ``indexed`` and its own canonical copy,
+        and every live copy linked to ``from_doc_id`` is linked to it.
+
+        Args:
+            doc_id: the promoted copy.
+            from_doc_id: the previous holder (deleted, or now other content).
+            chunker_id: chunker config of the re-keyed chunks.
+            parser_version: parser of the re-keyed chunks.
+            chunk_count: number of re-keyed chunks.
+            indexed_at: epoch seconds.
+
+        Returns:
+            Number of other copies re-linked to ``doc_id``.
+        """
+        t = schema.documents
+        now = _now()
+        with self._engine.begin() as conn:
+            row = conn.execute(select(t.c.source_version).where(t.c.doc_id == doc_id)).first()
+            conn.execute(
+                update(t)
+                .where(t.c.doc_id == doc_id)
+                .values(
+                    canonical_doc_id=doc_id,
+                    status=STATUS_INDEXED,
+                    error_class=None,
+                    chunker_id=chunker_id,
+                    parser_version=parser_version,
+                    chunk_count=chunk_count,
+                    indexed_version=row[0] if row is not None else None,
+                    indexed_at=indexed_at,
+                    updated_at=now,
+                )
+            )
+            return int(
+                conn.execute(
+                    update(t)
+                    .where(t.c.canonical_doc_id == from_doc_id)
+                    .where(t.c.doc_id != doc_id)
+                    .where(t.c.doc_id != from_doc_id)
+                    .where(t.c.status == "duplicate")
+                    .where(t.c.deleted_at.is_(None))
+                    .values(canonical_doc_id=doc_id, updated_at=now)
+                ).rowcount
             )
 
     def duplicates_of(self, canonical_doc_id: str) -> list[DocumentRow]:

@@ -1,0 +1,317 @@
+"""Exact copies across backfill runs and events: each copy keeps its own
+groups, the indexed copy is readable by the union of the live copies' groups,
+and deleting or editing the indexed copy promotes another without
+re-embedding.
+
+The pure decision (``plan_copies``, the copy branch of ``fetch_action``) is
+tested exhaustively; the scenarios run real backfills (FnApiRunner, the real
+model, Milvus Lite, tantivy, SQLite) over real files whose permissions come
+from an ACL sidecar.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ragsync.decisions import CopiesPlan, CopyIdentity, FetchAction, fetch_action, plan_copies
+
+DIM = 384
+NOTES = "Notes from the quarterly meeting.\n\nRevenue grew by twelve percent in the northern region.\n"
+QUESTION = "revenue grew quarterly meeting northern region"
+
+
+# --------------------------------------------------------------------------- pure
+
+
+def _id(doc: str, acl: str, h: str = "h", live: bool = True) -> CopyIdentity:
+    return CopyIdentity(doc, acl, h, live)
+
+
+def test_plan_copies_owner_keeps_role_and_union_covers_live_copies() -> None:
+    plan = plan_copies("d2", "h", [_id("d2", "a2"), _id("d1", "a1"), _id("d3", "a1")])
+    assert plan == CopiesPlan("d2", False, ("a1", "a2"), ("d1", "d3"))
+
+
+def test_plan_copies_deleted_copy_leaves_the_union() -> None:
+    plan = plan_copies("d1", "h", [_id("d1", "a1"), _id("d2", "a2", live=False)])
+    assert plan == CopiesPlan("d1", False, ("a1",), ())
+
+
+def test_plan_copies_copy_with_other_bytes_leaves_the_union() -> None:
+    plan = plan_copies("d1", "h", [_id("d1", "a1"), _id("d2", "a2", h="other")])
+    assert plan == CopiesPlan("d1", False, ("a1",), ())
+
+
+def test_plan_copies_promotes_smallest_live_copy_when_owner_goes() -> None:
+    identities = [_id("d5", "a5", live=False), _id("d9", "a9"), _id("d7", "a7"), _id("d1", "a1", h="x")]
+    assert plan_copies("d5", "h", identities) == CopiesPlan("d7", True, ("a7", "a9"), ("d9",))
+    # The owner edited into other bytes counts as gone for the old bytes.
+    edited = [_id("d5", "a5", h="new"), _id("d9", "a9")]
+    assert plan_copies("d5", "h", edited) == CopiesPlan("d9", True, ("a9",), ())
+
+
+def test_plan_copies_nothing_live_left() -> None:
+    assert plan_copies("d1", "h", [_id("d1", "a1", live=False)]) == CopiesPlan(None, False, (), ())
+    assert plan_copies("d1", "h", []) == CopiesPlan(None, False, (), ())
+
+
+def test_plan_copies_is_order_independent() -> None:
+    identities = [_id("d3", "a3"), _id("d2", "a2"), _id("d4", "a2"), _id("d1", "a1", live=False)]
+    plans = {
+        plan_copies("d1", "h", order)
+        for order in (identities, identities[::-1], identities[1:] + identities[:1])
+    }
+    assert plans == {CopiesPlan("d2", True, ("a2", "a3"), ("d3", "d4"))}
+
+
+@dataclass
+class _Row:
+    status: str
+    content_hash: str | None
+    acl_id: str | None
+    chunker_id: str | None = "c"
+    parser_version: str | None = "p"
+    chunk_count: int | None = 0
+
+
+@pytest.mark.parametrize(
+    ("row", "copy_of_live", "expected"),
+    [
+        (_Row("duplicate", "h", "a1"), True, FetchAction.UNCHANGED),
+        (_Row("duplicate", "h", "a0"), True, FetchAction.ACL_ONLY),
+        (_Row("duplicate", "old", "a1"), True, FetchAction.PROCESS),  # the copy was edited
+        (_Row("duplicate", "h", "a1"), False, FetchAction.PROCESS),  # its holder is gone or changed
+    ],
+)
+def test_fetch_action_for_a_linked_copy(row: _Row, copy_of_live: bool, expected: FetchAction) -> None:
+    got = fetch_action(
+        row,  # type: ignore[arg-type]
+        content_hash="h",
+        acl_id="a1",
+        parser_version="p",
+        chunker_id="c",
+        stored_chunk_rows=None,
+        copy_of_live=copy_of_live,
+    )
+    assert got == expected
+
+
+# ---------------------------------------------------------------------- scenarios
+
+
+def _acl(src: Path, rules: dict[str, list[str]]) -> None:
+    (src / ".ragsync-acl.json").write_text(
+        json.dumps({"rules": [{"glob": g, "groups": groups} for g, groups in rules.items()]})
+    )
+
+
+def _run(src: Path, settings: object) -> object:
+    from beam_pipelines.sync import run_backfill
+
+    return run_backfill(str(src), settings, show_progress=False, acl_groups=["everyone"])  # type: ignore[arg-type]
+
+
+def _seen_by(settings: object, groups: list[str]) -> list[str]:
+    """Relative paths of the notes hits a member of ``groups`` gets."""
+    from ragsync.query import hybrid_query
+
+    hits = hybrid_query(settings, QUESTION, groups=groups, k=10)  # type: ignore[arg-type]
+    return sorted({h.uri.split("/src/", 1)[1] for h in hits if "Revenue grew" in h.text})
+
+
+def _state(settings: object) -> dict[str, object]:
+    """Statuses by path, chunk owners by path and whether the three stores agree."""
+    from ragsync.config import open_catalog
+    from ragsync.reconcile import reconcile
+
+    cat = open_catalog(settings)  # type: ignore[arg-type]
+    try:
+        docs = {d.doc_id: d for d in cat.documents_for_source(_source_id(cat))}
+        path = {d.doc_id: d.uri.split("/src/", 1)[1] for d in docs.values()}
+        owners = {path[doc]: n for doc, n in cat.chunk_counts_by_doc().items()}
+        statuses = {path[d.doc_id]: d.status for d in docs.values()}
+    finally:
+        cat.close()
+    return {"statuses": statuses, "owners": owners, "ok": reconcile(settings, DIM).ok}  # type: ignore[arg-type]
+
+
+def _source_id(cat: object) -> str:
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    with cat.engine.connect() as conn:  # type: ignore[attr-defined]
+        return str(conn.execute(select(schema.sources.c.source_id)).scalar_one())
+
+
+@pytest.mark.slow
+def test_copy_added_repermissioned_and_deleted_in_later_runs(tmp_path: Path) -> None:
+    from ragsync.config import Settings
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "notes.txt").write_text(NOTES)
+    _acl(src, {"copy/*": ["finance"]})
+    settings = Settings(home=str(tmp_path / "home"))
+    first = _run(src, settings)
+    assert first.documents_indexed == 1  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["finance"]) == []
+
+    # A copy appears in a later run: finance reads the one indexed copy
+    # through its own copy; nothing is embedded again.
+    (src / "copy").mkdir()
+    shutil.copy(src / "notes.txt", src / "copy" / "notes.txt")
+    second = _run(src, settings)
+    assert (second.documents_duplicate, second.chunks_embedded, second.chunks_written) == (1, 0, 0)  # type: ignore[attr-defined]
+    # Each reader is shown the copy they may read (never the other's path).
+    assert _seen_by(settings, ["finance"]) == ["copy/notes.txt"]
+    assert _seen_by(settings, ["everyone"]) == ["notes.txt"]
+    state = _state(settings)
+    assert state["statuses"] == {"notes.txt": "indexed", "copy/notes.txt": "duplicate"}
+    assert state["ok"]
+
+    # An unchanged copy is unchanged on the next run (not relinked).
+    third = _run(src, settings)
+    assert (third.documents_unchanged, third.documents_duplicate) == (2, 0)  # type: ignore[attr-defined]
+
+    # The copy is re-permissioned: finance loses it, legal gains it; a
+    # permission update only.
+    _acl(src, {"copy/*": ["legal"]})
+    fourth = _run(src, settings)
+    assert (fourth.documents_acl_updated, fourth.chunks_embedded, fourth.chunks_written) == (1, 0, 0)  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["finance"]) == []
+    assert _seen_by(settings, ["legal"]) == ["copy/notes.txt"]
+
+    # The copy is deleted: legal loses it, everyone keeps it.
+    shutil.rmtree(src / "copy")
+    fifth = _run(src, settings)
+    assert (fifth.documents_deleted, fifth.chunks_embedded) == (1, 0)  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["legal"]) == []
+    assert _seen_by(settings, ["everyone"]) == ["notes.txt"]
+    state = _state(settings)
+    assert state["owners"] == {"notes.txt": 1} and state["ok"]
+
+
+@pytest.mark.slow
+def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembedding(tmp_path: Path) -> None:
+    from ragsync.config import Settings
+
+    src = tmp_path / "src"
+    for folder in ("a", "b", "c"):
+        (src / folder).mkdir(parents=True)
+        (src / folder / "notes.txt").write_text(NOTES)
+    _acl(src, {"a/*": ["team-a"], "b/*": ["team-b"], "c/*": ["team-c"]})
+    settings = Settings(home=str(tmp_path / "home"))
+    first = _run(src, settings)
+    assert (first.documents_indexed, first.documents_duplicate) == (1, 2)  # type: ignore[attr-defined]
+    for folder in ("a", "b", "c"):
+        assert _seen_by(settings, ["team-" + folder]) == [f"{folder}/notes.txt"]
+    holder = next(iter(_state(settings)["owners"]))  # type: ignore[call-overload]
+    rest = sorted({"a/notes.txt", "b/notes.txt", "c/notes.txt"} - {holder})
+    holder_team = "team-" + holder[0]
+
+    # The indexed copy is edited: the old text stays readable through the
+    # other two copies (re-keyed to the smallest of them, no re-embedding of
+    # it), the new text through the edited copy only.
+    (src / holder).write_text("Notes from the board meeting.\n\nThe canteen opens at eight.\n")
+    second = _run(src, settings)
+    assert second.documents_indexed == 1  # type: ignore[attr-defined]
+    state = _state(settings)
+    assert state["ok"]
+    promoted = [p for p in rest if p in state["owners"]]  # type: ignore[operator]
+    assert len(promoted) == 1 and state["statuses"][promoted[0]] == "indexed"  # type: ignore[index]
+    assert _seen_by(settings, [holder_team]) == []
+    for other in rest:
+        assert _seen_by(settings, ["team-" + other[0]]) == [other]
+
+    # The promoted copy is deleted: the last copy takes over, again
+    # without embedding anything.
+    (src / promoted[0]).unlink()
+    third = _run(src, settings)
+    assert (third.documents_deleted, third.chunks_embedded) == (1, 0)  # type: ignore[attr-defined]
+    last = next(p for p in rest if p != promoted[0])
+    assert _seen_by(settings, ["team-" + last[0]]) == [last]
+    assert _seen_by(settings, ["team-" + promoted[0][0]]) == []
+    state = _state(settings)
+    assert state["statuses"][last] == "indexed" and state["ok"]  # type: ignore[index]
+    assert set(state["owners"]) == {holder, last}  # type: ignore[call-overload]
+
+
+@pytest.mark.slow
+def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
+    """The same rules hold for change events (streaming pipeline, catalog queue)."""
+    import time
+
+    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.streaming import run_stream
+    from connectors.events import parse_event
+    from ragsync.config import Settings, open_catalog
+    from ragsync.embedding import default_model
+    from ragsync.query import hybrid_query
+
+    content = tmp_path / "content"
+    content.mkdir()
+    for name in ("a.txt", "b.txt"):
+        (content / name).write_text(NOTES)
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    prepare_stores(settings, default_model())
+    register_source(settings, "wiki", "acme", "wiki", str(content))
+
+    def push(doc: str, op: str, version: int, groups: list[str], eid: str) -> None:
+        event = {"source_id": "wiki", "doc_id": doc, "op": op, "source_version": version}
+        event.update(acl_groups=groups, event_time=time.time() - 1, event_id=eid)
+        if op == "upsert":
+            event["content_uri"] = str(content / doc)
+        cat = open_catalog(settings)
+        try:
+            cat.enqueue_events([parse_event(event)])
+        finally:
+            cat.close()
+
+    def stream() -> Any:
+        summary = run_stream(settings, until_idle=True, show_progress=False)
+        assert summary is not None
+        return summary
+
+    def seen(group: str) -> list[str]:
+        hits = hybrid_query(settings, QUESTION, groups=[group], tenant_id="acme", k=10)
+        return sorted(h.uri.rsplit("/", 1)[1] for h in hits if "Revenue grew" in h.text)
+
+    push("a.txt", "upsert", 1, ["team-a"], "e1")
+    assert stream().chunks_embedded == 1
+    push("b.txt", "upsert", 1, ["team-b"], "e2")
+    assert stream().chunks_embedded == 0
+    assert (seen("team-a"), seen("team-b")) == (["a.txt"], ["b.txt"])
+
+    # A permission change of the copy moves its share of the union.
+    push("b.txt", "acl", 2, ["team-c"], "e3")
+    s = stream()
+    assert (s.documents_acl_updated, s.chunks_embedded) == (1, 0)
+    assert (seen("team-b"), seen("team-c")) == ([], ["b.txt"])
+
+    # Deleting the indexed copy promotes the other, without embedding.
+    push("a.txt", "delete", 3, [], "e4")
+    s = stream()
+    assert (s.documents_deleted, s.chunks_embedded) == (1, 0)
+    assert (seen("team-a"), seen("team-c")) == ([], ["b.txt"])
+    assert _state_of(settings) == {"b.txt": 1}
+
+
+def _state_of(settings: object) -> dict[str, int]:
+    """Chunk rows per file name, after checking the three stores agree."""
+    from ragsync.config import open_catalog
+    from ragsync.reconcile import reconcile
+
+    assert reconcile(settings, DIM).ok  # type: ignore[arg-type]
+    cat = open_catalog(settings)  # type: ignore[arg-type]
+    try:
+        counts = cat.chunk_counts_by_doc()
+        return {cat.get_document(d).uri.rsplit("/", 1)[1]: n for d, n in counts.items()}
+    finally:
+        cat.close()

@@ -1,0 +1,127 @@
+"""``ragsync reconcile --repair``: the pure plan (chunk ids per store), and a
+real backfill whose stores are damaged (chunks deleted from one store,
+orphans added, the rows of a delete that stopped part-way), repaired through
+the CLI with exact action counts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ragsync.decisions import RepairPlan, plan_repair
+
+DIM = 384
+
+
+def test_plan_repair_compares_chunk_ids_per_store() -> None:
+    rows = {"c1": "d1", "c2": "d1", "c3": "d2", "c4": "gone"}
+    stores = {"vector": {"c1", "c3", "c4", "x9"}, "keyword": {"c1", "c2", "c3", "c4"}}
+    plan = plan_repair(rows, {"gone"}, stores)
+    assert plan == RepairPlan(
+        rewrite={"vector": ("c2",), "keyword": ()},
+        orphans={"vector": ("x9",), "keyword": ()},
+        dead_rows=("c4",),
+    )
+    assert not plan.empty
+
+
+def test_plan_repair_same_counts_but_other_ids_is_still_found() -> None:
+    plan = plan_repair({"c1": "d1"}, set(), {"vector": {"c2"}, "keyword": {"c1"}})
+    assert plan.rewrite == {"vector": ("c1",), "keyword": ()}
+    assert plan.orphans == {"vector": ("c2",), "keyword": ()}
+
+
+def test_plan_repair_nothing_to_do() -> None:
+    plan = plan_repair({"c1": "d1"}, set(), {"vector": {"c1"}, "keyword": {"c1"}})
+    assert plan.empty and plan.dead_rows == ()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, object]]:
+    from beam_pipelines.cli import main
+
+    capsys.readouterr()
+    code = main(list(args))
+    return code, json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from beam_pipelines.sync import run_backfill
+    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from ragsync.model import Chunk
+    from ragsync.query import hybrid_query
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "hotels.md").write_text(
+        "# Hotels\n\nIn London the nightly hotel limit is 250 EUR.\n\n## Oslo\n\nIn Oslo it is 210 EUR.\n"
+    )
+    (src / "notes.txt").write_text("Notes from the quarterly meeting.\n\nRevenue grew by twelve percent.\n")
+    (src / "old.txt").write_text("An old memo about the canteen opening hours.\n")
+    home = tmp_path / "home"
+    settings = Settings(home=str(home))
+    run_backfill(str(src), settings, show_progress=False)
+
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM)
+    kw = open_keyword_index(settings)
+    try:
+        docs = {Path(d.uri).name: d for d in cat.documents_for_source(_source_id(cat))}
+        hotel_chunks = cat.chunks_for_doc(docs["hotels.md"].doc_id)
+        note_chunks = cat.chunks_for_doc(docs["notes.txt"].doc_id)
+        old_chunks = cat.chunks_for_doc(docs["old.txt"].doc_id)
+        assert hotel_chunks and note_chunks and old_chunks
+        # Damage: a chunk lost by the vector index, another by the keyword index.
+        vec.delete("default", [hotel_chunks[0].chunk_id])
+        kw.delete("default", [note_chunks[0].chunk_id])
+        # Orphans: rows in both indexes that no catalog row knows.
+        ghost = Chunk("f" * 32, "dghost", "default", "h" * 64, 0, (), 0, "ghost text", 2, ("acl-x",))
+        vec.upsert([ghost], [[1.0] + [0.0] * (DIM - 1)])
+        kw.upsert([ghost])
+        # A delete that stopped after its tombstone: the rows are still everywhere.
+        cat.put_tombstone(docs["old.txt"].doc_id, "default", "9")
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+    code, before = _cli(capsys, "reconcile", "--home", str(home), "--json")
+    assert code == 1 and before["ok"] is False
+
+    code, fixed = _cli(capsys, "reconcile", "--repair", "--home", str(home), "--json")
+    assert code == 0, fixed
+    assert fixed["counts"] == {
+        "delete_dead_rows:catalog": len(old_chunks),
+        "delete_orphans:vector": 1,
+        "delete_orphans:keyword": 1,
+        "rewrite:vector": 1,
+        "rewrite:keyword": 1,
+    }
+    assert fixed["chunks_embedded"] == 0  # the vector came from the embedding cache
+    assert fixed["ok"] is True
+
+    code, after = _cli(capsys, "reconcile", "--home", str(home), "--json")
+    assert code == 0 and after["ok"] is True
+    code, again = _cli(capsys, "reconcile", "--repair", "--home", str(home), "--json")
+    assert (code, again["actions"], again["counts"]) == (0, [], {})
+
+    # The rewritten chunks answer queries again, from both indexes.
+    hits = hybrid_query(settings, "nightly hotel limit London", groups=["everyone"], k=3)
+    assert hits and hits[0].uri.endswith("hotels.md")
+    assert any(
+        "Revenue grew" in h.text for h in hybrid_query(settings, "revenue grew", groups=["everyone"], k=3)
+    )
+    assert not any(
+        "canteen" in h.text for h in hybrid_query(settings, "canteen memo", groups=["everyone"], k=5)
+    )
+
+
+def _source_id(cat: object) -> str:
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    with cat.engine.connect() as conn:  # type: ignore[attr-defined]
+        return str(conn.execute(select(schema.sources.c.source_id)).scalar_one())
