@@ -33,7 +33,13 @@ class _DeleteFn(StoresDoFn):
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
         cat = self._catalog
         doc = cat.get_document(qe.doc_id)
-        cat.put_tombstone(qe.doc_id, qe.tenant_id, qe.event.source_version)
+        cat.put_tombstone(
+            qe.doc_id,
+            qe.tenant_id,
+            qe.event.source_version,
+            version_domain=qe.version_domain,
+            observed_at=qe.event.event_time,
+        )
         chunk_ids = sorted(cat.chunk_ids_for_doc(qe.doc_id))
         if chunk_ids:
             self._vectors.delete(qe.tenant_id, chunk_ids)
