@@ -172,12 +172,19 @@ def event_source(
 
 
 def _wire_to_row(data: bytes) -> dict[str, Any]:
-    """A message from Pub/Sub or Kafka -> a queue-shaped row. Validation
-    happens in the resolve step, so a malformed message becomes a dead
-    letter there instead of failing the read."""
+    """A message from Pub/Sub or Kafka -> a queue-shaped row. Never raises:
+    a message that is not a valid event becomes a row the resolve step turns
+    into an ``invalid_event`` dead letter (with the message as its payload)
+    instead of failing the read; a valid one carries its normalised event,
+    so its dead letters are named by its event id (``DeadLetterRow.key``)."""
     from connectors.events import parse_event_line
+    from ragsync.errors import InvalidEventError
 
-    event = parse_event_line(data.decode("utf-8"))
+    try:
+        event = parse_event_line(data.decode("utf-8"))
+    except (InvalidEventError, ValueError, UnicodeDecodeError) as exc:
+        text = data.decode("utf-8", errors="replace")
+        return {"event_id": "", "payload": text, "attempts": 0, "invalid": str(exc)[:500]}
     return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
 
 

@@ -176,6 +176,15 @@ class EventIn(BaseModel):
         )
 
 
+def event_or_none(data: dict[str, Any]) -> Event | None:
+    """``parse_event`` for a re-drive: the validated event, or None when the
+    stored event is no longer valid (``Catalog.redrive_dead_letter``)."""
+    try:
+        return parse_event(data)
+    except (ValueError, InvalidEventError, TypeError, OverflowError, RecursionError):
+        return None
+
+
 def derive_event_id(
     source_id: str, doc_id: str, op: str, source_version: str, acl_groups: tuple[str, ...]
 ) -> str:

@@ -13,7 +13,7 @@ import pytest
 
 from beam_pipelines.streaming import _wire_to_row, event_source
 from ragsync.config import Settings
-from ragsync.errors import ConfigurationError, InvalidEventError
+from ragsync.errors import ConfigurationError
 from ragsync.model import Event
 
 
@@ -66,5 +66,10 @@ def test_wire_messages_become_queue_rows_or_invalid_events() -> None:
     event = Event.from_json(row["payload"])
     assert (event.op, event.acl_groups, row["attempts"]) == ("acl", ("eng",), 0)
     assert row["event_id"] == event.event_id
-    with pytest.raises(InvalidEventError):
-        _wire_to_row(b'{"op": "upsert"}')
+    # A message that is not a valid event does not fail the read: it becomes
+    # a row the resolve step dead-letters, with the message as its payload.
+    bad = _wire_to_row(b'{"op": "upsert"}')
+    assert (bad["event_id"], bad["payload"]) == ("", '{"op": "upsert"}')
+    assert "'source_id' is required" in bad["invalid"]
+    garbage = _wire_to_row(b"\xff not json")
+    assert garbage["invalid"] and garbage["event_id"] == ""

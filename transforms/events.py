@@ -265,6 +265,10 @@ class _ResolveFn(CatalogDoFn):
         self._sources: dict[tuple[str, str], tuple[str, str, str] | None] = {}
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
+        if row.get("invalid"):
+            # A stream message that did not parse as an event (see
+            # ``beam_pipelines.streaming._wire_to_row``).
+            raise InvalidEventError(f"not a valid event: {row['invalid']}")
         event = Event.from_json(row["payload"])
         # The tenant: the queue row's (set when it was queued), else the
         # message's own, else the source's only owner.
