@@ -35,6 +35,9 @@ from transforms.common import CatalogDoFn, ToDeadLetters, counter
 from transforms.events import held_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
 
+#: The version domain of permission evidence read by a listing (compared by time only).
+LISTING_EVIDENCE = "listing"
+
 UNCHANGED = "unchanged"
 ACL_ONLY = "acl_only"
 DUPLICATE = "duplicate"
@@ -167,13 +170,16 @@ class _FetchFn(CatalogDoFn):
             return replace(item, acl_groups=held.groups, deny_groups=held.deny)
         acl = ids.acl_id(item.tenant_id, chosen.groups, chosen.deny)
         self._catalog.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
+        # An upsert event's evidence carries its own version; a listing's is
+        # only a time (a sidecar's mtime, the listing time), kept in a domain
+        # of its own so an acl event is always ordered against it by time.
+        version, domain = (
+            (item.source_version, item.version_domain)
+            if item.event_id
+            else (f"{chosen.observed_at:.6f}", LISTING_EVIDENCE)
+        )
         self._catalog.set_acl_version(
-            doc_id,
-            item.tenant_id,
-            item.source_version,
-            acl,
-            version_domain=item.version_domain,
-            observed_at=chosen.observed_at,
+            doc_id, item.tenant_id, version, acl, version_domain=domain, observed_at=chosen.observed_at
         )
         return replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)
 
