@@ -3,6 +3,7 @@ the dead-letter sink."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -219,6 +220,13 @@ class _DeadLetterSinkFn(CatalogDoFn):
         if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
             self._catalog.retry_event_later(
                 (dl.tenant_id, dl.event_id), backoff_delay(dl.attempts), max_attempts=self.max_attempts
+            )
+            logging.getLogger("ragsync.retry").warning(
+                "event %s: %s failed (%s), retried later: %s",
+                dl.event_id,
+                dl.stage,
+                dl.error_class,
+                dl.message,
             )
             self._retried.inc()
             return
