@@ -370,3 +370,29 @@ def test_tied_scores_rank_the_same_whatever_the_store_order(tmp_path: Path) -> N
     x, y = sorted(c.chunk_id for c in chunks[:2])
     assert reciprocal_rank_fusion([[y, x], [x, y]]) == reciprocal_rank_fusion([[x, y], [y, x]])
     assert [cid for cid, _ in reciprocal_rank_fusion([[y, x], [x, y]])] == [x, y]
+
+
+def test_the_lease_heartbeat_lets_a_retried_event_go(tmp_path: Path) -> None:
+    """A failed event handed back for a retry is not kept leased by the
+    heartbeat (it was, forever, and the retry never ran)."""
+    from beam_pipelines.backfill import register_source
+    from connectors.events import parse_event
+    from ragsync.config import Settings, open_catalog
+
+    settings = Settings(home=str(tmp_path / "home"))
+    register_source(settings, SOURCE, TENANT, "wiki")
+    cat = open_catalog(settings)
+    try:
+        ev = parse_event(
+            {"source_id": SOURCE, "doc_id": "p", "op": "delete", "source_version": 1, "event_time": 1.0}
+        )
+        cat.enqueue_events([dataclasses.replace(ev, tenant_id=TENANT)], now=100.0)
+        key = (TENANT, ev.event_id)
+        assert cat.extend_leases([key], 300.0, now=200.0, attempts={key: 0}) == {key}
+        cat.retry_event_later(key, 5.0)  # the work failed: try again after 5 s
+        retry_at = cat.tenant_event(*key)["available_at"]  # type: ignore[index]
+        assert cat.extend_leases([key], 300.0, attempts={key: 0}) == set()
+        assert cat.tenant_event(*key)["available_at"] == retry_at  # type: ignore[index]
+        assert cat.extend_leases([key], 300.0, attempts={key: 1}) == {key}  # the retry's own lease
+    finally:
+        cat.close()

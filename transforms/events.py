@@ -75,7 +75,7 @@ class _LeaseHeartbeat:
     def __init__(self, settings: Settings, lease_s: float) -> None:
         self.settings = settings
         self.lease_s = lease_s
-        self._keys: set[EventKey] = set()
+        self._keys: dict[EventKey, int] = {}  # attempts when leased
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="ragsync-lease-heartbeat", daemon=True)
@@ -83,22 +83,25 @@ class _LeaseHeartbeat:
 
     def add(self, rows: list[dict[str, Any]]) -> None:
         with self._lock:
-            self._keys.update((r["tenant_id"], r["event_id"]) for r in rows)
+            self._keys.update(((r["tenant_id"], r["event_id"]), int(r.get("attempts") or 0)) for r in rows)
 
     def _run(self) -> None:
         catalog = open_catalog(self.settings)
         try:
             while not self._stop.wait(max(0.5, self.lease_s / 3)):
                 with self._lock:
-                    keys = list(self._keys)
-                if not keys:
+                    leased = dict(self._keys)
+                if not leased:
                     continue
                 try:
-                    alive = catalog.extend_leases(keys, self.lease_s)
+                    alive = catalog.extend_leases(list(leased), self.lease_s, attempts=leased)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the lease has slack
                     continue
                 with self._lock:
-                    self._keys -= set(keys) - alive
+                    for key in set(leased) - alive:
+                        # Acknowledged, or handed back for a retry (a new lease re-adds it).
+                        if self._keys.get(key) == leased[key]:
+                            del self._keys[key]
         finally:
             catalog.close()
 

@@ -217,20 +217,37 @@ class QueueRepository(Repository):
         return n
 
     def extend_leases(
-        self, keys: Sequence[EventKey], lease_s: float, *, now: float | None = None
+        self,
+        keys: Sequence[EventKey],
+        lease_s: float,
+        *,
+        now: float | None = None,
+        attempts: Mapping[EventKey, int] | None = None,
     ) -> set[EventKey]:
         """Heartbeat: push the lease of events still being worked on
         ``lease_s`` ahead. Returns the keys still pending (the others were
-        acknowledged and need no more heartbeats)."""
+        acknowledged and need no more heartbeats).
+
+        With ``attempts`` (the attempt count each event had when it was
+        leased), an event whose count moved on was handed back for a retry
+        (``retry_event_later``): its lease is not extended, so the retry is
+        delivered when its backoff ends, and it is not returned.
+        """
         t = schema.events
         ts = _now() if now is None else now
         alive: set[EventKey] = set()
+        groups: dict[int | None, list[EventKey]] = {}
+        for key in dict.fromkeys(keys):
+            groups.setdefault(None if attempts is None else attempts.get(key), []).append(key)
         with self._engine.begin() as conn:
-            for batch in _batches(list(dict.fromkeys(keys)), 200):
-                where = and_(self._keyed(t, batch), t.c.state == "pending")
-                conn.execute(update(t).where(where).values(available_at=ts + lease_s))
-                still = conn.execute(select(t.c.tenant_id, t.c.event_id).where(where))
-                alive.update((str(tid), str(eid)) for tid, eid in still)
+            for count, group in groups.items():
+                for batch in _batches(group, 200):
+                    where = and_(self._keyed(t, batch), t.c.state == "pending")
+                    if count is not None:
+                        where = and_(where, t.c.attempts == count)
+                    conn.execute(update(t).where(where).values(available_at=ts + lease_s))
+                    still = conn.execute(select(t.c.tenant_id, t.c.event_id).where(where))
+                    alive.update((str(tid), str(eid)) for tid, eid in still)
         return alive
 
     def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
