@@ -60,10 +60,12 @@ def register_source(
     credentials_ref: str | None = None,
     sync: str | None = None,
     poll_interval_s: int | None = None,
+    version_domain: str | None = None,
 ) -> None:
     """Register a source (idempotent) with its location ``uri`` ('' for a
     source that takes no ``content_uri``), then set the connector settings
-    given (options, credentials reference, how it syncs).
+    given (options, credentials reference, how it syncs, how its versions
+    compare: ``revision``, ``timestamp`` or ``etag``).
 
     Raises:
         ConfigurationError: ``uri`` is not a usable location or overlaps
@@ -81,6 +83,7 @@ def register_source(
             credentials_ref=credentials_ref,
             sync=sync,
             poll_interval_s=poll_interval_s,
+            version_domain=version_domain,
         )
     finally:
         catalog.close()

@@ -210,6 +210,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         fresh = catalog.freshness_stats()
         review = catalog.pages_for_review()
         sources = catalog.source_states()
+        stale = catalog.stale_events(limit=args.limit)
     finally:
         catalog.close()
     data = {
@@ -222,9 +223,11 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "failures": x.failures,
                 "last_sync_at": x.last_sync_at,
                 "last_full_at": x.last_full_at,
+                "version_domain": x.version_domain,
             }
             for x in sources
         ],
+        "stale_events": stale,
         "documents": docs,
         "dead_letters": dead,
         "queue": queue,
@@ -250,6 +253,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         f"event queue: {queue['depth']} pending, oldest {queue['oldest_pending_age_s']:.0f}s; "
         + ", ".join(f"{k} {v}" for k, v in sorted(queue["by_state"].items()))
     )
+    if stale["count"]:
+        human.append(f"stale events dropped by the version gate: {stale['count']}")
+        human += [f"  {r['event_id']} {r['doc_id']}: {r['note']}" for r in stale["recent"]]
     if fresh:
         human.append("freshness (indexed_at - event_time):")
         human += [

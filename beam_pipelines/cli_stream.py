@@ -136,12 +136,14 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
             "error_class": r.error_class,
             "message": r.message,
             "attempts": r.attempts,
-            "event_id": r.event_id,
+            "event_id": r.key,
+            "tenant_id": r.tenant_id,
         }
         for r in rows
     ]
     human = [
-        f"{d['id']:5d} [{d['error_class']}] {d['stage']:7s} {d['uri'] or d['doc_id']}: {d['message'][:100]}"
+        f"{d['event_id']:34s} [{d['error_class']}] {d['stage']:7s} "
+        f"{d['uri'] or d['doc_id']}: {d['message'][:100]}"
         for d in data
     ]
     _print(args, data, "\n".join(human) or "no dead letters")
@@ -149,33 +151,49 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
 
 
 def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
-    """Re-drive dead letters: an event goes back to the queue; a backfill file
-    is retried by the next backfill of its source (its row is resolved)."""
+    """Re-drive dead letters by their identity (the event id, or the row id of
+    work no event is behind), or all: ``Catalog.redrive_dead_letter``, the
+    same function the API's retry calls. Exit 2 when an id names nothing to
+    re-drive."""
+    from connectors.events import event_or_none
     from ragsync.config import open_catalog
 
     if not args.all and args.id is None:
-        print("ragsync: give a dead-letter id or --all", file=sys.stderr)
+        print("ragsync: give a dead letter's event id (or row id) or --all", file=sys.stderr)
         return 2
     catalog = open_catalog(_settings(args))
-    requeued, resolved = 0, 0
+    done: list[Any] = []
+    missed: list[str] = []
     try:
-        rows = catalog.list_dead_letters(limit=1_000_000)
-        if not args.all:
-            rows = [r for r in rows if r.id == args.id]
-            if not rows:
-                print(f"ragsync: no open dead letter {args.id}", file=sys.stderr)
-                return 2
-        for r in rows:
-            event_id = r.event_id
-            if event_id and catalog.requeue_event(r.tenant_id, event_id):
-                requeued += 1
-            catalog.resolve_dead_letter(r.id)
-            resolved += 1
+        if args.all:
+            rows = catalog.list_dead_letters(tenant_id=args.tenant, limit=1_000_000)
+            keys = sorted({(r.tenant_id, r.key) for r in rows})
+        else:
+            keys = [(args.tenant, str(args.id))]
+        for tenant, key in keys:
+            found = catalog.redrive_dead_letter(key, parse=event_or_none, tenant_id=tenant)
+            done.extend(found)
+            if not found:
+                missed.append(key)
     finally:
         catalog.close()
-    data = {"resolved": resolved, "requeued_events": requeued}
-    _print(args, data, f"resolved {resolved} dead letters; {requeued} events back in the queue")
-    return 0
+    data = {
+        "resolved": sum(r.resolved for r in done),
+        "requeued_events": sum(1 for r in done if r.kind == "event"),
+        "file_retries": sum(1 for r in done if r.kind == "file"),
+        "retries": [dataclasses.asdict(r) for r in done],
+        "not_redriven": missed,
+    }
+    human = [
+        f"resolved {data['resolved']} dead letters; {data['requeued_events']} events back in the queue; "
+        f"{data['file_retries']} files for the next backfill"
+    ]
+    human += [
+        f"  {key}: nothing to re-drive (unknown id, or a stream message that is not an event)"
+        for key in missed
+    ]
+    _print(args, data, "\n".join(human))
+    return 2 if missed and not args.all else 0
 
 
 def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -217,6 +235,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     ls.add_argument("--limit", type=int, default=50)
     ls.set_defaults(func=cmd_dead_letters_list)
     rt = dl_sub.add_parser("retry", parents=[common], help="re-drive one dead letter or all")
-    rt.add_argument("id", nargs="?", type=int)
-    rt.add_argument("--all", action="store_true")
+    rt.add_argument("id", nargs="?", help="the dead letter's event id (or row id, for work without an event)")
+    rt.add_argument("--all", action="store_true", help="every open dead letter")
+    rt.add_argument("--tenant", help="only this tenant's dead letters")
     rt.set_defaults(func=cmd_dead_letters_retry)

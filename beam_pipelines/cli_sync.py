@@ -14,6 +14,7 @@ import time
 from typing import Any
 
 from connectors.base import SOURCE_TYPES
+from ragsync.decisions import VERSION_DOMAINS
 from ragsync.display import safe_text
 
 
@@ -67,11 +68,14 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
             credentials_ref=args.credentials_ref,
             sync=args.sync,
             poll_interval_s=args.poll_interval_s,
+            version_domain=args.version_domain,
         )
     except ValueError as exc:
         print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 2
     data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type, "uri": uri}
+    if args.version_domain:
+        data["version_domain"] = args.version_domain
     where = f" at {uri}" if uri else ""
     _print(args, data, f"source {args.source_id} ({args.type}{where}) registered for tenant {args.tenant}")
     return 0
@@ -192,6 +196,13 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add.add_argument("--sync", choices=("poll", "webhook"), help="how `ragsync serve` keeps it current")
     add.add_argument("--poll-interval-s", type=int, help="seconds between polls (with --sync poll)")
+    add.add_argument(
+        "--version-domain",
+        choices=VERSION_DOMAINS,
+        help="how the source's event versions compare: revision numbers, timestamps (epoch seconds or "
+        "ISO 8601) or opaque etags; versions of another domain (a folder listing's file times) are "
+        "ordered by when the source showed them",
+    )
     add.set_defaults(func=cmd_sources_add)
 
     ls = src_sub.add_parser("list", parents=[common], help="sources and their sync state")

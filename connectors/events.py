@@ -88,6 +88,12 @@ class EventIn(BaseModel):
     op: Literal["upsert", "delete", "acl"]
     source_version: str | int = Field(description="orders events of one document")
     acl_groups: list[str] = Field(default_factory=list, max_length=_L.groups)
+    deny_groups: list[str] = Field(
+        default_factory=list,
+        max_length=_L.groups,
+        description="groups explicitly denied: their members never see the document, even when "
+        "another of their groups is in acl_groups (NTFS/SharePoint-style deny entries)",
+    )
     content_uri: str | None = Field(
         default=None,
         max_length=_L.content_uri,
@@ -120,7 +126,7 @@ class EventIn(BaseModel):
             raise ValueError("is required")
         return text
 
-    @field_validator("acl_groups", mode="before")
+    @field_validator("acl_groups", "deny_groups", mode="before")
     @classmethod
     def _groups(cls, value: Any) -> list[str]:
         if not isinstance(value, list) or not all(isinstance(g, str) for g in value):
@@ -152,7 +158,11 @@ class EventIn(BaseModel):
         derived when absent)."""
         version = str(self.source_version)
         groups = tuple(sorted({g.strip() for g in self.acl_groups if g.strip()}))
-        event_id = self.event_id or derive_event_id(self.source_id, self.doc_id, self.op, version, groups)
+        deny = tuple(sorted({g.strip() for g in self.deny_groups if g.strip()}))
+        # Denials join the derived id only when present, so ids of events
+        # without them stay what they were.
+        keyed = groups + tuple("!" + g for g in deny)
+        event_id = self.event_id or derive_event_id(self.source_id, self.doc_id, self.op, version, keyed)
         return Event(
             event_id=event_id,
             source_id=self.source_id,
@@ -163,7 +173,17 @@ class EventIn(BaseModel):
             content_uri=(self.content_uri or "") if self.op == "upsert" else "",
             event_time=float(self.event_time),
             tenant_id=self.tenant_id or "",
+            deny_groups=deny,
         )
+
+
+def event_or_none(data: dict[str, Any]) -> Event | None:
+    """``parse_event`` for a re-drive: the validated event, or None when the
+    stored event is no longer valid (``Catalog.redrive_dead_letter``)."""
+    try:
+        return parse_event(data)
+    except (ValueError, InvalidEventError, TypeError, OverflowError, RecursionError):
+        return None
 
 
 def derive_event_id(

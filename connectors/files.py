@@ -7,11 +7,19 @@ seconds). Permissions: every file gets the source's ``acl_groups`` option
 (the backfill's ``--acl-groups``), unless the root holds a
 ``.ragsync-acl.json`` sidecar::
 
-    {"default": ["everyone"],
-     "rules": [{"glob": "hr/*", "groups": ["hr"]}]}
+    {"default": ["everyone"], "deny": ["contractors"],
+     "rules": [{"glob": "hr/*", "groups": ["hr"], "deny": ["interns"]}]}
 
 The first matching rule wins. A file matched by a rule with no groups gets
-none and is therefore not indexed (fail closed).
+none and is therefore not indexed (fail closed). ``deny`` lists groups
+explicitly denied (NTFS/SharePoint-style deny entries): a member of one
+never sees the file, even when another of their groups is allowed; a rule
+without ``deny`` takes the top-level one.
+
+Versions and evidence times: a file's version is its modification time in
+the ``timestamp`` domain, observed at the listing's time; its permissions
+were true at the sidecar's modification time (unknown without a sidecar:
+the groups then come from configuration, not from the source).
 
 Listing: a local folder is one shard, walked by ``ContentReader.walk`` (only
 regular files; a symlink is followed only when its target lies inside the
@@ -37,6 +45,7 @@ import fnmatch
 import json
 import os
 import string
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -62,6 +71,9 @@ class AclRules:
 
     default: tuple[str, ...]
     rules: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    deny: tuple[str, ...] = ()
+    rule_deny: tuple[tuple[str, ...] | None, ...] = ()
+    observed_at: float = 0.0  # the sidecar's modification time; 0 without one
 
     def groups_for(self, relative_path: str) -> tuple[str, ...]:
         for pattern, groups in self.rules:
@@ -69,18 +81,33 @@ class AclRules:
                 return groups
         return self.default
 
+    def deny_for(self, relative_path: str) -> tuple[str, ...]:
+        """Groups denied for the file (the first matching rule's, else the top-level ones)."""
+        for i, (pattern, _) in enumerate(self.rules):
+            if fnmatch.fnmatch(relative_path, pattern):
+                own = self.rule_deny[i] if i < len(self.rule_deny) else None
+                return self.deny if own is None else own
+        return self.deny
+
     @classmethod
-    def parse(cls, text: str, default: Sequence[str]) -> AclRules:
+    def parse(cls, text: str, default: Sequence[str], observed_at: float = 0.0) -> AclRules:
         """Read a sidecar. Raises ConfigurationError on a malformed one."""
+
+        def names(value: Any) -> tuple[str, ...]:
+            if not isinstance(value, list):
+                raise TypeError("groups and deny must be lists")
+            return tuple(sorted({str(g).strip() for g in value if str(g).strip()}))
+
         try:
             data = json.loads(text)
             base = tuple(data.get("default", list(default)))
-            rules = tuple(
-                (str(r["glob"]), tuple(str(g) for g in r.get("groups", []))) for r in data.get("rules", [])
-            )
+            raw = data.get("rules", [])
+            rules = tuple((str(r["glob"]), tuple(str(g) for g in r.get("groups", []))) for r in raw)
+            rule_deny = tuple(names(r["deny"]) if "deny" in r else None for r in raw)
+            deny = names(data.get("deny", []))
         except (ValueError, KeyError, TypeError, AttributeError) as exc:
             raise ConfigurationError(f"{ACL_SIDECAR} is malformed: {exc}") from exc
-        return cls(default=base, rules=rules)
+        return cls(default=base, rules=rules, deny=deny, rule_deny=rule_deny, observed_at=observed_at)
 
 
 def local_object_id(relative: str) -> str:
@@ -125,6 +152,9 @@ class FolderConnector:
     """
 
     supports_changes: ClassVar[bool] = False
+    #: Listed permissions come from a sidecar (timed by its mtime) or from
+    #: configuration (time unknown), not from the source as of the listing.
+    permissions_current: ClassVar[bool] = False
 
     def __init__(self, spec: SourceSpec, fs: FileSystem, limits: FetchLimits | None = None) -> None:
         if not spec.uri:
@@ -162,15 +192,24 @@ class FolderConnector:
         if self._rules is not None:
             return self._rules
         sidecar = self.location.uri.rstrip("/") + "/" + ACL_SIDECAR
+        mtime = 0.0
         if self.location.scheme == LOCAL:
-            exists = os.path.lexists(os.path.join(self.location.root, ACL_SIDECAR))
+            local = os.path.join(self.location.root, ACL_SIDECAR)
+            exists = os.path.lexists(local)
+            if exists:
+                mtime = os.lstat(local).st_mtime
         else:
-            exists = any(i.path == sidecar for i in self.fs.match(sidecar))
+            found = [i for i in self.fs.match(sidecar) if i.path == sidecar]
+            exists = bool(found)
+            if found:
+                mtime = float(found[0].mtime or 0.0)
         if not exists:
             self._rules = AclRules(default=self._default_groups)
         else:
             text = self.reader.read(sidecar)
-            self._rules = AclRules.parse(text.decode("utf-8", errors="replace"), self._default_groups)
+            self._rules = AclRules.parse(
+                text.decode("utf-8", errors="replace"), self._default_groups, observed_at=mtime
+            )
         return self._rules
 
     def list_shards(self) -> list[str]:
@@ -207,6 +246,7 @@ class FolderConnector:
             FetchError: the root cannot be listed (never taken as empty).
         """
         rules = self.acl_rules()
+        listed_at = time.time()
         for uri, rel, size, mtime in self._listed(shard):
             if _hidden(rel):
                 continue
@@ -219,6 +259,10 @@ class FolderConnector:
                 size=size,
                 acl_groups=rules.groups_for(object_id),
                 source_version=mtime_version(mtime),
+                version_domain="timestamp",
+                observed_at=listed_at,
+                acl_observed_at=rules.observed_at,
+                deny_groups=rules.deny_for(object_id),
             )
 
     # -- no change feed -------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import Protocol
+from typing import Any, Protocol
 
 from ragsync.model import Chunk
 
@@ -192,6 +192,96 @@ class GateAction(str, Enum):
     DUPLICATE = "duplicate"  # this exact version is already applied: drop, count
 
 
+#: How a source's versions compare (``sources.version_domain``): ``revision``
+#: numbers order numerically, ``timestamp`` values (epoch seconds or ISO 8601)
+#: order in time, ``etag`` values only tell equal from different. ``""`` is
+#: an undeclared domain: numbers numerically, then text (the old rule).
+VERSION_DOMAINS = ("revision", "timestamp", "etag")
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A version as the gate compares it.
+
+    Attributes:
+        value: the version text (``source_version``).
+        domain: its domain (one of :data:`VERSION_DOMAINS`, or ``""`` when the
+            source declared none).
+        observed_at: when the source said so (an event's ``event_time``, a
+            listing's time), epoch seconds; 0 when unknown.
+    """
+
+    value: str
+    domain: str = ""
+    observed_at: float = 0.0
+
+
+class Order(str, Enum):
+    """How one stamp relates to another."""
+
+    OLDER = "older"
+    SAME = "same"
+    NEWER = "newer"
+    UNKNOWN = "unknown"  # different domains or etags and no usable observation times
+
+
+def _parse_time(text: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _domain_key(domain: str, value: str) -> tuple[Any, ...] | None:
+    """A sort key within ``domain``, or None when the value does not order there."""
+    v = value.strip()
+    if domain == "":
+        return version_key(v)
+    if domain == "revision":
+        try:
+            return (int(v),)
+        except ValueError:
+            return None
+    if domain == "timestamp":
+        t = _parse_time(v)
+        return None if t is None else (t,)
+    return None  # etag: equality only
+
+
+def compare_versions(a: Stamp, b: Stamp) -> Order:
+    """Where ``a`` stands relative to ``b``.
+
+    Two versions of one domain compare by value (an etag only by equality).
+    Otherwise - two domains, two different etags, a value that does not parse
+    in its domain - they are ordered by the time each was observed at the
+    source; never by comparing the text of two domains.
+
+    Returns:
+        OLDER, SAME or NEWER; UNKNOWN when neither rule orders them (a tie
+        of observation times, or one unknown).
+    """
+    if a.domain == b.domain:
+        ka, kb = _domain_key(a.domain, a.value), _domain_key(b.domain, b.value)
+        if ka is not None and kb is not None:
+            return Order.NEWER if ka > kb else Order.OLDER if ka < kb else Order.SAME
+        if a.value.strip() == b.value.strip():
+            return Order.SAME
+    if a.observed_at > 0 and b.observed_at > 0 and a.observed_at != b.observed_at:
+        return Order.NEWER if a.observed_at > b.observed_at else Order.OLDER
+    return Order.UNKNOWN
+
+
+def as_stamp(version: str | Stamp) -> Stamp:
+    """A bare version string is a stamp of the undeclared domain, time unknown."""
+    return version if isinstance(version, Stamp) else Stamp(str(version))
+
+
 @dataclass(frozen=True)
 class DocVersions:
     """The versions the catalog (the authority) holds for one document.
@@ -207,29 +297,49 @@ class DocVersions:
             a redelivered event must then run again to finish the delete).
         delete_complete: the tombstone's delete finished everywhere (False
             while a failed delete is retried: the retry must run again).
+
+    Each version is a :class:`Stamp` (or a bare string: undeclared domain).
     """
 
-    indexed: str | None = None
-    accepted: str | None = None
-    deleted: str | None = None
-    acl: str | None = None
+    indexed: str | Stamp | None = None
+    accepted: str | Stamp | None = None
+    deleted: str | Stamp | None = None
+    acl: str | Stamp | None = None
     complete: bool = True
     delete_complete: bool = True
 
 
 def version_key(version: str) -> tuple[int, int, str]:
-    """Sort key for source versions: numbers numerically, then text (e.g.
-    ISO timestamps, which sort correctly as text)."""
+    """Sort key for versions of an undeclared domain: numbers numerically,
+    then text (e.g. ISO timestamps, which sort correctly as text)."""
     v = version.strip()
     if v.isdigit():
         return (0, int(v), "")
     return (1, 0, v)
 
 
-_vk = version_key
+@dataclass(frozen=True)
+class GateVerdict:
+    """The gate's answer with the version that decided it.
+
+    Attributes:
+        action: APPLY, STALE or DUPLICATE.
+        held: the held version the event lost or tied to ('' on APPLY).
+        reason: one line naming both versions ('' on APPLY).
+    """
+
+    action: GateAction
+    held: str = ""
+    reason: str = ""
 
 
-def gate_event(op: str, version: str, known: DocVersions) -> GateAction:
+def _describe(s: Stamp) -> str:
+    domain = s.domain or "undeclared"
+    when = f", observed {s.observed_at:.3f}" if s.observed_at else ""
+    return f"{s.value!r} ({domain}{when})"
+
+
+def gate_verdict(op: str, version: str | Stamp, known: DocVersions) -> GateVerdict:
     """Version gate: apply only what is newer than what the document holds.
 
     Content (upsert, delete) and permissions (acl) are versioned separately,
@@ -237,44 +347,119 @@ def gate_event(op: str, version: str, known: DocVersions) -> GateAction:
     late permission event never blocks newer content. A tombstone blocks every
     upsert and permission change at or below its version; an upsert above it
     recreates the document. Ties between a delete and an upsert of the same
-    version go to the delete (fail closed).
+    version go to the delete (fail closed). Versions are compared with
+    :func:`compare_versions`: where the order is UNKNOWN, a delete applies and
+    an upsert or permission change does not pass a tombstone (fail closed);
+    otherwise the event, the latest to arrive, applies.
 
     Args:
         op: upsert, delete or acl.
-        version: the event's source version.
+        version: the event's stamp (or bare source version).
         known: what the catalog holds.
 
     Returns:
-        APPLY, STALE or DUPLICATE.
+        The action, with the held version that made an event stale or a duplicate.
     """
-    v = _vk(version)
+    v = as_stamp(version)
+
+    def held(other: str | Stamp | None) -> tuple[Order | None, Stamp | None]:
+        if other is None:
+            return None, None
+        s = as_stamp(other)
+        return compare_versions(v, s), s
+
+    def drop(action: GateAction, what: str, s: Stamp) -> GateVerdict:
+        word = "stale" if action == GateAction.STALE else "duplicate"
+        return GateVerdict(
+            action, s.value, f"{op} {_describe(v)} is {word}: the document holds {what} {_describe(s)}"
+        )
+
+    if op not in ("acl", "delete", "upsert"):
+        raise ValueError(f"unknown op {op!r}")
+    tomb_order, tomb = held(known.deleted)
     if op == "acl":
-        if known.acl is not None and v == _vk(known.acl):
-            return GateAction.DUPLICATE
-        if known.acl is not None and v < _vk(known.acl):
-            return GateAction.STALE
-        if known.deleted is not None and v <= _vk(known.deleted):
-            return GateAction.STALE
-        return GateAction.APPLY
+        order, s = held(known.acl)
+        if order == Order.SAME and s is not None:
+            return drop(GateAction.DUPLICATE, "permission version", s)
+        if order == Order.OLDER and s is not None:
+            return drop(GateAction.STALE, "permission version", s)
+        if tomb is not None and tomb_order != Order.NEWER:
+            return drop(GateAction.STALE, "tombstone", tomb)
+        return GateVerdict(GateAction.APPLY)
     if op == "delete":
-        if known.deleted is not None and v == _vk(known.deleted):
-            return GateAction.DUPLICATE if known.delete_complete else GateAction.APPLY
-        if known.deleted is not None and v < _vk(known.deleted):
-            return GateAction.STALE
+        if tomb is not None and tomb_order == Order.SAME:
+            if known.delete_complete:
+                return drop(GateAction.DUPLICATE, "tombstone", tomb)
+            return GateVerdict(GateAction.APPLY)
+        if tomb is not None and tomb_order == Order.OLDER:
+            return drop(GateAction.STALE, "tombstone", tomb)
         for other in (known.indexed, known.accepted):
-            if other is not None and v < _vk(other):
-                return GateAction.STALE
-        return GateAction.APPLY
-    if op == "upsert":
-        if known.deleted is not None and v <= _vk(known.deleted):
-            return GateAction.STALE
-        if known.indexed is not None and v == _vk(known.indexed) and known.complete:
-            return GateAction.DUPLICATE
-        for other in (known.indexed, known.accepted):
-            if other is not None and v < _vk(other):
-                return GateAction.STALE
-        return GateAction.APPLY
-    raise ValueError(f"unknown op {op!r}")
+            order, s = held(other)
+            if order == Order.OLDER and s is not None:
+                return drop(GateAction.STALE, "content version", s)
+        return GateVerdict(GateAction.APPLY)
+    if tomb is not None and tomb_order != Order.NEWER:
+        return drop(GateAction.STALE, "tombstone", tomb)
+    order, s = held(known.indexed)
+    if order == Order.SAME and known.complete and s is not None:
+        return drop(GateAction.DUPLICATE, "content version", s)
+    for other in (known.indexed, known.accepted):
+        order, s = held(other)
+        if order == Order.OLDER and s is not None:
+            return drop(GateAction.STALE, "content version", s)
+    return GateVerdict(GateAction.APPLY)
+
+
+def gate_event(op: str, version: str | Stamp, known: DocVersions) -> GateAction:
+    """The action of :func:`gate_verdict`."""
+    return gate_verdict(op, version, known).action
+
+
+@dataclass(frozen=True)
+class PermissionEvidence:
+    """Who may read a document, and when the source said so.
+
+    Attributes:
+        groups: allowed groups.
+        observed_at: when this was true at the source (an ``acl`` event's
+            ``event_time``, a folder ACL sidecar's modification time, the
+            listing time of a connector that returns current permissions);
+            0 when unknown.
+        deny: groups explicitly denied.
+    """
+
+    groups: tuple[str, ...]
+    observed_at: float = 0.0
+    deny: tuple[str, ...] = ()
+
+
+def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence) -> PermissionEvidence:
+    """The permissions a document gets when two pieces of evidence meet.
+
+    The newest evidence wins. A tie, or an unknown time on either side,
+    takes the narrower set (fail closed): the groups both allow, and the
+    denials of both.
+
+    Args:
+        held: what the catalog applied last with a known time (None: nothing).
+        new: what a listing or event says now.
+
+    Returns:
+        The evidence to apply (``held`` or ``new`` themselves when one wins).
+    """
+    if held is None:
+        return new
+    if held.observed_at > 0 and new.observed_at > 0 and held.observed_at != new.observed_at:
+        return new if new.observed_at > held.observed_at else held
+    if set(new.groups) <= set(held.groups) and set(held.deny) <= set(new.deny):
+        return new
+    if set(held.groups) <= set(new.groups) and set(new.deny) <= set(held.deny):
+        return held
+    return PermissionEvidence(
+        tuple(sorted(set(held.groups) & set(new.groups))),
+        max(held.observed_at, new.observed_at),
+        tuple(sorted(set(held.deny) | set(new.deny))),
+    )
 
 
 def backoff_delay(attempt: int, *, base_s: float = 2.0, cap_s: float = 300.0, jitter: float = 0.5) -> float:

@@ -44,10 +44,12 @@ def chunk_id(canonical_doc_id: str, chunker_config_id: str, chunk_text_hash: str
     return _digest(ID_VERSION, "chunk", canonical_doc_id, chunker_config_id, chunk_text_hash)
 
 
-def acl_id(tenant_id: str, allow_groups: Iterable[str]) -> str:
-    """Content-addressed ACL id: one row per distinct (tenant, group set)."""
+def acl_id(tenant_id: str, allow_groups: Iterable[str], deny_groups: Iterable[str] = ()) -> str:
+    """Content-addressed ACL id: one row per distinct (tenant, allowed set,
+    denied set). An ACL without denials keeps the id it always had."""
     groups = sorted({g.strip() for g in allow_groups if g.strip()})
-    return "acl" + _digest(ID_VERSION, "acl", tenant_id, *groups, size=12)
+    denied = sorted({"!" + g.strip() for g in deny_groups if g.strip()})
+    return "acl" + _digest(ID_VERSION, "acl", tenant_id, *groups, *denied, size=12)
 
 
 _UNSAFE_IN_MEMBER = frozenset("%#") | {chr(c) for c in range(32)} | {"\x7f"}

@@ -159,9 +159,18 @@ class SourceFile(JsonRecord):
         event_id: the change event this work comes from ('' in a backfill).
         event_time: when the change happened (epoch seconds; 0 in a backfill).
         attempts: failed deliveries of that event before this one.
+        version_domain: the domain of ``source_version`` (``revision``,
+            ``timestamp``, ``etag``; '' for the source's declared domain).
+        observed_at: when the source showed this version (the event time, or
+            the listing time); 0 when unknown.
+        acl_observed_at: when ``acl_groups`` were true at the source (an
+            event's time, a sidecar's modification time, the listing time of a
+            connector returning current permissions); 0 when unknown.
+        deny_groups: groups explicitly denied (never see the document, even
+            when another of their groups is allowed).
     """
 
-    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups", "deny_groups")
 
     tenant_id: str
     source_id: str
@@ -173,6 +182,10 @@ class SourceFile(JsonRecord):
     event_id: str = ""
     event_time: float = 0.0
     attempts: int = 0
+    version_domain: str = ""
+    observed_at: float = 0.0
+    acl_observed_at: float = 0.0
+    deny_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -394,9 +407,10 @@ class Event(JsonRecord):
         tenant_id: the tenant whose source it is ('' until known: the API
             sets it from the caller's key, ``events push`` from ``--tenant``
             or the source's only owner). Event ids are unique per tenant.
+        deny_groups: groups explicitly denied (upsert and acl events).
     """
 
-    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups",)
+    _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups", "deny_groups")
 
     event_id: str
     source_id: str
@@ -407,6 +421,7 @@ class Event(JsonRecord):
     content_uri: str
     event_time: float
     tenant_id: str = ""
+    deny_groups: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -418,6 +433,7 @@ class QueuedEvent(JsonRecord):
         tenant_id: tenant owning ``event.source_id``.
         doc_id: internal document id (``ids.doc_id``).
         attempts: deliveries before this one that failed.
+        version_domain: the source's version domain ('' when undeclared).
     """
 
     _nested: ClassVar[dict[str, type]] = {}
@@ -426,6 +442,7 @@ class QueuedEvent(JsonRecord):
     tenant_id: str
     doc_id: str
     attempts: int = 0
+    version_domain: str = ""
 
 
 QueuedEvent._nested = {"event": Event}

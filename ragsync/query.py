@@ -1,9 +1,14 @@
 """The operator's query: hybrid (vector + BM25) search, permission-filtered.
 
 Permissions are checked twice: the stores filter by the ACL ids the user's
-groups resolve to, and every hit is checked again against the catalog's
-chunk row before it is shown, so a store that missed an ACL update cannot
-leak a chunk.
+groups resolve to (and exclude every chunk carrying an ACL that denies one
+of the groups: a deny entry wins over any allow), and every hit is checked
+again against the catalog's chunk row before it is shown, so a store that
+missed an ACL update cannot leak a chunk.
+
+Results are deterministic: each store's hits are ordered by score then chunk
+id before fusion (stores return tied scores in no fixed order), and fused
+ties are broken by chunk id, so identical inputs give identical rankings.
 """
 
 from __future__ import annotations
@@ -42,6 +47,12 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) ->
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
 
+def ranked_ids(hits: Sequence[Any]) -> list[str]:
+    """A store's chunk ids best first, equal scores by chunk id (a store may
+    return ties in any order, which would change their fused ranks)."""
+    return [h.chunk_id for h in sorted(hits, key=lambda h: (-h.score, h.chunk_id))]
+
+
 def embed_query(spec: ModelSpec, text: str) -> list[float]:
     """The query vector, by the same model (and query prefix) as the index."""
     from ragsync.embedding import get_model
@@ -73,18 +84,19 @@ def hybrid_query(
         acl_ids = catalog.acl_ids_for_groups(tenant_id, list(groups))
         if not acl_ids:
             return []
+        denied = catalog.acl_ids_denying(tenant_id, list(groups))
         vectors = open_vector_index(settings, spec.dim)
         keywords = open_keyword_index(settings)
         try:
             depth = max(k * 4, 20)
-            vhits = vectors.search(tenant_id, embed_query(spec, text), acl_ids, depth)
-            khits = keywords.search(tenant_id, text, acl_ids, depth)
+            vhits = vectors.search(tenant_id, embed_query(spec, text), acl_ids, depth, deny_acl_ids=denied)
+            khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied)
         finally:
             keywords.close()
             vectors.close()
-        fused = reciprocal_rank_fusion([[h.chunk_id for h in vhits], [h.chunk_id for h in khits]])
+        fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
         rows = catalog.chunks_by_ids([cid for cid, _ in fused])
-        allowed = set(acl_ids)
+        allowed, refused = set(acl_ids), set(denied)
         # Near duplicates (drafts of one file): only the newest of a group.
         newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), acl_ids)
         docs: dict[str, Any] = {}
@@ -92,6 +104,8 @@ def hybrid_query(
         for cid, score in fused:
             chunk = rows.get(cid)
             if chunk is None or chunk.tenant_id != tenant_id or not allowed.intersection(chunk.acl_ids):
+                continue
+            if refused.intersection(chunk.acl_ids):
                 continue
             if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
                 continue

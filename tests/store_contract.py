@@ -88,7 +88,13 @@ class Harness:
         raise NotImplementedError
 
     def search_for(
-        self, store: Any, tenant: str, target: Chunk, acl: Sequence[str], k: int = 10
+        self,
+        store: Any,
+        tenant: str,
+        target: Chunk,
+        acl: Sequence[str],
+        k: int = 10,
+        deny: Sequence[str] = (),
     ) -> list[Hit]:
         raise NotImplementedError
 
@@ -103,9 +109,15 @@ class VectorHarness(Harness):
         return int(store.upsert(chunks, [vector_for(c.chunk_id) for c in chunks]))
 
     def search_for(
-        self, store: Any, tenant: str, target: Chunk, acl: Sequence[str], k: int = 10
+        self,
+        store: Any,
+        tenant: str,
+        target: Chunk,
+        acl: Sequence[str],
+        k: int = 10,
+        deny: Sequence[str] = (),
     ) -> list[Hit]:
-        return list(store.search(tenant, vector_for(target.chunk_id), acl, k))
+        return list(store.search(tenant, vector_for(target.chunk_id), acl, k, deny_acl_ids=deny))
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         store.set_acl_ids(tenant, [c.chunk_id for c in chunks], acl)
@@ -118,9 +130,15 @@ class KeywordHarness(Harness):
         return int(store.upsert(chunks))
 
     def search_for(
-        self, store: Any, tenant: str, target: Chunk, acl: Sequence[str], k: int = 10
+        self,
+        store: Any,
+        tenant: str,
+        target: Chunk,
+        acl: Sequence[str],
+        k: int = 10,
+        deny: Sequence[str] = (),
     ) -> list[Hit]:
-        return list(store.search(tenant, QUERIES.get(target.text, target.text), acl, k))
+        return list(store.search(tenant, QUERIES.get(target.text, target.text), acl, k, deny_acl_ids=deny))
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         store.set_acl_ids(tenant, [dataclasses.replace(c, acl_ids=tuple(acl)) for c in chunks])
@@ -268,8 +286,24 @@ def persists_after_reopen(h: Harness) -> None:
         store.close()
 
 
+def deny_acl_ids_hide_rows(h: Harness) -> None:
+    """A row carrying an ACL that denies one of the caller's groups is never
+    returned, even when another of its ACLs allows the caller."""
+    store = h.open()
+    try:
+        shared = make_chunk(1, acl=("acl-a", "acl-deny"))  # one copy allows, another denies
+        plain = make_chunk(2, acl=("acl-a",))
+        h.write(store, [shared, plain])
+        assert shared.chunk_id in _ids(h.search_for(store, "t1", shared, ["acl-a"]))
+        assert shared.chunk_id not in _ids(h.search_for(store, "t1", shared, ["acl-a"], deny=["acl-deny"]))
+        assert plain.chunk_id in _ids(h.search_for(store, "t1", plain, ["acl-a"], deny=["acl-deny"]))
+    finally:
+        store.close()
+
+
 CONTRACT: list[Callable[[Harness], None]] = [
     idempotent_upsert,
+    deny_acl_ids_hide_rows,
     delete_scoped_by_tenant,
     acl_and_tenant_filtering,
     set_acl_ids_changes_visibility,

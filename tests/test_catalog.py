@@ -37,6 +37,7 @@ ALL_TABLES = {
     "documents",
     "acls",
     "acl_groups",
+    "acl_denies",
     "parsed_docs",
     "chunks",
     "embedding_cache",
@@ -59,7 +60,7 @@ ALL_TABLES = {
     "doc_signatures",
     "doc_bands",
 }
-ALL_VERSIONS = ["0001", "0002", "0003", "0004"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0006"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
 from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
-from ragsync.model import DeadLetter, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
+from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
 from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
@@ -146,6 +146,7 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
         ("/v1/backfills/{backfill_id}", "get"),
         ("/v1/dead-letters", "get"),
         ("/v1/dead-letters/{event_id}/retry", "post"),
+        ("/v1/events/stale", "get"),
     }
     assert set(doc["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     assert "swagger-ui" in httpx.get(api.base_url + "/docs").text
@@ -213,6 +214,7 @@ def test_create_source_and_request_sync(api: Api) -> None:
         "failures": 0,
         "last_sync_at": None,
         "last_full_at": None,
+        "version_domain": "",
     }
     r = api.a.post("/v1/sources", json={"type": "drive", "credentials_ref": SECRET_REF, "sync": "poll"})
     assert r.status_code == 201
@@ -252,6 +254,64 @@ def test_create_source_and_request_sync(api: Api) -> None:
     shown = api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").json()
     assert (shown["state"], shown["error"]) == ("failed", "cannot reach the wiki")
     assert api.b.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").status_code == 404  # another tenant
+
+
+def test_version_domain_and_stale_events_over_the_api(api: Api) -> None:
+    body = {"type": "wiki", "sync": "webhook"}
+    r = api.a.post("/v1/sources", json={**body, "source_id": "rev", "version_domain": "revision"})
+    assert r.status_code == 201 and r.json()["version_domain"] == "revision", r.text
+    assert api.a.get("/v1/sources/rev").json()["version_domain"] == "revision"
+    r = api.a.post("/v1/sources", json={**body, "source_id": "bad", "version_domain": "mtime"})
+    assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "version_domain"]
+    assert api.a.get("/v1/events/stale").json() == {"count": 0, "recent": []}
+    event = {
+        "source_id": "rev",
+        "doc_id": "p1",
+        "op": "delete",
+        "source_version": 3,
+        "event_time": 1796119200,
+    }
+    event["event_id"] = "late-1"
+    assert api.a.post("/internal/events", json=event).status_code == 202
+    tenant_a = api.catalog.source_state("rev").tenant_id  # type: ignore[union-attr]
+    note = "delete '3' (revision, observed 1796119200.000) is stale: the document holds content version '5'"
+    api.catalog.note_event((tenant_a, "late-1"), note)
+    api.catalog.ack_events([(tenant_a, "late-1")], state="stale")
+    stale = api.a.get("/v1/events/stale").json()
+    assert stale["count"] == 1
+    assert stale["recent"] == [
+        {
+            "event_id": "late-1",
+            "source_id": "rev",
+            "doc_id": "p1",
+            "op": "delete",
+            "source_version": "3",
+            "note": note,
+        }
+    ]
+    assert api.b.get("/v1/events/stale").json() == {"count": 0, "recent": []}  # another tenant's
+
+    # Dead letters over HTTP: the same identity as the CLI, the same re-drive.
+    gone = {**event, "event_id": "ev-del", "source_version": 9}
+    assert api.a.post("/internal/events", json=gone).status_code == 202
+    api.catalog.ack_events([(tenant_a, "ev-del")])
+    queued = QueuedEvent(
+        Event.from_json(api.catalog.tenant_event(tenant_a, "ev-del")["payload"]), tenant_a, "d"
+    )
+    dl = DeadLetter(
+        "delete", "d", "", "transient", "store down", payload=queued.to_json(), tenant_id=tenant_a
+    )
+    api.catalog.add_dead_letter(dl, "rev")
+    garbage = api.catalog.add_dead_letter(
+        DeadLetter("resolve", "", "", "invalid_event", "not JSON", payload="{oops", tenant_id=tenant_a), "rev"
+    )
+    assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == ["ev-del", str(garbage)]
+    assert api.b.post("/v1/dead-letters/ev-del/retry").status_code == 404
+    r = api.a.post("/v1/dead-letters/ev-del/retry")
+    assert (r.status_code, r.json()["kind"], r.json()["state"]) == (202, "event", "requeued")
+    assert api.catalog.tenant_event(tenant_a, "ev-del")["state"] == "pending"  # type: ignore[index]
+    assert api.a.post(f"/v1/dead-letters/{garbage}/retry").status_code == 404  # not an event: nothing to run
+    assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == [str(garbage)]
 
 
 def test_source_locations_pause_and_resume(api: Api) -> None:

@@ -17,7 +17,19 @@ from hypothesis import strategies as st
 from connectors.events import parse_event
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.decisions import DocVersions, GateAction, backoff_delay, gate_event, version_key
+from ragsync.decisions import (
+    DocVersions,
+    GateAction,
+    Order,
+    PermissionEvidence,
+    Stamp,
+    backoff_delay,
+    choose_permissions,
+    compare_versions,
+    gate_event,
+    gate_verdict,
+    version_key,
+)
 from ragsync.errors import InvalidEventError
 from ragsync.model import Event, QueuedEvent
 from transforms.events import DELETE, DUPLICATE, STALE, UPSERT, GateEvents
@@ -195,3 +207,81 @@ def test_gate_semantics_under_teststream(tmp_path: Path) -> None:
         assert_that(
             out[DUPLICATE] | "dup" >> beam.Map(label("dup")), equal_to(["dup:d1:upsert:5"]), label="dups"
         )
+
+
+# -- version domains ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "expected"),
+    [
+        (Stamp("10", "revision"), Stamp("9", "revision"), Order.NEWER),
+        (Stamp("2", "revision"), Stamp("2", "revision"), Order.SAME),
+        (Stamp("2026-12-02T10:00:00Z", "timestamp"), Stamp("1796119200", "timestamp"), Order.NEWER),
+        (Stamp("1796119200.0", "timestamp"), Stamp("2026-12-01T10:00:00Z", "timestamp"), Order.SAME),
+        (Stamp('"abc"', "etag"), Stamp('"abc"', "etag"), Order.SAME),
+        # Two etags: only the observation times order them.
+        (Stamp('"abc"', "etag", 20.0), Stamp('"xyz"', "etag", 10.0), Order.NEWER),
+        (Stamp('"abc"', "etag"), Stamp('"xyz"', "etag", 10.0), Order.UNKNOWN),
+        # A revision against a file time: never by value, by observation time.
+        (
+            Stamp("2", "revision", 1_800_000_100.0),
+            Stamp("1733000000.0", "timestamp", 1_800_000_000.0),
+            Order.NEWER,
+        ),
+        (Stamp("2", "revision", 1_799_999_000.0), Stamp("1.0", "timestamp", 1_800_000_000.0), Order.OLDER),
+        (Stamp("2", "revision", 5.0), Stamp("1", "timestamp", 5.0), Order.UNKNOWN),  # a tie
+        (Stamp("x", "revision", 9.0), Stamp("3", "revision", 4.0), Order.NEWER),  # unparsable: by time
+        (Stamp("10"), Stamp("9"), Order.NEWER),  # undeclared: the old rule
+    ],
+)
+def test_compare_versions(a: Stamp, b: Stamp, expected: Order) -> None:
+    assert compare_versions(a, b) == expected
+
+
+def test_gate_orders_two_domains_by_observation_time_and_fails_closed() -> None:
+    listed = Stamp("1733000000.000000", "timestamp", 1_800_000_000.0)  # a backfill saw the file
+    later_delete = Stamp("2", "revision", 1_800_000_050.0)
+    earlier_delete = Stamp("2", "revision", 1_799_000_000.0)
+    known = DocVersions(indexed=listed, accepted=listed)
+    assert gate_event("delete", later_delete, known) == A
+    verdict = gate_verdict("delete", earlier_delete, known)
+    assert verdict.action == S and verdict.held == "1733000000.000000"
+    assert "'2' (revision" in verdict.reason and "'1733000000.000000' (timestamp" in verdict.reason
+    # Unknown order: a delete applies, an upsert or permission change does not pass a tombstone.
+    untimed = Stamp("7", "revision")
+    assert gate_event("delete", untimed, known) == A
+    assert gate_event("upsert", untimed, DocVersions(deleted=Stamp("1.0", "timestamp", 5.0))) == S
+    assert gate_event("acl", untimed, DocVersions(deleted=Stamp("1.0", "timestamp", 5.0))) == S
+    # Etags: the same one is a duplicate, another one is ordered by time.
+    e1, e2 = Stamp('"a"', "etag", 10.0), Stamp('"b"', "etag", 20.0)
+    assert gate_event("upsert", e1, DocVersions(indexed=e1, accepted=e1)) == D
+    assert gate_event("upsert", e2, DocVersions(indexed=e1, accepted=e1)) == A
+    assert gate_event("upsert", e1, DocVersions(indexed=e2, accepted=e2)) == S
+
+
+@pytest.mark.parametrize(
+    ("held", "new", "expected"),
+    [
+        (None, PermissionEvidence(("everyone",), 5.0), ("everyone",)),
+        (PermissionEvidence(("hr",), 10.0), PermissionEvidence(("everyone", "hr"), 5.0), ("hr",)),  # older
+        (PermissionEvidence(("hr",), 10.0), PermissionEvidence(("everyone", "hr"), 20.0), ("everyone", "hr")),
+        (PermissionEvidence(("hr",), 10.0), PermissionEvidence(("everyone", "hr"), 0.0), ("hr",)),  # unknown
+        (PermissionEvidence(("everyone", "hr"), 10.0), PermissionEvidence(("hr",), 10.0), ("hr",)),  # tie
+        (
+            PermissionEvidence(("a", "b"), 0.0),
+            PermissionEvidence(("b", "c"), 0.0),
+            ("b",),
+        ),  # neither: both allow
+    ],
+)
+def test_choose_permissions_newest_wins_else_narrower(
+    held: PermissionEvidence | None, new: PermissionEvidence, expected: tuple[str, ...]
+) -> None:
+    assert choose_permissions(held, new).groups == expected
+
+
+def test_choose_permissions_keeps_every_denial_on_a_tie() -> None:
+    held = PermissionEvidence(("eng",), 0.0, ("contractors",))
+    new = PermissionEvidence(("eng",), 0.0, ("interns",))
+    assert choose_permissions(held, new).deny == ("contractors", "interns")

@@ -206,10 +206,10 @@ class FakeElasticsearch:
             values = doc[field] if isinstance(doc[field], list) else [doc[field]]
             return bool(set(values) & set(wanted))
         if kind == "bool":
-            assert set(body) <= {"filter", "must"}
+            assert set(body) <= {"filter", "must", "must_not"}
             return all(
                 FakeElasticsearch._matches(doc, q) for q in body.get("filter", []) + body.get("must", [])
-            )
+            ) and not any(FakeElasticsearch._matches(doc, q) for q in body.get("must_not", []))
         if kind == "multi_match":
             return bool(FakeElasticsearch._score(doc, body))
         raise AssertionError(f"unexpected query {query}")

@@ -70,11 +70,18 @@ class _ApplyAclEventFn(_AclFnBase):
     may read the document (fail closed): its chunks get an ACL no user holds."""
 
     def process(self, qe: QueuedEvent) -> Iterator[QueuedEvent]:
-        groups = list(qe.event.acl_groups)
-        acl_id = ids.acl_id(qe.tenant_id, groups)
-        self._catalog.upsert_acl(acl_id, qe.tenant_id, groups)
+        groups, deny = list(qe.event.acl_groups), list(qe.event.deny_groups)
+        acl_id = ids.acl_id(qe.tenant_id, groups, deny)
+        self._catalog.upsert_acl(acl_id, qe.tenant_id, groups, deny)
         apply_document_acl(self, qe.doc_id, qe.tenant_id, acl_id)
-        self._catalog.set_acl_version(qe.doc_id, qe.tenant_id, qe.event.source_version, acl_id)
+        self._catalog.set_acl_version(
+            qe.doc_id,
+            qe.tenant_id,
+            qe.event.source_version,
+            acl_id,
+            version_domain=qe.version_domain,
+            observed_at=qe.event.event_time,
+        )
         self._count.inc()
         yield qe
 

@@ -36,7 +36,13 @@ class _DeleteFn(CopiesDoFn):
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
         cat = self._catalog
         doc = cat.get_document(qe.doc_id)
-        cat.put_tombstone(qe.doc_id, qe.tenant_id, qe.event.source_version)
+        cat.put_tombstone(
+            qe.doc_id,
+            qe.tenant_id,
+            qe.event.source_version,
+            version_domain=qe.version_domain,
+            observed_at=qe.event.event_time,
+        )
         if doc is not None and (doc.canonical_doc_id or qe.doc_id) != qe.doc_id:
             # An exact copy: its holder's chunks lose its groups.
             sync_copies(self, str(doc.canonical_doc_id))

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
+import logging
 import threading
 import time
 from collections.abc import Iterator
@@ -27,10 +29,21 @@ from connectors.events import check_content_uri
 from ragsync import ids
 from ragsync.catalog.queue import LANES, EventKey
 from ragsync.config import Settings, open_catalog
-from ragsync.decisions import DocVersions, GateAction, gate_event, version_key
+from ragsync.decisions import (
+    DocVersions,
+    GateAction,
+    Order,
+    PermissionEvidence,
+    Stamp,
+    choose_permissions,
+    compare_versions,
+    gate_verdict,
+)
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
 from transforms.common import CatalogDoFn, CatalogStep, counter
+
+_log = logging.getLogger("ragsync.gate")
 
 STALE = "stale"
 DUPLICATE = "duplicate"
@@ -255,7 +268,7 @@ class _ResolveFn(CatalogDoFn):
 
     def setup(self) -> None:
         super().setup()
-        self._sources: dict[tuple[str, str], tuple[str, str] | None] = {}
+        self._sources: dict[tuple[str, str], tuple[str, str, str] | None] = {}
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
@@ -264,21 +277,45 @@ class _ResolveFn(CatalogDoFn):
         claimed = str(row.get("tenant_id") or event.tenant_id or "")
         key = (claimed, event.source_id)
         if key not in self._sources:
-            source = self._catalog.get_source(event.source_id, tenant_id=claimed or None)
-            self._sources[key] = (source.tenant_id, source.uri) if source else None
+            source = self._catalog.source_state(event.source_id, tenant_id=claimed or None)
+            self._sources[key] = (source.tenant_id, source.uri, source.version_domain) if source else None
         found = self._sources[key]
         if found is None:
             raise InvalidEventError(
                 f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
             )
-        tenant, location = found
+        tenant, location, domain = found
         check_content_uri(event, location)  # an outside address never reaches fetch
         event = dataclasses.replace(event, tenant_id=tenant)
         doc_id = ids.doc_id(tenant, event.source_id, event.doc_id)
-        yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0)))
+        yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0), domain))
 
 
 # -- the version gate ------------------------------------------------------------
+
+
+def event_stamp(qe: QueuedEvent) -> Stamp:
+    """An event's version, in its source's domain, observed at its event time."""
+    return Stamp(qe.event.source_version, qe.version_domain, qe.event.event_time or 0.0)
+
+
+def source_file_stamp(item: SourceFile) -> Stamp:
+    """A work item's version (a listing's or an event's)."""
+    return Stamp(item.source_version, item.version_domain, item.observed_at or item.event_time or 0.0)
+
+
+def document_stamp(doc: Any, version: str | None) -> Stamp | None:
+    """A version the document row holds (its domain and observation time)."""
+    if version is None:
+        return None
+    return Stamp(version, doc.version_domain or "", doc.version_observed_at or 0.0)
+
+
+def row_stamp(row: dict[str, Any] | None, column: str) -> Stamp | None:
+    """The version of a tombstone or permission-version row."""
+    if row is None:
+        return None
+    return Stamp(str(row[column] or ""), row.get("version_domain") or "", row.get("observed_at") or 0.0)
 
 
 def known_versions(catalog: Any, doc_id: str) -> DocVersions:
@@ -290,14 +327,25 @@ def known_versions(catalog: Any, doc_id: str) -> DocVersions:
     complete = True
     if indexed is not None:
         complete = len(catalog.chunk_ids_for_doc(doc_id)) == (doc.chunk_count or 0)
+    accepted = doc.source_version if doc is not None and doc.status != "deleted" else None
     return DocVersions(
-        indexed=indexed,
-        accepted=doc.source_version if doc is not None and doc.status != "deleted" else None,
-        deleted=tomb["source_version"] if tomb is not None else None,
-        acl=acl["acl_version"] if acl is not None else None,
+        indexed=document_stamp(doc, indexed),
+        accepted=document_stamp(doc, accepted),
+        deleted=row_stamp(tomb, "source_version"),
+        acl=row_stamp(acl, "acl_version"),
         complete=complete,
         delete_complete=tomb is None or tomb["completed_at"] is not None,
     )
+
+
+def _state_stamp(text: str | None) -> Stamp | None:
+    if not text:
+        return None
+    try:
+        value, domain, observed = json.loads(text)
+        return Stamp(str(value), str(domain), float(observed))
+    except (ValueError, TypeError):
+        return Stamp(text)
 
 
 class _GateFn(CatalogDoFn):
@@ -330,25 +378,33 @@ class _GateFn(CatalogDoFn):
     ) -> Iterator[Any]:
         doc_id, qe = keyed
         ev = qe.event
+        stamp = event_stamp(qe)
         state = acl_state if ev.op == ACL else content_state
-        seen = state.read()
-        if seen and version_key(ev.source_version) < version_key(seen):
-            self._stale.inc()
+        seen = _state_stamp(state.read())
+        if seen is not None and compare_versions(stamp, seen) == Order.OLDER:
+            self._drop_stale(qe, f"{ev.op} {ev.source_version!r} is stale: this run passed {seen.value!r}")
             yield beam.pvalue.TaggedOutput(STALE, qe)
             return
         known = known_versions(self._catalog, doc_id) if self._catalog is not None else DocVersions()
-        action = gate_event(ev.op, ev.source_version, known)
-        if action == GateAction.STALE:
-            self._stale.inc()
+        verdict = gate_verdict(ev.op, stamp, known)
+        if verdict.action == GateAction.STALE:
+            self._drop_stale(qe, verdict.reason)
             yield beam.pvalue.TaggedOutput(STALE, qe)
             return
-        if action == GateAction.DUPLICATE:
+        if verdict.action == GateAction.DUPLICATE:
             self._duplicate.inc()
             yield beam.pvalue.TaggedOutput(DUPLICATE, qe)
             return
-        if not seen or version_key(ev.source_version) > version_key(seen):
-            state.write(ev.source_version)
+        if seen is None or compare_versions(stamp, seen) == Order.NEWER:
+            state.write(json.dumps([stamp.value, stamp.domain, stamp.observed_at]))
         yield beam.pvalue.TaggedOutput(ev.op, qe)
+
+    def _drop_stale(self, qe: QueuedEvent, reason: str) -> None:
+        """Count, log (both versions) and keep the reason on the event row."""
+        self._stale.inc()
+        _log.warning("event %s of %s: %s", qe.event.event_id, qe.doc_id, reason)
+        if self._catalog is not None:
+            self._catalog.note_event((qe.tenant_id, qe.event.event_id), reason)
 
 
 class GateEvents(beam.PTransform):
@@ -368,8 +424,9 @@ class GateEvents(beam.PTransform):
         ).with_outputs(UPSERT, DELETE, ACL, STALE, DUPLICATE)
 
 
-def upsert_to_source_file(qe: QueuedEvent, acl_groups: tuple[str, ...] | None = None) -> SourceFile:
-    """The work item the shared fetch stage takes, for an upsert event."""
+def upsert_to_source_file(qe: QueuedEvent) -> SourceFile:
+    """The work item the shared fetch stage takes, for an upsert event (the
+    fetch stage weighs its permissions against the evidence the catalog holds)."""
     ev = qe.event
     return SourceFile(
         tenant_id=qe.tenant_id,
@@ -377,24 +434,48 @@ def upsert_to_source_file(qe: QueuedEvent, acl_groups: tuple[str, ...] | None = 
         source_object_id=ev.doc_id,
         uri=ev.content_uri,
         size=-1,
-        acl_groups=ev.acl_groups if acl_groups is None else acl_groups,
+        acl_groups=ev.acl_groups,
         source_version=ev.source_version,
         event_id=ev.event_id,
         event_time=ev.event_time,
         attempts=qe.attempts,
+        version_domain=qe.version_domain,
+        observed_at=ev.event_time,
+        acl_observed_at=ev.event_time,
+        deny_groups=ev.deny_groups,
     )
 
 
 class _UpsertToWorkFn(CatalogDoFn):
-    """QueuedEvent (upsert) -> SourceFile. Permissions: a newer permission
-    change already applied wins over the groups this older upsert carries."""
+    """QueuedEvent (upsert) -> SourceFile."""
 
     def process(self, qe: QueuedEvent) -> Iterator[SourceFile]:
-        acl = self._catalog.get_acl_version(qe.doc_id)
-        groups: tuple[str, ...] | None = None
-        if acl is not None and version_key(acl["acl_version"]) > version_key(qe.event.source_version):
-            groups = tuple(self._catalog.get_acl_groups(acl["acl_id"]) or ())
-        yield upsert_to_source_file(qe, groups)
+        yield upsert_to_source_file(qe)
+
+
+def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
+    """The permission evidence the catalog applied last with a known time
+    (an acl event, a timed listing), or None."""
+    row = catalog.get_acl_version(doc_id)
+    if row is None:
+        return None
+    groups = catalog.get_acl_groups(row["acl_id"])
+    if groups is None:
+        return None
+    return PermissionEvidence(
+        tuple(groups), float(row.get("observed_at") or 0.0), tuple(catalog.get_acl_deny(row["acl_id"]))
+    )
+
+
+def effective_permissions(catalog: Any, doc_id: str, item: SourceFile) -> SourceFile:
+    """``item`` with the permissions that win against the held evidence
+    (``ragsync.decisions.choose_permissions``): a backfill re-run or an older
+    upsert never reverts a newer permission change."""
+    new = PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups)
+    chosen = choose_permissions(held_permissions(catalog, doc_id), new)
+    if chosen is new:
+        return item
+    return dataclasses.replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)
 
 
 class UpsertsToWork(CatalogStep):

@@ -16,7 +16,13 @@ from ragsync import ids
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
-from ragsync.decisions import FetchAction, choose_canonical, fetch_action
+from ragsync.decisions import (
+    FetchAction,
+    PermissionEvidence,
+    choose_canonical,
+    choose_permissions,
+    fetch_action,
+)
 from ragsync.errors import (
     ConfigurationError,
     EmptyDocumentError,
@@ -29,7 +35,11 @@ from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.acl import apply_document_acl
 from transforms.common import CatalogDoFn, ToDeadLetters, counter
+from transforms.events import held_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
+
+#: The version domain of permission evidence read by a listing (compared by time only).
+LISTING_EVIDENCE = "listing"
 
 UNCHANGED = "unchanged"
 ACL_ONLY = "acl_only"
@@ -56,25 +66,37 @@ class _FetchFn(CatalogDoFn):
         self._bytes = counter("bytes_fetched")
         self._connectors: dict[tuple[str, str], Connector] = {}
         self._acl_step: Any = None
+        self._domains: dict[tuple[str, str], str] = {}
 
     def _connector(self, item: SourceFile) -> Connector:
         """The connector of the item's source (cached per source)."""
         key = (item.tenant_id, item.source_id)
         if key not in self._connectors:
-            source = self._catalog.source_state(item.source_id, item.tenant_id)
-            if source is None or source.tenant_id != item.tenant_id or not source.uri:
-                raise OutsideLocationError(
-                    f"source {item.source_id!r} declares no location, so it takes no content_uri "
-                    "(register it with `ragsync sources add ... --uri ROOT`)"
-                )
-            try:
-                source_location(source.uri, reserved=self.settings.reserved_locations)
-            except ConfigurationError as exc:
-                raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
-            limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
-            spec = SourceSpec.from_row(source.__dict__)
-            self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
+            self._open_connector(item, key)
         return self._connectors[key]
+
+    def _domain(self, item: SourceFile) -> str:
+        """The source's declared version domain ('' when undeclared)."""
+        key = (item.tenant_id, item.source_id)
+        if key not in self._domains:
+            source = self._catalog.source_state(item.source_id, item.tenant_id)
+            self._domains[key] = source.version_domain if source is not None else ""
+        return self._domains[key]
+
+    def _open_connector(self, item: SourceFile, key: tuple[str, str]) -> None:
+        source = self._catalog.source_state(item.source_id, item.tenant_id)
+        if source is None or source.tenant_id != item.tenant_id or not source.uri:
+            raise OutsideLocationError(
+                f"source {item.source_id!r} declares no location, so it takes no content_uri "
+                "(register it with `ragsync sources add ... --uri ROOT`)"
+            )
+        try:
+            source_location(source.uri, reserved=self.settings.reserved_locations)
+        except ConfigurationError as exc:
+            raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
+        limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
+        spec = SourceSpec.from_row(source.__dict__)
+        self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
 
     def teardown(self) -> None:
         for connector in self._connectors.values():
@@ -87,6 +109,10 @@ class _FetchFn(CatalogDoFn):
 
     def process(self, item: SourceFile) -> Iterator[Any]:
         self._seen.inc()
+        doc_id = ids.doc_id(item.tenant_id, item.source_id, item.source_object_id)
+        if not item.version_domain:
+            item = replace(item, version_domain=self._domain(item))
+        item = self._permissions(doc_id, item)
         if not item.acl_groups:
             raise NoPermissionsError(
                 f"permissions of {item.uri} could not be read: not indexed (fail closed)"
@@ -102,10 +128,9 @@ class _FetchFn(CatalogDoFn):
         chash = ids.content_hash(data)
         raw_uri = self.settings.raw_uri(chash)
         write_bytes_once(raw_uri, data)
-        doc_id = ids.doc_id(item.tenant_id, item.source_id, item.source_object_id)
-        acl = ids.acl_id(item.tenant_id, item.acl_groups)
+        acl = ids.acl_id(item.tenant_id, item.acl_groups, item.deny_groups)
         cat = self._catalog
-        cat.upsert_acl(acl, item.tenant_id, list(item.acl_groups))
+        cat.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
         stored = cat.get_document(doc_id)
         chunker_id = self.settings.chunker.config_id
         rows = (
@@ -173,6 +198,32 @@ class _FetchFn(CatalogDoFn):
             and holder.status in LIVE_STATUSES
             and holder.content_hash == stored.content_hash
         )
+
+    def _permissions(self, doc_id: str, item: SourceFile) -> SourceFile:
+        """Weigh the item's permissions against the evidence the catalog holds
+        (newest wins, a tie or unknown order takes the narrower set) and keep
+        the winner as the new evidence when it is not the held one."""
+        held = held_permissions(self._catalog, doc_id)
+        if held is None:
+            return item
+        new = PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups)
+        chosen = choose_permissions(held, new)
+        if chosen is held:
+            return replace(item, acl_groups=held.groups, deny_groups=held.deny)
+        acl = ids.acl_id(item.tenant_id, chosen.groups, chosen.deny)
+        self._catalog.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
+        # An upsert event's evidence carries its own version; a listing's is
+        # only a time (a sidecar's mtime, the listing time), kept in a domain
+        # of its own so an acl event is always ordered against it by time.
+        version, domain = (
+            (item.source_version, item.version_domain)
+            if item.event_id
+            else (f"{chosen.observed_at:.6f}", LISTING_EVIDENCE)
+        )
+        self._catalog.set_acl_version(
+            doc_id, item.tenant_id, version, acl, version_domain=domain, observed_at=chosen.observed_at
+        )
+        return replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)
 
 
 class _LinkDuplicatesFn(CatalogDoFn):

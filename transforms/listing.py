@@ -19,6 +19,7 @@ candidates (something else is updating them now).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from collections.abc import Iterator
@@ -81,8 +82,20 @@ class _ListShardFn(beam.DoFn):
     def process(self, shard: str) -> Iterator[SourceFile]:
         assert self._connector is not None
         started = last = time.monotonic()
+        # What a listing shows was true at the source when it was listed: the
+        # version's observation time, and the permissions' evidence time for
+        # connectors that return current permissions (a folder times its own
+        # from its ACL sidecar).
+        listed_at = time.time()
+        current = bool(getattr(self._connector, "permissions_current", True))
         for n, item in enumerate(self._connector.list_shard(shard), start=1):
             self._listed.inc()
+            if not item.observed_at or (current and not item.acl_observed_at):
+                item = dataclasses.replace(
+                    item,
+                    observed_at=item.observed_at or listed_at,
+                    acl_observed_at=item.acl_observed_at or (listed_at if current else 0.0),
+                )
             yield item
             now = time.monotonic()
             if now - started > self.timeout_s:

@@ -3,6 +3,7 @@ the dead-letter sink."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import sys
@@ -15,7 +16,7 @@ import numpy as np
 
 from ragsync import near_dup
 from ragsync.config import Settings
-from ragsync.decisions import backoff_delay, version_key
+from ragsync.decisions import Order, backoff_delay, compare_versions
 from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
 from transforms.common import (
@@ -85,17 +86,18 @@ class _WriteFn(CopiesDoFn):
         """True when the catalog holds a newer content version or a tombstone
         at or above this plan's version (event-driven work only; a backfill
         listing has no version order)."""
+        from transforms.events import document_stamp, row_stamp, source_file_stamp
+
         src = plan.doc.source
         if not src.event_id:
             return False
-        version = version_key(src.source_version)
-        tomb = self._catalog.get_tombstone(plan.doc.doc_id)
-        if tomb is not None and version <= version_key(tomb["source_version"] or "0"):
+        version = source_file_stamp(src)
+        tomb = row_stamp(self._catalog.get_tombstone(plan.doc.doc_id), "source_version")
+        if tomb is not None and compare_versions(version, tomb) != Order.NEWER:
             return True
         doc = self._catalog.get_document(plan.doc.doc_id)
-        return (
-            doc is not None and bool(doc.source_version) and version < version_key(doc.source_version or "")
-        )
+        held = document_stamp(doc, doc.source_version or None) if doc is not None else None
+        return held is not None and compare_versions(version, held) == Order.OLDER
 
     def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
         doc = plan.doc
@@ -136,6 +138,8 @@ class _WriteFn(CopiesDoFn):
             chunk_count=len(plan.chunks),
             indexed_at=time.time(),
             mime=doc.mime,
+            version_domain=doc.source.version_domain or None,
+            version_observed_at=doc.source.observed_at or doc.source.event_time or None,
         )
         self._flips += 1
         if self._crash_after_flips and self._flips >= self._crash_after_flips and plan.vanished_ids:
@@ -245,6 +249,13 @@ class _DeadLetterSinkFn(CatalogDoFn):
         if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
             self._catalog.retry_event_later(
                 (dl.tenant_id, dl.event_id), backoff_delay(dl.attempts), max_attempts=self.max_attempts
+            )
+            logging.getLogger("ragsync.retry").warning(
+                "event %s: %s failed (%s), retried later: %s",
+                dl.event_id,
+                dl.stage,
+                dl.error_class,
+                dl.message,
             )
             self._retried.inc()
             return

@@ -1,26 +1,23 @@
 """``GET /v1/dead-letters`` and ``POST /v1/dead-letters/{event_id}/retry``.
 
-A dead letter is named by the change event behind it (its payload's event id,
-read by ``ragsync.catalog.event_id_of_payload`` for every payload shape), or
-by its row id when it has none (a backfill file).
+A dead letter is named by its one identity, ``DeadLetterRow.key``: the change
+event behind it (its payload's event id, read by
+``ragsync.catalog.event_id_of_payload`` for every payload shape), or its row
+id when it has none (a backfill file). ``ragsync dead-letters`` uses the same
+identity, and both re-drive through ``Catalog.redrive_dead_letter``.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import re
 from typing import Annotated, Literal
 
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
-from connectors.events import Event, parse_event
+from connectors.events import event_or_none
 from control_plane.deps import CatalogDep, Tenant, path_id, view
 from control_plane.errors import ERRORS, not_found
-from ragsync.catalog import DeadLetterRow, event_of_payload
-from ragsync.errors import InvalidEventError
-
-_DEAD_LETTER_ROW = re.compile(r"^[0-9]{1,18}$")
+from ragsync.catalog import DeadLetterRow
 
 router = APIRouter()
 
@@ -47,19 +44,8 @@ class RetryOut(BaseModel):
     state: Literal["requeued", "requested"]
 
 
-def _event_from_payload(payload: str) -> Event | None:
-    """The validated change event behind a dead letter's payload, or None."""
-    data = event_of_payload(payload)
-    if data is None:
-        return None
-    try:
-        return parse_event(data)
-    except (ValueError, InvalidEventError, TypeError, OverflowError, RecursionError):
-        return None
-
-
 def _dead_letter_out(row: DeadLetterRow) -> DeadLetterOut:
-    return view(DeadLetterOut, row, event_id=row.event_id or str(row.id), error=row.message)
+    return view(DeadLetterOut, row, event_id=row.key, error=row.message)
 
 
 @router.get("/v1/dead-letters", response_model=list[DeadLetterOut], tags=["dead letters"], responses=ERRORS)
@@ -94,35 +80,8 @@ def retry_dead_letter(event_id: str, tenant_id: Tenant, catalog: CatalogDep) -> 
     is recorded for the next backfill run.
     """
     eid = path_id(event_id)
-    if eid is None:
+    done = catalog.redrive_dead_letter(eid, parse=event_or_none, tenant_id=tenant_id) if eid else []
+    if not done:
         raise not_found(f"dead letter {event_id!r}")
-    event = catalog.tenant_event(tenant_id, eid)
-    letters = catalog.open_dead_letters_for_event(tenant_id, eid)
-    if event is not None and (letters or event["state"] == "dead"):
-        catalog.requeue_event(tenant_id, eid)
-        catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
-        retry_id = catalog.record_retry(
-            tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=None
-        )
-        return RetryOut(event_id=eid, retry_id=retry_id, kind="event", state="requeued")
-    if event is None and letters:
-        # An event-backed dead letter whose event is not in the local queue
-        # (say it arrived through Pub/Sub): queue it again from its payload.
-        replay = _event_from_payload(letters[-1][1])
-        if replay is not None and replay.source_id in catalog.owned_source_ids(tenant_id, [replay.source_id]):
-            if not catalog.event_sources(tenant_id, [replay.event_id]):
-                catalog.enqueue_events([dataclasses.replace(replay, tenant_id=tenant_id)])
-            else:
-                catalog.requeue_event(tenant_id, replay.event_id)
-            catalog.resolve_dead_letters(tenant_id, [i for i, _ in letters])
-            retry_id = catalog.record_retry(
-                tenant_id, kind="event", state="requeued", event_id=eid, dead_letter_id=letters[-1][0]
-            )
-            return RetryOut(event_id=eid, retry_id=retry_id, kind="event", state="requeued")
-    if _DEAD_LETTER_ROW.match(eid) and catalog.open_file_dead_letter(tenant_id, int(eid)):
-        catalog.resolve_dead_letters(tenant_id, [int(eid)])
-        retry_id = catalog.record_retry(
-            tenant_id, kind="file", state="requested", event_id=None, dead_letter_id=int(eid)
-        )
-        return RetryOut(event_id=eid, retry_id=retry_id, kind="file", state="requested")
-    raise not_found(f"dead letter {event_id!r}")
+    r = done[0]
+    return RetryOut(event_id=r.key, retry_id=r.retry_id, kind=r.kind, state=r.state)  # type: ignore[arg-type]

@@ -209,3 +209,32 @@ def post_events(
     accepted, duplicates = catalog.enqueue_events(queue) if queue else (0, 0)
     rejected.sort(key=lambda r: r.index)
     return EventsOut(accepted=accepted, duplicates=duplicates, rejected=rejected)
+
+
+class StaleEventOut(BaseModel):
+    """An event the version gate dropped, with the reason naming both versions."""
+
+    event_id: str
+    source_id: str
+    doc_id: str
+    op: str
+    source_version: str
+    note: str
+
+
+class StaleEventsOut(BaseModel):
+    """How many of the caller's events were stale, and the newest of them."""
+
+    count: int
+    recent: list[StaleEventOut]
+
+
+@router.get("/v1/events/stale", response_model=StaleEventsOut, tags=["events"], responses=ERRORS)
+def stale_events(tenant_id: Tenant, catalog: CatalogDep, limit: int = 20) -> StaleEventsOut:
+    """Events of the caller's tenant dropped as older than what a document
+    holds (each logged, counted and kept with both versions)."""
+    found = catalog.stale_events(tenant_id=tenant_id, limit=max(1, min(limit, 200)))
+    return StaleEventsOut(
+        count=found["count"],
+        recent=[StaleEventOut(**{k: str(r[k]) for k in StaleEventOut.model_fields}) for r in found["recent"]],
+    )

@@ -66,6 +66,11 @@ class SourceIn(_Model):
     )
     source_id: str | None = Field(default=None, pattern=ID_PATTERN, description="default: a new random id")
     tenant_id: str | None = Field(default=None, description="optional; must be the API key's tenant")
+    version_domain: Literal["revision", "timestamp", "etag"] | None = Field(
+        default=None,
+        description="how the source's event versions compare: revision numbers, timestamps or opaque "
+        "etags; versions of another domain are ordered by when the source showed them",
+    )
 
     @field_validator("credentials_ref", "uri")
     @classmethod
@@ -103,6 +108,7 @@ class SourceOut(BaseModel):
     failures: int
     last_sync_at: float | None
     last_full_at: float | None
+    version_domain: str = ""
 
 
 class SyncIn(_Model):
@@ -213,8 +219,10 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
         )
     except ConflictError as exc:
         raise ApiError(409, str(exc)) from exc
-    if body.options is not None:
-        catalog.configure_source(source_id, tenant_id=tenant_id, options=body.options)
+    if body.options is not None or body.version_domain is not None:
+        catalog.configure_source(
+            source_id, tenant_id=tenant_id, options=body.options, version_domain=body.version_domain
+        )
     state = catalog.source_state(source_id, tenant_id)
     assert state is not None
     return _source_out(state)

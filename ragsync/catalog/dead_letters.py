@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,7 +22,7 @@ from sqlalchemy import and_, case, select, update
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
-from ragsync.model import DeadLetter, payload_field
+from ragsync.model import DeadLetter, Event, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
 # pre-filters dead letters whose payload names it.
@@ -122,13 +122,144 @@ class DeadLetterRow:
         """The change event behind the failed work ('' for backfill files): :func:`event_id_of_payload`."""
         return event_id_of_payload(self.payload)
 
+    @property
+    def key(self) -> str:
+        """The dead letter's one identity, for the catalog, the CLI and the API:
+        its event id, or its row id when no event is behind it (a backfill file,
+        a stream message that is not an event)."""
+        return self.event_id or str(self.id)
+
     def to_dead_letter(self) -> DeadLetter:
         """The pipeline record this row was made from (without ids and times)."""
         return DeadLetter(**{f.name: getattr(self, f.name) for f in dataclasses.fields(DeadLetter)})
 
 
+@dataclass(frozen=True)
+class Redrive:
+    """What re-driving one dead letter did.
+
+    Attributes:
+        key: the dead letter's identity (:attr:`DeadLetterRow.key`).
+        tenant_id: its tenant.
+        kind: ``event`` (the event is back in the queue) or ``file`` (a
+            backfill file: the next backfill of its source retries it).
+        state: ``requeued`` or ``requested``.
+        retry_id: the recorded retry.
+        resolved: dead letters resolved by it.
+    """
+
+    key: str
+    tenant_id: str
+    kind: str
+    state: str
+    retry_id: str
+    resolved: int
+
+
+#: Validates a dead letter's event (wire-format dict) into an Event, or None.
+EventParser = Callable[[dict[str, Any]], Event | None]
+
+_ROW_ID = re.compile(r"^[0-9]{1,18}$")
+
+
 class DeadLettersRepository(Repository):
     """Dead letters and dead-letter retry requests."""
+
+    def redrive_dead_letter(
+        self, key: str, *, parse: EventParser, tenant_id: str | None = None
+    ) -> list[Redrive]:
+        """Re-drive the dead letters named ``key`` - the one function behind
+        ``ragsync dead-letters retry`` and ``POST /v1/dead-letters/{key}/retry``.
+
+        ``key`` is an event id (every dead letter of work from that event, of
+        every class and stage) or, for work no event is behind, the row id
+        (:attr:`DeadLetterRow.key`); a row id of an event-backed dead letter
+        also names its event. An event in the local queue is put back
+        (attempts from zero); an event that never was in it (read from
+        Pub/Sub or Kafka) is queued again from the dead letter's payload; a
+        backfill file's dead letter is resolved and a retry request recorded
+        for the next backfill. A stream message that never parsed as an event
+        names nothing to run again and is left open.
+
+        Args:
+            key: the dead letter's identity.
+            parse: validates the payload's event (``connectors.events``).
+            tenant_id: only this tenant's (the API); None for every tenant
+                (the operator's CLI).
+
+        Returns:
+            One :class:`Redrive` per tenant whose dead letters ``key`` named;
+            ``[]`` when it named none (or another tenant's).
+        """
+        tenants = [tenant_id] if tenant_id is not None else self._tenants_of_key(key)
+        out: list[Redrive] = []
+        for tenant in tenants:
+            done = self._redrive_event(tenant, key, parse)
+            if done is None and _ROW_ID.match(key):
+                done = self._redrive_row(tenant, int(key), parse)
+            if done is not None:
+                out.append(done)
+        return out
+
+    def _tenants_of_key(self, key: str) -> list[str]:
+        t, e = schema.dead_letters, schema.events
+        with self._read_engine.connect() as conn:
+            found = set(conn.execute(select(e.c.tenant_id).where(e.c.event_id == key)).scalars())
+            query = select(t.c.tenant_id).where(t.c.resolved_at.is_(None))
+            if _LIKE_SAFE.match(key):
+                query = query.where(t.c.payload.contains(key, autoescape=True))
+            found.update(conn.execute(query).scalars())
+            if _ROW_ID.match(key):
+                found.update(conn.execute(select(t.c.tenant_id).where(t.c.id == int(key))).scalars())
+        return sorted(found)
+
+    def _redrive_event(self, tenant: str, event_id: str, parse: EventParser) -> Redrive | None:
+        q: Any = self
+        event = q.tenant_event(tenant, event_id)
+        letters = self.open_dead_letters_for_event(tenant, event_id)
+        if event is not None and (letters or event["state"] == "dead"):
+            q.requeue_event(tenant, event_id)
+        elif event is None and letters:
+            data = event_of_payload(letters[-1][1])
+            replay = parse(data) if data is not None else None
+            if replay is None or replay.source_id not in q.owned_source_ids(tenant, [replay.source_id]):
+                return None
+            if q.event_sources(tenant, [replay.event_id]):
+                q.requeue_event(tenant, replay.event_id)
+            else:
+                q.enqueue_events([dataclasses.replace(replay, tenant_id=tenant)])
+        else:
+            return None
+        resolved = self.resolve_dead_letters(tenant, [i for i, _ in letters])
+        retry_id = self.record_retry(
+            tenant,
+            kind="event",
+            state="requeued",
+            event_id=event_id,
+            dead_letter_id=letters[-1][0] if letters else None,
+        )
+        return Redrive(event_id, tenant, "event", "requeued", retry_id, resolved)
+
+    def _redrive_row(self, tenant: str, row_id: int, parse: EventParser) -> Redrive | None:
+        t = schema.dead_letters
+        with self._read_engine.connect() as conn:
+            row = conn.execute(
+                select(t.c.payload).where(
+                    t.c.id == row_id, t.c.tenant_id == tenant, t.c.resolved_at.is_(None)
+                )
+            ).first()
+        if row is None:
+            return None
+        event_id = event_id_of_payload(row[0])
+        if event_id:
+            return self._redrive_event(tenant, event_id, parse)
+        if not payload_field(row[0], "source_object_id"):
+            return None  # a stream message that is not an event: nothing to run again
+        resolved = self.resolve_dead_letters(tenant, [row_id])
+        retry_id = self.record_retry(
+            tenant, kind="file", state="requested", event_id=None, dead_letter_id=row_id
+        )
+        return Redrive(str(row_id), tenant, "file", "requested", retry_id, resolved)
 
     def add_dead_letter(self, dl: DeadLetter, source_id: str = "") -> int:
         """Record a dead letter (every call adds a row).

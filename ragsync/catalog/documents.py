@@ -71,6 +71,8 @@ class DocumentRow:
         indexed_at: epoch seconds of the last flip, else None.
         deleted_at: epoch seconds of deletion, else None.
         updated_at: epoch seconds of the last write to the row.
+        version_domain: domain of ``source_version`` (None: undeclared).
+        version_observed_at: when the source showed ``source_version``.
     """
 
     doc_id: str
@@ -93,6 +95,8 @@ class DocumentRow:
     indexed_at: float | None = None
     deleted_at: float | None = None
     updated_at: float = 0.0
+    version_domain: str | None = None
+    version_observed_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -111,6 +115,8 @@ class FetchRecord:
         acl_id: ACL row built from the object's groups.
         canonical_doc_id: itself, or the document it duplicates.
         mime: detected content type ('' when not yet detected).
+        version_domain: domain of ``source_version`` (None: undeclared).
+        version_observed_at: when the source showed it (None: unknown).
     """
 
     doc_id: str
@@ -124,6 +130,8 @@ class FetchRecord:
     acl_id: str
     canonical_doc_id: str
     mime: str = ""
+    version_domain: str | None = None
+    version_observed_at: float | None = None
 
     @classmethod
     def from_fetched(cls, doc: FetchedDocument) -> FetchRecord:
@@ -140,6 +148,8 @@ class FetchRecord:
             acl_id=doc.acl_id,
             canonical_doc_id=doc.canonical_doc_id,
             mime=doc.mime,
+            version_domain=doc.source.version_domain or None,
+            version_observed_at=doc.source.observed_at or None,
         )
 
 
@@ -176,15 +186,20 @@ class DocumentsRepository(Repository):
 
     # -- ACLs ----------------------------------------------------------------------
 
-    def upsert_acl(self, acl_id: str, tenant_id: str, groups: Sequence[str]) -> None:
+    def upsert_acl(
+        self, acl_id: str, tenant_id: str, groups: Sequence[str], deny: Sequence[str] = ()
+    ) -> None:
         """Create or replace an ACL row and its group lookup rows.
 
         Args:
-            acl_id: ACL id (stable for a set of groups).
+            acl_id: ACL id (stable for a set of allowed and denied groups).
             tenant_id: owner tenant.
             groups: groups allowed to read; stored sorted and de-duplicated.
+            deny: groups explicitly denied (their members never read through
+                this ACL, whatever else they belong to).
         """
         unique = sorted(set(groups))
+        denied = sorted(set(deny))
         with self._engine.begin() as conn:
             self._upsert(
                 conn,
@@ -194,18 +209,20 @@ class DocumentsRepository(Repository):
                         "acl_id": acl_id,
                         "tenant_id": tenant_id,
                         "allow_groups": _json_list(unique),
+                        "deny_groups": _json_list(denied),
                         "updated_at": _now(),
                     }
                 ],
                 ["acl_id"],
-                ["tenant_id", "allow_groups", "updated_at"],
+                ["tenant_id", "allow_groups", "deny_groups", "updated_at"],
             )
-            conn.execute(schema.acl_groups.delete().where(schema.acl_groups.c.acl_id == acl_id))
-            if unique:
-                conn.execute(
-                    schema.acl_groups.insert(),
-                    [{"tenant_id": tenant_id, "group_name": g, "acl_id": acl_id} for g in unique],
-                )
+            for table, names in ((schema.acl_groups, unique), (schema.acl_denies, denied)):
+                conn.execute(table.delete().where(table.c.acl_id == acl_id))
+                if names:
+                    conn.execute(
+                        table.insert(),
+                        [{"tenant_id": tenant_id, "group_name": g, "acl_id": acl_id} for g in names],
+                    )
 
     def get_acl_groups(self, acl_id: str) -> tuple[str, ...] | None:
         """The groups of an ACL, sorted, or None when the ACL does not exist."""
@@ -215,6 +232,29 @@ class DocumentsRepository(Repository):
             ).scalar_one_or_none()
         return None if text is None else _tuple_from_json(text)
 
+    def get_acl_deny(self, acl_id: str) -> tuple[str, ...]:
+        """The groups an ACL denies, sorted (``()`` for none or an unknown ACL)."""
+        with self._read_engine.connect() as conn:
+            text = conn.execute(
+                select(schema.acls.c.deny_groups).where(schema.acls.c.acl_id == acl_id)
+            ).scalar_one_or_none()
+        return _tuple_from_json(text) if text else ()
+
+    def acl_ids_denying(self, tenant_id: str, groups: Sequence[str]) -> list[str]:
+        """ACL ids of a tenant that deny at least one of the groups (sorted)."""
+        return self._acl_lookup(schema.acl_denies, tenant_id, groups)
+
+    def _acl_lookup(self, t: Any, tenant_id: str, groups: Sequence[str]) -> list[str]:
+        unique = sorted(set(groups))
+        if not unique:
+            return []
+        found: set[str] = set()
+        with self._read_engine.connect() as conn:
+            for batch in _batches(unique):
+                query = select(t.c.acl_id).where(t.c.tenant_id == tenant_id, t.c.group_name.in_(batch))
+                found.update(conn.execute(query).scalars())
+        return sorted(found)
+
     def acl_ids_for_groups(self, tenant_id: str, groups: Sequence[str]) -> list[str]:
         """ACL ids of a tenant that allow at least one of the groups.
 
@@ -223,18 +263,13 @@ class DocumentsRepository(Repository):
             groups: the reader's groups.
 
         Returns:
-            Sorted, unique ACL ids; ``[]`` when ``groups`` is empty.
+            Sorted, unique ACL ids; ``[]`` when ``groups`` is empty. An ACL
+            that also denies one of the groups is left out (a deny entry wins
+            over every allow).
         """
-        unique = sorted(set(groups))
-        if not unique:
-            return []
-        t = schema.acl_groups
-        found: set[str] = set()
-        with self._read_engine.connect() as conn:
-            for batch in _batches(unique):
-                query = select(t.c.acl_id).where(t.c.tenant_id == tenant_id, t.c.group_name.in_(batch))
-                found.update(conn.execute(query).scalars())
-        return sorted(found)
+        allowed = self._acl_lookup(schema.acl_groups, tenant_id, groups)
+        denied = set(self.acl_ids_denying(tenant_id, groups))
+        return [a for a in allowed if a not in denied]
 
     # -- documents ---------------------------------------------------------------
 
@@ -306,6 +341,8 @@ class DocumentsRepository(Repository):
                 acl_id=doc.acl_id or "",
                 canonical_doc_id=doc.canonical_doc_id or doc.doc_id,
                 mime=doc.mime,
+                version_domain=doc.version_domain,
+                version_observed_at=doc.version_observed_at,
             )
         else:
             rec = doc
@@ -358,6 +395,8 @@ class DocumentsRepository(Repository):
         indexed_at: float,
         expected_version_guard: str | None = None,
         mime: str | None = None,
+        version_domain: str | None = None,
+        version_observed_at: float | None = None,
     ) -> bool:
         """Make a new version of a document live, in one transaction.
 
@@ -378,6 +417,8 @@ class DocumentsRepository(Repository):
                 ``source_version`` still equals it (a newer fetch has not
                 overtaken this one).
             mime: detected content type to record (None keeps the stored one).
+            version_domain: domain of ``source_version`` (None: undeclared).
+            version_observed_at: when the source showed it (None: unknown).
 
         Returns:
             True if the row was updated; False if the document does not exist
@@ -398,6 +439,8 @@ class DocumentsRepository(Repository):
             status=STATUS_INDEXED,
             error_class=None,
             updated_at=_now(),
+            version_domain=version_domain,
+            version_observed_at=version_observed_at,
             **({"mime": mime} if mime is not None else {}),
         )
         with self._engine.begin() as conn:

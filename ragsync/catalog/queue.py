@@ -385,9 +385,19 @@ class QueueRepository(Repository):
         """The document's tombstone (row as a dict), or None."""
         return self._find(schema.tombstones, doc_id=doc_id)
 
-    def put_tombstone(self, doc_id: str, tenant_id: str, source_version: str) -> None:
+    def put_tombstone(
+        self,
+        doc_id: str,
+        tenant_id: str,
+        source_version: str,
+        *,
+        version_domain: str = "",
+        observed_at: float | None = None,
+    ) -> None:
         """Record a delete (the tombstone blocks older upserts) and mark the
-        document deleted; completion is recorded by ``complete_tombstone``."""
+        document deleted; completion is recorded by ``complete_tombstone``.
+        ``version_domain`` and ``observed_at`` (the delete's event time) let
+        the gate order the tombstone against versions of another domain."""
         ts = _now()
         row = {
             "doc_id": doc_id,
@@ -395,10 +405,16 @@ class QueueRepository(Repository):
             "source_version": source_version,
             "deleted_at": ts,
             "completed_at": None,
+            "version_domain": version_domain or None,
+            "observed_at": observed_at or None,
         }
         with self._engine.begin() as conn:
             self._upsert(
-                conn, schema.tombstones, [row], ["doc_id"], ["source_version", "deleted_at", "completed_at"]
+                conn,
+                schema.tombstones,
+                [row],
+                ["doc_id"],
+                ["source_version", "deleted_at", "completed_at", "version_domain", "observed_at"],
             )
             d = schema.documents
             conn.execute(
@@ -422,18 +438,67 @@ class QueueRepository(Repository):
         """The document's last applied permission change (row as a dict), or None."""
         return self._find(schema.acl_versions, doc_id=doc_id)
 
-    def set_acl_version(self, doc_id: str, tenant_id: str, acl_version: str, acl_id: str) -> None:
+    def set_acl_version(
+        self,
+        doc_id: str,
+        tenant_id: str,
+        acl_version: str,
+        acl_id: str,
+        *,
+        version_domain: str = "",
+        observed_at: float | None = None,
+    ) -> None:
+        """Record the permission evidence a document was given: its version,
+        domain and the time it was true at the source (``observed_at``)."""
         row = {
             "doc_id": doc_id,
             "tenant_id": tenant_id,
             "acl_version": acl_version,
             "acl_id": acl_id,
             "updated_at": _now(),
+            "version_domain": version_domain or None,
+            "observed_at": observed_at or None,
         }
         with self._engine.begin() as conn:
             self._upsert(
-                conn, schema.acl_versions, [row], ["doc_id"], ["acl_version", "acl_id", "updated_at"]
+                conn,
+                schema.acl_versions,
+                [row],
+                ["doc_id"],
+                ["acl_version", "acl_id", "updated_at", "version_domain", "observed_at"],
             )
+
+    def note_event(self, key: EventKey, note: str) -> None:
+        """Keep why an event was dropped (a stale one names both versions)."""
+        t = schema.events
+        with self._engine.begin() as conn:
+            conn.execute(update(t).where(self._keyed(t, [key])).values(note=note[:2000]))
+
+    def stale_events(self, *, tenant_id: str | None = None, limit: int = 10) -> dict[str, Any]:
+        """Events the version gate dropped as stale: how many, and the newest
+        ``limit`` with the reason naming the event's and the held version."""
+        t = schema.events
+        where = t.c.state == "stale"
+        if tenant_id is not None:
+            where = and_(where, t.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            count = int(conn.execute(select(func.count()).select_from(t).where(where)).scalar() or 0)
+            rows = conn.execute(
+                select(
+                    t.c.tenant_id,
+                    t.c.event_id,
+                    t.c.source_id,
+                    t.c.doc_id,
+                    t.c.op,
+                    t.c.source_version,
+                    t.c.note,
+                )
+                .where(where)
+                .order_by(t.c.enqueued_at.desc(), t.c.event_id)
+                .limit(limit)
+            ).mappings()
+            recent = [{k: ("" if v is None else v) for k, v in r.items()} for r in rows]
+        return {"count": count, "recent": recent}
 
     # -- freshness ----------------------------------------------------------------
 

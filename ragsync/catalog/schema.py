@@ -69,6 +69,9 @@ sources = Table(
     Column("last_success_at", Double, nullable=True),
     Column("last_full_at", Double, nullable=True),  # last complete full listing
     Column("last_listed", BigInteger, nullable=True),  # objects in that listing
+    # Revision 0006: how the source's versions compare (revision | timestamp |
+    # etag; NULL: undeclared).
+    Column("version_domain", String(16), nullable=True),
 )
 
 documents = Table(
@@ -95,6 +98,10 @@ documents = Table(
     Column("indexed_at", Double, nullable=True),
     Column("deleted_at", Double, nullable=True),
     Column("updated_at", Double, nullable=False),
+    # Revision 0006: the domain of source_version and when it was observed at
+    # the source (event_time or listing time), for the version gate.
+    Column("version_domain", String(16), nullable=True),
+    Column("version_observed_at", Double, nullable=True),
     Index("ix_documents_tenant_content", "tenant_id", "content_hash"),
     Index("ix_documents_source", "source_id"),
 )
@@ -106,6 +113,8 @@ acls = Table(
     Column("tenant_id", String(_ID), nullable=False),
     Column("allow_groups", Text, nullable=False),  # JSON list of group names, sorted
     Column("updated_at", Double, nullable=False),
+    # Revision 0006: groups explicitly denied (JSON list, sorted).
+    Column("deny_groups", Text, nullable=False, server_default="[]"),
 )
 
 # Lookup table kept in step with ``acls.allow_groups`` by ``Catalog.upsert_acl``:
@@ -119,6 +128,16 @@ acl_groups = Table(
     Column("acl_id", String(_ID), nullable=False),
     PrimaryKeyConstraint("tenant_id", "group_name", "acl_id", name="pk_acl_groups"),
     Index("ix_acl_groups_acl", "acl_id"),
+)
+
+# Revision 0006: "which ACLs of this tenant deny any of these groups".
+acl_denies = Table(
+    "acl_denies",
+    metadata,
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("group_name", String(512), nullable=False),
+    Column("acl_id", String(_ID), nullable=False),
+    PrimaryKeyConstraint("tenant_id", "group_name", "acl_id", name="pk_acl_denies"),
 )
 
 parsed_docs = Table(
@@ -182,6 +201,8 @@ events = Table(
     # event was leased (a worker that dies on it every time is a crash loop).
     Column("lane", String(16), nullable=False, default="fast"),
     Column("deliveries", Integer, nullable=False, default=0),
+    # Revision 0006: why the event was dropped (a stale one names both versions).
+    Column("note", Text, nullable=True),
     Index("ix_events_state_available", "state", "available_at"),
     Index("ix_events_lane_state", "lane", "state", "available_at"),
     Index("ix_events_doc", "doc_id"),
@@ -236,6 +257,9 @@ tombstones = Table(
     Column("source_version", Text, nullable=True),
     Column("deleted_at", Double, nullable=False),
     Column("completed_at", Double, nullable=True),
+    # Revision 0006: the delete's version domain and event time.
+    Column("version_domain", String(16), nullable=True),
+    Column("observed_at", Double, nullable=True),
 )
 
 # ----------------------------------------------------------------- control plane
@@ -331,6 +355,10 @@ acl_versions = Table(
     Column("acl_version", Text, nullable=False),
     Column("acl_id", String(_ID), nullable=False),
     Column("updated_at", Double, nullable=False),
+    # Revision 0006: the version's domain and when the permissions were true
+    # at the source (the evidence time).
+    Column("version_domain", String(16), nullable=True),
+    Column("observed_at", Double, nullable=True),
 )
 
 # One row per applied event: indexed_at - event_time is the freshness.

@@ -70,6 +70,8 @@ class SourceState:
         last_success_at: when a sync last succeeded.
         last_full_at: when a full listing last succeeded.
         last_listed: objects in that listing.
+        version_domain: how its versions compare (``revision``, ``timestamp``,
+            ``etag``; '' when undeclared).
     """
 
     source_id: str
@@ -89,6 +91,7 @@ class SourceState:
     last_success_at: float | None = None
     last_full_at: float | None = None
     last_listed: int | None = None
+    version_domain: str = ""
 
     def public(self) -> dict[str, Any]:
         """Everything but the credentials reference (shown as a flag)."""
@@ -116,6 +119,7 @@ def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
         last_success_at=row["last_success_at"],
         last_full_at=row["last_full_at"],
         last_listed=row["last_listed"],
+        version_domain=row.get("version_domain") or "",
     )
 
 
@@ -207,13 +211,23 @@ class SyncsRepository(Repository):
         credentials_ref: str | None = None,
         sync: str | None = None,
         poll_interval_s: int | None = None,
+        version_domain: str | None = None,
     ) -> bool:
         """Set the given connector settings of a source (None leaves one as it is).
 
         Returns:
             False when there is no such source.
+
+        Raises:
+            ValueError: an unknown ``version_domain``.
         """
         values: dict[str, Any] = {}
+        if version_domain is not None:
+            from ragsync.decisions import VERSION_DOMAINS
+
+            if version_domain not in VERSION_DOMAINS:
+                raise ValueError(f"version_domain must be one of {', '.join(VERSION_DOMAINS)}")
+            values["version_domain"] = version_domain
         if options is not None:
             values["options"] = json.dumps(dict(options), sort_keys=True)
         if credentials_ref is not None:

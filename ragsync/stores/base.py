@@ -51,8 +51,17 @@ class VectorIndex(Protocol):
         """Replace the ACL ids of existing rows (no re-embedding)."""
         ...
 
-    def search(self, tenant_id: str, vector: Sequence[float], acl_ids: Sequence[str], k: int) -> list[Hit]:
-        """Top k rows of the tenant whose acl_ids intersect ``acl_ids``."""
+    def search(
+        self,
+        tenant_id: str,
+        vector: Sequence[float],
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+    ) -> list[Hit]:
+        """Top k rows of the tenant whose acl_ids intersect ``acl_ids`` and
+        hold none of ``deny_acl_ids``."""
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
@@ -77,7 +86,12 @@ class KeywordIndex(Protocol):
         """Rewrite rows with the chunks' new acl_ids (text unchanged)."""
         ...
 
-    def search(self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int) -> list[Hit]: ...
+    def search(
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+    ) -> list[Hit]:
+        """BM25 top k of the tenant within ``acl_ids``, never a chunk holding
+        one of ``deny_acl_ids``."""
+        ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...
 

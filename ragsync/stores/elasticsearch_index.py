@@ -373,9 +373,12 @@ class ElasticsearchKeywordIndex:
 
     # -- reads -----------------------------------------------------------------------
 
-    def search(self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int) -> list[Hit]:
+    def search(
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+    ) -> list[Hit]:
         """BM25 (``multi_match`` over text and heading) within the tenant and
-        the caller's ACLs. The text is not parsed as query syntax.
+        the caller's ACLs, never a chunk carrying one of ``deny_acl_ids``
+        (``must_not``). The text is not parsed as query syntax.
 
         Returns:
             Up to k hits (at most 10,000), best first; empty ``acl_ids``
@@ -385,14 +388,16 @@ class ElasticsearchKeywordIndex:
         acl = list(dict.fromkeys(acl_ids))
         if not acl or k <= 0 or not text.strip():
             return []
+        query: dict[str, Any] = {
+            "must": [{"multi_match": {"query": text, "fields": ["text", "heading"]}}],
+            "filter": [{"term": {"tenant_id": tenant_id}}, {"terms": {"acl_ids": acl}}],
+        }
+        deny = list(dict.fromkeys(deny_acl_ids))
+        if deny:
+            query["must_not"] = [{"terms": {"acl_ids": deny}}]
         response = es.search(
             index=self.index,
-            query={
-                "bool": {
-                    "must": [{"multi_match": {"query": text, "fields": ["text", "heading"]}}],
-                    "filter": [{"term": {"tenant_id": tenant_id}}, {"terms": {"acl_ids": acl}}],
-                }
-            },
+            query={"bool": query},
             size=min(k, MAX_RESULT_WINDOW),
             source_includes=["doc_id"],
         )

@@ -455,8 +455,17 @@ class MilvusVectorIndex:
 
     # -- reads -------------------------------------------------------------------
 
-    def search(self, tenant_id: str, vector: Sequence[float], acl_ids: Sequence[str], k: int) -> list[Hit]:
-        """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``.
+    def search(
+        self,
+        tenant_id: str,
+        vector: Sequence[float],
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+    ) -> list[Hit]:
+        """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``
+        and hold none of ``deny_acl_ids``.
 
         Args:
             tenant_id: tenant to search in.
@@ -464,6 +473,8 @@ class MilvusVectorIndex:
             acl_ids: the caller's ACL ids; empty returns ``[]`` without a
                 query (fail closed).
             k: number of hits wanted (capped at 16384).
+            deny_acl_ids: ACL ids that deny one of the caller's groups: a row
+                carrying any of them is never returned.
 
         Returns:
             Up to k hits, best first; ``score`` is the cosine similarity.
@@ -481,6 +492,9 @@ class MilvusVectorIndex:
             raise ValueError(f"query vector must have {self.dim} finite values")
         limit = min(k, MAX_TOP_K)
         expr = f"tenant_id == {_literal(tenant_id)} and array_contains_any(acl_ids, {_list_literal(acl)})"
+        deny = list(dict.fromkeys(deny_acl_ids))
+        if deny:
+            expr += f" and not array_contains_any(acl_ids, {_list_literal(deny)})"
         result = client.search(
             self.collection,
             data=[query],

@@ -249,7 +249,9 @@ class TantivyKeywordIndex:
 
     # -- reads -----------------------------------------------------------------------
 
-    def search(self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int) -> list[Hit]:
+    def search(
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+    ) -> list[Hit]:
         """BM25 over text and heading, within the tenant and the caller's ACLs.
 
         Args:
@@ -257,6 +259,8 @@ class TantivyKeywordIndex:
             text: user text; syntax characters are treated as spaces.
             acl_ids: the caller's ACL ids; empty returns ``[]`` (fail closed).
             k: number of hits wanted.
+            deny_acl_ids: ACL ids that deny one of the caller's groups: a
+                chunk carrying any of them is never returned.
 
         Returns:
             Up to k hits, best first; ``score`` is the BM25 score.
@@ -270,9 +274,11 @@ class TantivyKeywordIndex:
         allowed = self._all_of(self._term("tenant_id", tenant_id), self._terms("acl_ids", acl))
         Query = self._tantivy.Query
         occur = self._tantivy.Occur
-        combined = Query.boolean_query(
-            [(occur.Must, query), (occur.Must, Query.const_score_query(allowed, 0.0))]
-        )
+        clauses = [(occur.Must, query), (occur.Must, Query.const_score_query(allowed, 0.0))]
+        deny = list(dict.fromkeys(deny_acl_ids))
+        if deny:
+            clauses.append((occur.MustNot, self._terms("acl_ids", deny)))
+        combined = Query.boolean_query(clauses)
         result = searcher.search(combined, k)
         hits: list[Hit] = []
         for score, address in result.hits:
