@@ -66,6 +66,11 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
         if value:
             kwargs[name] = value
+    # Embedding flags win over their RAGSYNC_EMBED_* variables (read by Settings).
+    for name in ("embed_model", "embed_backend", "embed_device"):
+        value = getattr(args, name, None)
+        if value:
+            kwargs[name] = value
     return Settings(**kwargs)
 
 
@@ -128,10 +133,11 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from ragsync.embedding import default_model
+    from ragsync.index_versions import live_spec
     from ragsync.reconcile import reconcile
 
-    report = reconcile(settings_from_args(args), default_model().dim)
+    settings = settings_from_args(args)
+    report = reconcile(settings, live_spec(settings).dim)
     human = [f"{report.documents} documents, {report.chunks} chunks in the catalog"]
     if report.ok:
         human.append("vector index, keyword index and chunks table agree")
@@ -296,6 +302,20 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--catalog-url", help="SQLAlchemy URL of the catalog (default SQLite under --home)")
     common.add_argument("--milvus-uri", help="Milvus server URL (default Milvus Lite under --home)")
     common.add_argument("--es-url", help="Elasticsearch URL (default embedded tantivy index under --home)")
+    common.add_argument(
+        "--embed-backend",
+        choices=("torch", "onnx", "onnx-int8"),
+        help="embedding backend (default $RAGSYNC_EMBED_BACKEND or torch); the ONNX forms are exported "
+        "once from the same model files into HOME/models",
+    )
+    common.add_argument(
+        "--embed-model",
+        help="embedding model: a registered name or a local sentence-transformers directory "
+        "(default $RAGSYNC_EMBED_MODEL or the packaged all-MiniLM-L6-v2); used until an index exists",
+    )
+    common.add_argument(
+        "--embed-device", help="cpu, cuda or cuda:N (default $RAGSYNC_EMBED_DEVICE, else cuda when present)"
+    )
 
     parser = argparse.ArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
