@@ -302,19 +302,24 @@ def build_parser() -> argparse.ArgumentParser:
     common.add_argument("--catalog-url", help="SQLAlchemy URL of the catalog (default SQLite under --home)")
     common.add_argument("--milvus-uri", help="Milvus server URL (default Milvus Lite under --home)")
     common.add_argument("--es-url", help="Elasticsearch URL (default embedded tantivy index under --home)")
+    # Underscore spellings too: the Dataflow Flex Template passes its parameters that way.
     common.add_argument(
         "--embed-backend",
+        "--embed_backend",
         choices=("torch", "onnx", "onnx-int8"),
         help="embedding backend (default $RAGSYNC_EMBED_BACKEND or torch); the ONNX forms are exported "
         "once from the same model files into HOME/models",
     )
     common.add_argument(
         "--embed-model",
+        "--embed_model",
         help="embedding model: a registered name or a local sentence-transformers directory "
         "(default $RAGSYNC_EMBED_MODEL or the packaged all-MiniLM-L6-v2); used until an index exists",
     )
     common.add_argument(
-        "--embed-device", help="cpu, cuda or cuda:N (default $RAGSYNC_EMBED_DEVICE, else cuda when present)"
+        "--embed-device",
+        "--embed_device",
+        help="cpu, cuda or cuda:N (default $RAGSYNC_EMBED_DEVICE, else cuda when present)",
     )
 
     parser = argparse.ArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
