@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -263,3 +264,64 @@ def test_embedding_on_a_real_gpu(torch_vectors: np.ndarray) -> None:  # pragma: 
     assert model.spec.device == "cuda"
     vectors = model.encode(SENTENCES)
     assert np.sum(vectors * torch_vectors, axis=1).min() > 0.999
+
+
+# ------------------------------------------- a real model of another dimension
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real (random-weight, seeded) 48-dimension BERT sentence-transformers
+    directory with MiniLM's tokenizer: not the packaged model, not 384."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    root = tmp_path_factory.mktemp("tiny") / "tiny-bert-48"
+    torch.manual_seed(7)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=48,
+        num_hidden_layers=1,
+        num_attention_heads=4,
+        intermediate_size=96,
+        max_position_embeddings=128,
+    )
+    BertModel(cfg).save_pretrained(str(root))
+    packaged = Path(spec_for(DEFAULT_MODEL).path)
+    for name in ("tokenizer.json", "vocab.txt", "tokenizer_config.json", "special_tokens_map.json"):
+        (root / name).write_bytes((packaged / name).read_bytes())
+    for name in ("modules.json", "sentence_bert_config.json"):
+        (root / name).write_bytes((packaged / name).read_bytes())
+    (root / "1_Pooling").mkdir()
+    (root / "1_Pooling" / "config.json").write_text(
+        json.dumps({"word_embedding_dimension": 48, "pooling_mode_mean_tokens": True})
+    )
+    return root
+
+
+@pytest.mark.slow
+def test_any_local_model_runs_with_its_own_dimension(tiny_model: Path, tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path / "home"), embed_model=str(tiny_model), embed_backend="onnx")
+    spec = spec_for("", settings)
+    assert (spec.dim, spec.max_seq_length) == (48, 128)
+    torch_vectors = model_for(replace(spec, backend="torch")).encode_passages(SENTENCES)
+    onnx_vectors = model_for(spec).encode_passages(SENTENCES)
+    assert torch_vectors.shape == onnx_vectors.shape == (len(SENTENCES), 48)
+    assert np.sum(torch_vectors * onnx_vectors, axis=1).min() > 0.99
+
+
+def test_the_index_is_created_with_the_model_dimension_and_keeps_it(tiny_model: Path, tmp_path: Path) -> None:
+    from beam_pipelines.backfill import prepare_stores
+    from ragsync.index_versions import live_spec, live_version
+
+    home = str(tmp_path / "home")
+    tiny = Settings(home=home, embed_model=str(tiny_model))
+    prepare_stores(tiny, live_spec(tiny))
+    index = MilvusVectorIndex(tiny.milvus_uri, tiny.collection, 48)  # opens: created with 48
+    index.close()
+    assert (live_version(tiny).model_name, live_version(tiny).dim) == (str(tiny_model), 48)
+    assert live_spec(Settings(home=home)).dim == 48  # unset model: the live one's
+    with pytest.raises(ConfigurationError, match=r"ragsync reembed --model all-MiniLM-L6-v2"):
+        live_spec(Settings(home=home, embed_model=DEFAULT_MODEL))
+    with pytest.raises(ConfigurationError, match="Re-embed into a new index version"):
+        prepare_stores(tiny, spec_for(DEFAULT_MODEL))  # 384 into the 48 index
