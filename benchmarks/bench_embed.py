@@ -159,6 +159,7 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
     summary = run_backfill(str(work / "cisi" / "docs"), Settings(home=home), show_progress=False)
     out["backfill_torch_s"] = round(time.perf_counter() - t0, 1)
     out["chunks"] = summary.to_dict().get("chunks_written")
+    print(f"[bench_embed] CISI backfill (torch): {out['backfill_torch_s']} s", file=sys.stderr, flush=True)
     for backend in BACKENDS:
         settings = Settings(home=home, embed_backend=backend)
         if backend == "torch":
@@ -169,6 +170,7 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
             out[f"reembed_{backend}_s"] = round(time.perf_counter() - t0, 1)
             version = iv.get_version(settings, result.version)
         report = evaluate(settings, golden, version=version, groups=groups)
+        print(f"[bench_embed] {backend}: {json.dumps(report.recall)}", file=sys.stderr, flush=True)
         out["backends"][backend] = {
             "version": version.version,
             "model_version": version.model_version,
@@ -184,6 +186,15 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
 
 
 def markdown(r: dict[str, Any]) -> str:
+    lines: list[str] = []
+    if "throughput" in r:
+        lines += _throughput_table(r)
+    if r.get("recall"):
+        lines += _recall_table(r["recall"])
+    return "\n".join(lines)
+
+
+def _throughput_table(r: dict[str, Any]) -> list[str]:
     t = r["throughput"]
     lines = [
         f"Throughput: {r['chunks']} chunks from {r['pages']} wiki pages, batches of {r['batch']}, "
@@ -198,25 +209,26 @@ def markdown(r: dict[str, Any]) -> str:
             f"| {b} | {x['chunks_per_s']} | {x['ratio_to_torch']} | {x['cosine_min']} / {x['cosine_mean']} "
             f"| {r['load_s'][b]} |"
         )
-    if r.get("recall"):
-        rc = r["recall"]
-        lines += [
-            "",
-            f"Recall@10 on CISI ({rc['documents']} documents, {rc['queries']} queries, "
-            f"{rc['chunks']} chunks)",
-            "",
-            "| backend | vector | hybrid | vector - torch | hybrid - torch |",
-            "|---|---|---|---|---|",
-        ]
-        for b in BACKENDS:
-            x = rc["backends"][b]
-            d = x.get("minus_torch", {"vector": 0.0, "hybrid": 0.0})
-            rec = x["recall_at_10"]
-            lines.append(
-                f"| {b} | {rec['vector']['all']:.4f} | {rec['hybrid']['all']:.4f} "
-                f"| {d['vector']:+.4f} | {d['hybrid']:+.4f} |"
-            )
-    return "\n".join(lines)
+    return lines
+
+
+def _recall_table(rc: dict[str, Any]) -> list[str]:
+    lines = [
+        "",
+        f"Recall@10 on CISI ({rc['documents']} documents, {rc['queries']} queries, {rc['chunks']} chunks)",
+        "",
+        "| backend | vector | hybrid | vector - torch | hybrid - torch |",
+        "|---|---|---|---|---|",
+    ]
+    for b in BACKENDS:
+        x = rc["backends"][b]
+        d = x.get("minus_torch", {"vector": 0.0, "hybrid": 0.0})
+        rec = x["recall_at_10"]
+        lines.append(
+            f"| {b} | {rec['vector']['all']:.4f} | {rec['hybrid']['all']:.4f} "
+            f"| {d['vector']:+.4f} | {d['hybrid']:+.4f} |"
+        )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -226,6 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64, help="chunks per model call (default 64)")
     parser.add_argument("--threads", type=int, default=1, help="threads per backend (default 1)")
     parser.add_argument("--no-recall", action="store_true", help="skip the CISI Recall@10 part")
+    parser.add_argument("--no-throughput", action="store_true", help="only the CISI Recall@10 part")
     parser.add_argument("--keep", help="keep the work folder (exports, CISI home) here")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
@@ -236,10 +249,14 @@ def main(argv: list[str] | None = None) -> int:
     work.mkdir(parents=True, exist_ok=True)
     try:
         result: dict[str, Any] = {"load_before": _loadavg(), "batch": args.batch, "threads": args.threads}
-        texts, pages = corpus_chunks(corpus, args.pages)
-        result.update(chunks=len(texts), pages=pages)
-        models, result["load_s"] = make_models(str(work / "home"), args.threads)
-        result["throughput"] = throughput(models, texts, args.batch)
+        if not args.no_throughput:
+            texts, pages = corpus_chunks(corpus, args.pages)
+            result.update(chunks=len(texts), pages=pages)
+            models, result["load_s"] = make_models(str(work / "home"), args.threads)
+            result["throughput"] = throughput(models, texts, args.batch)
+            print(
+                f"[bench_embed] throughput: {json.dumps(result['throughput'])}", file=sys.stderr, flush=True
+            )
         if not args.no_recall:
             result["recall"] = recall(corpus, work)
         result["load_after"] = _loadavg()
