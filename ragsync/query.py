@@ -55,9 +55,9 @@ def ranked_ids(hits: Sequence[Any]) -> list[str]:
 
 def embed_query(spec: ModelSpec, text: str) -> list[float]:
     """The query vector, by the same model (and query prefix) as the index."""
-    from ragsync.embedding import get_model
+    from ragsync.embedding import model_for
 
-    return [float(x) for x in get_model(spec.name).encode_queries([text])[0]]
+    return [float(x) for x in model_for(spec).encode_queries([text])[0]]
 
 
 def hybrid_query(

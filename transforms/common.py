@@ -338,7 +338,9 @@ class StoresDoFn(CatalogDoFn):
             cached = self._catalog.get_embeddings([c.text_hash for c in chunks], version.model_version)
             missing = [c for c in chunks if c.text_hash not in cached]
             if missing:
-                fresh = get_model(version.model_name).encode_passages([c.embedding_text() for c in missing])
+                fresh = get_model(version.model_name, self.settings).encode_passages(
+                    [c.embedding_text() for c in missing]
+                )
                 new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
                 self._catalog.put_embeddings(new, version.model_version)
                 cached.update(new)

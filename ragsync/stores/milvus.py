@@ -244,7 +244,9 @@ class MilvusVectorIndex:
         if found_dim != self.dim:
             raise ConfigurationError(
                 f"Milvus collection {self.collection!r} has vectors of dimension {found_dim} but the "
-                f"embedding model gives {self.dim}; use another collection name or rebuild the index"
+                f"embedding model gives {self.dim}: vectors of another dimension cannot go into this "
+                "index. Re-embed into a new index version instead (`ragsync reembed --model NAME`, "
+                "which builds and flips to a new collection), or use another collection name"
             )
         client.load_collection(self.collection)
 
