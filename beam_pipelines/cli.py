@@ -66,6 +66,13 @@ def settings_from_args(args: argparse.Namespace) -> Any:
         value = getattr(args, name, None) or os.environ.get("RAGSYNC_" + name.upper(), "")
         if value:
             kwargs[name] = value
+    for name in ("vcpu_hour_usd", "gpu_hour_usd"):
+        price = os.environ.get("RAGSYNC_" + name.upper(), "")
+        if price:
+            try:
+                kwargs[name] = float(price)
+            except ValueError:
+                raise ConfigurationError(f"RAGSYNC_{name.upper()} must be a number, got {price!r}") from None
     return Settings(**kwargs)
 
 
@@ -95,9 +102,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     except SyncError as exc:
         print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 1
+    from ragsync.cost import format_cost
+
     d = summary.to_dict()
     lines = [f"backfill of {args.source} into {settings.home} finished in {d['seconds']:.1f}s"]
-    lines += [f"  {k:24s} {v}" for k, v in d.items() if k != "seconds"]
+    lines += [f"  {k:24s} {v}" for k, v in d.items() if k not in ("seconds", "cost")]
+    lines += format_cost(d["cost"])
     if d["dead_lettered"]:
         lines.append("  see why with: ragsync status --home " + settings.home)
     lines.append(

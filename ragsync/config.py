@@ -72,6 +72,10 @@ class Settings:
             documents is boilerplate and not indexed again (0 turns it off).
         event_lease_s: how long a read event stays hidden from other readers;
             one not acknowledged by then (its worker died) is delivered again.
+        vcpu_hour_usd: price of one vCPU-hour for the cost estimate
+            (``ragsync.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
+        gpu_hour_usd: price of one GPU-hour for the cost estimate
+            (env ``RAGSYNC_GPU_HOUR_USD``).
     """
 
     home: str = field(default_factory=default_home)
@@ -96,6 +100,8 @@ class Settings:
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
+    vcpu_hour_usd: float = 0.056
+    gpu_hour_usd: float = 0.35
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)

@@ -58,8 +58,10 @@ ALL_TABLES = {
     # near duplicates
     "doc_signatures",
     "doc_bands",
+    # operations
+    "pipeline_runs",
 }
-ALL_VERSIONS = ["0001", "0002", "0003", "0004"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import apache_beam as beam
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import StoresDoFn, ToDeadLetters, counter
+from transforms.common import StageMetrics, StoresDoFn, ToDeadLetters, counter
 
 
 def apply_document_acl(
@@ -62,12 +62,16 @@ class _AclFnBase(StoresDoFn):
     def setup(self) -> None:
         super().setup()
         self._count = counter("documents_acl_updated")
+        self._stage = StageMetrics("acl")
 
 
 class _ApplyAclFn(_AclFnBase):
     """FetchedDocument with unchanged bytes and new permissions -> doc id."""
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
+        yield from self._stage.run(self._apply, doc)
+
+    def _apply(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         apply_document_acl(
             self._catalog,
             self._vectors,
@@ -86,6 +90,9 @@ class _ApplyAclEventFn(_AclFnBase):
     may read the document (fail closed): its chunks get an ACL no user holds."""
 
     def process(self, qe: QueuedEvent) -> Iterator[QueuedEvent]:
+        yield from self._stage.run(self._apply, qe)
+
+    def _apply(self, qe: QueuedEvent) -> Iterator[QueuedEvent]:
         groups = list(qe.event.acl_groups)
         acl_id = ids.acl_id(qe.tenant_id, groups)
         self._catalog.upsert_acl(acl_id, qe.tenant_id, groups)

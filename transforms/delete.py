@@ -11,7 +11,7 @@ from ragsync.config import Settings
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import StoresDoFn, ToDeadLetters, counter
+from transforms.common import StageMetrics, StoresDoFn, ToDeadLetters, counter
 from transforms.io import delete_if_exists
 
 
@@ -29,8 +29,12 @@ class _DeleteFn(StoresDoFn):
         super().setup()
         self._deleted = counter("chunks_deleted")
         self._docs = counter("documents_deleted")
+        self._stage = StageMetrics("delete")
 
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
+        yield from self._stage.run(self._delete, qe)
+
+    def _delete(self, qe: QueuedEvent) -> Iterator[Any]:
         cat = self._catalog
         doc = cat.get_document(qe.doc_id)
         cat.put_tombstone(qe.doc_id, qe.tenant_id, qe.event.source_version)

@@ -25,7 +25,7 @@ from ragsync.errors import (
 )
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import CatalogDoFn, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import BeamFileSystem, write_bytes_once
 
 UNCHANGED = "unchanged"
@@ -50,6 +50,7 @@ class _FetchFn(CatalogDoFn):
         self._seen = counter("documents_seen")
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
+        self._stage = StageMetrics("fetch")
         self._connectors: dict[tuple[str, str], Connector] = {}
 
     def _connector(self, item: SourceFile) -> Connector:
@@ -78,6 +79,9 @@ class _FetchFn(CatalogDoFn):
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
+        yield from self._stage.run(self._fetch, item)
+
+    def _fetch(self, item: SourceFile) -> Iterator[Any]:
         self._seen.inc()
         if not item.acl_groups:
             raise NoPermissionsError(
