@@ -60,7 +60,7 @@ def cost_report(
     """The cost figures of one run (or a sum of runs).
 
     Args:
-        stages: ``{stage: {"cpu_ms", "latency_ms_sum", ...}}``.
+        stages: ``{stage: {"cpu_us", "latency_us_sum", ...}}`` (microseconds).
         documents: documents the run handled (the denominator).
         cache_hits, cache_misses: embedding-cache lookups.
         prices: the prices.
@@ -75,11 +75,11 @@ def cost_report(
     """
     per_k = 1000.0 / documents if documents > 0 else None
     cpu_s = {
-        stage: float(v.get("cpu_ms", 0)) / 1000.0
+        stage: float(v.get("cpu_us", 0)) / 1e6
         for stage, v in sorted(stages.items())
         if not (gpu and stage == "embed")
     }
-    gpu_s = float(stages.get("embed", {}).get("latency_ms_sum", 0)) / 1000.0 if gpu else 0.0
+    gpu_s = float(stages.get("embed", {}).get("latency_us_sum", 0)) / 1e6 if gpu else 0.0
     total_cpu = sum(cpu_s.values())
 
     def scaled(x: float) -> float | None:
@@ -135,3 +135,22 @@ def format_cost(cost: Mapping[str, Any], indent: str = "  ") -> list[str]:
             f"(vCPU-hour ${prices.get('vcpu_hour_usd')}, GPU-hour ${prices.get('gpu_hour_usd')})"
         )
     return lines
+
+
+def run_cost(run: Mapping[str, Any], prices: Prices) -> dict[str, Any]:
+    """:func:`cost_report` of a stored ``pipeline_runs`` row (counters decoded),
+    with the run's ``kind``, ``source_id`` and ``finished_at``."""
+    counters = run.get("counters") or {}
+    report = cost_report(
+        counters.get("stages") or {},
+        documents=int(run.get("documents") or 0),
+        cache_hits=int(counters.get("embedding_cache_hits", 0)),
+        cache_misses=int(counters.get("embedding_cache_misses", 0)),
+        prices=prices,
+    )
+    return {
+        "kind": run.get("kind"),
+        "source_id": run.get("source_id"),
+        "finished_at": run.get("finished_at"),
+        **report,
+    }

@@ -168,8 +168,8 @@ def _run_series(runs: list[dict[str, Any]]) -> Iterator[Metric]:
             key = [stage, kind]
             elements.add_metric(key, v.get("elements", 0))
             errors.add_metric(key, v.get("errors", 0))
-            cpu.add_metric(key, v.get("cpu_ms", 0) / 1000.0)
-            latency.add_metric(key, int(v.get("latency_ms_count", 0)), v.get("latency_ms_sum", 0) / 1000.0)
+            cpu.add_metric(key, v.get("cpu_us", 0) / 1e6)
+            latency.add_metric(key, int(v.get("latency_us_count", 0)), v.get("latency_us_sum", 0) / 1e6)
     yield from (elements, errors, cpu, latency, count)
 
 

@@ -50,9 +50,9 @@ STAGES = (
 
 class StageMetrics:
     """Beam metrics of one stage: ``<stage>_elements`` (counter),
-    ``<stage>_cpu_ms`` (counter: CPU milliseconds of the thread doing the
-    work, or of the process where noted), ``<stage>_latency_ms``
-    (distribution: wall milliseconds per element or batch); errors are
+    ``<stage>_cpu_us`` (counter: CPU microseconds of the thread doing the
+    work, or of the process where noted), ``<stage>_latency_us``
+    (distribution: wall microseconds per element or batch); errors are
     counted by :class:`ToDeadLetters` as ``<stage>_errors``.
 
     Create in ``DoFn.setup()`` (metric objects are cheap handles; the values
@@ -62,14 +62,14 @@ class StageMetrics:
     def __init__(self, stage: str) -> None:
         self.stage = stage
         self._elements = Metrics.counter(STAGE_NAMESPACE, f"{stage}_elements")
-        self._cpu = Metrics.counter(STAGE_NAMESPACE, f"{stage}_cpu_ms")
-        self._latency = Metrics.distribution(STAGE_NAMESPACE, f"{stage}_latency_ms")
+        self._cpu = Metrics.counter(STAGE_NAMESPACE, f"{stage}_cpu_us")
+        self._latency = Metrics.distribution(STAGE_NAMESPACE, f"{stage}_latency_us")
 
     def record(self, *, elements: int, cpu_s: float, wall_s: float) -> None:
         """Count ``elements`` that took ``cpu_s`` CPU and ``wall_s`` wall seconds."""
         self._elements.inc(elements)
-        self._cpu.inc(int(round(cpu_s * 1000)))
-        self._latency.update(int(round(wall_s * 1000)))
+        self._cpu.inc(int(round(cpu_s * 1e6)))
+        self._latency.update(int(round(wall_s * 1e6)))
 
     def run(self, fn: Any, *args: Any, elements: int = 1, process_cpu: bool = False) -> list[Any]:
         """Call ``fn(*args)``, drain what it yields into a list, and record it.
@@ -89,7 +89,7 @@ class StageMetrics:
 
 def stage_metrics_of(result: Any) -> dict[str, dict[str, float]]:
     """Per-stage figures of a finished pipeline: ``{stage: {"elements",
-    "errors", "cpu_ms", "latency_ms_sum", "latency_ms_count", "latency_ms_max"}}``
+    "errors", "cpu_us", "latency_us_sum", "latency_us_count", "latency_us_max"}}``
     for every stage that reported anything."""
     from apache_beam.metrics.metric import MetricsFilter
 
@@ -103,25 +103,25 @@ def stage_metrics_of(result: Any) -> dict[str, dict[str, float]]:
             {
                 "elements": 0,
                 "errors": 0,
-                "cpu_ms": 0,
-                "latency_ms_sum": 0,
-                "latency_ms_count": 0,
-                "latency_ms_max": 0,
+                "cpu_us": 0,
+                "latency_us_sum": 0,
+                "latency_us_count": 0,
+                "latency_us_max": 0,
             },
         )
         return entry, kind
 
     for c in found["counters"]:
         entry, kind = slot(c.key.metric.name)
-        if kind in ("elements", "errors", "cpu_ms"):
+        if kind in ("elements", "errors", "cpu_us"):
             entry[kind] += int(c.committed or c.attempted or 0)
     for d in found["distributions"]:
         entry, _ = slot(d.key.metric.name)
         value = d.committed or d.attempted
         if value is not None and value.count:
-            entry["latency_ms_sum"] += value.sum
-            entry["latency_ms_count"] += value.count
-            entry["latency_ms_max"] = max(entry["latency_ms_max"], value.max)
+            entry["latency_us_sum"] += value.sum
+            entry["latency_us_count"] += value.count
+            entry["latency_us_max"] = max(entry["latency_us_max"], value.max)
     return out
 
 
