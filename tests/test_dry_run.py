@@ -179,3 +179,48 @@ def test_dry_runs_write_nothing_and_the_real_run_does_what_they_planned(
     assert again["totals"] == {
         "adds": 0, "updates": 0, "permission_changes": 0, "deletes": 0, "dead_letters": 0, "unchanged": 4
     }  # fmt: skip
+
+
+@pytest.mark.slow
+def test_incremental_sync_dry_run_reads_the_feed_and_keeps_the_cursor(
+    mediawiki: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mediawiki.edit("Alpha", "== Animals ==\nAlpacas graze on the high plateau of the Andes every summer.")
+    mediawiki.edit("Beta", "== Transport ==\nBarges carry coal along the canal between the two harbours.")
+    home = str(tmp_path / "home")
+    settings = Settings(home=home)
+    assert main(["sources", "add", "wiki", "--tenant", TENANT, "--type", "wiki", "--uri", mediawiki.api_url,
+                 "--home", home]) == 0  # fmt: skip
+    first = _cli(capsys, "sync", "wiki", "--home", home, "--json", "--quiet")
+    assert first["mode"] == "full"
+    capsys.readouterr()
+
+    mediawiki.edit("Alpha", "== Animals ==\nAlpacas were moved to the winter stables in the valley below.")
+    mediawiki.delete("Beta")
+    mediawiki.edit("Epsilon", "== Buildings ==\nElevators in the north tower are inspected every Tuesday.")
+
+    def state() -> tuple[Any, ...]:
+        catalog = open_catalog(settings)
+        try:
+            source = catalog.source_state("wiki", TENANT)
+            docs = {
+                d.source_object_id: (d.status, d.content_hash) for d in catalog.documents_for_source("wiki")
+            }
+            return source.cursor if source else None, catalog.count_rows("events"), docs
+        finally:
+            catalog.close()
+
+    cursor, events, before = state()
+    plan = _cli(capsys, "sync", "wiki", "--tenant", TENANT, "--home", home, "--dry-run", "--json")
+    assert state() == (cursor, events, before)  # the cursor is not saved, nothing queued or written
+    assert plan["mode"] == "incremental"
+    assert plan["totals"] == {
+        "adds": 1, "updates": 1, "permission_changes": 0, "deletes": 1, "dead_letters": 0, "unchanged": 0
+    }  # fmt: skip
+
+    real = _cli(capsys, "sync", "wiki", "--home", home, "--json", "--quiet")
+    assert real["mode"] == "incremental"
+    _, _, after = state()
+    assert _ids(plan, "adds") == {k for k in after if k not in before}
+    assert _ids(plan, "updates") == {k for k in after if k in before and after[k][1] != before[k][1]}
+    assert _ids(plan, "deletes") == {k for k in after if after[k][0] == "deleted" != before.get(k, ("",))[0]}
