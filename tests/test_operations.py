@@ -258,3 +258,32 @@ def test_serve_and_stream_expose_the_operators_series(tmp_path: Path) -> None:
         assert _value(s, "ragsync_embedding_cache_hit_ratio") == pytest.approx(
             hits / (hits + misses), abs=1e-4
         )
+
+
+def test_a_permission_change_applied_on_retry_clears_the_documents_dead_letter(catalog_url: str) -> None:
+    from sqlalchemy import insert
+
+    from ragsync.catalog import Catalog, schema
+
+    base = {"source_id": "s", "tenant_id": "t", "updated_at": 1.0, "acl_id": "old"}
+    rows = [
+        # The live version is the current content: the failed ACL write was the only problem.
+        {**base, "doc_id": "acl-failed", "status": "dead_letter", "error_class": "write_failed",
+         "content_hash": "h1", "indexed_version": "h1@5"},
+        # Newer content failed to parse while the old version stays live: still a dead letter.
+        {**base, "doc_id": "new-content-failed", "status": "dead_letter", "error_class": "corrupt",
+         "content_hash": "h2", "indexed_version": "h1@5"},
+        {**base, "doc_id": "never-indexed", "status": "dead_letter", "error_class": "write_failed",
+         "content_hash": "h3", "indexed_version": None},
+    ]  # fmt: skip
+    with Catalog.open(catalog_url) as catalog:
+        with catalog.engine.begin() as conn:
+            conn.execute(insert(schema.documents), rows)
+        for row in rows:
+            catalog.set_document_acl(row["doc_id"], "new")
+        got = {r["doc_id"]: catalog.get_document(r["doc_id"]) for r in rows}
+    assert {k: (d.status, d.error_class, d.acl_id) for k, d in got.items() if d} == {
+        "acl-failed": ("indexed", None, "new"),
+        "new-content-failed": ("dead_letter", "corrupt", "new"),
+        "never-indexed": ("dead_letter", "write_failed", "new"),
+    }
