@@ -15,6 +15,7 @@ from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, parse
+from ragsync.stores.tantivy_index import release_inherited_index_locks
 from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
 
@@ -77,38 +78,6 @@ def _die_with_parent() -> None:
         pass
 
 
-def release_inherited_index_locks() -> int:
-    """Close this process's copies of the keyword index's lock files.
-
-    A parse child is forked from the pipeline process, possibly while another
-    thread holds the tantivy writer (the stream runs its lane pipelines as
-    threads of one process). tantivy locks with ``flock``, which belongs to
-    the open file: the child's inherited copy keeps the index locked after
-    the parent lets go, for as long as the child lives, and every later
-    write fails with ``LockBusy``. The child never writes the index, so it
-    closes its copies first thing. Returns how many it closed (Linux; 0
-    elsewhere).
-    """
-    try:
-        fds = os.listdir("/proc/self/fd")
-    except OSError:  # pragma: no cover - not Linux
-        return 0
-    closed = 0
-    for name in fds:
-        try:
-            target = os.readlink(f"/proc/self/fd/{name}")
-        except OSError:
-            continue
-        base = os.path.basename(target)
-        if base.startswith(".tantivy-") and base.endswith(".lock"):
-            try:
-                os.close(int(name))
-                closed += 1
-            except OSError:
-                pass
-    return closed
-
-
 def _read_elements(uri: str) -> tuple[Element, ...]:
     return tuple(Element.from_json(line) for line in read_bytes(uri).decode("utf-8").splitlines() if line)
 
@@ -124,6 +93,8 @@ class _ParseFn(CatalogDoFn):
 
     def setup(self) -> None:
         _die_with_parent()
+        # Also done at fork (ragsync.stores.tantivy_index registers it); again
+        # here in case this worker was forked before any writer was opened.
         release_inherited_index_locks()
         # Runs inside the isolated child: cap its heap so a decompression
         # bomb ends as a MemoryError (a dead letter), not an out-of-memory
