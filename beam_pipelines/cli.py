@@ -120,6 +120,19 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     groups = _groups(args.acl_groups)
+    if args.dry_run:
+        from beam_pipelines.dry_run import format_plan, plan_backfill
+
+        plan = plan_backfill(
+            args.source,
+            settings,
+            tenant_id=args.tenant,
+            source_id=args.source_id or "",
+            acl_groups=groups,
+            max_delete_share=args.max_delete_share,
+        )
+        _emit(args, plan.to_dict(), format_plan(plan))
+        return 0
     try:
         summary = run_backfill(
             args.source,
@@ -134,9 +147,12 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     except SyncError as exc:
         print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 1
+    from ragsync.cost import format_cost
+
     d = summary.to_dict()
     lines = [f"backfill of {args.source} into {settings.home} finished in {d['seconds']:.1f}s"]
-    lines += [f"  {k:24s} {v}" for k, v in d.items() if k != "seconds"]
+    lines += [f"  {k:24s} {v}" for k, v in d.items() if k not in ("seconds", "cost")]
+    lines += format_cost(d["cost"])
     if d["dead_lettered"]:
         lines.append("  see why with: ragsync status --home " + settings.home)
     lines.append(
@@ -200,9 +216,15 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
+    from ragsync.cost import Prices, format_cost, run_cost
+    from ragsync.coverage import coverage_by_source
 
-    catalog = open_catalog(settings_from_args(args))
+    settings = settings_from_args(args)
+    prices = Prices(vcpu_hour_usd=settings.vcpu_hour_usd, gpu_hour_usd=settings.gpu_hour_usd)
+    catalog = open_catalog(settings)
     try:
+        coverage = coverage_by_source(catalog.document_outcomes())
+        last_runs = {kind: catalog.list_runs(kind=kind, limit=1) for kind in ("listing", "stream")}
         docs = catalog.document_counts_by_status()
         dead = catalog.dead_letter_counts()
         recent = catalog.list_dead_letters(limit=args.limit)
@@ -213,7 +235,7 @@ def cmd_status(args: argparse.Namespace) -> int:
         stale = catalog.stale_events(limit=args.limit)
     finally:
         catalog.close()
-    data = {
+    data: dict[str, Any] = {
         "sources": [
             {
                 "source_id": x.source_id,
@@ -233,6 +255,8 @@ def cmd_status(args: argparse.Namespace) -> int:
         "queue": queue,
         "freshness": fresh,
         "pages_for_review": review,
+        "coverage": coverage,
+        "cost": {kind: run_cost(runs[0], prices) for kind, runs in last_runs.items() if runs},
         "recent_dead_letters": [
             {
                 "doc_id": r.doc_id,
@@ -247,6 +271,20 @@ def cmd_status(args: argparse.Namespace) -> int:
     paused = [x for x in sources if x.paused]
     human = [f"sources: {len(sources)}, {len(paused)} paused"]
     human += [f"  PAUSED {x.source_id}: {x.pause_reason}" for x in paused]
+    if coverage:
+        human.append(
+            f"coverage per source (indexed / (seen - excluded by rule); target {coverage[0]['target']:.1%}):"
+        )
+        for c in coverage:
+            rest = ", ".join(f"{k} {v}" for k, v in c["not_indexed"].items())
+            excluded = ", ".join(f"{k} {v}" for k, v in c["excluded"].items())
+            human.append(
+                f"  {c['source_id']:16s} {c['coverage']:.2%} {'ok' if c['meets_target'] else 'BELOW TARGET'} "
+                f"({c['indexed']} of {c['seen']} seen"
+                + (f"; excluded by rule: {excluded}" if excluded else "")
+                + (f"; not indexed: {rest}" if rest else "")
+                + ")"
+            )
     human += ["documents by state:"] + [f"  {k:14s} {v}" for k, v in sorted(docs.items())]
     human += ["dead letters by error class:"] + [f"  {k:14s} {v}" for k, v in sorted(dead.items())]
     human.append(
@@ -263,6 +301,9 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"p50 {f['p50_s']:.1f}s  p95 {f['p95_s']:.1f}s"
             for f in fresh
         ]
+    for kind, cost in data["cost"].items():
+        human.append(f"cost of the last {kind} run ({cost['documents']} documents):")
+        human += format_cost(cost, indent="  ")
     human.append(
         f"pages awaiting review (OCR below the bar): {review['pages']} in {review['documents']} documents"
     )
@@ -271,6 +312,19 @@ def cmd_status(args: argparse.Namespace) -> int:
         human.append("oldest open dead letters:")
         human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {r.message[:120]}" for r in recent]
     _emit(args, data, "\n".join(human))
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from ragsync.config import open_catalog
+    from ragsync.report import write_report
+
+    catalog = open_catalog(settings_from_args(args))
+    try:
+        path = write_report(catalog, args.out)
+    finally:
+        catalog.close()
+    _emit(args, {"path": path}, f"wrote {path} (self-contained: open it in any browser, offline)")
     return 0
 
 
@@ -380,6 +434,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the adds, updates, permission changes and deletes the backfill would make "
+        "(reads and hashes every file; writes nothing anywhere)",
+    )
+    b.add_argument(
         "beam_args",
         nargs="*",
         help="after --: pipeline options, e.g. -- --runner=DataflowRunner --s3_endpoint_url=URL "
@@ -406,6 +466,12 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("status", parents=[common], help="documents by state, dead letters by class")
     s.add_argument("--limit", type=int, default=10, help="recent dead letters to show")
     s.set_defaults(func=cmd_status)
+
+    rp = sub.add_parser(
+        "report", parents=[common], help="write an HTML page with plots (freshness, queue, coverage, ...)"
+    )
+    rp.add_argument("--out", required=True, help="directory for index.html (created if missing)")
+    rp.set_defaults(func=cmd_report)
 
     pa = sub.add_parser("parse", parents=[common], help="show what the parser makes of one file")
     pa.add_argument("file")

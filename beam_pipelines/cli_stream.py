@@ -102,19 +102,40 @@ def cmd_stream(args: argparse.Namespace) -> int:
     settings = _settings(args)
     if args.lease_s is not None:
         settings = dataclasses.replace(settings, event_lease_s=args.lease_s)
-    summary = run_stream(
-        settings,
-        until_idle=args.until_idle,
-        source=args.source,
-        beam_args=args.beam_args,
-        show_progress=not args.quiet,
-        subscription=args.pubsub_subscription or "",
-        topic=args.kafka_topic or "",
-        bootstrap=args.kafka_bootstrap or "",
-        lanes=_lanes(args),
-    )
+    server, catalog = None, None
+    if args.metrics_port is not None:
+        from ragsync.config import open_catalog
+        from ragsync.metrics import serve_metrics
+
+        catalog = open_catalog(settings)
+        server = serve_metrics(catalog, args.metrics_port, args.metrics_host)
+        print(
+            f"[stream] metrics on http://{args.metrics_host}:{server.server_port}/metrics",
+            file=sys.stderr,
+            flush=True,
+        )
+    try:
+        summary = run_stream(
+            settings,
+            until_idle=args.until_idle,
+            source=args.source,
+            beam_args=args.beam_args,
+            show_progress=not args.quiet,
+            subscription=args.pubsub_subscription or "",
+            topic=args.kafka_topic or "",
+            bootstrap=args.kafka_bootstrap or "",
+            lanes=_lanes(args),
+        )
+    finally:
+        if server is not None:
+            server.shutdown()
+        if catalog is not None:
+            catalog.close()
+    from ragsync.cost import format_cost
+
     d = summary.to_dict()
-    human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items()]
+    human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items() if k != "cost"]
+    human += format_cost(d["cost"])
     _print(args, d, "\n".join(human))
     return 0
 
@@ -224,6 +245,15 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     st.add_argument(
         "--lease-s", type=float, help="seconds before an unacknowledged event is redelivered (default 300)"
+    )
+    st.add_argument(
+        "--metrics-port",
+        type=int,
+        help="serve the operator's Prometheus series (the same as `ragsync serve`'s /metrics) on this "
+        "port while the stream runs (0: any free port)",
+    )
+    st.add_argument(
+        "--metrics-host", default="127.0.0.1", help="address of the metrics port (default 127.0.0.1)"
     )
     st.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
     st.set_defaults(func=cmd_stream)

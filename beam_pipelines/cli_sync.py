@@ -145,6 +145,18 @@ def cmd_sync(args: argparse.Namespace) -> int:
     """Run the source's connector once (see ``beam_pipelines.sync``)."""
     from beam_pipelines.sync import SyncError, run_sync
 
+    if args.dry_run:
+        from beam_pipelines.dry_run import format_plan, plan_source_sync
+
+        plan = plan_source_sync(
+            args.source_id,
+            _settings(args),
+            full=args.full,
+            tenant_id=args.tenant,
+            max_delete_share=args.max_delete_share,
+        )
+        _print(args, plan.to_dict(), format_plan(plan))
+        return 0
     try:
         result = run_sync(
             args.source_id,
@@ -242,5 +254,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         help="only queue the changes (a running `ragsync stream` applies them)",
     )
     sy.add_argument("--quiet", action="store_true", help="no progress lines")
+    sy.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list the adds, updates, permission changes and deletes the sync would make, by object id "
+        "(the cursor is not saved, nothing is queued or written)",
+    )
     sy.add_argument("beam_args", nargs="*", help="after --: Beam options for the listing pipeline")
     sy.set_defaults(func=cmd_sync)

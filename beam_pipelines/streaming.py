@@ -20,12 +20,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.config import Settings
 from ragsync.embedding import ModelSpec
@@ -68,6 +69,8 @@ class StreamSummary:
     chunks_deleted: int
     dead_lettered: int
     seconds: float
+    #: ``ragsync.cost.cost_report`` of the run (per 1,000 applied events).
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -316,6 +319,7 @@ def run_stream(
     from beam_pipelines.backfill import prepare_stores
 
     start = time.monotonic()
+    started_at = time.time()
     lifecycle.install_child_watch()  # parse children never outlive this process
     if lanes != "all" and lanes not in LANE_GROUPS:
         raise ConfigurationError(f"--lanes must be all or one of {', '.join(LANE_GROUPS)}, got {lanes!r}")
@@ -356,9 +360,17 @@ def run_stream(
     results = _run_all(pipelines)
     totals: dict[str, Any] = {}
     for result in results:
-        for name, value in counters_of(result, StreamSummary, seconds=0.0).items():
+        for name, value in counters_of(result, StreamSummary, seconds=0.0, cost=0).items():
             totals[name] = totals.get(name, 0) + value
     totals["seconds"] = round(time.monotonic() - start, 3)
+    totals["cost"] = record_run(
+        "stream",
+        results,
+        settings,
+        started_at=started_at,
+        documents=totals["events_applied"],
+        counters={k: v for k, v in totals.items() if k != "cost"},
+    )
     return StreamSummary(**totals)
 
 

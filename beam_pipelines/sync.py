@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from beam_pipelines.backfill import (
@@ -90,7 +90,7 @@ class SyncResult:
     source_id: str
     mode: str
     reason: str
-    listing: dict[str, int] | None
+    listing: dict[str, Any] | None
     feed: dict[str, Any] | None
     applied: dict[str, Any] | None
     seconds: float
@@ -246,7 +246,7 @@ def _read_source(
     beam_args: Sequence[str],
     show_progress: bool,
     model_spec: ModelSpec | None,
-) -> tuple[dict[str, int] | None, FeedResult | None, SyncPlan]:
+) -> tuple[dict[str, Any] | None, FeedResult | None, SyncPlan]:
     """Run the plan's reading step; returns (listing counters, feed result, the plan run)."""
     if plan.mode == SyncMode.INCREMENTAL:
         try:
@@ -284,7 +284,7 @@ def _full_listing(
     beam_args: Sequence[str],
     show_progress: bool,
     model_spec: ModelSpec | None,
-) -> dict[str, int]:
+) -> dict[str, Any]:
     if model_spec is None:
         from ragsync.index_versions import live_spec
 
@@ -404,6 +404,9 @@ class BackfillSummary:
     chunks_deleted: int
     orphans_removed: int
     seconds: float
+    #: ``ragsync.cost.cost_report`` of the listing run: CPU seconds per stage
+    #: per 1,000 documents, the embedding-cache hit rate, the Dataflow estimate.
+    cost: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -480,4 +483,5 @@ def run_backfill(
         chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
         orphans_removed=orphans,
         seconds=round(time.monotonic() - start, 3),
+        cost=listing.get("cost") or {},
     )

@@ -16,6 +16,8 @@ Swagger UI at ``/docs``), one router module each under ``control_plane.routers``
     GET  /v1/dead-letters[?source_id=&limit=]                              (dead_letters)
     POST /v1/dead-letters/{event_id}/retry   -> 202                        (dead_letters)
     GET  /healthz                            (no authentication)           (health)
+    GET  /metrics                            Prometheus text (loopback or metrics token) (metrics)
+    GET  /v1/sources/{source_id}/status      coverage, freshness, dead letters (sources)
 
 Security: every ``/v1`` and ``/internal`` request needs ``Authorization:
 Bearer <key>`` or ``X-API-Key: <key>`` (see :mod:`control_plane.keys` and
@@ -42,12 +44,20 @@ from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
 from control_plane.limits import TenantBudget
 from control_plane.middleware import BodySizeLimitMiddleware
-from control_plane.routers import backfills, dead_letters, docs, events, health, sources
+from control_plane.routers import backfills, dead_letters, docs, events, health, metrics, sources
 from control_plane.worker import Worker
 from ragsync.catalog import Catalog
 
 #: Routers in the order their paths appear in the OpenAPI document.
-ROUTERS = (health.router, sources.router, events.router, docs.router, backfills.router, dead_letters.router)
+ROUTERS = (
+    health.router,
+    sources.router,
+    events.router,
+    docs.router,
+    backfills.router,
+    dead_letters.router,
+    metrics.router,
+)
 
 
 def create_app(
@@ -60,6 +70,7 @@ def create_app(
     events_per_s: float = 200.0,
     events_burst: int = 2000,
     worker: Callable[[Catalog], Worker] | None = None,
+    metrics_token: str = "",
 ) -> FastAPI:
     """Build the control-plane app over a catalog database.
 
@@ -81,6 +92,8 @@ def create_app(
             (``control_plane.worker``) over the app's catalog; it runs in a
             thread from startup to shutdown. None: requests stay queued for a
             ``ragsync worker``.
+        metrics_token: bearer token ``GET /metrics`` requires; empty: only
+            loopback clients may scrape.
 
     Returns:
         The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
@@ -118,6 +131,7 @@ def create_app(
     app.state.allowed_locations = tuple(allowed_locations)
     app.state.event_budget = TenantBudget(rate_per_s=events_per_s, burst=events_burst)
     app.state.worker = running
+    app.state.metrics_token = metrics_token
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     install_error_handlers(app)
     for router in ROUTERS:

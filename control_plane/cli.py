@@ -133,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         events_per_s=args.events_per_s,
         events_burst=args.events_burst,
         worker=worker,
+        metrics_token=args.metrics_token or os.environ.get("RAGSYNC_METRICS_TOKEN", ""),
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
     return 0
@@ -239,6 +240,11 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "0: leave them to `ragsync worker`",
     )
     serve.add_argument("--no-schedule", action="store_true", help="no scheduled polls or daily full listings")
+    serve.add_argument(
+        "--metrics-token",
+        default="",
+        help="bearer token GET /metrics requires (also RAGSYNC_METRICS_TOKEN); none: loopback scrapes only",
+    )
     serve.set_defaults(func=cmd_serve)
 
     worker = subparsers.add_parser(

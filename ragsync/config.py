@@ -97,6 +97,10 @@ class Settings:
         embed_passage_prefix: the same for every chunk (``"passage: "``).
         model_cache_dir: where exported ONNX models are kept; empty =
             ``HOME/models``.
+        vcpu_hour_usd: price of one vCPU-hour for the cost estimate
+            (``ragsync.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
+        gpu_hour_usd: price of one GPU-hour for the cost estimate
+            (env ``RAGSYNC_GPU_HOUR_USD``).
     """
 
     home: str = field(default_factory=default_home)
@@ -131,6 +135,8 @@ class Settings:
     embed_query_prefix: str | None = None
     embed_passage_prefix: str | None = None
     model_cache_dir: str = ""
+    vcpu_hour_usd: float = 0.056
+    gpu_hour_usd: float = 0.35
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)

@@ -241,6 +241,9 @@ class ParsedDocument(JsonRecord):
         pages: number of pages (0 when the format has none).
         pages_for_review: pages that were not indexed (OCR below the bar).
         metadata: format metadata such as title or front matter.
+        cpu_s: CPU seconds the parse took in its child process, OCR
+            subprocesses included (0.0 when read back from a stored parse).
+        wall_s: wall seconds the parse took.
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("pages_for_review",)
@@ -252,6 +255,8 @@ class ParsedDocument(JsonRecord):
     pages: int = 0
     pages_for_review: tuple[int, ...] = ()
     metadata: dict[str, str] = field(default_factory=dict)
+    cpu_s: float = 0.0
+    wall_s: float = 0.0
 
 
 ParsedDocument._nested = {"doc": FetchedDocument, "elements": Element}

@@ -123,6 +123,8 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o("embed_query_prefix", str, "text put before every query, e.g. 'query: ' (default the model's prompt)"),
     _o("embed_passage_prefix", str, "text put before every chunk, e.g. 'passage: ' (default the model's)"),
     _o("model_cache_dir", str, "where exported ONNX models are kept (default home/models)"),
+    _o("vcpu_hour_usd", float, "price of one vCPU-hour for the cost estimate (default 0.056)"),
+    _o("gpu_hour_usd", float, "price of one GPU-hour for the cost estimate (default 0.35)"),
 )
 
 JOB_OPTIONS: tuple[Option, ...] = (

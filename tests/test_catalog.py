@@ -59,8 +59,10 @@ ALL_TABLES = {
     # near duplicates
     "doc_signatures",
     "doc_bands",
+    # operations
+    "pipeline_runs",
 }
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0006"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture

@@ -140,6 +140,7 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
         ("/v1/sources/{source_id}/resume", "post"),
         ("/v1/sources/{source_id}/sync", "post"),
         ("/v1/sources/{source_id}/sync/{sync_id}", "get"),
+        ("/v1/sources/{source_id}/status", "get"),
         ("/internal/events", "post"),
         ("/v1/docs/{doc_id}/status", "get"),
         ("/v1/backfills", "post"),
@@ -905,3 +906,52 @@ def test_control_plane_never_imports_beam() -> None:
             ]
     assert len(list(root.rglob("*.py"))) >= 4
     assert offenders == []
+
+
+def test_source_status_gives_coverage_and_metrics_are_served_to_loopback(api: Api) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+    from sqlalchemy import insert
+
+    from ragsync.catalog import schema
+
+    _source(api, "wiki-eng")
+    _source(api, "wiki-eng", client=api.b)  # the same id in tenant B: never mixed in
+    tenant_a = api.keys.authenticate(api.key_a)
+    rows = (
+        [("indexed", None)] * 995 + [("dead_letter", "corrupt")] * 3 + [("dead_letter", "no_permissions")] * 7
+    )
+    rows += [("deleted", None)] * 4
+    docs = [
+        {"doc_id": f"a{i}", "source_id": "wiki-eng", "tenant_id": tenant_a, "status": s, "error_class": e,
+         "updated_at": 1.0}
+        for i, (s, e) in enumerate(rows)
+    ]  # fmt: skip
+    docs.append({"doc_id": "b0", "source_id": "wiki-eng", "tenant_id": "tenant-b", "status": "dead_letter",
+                 "error_class": "corrupt", "updated_at": 1.0})  # fmt: skip
+    with api.catalog.engine.begin() as conn:
+        conn.execute(insert(schema.documents), docs)
+    r = api.a.get("/v1/sources/wiki-eng/status")
+    assert r.status_code == 200, r.text
+    cov = r.json()["coverage"]
+    assert (cov["seen"], cov["indexed"], cov["excluded"], cov["not_indexed"]) == (
+        1005,
+        995,
+        {"no_permissions": 7},
+        {"corrupt": 3},
+    )
+    assert cov["coverage"] == round(995 / 998, 6) and cov["meets_target"] is True and cov["target"] == 0.995
+    assert r.json()["source"]["source_id"] == "wiki-eng"
+    assert api.b.get("/v1/sources/wiki-eng/status").json()["coverage"]["not_indexed"] == {"corrupt": 1}
+    assert api.a.get("/v1/sources/nope/status").status_code == 404
+    # /metrics: loopback without a token (this client is on 127.0.0.1), no API key needed.
+    m = httpx.get(api.base_url + "/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for f in text_string_to_metric_families(m.text)
+        for s in f.samples
+    }
+    assert samples[("ragsync_documents", (("state", "indexed"),))] == 995
+    key = ("ragsync_coverage_ratio", (("source_id", "wiki-eng"), ("tenant_id", tenant_a)))
+    assert samples[key] == pytest.approx(995 / 998, abs=1e-6)
+    assert not [k for k in samples if k[0] == "ragsync_dead_letters"]  # no dead-letter rows were written

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ragsync.catalog.queue import lane_of_op
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
 from transforms.common import CatalogDoFn, CatalogStep, counter
 
@@ -20,7 +21,8 @@ class Outcome:
         source_id: its source.
         tenant_id: its tenant.
         op: upsert, delete or acl.
-        lane: fast or slow (the lane its document took; fast for metadata).
+        lane: fast or slow (the lane its document took); priority for
+            deletes and permission changes.
         event_time: when the change happened (epoch seconds).
         state: done, stale or duplicate.
     """
@@ -51,7 +53,9 @@ def outcome_of(record: Any, state: str = "done") -> Outcome:
         )
     if isinstance(record, QueuedEvent):
         e = record.event
-        return Outcome(e.event_id, e.source_id, record.tenant_id, e.op, Lane.FAST.value, e.event_time, state)
+        # Deletes and permission changes are served by the queue's priority
+        # lane (``ragsync.catalog.queue.lane_of_op``): their freshness is that lane's.
+        return Outcome(e.event_id, e.source_id, record.tenant_id, e.op, lane_of_op(e.op), e.event_time, state)
     raise TypeError(f"no outcome for {type(record).__name__}")
 
 

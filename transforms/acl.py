@@ -10,7 +10,7 @@ import apache_beam as beam
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import ToDeadLetters, counter
+from transforms.common import StageMetrics, ToDeadLetters, counter
 from transforms.copies import CopiesDoFn, sync_copies
 
 
@@ -48,6 +48,7 @@ class _AclFnBase(CopiesDoFn):
     def setup(self) -> None:
         super().setup()
         self._count = counter("documents_acl_updated")
+        self._stage = StageMetrics("acl")
 
 
 class AclStep(_AclFnBase):
@@ -60,6 +61,9 @@ class _ApplyAclFn(_AclFnBase):
     """FetchedDocument with unchanged bytes and new permissions -> doc id."""
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
+        yield from self._stage.run(self._apply, doc)
+
+    def _apply(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         apply_document_acl(self, doc.doc_id, doc.source.tenant_id, doc.acl_id)
         self._count.inc()
         yield doc
@@ -70,6 +74,9 @@ class _ApplyAclEventFn(_AclFnBase):
     may read the document (fail closed): its chunks get an ACL no user holds."""
 
     def process(self, qe: QueuedEvent) -> Iterator[QueuedEvent]:
+        yield from self._stage.run(self._apply, qe)
+
+    def _apply(self, qe: QueuedEvent) -> Iterator[QueuedEvent]:
         groups, deny = list(qe.event.acl_groups), list(qe.event.deny_groups)
         acl_id = ids.acl_id(qe.tenant_id, groups, deny)
         self._catalog.upsert_acl(acl_id, qe.tenant_id, groups, deny)

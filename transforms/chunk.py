@@ -13,7 +13,7 @@ from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
 
 
 class _ChunkAndDiffFn(CatalogDoFn):
@@ -35,6 +35,7 @@ class _ChunkAndDiffFn(CatalogDoFn):
         self._new = counter("chunks_new")
         self._kept = counter("chunks_kept")
         self._boilerplate = counter("chunks_boilerplate")
+        self._stage = StageMetrics("chunk")
 
     def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
         """Chunks whose text hash is already in ``boilerplate_min_docs`` other
@@ -48,6 +49,9 @@ class _ChunkAndDiffFn(CatalogDoFn):
         return kept
 
     def process(self, parsed: ParsedDocument) -> Iterator[Any]:
+        yield from self._stage.run(self._chunk, parsed)
+
+    def _chunk(self, parsed: ParsedDocument) -> Iterator[Any]:
         doc = parsed.doc
         acl_ids = doc.chunk_acl_ids
         chunks = chunk_elements(

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import apache_beam as beam
@@ -33,6 +33,104 @@ _TRACEBACK_CHARS = 4000
 def counter(name: str) -> Any:
     """A counter in the ragsync namespace (exact in batch runs)."""
     return Metrics.counter(NAMESPACE, name)
+
+
+#: Namespace of the per-stage metrics (``StageMetrics``): on Dataflow they
+#: appear as job metrics ``ragsync_stage/<stage>_elements`` and so on.
+STAGE_NAMESPACE = "ragsync_stage"
+
+#: The stages that report ``StageMetrics``, in pipeline order.
+STAGES = (
+    "list",
+    "resolve",
+    "gate",
+    "fetch",
+    "detect",
+    "route",
+    "parse",
+    "chunk",
+    "embed",
+    "write",
+    "acl",
+    "delete",
+)
+
+
+class StageMetrics:
+    """Beam metrics of one stage: ``<stage>_elements`` (counter),
+    ``<stage>_cpu_us`` (counter: CPU microseconds of the thread doing the
+    work, or of the process where noted), ``<stage>_latency_us``
+    (distribution: wall microseconds per element or batch); errors are
+    counted by :class:`ToDeadLetters` as ``<stage>_errors``.
+
+    Create in ``DoFn.setup()`` (metric objects are cheap handles; the values
+    live in the runner).
+    """
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+        self._elements = Metrics.counter(STAGE_NAMESPACE, f"{stage}_elements")
+        self._cpu = Metrics.counter(STAGE_NAMESPACE, f"{stage}_cpu_us")
+        self._latency = Metrics.distribution(STAGE_NAMESPACE, f"{stage}_latency_us")
+
+    def record(self, *, elements: int, cpu_s: float, wall_s: float) -> None:
+        """Count ``elements`` that took ``cpu_s`` CPU and ``wall_s`` wall seconds."""
+        self._elements.inc(elements)
+        self._cpu.inc(int(round(cpu_s * 1e6)))
+        self._latency.update(int(round(wall_s * 1e6)))
+
+    def run(self, fn: Any, *args: Any, elements: int = 1, process_cpu: bool = False) -> list[Any]:
+        """Call ``fn(*args)``, drain what it yields into a list, and record it.
+
+        The outputs are returned, not yielded, so the time of downstream
+        steps fused after this one is not counted here. ``process_cpu``
+        counts the whole process's CPU (steps whose library runs its own
+        threads, e.g. the model); otherwise the calling thread's. Nothing is
+        recorded when ``fn`` raises (the dead letter counts the error).
+        """
+        cpu_clock = time.process_time if process_cpu else time.thread_time
+        wall0, cpu0 = time.perf_counter(), cpu_clock()
+        out = list(fn(*args))
+        self.record(elements=elements, cpu_s=cpu_clock() - cpu0, wall_s=time.perf_counter() - wall0)
+        return out
+
+
+def stage_metrics_of(result: Any) -> dict[str, dict[str, float]]:
+    """Per-stage figures of a finished pipeline: ``{stage: {"elements",
+    "errors", "cpu_us", "latency_us_sum", "latency_us_count", "latency_us_max"}}``
+    for every stage that reported anything."""
+    from apache_beam.metrics.metric import MetricsFilter
+
+    found = result.metrics().query(MetricsFilter().with_namespace(STAGE_NAMESPACE))
+    out: dict[str, dict[str, float]] = {}
+
+    def slot(name: str) -> tuple[dict[str, float], str]:
+        stage, _, kind = name.partition("_")
+        entry = out.setdefault(
+            stage,
+            {
+                "elements": 0,
+                "errors": 0,
+                "cpu_us": 0,
+                "latency_us_sum": 0,
+                "latency_us_count": 0,
+                "latency_us_max": 0,
+            },
+        )
+        return entry, kind
+
+    for c in found["counters"]:
+        entry, kind = slot(c.key.metric.name)
+        if kind in ("elements", "errors", "cpu_us"):
+            entry[kind] += int(c.committed or c.attempted or 0)
+    for d in found["distributions"]:
+        entry, _ = slot(d.key.metric.name)
+        value = d.committed or d.attempted
+        if value is not None and value.count:
+            entry["latency_us_sum"] += value.sum
+            entry["latency_us_count"] += value.count
+            entry["latency_us_max"] = max(entry["latency_us_max"], value.max)
+    return out
 
 
 def counter_value(result: Any, name: str) -> int:
@@ -235,8 +333,22 @@ class ToDeadLetters(beam.PTransform):
         self.stage = stage
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
-        stage = self.stage
-        return pcoll | "ToDeadLetter" >> beam.FlatMap(lambda bad: dead_letters_from_beam(stage, bad))
+        return pcoll | "ToDeadLetter" >> beam.ParDo(_ToDeadLettersFn(self.stage))
+
+
+class _ToDeadLettersFn(beam.DoFn):
+    """Beam's failure record -> DeadLetters, counting ``<stage>_errors``."""
+
+    def __init__(self, stage: str) -> None:
+        self.stage = stage
+
+    def setup(self) -> None:
+        self._errors = Metrics.counter(STAGE_NAMESPACE, f"{self.stage}_errors")
+
+    def process(self, bad: tuple[Any, tuple[Any, str, list[str]]]) -> Iterator[DeadLetter]:
+        letters = dead_letters_from_beam(self.stage, bad)
+        self._errors.inc(len(letters))
+        yield from letters
 
 
 class CatalogDoFn(beam.DoFn):

@@ -11,7 +11,7 @@ from ragsync.config import Settings
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import ToDeadLetters, counter
+from transforms.common import StageMetrics, ToDeadLetters, counter
 from transforms.copies import CopiesDoFn, sync_copies
 from transforms.io import delete_if_exists
 
@@ -32,8 +32,12 @@ class _DeleteFn(CopiesDoFn):
         super().setup()
         self._deleted = counter("chunks_deleted")
         self._docs = counter("documents_deleted")
+        self._stage = StageMetrics("delete")
 
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
+        yield from self._stage.run(self._delete, qe)
+
+    def _delete(self, qe: QueuedEvent) -> Iterator[Any]:
         cat = self._catalog
         doc = cat.get_document(qe.doc_id)
         cat.put_tombstone(

@@ -35,7 +35,7 @@ from ragsync.config import Settings
 from ragsync.embedding import ModelSpec, choose_device, cuda_available
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
-from transforms.common import CatalogDoFn, Progress, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
 
 #: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256
@@ -126,7 +126,12 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
     ) -> Iterable[PredictionResult]:
         texts = [text for item in batch for _, _, text in item.misses]
         # An all-cached batch never touches (or loads) the model.
-        results = encode_isolating_failures(model, texts) if texts else []
+        results: list[Any] = []
+        if texts:
+            # The model runs its own threads: count the process's CPU.
+            results = StageMetrics("embed").run(
+                encode_isolating_failures, model, texts, elements=len(texts), process_cpu=True
+            )
         out: list[PredictionResult] = []
         start = 0
         for item in batch:

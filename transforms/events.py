@@ -41,7 +41,7 @@ from ragsync.decisions import (
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
-from transforms.common import CatalogDoFn, CatalogStep, counter
+from transforms.common import CatalogDoFn, CatalogStep, StageMetrics, counter
 
 _log = logging.getLogger("ragsync.gate")
 
@@ -269,8 +269,12 @@ class _ResolveFn(CatalogDoFn):
     def setup(self) -> None:
         super().setup()
         self._sources: dict[tuple[str, str], tuple[str, str, str] | None] = {}
+        self._stage = StageMetrics("resolve")
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
+        yield from self._stage.run(self._resolve, row)
+
+    def _resolve(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
         # The tenant: the queue row's (set when it was queued), else the
         # message's own, else the source's only owner.
@@ -369,6 +373,7 @@ class _GateFn(CatalogDoFn):
         super().setup()
         self._stale = counter("events_stale")
         self._duplicate = counter("events_duplicate")
+        self._stage = StageMetrics("gate")
 
     def process(
         self,
@@ -376,6 +381,9 @@ class _GateFn(CatalogDoFn):
         content_state: Any = beam.DoFn.StateParam(CONTENT),
         acl_state: Any = beam.DoFn.StateParam(PERMS),
     ) -> Iterator[Any]:
+        yield from self._stage.run(self._gate, keyed, content_state, acl_state)
+
+    def _gate(self, keyed: tuple[str, QueuedEvent], content_state: Any, acl_state: Any) -> Iterator[Any]:
         doc_id, qe = keyed
         ev = qe.event
         stamp = event_stamp(qe)

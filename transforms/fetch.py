@@ -34,7 +34,7 @@ from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.acl import apply_document_acl
-from transforms.common import CatalogDoFn, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.events import held_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
 
@@ -64,6 +64,7 @@ class _FetchFn(CatalogDoFn):
         self._seen = counter("documents_seen")
         self._unchanged = counter("documents_unchanged")
         self._bytes = counter("bytes_fetched")
+        self._stage = StageMetrics("fetch")
         self._connectors: dict[tuple[str, str], Connector] = {}
         self._acl_step: Any = None
         self._domains: dict[tuple[str, str], str] = {}
@@ -108,6 +109,9 @@ class _FetchFn(CatalogDoFn):
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
+        yield from self._stage.run(self._fetch, item)
+
+    def _fetch(self, item: SourceFile) -> Iterator[Any]:
         self._seen.inc()
         doc_id = ids.doc_id(item.tenant_id, item.source_id, item.source_object_id)
         if not item.version_domain:

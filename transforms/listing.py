@@ -35,7 +35,7 @@ from ragsync.config import Settings
 from ragsync.decisions import ListingVerdict, listing_verdict
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
-from transforms.common import CatalogDoFn, counter
+from transforms.common import CatalogDoFn, StageMetrics, counter
 from transforms.io import BeamFileSystem
 
 DEFAULT_LISTING_TIMEOUT_S = 6 * 3600.0
@@ -73,6 +73,7 @@ class _ListShardFn(beam.DoFn):
     def setup(self) -> None:
         self._connector = connector_for(self.spec, self.settings)
         self._listed = counter("documents_listed")
+        self._stage = StageMetrics("list")
 
     def teardown(self) -> None:
         if self._connector is not None:
@@ -88,6 +89,7 @@ class _ListShardFn(beam.DoFn):
         # from its ACL sidecar).
         listed_at = time.time()
         current = bool(getattr(self._connector, "permissions_current", True))
+        cpu0, n = time.thread_time(), 0
         for n, item in enumerate(self._connector.list_shard(shard), start=1):
             self._listed.inc()
             if not item.observed_at or (current and not item.acl_observed_at):
@@ -107,6 +109,8 @@ class _ListShardFn(beam.DoFn):
                 last = now
                 rate = n / max(now - started, 1e-6)
                 print(f"[list] {n} objects {rate:.0f}/s (shard {shard or '-'})", file=sys.stderr, flush=True)
+        # One latency sample per shard (its records are streamed on as they come).
+        self._stage.record(elements=n, cpu_s=time.thread_time() - cpu0, wall_s=time.monotonic() - started)
 
 
 class ListSource(beam.PTransform):

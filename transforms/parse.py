@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import resource
+import time
 from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
@@ -14,14 +15,21 @@ from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, parse
-from transforms.common import CatalogDoFn, ToDeadLetters, counter
+from ragsync.stores.tantivy_index import release_inherited_index_locks
+from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
 
 
 class _DetectFn(beam.DoFn):
     """FetchedDocument -> the same with ``mime`` and ``lane``, tagged by lane."""
 
+    def setup(self) -> None:
+        self._stage = StageMetrics("detect")
+
     def process(self, doc: FetchedDocument) -> Iterator[Any]:
+        yield from self._stage.run(self._detect, doc)
+
+    def _detect(self, doc: FetchedDocument) -> Iterator[Any]:
         data = read_bytes(doc.raw_uri)
         mime = detect_mime(data, os.path.basename(doc.source.source_object_id))
         lane = choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime))
@@ -85,6 +93,9 @@ class _ParseFn(CatalogDoFn):
 
     def setup(self) -> None:
         _die_with_parent()
+        # Also done at fork (ragsync.stores.tantivy_index registers it); again
+        # here in case this worker was forked before any writer was opened.
+        release_inherited_index_locks()
         # Runs inside the isolated child: cap its heap so a decompression
         # bomb ends as a MemoryError (a dead letter), not an out-of-memory
         # kill of the whole pipeline. RLIMIT_DATA, not RLIMIT_AS: Tika's
@@ -95,6 +106,14 @@ class _ParseFn(CatalogDoFn):
         super().setup()
 
     def process(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
+        # Beam metrics do not leave the isolated child process: the parse
+        # reports its own CPU and wall time on the record, and
+        # ``_CountParsedFn`` in the parent records them.
+        wall0, usage0 = time.perf_counter(), _cpu_s()
+        for parsed in self._parse(doc):
+            yield replace(parsed, cpu_s=_cpu_s() - usage0, wall_s=time.perf_counter() - wall0)
+
+    def _parse(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
         cat = self._catalog
         stored = cat.get_parsed(doc.content_hash, PARSER_VERSION)
         if stored is not None:
@@ -124,7 +143,12 @@ class _ParseFn(CatalogDoFn):
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
         cat.put_parsed(
-            doc.content_hash, PARSER_VERSION, uri, result.pages, list(result.pages_for_review), None
+            doc.content_hash,
+            PARSER_VERSION,
+            uri,
+            result.pages,
+            list(result.pages_for_review),
+            result.ocr_confidence,
         )
         yield ParsedDocument(
             doc=doc,
@@ -160,6 +184,25 @@ class ParseDocuments(beam.PTransform):
             use_subprocess=True, timeout=timeout
         )
         return {
-            "parsed": parsed["good"],
+            "parsed": parsed["good"] | "CountParsed" >> beam.ParDo(_CountParsedFn()),
             "dead": parsed["bad"] | "ParseDeadLetters" >> ToDeadLetters("parse"),
         }
+
+
+def _cpu_s() -> float:
+    """CPU seconds of this process and its finished children (Tesseract runs as one)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+
+
+class _CountParsedFn(beam.DoFn):
+    """ParsedDocument -> itself, recording the parse stage's metrics from the
+    CPU and wall time the child measured."""
+
+    def setup(self) -> None:
+        self._stage = StageMetrics("parse")
+
+    def process(self, parsed: ParsedDocument) -> Iterator[ParsedDocument]:
+        self._stage.record(elements=1, cpu_s=parsed.cpu_s, wall_s=parsed.wall_s)
+        yield parsed

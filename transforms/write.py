@@ -22,6 +22,7 @@ from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_fie
 from transforms.common import (
     CatalogDoFn,
     Progress,
+    StageMetrics,
     ToDeadLetters,
     counter,
 )
@@ -55,6 +56,7 @@ class _WriteFn(CopiesDoFn):
         self._written = counter("chunks_written")
         self._deleted = counter("chunks_deleted")
         self._stale = counter("events_stale")
+        self._stage = StageMetrics("write")
         self._progress = Progress("write", "docs", self.total, enabled=self.show_progress)
         self._docs_written = 0
         # Fault injection for crash and signal tests:
@@ -70,6 +72,9 @@ class _WriteFn(CopiesDoFn):
         self._flips = 0
 
     def process(self, embedded: EmbeddedPlan) -> Iterator[Any]:
+        yield from self._stage.run(self._write_one, embedded)
+
+    def _write_one(self, embedded: EmbeddedPlan) -> Iterator[Any]:
         plan = embedded.plan
         if self._superseded(plan):
             # A newer version of this document was accepted (or it was

@@ -3,6 +3,7 @@
     POST /v1/sources                               -> 201 source
     GET  /v1/sources                               -> the caller's sources
     GET  /v1/sources/{source_id}                   -> one source, paused or not and why
+    GET  /v1/sources/{source_id}/status            -> coverage (target 99.5%) and why the rest is not indexed
     POST /v1/sources/{source_id}/resume            -> the source, resumed
     POST /v1/sources/{source_id}/sync              -> 202 sync run (queued)
     GET  /v1/sources/{source_id}/sync/{sync_id}    -> queued | running | succeeded | failed,
@@ -246,6 +247,48 @@ def _own_source(source_id: str, tenant_id: str, catalog: Any) -> SourceState:
 def get_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
     """One of the caller's sources: ``paused`` with ``pause_reason`` when it is."""
     return _source_out(_own_source(source_id, tenant_id, catalog))
+
+
+class CoverageOut(BaseModel):
+    """Coverage of a source: indexed / (seen - excluded by rule) (``ragsync.coverage``)."""
+
+    seen: int
+    indexed: int
+    excluded: dict[str, int] = Field(description="documents excluded by a rule, by dead-letter class")
+    not_indexed: dict[str, int] = Field(description="the rest, by dead-letter class or 'pending'")
+    coverage: float
+    target: float
+    meets_target: bool
+
+
+class SourceStatusOut(BaseModel):
+    """``GET /v1/sources/{source_id}/status``."""
+
+    source: SourceOut
+    coverage: CoverageOut
+
+
+@router.get(
+    "/v1/sources/{source_id}/status", response_model=SourceStatusOut, tags=["sources"], responses=ERRORS
+)
+def source_status(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceStatusOut:
+    """One of the caller's sources with its coverage against the 99.5% target
+    and the dead-letter reasons for the documents not indexed."""
+    from ragsync.coverage import COVERAGE_TARGET, coverage_by_source
+
+    state = _own_source(source_id, tenant_id, catalog)
+    rows = coverage_by_source(catalog.document_outcomes(tenant_id=tenant_id, source_id=state.source_id))
+    found: dict[str, Any] = rows[0] if rows else {}
+    coverage = CoverageOut(
+        seen=found.get("seen", 0),
+        indexed=found.get("indexed", 0),
+        excluded=found.get("excluded", {}),
+        not_indexed=found.get("not_indexed", {}),
+        coverage=found.get("coverage", 1.0),
+        target=found.get("target", COVERAGE_TARGET),
+        meets_target=found.get("meets_target", True),
+    )
+    return SourceStatusOut(source=_source_out(state), coverage=coverage)
 
 
 @router.post("/v1/sources/{source_id}/resume", response_model=SourceOut, tags=["sources"], responses=ERRORS)

@@ -15,7 +15,8 @@ combines one repository per concern, so call sites read
   backfills;
 * :mod:`~ragsync.catalog.syncs` -- source sync state (cursor, pause,
   failures) and sync runs;
-* :mod:`~ragsync.catalog.index_versions` -- the index-version registry.
+* :mod:`~ragsync.catalog.index_versions` -- the index-version registry;
+* :mod:`~ragsync.catalog.runs` -- pipeline runs and per-source outcomes.
 
 Every write method is idempotent (an upsert keyed by the row's identity, or
 an update/delete that gives the same end state when repeated) unless its
@@ -41,6 +42,7 @@ from ragsync.catalog.documents import DocumentsRepository
 from ragsync.catalog.index_versions import IndexVersionsRepository
 from ragsync.catalog.migrations import migrate
 from ragsync.catalog.queue import QueueRepository
+from ragsync.catalog.runs import RunsRepository
 from ragsync.catalog.sources import SourcesRepository
 from ragsync.catalog.syncs import SyncsRepository
 
@@ -53,6 +55,7 @@ class Catalog(
     SourcesRepository,
     SyncsRepository,
     IndexVersionsRepository,
+    RunsRepository,
 ):
     """Typed access to every catalog table.
 

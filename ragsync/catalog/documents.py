@@ -501,10 +501,27 @@ class DocumentsRepository(Repository):
         return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
 
     def set_document_acl(self, doc_id: str, acl_id: str) -> None:
-        """Record the ACL id a document's permissions now map to."""
+        """Record the ACL id a document's permissions now map to.
+
+        A document that was dead-lettered while an earlier attempt at this
+        change failed (a store refused the write) is ``indexed`` again once
+        the change is applied, when its live version is its current content;
+        a document whose newer content failed stays a dead letter.
+        """
         t = schema.documents
+        recovered = and_(
+            t.c.status == "dead_letter",
+            t.c.content_hash.is_not(None),
+            t.c.indexed_version.like(t.c.content_hash.concat("@%")),
+        )
+        values = {
+            "acl_id": acl_id,
+            "updated_at": _now(),
+            "status": case((recovered, STATUS_INDEXED), else_=t.c.status),
+            "error_class": case((recovered, None), else_=t.c.error_class),
+        }
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.doc_id == doc_id).values(acl_id=acl_id, updated_at=_now()))
+            conn.execute(update(t).where(t.c.doc_id == doc_id).values(**values))
 
     def content_in_use(self, content_hash: str, exclude_doc_id: str) -> bool:
         """True when another live document has these bytes (keep the raw copy)."""

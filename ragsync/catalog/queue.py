@@ -168,7 +168,8 @@ class QueueRepository(Repository):
         n = 0
         with self._engine.begin() as conn:
             for batch in _batches(list(dict.fromkeys(keys)), 200):
-                n += conn.execute(update(t).where(self._keyed(t, batch)).values(state=state)).rowcount
+                stmt = update(t).where(self._keyed(t, batch)).values(state=state, finished_at=_now())
+                n += conn.execute(stmt).rowcount
         return n
 
     def retry_event_later(self, key: EventKey, delay_s: float, *, max_attempts: int = 5) -> str:
@@ -186,6 +187,8 @@ class QueueRepository(Repository):
             attempts = int(row[0]) + 1
             state = "dead" if attempts >= max_attempts else "pending"
             values = {"attempts": attempts, "state": state, "available_at": _now() + delay_s}
+            if state == "dead":
+                values["finished_at"] = _now()
             conn.execute(update(t).where(where).values(**values))
         return state
 
@@ -197,7 +200,7 @@ class QueueRepository(Repository):
             stmt = (
                 update(t)
                 .where(self._keyed(t, [(tenant_id, event_id)]))
-                .values(state="pending", attempts=0, deliveries=0, available_at=_now())
+                .values(state="pending", attempts=0, deliveries=0, available_at=_now(), finished_at=None)
             )
             return conn.execute(stmt).rowcount == 1
 
@@ -254,19 +257,41 @@ class QueueRepository(Repository):
         return alive
 
     def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
-        """Queue depth by state and lane, and the age of the oldest pending event."""
+        """Queue depth by state and lane, and the age of the oldest pending
+        event (overall and per lane in ``oldest_pending_age_s_by_lane``)."""
         t = schema.events
         ts = _now() if now is None else now
         by_state = self._count_by(t.c.state)
         by_lane = self._count_by(t.c.lane, t.c.state == "pending")
+        query = select(t.c.lane, func.min(t.c.enqueued_at)).where(t.c.state == "pending").group_by(t.c.lane)
         with self._read_engine.connect() as conn:
-            oldest = conn.execute(select(func.min(t.c.enqueued_at)).where(t.c.state == "pending")).scalar()
+            oldest_by_lane = {str(lane): float(at) for lane, at in conn.execute(query).all()}
+        oldest = min(oldest_by_lane.values()) if oldest_by_lane else None
         return {
             "by_state": by_state,
             "by_lane": by_lane,
             "depth": by_state.get("pending", 0),
-            "oldest_pending_age_s": round(ts - float(oldest), 3) if oldest is not None else 0.0,
+            "oldest_pending_age_s": round(ts - oldest, 3) if oldest is not None else 0.0,
+            "oldest_pending_age_s_by_lane": {
+                lane: round(ts - at, 3) for lane, at in sorted(oldest_by_lane.items())
+            },
         }
+
+    def queue_intervals(self, *, since: float = 0.0) -> list[tuple[str, float, float | None]]:
+        """``(lane, enqueued_at, finished_at)`` of every event still pending or
+        finished at or after ``since`` (``finished_at`` None: still pending;
+        events finished before revision 0005 have none and are left out
+        unless pending): the queue's depth at an instant ``t`` is the number
+        of intervals with ``enqueued_at <= t < finished_at``."""
+        t = schema.events
+        query = select(t.c.lane, t.c.enqueued_at, t.c.finished_at).where(
+            or_(t.c.state == "pending", t.c.finished_at >= since)
+        )
+        with self._read_engine.connect() as conn:
+            return [
+                (str(lane), float(enq), None if fin is None else float(fin))
+                for lane, enq, fin in conn.execute(query).all()
+            ]
 
     def latest_event(self, tenant_id: str, source_id: str, source_object_id: str) -> dict[str, Any] | None:
         """The most recently queued event of one object of a tenant's source
@@ -344,7 +369,7 @@ class QueueRepository(Repository):
             claimed = [r for r in rows if int(r.get("deliveries") or 0) < max_deliveries]
             if looped:
                 dead = [(r["tenant_id"], r["event_id"]) for r in looped]
-                conn.execute(update(t).where(self._keyed(t, dead)).values(state="dead"))
+                conn.execute(update(t).where(self._keyed(t, dead)).values(state="dead", finished_at=ts))
             for batch in _batches([(r["tenant_id"], r["event_id"]) for r in claimed], 200):
                 conn.execute(
                     update(t)
@@ -509,6 +534,21 @@ class QueueRepository(Repository):
             return
         with self._engine.begin() as conn:
             self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["tenant_id", "event_id"], None)
+
+    def freshness_series(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
+        """``(lane, source_id, applied_at, applied_at - event_time)`` of the
+        events applied at or after ``since``, oldest first (for plots)."""
+        t = schema.freshness
+        query = (
+            select(t.c.lane, t.c.source_id, t.c.applied_at, t.c.event_time)
+            .where(t.c.applied_at >= since)
+            .order_by(t.c.applied_at)
+        )
+        with self._read_engine.connect() as conn:
+            return [
+                (str(lane), str(sid), float(at), max(0.0, float(at) - float(et)))
+                for lane, sid, at, et in conn.execute(query).all()
+            ]
 
     def freshness_rows(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
         """``(event_id, op, event_time, applied_at)`` of the events applied at or after ``since``."""

@@ -203,6 +203,9 @@ events = Table(
     Column("deliveries", Integer, nullable=False, default=0),
     # Revision 0006: why the event was dropped (a stale one names both versions).
     Column("note", Text, nullable=True),
+    # Revision 0005: when the event was acknowledged (done, stale, duplicate
+    # or dead); the queue's depth at a past instant is counted from it.
+    Column("finished_at", Double, nullable=True),
     Index("ix_events_state_available", "state", "available_at"),
     Index("ix_events_lane_state", "lane", "state", "available_at"),
     Index("ix_events_doc", "doc_id"),
@@ -396,4 +399,22 @@ doc_bands = Table(
     Column("tenant_id", String(_ID), primary_key=True),
     Column("band_key", String(64), primary_key=True),
     Column("doc_id", String(_ID), primary_key=True),
+)
+
+# ---------------------------------------------------------------- operations
+
+# One row per pipeline run (backfill, sync, stream; revision 0005): its
+# counters as JSON (``ragsync.runstats``), for cost figures and /metrics.
+pipeline_runs = Table(
+    "pipeline_runs",
+    metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),  # listing (backfill, full sync) | stream
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_id", String(_ID), nullable=False),
+    Column("started_at", Double, nullable=False),
+    Column("finished_at", Double, nullable=False),
+    Column("documents", BigInteger, nullable=False),
+    Column("counters", Text, nullable=False),  # JSON object
+    Index("ix_pipeline_runs_finished", "finished_at"),
 )

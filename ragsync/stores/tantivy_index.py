@@ -39,6 +39,55 @@ def _path_lock(path: str) -> threading.Lock:
         return _PATH_LOCKS.setdefault(str(Path(path).resolve()), threading.Lock())
 
 
+_FORK_GUARD = {"registered": False}
+
+
+def release_inherited_index_locks() -> int:
+    """In a forked child: drop this process's references to tantivy's lock files.
+
+    tantivy locks an index with ``flock``, which belongs to the open file. A
+    child forked while any thread of its parent held a writer (the stream
+    runs its lane pipelines as threads; Beam forks an isolated parse worker
+    whenever a bundle needs one, even for a bundle with nothing to parse)
+    would keep the index locked after the parent let go, for as long as the
+    child lives, and every later write would fail ``LockBusy``. Each such
+    descriptor is pointed at ``/dev/null`` instead (``dup2``, so the number
+    stays taken and nothing else can reuse it). Returns how many (Linux; 0
+    elsewhere).
+    """
+    import os
+
+    try:
+        fds = os.listdir("/proc/self/fd")
+    except OSError:  # pragma: no cover - not Linux
+        return 0
+    released = 0
+    null = os.open(os.devnull, os.O_RDONLY)
+    try:
+        for name in fds:
+            try:
+                base = os.path.basename(os.readlink(f"/proc/self/fd/{name}"))
+            except OSError:
+                continue
+            if base.startswith(".tantivy-") and base.endswith(".lock") and int(name) != null:
+                with contextlib.suppress(OSError):
+                    os.dup2(null, int(name))
+                    released += 1
+    finally:
+        os.close(null)
+    return released
+
+
+def _guard_forks() -> None:
+    """Once per process: every child forked from now on releases the locks."""
+    import os
+
+    with _PATH_LOCKS_GUARD:
+        if not _FORK_GUARD["registered"] and hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=release_inherited_index_locks)
+            _FORK_GUARD["registered"] = True
+
+
 WRITER_HEAP_BYTES = 50_000_000
 """Writer memory budget; tantivy needs at least 15 MB per thread."""
 
@@ -122,6 +171,7 @@ class TantivyKeywordIndex:
     def _get_writer(self) -> Any:
         self._require_open()
         if self._writer is None:
+            _guard_forks()
             try:
                 self._writer = self._index.writer(WRITER_HEAP_BYTES, WRITER_THREADS)
             except ValueError as exc:

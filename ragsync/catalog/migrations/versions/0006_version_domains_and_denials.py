@@ -12,7 +12,7 @@
   groups an ACL explicitly denies (NTFS/SharePoint-style).
 
 Revision ID: 0006
-Revises: 0004 (re-chain after ``0005`` when branches merge)
+Revises: 0005
 Create Date: 2026-12-03
 """
 
@@ -24,7 +24,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0006"
-down_revision: str | Sequence[str] | None = "0004"
+down_revision: str | Sequence[str] | None = "0005"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
