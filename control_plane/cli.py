@@ -141,9 +141,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 def _settings(args: argparse.Namespace) -> Any:
     """Settings from the flags, ``RAGSYNC_*`` variables and defaults (``ragsync.options``)."""
-    from beam_pipelines.cli import settings_from_args
+    from ragsync.options import option_values, setting_names, settings_from
 
-    settings = settings_from_args(args)
+    flags = {name: getattr(args, name, None) for name in setting_names()}
+    settings = settings_from(option_values(flags, None))
     if settings.catalog_url.startswith("sqlite"):
         settings.ensure_home()
     return settings

@@ -528,9 +528,10 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
         ),
         source_id="wiki-eng",
     )
+    # The update failed: the last good version stays searchable, its status says stale.
     body = api.a.get(f"/v1/docs/{internal}/status").json()
     assert (body["stage"], body["error"]) == (
-        "dead_letter",
+        "stale",
         {"error_class": "corrupt", "message": "not a valid HTML file"},
     )
     for path, params in (
@@ -622,6 +623,8 @@ def _dead_letters(api: Api) -> tuple[str, int]:
             error_class="corrupt",
             message="no PDF header",
             tenant_id="tenant-a",
+            # A backfill file's dead letter carries the listed file.
+            payload=json.dumps({"source_object_id": "broken.pdf", "uri": "/corpus/broken.pdf"}),
         ),
         source_id="wiki-eng",
     )

@@ -120,8 +120,10 @@ def test_backend_setting_from_env_flag_and_validation(
     monkeypatch.setenv("RAGSYNC_EMBED_BACKEND", "tensorrt")
     with pytest.raises(ConfigurationError, match="embed_backend must be one of torch, onnx, onnx-int8"):
         Settings(home=str(tmp_path))
-    with pytest.raises(SystemExit):
-        build_parser().parse_args(["status", "--embed-backend", "tensorrt"])
+    monkeypatch.delenv("RAGSYNC_EMBED_BACKEND")
+    args = build_parser().parse_args(["status", "--home", str(tmp_path), "--embed-backend", "tensorrt"])
+    with pytest.raises(ConfigurationError, match="embed_backend must be one of"):
+        settings_from_args(args)
 
 
 # ------------------------------------------------------------------ any model

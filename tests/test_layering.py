@@ -107,6 +107,10 @@ def test_sql_check_detects_a_violation(tmp_path: Path) -> None:
 KNOWN_CIRCLES = {
     frozenset({"ragsync.parsing.ocr", "ragsync.parsing.pdf"}),
     frozenset({"ragsync.parsing", "ragsync.parsing.email"}),
+    # The ONNX backend subclasses the embedding base and checks itself against
+    # torch; ``model_for`` loads it lazily. To break: move the base types to a
+    # module of their own (issue 15 follow-up).
+    frozenset({"ragsync.embedding", "ragsync.embedding_onnx"}),
 }
 
 
