@@ -9,4 +9,22 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy ragsync connectors transforms beam_pipelines control_plane
-.venv/bin/python -m pytest -q "$@"
+if [ $# -gt 0 ]; then
+  exec .venv/bin/python -m pytest -q "$@"
+fi
+# Every test file in a process of its own: the in-process pipelines fork parse
+# workers, and a fork from a process that earlier files left full of threads
+# (gRPC channels, servers) can crash the child. Files are independent anyway.
+failed=()
+for f in tests/test_*.py; do
+  echo "== $f"
+  rc=0
+  .venv/bin/python -m pytest -q -p no:cacheprovider "$f" || rc=$?
+  # 5: nothing collected (every test skipped or deselected) is not a failure.
+  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then failed+=("$f"); fi
+done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "FAILED test files: ${failed[*]}" >&2
+  exit 1
+fi
+echo "all test files passed"
