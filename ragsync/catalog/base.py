@@ -25,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import secrets
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -99,6 +100,30 @@ def normalize_url(url: str) -> str:
     return f"sqlite:///{Path(url).expanduser().resolve()}"
 
 
+def _enable_wal(cursor: Any, *, timeout_s: float = 30.0) -> None:
+    """Switch a new SQLite connection to WAL, waiting out other connections.
+
+    Changing the journal mode needs a lock SQLite does not wait for through
+    ``busy_timeout`` (several workers opening a new catalog at once got
+    "database is locked"), so the switch is retried for up to ``timeout_s``.
+    A database already in WAL mode answers at once.
+
+    Raises:
+        sqlite3.OperationalError: still locked after ``timeout_s``.
+    """
+    deadline = time.monotonic() + timeout_s
+    delay = 0.01
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= deadline:
+                raise
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+
 def create_catalog_engine(url: str) -> Engine:
     """Create an engine configured for the catalog.
 
@@ -130,7 +155,7 @@ def create_catalog_engine(url: str) -> Engine:
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute("PRAGMA busy_timeout = 30000")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        _enable_wal(cursor)
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
