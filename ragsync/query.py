@@ -33,6 +33,7 @@ class QueryResult:
     page: int
     score: float
     text: str
+    parent_doc_id: str | None = None  # a child document's container (e-mail, archive)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -123,6 +124,7 @@ def hybrid_query(
                     page=chunk.page,
                     score=round(score, 6),
                     text=chunk.text,
+                    parent_doc_id=doc.parent_doc_id,
                 )
             )
             if len(results) >= k:

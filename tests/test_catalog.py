@@ -62,7 +62,7 @@ ALL_TABLES = {
     # operations
     "pipeline_runs",
 }
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006"]  # the Alembic revisions, oldest first
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]  # the Alembic revisions, oldest first
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from transforms.copies import CopiesDoFn, sync_copies
 
 
 def apply_document_acl(step: Any, doc_id: str, tenant_id: str, acl_id: str) -> int:
-    """Give ``doc_id`` the ACL ``acl_id`` everywhere its chunks are served.
+    """Give ``doc_id`` (and its child documents) the ACL ``acl_id`` everywhere their chunks are served.
 
     The chunks belong to the document's canonical copy (itself, or the
     document it duplicates); they carry the union of the live copies' ACL ids
@@ -41,6 +41,8 @@ def apply_document_acl(step: Any, doc_id: str, tenant_id: str, acl_id: str) -> i
     holder = doc.canonical_doc_id or doc_id
     sync_copies(step, holder, acl_overrides={doc_id: acl_id})
     catalog.set_document_acl(doc_id, acl_id)
+    for child in catalog.children_of(doc_id):  # attachments and members take the parent's groups
+        apply_document_acl(step, child.doc_id, tenant_id, acl_id)
     return len(catalog.chunk_ids_for_doc(holder))
 
 

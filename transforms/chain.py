@@ -20,10 +20,11 @@ from ragsync.model import Lane
 from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
 from transforms.copies import RefreshCopies
+from transforms.delete import DeleteStaleChildren
 from transforms.embed import EmbedChunks
 from transforms.fetch import ACL_ONLY, DUPLICATE, LEFT_COPY, UNCHANGED, FetchDocuments
 from transforms.lanes import HandToSlowLane
-from transforms.parse import ParseDocuments, RouteByType
+from transforms.parse import STALE_CHILDREN, ParseDocuments, RouteByType
 from transforms.write import RecordDuplicates, WriteIndexes
 
 
@@ -47,6 +48,7 @@ class _IndexLane(beam.PTransform):
     def expand(self, docs: beam.PCollection) -> dict[str, Any]:
         s, progress = self.settings, self.show_progress
         parsed = docs | "Parse" >> ParseDocuments(s, self.lane)
+        stale = parsed[STALE_CHILDREN] | "DeleteStaleChildren" >> DeleteStaleChildren(s, self.spec.dim)
         chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
             s, total=self.total, show_progress=progress
         )
@@ -58,7 +60,7 @@ class _IndexLane(beam.PTransform):
         return {
             "written": written["written"],
             "superseded": written["superseded"],
-            "dead": [parsed["dead"], chunked["dead"], *embedded["dead"], *written["dead"]],
+            "dead": [*parsed["dead"], stale["dead"], chunked["dead"], *embedded["dead"], *written["dead"]],
         }
 
 

@@ -7,17 +7,27 @@ from typing import Any
 
 import apache_beam as beam
 
+from ragsync import ids
 from ragsync.config import Settings
 from ragsync.errors import WriteError
-from ragsync.model import QueuedEvent
+from ragsync.model import QueuedEvent, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import StageMetrics, ToDeadLetters, counter
 from transforms.copies import CopiesDoFn, sync_copies
 from transforms.io import delete_if_exists
 
 
-class _DeleteFn(CopiesDoFn):
-    """QueuedEvent (delete) -> the event once the document is gone everywhere.
+def delete_document(
+    step: Any,
+    doc_id: str,
+    tenant_id: str,
+    source_version: str,
+    *,
+    version_domain: str = "",
+    observed_at: float | None = None,
+) -> int:
+    """Delete one document everywhere, then its child documents (attachments,
+    archive members) the same way, with the same version.
 
     Order: tombstone (blocks older upserts at once), the exact copies
     (``transforms.copies``: a copy's groups leave its holder's chunks; a
@@ -25,8 +35,71 @@ class _DeleteFn(CopiesDoFn):
     index, the keyword index and the chunks table, then the parsed elements
     and the raw copy (unless another live document has the same bytes).
     Completion is recorded only after each store is checked and holds
-    nothing of the document; otherwise the event is retried.
+    nothing of the document.
+
+    Args:
+        step: the ``CopiesDoFn`` running the delete (catalog and indexes).
+        doc_id: the document.
+        tenant_id: its tenant.
+        source_version: the delete's version (the tombstone's).
+        version_domain: its domain ('' when undeclared).
+        observed_at: when the delete happened at the source.
+
+    Returns:
+        Documents deleted (1 + its descendants).
+
+    Raises:
+        WriteError: a store still holds chunks of a deleted document (the
+            caller retries; every step is idempotent).
     """
+    cat = step._catalog
+    doc = cat.get_document(doc_id)
+    children = cat.children_of(doc_id)  # before the tombstone; a retry finds them deleted
+    cat.put_tombstone(
+        doc_id, tenant_id, source_version, version_domain=version_domain, observed_at=observed_at
+    )
+    if doc is not None and (doc.canonical_doc_id or doc_id) != doc_id:
+        # An exact copy: its holder's chunks lose its groups.
+        sync_copies(step, str(doc.canonical_doc_id))
+    else:
+        # A holder: a live copy left takes over its chunks (no re-embedding).
+        sync_copies(step, doc_id)
+    chunk_ids = sorted(cat.chunk_ids_for_doc(doc_id))
+    if chunk_ids:
+        step._vectors.delete(tenant_id, chunk_ids)
+        step._keywords.delete(tenant_id, chunk_ids)
+        step.shadow_delete(tenant_id, chunk_ids)
+        cat.delete_chunks(chunk_ids)
+        step._deleted.inc(len(chunk_ids))
+    if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, doc_id):
+        delete_if_exists(step.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
+        delete_if_exists(step.settings.raw_uri(doc.content_hash))
+    left = {
+        "vector": step._vectors.count_by_doc(tenant_id).get(doc_id, 0),
+        "keyword": step._keywords.count_by_doc(tenant_id).get(doc_id, 0),
+        "catalog": len(cat.chunk_ids_for_doc(doc_id)),
+    }
+    if any(left.values()):
+        raise WriteError(f"delete of {doc_id} left chunks behind: {left}")
+    cat.remove_near_dup(doc_id)
+    deleted = 1
+    for child in children:
+        deleted += delete_document(
+            step,
+            child.doc_id,
+            tenant_id,
+            source_version,
+            version_domain=version_domain,
+            observed_at=observed_at,
+        )
+    cat.complete_tombstone(doc_id)
+    return deleted
+
+
+class _DeleteFn(CopiesDoFn):
+    """QueuedEvent (delete) -> the event once the document and its child
+    documents are gone everywhere (``delete_document``); otherwise the event
+    is retried."""
 
     def setup(self) -> None:
         super().setup()
@@ -38,42 +111,58 @@ class _DeleteFn(CopiesDoFn):
         yield from self._stage.run(self._delete, qe)
 
     def _delete(self, qe: QueuedEvent) -> Iterator[Any]:
-        cat = self._catalog
-        doc = cat.get_document(qe.doc_id)
-        cat.put_tombstone(
+        delete_document(
+            self,
             qe.doc_id,
             qe.tenant_id,
             qe.event.source_version,
             version_domain=qe.version_domain,
             observed_at=qe.event.event_time,
         )
-        if doc is not None and (doc.canonical_doc_id or qe.doc_id) != qe.doc_id:
-            # An exact copy: its holder's chunks lose its groups.
-            sync_copies(self, str(doc.canonical_doc_id))
-        else:
-            # A holder: a live copy left takes over its chunks (no re-embedding).
-            sync_copies(self, qe.doc_id)
-        chunk_ids = sorted(cat.chunk_ids_for_doc(qe.doc_id))
-        if chunk_ids:
-            self._vectors.delete(qe.tenant_id, chunk_ids)
-            self._keywords.delete(qe.tenant_id, chunk_ids)
-            self.shadow_delete(qe.tenant_id, chunk_ids)
-            cat.delete_chunks(chunk_ids)
-            self._deleted.inc(len(chunk_ids))
-        if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, qe.doc_id):
-            delete_if_exists(self.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
-            delete_if_exists(self.settings.raw_uri(doc.content_hash))
-        left = {
-            "vector": self._vectors.count_by_doc(qe.tenant_id).get(qe.doc_id, 0),
-            "keyword": self._keywords.count_by_doc(qe.tenant_id).get(qe.doc_id, 0),
-            "catalog": len(cat.chunk_ids_for_doc(qe.doc_id)),
-        }
-        if any(left.values()):
-            raise WriteError(f"delete of {qe.doc_id} left chunks behind: {left}")
-        cat.remove_near_dup(qe.doc_id)
-        cat.complete_tombstone(qe.doc_id)
         self._docs.inc()
         yield qe
+
+
+class _DeleteStaleChildFn(_DeleteFn):
+    """SourceFile of a child its edited parent no longer has -> the same once deleted."""
+
+    def process(self, child: SourceFile) -> Iterator[Any]:  # type: ignore[override]
+        yield from self._stage.run(self._delete_child, child)
+
+    def _delete_child(self, child: SourceFile) -> Iterator[Any]:
+        doc_id = ids.doc_id(child.tenant_id, child.source_id, child.source_object_id)
+        delete_document(
+            self,
+            doc_id,
+            child.tenant_id,
+            child.source_version,
+            version_domain=child.version_domain,
+            observed_at=child.observed_at or child.event_time or None,
+        )
+        self._children.inc()
+        yield child
+
+    def setup(self) -> None:
+        super().setup()
+        self._children = counter("children_deleted")
+
+
+class DeleteStaleChildren(beam.PTransform):
+    """Input: ``SourceFile`` of stale child documents (``transforms.parse.STALE_CHILDREN``).
+    Outputs: ``deleted`` (the same) and ``dead`` (``DeadLetter``)."""
+
+    def __init__(self, settings: Settings, dim: int) -> None:
+        super().__init__()
+        self.settings = settings
+        self.dim = dim
+
+    def expand(self, children: beam.PCollection) -> dict[str, beam.PCollection]:
+        fn = _DeleteStaleChildFn(self.settings, self.dim)
+        out = children | "DeleteChild" >> beam.ParDo(fn).with_exception_handling()
+        return {
+            "deleted": out["good"],
+            "dead": out["bad"] | "ChildDeleteDeadLetters" >> ToDeadLetters("delete"),
+        }
 
 
 class DeleteDocuments(beam.PTransform):

@@ -11,10 +11,11 @@ from typing import Any
 
 import apache_beam as beam
 
+from ragsync.children import expand_children, stale_children
 from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
-from ragsync.model import Element, FetchedDocument, Lane, ParsedDocument
-from ragsync.parsing import PARSER_VERSION, parse
+from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
+from ragsync.parsing import PARSER_VERSION, is_container, parse
 from ragsync.stores.tantivy_index import release_inherited_index_locks
 from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
@@ -82,13 +83,27 @@ def _read_elements(uri: str) -> tuple[Element, ...]:
     return tuple(Element.from_json(line) for line in read_bytes(uri).decode("utf-8").splitlines() if line)
 
 
+#: ParseDocuments' output of child documents that failed: Beam-style failure records.
+CHILD_DEAD = "child_dead"
+#: ParseDocuments' output of children an edit of their parent left behind (``SourceFile``).
+STALE_CHILDREN = "stale_children"
+
+
 class _ParseFn(CatalogDoFn):
     """FetchedDocument -> ParsedDocument, run in a child process.
 
     Elements are stored once per (content hash, parser version): a document
-    whose bytes were parsed before is read back, not parsed again. Failure:
+    whose bytes were parsed before is read back, not parsed again (except
+    e-mails and archives, whose attachments are not stored). Failure:
     raises the parser's ``RagsyncError``; a hang or crash of the child process
     is reported by Beam's wrapper as TimeoutError/BrokenProcessPool.
+
+    Attachments and archive members become child documents
+    (``ragsync.children``): each is recorded in the catalog under its parent
+    and emitted as a ``ParsedDocument`` of its own; a child that fails is
+    emitted on ``CHILD_DEAD``; children the parent no longer has go to
+    ``STALE_CHILDREN``. A parent whose children cross the archive limits
+    raises ``ArchiveBombError`` before anything is emitted.
     """
 
     def setup(self) -> None:
@@ -105,17 +120,19 @@ class _ParseFn(CatalogDoFn):
         resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
         super().setup()
 
-    def process(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
+    def process(self, doc: FetchedDocument) -> Iterator[Any]:
         # Beam metrics do not leave the isolated child process: the parse
         # reports its own CPU and wall time on the record, and
         # ``_CountParsedFn`` in the parent records them.
         wall0, usage0 = time.perf_counter(), _cpu_s()
         for parsed in self._parse(doc):
-            yield replace(parsed, cpu_s=_cpu_s() - usage0, wall_s=time.perf_counter() - wall0)
+            if isinstance(parsed, ParsedDocument):
+                parsed = replace(parsed, cpu_s=_cpu_s() - usage0, wall_s=time.perf_counter() - wall0)
+            yield parsed
 
-    def _parse(self, doc: FetchedDocument) -> Iterator[ParsedDocument]:
+    def _parse(self, doc: FetchedDocument) -> Iterator[Any]:
         cat = self._catalog
-        stored = cat.get_parsed(doc.content_hash, PARSER_VERSION)
+        stored = None if is_container(doc.mime) else cat.get_parsed(doc.content_hash, PARSER_VERSION)
         if stored is not None:
             try:
                 elements = _read_elements(stored.elements_uri)
@@ -129,6 +146,7 @@ class _ParseFn(CatalogDoFn):
                 pages=stored.pages or 0,
                 pages_for_review=tuple(stored.pages_for_review or ()),
             )
+            yield from self._children(doc, ())
             return
         data = read_bytes(doc.raw_uri)
         result = parse(
@@ -139,6 +157,7 @@ class _ParseFn(CatalogDoFn):
             max_pages=self.settings.max_pages,
             limits=self.settings.archive_limits(),
         )
+        children = list(self._children(doc, result.attachments))  # raises before any output
         uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
@@ -158,15 +177,62 @@ class _ParseFn(CatalogDoFn):
             pages_for_review=result.pages_for_review,
             metadata={k: str(v) for k, v in result.metadata.items()},
         )
+        yield from children
+
+    def _children(self, doc: FetchedDocument, attachments: tuple[Attachment, ...]) -> Iterator[Any]:
+        """The child documents of ``doc`` (parsed, or failed) and the stale ones."""
+        cat, s = self._catalog, self.settings
+        old: list[str] = []
+        pending = [doc.doc_id]
+        while pending:  # every descendant the catalog holds
+            kids = [c.doc_id for c in cat.children_of(pending.pop())]
+            old += kids
+            pending += kids
+        children = expand_children(
+            doc,
+            attachments,
+            raw_uri=s.raw_uri,
+            limits=s.archive_limits(),
+            max_bytes=s.max_bytes,
+            max_pages=s.max_pages,
+        )
+        for child in children:
+            write_bytes_once(child.doc.raw_uri, child.data)
+            cat.record_fetch(child.doc, parent_doc_id=child.parent_doc_id)
+            if child.error is not None:
+                err = child.error
+                yield beam.pvalue.TaggedOutput(CHILD_DEAD, (child.doc, (type(err), repr(err), [])))
+                continue
+            assert child.result is not None
+            yield ParsedDocument(
+                doc=child.doc,
+                parser_version=PARSER_VERSION,
+                elements=child.result.elements,
+                pages=child.result.pages,
+                pages_for_review=child.result.pages_for_review,
+                metadata={
+                    **{k: str(v) for k, v in child.result.metadata.items()},
+                    "parent_doc_id": child.parent_doc_id,
+                },
+            )
+        rows = {r.doc_id: r for r in (cat.get_document(i) for i in old) if r is not None}
+        for stale in stale_children(old, [c.doc.doc_id for c in children]):
+            row = rows[stale]
+            yield beam.pvalue.TaggedOutput(
+                STALE_CHILDREN,
+                replace(doc.source, source_object_id=row.source_object_id, uri=row.uri, event_id=""),
+            )
 
 
 class ParseDocuments(beam.PTransform):
     """Parse documents of one lane, each in an isolated child process with a
     time and memory limit.
 
-    Input: ``FetchedDocument``. Outputs: ``parsed`` (``ParsedDocument``) and
-    ``dead`` (``DeadLetter``: corrupt, encrypted, unsupported, no text,
-    timeout, crash, ...).
+    Input: ``FetchedDocument``. Outputs: ``parsed`` (``ParsedDocument``,
+    child documents included), ``stale_children`` (``SourceFile`` of each
+    child an edited parent no longer has, to delete) and ``dead`` (a list of
+    ``DeadLetter`` PCollections: corrupt, encrypted, unsupported, no text,
+    timeout, crash, ...; a failed child's own).
     """
 
     def __init__(self, settings: Settings, lane: str) -> None:
@@ -180,12 +246,16 @@ class ParseDocuments(beam.PTransform):
         timeout = self.settings.parse_timeout_s
         if self.lane == Lane.SLOW.value:
             timeout = self.settings.slow_parse_timeout_s
-        parsed = docs | "Parse" >> beam.ParDo(_ParseFn(self.settings)).with_exception_handling(
-            use_subprocess=True, timeout=timeout
-        )
+        parsed = docs | "Parse" >> beam.ParDo(_ParseFn(self.settings)).with_outputs(
+            CHILD_DEAD, STALE_CHILDREN, main="good"
+        ).with_exception_handling(main_tag="good", use_subprocess=True, timeout=timeout)
         return {
             "parsed": parsed["good"] | "CountParsed" >> beam.ParDo(_CountParsedFn()),
-            "dead": parsed["bad"] | "ParseDeadLetters" >> ToDeadLetters("parse"),
+            STALE_CHILDREN: parsed[STALE_CHILDREN],
+            "dead": [
+                parsed["bad"] | "ParseDeadLetters" >> ToDeadLetters("parse"),
+                parsed[CHILD_DEAD] | "ChildDeadLetters" >> ToDeadLetters("parse"),
+            ],
         }
 
 

@@ -73,6 +73,8 @@ class DocumentRow:
         updated_at: epoch seconds of the last write to the row.
         version_domain: domain of ``source_version`` (None: undeclared).
         version_observed_at: when the source showed ``source_version``.
+        parent_doc_id: the document this child was cut out of (an e-mail's
+            attachment, an archive's member), None for a top-level document.
     """
 
     doc_id: str
@@ -97,6 +99,7 @@ class DocumentRow:
     updated_at: float = 0.0
     version_domain: str | None = None
     version_observed_at: float | None = None
+    parent_doc_id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -117,6 +120,7 @@ class FetchRecord:
         mime: detected content type ('' when not yet detected).
         version_domain: domain of ``source_version`` (None: undeclared).
         version_observed_at: when the source showed it (None: unknown).
+        parent_doc_id: the parent of a child document (None: top level).
     """
 
     doc_id: str
@@ -132,11 +136,13 @@ class FetchRecord:
     mime: str = ""
     version_domain: str | None = None
     version_observed_at: float | None = None
+    parent_doc_id: str | None = None
 
     @classmethod
-    def from_fetched(cls, doc: FetchedDocument) -> FetchRecord:
+    def from_fetched(cls, doc: FetchedDocument, parent_doc_id: str | None = None) -> FetchRecord:
         """Build from the pipeline's :class:`~ragsync.model.FetchedDocument`."""
         return cls(
+            parent_doc_id=parent_doc_id,
             doc_id=doc.doc_id,
             source_id=doc.source.source_id,
             tenant_id=doc.source.tenant_id,
@@ -312,7 +318,9 @@ class DocumentsRepository(Repository):
             row = conn.execute(query).mappings().first()
         return None if row is None else _document_from_row(row)
 
-    def record_fetch(self, doc: FetchRecord | FetchedDocument | DocumentRow) -> None:
+    def record_fetch(
+        self, doc: FetchRecord | FetchedDocument | DocumentRow, *, parent_doc_id: str | None = None
+    ) -> None:
         """Insert or update a document after its bytes were fetched and hashed.
 
         The status becomes ``fetched`` and ``content_hash`` the new hash,
@@ -325,9 +333,11 @@ class DocumentsRepository(Repository):
 
         Args:
             doc: the fetched document's identity, version, hash and ACL.
+            parent_doc_id: for a ``FetchedDocument`` that is a child document
+                (attachment, archive member): its parent's doc id.
         """
         if isinstance(doc, FetchedDocument):
-            rec = FetchRecord.from_fetched(doc)
+            rec = FetchRecord.from_fetched(doc, parent_doc_id)
         elif isinstance(doc, DocumentRow):
             rec = FetchRecord(
                 doc_id=doc.doc_id,
@@ -343,6 +353,7 @@ class DocumentsRepository(Repository):
                 mime=doc.mime,
                 version_domain=doc.version_domain,
                 version_observed_at=doc.version_observed_at,
+                parent_doc_id=doc.parent_doc_id,
             )
         else:
             rec = doc
@@ -457,7 +468,8 @@ class DocumentsRepository(Repository):
         self, source_id: str, tenant_id: str, *, updated_before: float, page: int = 5000
     ) -> Iterator[tuple[str, str, str]]:
         """(doc_id, source object id, source version) of every document of a
-        source that is not deleted and was last written before
+        source that is not deleted, is not a child document (attachments and
+        archive members go with their parent) and was last written before
         ``updated_before``, ordered by doc_id and read page by page (never
         all at once): what a full listing compares itself with.
         """
@@ -470,6 +482,7 @@ class DocumentsRepository(Repository):
                     t.c.source_id == source_id,
                     t.c.tenant_id == tenant_id,
                     t.c.status != "deleted",
+                    t.c.parent_doc_id.is_(None),  # children go with their parent
                     t.c.updated_at < updated_before,
                     t.c.doc_id > after,
                 )
@@ -483,6 +496,22 @@ class DocumentsRepository(Repository):
             if len(rows) < page:
                 return
             after = str(rows[-1][0])
+
+    def children_of(self, parent_doc_id: str) -> list[DocumentRow]:
+        """The live (not deleted) child documents of a parent, by doc_id.
+
+        Args:
+            parent_doc_id: the parent (an e-mail, an archive, a child e-mail).
+
+        Returns:
+            Its direct children (attachments, archive members); empty when none.
+        """
+        t = schema.documents
+        query = (
+            select(t).where(t.c.parent_doc_id == parent_doc_id, t.c.deleted_at.is_(None)).order_by(t.c.doc_id)
+        )
+        with self._read_engine.connect() as conn:
+            return [_document_from_row(r) for r in conn.execute(query).mappings()]
 
     def gone_doc_ids(self, doc_ids: Sequence[str]) -> set[str]:
         """Of ``doc_ids``, those that are deleted or have no row (their chunk

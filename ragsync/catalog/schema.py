@@ -102,8 +102,11 @@ documents = Table(
     # the source (event_time or listing time), for the version gate.
     Column("version_domain", String(16), nullable=True),
     Column("version_observed_at", Double, nullable=True),
+    # Revision 0007: the document a child (attachment, archive member) came from.
+    Column("parent_doc_id", String(_ID), nullable=True),
     Index("ix_documents_tenant_content", "tenant_id", "content_hash"),
     Index("ix_documents_source", "source_id"),
+    Index("ix_documents_parent", "parent_doc_id"),
 )
 
 acls = Table(

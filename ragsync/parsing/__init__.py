@@ -212,6 +212,17 @@ _CONTAINERS: dict[str, Container] = {
 }
 
 
+def is_container(mime: str) -> bool:
+    """True for formats that carry other files (e-mails, archives): their
+    attachments become child documents, so their parse is never read back
+    from a stored element list (it holds no attachments).
+
+    Args:
+        mime: a detected content type (parameters ignored).
+    """
+    return mime.split(";", 1)[0].strip().lower() in _CONTAINERS
+
+
 def supported_mimes() -> tuple[str, ...]:
     """The mime types ``parse`` has a parser for.
 
@@ -319,4 +330,4 @@ def parse(
     )
 
 
-__all__ = ["PARSER_VERSION", "ArchiveLimits", "ParseResult", "parse", "supported_mimes"]
+__all__ = ["PARSER_VERSION", "ArchiveLimits", "ParseResult", "is_container", "parse", "supported_mimes"]
