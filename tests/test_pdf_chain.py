@@ -230,6 +230,30 @@ def test_two_column_prose_is_not_a_table(tmp_path: Path) -> None:
     assert not [e for e in result.elements if e.type == ElementType.TABLE]
 
 
+def test_join_line_reads_right_to_left_words_from_the_right() -> None:
+    from ragsync.parsing.pdf_text import Item, join_line
+
+    def words(*texts: str) -> list[Item]:
+        return [Item(10.0 * i, 10.0 * i + 8, 0, 10, 10, t) for i, t in enumerate(texts)]
+
+    assert join_line(words("Total", "2014")) == "Total 2014"
+    assert join_line(words("גולמי", "מקומי", "תוצר")) == "תוצר מקומי גולמי"
+    assert join_line(words("(1)", "לנפש")) == "לנפש (1)"  # digits are weak: the Hebrew decides
+    assert join_line(words("ICDAR", "2013", "מבחן")) == "ICDAR 2013 מבחן"  # more Latin letters
+
+
+@corpus_required
+def test_corpus_right_to_left_table_labels_in_reading_order() -> None:
+    """ICDAR 2013 / tabula's indictb1h_14 (Bank of Israel): Hebrew row labels."""
+    pdf = CORPUS / "parse_groundtruth" / "tabula-java" / "indictb1h_14.pdf"
+    result = parse(pdf.read_bytes(), PDF)
+    (table,) = [e.text for e in result.elements if e.type == ElementType.TABLE]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in table.splitlines()]
+    labels = [r[-1] for r in rows]
+    assert "תוצר מקומי גולמי" in labels and "סך הכל" in labels and "סך הכל - לנפש" in labels
+    assert rows[labels.index("סך הכל")][:6] == ["2.6", "3.2", "3.0", "4.2", "5.8", "1.9"]
+
+
 # --------------------------------------------------------------------------- layout
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from ragsync.parsing._common import table_to_markdown
 from ragsync.parsing.pdf_rulings import Rulings
-from ragsync.parsing.pdf_text import Item
+from ragsync.parsing.pdf_text import Item, join_line
 
 _SNAP = 3.0  # points: rulings closer than this are one line
 _SHORT_CELL = 40  # characters
@@ -209,7 +209,7 @@ def _grid(words: Sequence[Item], xs: list[float], ys_top_down: list[float]) -> l
 def _cell_text(words: list[Item]) -> str:
     text = ""
     for line in text_lines(words):
-        text = join_cell(text, " ".join(w.text for w in line))
+        text = join_cell(text, join_line(line))
     return text
 
 

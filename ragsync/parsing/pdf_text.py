@@ -16,6 +16,8 @@ from __future__ import annotations
 import ctypes
 import math
 import re
+import unicodedata
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +59,26 @@ class Item:
     def cy(self) -> float:
         """Vertical centre."""
         return (self.top + self.bottom) / 2
+
+
+def join_line(items: Sequence[Item]) -> str:
+    """The text of one line's items, given left to right, in reading order.
+
+    Each word's own characters are in logical order already; the words of a
+    right-to-left line (more Hebrew/Arabic letters than left-to-right ones)
+    are read from right to left, so their order is reversed.
+
+    Args:
+        items: the line's words or runs, sorted by ``x0``.
+
+    Returns:
+        Their texts joined with single spaces.
+    """
+    texts = [it.text for it in items]
+    bidi = [unicodedata.bidirectional(c) for t in texts for c in t]
+    if sum(b in ("R", "AL") for b in bidi) > bidi.count("L"):
+        texts.reverse()
+    return " ".join(texts)
 
 
 def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
