@@ -166,7 +166,7 @@ class _FetchFn(CatalogDoFn):
             ):
                 # Same bytes, new listing stamp (a touched file): the next listing skips it unread.
                 cat.note_same_bytes(
-                    doc_id, chash, item.source_version, size=len(data), observed_at=item.observed_at
+                    doc_id, chash, item.source_version, size=len(data), observed_at=item.observed_at or None
                 )
             yield beam.pvalue.TaggedOutput(UNCHANGED, doc)
             return
