@@ -819,7 +819,7 @@ def skip_unread(
             mtime = float(listed.source_version)
         except ValueError:
             return False
-        if known.observed_at is None or mtime > known.observed_at - RACY_WINDOW_S:
+        if known.observed_at is None or mtime >= known.observed_at - RACY_WINDOW_S:
             return False
     if known.status == "indexed":
         return (
