@@ -761,7 +761,9 @@ class KnownObject:
 
     Attributes:
         size, source_version, acl_id, status, error_class, parser_version,
-        chunker_id, chunk_count: the document row's.
+        chunker_id, chunk_count, indexed_version: the document row's
+            (``indexed_version`` is the source version that is live; another
+            ``source_version`` means a newer fetch has not been written yet).
         observed_at: when the listing that recorded ``source_version`` ran
             (None: unknown).
         chunk_rows: chunk rows the catalog holds for it.
@@ -782,6 +784,7 @@ class KnownObject:
     chunk_rows: int = 0
     holder_live: bool = False
     open_dead_letter: bool = False
+    indexed_version: str | None = None
 
 
 def skip_unread(
@@ -799,7 +802,8 @@ def skip_unread(
     document with the listed size, version and ACL id; for a ``timestamp``
     version, the mtime lies more than :data:`RACY_WINDOW_S` before the
     recorded listing time; and the outcome is final: ``indexed`` by the
-    current parser and chunker with its chunk rows complete, a ``duplicate``
+    current parser and chunker with its chunk rows complete and the listed
+    version live (not one fetched and not yet written), a ``duplicate``
     of a live holder, or a ``dead_letter`` of a :data:`CONTENT_DEAD_CLASSES`
     class by the current parser, still open. An ``empty`` dead letter listed
     with size 0 is final whatever else the row holds (no bytes to misread).
@@ -826,6 +830,7 @@ def skip_unread(
             known.parser_version == parser_version
             and known.chunker_id == chunker_id
             and known.chunk_rows == known.chunk_count
+            and known.indexed_version == listed.source_version
         )
     if known.status == "duplicate":
         return known.holder_live

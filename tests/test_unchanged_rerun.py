@@ -180,6 +180,7 @@ def _known(**kw: Any) -> KnownObject:
         observed_at=2000.0,
         chunk_count=2,
         chunk_rows=2,
+        indexed_version="1000.000000",
     )
     return KnownObject(**{**base, **kw})
 
@@ -198,6 +199,7 @@ LISTED = ListedObject(size=10, source_version="1000.000000", version_domain="tim
         (_known(parser_version="p0"), LISTED, False),
         (_known(chunker_id="other"), LISTED, False),
         (_known(chunk_rows=1), LISTED, False),
+        (_known(indexed_version="900.000000"), LISTED, False),  # fetched, not yet written (a crash)
         (_known(status="stale"), LISTED, False),
         (_known(status="fetched"), LISTED, False),
         (_known(observed_at=None), LISTED, False),
@@ -223,7 +225,7 @@ LISTED = ListedObject(size=10, source_version="1000.000000", version_domain="tim
         ),
         (_known(), ListedObject(size=-1, source_version="1000.000000", version_domain="", acl_id="a"), False),
         (
-            _known(source_version="r7", observed_at=None),
+            _known(source_version="r7", indexed_version="r7", observed_at=None),
             ListedObject(size=10, source_version="r7", version_domain="revision", acl_id="a"),
             True,
         ),

@@ -473,7 +473,13 @@ class SyncsRepository(Repository):
         cols: list[Any] = [
             t.c[n] for n in ("doc_id", "size", "source_version", "acl_id", "status", "error_class")
         ]
-        cols += [t.c.parser_version, t.c.chunker_id, t.c.version_observed_at, t.c.chunk_count]
+        cols += [
+            t.c.parser_version,
+            t.c.chunker_id,
+            t.c.version_observed_at,
+            t.c.chunk_count,
+            t.c.indexed_version,
+        ]
         cols += [rows_q.label("rows"), open_q.label("open"), case((holder_live, 1), else_=0).label("held")]
         out: dict[str, Any] = {}
         with self._read_engine.connect() as conn:
@@ -497,6 +503,7 @@ class SyncsRepository(Repository):
                         chunk_rows=int(r["rows"] or 0),
                         holder_live=bool(r["held"]),
                         open_dead_letter=bool(r["open"]),
+                        indexed_version=r["indexed_version"],
                     )
         return out
 
@@ -506,14 +513,21 @@ class SyncsRepository(Repository):
         """A listing showed a new version (a touched file) of bytes the
         catalog already holds: record the version, size and listing time, so
         the next listing skips the object unread. Only a row still holding
-        ``content_hash`` changes; ``updated_at`` is left alone (it orders the
-        row against listings, and nothing was written). Returns True when the
-        row changed."""
+        ``content_hash`` changes; a live ``indexed_version`` that was the old
+        version becomes the new one (the same bytes are live); ``updated_at``
+        is left alone (it orders the row against listings, and nothing was
+        written). Returns True when the row changed."""
         t = schema.documents
+        live = case((t.c.indexed_version == t.c.source_version, source_version), else_=t.c.indexed_version)
         stmt = (
             update(t)
             .where(t.c.doc_id == doc_id, t.c.content_hash == content_hash)
-            .values(source_version=source_version, size=size, version_observed_at=observed_at)
+            .values(
+                source_version=source_version,
+                size=size,
+                version_observed_at=observed_at,
+                indexed_version=live,
+            )
         )
         with self._engine.begin() as conn:
             return conn.execute(stmt).rowcount == 1
