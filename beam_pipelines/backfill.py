@@ -11,8 +11,6 @@ vanished-document deletes; ``run_listing`` runs it and returns its counters.
 
 from __future__ import annotations
 
-import hashlib
-import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from beam_pipelines.quick import source_id_for as source_id_for  # re-exported: its callers import it here
 from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
 from connectors.location import source_location
@@ -29,14 +28,8 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
 from transforms.chain import IndexDocuments
 from transforms.common import counter_value
-from transforms.listing import FindVanished, ListSource, QueueEvents
+from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
 from transforms.write import WriteDeadLetters
-
-
-def source_id_for(uri: str) -> str:
-    """Default source id of a folder or prefix: stable for the same location."""
-    norm = uri if "://" in uri else os.path.abspath(uri)
-    return "files-" + hashlib.sha256(norm.rstrip("/").encode()).hexdigest()[:12]
 
 
 def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
@@ -122,16 +115,20 @@ def build_listing_pipeline(
     listing_started_at: float,
     max_delete_share: float,
     show_progress: bool = False,
+    reread: bool = False,
 ) -> dict[str, Any]:
     """A full listing of ``source`` inside the pipeline, the stage chain on
-    what it lists, and delete events for what it no longer holds (behind the
-    partial-listing guard), queued for the streaming pipeline.
+    what it lists (objects whose listing metadata shows them unchanged are
+    skipped unread unless ``reread``: ``transforms.listing.SkipUnread``), and
+    delete events for what it no longer holds (behind the partial-listing
+    guard), queued for the streaming pipeline.
 
     Returns:
         ``listed`` (the listing) and the chain's outputs under ``indexed``.
     """
     listed = p | "ListSource" >> ListSource(source, settings, shards, show_progress=show_progress)
-    indexed = build_pipeline(p, listed, settings, spec, show_progress=show_progress)
+    to_read = listed | "SkipUnread" >> SkipUnread(settings, reread=reread)
+    indexed = build_pipeline(p, to_read, settings, spec, show_progress=show_progress)
     deletes = listed | "FindVanished" >> FindVanished(
         source, settings, listing_started_at=listing_started_at, max_delete_share=max_delete_share
     )
@@ -145,6 +142,7 @@ LISTING_COUNTERS = (
     "documents_seen",
     "documents_indexed",
     "documents_unchanged",
+    "documents_unread",
     "documents_duplicate",
     "documents_acl_updated",
     "dead_lettered",
@@ -173,6 +171,7 @@ def run_listing(
     max_delete_share: float,
     beam_args: Sequence[str] = (),
     show_progress: bool = True,
+    reread: bool = False,
 ) -> dict[str, Any]:
     """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
     another runner) and return its counters (:data:`LISTING_COUNTERS`) and
@@ -195,6 +194,7 @@ def run_listing(
         listing_started_at=started,
         max_delete_share=max_delete_share,
         show_progress=show_progress,
+        reread=reread,
     )
     try:
         result = p.run()

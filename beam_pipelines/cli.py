@@ -116,10 +116,26 @@ def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from beam_pipelines.sync import SyncError, run_backfill
+    from beam_pipelines.quick import quick_backfill
+    from ragsync.options import option_values
 
     settings = settings_from_args(args)
     groups = _groups(args.acl_groups)
+    reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
+    if not args.dry_run:
+        # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
+        quick = quick_backfill(
+            args.source,
+            settings,
+            tenant_id=args.tenant,
+            source_id=args.source_id or "",
+            acl_groups=groups,
+            reread=reread,
+        )
+        if quick is not None:
+            return _backfill_summary(args, settings, groups, quick)
+    from beam_pipelines.sync import SyncError, run_backfill
+
     if args.dry_run:
         from beam_pipelines.dry_run import format_plan, plan_backfill
 
@@ -143,10 +159,16 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             beam_args=args.beam_args,
             show_progress=not args.quiet,
             max_delete_share=args.max_delete_share,
+            reread=reread,
         )
     except SyncError as exc:
         print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
         return 1
+    return _backfill_summary(args, settings, groups, summary)
+
+
+def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str], summary: Any) -> int:
+    """Print a backfill's summary (``--json``: its dict); exit code 0."""
     from ragsync.cost import format_cost
 
     d = summary.to_dict()
@@ -433,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
         "default 0.5: more pauses the source and deletes nothing)",
     )
     b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    b.add_argument(
+        "--reread",
+        action="store_true",
+        help="read every file, even those whose size and modification time match the catalog (default: "
+        "those are skipped unread, and an unchanged folder runs no pipeline) [env RAGSYNC_REREAD=1]",
+    )
     b.add_argument(
         "--dry-run",
         action="store_true",

@@ -28,7 +28,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from beam_pipelines.backfill import (
@@ -40,6 +40,7 @@ from beam_pipelines.backfill import (
     source_id_for,
     sweep_orphans,
 )
+from beam_pipelines.quick import BackfillSummary
 from connectors.api import RateLimitedError
 from connectors.base import CursorExpiredError, SourceSpec
 from connectors.location import source_location
@@ -149,6 +150,7 @@ def run_sync(
     max_delete_share: float | None = None,
     apply: bool = True,
     tenant_id: str | None = None,
+    reread: bool = False,
 ) -> SyncResult:
     """Sync ``source_id`` once (see the module docstring).
 
@@ -164,6 +166,8 @@ def run_sync(
         apply: run the streaming pipeline until the queue is drained.
         tenant_id: the source's tenant (source ids are unique per tenant;
             without it the id must be unique across tenants).
+        reread: a full listing reads every object, even those its listing
+            metadata shows unchanged.
 
     Raises:
         ConfigurationError: unknown source, no usable location, bad options.
@@ -206,7 +210,7 @@ def run_sync(
         catalog.sync_started(source_id, tenant_id=tenant)
         try:
             listing, feed, plan = _read_source(
-                plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec
+                plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread
             )
         except Exception as exc:
             if lifecycle.stop_signal() is not None:
@@ -246,6 +250,7 @@ def _read_source(
     beam_args: Sequence[str],
     show_progress: bool,
     model_spec: ModelSpec | None,
+    reread: bool = False,
 ) -> tuple[dict[str, Any] | None, FeedResult | None, SyncPlan]:
     """Run the plan's reading step; returns (listing counters, feed result, the plan run)."""
     if plan.mode == SyncMode.INCREMENTAL:
@@ -269,7 +274,7 @@ def _read_source(
                 plan, mode=SyncMode.FULL, reason=f"the cursor expired ({exc}): full listing", cursor=""
             )
     return (
-        _full_listing(plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec),
+        _full_listing(plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread),
         None,
         plan,
     )
@@ -284,6 +289,7 @@ def _full_listing(
     beam_args: Sequence[str],
     show_progress: bool,
     model_spec: ModelSpec | None,
+    reread: bool = False,
 ) -> dict[str, Any]:
     if model_spec is None:
         from ragsync.index_versions import live_spec
@@ -310,6 +316,7 @@ def _full_listing(
         max_delete_share=plan.max_delete_share,
         beam_args=beam_args,
         show_progress=show_progress,
+        reread=reread,
     )
     if counters["listing_guard_tripped"]:
         verdict = listing_verdict(
@@ -386,32 +393,6 @@ def _as_sync_error(source_id: str, exc: BaseException) -> BaseException:
     return SyncError(f"sync of {source_id} failed: {_message(exc)}")
 
 
-@dataclass(frozen=True)
-class BackfillSummary:
-    """What a backfill did. Field names are the ``--json`` keys."""
-
-    documents_listed: int
-    documents_seen: int
-    documents_indexed: int
-    documents_unchanged: int
-    documents_duplicate: int
-    documents_acl_updated: int
-    documents_deleted: int
-    dead_lettered: int
-    chunks_embedded: int
-    embedding_cache_hits: int
-    chunks_written: int
-    chunks_deleted: int
-    orphans_removed: int
-    seconds: float
-    #: ``ragsync.cost.cost_report`` of the listing run: CPU seconds per stage
-    #: per 1,000 documents, the embedding-cache hit rate, the Dataflow estimate.
-    cost: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 def run_backfill(
     uri: str,
     settings: Settings,
@@ -423,9 +404,11 @@ def run_backfill(
     show_progress: bool = True,
     spec: ModelSpec | None = None,
     max_delete_share: float | None = None,
+    reread: bool = False,
 ) -> BackfillSummary:
     """Backfill ``uri`` into the stores named by ``settings``: register it as
-    an ``object_store`` source (its location and groups) and run a full sync.
+    an ``object_store`` source (its location and groups) and run a full sync
+    (``reread``: read every object, even those the listing shows unchanged).
 
     Raises:
         ConfigurationError: the source is missing or a store cannot be opened.
@@ -464,6 +447,7 @@ def run_backfill(
         show_progress=show_progress,
         model_spec=spec,
         max_delete_share=max_delete_share,
+        reread=reread,
     )
     listing = result.listing or {}
     applied = result.applied or {}
@@ -484,4 +468,5 @@ def run_backfill(
         orphans_removed=orphans,
         seconds=round(time.monotonic() - start, 3),
         cost=listing.get("cost") or {},
+        documents_unread=listing.get("documents_unread", 0),
     )

@@ -84,6 +84,7 @@ def run(argv: Sequence[str] | None = None) -> int:
             show_progress=False,
             spec=spec,
             max_delete_share=values.get("max_delete_share"),
+            reread=bool(values.get("reread")),
         )
     except ConfigurationError as exc:
         print(safe_text(f"ragsync template: configuration error: {exc}"), file=sys.stderr)

@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, Protocol
 
 from connectors.events import derive_event_id
+from ragsync import ids
+from ragsync.decisions import ListedObject
 from ragsync.errors import ConfigurationError, FetchError
 from ragsync.model import Event, SourceFile
 
@@ -265,4 +267,16 @@ def upsert_for(item: SourceFile, *, event_time: float | None = None) -> Event:
         acl_groups=item.acl_groups,
         content_uri=item.uri,
         event_time=event_time,
+    )
+
+
+def stamp_listed(item: SourceFile) -> ListedObject:
+    """What a listing shows of ``item`` without reading it: size, version
+    (an mtime, etag or revision) and the ACL id of its listed permissions,
+    for ``ragsync.decisions.skip_unread``."""
+    return ListedObject(
+        size=item.size,
+        source_version=item.source_version,
+        version_domain=item.version_domain,
+        acl_id=ids.acl_id(item.tenant_id, item.acl_groups, item.deny_groups),
     )

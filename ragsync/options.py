@@ -144,6 +144,12 @@ JOB_OPTIONS: tuple[Option, ...] = (
         "(change models with `ragsync reembed`)",
     ),
     _o("lanes", str, "streaming, local queue: all, 'priority,fast' or slow (default all)"),
+    _o(
+        "reread",
+        int,
+        "1: read every listed object, even those whose size, modification time or version match the "
+        "catalog (default 0: those are skipped unread)",
+    ),
 )
 
 ALL_OPTIONS: tuple[Option, ...] = SETTING_OPTIONS + JOB_OPTIONS

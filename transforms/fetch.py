@@ -160,6 +160,14 @@ class _FetchFn(CatalogDoFn):
         )
         if action == FetchAction.UNCHANGED:
             self._unchanged.inc()
+            if stored is not None and (stored.source_version, stored.size) != (
+                item.source_version,
+                len(data),
+            ):
+                # Same bytes, new listing stamp (a touched file): the next listing skips it unread.
+                cat.note_same_bytes(
+                    doc_id, chash, item.source_version, size=len(data), observed_at=item.observed_at or None
+                )
             yield beam.pvalue.TaggedOutput(UNCHANGED, doc)
             return
         if action == FetchAction.ACL_ONLY:

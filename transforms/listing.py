@@ -27,14 +27,15 @@ from typing import Any
 
 import apache_beam as beam
 
-from connectors.base import Connector, SourceSpec, make_event
+from connectors.base import Connector, SourceSpec, make_event, stamp_listed
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync import ids
 from ragsync.config import Settings
-from ragsync.decisions import ListingVerdict, listing_verdict
+from ragsync.decisions import ListingVerdict, listing_verdict, skip_unread
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
+from ragsync.parsing import PARSER_VERSION
 from transforms.common import CatalogDoFn, StageMetrics, counter
 from transforms.io import BeamFileSystem
 
@@ -155,6 +156,63 @@ class ListSource(beam.PTransform):
             | "SpreadShards" >> beam.Reshuffle()
             | "ListShard" >> beam.ParDo(fn)
             | "SpreadListing" >> beam.Reshuffle()
+        )
+
+
+class _SkipUnreadFn(CatalogDoFn):
+    """[SourceFile] -> the ones to read; the others (``decisions.skip_unread``)
+    count as seen and unchanged (and ``documents_unread``) and stop here.
+    One catalog query per batch."""
+
+    def __init__(self, settings: Settings, reread: bool) -> None:
+        super().__init__(settings)
+        self.reread = reread
+
+    def setup(self) -> None:
+        super().setup()
+        self._counters = [counter(n) for n in ("documents_seen", "documents_unchanged", "documents_unread")]
+
+    def process(self, batch: list[SourceFile]) -> Iterator[SourceFile]:
+        doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
+        known = {} if self.reread else self._catalog.unread_states(doc_ids)
+        chunker_id = self.settings.chunker.config_id
+        for item, doc_id in zip(batch, doc_ids, strict=True):
+            listed = stamp_listed(item)
+            if skip_unread(
+                listed,
+                known.get(doc_id),
+                parser_version=PARSER_VERSION,
+                chunker_id=chunker_id,
+                reread=self.reread,
+            ):
+                for c in self._counters:
+                    c.inc()
+            else:
+                yield item
+
+
+class SkipUnread(beam.PTransform):
+    """Listed objects whose listing metadata matches the catalog and whose
+    last outcome is final are not read (``ragsync.decisions.skip_unread``).
+
+    Input and output: ``SourceFile`` (the ones to fetch). The listing itself
+    still goes to ``FindVanished``, so skipped objects count as listed.
+
+    Args:
+        settings: where the catalog is; the chunker's id.
+        reread: read every object (``--reread``).
+    """
+
+    def __init__(self, settings: Settings, *, reread: bool = False) -> None:
+        super().__init__()
+        self.settings = settings
+        self.reread = reread
+
+    def expand(self, listed: beam.PCollection) -> beam.PCollection:
+        return (
+            listed
+            | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=500)
+            | "Skip" >> beam.ParDo(_SkipUnreadFn(self.settings, self.reread))
         )
 
 

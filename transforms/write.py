@@ -19,6 +19,7 @@ from ragsync.config import Settings
 from ragsync.decisions import Order, backoff_delay, compare_versions
 from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
+from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
     CatalogDoFn,
     Progress,
@@ -265,7 +266,7 @@ class _DeadLetterSinkFn(CatalogDoFn):
             self._retried.inc()
             return
         source_id = payload_field(dl.payload, "source_id")
-        self._catalog.record_dead_letter(dl, source_id=source_id)
+        self._catalog.record_dead_letter(dl, source_id=source_id, parser_version=PARSER_VERSION)
         if dl.event_id:
             self._catalog.ack_events([(dl.tenant_id, dl.event_id)], "dead")
         self._count.inc()

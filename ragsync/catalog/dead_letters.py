@@ -291,7 +291,9 @@ class DeadLettersRepository(Repository):
             assert pk is not None
             return int(pk[0])
 
-    def record_dead_letter(self, dl: DeadLetter, source_id: str = "") -> tuple[int, bool]:
+    def record_dead_letter(
+        self, dl: DeadLetter, source_id: str = "", parser_version: str | None = None
+    ) -> tuple[int, bool]:
         """Record a dead letter once and mark its document.
 
         A replay of the same failure (same document, stage, error class and
@@ -299,7 +301,9 @@ class DeadLettersRepository(Repository):
         row gets status ``dead_letter`` (``stale`` when it has a live version,
         which stays searchable) and the error class; a document that
         failed before it had a row (say, an empty file) gets a minimal row so
-        coverage counts see it.
+        coverage counts see it. A row without a live version also records
+        ``parser_version`` (the parser that failed), so an unchanged object
+        is not read again until the parser changes (``decisions.skip_unread``).
 
         Returns:
             (dead letter id, True when a new row was added).
@@ -318,13 +322,13 @@ class DeadLettersRepository(Repository):
             with self._read_engine.connect() as conn:
                 existing = conn.execute(query).scalar()
             if existing is not None:
-                self._mark_dead(dl, source_id)
+                self._mark_dead(dl, source_id, parser_version)
                 return int(existing), False
         new_id = self.add_dead_letter(dl, source_id=source_id)
-        self._mark_dead(dl, source_id)
+        self._mark_dead(dl, source_id, parser_version)
         return new_id, True
 
-    def _mark_dead(self, dl: DeadLetter, source_id: str) -> None:
+    def _mark_dead(self, dl: DeadLetter, source_id: str, parser_version: str | None = None) -> None:
         """The document's status becomes ``dead_letter``, or ``stale`` when
         it has a live version: a failed update leaves the last good version
         searchable (the error class says why it is stale)."""
@@ -340,6 +344,11 @@ class DeadLettersRepository(Repository):
                     status=case((live, STATUS_STALE), else_="dead_letter"),
                     error_class=dl.error_class,
                     updated_at=_now(),
+                    **(
+                        {"parser_version": case((live, t.c.parser_version), else_=parser_version)}
+                        if parser_version
+                        else {}
+                    ),
                 )
             ).rowcount
             if updated == 0:
@@ -351,6 +360,7 @@ class DeadLettersRepository(Repository):
                     "source_version": dl.source_version,
                     "status": "dead_letter",
                     "error_class": dl.error_class,
+                    "parser_version": parser_version,
                     "updated_at": _now(),
                 }
                 self._upsert(conn, t, [row], ["doc_id"], ["status", "error_class", "updated_at"])

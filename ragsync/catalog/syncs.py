@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import and_, select, update
+from sqlalchemy import and_, case, func, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, new_id
+from ragsync.catalog.base import Repository, _batches, new_id
+from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.errors import AmbiguousSourceError
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
@@ -444,3 +445,89 @@ class SyncsRepository(Repository):
         query = select(r.c.tenant_id, r.c.source_id).where(r.c.state.in_(_PENDING))
         with self._read_engine.connect() as conn:
             return {(str(t), str(s)) for t, s in conn.execute(query).all()}
+
+    # -- listings compared without reading bytes --------------------------------
+
+    def unread_states(self, doc_ids: Sequence[str]) -> dict[str, Any]:
+        """``{doc_id: decisions.KnownObject}`` of the live rows among
+        ``doc_ids`` (deleted and unknown ones are absent): what
+        ``decisions.skip_unread`` compares a listing with. One query per
+        batch of ids (chunk rows, a copy's holder and open dead letters
+        joined in), never one per document.
+        """
+        from ragsync.decisions import KnownObject
+
+        t, c, dl = schema.documents, schema.chunks, schema.dead_letters
+        holder = t.alias("holder")
+        rows_q = select(func.count()).where(c.c.doc_id == t.c.doc_id).scalar_subquery()
+        open_q = (
+            select(func.count())
+            .where(dl.c.doc_id == t.c.doc_id, dl.c.resolved_at.is_(None))
+            .scalar_subquery()
+        )
+        holder_live = and_(
+            holder.c.deleted_at.is_(None),
+            holder.c.status.in_(LIVE_STATUSES),
+            holder.c.content_hash == t.c.content_hash,
+        )
+        cols: list[Any] = [
+            t.c[n] for n in ("doc_id", "size", "source_version", "acl_id", "status", "error_class")
+        ]
+        cols += [
+            t.c.parser_version,
+            t.c.chunker_id,
+            t.c.version_observed_at,
+            t.c.chunk_count,
+            t.c.indexed_version,
+        ]
+        cols += [rows_q.label("rows"), open_q.label("open"), case((holder_live, 1), else_=0).label("held")]
+        out: dict[str, Any] = {}
+        with self._read_engine.connect() as conn:
+            for batch in _batches(sorted(set(doc_ids))):
+                query = (
+                    select(*cols)
+                    .select_from(t.outerjoin(holder, holder.c.doc_id == t.c.canonical_doc_id))
+                    .where(t.c.doc_id.in_(batch), t.c.deleted_at.is_(None))
+                )
+                for r in conn.execute(query).mappings():
+                    out[str(r["doc_id"])] = KnownObject(
+                        size=int(r["size"]),
+                        source_version=r["source_version"],
+                        acl_id=r["acl_id"],
+                        status=str(r["status"]),
+                        error_class=r["error_class"],
+                        parser_version=r["parser_version"],
+                        chunker_id=r["chunker_id"],
+                        observed_at=r["version_observed_at"],
+                        chunk_count=int(r["chunk_count"] or 0),
+                        chunk_rows=int(r["rows"] or 0),
+                        holder_live=bool(r["held"]),
+                        open_dead_letter=bool(r["open"]),
+                        indexed_version=r["indexed_version"],
+                    )
+        return out
+
+    def note_same_bytes(
+        self, doc_id: str, content_hash: str, source_version: str, *, size: int, observed_at: float | None
+    ) -> bool:
+        """A listing showed a new version (a touched file) of bytes the
+        catalog already holds: record the version, size and listing time, so
+        the next listing skips the object unread. Only a row still holding
+        ``content_hash`` changes; a live ``indexed_version`` that was the old
+        version becomes the new one (the same bytes are live); ``updated_at``
+        is left alone (it orders the row against listings, and nothing was
+        written). Returns True when the row changed."""
+        t = schema.documents
+        live = case((t.c.indexed_version == t.c.source_version, source_version), else_=t.c.indexed_version)
+        stmt = (
+            update(t)
+            .where(t.c.doc_id == doc_id, t.c.content_hash == content_hash)
+            .values(
+                source_version=source_version,
+                size=size,
+                version_observed_at=observed_at,
+                indexed_version=live,
+            )
+        )
+        with self._engine.begin() as conn:
+            return conn.execute(stmt).rowcount == 1
