@@ -199,6 +199,40 @@ def test_copy_added_repermissioned_and_deleted_in_later_runs(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_an_edit_that_turns_a_file_into_a_copy_keeps_its_groups(tmp_path: Path) -> None:
+    """Regression (found by tests/test_copies_property.py: put a 0 g0, put b
+    1 g1, put a 1 g0): a.txt, already indexed, is edited into b.txt's bytes.
+    It becomes a copy of b.txt and its group must read the shared content;
+    the catalog used to keep a.txt's old hash, so the union left g0 out."""
+    from ragsync.config import Settings, open_catalog
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("The canteen opens at eight and closes at three on weekdays.\n")
+    (src / "b.txt").write_text(NOTES)
+    _acl(src, {"a.txt": ["g0"], "b.txt": ["g1"]})
+    settings = Settings(home=str(tmp_path / "home"))
+    first = _run(src, settings)
+    assert first.documents_indexed == 2  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["g0"]) == []
+
+    (src / "a.txt").write_text(NOTES)
+    second = _run(src, settings)
+    assert (second.documents_duplicate, second.chunks_embedded) == (1, 0)  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["g0"]) == ["a.txt"]
+    assert _seen_by(settings, ["g1"]) == ["b.txt"]
+    state = _state(settings)
+    assert state["statuses"] == {"a.txt": "duplicate", "b.txt": "indexed"}
+    assert state["owners"] == {"b.txt": 1} and state["ok"]
+    cat = open_catalog(settings)
+    try:
+        hashes = {d.uri.rsplit("/", 1)[1]: d.content_hash for d in cat.documents_for_source(_source_id(cat))}
+    finally:
+        cat.close()
+    assert hashes["a.txt"] == hashes["b.txt"]
+
+
+@pytest.mark.slow
 def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembedding(tmp_path: Path) -> None:
     from ragsync.config import Settings
 

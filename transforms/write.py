@@ -208,7 +208,7 @@ class _RecordDuplicateFn(CopiesDoFn):
         stored = self._catalog.get_document(doc.doc_id)
         if stored is not None and (stored.canonical_doc_id or doc.doc_id) == doc.doc_id:
             retire_holder(self, doc.doc_id)
-        self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id)
+        self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id, content_hash=doc.content_hash)
         sync_copies(self, doc.canonical_doc_id)
         yield doc
 
