@@ -126,8 +126,12 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
         b = fetched("b.txt", canonical=a.doc_id)
         cat.record_fetch(b)
 
-        # The holder is live: the link holds.
+        # The holder is live: the link holds; so does a holder not written yet.
         assert list(step.process(b)) == [b]
+        c, d = fetched("c.txt"), fetched("d.txt", canonical=ids.doc_id("t", "s", "c.txt"))
+        cat.record_fetch(c)
+        cat.record_fetch(d)
+        assert list(step.process(d)) == [d]
         assert cat.get_document(b.doc_id).status == "duplicate"  # type: ignore[union-attr]
 
         # The holder is deleted before the link is recorded: processed again.

@@ -15,7 +15,6 @@ import apache_beam as beam
 import numpy as np
 
 from ragsync import near_dup
-from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings
 from ragsync.decisions import (
     CopyIdentity,
@@ -240,7 +239,8 @@ class _RecordDuplicateFn(CopiesDoFn):
                     holder.doc_id,
                     holder.acl_id or "",
                     holder.content_hash or "",
-                    holder.deleted_at is None and holder.status in LIVE_STATUSES,
+                    # A holder not written yet still serves its copies (its own write does).
+                    holder.deleted_at is None and holder.status != "deleted",
                 )
                 if holder is not None
                 else None
