@@ -184,6 +184,49 @@ def plan_copies(owner: str, content_hash: str, identities: Iterable[CopyIdentity
     return CopiesPlan(holder, holder != owner, acl_ids, duplicates)
 
 
+@dataclass(frozen=True)
+class CopyLink:
+    """A copy's catalog row as :func:`copy_lost_its_holder` reads it.
+
+    Attributes:
+        doc_id: the copy.
+        status: its status (``duplicate`` while linked).
+        canonical_doc_id: the document it links to.
+        content_hash: its bytes.
+    """
+
+    doc_id: str
+    status: str
+    canonical_doc_id: str | None
+    content_hash: str
+
+
+def copy_lost_its_holder(copy: CopyLink, holder: CopyIdentity | None) -> bool:
+    """After an exact copy was linked to a holder, is the link dangling?
+
+    A copy is linked against the catalog as it was when the copy was
+    fetched; the holder may be deleted (or edited into other bytes) before
+    the link is recorded - a delete of the holder in the same stream run. The
+    holder's delete then found no copy to promote, so the copy's content
+    would vanish from search. Such a copy must be processed again (it is
+    promoted to hold its own chunks, or linked to another live identity).
+
+    Args:
+        copy: the copy's row after the link was recorded.
+        holder: the identity it links to (None: no such document).
+
+    Returns:
+        True when the copy still links to ``holder`` and ``holder`` does not
+        serve the copy's bytes (gone, deleted or other content); False when
+        the link holds, or the copy was already promoted or re-linked.
+    """
+    if copy.status != "duplicate" or copy.canonical_doc_id in (None, copy.doc_id):
+        return False
+    if holder is None or holder.doc_id != copy.canonical_doc_id:
+        return True
+    return not holder.live or holder.content_hash != copy.content_hash
+
+
 class GateAction(str, Enum):
     """What the version gate does with an event."""
 
@@ -385,6 +428,11 @@ def gate_verdict(op: str, version: str | Stamp, known: DocVersions) -> GateVerdi
             return drop(GateAction.STALE, "permission version", s)
         if tomb is not None and tomb_order != Order.NEWER:
             return drop(GateAction.STALE, "tombstone", tomb)
+        if tomb is not None and evidence_predates_delete(v.observed_at, tomb.observed_at):
+            # A tombstone's version is the last content version, not the
+            # delete's time: a permission change made before the delete is
+            # about the deleted document, never a re-created one.
+            return drop(GateAction.STALE, "tombstone", tomb)
         return GateVerdict(GateAction.APPLY)
     if op == "delete":
         if tomb is not None and tomb_order == Order.SAME:
@@ -460,6 +508,24 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         max(held.observed_at, new.observed_at),
         tuple(sorted(set(held.deny) | set(new.deny))),
     )
+
+
+def evidence_predates_delete(observed_at: float, deleted_observed_at: float | None) -> bool:
+    """Was permission evidence true at the source at or before the
+    document's delete? Such evidence is about the deleted document and is
+    ignored for a document re-created under the same id (by an event or a
+    backfill): its permissions come from newer evidence.
+
+    Args:
+        observed_at: when the evidence was true at the source (0: unknown).
+        deleted_observed_at: when the delete was observed at the source (a
+            delete event's event time, the listing that found the file gone);
+            None or 0 when there is no delete or its time is unknown.
+
+    Returns:
+        True only when both times are known and the evidence's is not later.
+    """
+    return bool(observed_at > 0 and deleted_observed_at and observed_at <= deleted_observed_at)
 
 
 def backoff_delay(attempt: int, *, base_s: float = 2.0, cap_s: float = 300.0, jitter: float = 0.5) -> float:

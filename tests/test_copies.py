@@ -19,7 +19,15 @@ from typing import Any
 
 import pytest
 
-from ragsync.decisions import CopiesPlan, CopyIdentity, FetchAction, fetch_action, plan_copies
+from ragsync.decisions import (
+    CopiesPlan,
+    CopyIdentity,
+    CopyLink,
+    FetchAction,
+    copy_lost_its_holder,
+    fetch_action,
+    plan_copies,
+)
 
 DIM = 384
 NOTES = "Notes from the quarterly meeting.\n\nRevenue grew by twelve percent in the northern region.\n"
@@ -68,6 +76,84 @@ def test_plan_copies_is_order_independent() -> None:
         for order in (identities, identities[::-1], identities[1:] + identities[:1])
     }
     assert plans == {CopiesPlan("d2", True, ("a2", "a3"), ("d3", "d4"))}
+
+
+def test_copy_lost_its_holder() -> None:
+    link = CopyLink("b", "duplicate", "a", "h")
+    assert not copy_lost_its_holder(link, CopyIdentity("a", "acl", "h", True))
+    assert copy_lost_its_holder(link, CopyIdentity("a", "acl", "h", False))  # the holder was deleted
+    assert copy_lost_its_holder(link, CopyIdentity("a", "acl", "other", True))  # or edited away
+    assert copy_lost_its_holder(link, None)  # or is unknown
+    # Promoted meanwhile (the holder's delete found the copy), or not a copy at all: nothing lost.
+    assert not copy_lost_its_holder(CopyLink("b", "indexed", "b", "h"), None)
+    assert not copy_lost_its_holder(CopyLink("b", "fetched", "a", "h"), None)
+
+
+def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path: Path) -> None:
+    """Regression (found by tests/test_interleavings_property.py): an upsert
+    of b.txt (a copy of a.txt's bytes) and a delete of a.txt in the same
+    stream run. The fetch found a.txt indexed; a.txt's delete ran before the
+    link was recorded and found no copy to promote; b.txt was left linked to
+    a vanished holder and its content disappeared from search. The link step
+    now raises a retryable error, so the event runs again (b.txt is then
+    processed on its own)."""
+    from beam_pipelines.backfill import prepare_stores
+    from ragsync import ids
+    from ragsync.config import Settings
+    from ragsync.embedding import default_model
+    from ragsync.errors import WriteError
+    from ragsync.model import FetchedDocument, SourceFile
+    from transforms.write import _RecordDuplicateFn
+
+    settings = Settings(home=str(tmp_path / "home"))
+    prepare_stores(settings, default_model())
+    step = _RecordDuplicateFn(settings, DIM)
+    step.setup()
+    cat = step._catalog
+    try:
+        chash = ids.content_hash(NOTES.encode())
+
+        def fetched(path: str, canonical: str = "") -> FetchedDocument:
+            src = SourceFile("t", "s", path, f"file:///src/{path}", len(NOTES), ("g",), "1")
+            doc_id = ids.doc_id("t", "s", path)
+            return FetchedDocument(doc_id, src, chash, "mem://raw", len(NOTES), "acl-g", canonical or doc_id)
+
+        a = fetched("a.txt")
+        cat.upsert_acl("acl-g", "t", ["g"], [])
+        cat.record_fetch(a)
+        flip = dict(source_version="1", indexed_version="1", chunker_id="c", parser_version="p")
+        cat.flip_indexed_version(a.doc_id, content_hash=chash, chunk_count=0, indexed_at=1.0, **flip)
+        b = fetched("b.txt", canonical=a.doc_id)
+        cat.record_fetch(b)
+
+        # The holder is live: the link holds; so does a holder not written yet.
+        assert list(step.process(b)) == [b]
+        c, d = fetched("c.txt"), fetched("d.txt", canonical=ids.doc_id("t", "s", "c.txt"))
+        cat.record_fetch(c)
+        cat.record_fetch(d)
+        assert list(step.process(d)) == [d]
+        assert cat.get_document(b.doc_id).status == "duplicate"  # type: ignore[union-attr]
+
+        # The holder is deleted before the link is recorded: processed again.
+        cat.put_tombstone(a.doc_id, "t", "2", version_domain="", observed_at=2.0)
+        cat.record_fetch(b)
+        with pytest.raises(WriteError, match="no longer serves its bytes"):
+            list(step.process(b))
+        row = cat.get_document(b.doc_id)
+        assert row is not None and row.content_hash == chash
+        # The retry's fetch processes it: its holder is not live.
+        action = fetch_action(
+            row,
+            content_hash=chash,
+            acl_id="acl-g",
+            parser_version="p",
+            chunker_id="c",
+            stored_chunk_rows=None,
+            copy_of_live=False,
+        )
+        assert action == FetchAction.PROCESS
+    finally:
+        step.teardown()
 
 
 @dataclass
@@ -196,6 +282,40 @@ def test_copy_added_repermissioned_and_deleted_in_later_runs(tmp_path: Path) -> 
     assert _seen_by(settings, ["everyone"]) == ["notes.txt"]
     state = _state(settings)
     assert state["owners"] == {"notes.txt": 1} and state["ok"]
+
+
+@pytest.mark.slow
+def test_an_edit_that_turns_a_file_into_a_copy_keeps_its_groups(tmp_path: Path) -> None:
+    """Regression (found by tests/test_copies_property.py: put a 0 g0, put b
+    1 g1, put a 1 g0): a.txt, already indexed, is edited into b.txt's bytes.
+    It becomes a copy of b.txt and its group must read the shared content;
+    the catalog used to keep a.txt's old hash, so the union left g0 out."""
+    from ragsync.config import Settings, open_catalog
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("The canteen opens at eight and closes at three on weekdays.\n")
+    (src / "b.txt").write_text(NOTES)
+    _acl(src, {"a.txt": ["g0"], "b.txt": ["g1"]})
+    settings = Settings(home=str(tmp_path / "home"))
+    first = _run(src, settings)
+    assert first.documents_indexed == 2  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["g0"]) == []
+
+    (src / "a.txt").write_text(NOTES)
+    second = _run(src, settings)
+    assert (second.documents_duplicate, second.chunks_embedded) == (1, 0)  # type: ignore[attr-defined]
+    assert _seen_by(settings, ["g0"]) == ["a.txt"]
+    assert _seen_by(settings, ["g1"]) == ["b.txt"]
+    state = _state(settings)
+    assert state["statuses"] == {"a.txt": "duplicate", "b.txt": "indexed"}
+    assert state["owners"] == {"b.txt": 1} and state["ok"]
+    cat = open_catalog(settings)
+    try:
+        hashes = {d.uri.rsplit("/", 1)[1]: d.content_hash for d in cat.documents_for_source(_source_id(cat))}
+    finally:
+        cat.close()
+    assert hashes["a.txt"] == hashes["b.txt"]
 
 
 @pytest.mark.slow

@@ -158,6 +158,33 @@ def test_a_backfill_rerun_keeps_a_newer_acl_event(tmp_path: Path, capsys: pytest
     assert user.query("salary bands engineers", "everyone") == []
 
 
+def test_an_acl_event_older_than_the_sidecar_does_not_apply(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (found by tests/test_interleavings_property.py): on a fresh
+    index, an acl event from before the sidecar's last edit was applied (the
+    first backfill did not record the sidecar's time), while the same event
+    after a second backfill was not."""
+    user = User(tmp_path, capsys)
+    (user.folder / "budget.md").write_text("# Budget\n\nThe marketing budget doubles next spring.\n")
+    (user.folder / ".ragsync-acl.json").write_text(json.dumps({"default": ["finance"]}))
+    user.add_source()
+    user.backfill()
+    # Ten minutes before the sidecar was written, the source gave it to everyone.
+    user.push(
+        {
+            "doc_id": "budget.md",
+            "op": "acl",
+            "source_version": 4,
+            "acl_groups": ["everyone"],
+            "event_time": time.time() - 600,
+        }
+    )
+    assert user.stream()["events_stale"] == 1
+    assert user.query("marketing budget spring", "everyone") == []
+    assert user.query("marketing budget spring", "finance") == ["budget.md"]
+
+
 def test_without_a_timed_source_the_narrower_groups_win(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -26,6 +26,7 @@ from ragsync.decisions import (
     backoff_delay,
     choose_permissions,
     compare_versions,
+    evidence_predates_delete,
     gate_event,
     gate_verdict,
     version_key,
@@ -285,3 +286,41 @@ def test_choose_permissions_keeps_every_denial_on_a_tie() -> None:
     held = PermissionEvidence(("eng",), 0.0, ("contractors",))
     new = PermissionEvidence(("eng",), 0.0, ("interns",))
     assert choose_permissions(held, new).deny == ("contractors", "interns")
+
+
+def test_permission_evidence_from_before_a_delete_is_not_applied_to_a_recreated_document(
+    tmp_path: Path,
+) -> None:
+    """Regression (found by tests/test_interleavings_property.py): an acl
+    event made before a file was deleted, applied after the file was
+    re-created, narrowed the new file's groups. A backfill's tombstone holds
+    the file's last time (about 1.7e9), not the delete's: the acl event's
+    version passed it. Evidence at or before the delete's time is about the
+    deleted document (the gate drops it; held evidence is ignored)."""
+    from transforms.events import held_permissions
+
+    tomb = Stamp("1700000000.000000", "timestamp", 1_800_000_100.0)  # deleted at ...100
+    before = Stamp("1800000050.000000", "timestamp", 1_800_000_050.0)
+    after = Stamp("1800000150.000000", "timestamp", 1_800_000_150.0)
+    verdict = gate_verdict("acl", before, DocVersions(deleted=tomb))
+    assert verdict.action == S and "tombstone" in verdict.reason
+    assert gate_event("acl", after, DocVersions(deleted=tomb)) == A
+    assert (
+        gate_event("acl", Stamp("1800000050.000000", "timestamp"), DocVersions(deleted=tomb)) == A
+    )  # untimed
+    assert evidence_predates_delete(100.0, 100.0) and evidence_predates_delete(99.0, 100.0)
+    assert not evidence_predates_delete(101.0, 100.0)
+    assert not evidence_predates_delete(0.0, 100.0) and not evidence_predates_delete(50.0, None)
+
+    # The catalog side: evidence recorded before the delete is not held for the re-created document.
+    cat = open_catalog(Settings(home=str(tmp_path / "home")))
+    try:
+        cat.upsert_acl("acl-hr", "t", ["hr"], [])
+        cat.set_acl_version("d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0)
+        assert held_permissions(cat, "d1") == PermissionEvidence(("hr",), 50.0, ())
+        cat.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
+        assert held_permissions(cat, "d1") is None
+        cat.set_acl_version("d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0)
+        assert held_permissions(cat, "d1") == PermissionEvidence(("hr",), 150.0, ())
+    finally:
+        cat.close()

@@ -296,3 +296,37 @@ def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None
     hits = hybrid_query(settings, "y-ray budget", groups=["everyone"], tenant_id=TENANT, k=10)
     assert all("y-ray" not in h.text for h in hits)
     assert reconcile(settings, DIM).ok
+
+
+def test_a_parse_whose_stored_elements_were_deleted_parses_the_bytes_again(tmp_path: Path) -> None:
+    """Regression (found by tests/test_interleavings_property.py): a file
+    deleted and re-created with the same bytes was dead-lettered
+    ``fetch_failed``: the delete removed the stored elements, the catalog
+    still named them, and the parse read them instead of parsing."""
+    from ragsync.detect import detect_mime
+    from ragsync.model import FetchedDocument, SourceFile
+    from transforms.common import CatalogDoFn
+    from transforms.io import delete_if_exists, write_bytes_once
+    from transforms.parse import _ParseFn
+
+    settings = Settings(home=str(tmp_path / "home"))
+    data = _handbook(PARAS).encode()
+    chash = ids.content_hash(data)
+    raw = settings.raw_uri(chash)
+    write_bytes_once(raw, data)
+    src = SourceFile(TENANT, SOURCE, "handbook.md", str(tmp_path / "handbook.md"), len(data), ("g",), "1")
+    doc = FetchedDocument(
+        "d1", src, chash, raw, len(data), "acl", "d1", mime=detect_mime(data, "handbook.md")
+    )
+    fn = _ParseFn(settings)
+    CatalogDoFn.setup(fn)  # the catalog only: no child-process limits on the test process
+    try:
+        first = list(fn._parse(doc))
+        assert len(first) == 1 and first[0].elements
+        # What the delete of the last document with these bytes removes.
+        assert delete_if_exists(settings.parsed_uri(chash, PARSER_VERSION))
+        again = list(fn._parse(doc))
+        assert [e.text for e in again[0].elements] == [e.text for e in first[0].elements]
+        assert os.path.exists(settings.parsed_uri(chash, PARSER_VERSION))  # stored again
+    finally:
+        fn.teardown()

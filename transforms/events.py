@@ -37,6 +37,7 @@ from ragsync.decisions import (
     Stamp,
     choose_permissions,
     compare_versions,
+    evidence_predates_delete,
     gate_verdict,
 )
 from ragsync.errors import InvalidEventError
@@ -463,9 +464,16 @@ class _UpsertToWorkFn(CatalogDoFn):
 
 def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
     """The permission evidence the catalog applied last with a known time
-    (an acl event, a timed listing), or None."""
+    (an acl event, a timed listing), or None. Evidence from before the
+    document's last delete is about the deleted document: None
+    (``ragsync.decisions.evidence_predates_delete``)."""
     row = catalog.get_acl_version(doc_id)
     if row is None:
+        return None
+    tomb = catalog.get_tombstone(doc_id)
+    if tomb is not None and evidence_predates_delete(
+        float(row.get("observed_at") or 0.0), tomb.get("observed_at")
+    ):
         return None
     groups = catalog.get_acl_groups(row["acl_id"])
     if groups is None:

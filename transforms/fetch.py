@@ -216,12 +216,17 @@ class _FetchFn(CatalogDoFn):
         (newest wins, a tie or unknown order takes the narrower set) and keep
         the winner as the new evidence when it is not the held one."""
         held = held_permissions(self._catalog, doc_id)
-        if held is None:
-            return item
         new = PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups)
         chosen = choose_permissions(held, new)
-        if chosen is held:
+        if chosen is held and held is not None:
             return replace(item, acl_groups=held.groups, deny_groups=held.deny)
+        if held is None and (item.event_id or not chosen.observed_at):
+            # An upsert's permissions are versioned apart from acl events;
+            # configuration has no time to order an acl event against.
+            return item
+        # A listing's first timed evidence (a sidecar's mtime) is recorded
+        # too: an acl event older than it is then stale at the gate, as on
+        # every later run.
         acl = ids.acl_id(item.tenant_id, chosen.groups, chosen.deny)
         self._catalog.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
         # An upsert event's evidence carries its own version; a listing's is

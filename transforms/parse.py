@@ -14,6 +14,7 @@ import apache_beam as beam
 from ragsync.children import expand_children, stale_children
 from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
+from ragsync.errors import FetchError
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, is_container, parse
 from ragsync.stores.tantivy_index import release_inherited_index_locks
@@ -136,7 +137,11 @@ class _ParseFn(CatalogDoFn):
         if stored is not None:
             try:
                 elements = _read_elements(stored.elements_uri)
-            except OSError:
+            except (OSError, FetchError):
+                # The catalog remembers a parse whose stored elements are gone
+                # (a delete of the last document with these bytes removed
+                # them, and the file was then re-created with the same
+                # bytes): parse the bytes again.
                 stored = None
         if stored is not None:
             yield ParsedDocument(

@@ -16,8 +16,15 @@ import numpy as np
 
 from ragsync import near_dup
 from ragsync.config import Settings
-from ragsync.decisions import Order, backoff_delay, compare_versions
-from ragsync.errors import is_retryable
+from ragsync.decisions import (
+    CopyIdentity,
+    CopyLink,
+    Order,
+    backoff_delay,
+    compare_versions,
+    copy_lost_its_holder,
+)
+from ragsync.errors import WriteError, is_retryable
 from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
@@ -203,14 +210,48 @@ class _RecordDuplicateFn(CopiesDoFn):
     A document that held chunks of its own (it was edited into bytes another
     document already serves) first hands them to one of its own copies, if
     any is left, and then loses them.
+
+    The holder may be deleted between the fetch that found it and this link
+    (a delete of it in the same stream run): its delete then saw no copy to
+    promote. The link is checked after it is recorded
+    (``ragsync.decisions.copy_lost_its_holder``); a dangling one raises a
+    retryable ``WriteError`` (counted as ``copies_relinked``), so the event
+    runs again and the copy is processed on its own or linked to a live
+    identity.
     """
 
+    def setup(self) -> None:
+        super().setup()
+        self._relinked = counter("copies_relinked")
+
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
-        stored = self._catalog.get_document(doc.doc_id)
+        cat = self._catalog
+        stored = cat.get_document(doc.doc_id)
         if stored is not None and (stored.canonical_doc_id or doc.doc_id) == doc.doc_id:
             retire_holder(self, doc.doc_id)
-        self._catalog.mark_duplicate(doc.doc_id, doc.canonical_doc_id)
+        cat.mark_duplicate(doc.doc_id, doc.canonical_doc_id, content_hash=doc.content_hash)
         sync_copies(self, doc.canonical_doc_id)
+        row = cat.get_document(doc.doc_id)
+        if row is not None:
+            holder = cat.get_document(row.canonical_doc_id) if row.canonical_doc_id else None
+            link = CopyLink(row.doc_id, row.status, row.canonical_doc_id, row.content_hash or "")
+            held = (
+                CopyIdentity(
+                    holder.doc_id,
+                    holder.acl_id or "",
+                    holder.content_hash or "",
+                    # A holder not written yet still serves its copies (its own write does).
+                    holder.deleted_at is None and holder.status != "deleted",
+                )
+                if holder is not None
+                else None
+            )
+            if copy_lost_its_holder(link, held):
+                self._relinked.inc()
+                raise WriteError(
+                    f"{doc.doc_id} was linked as a copy of {row.canonical_doc_id}, which no longer "
+                    "serves its bytes (deleted meanwhile): processed again"
+                )
         yield doc
 
 

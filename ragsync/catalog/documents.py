@@ -636,9 +636,19 @@ class DocumentsRepository(Repository):
 
     # -- exact duplicates ------------------------------------------------------------
 
-    def mark_duplicate(self, doc_id: str, canonical_doc_id: str) -> None:
+    def mark_duplicate(self, doc_id: str, canonical_doc_id: str, *, content_hash: str) -> None:
         """Record that ``doc_id`` is an exact copy served by ``canonical_doc_id``'s
-        chunks: status ``duplicate``, no chunks of its own."""
+        chunks: status ``duplicate``, no chunks of its own.
+
+        Args:
+            doc_id: the copy.
+            canonical_doc_id: the document holding the chunks of its bytes.
+            content_hash: the copy's (new) content hash. It is stored here
+                because ``record_fetch`` keeps the old hash of a document
+                that had a live version: an edit that turns it into a copy
+                must leave the new hash, or the union of the groups of the
+                shared content would miss this copy's groups.
+        """
         t = schema.documents
         with self._engine.begin() as conn:
             conn.execute(
@@ -646,6 +656,7 @@ class DocumentsRepository(Repository):
                 .where(t.c.doc_id == doc_id)
                 .values(
                     canonical_doc_id=canonical_doc_id,
+                    content_hash=content_hash,
                     status="duplicate",
                     error_class=None,
                     indexed_at=_now(),
