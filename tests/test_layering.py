@@ -184,3 +184,21 @@ def test_no_module_imports_in_a_circle() -> None:
 def test_circle_check_detects_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert _circles(graph) == [frozenset({"a", "b", "c"})]
+
+
+# ----------------------------------------------------------------- module size
+
+MAX_MODULE_LINES = 800
+
+
+def test_no_product_module_is_over_800_lines() -> None:
+    """Small modules with names that say what they hold: a module that grows
+    past the limit is split by concern (as ``ragsync.decisions`` was)."""
+    root = Path(__file__).resolve().parents[1]
+    too_long = {
+        str(p.relative_to(root)): n
+        for package in PRODUCT
+        for p in (root / package).rglob("*.py")
+        if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
+    }
+    assert too_long == {}

@@ -37,6 +37,7 @@ from sqlalchemy import Engine, func, select, text
 from ragsync.catalog import schema
 from ragsync.catalog.base import create_catalog_engine, normalize_url
 from ragsync.catalog.chunks import ChunksRepository
+from ragsync.catalog.copies import CopiesRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
 from ragsync.catalog.documents import DocumentsRepository
 from ragsync.catalog.index_versions import IndexVersionsRepository
@@ -49,6 +50,7 @@ from ragsync.catalog.syncs import SyncsRepository
 
 class Catalog(
     DocumentsRepository,
+    CopiesRepository,
     ChunksRepository,
     QueueRepository,
     DeadLettersRepository,

@@ -1,0 +1,106 @@
+"""Pure decisions, each returning a named action. No I/O here.
+
+These are the rules that keep the indexes correct; the Beam steps only call
+them and act on the answer. One module per concern: ``documents`` (fetch,
+chunk diff, exact copies), ``gate`` (event versions, permission evidence,
+retries), ``sync`` (source syncs and repairs), ``rerun`` (skipping unchanged
+objects unread).
+"""
+
+from __future__ import annotations
+
+from ragsync.decisions.documents import (
+    ChunkDiff,
+    CopiesPlan,
+    CopyIdentity,
+    CopyLink,
+    FetchAction,
+    StoredDocument,
+    choose_canonical,
+    copy_lost_its_holder,
+    diff_chunks,
+    fetch_action,
+    plan_copies,
+)
+from ragsync.decisions.gate import (
+    VERSION_DOMAINS,
+    DocVersions,
+    GateAction,
+    GateVerdict,
+    Order,
+    PermissionEvidence,
+    Stamp,
+    as_stamp,
+    backoff_delay,
+    choose_permissions,
+    compare_versions,
+    evidence_predates_delete,
+    gate_event,
+    gate_verdict,
+    version_key,
+)
+from ragsync.decisions.rerun import (
+    CONTENT_DEAD_CLASSES,
+    RACY_WINDOW_S,
+    KnownObject,
+    ListedObject,
+    skip_unread,
+)
+from ragsync.decisions.sync import (
+    FailureOutcome,
+    ListingVerdict,
+    RepairPlan,
+    SourceSchedule,
+    SyncMode,
+    SyncPlan,
+    after_failure,
+    due_syncs,
+    listing_verdict,
+    plan_repair,
+    plan_sync,
+)
+
+__all__ = [
+    "CONTENT_DEAD_CLASSES",
+    "ChunkDiff",
+    "CopiesPlan",
+    "CopyIdentity",
+    "CopyLink",
+    "DocVersions",
+    "FailureOutcome",
+    "FetchAction",
+    "GateAction",
+    "GateVerdict",
+    "KnownObject",
+    "ListedObject",
+    "ListingVerdict",
+    "Order",
+    "PermissionEvidence",
+    "RACY_WINDOW_S",
+    "RepairPlan",
+    "SourceSchedule",
+    "Stamp",
+    "StoredDocument",
+    "SyncMode",
+    "SyncPlan",
+    "VERSION_DOMAINS",
+    "after_failure",
+    "as_stamp",
+    "backoff_delay",
+    "choose_canonical",
+    "choose_permissions",
+    "compare_versions",
+    "copy_lost_its_holder",
+    "diff_chunks",
+    "due_syncs",
+    "evidence_predates_delete",
+    "fetch_action",
+    "gate_event",
+    "gate_verdict",
+    "listing_verdict",
+    "plan_copies",
+    "plan_repair",
+    "plan_sync",
+    "skip_unread",
+    "version_key",
+]

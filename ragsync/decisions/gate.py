@@ -1,0 +1,322 @@
+"""Pure decisions about event versions (the gate), permission evidence and retries. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+
+class GateAction(str, Enum):
+    """What the version gate does with an event."""
+
+    APPLY = "apply"
+    STALE = "stale"  # older than what is applied or in flight: drop, count
+    DUPLICATE = "duplicate"  # this exact version is already applied: drop, count
+
+
+#: How a source's versions compare (``sources.version_domain``): ``revision``
+#: numbers order numerically, ``timestamp`` values (epoch seconds or ISO 8601)
+#: order in time, ``etag`` values only tell equal from different. ``""`` is
+#: an undeclared domain: numbers numerically, then text (the old rule).
+VERSION_DOMAINS = ("revision", "timestamp", "etag")
+
+
+@dataclass(frozen=True)
+class Stamp:
+    """A version as the gate compares it.
+
+    Attributes:
+        value: the version text (``source_version``).
+        domain: its domain (one of :data:`VERSION_DOMAINS`, or ``""`` when the
+            source declared none).
+        observed_at: when the source said so (an event's ``event_time``, a
+            listing's time), epoch seconds; 0 when unknown.
+    """
+
+    value: str
+    domain: str = ""
+    observed_at: float = 0.0
+
+
+class Order(str, Enum):
+    """How one stamp relates to another."""
+
+    OLDER = "older"
+    SAME = "same"
+    NEWER = "newer"
+    UNKNOWN = "unknown"  # different domains or etags and no usable observation times
+
+
+def _parse_time(text: str) -> float | None:
+    from datetime import datetime
+
+    try:
+        return float(text)
+    except ValueError:
+        pass
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def _domain_key(domain: str, value: str) -> tuple[Any, ...] | None:
+    """A sort key within ``domain``, or None when the value does not order there."""
+    v = value.strip()
+    if domain == "":
+        return version_key(v)
+    if domain == "revision":
+        try:
+            return (int(v),)
+        except ValueError:
+            return None
+    if domain == "timestamp":
+        t = _parse_time(v)
+        return None if t is None else (t,)
+    return None  # etag: equality only
+
+
+def compare_versions(a: Stamp, b: Stamp) -> Order:
+    """Where ``a`` stands relative to ``b``.
+
+    Two versions of one domain compare by value (an etag only by equality).
+    Otherwise - two domains, two different etags, a value that does not parse
+    in its domain - they are ordered by the time each was observed at the
+    source; never by comparing the text of two domains.
+
+    Returns:
+        OLDER, SAME or NEWER; UNKNOWN when neither rule orders them (a tie
+        of observation times, or one unknown).
+    """
+    if a.domain == b.domain:
+        ka, kb = _domain_key(a.domain, a.value), _domain_key(b.domain, b.value)
+        if ka is not None and kb is not None:
+            return Order.NEWER if ka > kb else Order.OLDER if ka < kb else Order.SAME
+        if a.value.strip() == b.value.strip():
+            return Order.SAME
+    if a.observed_at > 0 and b.observed_at > 0 and a.observed_at != b.observed_at:
+        return Order.NEWER if a.observed_at > b.observed_at else Order.OLDER
+    return Order.UNKNOWN
+
+
+def as_stamp(version: str | Stamp) -> Stamp:
+    """A bare version string is a stamp of the undeclared domain, time unknown."""
+    return version if isinstance(version, Stamp) else Stamp(str(version))
+
+
+@dataclass(frozen=True)
+class DocVersions:
+    """The versions the catalog (the authority) holds for one document.
+
+    Attributes:
+        indexed: content version that is live (``documents.indexed_version``).
+        accepted: newest content version fetched, live or in flight
+            (``documents.source_version``).
+        deleted: version of the tombstone, if the document was deleted.
+        acl: version of the last applied permission change.
+        complete: the live version's chunk rows are all there (False after a
+            crash between flipping the version and deleting vanished chunks:
+            a redelivered event must then run again to finish the delete).
+        delete_complete: the tombstone's delete finished everywhere (False
+            while a failed delete is retried: the retry must run again).
+
+    Each version is a :class:`Stamp` (or a bare string: undeclared domain).
+    """
+
+    indexed: str | Stamp | None = None
+    accepted: str | Stamp | None = None
+    deleted: str | Stamp | None = None
+    acl: str | Stamp | None = None
+    complete: bool = True
+    delete_complete: bool = True
+
+
+def version_key(version: str) -> tuple[int, int, str]:
+    """Sort key for versions of an undeclared domain: numbers numerically,
+    then text (e.g. ISO timestamps, which sort correctly as text)."""
+    v = version.strip()
+    if v.isdigit():
+        return (0, int(v), "")
+    return (1, 0, v)
+
+
+@dataclass(frozen=True)
+class GateVerdict:
+    """The gate's answer with the version that decided it.
+
+    Attributes:
+        action: APPLY, STALE or DUPLICATE.
+        held: the held version the event lost or tied to ('' on APPLY).
+        reason: one line naming both versions ('' on APPLY).
+    """
+
+    action: GateAction
+    held: str = ""
+    reason: str = ""
+
+
+def _describe(s: Stamp) -> str:
+    domain = s.domain or "undeclared"
+    when = f", observed {s.observed_at:.3f}" if s.observed_at else ""
+    return f"{s.value!r} ({domain}{when})"
+
+
+def gate_verdict(op: str, version: str | Stamp, known: DocVersions) -> GateVerdict:
+    """Version gate: apply only what is newer than what the document holds.
+
+    Content (upsert, delete) and permissions (acl) are versioned separately,
+    so a late content event never rolls back a newer permission change and a
+    late permission event never blocks newer content. A tombstone blocks every
+    upsert and permission change at or below its version; an upsert above it
+    recreates the document. Ties between a delete and an upsert of the same
+    version go to the delete (fail closed). Versions are compared with
+    :func:`compare_versions`: where the order is UNKNOWN, a delete applies and
+    an upsert or permission change does not pass a tombstone (fail closed);
+    otherwise the event, the latest to arrive, applies.
+
+    Args:
+        op: upsert, delete or acl.
+        version: the event's stamp (or bare source version).
+        known: what the catalog holds.
+
+    Returns:
+        The action, with the held version that made an event stale or a duplicate.
+    """
+    v = as_stamp(version)
+
+    def held(other: str | Stamp | None) -> tuple[Order | None, Stamp | None]:
+        if other is None:
+            return None, None
+        s = as_stamp(other)
+        return compare_versions(v, s), s
+
+    def drop(action: GateAction, what: str, s: Stamp) -> GateVerdict:
+        word = "stale" if action == GateAction.STALE else "duplicate"
+        return GateVerdict(
+            action, s.value, f"{op} {_describe(v)} is {word}: the document holds {what} {_describe(s)}"
+        )
+
+    if op not in ("acl", "delete", "upsert"):
+        raise ValueError(f"unknown op {op!r}")
+    tomb_order, tomb = held(known.deleted)
+    if op == "acl":
+        order, s = held(known.acl)
+        if order == Order.SAME and s is not None:
+            return drop(GateAction.DUPLICATE, "permission version", s)
+        if order == Order.OLDER and s is not None:
+            return drop(GateAction.STALE, "permission version", s)
+        if tomb is not None and tomb_order != Order.NEWER:
+            return drop(GateAction.STALE, "tombstone", tomb)
+        if tomb is not None and evidence_predates_delete(v.observed_at, tomb.observed_at):
+            # A tombstone's version is the last content version, not the
+            # delete's time: a permission change made before the delete is
+            # about the deleted document, never a re-created one.
+            return drop(GateAction.STALE, "tombstone", tomb)
+        return GateVerdict(GateAction.APPLY)
+    if op == "delete":
+        if tomb is not None and tomb_order == Order.SAME:
+            if known.delete_complete:
+                return drop(GateAction.DUPLICATE, "tombstone", tomb)
+            return GateVerdict(GateAction.APPLY)
+        if tomb is not None and tomb_order == Order.OLDER:
+            return drop(GateAction.STALE, "tombstone", tomb)
+        for other in (known.indexed, known.accepted):
+            order, s = held(other)
+            if order == Order.OLDER and s is not None:
+                return drop(GateAction.STALE, "content version", s)
+        return GateVerdict(GateAction.APPLY)
+    if tomb is not None and tomb_order != Order.NEWER:
+        return drop(GateAction.STALE, "tombstone", tomb)
+    order, s = held(known.indexed)
+    if order == Order.SAME and known.complete and s is not None:
+        return drop(GateAction.DUPLICATE, "content version", s)
+    for other in (known.indexed, known.accepted):
+        order, s = held(other)
+        if order == Order.OLDER and s is not None:
+            return drop(GateAction.STALE, "content version", s)
+    return GateVerdict(GateAction.APPLY)
+
+
+def gate_event(op: str, version: str | Stamp, known: DocVersions) -> GateAction:
+    """The action of :func:`gate_verdict`."""
+    return gate_verdict(op, version, known).action
+
+
+@dataclass(frozen=True)
+class PermissionEvidence:
+    """Who may read a document, and when the source said so.
+
+    Attributes:
+        groups: allowed groups.
+        observed_at: when this was true at the source (an ``acl`` event's
+            ``event_time``, a folder ACL sidecar's modification time, the
+            listing time of a connector that returns current permissions);
+            0 when unknown.
+        deny: groups explicitly denied.
+    """
+
+    groups: tuple[str, ...]
+    observed_at: float = 0.0
+    deny: tuple[str, ...] = ()
+
+
+def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence) -> PermissionEvidence:
+    """The permissions a document gets when two pieces of evidence meet.
+
+    The newest evidence wins. A tie, or an unknown time on either side,
+    takes the narrower set (fail closed): the groups both allow, and the
+    denials of both.
+
+    Args:
+        held: what the catalog applied last with a known time (None: nothing).
+        new: what a listing or event says now.
+
+    Returns:
+        The evidence to apply (``held`` or ``new`` themselves when one wins).
+    """
+    if held is None:
+        return new
+    if held.observed_at > 0 and new.observed_at > 0 and held.observed_at != new.observed_at:
+        return new if new.observed_at > held.observed_at else held
+    if set(new.groups) <= set(held.groups) and set(held.deny) <= set(new.deny):
+        return new
+    if set(held.groups) <= set(new.groups) and set(new.deny) <= set(held.deny):
+        return held
+    return PermissionEvidence(
+        tuple(sorted(set(held.groups) & set(new.groups))),
+        max(held.observed_at, new.observed_at),
+        tuple(sorted(set(held.deny) | set(new.deny))),
+    )
+
+
+def evidence_predates_delete(observed_at: float, deleted_observed_at: float | None) -> bool:
+    """Was permission evidence true at the source at or before the
+    document's delete? Such evidence is about the deleted document and is
+    ignored for a document re-created under the same id (by an event or a
+    backfill): its permissions come from newer evidence.
+
+    Args:
+        observed_at: when the evidence was true at the source (0: unknown).
+        deleted_observed_at: when the delete was observed at the source (a
+            delete event's event time, the listing that found the file gone);
+            None or 0 when there is no delete or its time is unknown.
+
+    Returns:
+        True only when both times are known and the evidence's is not later.
+    """
+    return bool(observed_at > 0 and deleted_observed_at and observed_at <= deleted_observed_at)
+
+
+def backoff_delay(attempt: int, *, base_s: float = 2.0, cap_s: float = 300.0, jitter: float = 0.5) -> float:
+    """Exponential backoff with jitter for retry number ``attempt`` (1-based).
+
+    ``jitter`` in [0, 1] is the random share: the delay is drawn uniformly from
+    [(1 - jitter) * d, d] where d = min(cap, base * 2**(attempt-1)).
+    """
+    import random
+
+    if attempt < 1:
+        raise ValueError("attempt is 1-based")
+    d = min(cap_s, base_s * 2 ** (attempt - 1))
+    return d * (1 - jitter * random.random())
