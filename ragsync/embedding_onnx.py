@@ -41,7 +41,7 @@ from typing import Any
 
 import numpy as np
 
-from ragsync.embedding import EmbeddingModel, ModelSpec, model_fingerprint
+from ragsync.embedding_base import EmbeddingModel, ModelSpec, SentenceTransformerModel, model_fingerprint
 from ragsync.errors import ConfigurationError
 
 FP32_FILE = "model.onnx"
@@ -134,8 +134,6 @@ def _install(tmp: str, final: str) -> None:
 
 def _reference(spec: ModelSpec) -> np.ndarray:
     """torch's vectors for the check sentences (the spec's passage prefix)."""
-    from ragsync.embedding import SentenceTransformerModel
-
     torch_spec = ModelSpec(
         name=spec.name,
         path=spec.path,
