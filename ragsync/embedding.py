@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -41,10 +42,11 @@ from ragsync.embedding_base import (
     cuda_available,
     model_fingerprint,
 )
-from ragsync.errors import ConfigurationError
+from ragsync.errors import ConfigurationError, EmbedFailedError
 
 __all__ = [
     "BACKENDS",
+    "CachedEmbedding",
     "DEFAULT_MODEL",
     "E5_MODEL",
     "EmbeddingModel",
@@ -55,6 +57,9 @@ __all__ = [
     "choose_device",
     "cuda_available",
     "default_model",
+    "embed_failure",
+    "embed_with_cache",
+    "encode_isolating_failures",
     "get_model",
     "load_tokenizer",
     "model_dimension",
@@ -335,22 +340,125 @@ def get_model(name: str, settings: Settings | None = None) -> EmbeddingModel:
     return model_for(spec_for(name, settings))
 
 
+# ----------------------------------------------------------- the embedding path
+
+
+def encode_isolating_failures(
+    encode: Callable[[Sequence[str]], Any], texts: Sequence[str], *, dim: int = 0, batch_size: int = 0
+) -> list[np.ndarray | Exception]:
+    """Passage vectors of ``texts``, one model call per batch; the one place
+    that batches model calls and tells failed texts from good ones (the
+    pipelines' RunInference handler, re-embedding, the dual write and cache
+    repairs all come here). Prefixes and the token limit are the model's own
+    (its :class:`ModelSpec`).
+
+    Args:
+        encode: the model's passage encoder (``EmbeddingModel.encode_passages``).
+        texts: embedding texts (``Chunk.embedding_text()``).
+        dim: the expected dimension; 0 = not checked.
+        batch_size: texts per model call; 0 = all in one call.
+
+    Returns:
+        Per text, a float32 vector or the exception it failed with. A failing
+        batch is split in halves until the failing texts are found (one bad
+        text never fails its batch-mates); a vector of another shape or with
+        non-finite values is a ``ValueError``. Never raises for a model failure.
+    """
+    size = batch_size if batch_size > 0 else max(1, len(texts))
+    out: list[np.ndarray | Exception] = []
+    for start in range(0, len(texts), size):
+        out += _encode_split(encode, list(texts[start : start + size]), dim)
+    return out
+
+
+def _encode_split(encode: Callable[[Sequence[str]], Any], texts: list[str], dim: int) -> list[Any]:
+    try:
+        vectors = encode(texts)
+        return [_checked_vector(vectors[i], dim) for i in range(len(texts))]
+    except Exception as exc:  # noqa: BLE001 - any model failure is isolated below
+        if len(texts) == 1:
+            return [exc]
+        mid = len(texts) // 2
+        return _encode_split(encode, texts[:mid], dim) + _encode_split(encode, texts[mid:], dim)
+
+
+def _checked_vector(raw: Any, dim: int) -> np.ndarray | Exception:
+    vec = np.asarray(raw, dtype=np.float32)
+    if vec.ndim != 1 or (dim and vec.shape != (dim,)) or not np.isfinite(vec).all():
+        return ValueError(f"bad vector: shape {vec.shape}")
+    return vec
+
+
+def embed_failure(failures: dict[str, str]) -> EmbedFailedError:
+    """The error for chunks that got no vector (``{id: reason}``): its class
+    makes the document an ``embed_failed`` dead letter wherever it is raised."""
+    msgs = "; ".join(f"{key}: {reason}" for key, reason in list(failures.items())[:3])
+    return EmbedFailedError(f"{len(failures)} chunks could not be embedded: {msgs}")
+
+
+@dataclass
+class CachedEmbedding:
+    """Vectors of a set of chunks, cache first (:func:`embed_with_cache`).
+
+    Attributes:
+        vectors: text hash -> float32 vector, for every chunk that has one.
+        failures: text hash -> why the model gave no vector.
+        hits: chunks served from the embedding cache.
+        embedded: distinct texts the model computed now (then cached).
+    """
+
+    vectors: dict[str, np.ndarray]
+    failures: dict[str, str]
+    hits: int
+    embedded: int
+
+
+def embed_with_cache(
+    catalog: Any, model: EmbeddingModel, chunks: Sequence[Any], *, batch_size: int = 64, version: str = ""
+) -> CachedEmbedding:
+    """Vectors of ``chunks`` (``Chunk``-like: ``text_hash``,
+    ``embedding_text()``): from the catalog's embedding cache under
+    ``version`` (default ``model.version``), the model only for the texts
+    missing there (each distinct text once, through
+    :func:`encode_isolating_failures` in batches of ``batch_size``); good new
+    vectors are cached. Failures are returned, not raised: the caller turns
+    them into a dead letter (:func:`embed_failure`) or a failed count.
+    """
+    version = version or model.version
+    cached = catalog.get_embeddings(sorted({c.text_hash for c in chunks}), version)
+    vectors = {h: np.asarray(v, dtype=np.float32) for h, v in cached.items()}
+    missing = {c.text_hash: c.embedding_text() for c in chunks if c.text_hash not in cached}
+    results = encode_isolating_failures(
+        model.encode_passages, list(missing.values()), dim=model.dim, batch_size=batch_size
+    )
+    fresh: dict[str, np.ndarray] = {}
+    failures: dict[str, str] = {}
+    for text_hash, result in zip(missing, results, strict=True):
+        if isinstance(result, Exception):
+            failures[text_hash] = f"{type(result).__name__}: {result}"
+        else:
+            fresh[text_hash] = result
+    if fresh:
+        catalog.put_embeddings(fresh, version)
+    vectors.update(fresh)
+    hits = sum(1 for c in chunks if c.text_hash in cached)
+    return CachedEmbedding(vectors=vectors, failures=failures, hits=hits, embedded=len(fresh))
+
+
 def cached_vectors(
     catalog: Any, spec: ModelSpec, chunks: Sequence[Any]
 ) -> tuple[dict[str, list[float]], int]:
-    """Vectors of already chunked text by text hash: from the catalog's
-    embedding cache for ``spec``'s model version, the model only for those
-    missing there (then cached). Used where chunks are written again without
-    being re-embedded (a promoted exact copy, a repair).
+    """Vectors of already chunked text by text hash, through
+    :func:`embed_with_cache` with ``spec``'s model. Used where chunks are
+    written again without being re-embedded (a promoted exact copy, a repair).
 
     Returns:
         ``({text_hash: vector}, number the model computed)``.
+
+    Raises:
+        EmbedFailedError: the model gave no vector for some chunk.
     """
-    cached = catalog.get_embeddings([c.text_hash for c in chunks], spec.version)
-    missing = [c for c in chunks if c.text_hash not in cached]
-    if missing:
-        fresh = model_for(spec).encode_passages([c.embedding_text() for c in missing])
-        new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
-        catalog.put_embeddings(new, spec.version)
-        cached.update(new)
-    return {h: np.asarray(v, dtype=np.float32).tolist() for h, v in cached.items()}, len(missing)
+    got = embed_with_cache(catalog, model_for(spec), chunks, version=spec.version)
+    if got.failures:
+        raise embed_failure(got.failures)
+    return {h: v.tolist() for h, v in got.vectors.items()}, got.embedded
