@@ -3,7 +3,8 @@ system, against a local S3 server (moto's server mode, in process): shards
 cover every key once, and a missing bucket fails the sync instead of
 indexing nothing (Beam answers a missing bucket like an empty prefix).
 
-moto and boto3 (``apache-beam[aws]``) are in requirements.txt, so CI has them:
+boto3 (``apache-beam[aws]``) is in requirements.txt and moto in
+requirements-dev.txt, so CI has them:
 with ``$CI`` set a missing package fails the run; elsewhere the tests are
 skipped with the reason."""
 
