@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 
 def kill_group(pgid: int, timeout_s: float = 30.0) -> None:
@@ -44,3 +46,11 @@ def run_until_killed(cmd: list[str], env: dict[str, str], log: Path, timeout_s: 
             return proc.wait(timeout=timeout_s)
         finally:
             kill_group(proc.pid)
+
+
+def run_json(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 600) -> Any:
+    """Run ``argv`` to the end; it must exit 0 (else the assertion shows the
+    end of its stderr). Returns the JSON document of its last stdout line."""
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -10,9 +10,7 @@ skipped with the reason."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -37,6 +35,7 @@ from beam_pipelines.sync import SyncError, run_sync  # noqa: E402
 from connectors.base import SourceSpec  # noqa: E402
 from ragsync.config import Settings, open_catalog  # noqa: E402
 from tests.mediawiki import free_port  # noqa: E402
+from tests.proc import run_json  # noqa: E402
 from transforms.common import counter_value  # noqa: E402
 from transforms.listing import ListSource, listing_shards  # noqa: E402
 
@@ -109,9 +108,7 @@ def test_backfill_of_an_s3_prefix_as_the_readme_runs_it(s3: list[str], tmp_path:
     argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", "s3://docs/kb", "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([*argv, *s3], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = run_json([*argv, *s3], env, tmp_path)
     assert (summary["documents_listed"], summary["documents_indexed"], summary["dead_lettered"]) == (4, 4, 0)
     catalog = open_catalog(Settings(home=str(home)))
     try:
