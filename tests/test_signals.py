@@ -15,6 +15,7 @@ import json
 import os
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,10 +23,9 @@ import pytest
 
 from beam_pipelines.streaming import run_stream
 from beam_pipelines.sync import run_backfill
-from ragsync.config import Settings
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.reconcile import reconcile
-from tests.proc import CLI, cli, kill_group
-from tests.store_state import chunk_ids_by_store, document_statuses
+from tests.proc import kill_group
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -52,8 +52,20 @@ def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _state(settings: Settings) -> dict[str, object]:
-    state: dict[str, object] = {k: sorted(v) for k, v in chunk_ids_by_store(settings).items()}
-    return {**state, "status": document_statuses(settings)}
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM)
+    kw = open_keyword_index(settings)
+    try:
+        return {
+            "catalog": sorted(cat.chunk_ids_for_tenant("default")),
+            "vector": sorted(vec.chunk_ids()),
+            "keyword": sorted(kw.chunk_ids()),
+            "status": cat.document_counts_by_status(),
+        }
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
 
 
 @pytest.fixture(scope="module")
@@ -109,7 +121,16 @@ def test_backfill_stopped_by_a_signal_then_rerun_matches_a_clean_run(
     signame: str, corpus: Path, clean_state: dict[str, object], tmp_path: Path
 ) -> None:
     home = tmp_path / "home"
-    cmd = cli("backfill", str(corpus), "--home", str(home), "--quiet")
+    cmd = [
+        sys.executable,
+        "-m",
+        "beam_pipelines.cli",
+        "backfill",
+        str(corpus),
+        "--home",
+        str(home),
+        "--quiet",
+    ]
     code, elapsed, text = _stopped_by(cmd, signame, tmp_path / "run.log", {})
     assert code == EXIT[signame], text[-3000:]
     assert elapsed < 10, f"took {elapsed:.1f} s to stop"
@@ -144,7 +165,7 @@ def _stream_home(tmp_path: Path, corpus: Path) -> Path:
     home = tmp_path / "home"
     events = tmp_path / "events.jsonl"
     events.write_text(_events(corpus))
-    base = CLI
+    base = [sys.executable, "-m", "beam_pipelines.cli"]
     for args in (
         ["sources", "add", "docs", "--tenant", "default", "--type", "object_store", "--uri", str(corpus)],
         ["events", "push", str(events)],
@@ -168,7 +189,7 @@ def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
     signame: str, corpus: Path, clean_stream_state: dict[str, object], tmp_path: Path
 ) -> None:
     home = _stream_home(tmp_path, corpus)
-    base = CLI
+    base = [sys.executable, "-m", "beam_pipelines.cli"]
     # A long-running stream (no --until-idle), as an operator runs it; short
     # leases so the resumed run gets the unacknowledged events back quickly.
     cmd = [*base, "stream", "--home", str(home), "--lease-s", "2", "--quiet"]
