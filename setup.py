@@ -1,6 +1,9 @@
-"""ragsync: one dependency source. Extras per optional capability.
+"""ragsync: the package and its extras per optional capability (for
+``pip install ragsync[...]``).
 
-``pip install -e .[local,dev]`` is what the README's set-up runs.
+The set-up (scripts/setup.sh, CI, the Dataflow image) installs the locks made
+from requirements.in / requirements-dev.in (scripts/lock.sh) and then this
+package with ``--no-deps``; keep the two in step when adding a dependency.
 """
 
 from setuptools import find_packages, setup

@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from beam_pipelines.cli_common import emit, settings_from_args, split_list
 from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
@@ -51,20 +52,6 @@ def quiet_environment() -> None:
     logging.getLogger().setLevel(logging.ERROR)
     for noisy in ("apache_beam", "absl", "grpc", "grpc._server", "pymilvus", "transformers", "root"):
         logging.getLogger(noisy).setLevel(logging.CRITICAL)
-
-
-def _groups(text: str) -> list[str]:
-    return [g.strip() for g in text.split(",") if g.strip()]
-
-
-def settings_from_args(args: argparse.Namespace) -> Any:
-    """Settings from the command's flags, then the pipeline options after
-    ``--`` (``--es_api_key=...``), then ``RAGSYNC_*`` variables, then the
-    defaults (``ragsync.options``)."""
-    from ragsync.options import option_values, setting_names, settings_from
-
-    flags = {name: getattr(args, name, None) for name in setting_names()}
-    return settings_from(option_values(flags, getattr(args, "pipeline_values", None)))
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -108,19 +95,12 @@ def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpa
     return args
 
 
-def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
-    if args.json:
-        print(json.dumps(data, indent=None, sort_keys=True, default=str))
-    else:
-        print(safe_text(human, keep_newlines=True))
-
-
 def cmd_backfill(args: argparse.Namespace) -> int:
     from beam_pipelines.quick import quick_backfill
     from ragsync.options import option_values
 
     settings = settings_from_args(args)
-    groups = _groups(args.acl_groups)
+    groups = split_list(args.acl_groups)
     reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
     if not args.dry_run:
         # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
@@ -147,7 +127,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             acl_groups=groups,
             max_delete_share=args.max_delete_share,
         )
-        _emit(args, plan.to_dict(), format_plan(plan))
+        emit(args, plan.to_dict(), format_plan(plan))
         return 0
     try:
         summary = run_backfill(
@@ -181,7 +161,7 @@ def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str]
         f"try: ragsync query 'your question' --groups {','.join(groups)} --tenant {args.tenant} "
         f"--home {settings.home}"
     )
-    _emit(args, d, "\n".join(lines))
+    emit(args, d, "\n".join(lines))
     return 0
 
 
@@ -189,7 +169,7 @@ def cmd_query(args: argparse.Namespace) -> int:
     from ragsync.query import hybrid_query
 
     results = hybrid_query(
-        settings_from_args(args), args.text, groups=_groups(args.groups), tenant_id=args.tenant, k=args.k
+        settings_from_args(args), args.text, groups=split_list(args.groups), tenant_id=args.tenant, k=args.k
     )
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
@@ -223,7 +203,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
             if after.ok
             else f"after repair: {len(after.mismatches)} documents still disagree"
         )
-        _emit(args, fixed.to_dict(), "\n".join(lines))
+        emit(args, fixed.to_dict(), "\n".join(lines))
         return 0 if after.ok else 1
     report = reconcile(settings, dim)
     human = [f"{report.documents} documents, {report.chunks} chunks in the catalog"]
@@ -232,7 +212,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     else:
         human.append(f"{len(report.mismatches)} documents disagree (doc_id vector keyword catalog):")
         human += [f"  {m.doc_id} {m.vector} {m.keyword} {m.catalog}" for m in report.mismatches]
-    _emit(args, report.to_dict(), "\n".join(human))
+    emit(args, report.to_dict(), "\n".join(human))
     return 0 if report.ok else 1
 
 
@@ -333,7 +313,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     if recent:
         human.append("oldest open dead letters:")
         human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {r.message[:120]}" for r in recent]
-    _emit(args, data, "\n".join(human))
+    emit(args, data, "\n".join(human))
     return 0
 
 
@@ -346,7 +326,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         path = write_report(catalog, args.out)
     finally:
         catalog.close()
-    _emit(args, {"path": path}, f"wrote {path} (self-contained: open it in any browser, offline)")
+    emit(args, {"path": path}, f"wrote {path} (self-contained: open it in any browser, offline)")
     return 0
 
 
@@ -419,7 +399,7 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
     from ragsync.samples import write_sample_corpus
 
     paths = write_sample_corpus(args.dest)
-    _emit(args, {"dest": args.dest, "files": paths}, f"wrote {len(paths)} sample documents to {args.dest}")
+    emit(args, {"dest": args.dest, "files": paths}, f"wrote {len(paths)} sample documents to {args.dest}")
     return 0
 
 

@@ -9,40 +9,22 @@ configuration error.
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
-from ragsync.display import safe_text
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from beam_pipelines.cli import settings_from_args
-
-    return settings_from_args(args)
-
-
-def _emit(args: argparse.Namespace, data: Any, human: str) -> None:
-    if args.json:
-        print(json.dumps(data, sort_keys=True, default=str))
-    else:
-        print(safe_text(human, keep_newlines=True))
-
-
-def _groups(text: str) -> list[str]:
-    return [g.strip() for g in text.split(",") if g.strip()]
+from beam_pipelines.cli_common import emit, settings_from_args, split_list
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     from beam_pipelines.reembed import run_reembed
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     summary = run_reembed(
         settings,
         args.model,
         max_docs_per_s=args.max_docs_per_s,
         tolerance=args.tolerance,
         golden=args.golden,
-        groups=_groups(args.groups),
+        groups=split_list(args.groups),
         batch_chunks=args.batch_size,
         beam_args=args.beam_args,
         show_progress=not args.quiet and not args.json,
@@ -58,31 +40,31 @@ def cmd_reembed(args: argparse.Namespace) -> int:
         lines.append(f"  refused: {reason}")
     if d["state"] == "building":
         lines.append(f"  no --golden: not flipped; flip with `ragsync index-versions flip {d['version']}`")
-    _emit(args, d, "\n".join(lines))
+    emit(args, d, "\n".join(lines))
     return 1 if d["state"] == "refused" else 0
 
 
 def cmd_index_versions(args: argparse.Namespace) -> int:
     from ragsync import index_versions as iv
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if args.action == "flip":
         if args.version is None:
             raise SystemExit("ragsync index-versions flip: give the version number")
         v = iv.flip(settings, args.version)
-        _emit(args, v.to_dict(), f"index v{v.version} is live")
+        emit(args, v.to_dict(), f"index v{v.version} is live")
         return 0
     if args.action == "rollback":
         v = iv.rollback(settings)
-        _emit(args, v.to_dict(), f"rolled back: index v{v.version} is live")
+        emit(args, v.to_dict(), f"rolled back: index v{v.version} is live")
         return 0
     if args.action == "gc":
         dropped = iv.gc(settings)
-        _emit(args, {"dropped": dropped}, f"dropped versions: {dropped or 'none'}")
+        emit(args, {"dropped": dropped}, f"dropped versions: {dropped or 'none'}")
         return 0
     versions = iv.list_versions(settings)
     human = "\n".join(iv.describe(v) for v in versions) or "no index versions (run `ragsync backfill` first)"
-    _emit(args, [v.to_dict() for v in versions], human)
+    emit(args, [v.to_dict() for v in versions], human)
     return 0
 
 
@@ -90,12 +72,12 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     from ragsync import index_versions as iv
     from ragsync.eval_retrieval import evaluate, format_report, load_golden
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     version = iv.get_version(settings, args.version) if args.version is not None else None
     report = evaluate(
-        settings, load_golden(args.golden), version=version, k=args.k, groups=_groups(args.groups)
+        settings, load_golden(args.golden), version=version, k=args.k, groups=split_list(args.groups)
     )
-    _emit(args, report.to_dict(), format_report(report))
+    emit(args, report.to_dict(), format_report(report))
     return 0
 
 

@@ -5,24 +5,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
 from typing import Any
 
-from ragsync.display import safe_text
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from beam_pipelines.cli import settings_from_args
-
-    return settings_from_args(args)
-
-
-def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    if args.json:
-        print(json.dumps(data, sort_keys=True, default=str))
-    else:
-        print(safe_text(human, keep_newlines=True))
+from beam_pipelines.cli_common import emit, settings_from_args
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
@@ -38,7 +24,7 @@ def cmd_events_push(args: argparse.Namespace) -> int:
 
     rejected: list[dict[str, Any]] = []
     queued = duplicates = 0
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     sources: dict[tuple[str, str], tuple[str, str] | None] = {}
 
     def source_of(event: Any) -> tuple[str, str] | None:
@@ -83,7 +69,7 @@ def cmd_events_push(args: argparse.Namespace) -> int:
     data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}
     human = [f"queued {queued} events ({duplicates} already queued), rejected {len(rejected)}"]
     human += [f"  line {r['line']}: {r['error']}" for r in rejected]
-    _print(args, data, "\n".join(human))
+    emit(args, data, "\n".join(human))
     return 1 if rejected else 0
 
 
@@ -99,7 +85,7 @@ def _lanes(args: argparse.Namespace) -> str:
 def cmd_stream(args: argparse.Namespace) -> int:
     from beam_pipelines.streaming import run_stream
 
-    settings = _settings(args)
+    settings = settings_from_args(args)
     if args.lease_s is not None:
         settings = dataclasses.replace(settings, event_lease_s=args.lease_s)
     server, catalog = None, None
@@ -136,14 +122,14 @@ def cmd_stream(args: argparse.Namespace) -> int:
     d = summary.to_dict()
     human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items() if k != "cost"]
     human += format_cost(d["cost"])
-    _print(args, d, "\n".join(human))
+    emit(args, d, "\n".join(human))
     return 0
 
 
 def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     try:
         rows = catalog.list_dead_letters(source_id=args.source_id, limit=args.limit)
     finally:
@@ -167,7 +153,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
         f"{d['uri'] or d['doc_id']}: {d['message'][:100]}"
         for d in data
     ]
-    _print(args, data, "\n".join(human) or "no dead letters")
+    emit(args, data, "\n".join(human) or "no dead letters")
     return 0
 
 
@@ -182,7 +168,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
     if not args.all and args.id is None:
         print("ragsync: give a dead letter's event id (or row id) or --all", file=sys.stderr)
         return 2
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     done: list[Any] = []
     missed: list[str] = []
     try:
@@ -213,7 +199,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
         f"  {key}: nothing to re-drive (unknown id, or a stream message that is not an event)"
         for key in missed
     ]
-    _print(args, data, "\n".join(human))
+    emit(args, data, "\n".join(human))
     return 2 if missed and not args.all else 0
 
 

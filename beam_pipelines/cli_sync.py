@@ -13,22 +13,10 @@ import sys
 import time
 from typing import Any
 
+from beam_pipelines.cli_common import emit, settings_from_args, split_list
 from connectors.base import SOURCE_TYPES
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.display import safe_text
-
-
-def _settings(args: argparse.Namespace) -> Any:
-    from beam_pipelines.cli import settings_from_args
-
-    return settings_from_args(args)
-
-
-def _print(args: argparse.Namespace, data: Any, human: str) -> None:
-    if args.json:
-        print(json.dumps(data, sort_keys=True, default=str))
-    else:
-        print(safe_text(human, keep_newlines=True))
 
 
 def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | None:
@@ -47,7 +35,7 @@ def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | No
         except ValueError:
             out[key.strip()] = raw
     if groups is not None:
-        out["acl_groups"] = [g.strip() for g in groups.split(",") if g.strip()]
+        out["acl_groups"] = split_list(groups)
     return out
 
 
@@ -59,7 +47,7 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
     uri = args.uri or default_uri(args.type)
     try:
         register_source(
-            _settings(args),
+            settings_from_args(args),
             args.source_id,
             args.tenant,
             args.type,
@@ -77,7 +65,7 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
     if args.version_domain:
         data["version_domain"] = args.version_domain
     where = f" at {uri}" if uri else ""
-    _print(args, data, f"source {args.source_id} ({args.type}{where}) registered for tenant {args.tenant}")
+    emit(args, data, f"source {args.source_id} ({args.type}{where}) registered for tenant {args.tenant}")
     return 0
 
 
@@ -89,7 +77,7 @@ def cmd_sources_list(args: argparse.Namespace) -> int:
     """Sources with their sync state (paused ones with the reason)."""
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     try:
         states = catalog.source_states(args.tenant)
     finally:
@@ -104,40 +92,38 @@ def cmd_sources_list(args: argparse.Namespace) -> int:
             f"    {s.uri or '(no location)'}; last sync {_age(now, s.last_sync_at)}, last full listing "
             f"{_age(now, s.last_full_at)}, {s.failures} failures in a row"
         )
-    _print(args, data, "\n".join(human) or "no sources: add one with `ragsync sources add`")
+    emit(args, data, "\n".join(human) or "no sources: add one with `ragsync sources add`")
     return 0
 
 
 def cmd_sources_pause(args: argparse.Namespace) -> int:
-    from ragsync.config import open_catalog
-
-    catalog = open_catalog(_settings(args))
-    try:
-        found = catalog.pause_source(
-            args.source_id, args.reason or "paused by an operator", tenant_id=args.tenant
-        )
-    finally:
-        catalog.close()
-    if not found:
-        print(safe_text(f"ragsync: unknown source {args.source_id!r}"), file=sys.stderr)
-        return 2
-    _print(args, {"source_id": args.source_id, "paused": True}, f"source {args.source_id} paused")
-    return 0
+    return _set_paused(args, True)
 
 
 def cmd_sources_resume(args: argparse.Namespace) -> int:
     """Clear a pause (and the failure count): the next sync runs."""
+    return _set_paused(args, False)
+
+
+def _set_paused(args: argparse.Namespace, paused: bool) -> int:
+    """Pause (with ``--reason``) or resume ``args.source_id``; exit 2 when
+    the tenant has no such source."""
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(_settings(args))
+    catalog = open_catalog(settings_from_args(args))
     try:
-        found = catalog.resume_source(args.source_id, args.tenant)
+        if paused:
+            reason = args.reason or "paused by an operator"
+            found = catalog.pause_source(args.source_id, reason, tenant_id=args.tenant)
+        else:
+            found = catalog.resume_source(args.source_id, args.tenant)
     finally:
         catalog.close()
     if not found:
         print(safe_text(f"ragsync: unknown source {args.source_id!r}"), file=sys.stderr)
         return 2
-    _print(args, {"source_id": args.source_id, "paused": False}, f"source {args.source_id} resumed")
+    done = "paused" if paused else "resumed"
+    emit(args, {"source_id": args.source_id, "paused": paused}, f"source {args.source_id} {done}")
     return 0
 
 
@@ -150,17 +136,17 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
         plan = plan_source_sync(
             args.source_id,
-            _settings(args),
+            settings_from_args(args),
             full=args.full,
             tenant_id=args.tenant,
             max_delete_share=args.max_delete_share,
         )
-        _print(args, plan.to_dict(), format_plan(plan))
+        emit(args, plan.to_dict(), format_plan(plan))
         return 0
     try:
         result = run_sync(
             args.source_id,
-            _settings(args),
+            settings_from_args(args),
             full=args.full,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
@@ -179,7 +165,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     lines = [f"sync of {result.source_id} ({result.mode}: {result.reason}) finished in {result.seconds:.1f}s"]
     lines += [f"  {k:20s} {v}" for k, v in d["totals"].items()]
     lines.append("  (--json for every counter of the listing, the change feed and the applied queue)")
-    _print(args, d, "\n".join(lines))
+    emit(args, d, "\n".join(lines))
     return 0
 
 

@@ -52,7 +52,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import EmbeddingModel, get_model
+from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
@@ -218,38 +218,28 @@ class _ReembedFn(CatalogDoFn):
         self._flush()
 
     def _encode_docs(self, docs: list[list[Chunk]]) -> tuple[list[Chunk], list[np.ndarray], int]:
-        """Vectors for every chunk of ``docs`` (cache first); a document whose
-        chunks the model rejects is left out. Returns (chunks, vectors, failed)."""
-        chunks = [c for doc in docs for c in doc]
-        cached = self._catalog.get_embeddings([c.text_hash for c in chunks], self._model.version)
-        self._hits.inc(sum(1 for c in chunks if c.text_hash in cached))
-        todo = list({c.text_hash: c for c in chunks if c.text_hash not in cached}.values())
-        fresh: dict[str, np.ndarray] = {}
-        if todo:
-            try:
-                vecs = self._model.encode_passages([c.embedding_text() for c in todo])
-                fresh = {c.text_hash: vecs[i] for i, c in enumerate(todo)}
-            except Exception:  # noqa: BLE001 - isolate the failing documents below
-                for c in todo:
-                    try:
-                        fresh[c.text_hash] = self._model.encode_passages([c.embedding_text()])[0]
-                    except Exception:  # noqa: BLE001 - that chunk's document is counted failed
-                        continue
-            good = {h: v for h, v in fresh.items() if np.isfinite(v).all()}
-            if good:
-                self._catalog.put_embeddings(good, self._model.version)
-            fresh = good
-            self._embedded.inc(len(fresh))
+        """Vectors for every chunk of ``docs`` through the shared embedding
+        path (``ragsync.embedding.embed_with_cache``: cache first, batches of
+        ``embed_batch_size``, a failing text isolated); a document with a
+        chunk the model rejects is left out and counted failed (the gate
+        then refuses the version). Returns (chunks, vectors, failed chunks)."""
+        got = embed_with_cache(
+            self._catalog,
+            self._model,
+            [c for doc in docs for c in doc],
+            batch_size=self.settings.embed_batch_size,
+        )
+        self._hits.inc(got.hits)
+        self._embedded.inc(got.embedded)
         out_chunks: list[Chunk] = []
         out_vecs: list[np.ndarray] = []
         failed = 0
         for doc in docs:
-            found = [cached.get(c.text_hash, fresh.get(c.text_hash)) for c in doc]
-            if any(v is None for v in found):
+            if any(c.text_hash not in got.vectors for c in doc):
                 failed += len(doc)
                 continue
             out_chunks += doc
-            out_vecs += [v for v in found if v is not None]
+            out_vecs += [got.vectors[c.text_hash] for c in doc]
         return out_chunks, out_vecs, failed
 
     def _flush(self) -> None:

@@ -157,26 +157,20 @@ class MediaWikiConnector:
 
     def _latest_rc(self) -> tuple[str, int]:
         """(timestamp, rcid) of the newest recent change; ('', 0) when none."""
-        data = self._query(
-            {
-                "action": "query",
-                "list": "recentchanges",
-                "rcdir": "older",
-                "rclimit": "1",
-                "rcprop": "ids|timestamp",
-            }
-        )
-        rows = data.get("query", {}).get("recentchanges", [])
-        if not rows:
-            return "", 0
-        return _mw_timestamp(str(rows[0]["timestamp"])), int(rows[0]["rcid"])
+        return self._edge_rc("older")
 
     def _oldest_rc(self) -> tuple[str, int]:
+        """(timestamp, rcid) of the oldest recent change the wiki keeps; ('', 0) when none."""
+        return self._edge_rc("newer")
+
+    def _edge_rc(self, rcdir: str) -> tuple[str, int]:
+        """The first recent change listed in direction ``rcdir`` (``older``:
+        newest first, ``newer``: oldest first) as (timestamp, rcid)."""
         data = self._query(
             {
                 "action": "query",
                 "list": "recentchanges",
-                "rcdir": "newer",
+                "rcdir": rcdir,
                 "rclimit": "1",
                 "rcprop": "ids|timestamp",
             }
@@ -189,40 +183,32 @@ class MediaWikiConnector:
     def _groups(self, readable: bool) -> tuple[str, ...]:
         return (EVERYONE,) if readable else self.private_groups
 
-    def _anon_readable(self, pageids: list[int]) -> set[int]:
-        """Page ids an anonymous user may read (asked without credentials)."""
-        out: set[int] = set()
+    def _info_pages(self, pageids: list[int], client: ApiClient | None = None) -> Iterator[dict[str, Any]]:
+        """``prop=info`` (with the ``read`` test action) of ``pageids``, in
+        batches of ``_BATCH``, asked through ``client`` (default: the
+        credentialed one)."""
         for i in range(0, len(pageids), _BATCH):
             batch = pageids[i : i + _BATCH]
-            data = self._query(
-                {
-                    "action": "query",
-                    "prop": "info",
-                    "intestactions": "read",
-                    "pageids": "|".join(map(str, batch)),
-                },
-                self.anon or self.api,
-            )
-            for page in data.get("query", {}).get("pages", []):
-                if not page.get("missing") and (page.get("actions") or {}).get("read"):
-                    out.add(int(page["pageid"]))
-        return out
+            params = {
+                "action": "query",
+                "prop": "info",
+                "intestactions": "read",
+                "pageids": "|".join(map(str, batch)),
+            }
+            data = self._query(params, client)
+            yield from data.get("query", {}).get("pages", [])
+
+    def _anon_readable(self, pageids: list[int]) -> set[int]:
+        """Page ids an anonymous user may read (asked without credentials)."""
+        return {
+            int(page["pageid"])
+            for page in self._info_pages(pageids, self.anon or self.api)
+            if not page.get("missing") and (page.get("actions") or {}).get("read")
+        }
 
     def _page_info(self, pageids: list[int]) -> dict[int, dict[str, Any]]:
         """Current ``prop=info`` of pages (``{"missing": True}`` for deleted ones)."""
-        out: dict[int, dict[str, Any]] = {}
-        for i in range(0, len(pageids), _BATCH):
-            batch = pageids[i : i + _BATCH]
-            data = self._query(
-                {
-                    "action": "query",
-                    "prop": "info",
-                    "intestactions": "read",
-                    "pageids": "|".join(map(str, batch)),
-                }
-            )
-            for page in data.get("query", {}).get("pages", []):
-                out[int(page["pageid"])] = page
+        out = {int(page["pageid"]): page for page in self._info_pages(pageids)}
         if self.anon is not None:
             readable = self._anon_readable([p for p, info in out.items() if not info.get("missing")])
             for pid, info in out.items():

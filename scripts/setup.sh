@@ -52,8 +52,15 @@ if [ ! -x .venv/bin/python ]; then
 fi
 echo "[setup] installing Python packages into .venv (first run: several minutes)" >&2
 quiet .venv/bin/python -m pip install -q --upgrade pip
-# torch is pinned to the CPU build; install it first so nothing pulls a CUDA build.
-quiet .venv/bin/python -m pip install -q "torch==2.13.0"
-quiet .venv/bin/python -m pip install -q -r requirements.txt
+# torch is pinned to the CPU build and kept out of the locks: install it first
+# so nothing pulls a CUDA build, then the locks (requirements.txt: runtime,
+# requirements-dev.txt: tests and lint; scripts/lock.sh makes them) with the
+# pin as a constraint, so they cannot replace it.
+TORCH="torch==2.13.0"
+quiet .venv/bin/python -m pip install -q "$TORCH"
+torch_pin="$(mktemp)"
+echo "$TORCH" >"$torch_pin"
+quiet .venv/bin/python -m pip install -q -r requirements.txt -r requirements-dev.txt -c "$torch_pin"
+rm -f "$torch_pin"
 quiet .venv/bin/python -m pip install -q --no-deps -e .
 echo "[setup] ready: .venv/bin/ragsync" >&2

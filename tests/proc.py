@@ -1,10 +1,15 @@
-"""Helpers for tests that kill processes."""
+"""Helpers for tests that run ``ragsync`` as a subprocess and kill processes."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
+from pathlib import Path
+from typing import Any
 
 
 def kill_group(pgid: int, timeout_s: float = 30.0) -> None:
@@ -18,3 +23,34 @@ def kill_group(pgid: int, timeout_s: float = 30.0) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"process group {pgid} did not exit")
+
+
+ROOT = Path(__file__).resolve().parents[1]
+CLI = [sys.executable, "-m", "beam_pipelines.cli"]
+"""The ``ragsync`` command as a subprocess of the test's interpreter."""
+
+
+def cli(*args: str) -> list[str]:
+    """``ragsync ARGS`` as a subprocess command line."""
+    return [*CLI, *args]
+
+
+def run_until_killed(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float = 600) -> int:
+    """Run ``cmd`` from the repository root in its own session, its output to
+    ``log``, until it exits (a fault hook in it sends the signal); then end
+    its whole process group (a crashed machine takes the parse pool and the
+    Milvus Lite server with it). Returns the exit code."""
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
+        try:
+            return proc.wait(timeout=timeout_s)
+        finally:
+            kill_group(proc.pid)
+
+
+def run_json(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float = 600) -> Any:
+    """Run ``argv`` to the end; it must exit 0 (else the assertion shows the
+    end of its stderr). Returns the JSON document of its last stdout line."""
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -12,17 +12,17 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from docx import Document
 
 from beam_pipelines.sync import BackfillSummary, run_backfill
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
-from tests.proc import kill_group
+from tests.proc import cli, run_until_killed
+from tests.store_state import chunk_ids_by_store
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,19 +95,7 @@ def _run(src: Path, settings: Settings, **kwargs: object) -> BackfillSummary:
 
 
 def _chunk_ids(settings: Settings) -> dict[str, set[str]]:
-    cat = open_catalog(settings)
-    vec = open_vector_index(settings, DIM)
-    kw = open_keyword_index(settings)
-    try:
-        return {
-            "catalog": cat.chunk_ids_for_tenant("default"),
-            "vector": vec.chunk_ids(),
-            "keyword": kw.chunk_ids(),
-        }
-    finally:
-        kw.close()
-        vec.close()
-        cat.close()
+    return chunk_ids_by_store(settings)
 
 
 @pytest.fixture
@@ -237,25 +225,9 @@ def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(corpus: Path, 
     _run(corpus, clean)
     crashed_home = tmp_path / "crashed"
     env = dict(os.environ, RAGSYNC_CRASH_AFTER_INDEX_WRITES="2", HF_HUB_OFFLINE="1")
-    cmd = [
-        sys.executable,
-        "-m",
-        "beam_pipelines.cli",
-        "backfill",
-        str(corpus),
-        "--home",
-        str(crashed_home),
-        "--quiet",
-    ]
+    cmd = cli("backfill", str(corpus), "--home", str(crashed_home), "--quiet")
     log = tmp_path / "crash.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
-        try:
-            code = proc.wait(timeout=600)
-        finally:
-            # A crashed machine takes its helper processes with it (the parse
-            # pool, the Milvus Lite server): end the whole process group.
-            kill_group(proc.pid)
+    code = run_until_killed(cmd, env, log)
     assert code == -signal.SIGKILL, log.read_text()[-2000:]
     crashed = Settings(home=str(crashed_home))
     partial = _chunk_ids(crashed)

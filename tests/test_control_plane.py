@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +15,7 @@ from sqlalchemy import inspect, select
 
 pytest.importorskip("fastapi", reason="control plane needs fastapi (pip install fastapi uvicorn httpx)")
 httpx = pytest.importorskip("httpx")
-uvicorn = pytest.importorskip("uvicorn")
+pytest.importorskip("uvicorn")
 
 from connectors.events import parse_event  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
@@ -26,6 +25,7 @@ from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
 from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
 from tests.migration_helpers import make_legacy_catalog  # noqa: E402
+from tests.serving import served  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
 MAX_BODY = 64 * 1024
@@ -44,19 +44,6 @@ class Api:
     seen: list[str]
 
 
-def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline or not thread.is_alive():
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.01)
-    port = int(server.servers[0].sockets[0].getsockname()[1])
-    return server, thread, port
-
-
 # The operator lets each tenant declare wikis under its own path.
 ALLOWED = ("https://wiki.example.org/{tenant}", "https://wiki.example.org/w")
 WIKI_A = "https://wiki.example.org/tenant-a/api.php"
@@ -69,8 +56,6 @@ def api(catalog_url: str) -> Iterator[Api]:
     keys: ApiKeys = app.state.keys
     _, key_a = keys.create_tenant("tenant-a")
     _, key_b = keys.create_tenant("tenant-b")
-    server, thread, port = _serve(app)
-    base = f"http://127.0.0.1:{port}"
     seen: list[str] = []
 
     def record(response: Any) -> None:
@@ -78,15 +63,17 @@ def api(catalog_url: str) -> Iterator[Api]:
         seen.append(response.text)
 
     hooks = {"response": [record]}
-    a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key_a}"}, event_hooks=hooks)
-    b = httpx.Client(base_url=base, headers={"X-API-Key": key_b}, event_hooks=hooks)
     try:
-        yield Api(base, app.state.catalog, keys, a, b, key_a, seen)
+        with served(app) as port:
+            base = f"http://127.0.0.1:{port}"
+            a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key_a}"}, event_hooks=hooks)
+            b = httpx.Client(base_url=base, headers={"X-API-Key": key_b}, event_hooks=hooks)
+            try:
+                yield Api(base, app.state.catalog, keys, a, b, key_a, seen)
+            finally:
+                a.close()
+                b.close()
     finally:
-        a.close()
-        b.close()
-        server.should_exit = True
-        thread.join(timeout=20)
         app.state.catalog.close()
     # Whatever a test did, no response ever carried the credentials reference.
     assert not [text for text in seen if "wiki-token-7f3a" in text]
@@ -119,6 +106,26 @@ def _event(
         "event_time": "2026-12-01T10:00:00Z",
         **kw,
     }
+
+
+def _fetched_wiki_page(
+    api: Api, doc_id: str, *, uri: str, size: int, version: str, content_hash: str, acl_id: str
+) -> None:
+    """Catalog row of tenant A's wiki page ``pages/1`` as fetched."""
+    api.catalog.record_fetch(
+        FetchRecord(
+            doc_id=doc_id,
+            source_id="wiki-eng",
+            tenant_id="tenant-a",
+            source_object_id="pages/1",
+            uri=uri,
+            size=size,
+            source_version=version,
+            content_hash=content_hash,
+            acl_id=acl_id,
+            canonical_doc_id=doc_id,
+        )
+    )
 
 
 def _error(code: str, message: str) -> dict[str, Any]:
@@ -479,19 +486,8 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
             "error": None,
         },
     )
-    api.catalog.record_fetch(
-        FetchRecord(
-            doc_id=internal,
-            source_id="wiki-eng",
-            tenant_id="tenant-a",
-            source_object_id="pages/1",
-            uri="gs://bucket/pages/1.html",
-            size=10,
-            source_version="3",
-            content_hash="h3",
-            acl_id="acl1",
-            canonical_doc_id=internal,
-        )
+    _fetched_wiki_page(
+        api, internal, uri="gs://bucket/pages/1.html", size=10, version="3", content_hash="h3", acl_id="acl1"
     )
     api.catalog.flip_indexed_version(
         internal,
@@ -753,20 +749,7 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
 def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
     event_id, file_id = _dead_letters(api)
     internal = ids.doc_id("tenant-a", "wiki-eng", "pages/1")
-    api.catalog.record_fetch(
-        FetchRecord(
-            doc_id=internal,
-            source_id="wiki-eng",
-            tenant_id="tenant-a",
-            source_object_id="pages/1",
-            uri="u",
-            size=1,
-            source_version="1",
-            content_hash="h",
-            acl_id="acl",
-            canonical_doc_id=internal,
-        )
-    )
+    _fetched_wiki_page(api, internal, uri="u", size=1, version="1", content_hash="h", acl_id="acl")
     backfill = api.a.post(
         "/v1/backfills", json={"reason": "parser", "target_index": "v2", "max_docs_per_s": 1}
     ).json()["backfill_id"]

@@ -11,7 +11,7 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import EmbeddingModel, ModelSpec, register_model
+from ragsync.embedding import EmbeddingModel, ModelSpec, embed_failure, embed_with_cache, register_model
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from transforms.common import dead_letters_from_beam
 from transforms.embed import EmbedChunks
@@ -87,3 +87,38 @@ def test_a_failed_batch_gives_one_dead_letter_per_document() -> None:
     ]
     (single,) = dead_letters_from_beam("write", (batch[0], (ValueError, "ValueError('x')", [])))
     assert (single.doc_id, single.payload) == (batch[0][0], batch[0][1].doc.to_json())
+
+
+def test_the_shared_embedding_path_caches_isolates_and_batches(tmp_path: Path) -> None:
+    """``embed_with_cache`` (re-embedding, the dual write, repairs): each
+    distinct text embedded once, in batches of ``batch_size``, a refused text
+    isolated from its batch-mates, good vectors cached, cache hits counted."""
+    calls: list[int] = []
+
+    class _Counting(_PoisonModel):
+        def _encode(self, texts: list[str], is_query: bool) -> np.ndarray:
+            calls.append(len(texts))
+            return super()._encode(texts, is_query)
+
+    settings = Settings(home=str(tmp_path / "home"))
+    catalog = open_catalog(settings)
+    try:
+        _, plan = _plan("d", ["one", "two", "POISON", "four", "five"])
+        chunks = [*plan.chunks, plan.chunks[0]]  # a repeated text is embedded once
+        got = embed_with_cache(catalog, _Counting(), chunks, batch_size=4)
+        assert (got.hits, got.embedded, sorted(got.failures)) == (0, 4, ["d-th2"])
+        assert got.failures["d-th2"] == "ValueError: the model refuses this text"
+        # Batch of 4 fails, halves of 2 (one fails), singles; then the last batch of 1.
+        assert calls == [4, 2, 2, 1, 1, 1]
+        assert sorted(catalog.get_embeddings([c.text_hash for c in chunks], "poison-test@1")) == [
+            "d-th0",
+            "d-th1",
+            "d-th3",
+            "d-th4",
+        ]
+        calls.clear()
+        again = embed_with_cache(catalog, _Counting(), chunks, batch_size=4)
+        assert (again.hits, again.embedded, list(again.failures), calls) == (5, 0, ["d-th2"], [1])
+        assert str(embed_failure(again.failures)).startswith("1 chunks could not be embedded: d-th2:")
+    finally:
+        catalog.close()

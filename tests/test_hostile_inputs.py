@@ -11,14 +11,12 @@ secret outside the location never becomes searchable.
 from __future__ import annotations
 
 import os
-import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from beam_pipelines.backfill import prepare_stores, register_source
 from beam_pipelines.streaming import run_stream
@@ -29,6 +27,7 @@ from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
 from ragsync.query import hybrid_query
+from tests.serving import served
 
 pytestmark = pytest.mark.slow
 SECRET = "The vault combination is seven seven three one."
@@ -176,17 +175,6 @@ def test_a_backfill_of_a_hostile_folder_indexes_only_its_own_regular_files(tmp_p
 # ---------------------------------------------------------------------- the API
 
 
-def _serve(app: Any) -> tuple[Any, threading.Thread, int]:
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        assert time.monotonic() < deadline and thread.is_alive(), "uvicorn did not start"
-        time.sleep(0.01)
-    return server, thread, int(server.servers[0].sockets[0].getsockname()[1])
-
-
 def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path: Path) -> None:
     world = _world(tmp_path)
     home = tmp_path / "home"
@@ -197,7 +185,8 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
     )
     _, key_a = app.state.keys.create_tenant("a")
     app.state.keys.create_tenant("b")
-    server, thread, port = _serve(app)
+    server = ExitStack()
+    port = server.enter_context(served(app))
     api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key_a})
     try:
         # A tenant may declare its own folder, never another's or the host's.
@@ -245,6 +234,5 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         assert app.state.catalog.queue_stats()["depth"] == 2
     finally:
         api.close()
-        server.should_exit = True
-        thread.join(timeout=20)
+        server.close()
         app.state.catalog.close()

@@ -3,15 +3,14 @@ system, against a local S3 server (moto's server mode, in process): shards
 cover every key once, and a missing bucket fails the sync instead of
 indexing nothing (Beam answers a missing bucket like an empty prefix).
 
-moto and boto3 (``apache-beam[aws]``) are in requirements.txt, so CI has them:
+boto3 (``apache-beam[aws]``) is in requirements.txt and moto in
+requirements-dev.txt, so CI has them:
 with ``$CI`` set a missing package fails the run; elsewhere the tests are
 skipped with the reason."""
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,6 +35,7 @@ from beam_pipelines.sync import SyncError, run_sync  # noqa: E402
 from connectors.base import SourceSpec  # noqa: E402
 from ragsync.config import Settings, open_catalog  # noqa: E402
 from tests.mediawiki import free_port  # noqa: E402
+from tests.proc import run_json  # noqa: E402
 from transforms.common import counter_value  # noqa: E402
 from transforms.listing import ListSource, listing_shards  # noqa: E402
 
@@ -108,9 +108,7 @@ def test_backfill_of_an_s3_prefix_as_the_readme_runs_it(s3: list[str], tmp_path:
     argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", "s3://docs/kb", "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([*argv, *s3], env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = run_json([*argv, *s3], env, tmp_path)
     assert (summary["documents_listed"], summary["documents_indexed"], summary["dead_lettered"]) == (4, 4, 0)
     catalog = open_catalog(Settings(home=str(home)))
     try:

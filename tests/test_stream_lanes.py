@@ -5,7 +5,6 @@ Lite, tantivy, Tesseract)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import pytest
@@ -13,10 +12,10 @@ from PIL import Image, ImageDraw, ImageFont
 
 from beam_pipelines.backfill import prepare_stores, register_source
 from beam_pipelines.streaming import run_stream
-from connectors.events import parse_event
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
 from ragsync.query import hybrid_query
+from tests.queue_events import change_event, push_events
 
 pytestmark = pytest.mark.slow
 TENANT, SOURCE = "acme", "share"
@@ -36,26 +35,10 @@ def _scan(path: Path, text: str) -> None:
 
 
 def _event(doc: str, op: str, version: int, groups: list[str], uri: str = "") -> dict[str, object]:
-    data: dict[str, object] = {
-        "source_id": SOURCE,
-        "tenant_id": TENANT,
-        "doc_id": doc,
-        "op": op,
-        "source_version": version,
-        "acl_groups": groups,
-        "event_time": time.time() - 1,
-    }
-    if uri:
-        data["content_uri"] = uri
-    return data
+    return change_event(SOURCE, doc, op, version, groups, uri, tenant_id=TENANT)
 
 
-def _push(settings: Settings, events: list[dict[str, object]]) -> None:
-    cat = open_catalog(settings)
-    try:
-        cat.enqueue_events([parse_event(e) for e in events])
-    finally:
-        cat.close()
+_push = push_events
 
 
 def _docs(settings: Settings, text: str, group: str) -> set[str]:

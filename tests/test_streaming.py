@@ -7,8 +7,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -16,14 +14,15 @@ import pytest
 
 from beam_pipelines.backfill import prepare_stores, register_source
 from beam_pipelines.streaming import StreamSummary, run_stream
-from connectors.events import parse_event
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
 from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
-from tests.proc import kill_group
+from tests.proc import cli, run_until_killed
+from tests.queue_events import change_event, push_events
+from tests.store_state import chunk_ids_by_store
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,27 +50,10 @@ def _handbook(paras: list[str]) -> str:
 def _event(
     doc: str, op: str, version: int, groups: list[str], uri: str = "", eid: str = ""
 ) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "source_id": SOURCE,
-        "doc_id": doc,
-        "op": op,
-        "source_version": version,
-        "acl_groups": groups,
-        "event_time": time.time() - 1,
-    }
-    if uri:
-        data["content_uri"] = uri
-    if eid:
-        data["event_id"] = eid
-    return data
+    return change_event(SOURCE, doc, op, version, groups, uri, eid)
 
 
-def _push(settings: Settings, events: list[dict[str, Any]]) -> None:
-    cat = open_catalog(settings)
-    try:
-        cat.enqueue_events([parse_event(e) for e in events])
-    finally:
-        cat.close()
+_push = push_events
 
 
 def _stream(settings: Settings) -> StreamSummary:
@@ -114,19 +96,7 @@ def _doc_traces(settings: Settings, doc: str) -> dict[str, int]:
 
 
 def _all_chunk_ids(settings: Settings) -> dict[str, set[str]]:
-    cat = open_catalog(settings)
-    vec = open_vector_index(settings, DIM)
-    kw = open_keyword_index(settings)
-    try:
-        return {
-            "catalog": cat.chunk_ids_for_tenant(TENANT),
-            "vector": vec.chunk_ids(),
-            "keyword": kw.chunk_ids(),
-        }
-    finally:
-        kw.close()
-        vec.close()
-        cat.close()
+    return chunk_ids_by_store(settings, TENANT)
 
 
 def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
@@ -239,16 +209,11 @@ def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None
     doc.write_text(_handbook(edited))
     _push(settings, [_event("handbook", "upsert", 2, ["everyone"], str(doc), "h2")])
 
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "stream", "--until-idle", "--quiet", "--lease-s", "1"]
+    cmd = cli("stream", "--until-idle", "--quiet", "--lease-s", "1")
     cmd += ["--home", settings.home]
     env = dict(os.environ, RAGSYNC_CRASH_AFTER_FLIPS="1", HF_HUB_OFFLINE="1")
     log = tmp_path / "crash.log"
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
-        try:
-            code = proc.wait(timeout=600)
-        finally:
-            kill_group(proc.pid)
+    code = run_until_killed(cmd, env, log)
     assert code == -signal.SIGKILL, log.read_text()[-2000:]
     stale = _all_chunk_ids(settings)
     assert len(stale["vector"]) > 2, "old and new chunks are both in the index after the crash"

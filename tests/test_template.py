@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from beam_pipelines.options import RagsyncOptions
 from beam_pipelines.template import run, template_metadata
 from ragsync.config import Settings, open_catalog
 from ragsync.options import ALL_OPTIONS
+from tests.proc import run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "dataflow"
@@ -51,9 +51,7 @@ def test_main_py_as_the_launcher_runs_it_indexes_the_folder(tmp_path: Path) -> N
     env = dict(os.environ, RAGSYNC_HOME=str(home), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     argv = [sys.executable, str(TEMPLATE / "main.py"), f"--source={src}", "--tenant=T"]
     argv += ["--acl_groups=staff,hr", "--runner=DirectRunner"]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
+    summary = run_json(argv, env, tmp_path)
     assert (summary["documents_listed"], summary["documents_indexed"], summary["dead_lettered"]) == (3, 3, 0)
     catalog = open_catalog(Settings(home=str(home)))
     try:

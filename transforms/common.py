@@ -441,22 +441,30 @@ class StoresDoFn(CatalogDoFn):
 
     def shadow_upsert(self, chunks: list[Any]) -> None:
         """Write ``chunks`` to every building version, embedded with its
-        model (embedding cache first)."""
+        model through the shared embedding path
+        (``ragsync.embedding.embed_with_cache``: cache first, batches of
+        ``embed_batch_size``).
+
+        Raises:
+            EmbedFailedError: that model gave no vector for a chunk (the
+                step's exception handling dead-letters the document).
+        """
         if not chunks:
             return
-        from ragsync.embedding import get_model
+        from ragsync.embedding import embed_failure, embed_with_cache, get_model
 
         for version, vec, kw in self._shadows:
-            cached = self._catalog.get_embeddings([c.text_hash for c in chunks], version.model_version)
-            missing = [c for c in chunks if c.text_hash not in cached]
-            if missing:
-                fresh = get_model(version.model_name, self.settings).encode_passages(
-                    [c.embedding_text() for c in missing]
-                )
-                new = {c.text_hash: fresh[i] for i, c in enumerate(missing)}
-                self._catalog.put_embeddings(new, version.model_version)
-                cached.update(new)
-            vec.upsert(chunks, [cached[c.text_hash].tolist() for c in chunks])
+            model = get_model(version.model_name, self.settings)
+            got = embed_with_cache(
+                self._catalog,
+                model,
+                chunks,
+                batch_size=self.settings.embed_batch_size,
+                version=version.model_version,
+            )
+            if got.failures:
+                raise embed_failure(got.failures)
+            vec.upsert(chunks, [got.vectors[c.text_hash].tolist() for c in chunks])
             kw.upsert(chunks)
 
     def shadow_delete(self, tenant_id: str, chunk_ids: list[str]) -> None:

@@ -32,7 +32,13 @@ import numpy as np
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from ragsync.config import Settings
-from ragsync.embedding import ModelSpec, choose_device, cuda_available
+from ragsync.embedding import (
+    ModelSpec,
+    choose_device,
+    cuda_available,
+    embed_failure,
+    encode_isolating_failures,
+)
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
 from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
@@ -53,20 +59,6 @@ class _LazyModel:
         from ragsync.embedding import model_for
 
         return model_for(self.spec).encode_passages(list(texts))
-
-
-def encode_isolating_failures(model: Any, texts: Sequence[str]) -> list[np.ndarray | Exception]:
-    """Encode ``texts``; when a batch fails, split it in halves until the
-    failing texts are found. Returns one vector or one exception per text.
-    """
-    try:
-        vectors = model.encode(texts)
-        return [vectors[i] for i in range(len(texts))]
-    except Exception as exc:  # noqa: BLE001 - any model failure is isolated below
-        if len(texts) == 1:
-            return [exc]
-        mid = len(texts) // 2
-        return encode_isolating_failures(model, texts[:mid]) + encode_isolating_failures(model, texts[mid:])
 
 
 @dataclass(frozen=True)
@@ -103,7 +95,9 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
 
     Each prediction's ``inference`` is a list with, per missing chunk, a
     float32 vector or the exception the model raised for that text alone (a
-    failing batch is split until the bad texts are found).
+    failing batch is split until the bad texts are found) or a ``ValueError``
+    for a bad vector: ``ragsync.embedding.encode_isolating_failures``, the
+    embedding path re-embedding and the dual write share.
     """
 
     def __init__(self, spec: ModelSpec, max_batch_size: int = 64):
@@ -129,8 +123,11 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         results: list[Any] = []
         if texts:
             # The model runs its own threads: count the process's CPU.
+            dim, size = self.spec.dim, self._max_batch_size
             results = StageMetrics("embed").run(
-                encode_isolating_failures, model, texts, elements=len(texts), process_cpu=True
+                lambda: encode_isolating_failures(model.encode, texts, dim=dim, batch_size=size),
+                elements=len(texts),
+                process_cpu=True,
             )
         out: list[PredictionResult] = []
         start = 0
@@ -196,14 +193,14 @@ class _CacheStoreFn(CatalogDoFn):
     """PredictionResult -> EmbeddedPlan; good vectors go to the cache.
 
     Raises ``EmbedFailedError`` for a plan with a chunk the model rejected (or
-    a vector of the wrong shape): the step's exception handling dead-letters
-    that document, after its good vectors were cached.
+    a bad vector, as ``encode_isolating_failures`` found): the step's
+    exception handling dead-letters that document, after its good vectors
+    were cached.
     """
 
-    def __init__(self, settings: Settings, model_version: str, dim: int, show_progress: bool) -> None:
+    def __init__(self, settings: Settings, model_version: str, show_progress: bool) -> None:
         super().__init__(settings)
         self.model_version = model_version
-        self.dim = dim
         self.show_progress = show_progress
 
     def setup(self) -> None:
@@ -217,24 +214,18 @@ class _CacheStoreFn(CatalogDoFn):
         inferences: list[Any] = list(raw)
         vectors = dict(item.cached)
         fresh: dict[str, np.ndarray] = {}
-        failures: list[tuple[str, str]] = []
+        failures: dict[str, str] = {}
         for (cid, text_hash, _), inference in zip(item.misses, inferences, strict=True):
             if isinstance(inference, Exception):
-                failures.append((cid, f"{type(inference).__name__}: {inference}"))
+                failures[cid] = f"{type(inference).__name__}: {inference}"
                 continue
-            vec = np.asarray(inference, dtype=np.float32)
-            if vec.shape != (self.dim,) or not np.isfinite(vec).all():
-                failures.append((cid, f"bad vector: shape {vec.shape}"))
-                continue
-            vectors[cid] = vec
-            fresh[text_hash] = vec
+            vectors[cid] = fresh[text_hash] = inference
         if fresh:
             self._catalog.put_embeddings(fresh, self.model_version)
         self._embedded.inc(len(fresh))
         self._progress.add(len(fresh))
         if failures:
-            msgs = "; ".join(f"{cid}: {m}" for cid, m in failures[:3])
-            raise EmbedFailedError(f"{len(failures)} chunks could not be embedded: {msgs}")
+            raise embed_failure(failures)
         missing = [cid for cid in item.plan.new_ids if cid not in vectors]
         if missing:
             raise EmbedFailedError(f"{len(missing)} chunks have no vector")
@@ -276,7 +267,7 @@ class EmbedChunks(beam.PTransform):
         )
         handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
         inferred, failed = looked["good"] | "RunInference" >> RunInference(handler).with_exception_handling()
-        store = _CacheStoreFn(self.settings, version, self.spec.dim, self.show_progress)
+        store = _CacheStoreFn(self.settings, version, self.show_progress)
         stored = inferred | "CacheStore" >> beam.ParDo(store).with_exception_handling()
         return {
             "embedded": stored["good"],
