@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import pathlib
 import shutil
 import struct
 import tracemalloc
@@ -223,6 +224,84 @@ def test_multipage_tiff_page_numbers(page_a: bytes, page_b: bytes) -> None:
     page3 = " ".join(e.text for e in result.elements if e.page == 3)
     assert char_error_rate(page1, " ".join(PAGE_A)) < 0.02
     assert char_error_rate(page3, " ".join(PAGE_B)) < 0.02
+
+
+class _TesseractRuns:
+    """Counts the Tesseract processes ``ocr_engine`` starts (the real ones run) and keeps their inputs."""
+
+    def __init__(self) -> None:
+        import subprocess
+
+        self.inputs: list[bytes] = []
+        self.commands: list[list[str]] = []
+        self._run = subprocess.run  # the real one, before it is patched
+
+    def __call__(self, cmd: list[str], *args: object, **kwargs: object) -> object:
+        from ragsync.parsing.ocr_engine import tesseract_path
+
+        if tesseract_path() in cmd:
+            self.commands.append(list(cmd))
+            with open(cmd[cmd.index(tesseract_path()) + 1], "rb") as f:
+                self.inputs.append(f.read())
+        return self._run(cmd, *args, **kwargs)  # type: ignore[call-overload]
+
+
+@needs_tesseract
+def test_page_above_bar_runs_tesseract_once(
+    page_a: bytes, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path
+) -> None:
+    """No double pass: a page that meets the bar costs one Tesseract run, on the file's own bytes.
+
+    A gray PNG goes to Tesseract as it is (what the raw CLI reads, no re-encoding); a rendered PDF
+    page as an uncompressed TIFF. The temporary image files are removed.
+    """
+    import tempfile
+
+    from ragsync.parsing import ocr_engine
+
+    runs = _TesseractRuns()
+    monkeypatch.setattr(ocr_engine.subprocess, "run", runs)
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    result = parse(page_a, "image/png")
+    assert result.pages_for_review == ()
+    assert char_error_rate(" ".join(e.text for e in result.elements), " ".join(PAGE_A)) < 0.02
+    assert len(runs.commands) == 1
+    assert runs.inputs == [page_a]
+    assert "tsv" in runs.commands[0] and "--psm" in runs.commands[0]
+
+    result = parse(_image_pdf([page_a, page_a]), PDF)
+    assert result.pages_for_review == ()
+    assert {e.page for e in result.elements} == {1, 2}
+    assert len(runs.commands) == 3  # one more per page
+    assert all(data[:4] in (b"II*\x00", b"MM\x00*") for data in runs.inputs[1:])
+    assert list(tmp_path.iterdir()) == []
+
+
+@needs_tesseract
+def test_file_bytes_and_encoded_pixels_read_the_same(page_a: bytes) -> None:
+    """Tesseract's output is the same whether it reads the PNG file or our encoding of its pixels."""
+    from PIL import Image
+
+    from ragsync.parsing.ocr import iter_image_pages
+    from ragsync.parsing.ocr_engine import _run_tesseract
+
+    page = next(iter_image_pages(page_a))
+    assert page.source == page_a
+    from_file = _run_tesseract(page.gray, 3, page.dpi, OcrOptions(), source=page.source)
+    encoded = _run_tesseract(page.gray, 3, page.dpi, OcrOptions())
+    assert len(parse_tsv(from_file).confs) >= 40
+    assert from_file == encoded
+
+    # pixels Tesseract would read differently from Pillow are encoded from ours instead
+    im = Image.open(io.BytesIO(page_a))
+    rgb, rotated = io.BytesIO(), io.BytesIO()
+    im.convert("RGB").save(rgb, format="PNG", dpi=(300, 300))
+    exif = Image.Exif()
+    exif[0x0112] = 6  # turned 90 degrees
+    im.save(rotated, format="PNG", dpi=(300, 300), exif=exif)
+    for data in (rgb.getvalue(), rotated.getvalue()):
+        assert next(iter_image_pages(data)).source is None
+    assert next(iter_image_pages(rotated.getvalue())).gray.shape == page.gray.shape[::-1]
 
 
 def _png_header_only(width: int, height: int) -> bytes:

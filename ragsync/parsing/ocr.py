@@ -108,7 +108,31 @@ def _to_gray(frame: PILImage.Image) -> GrayImage:
         arr = np.asarray(frame, dtype=np.float64)
         hi = float(arr.max()) or 1.0
         return np.asarray(arr * (255.0 / hi), dtype=np.uint8)
-    return np.asarray(frame.convert("L"), dtype=np.uint8)
+    return np.asarray(frame if frame.mode == "L" else frame.convert("L"), dtype=np.uint8)
+
+
+# Pillow formats whose single-frame gray (L) or bilevel (1) images leptonica, Tesseract's image
+# library, decodes to the same pixels as Pillow (lossless; JPEG is not: two libjpeg builds).
+_SOURCE_FORMATS = ("PNG", "TIFF")
+_TIFF_PHOTOMETRIC = 262
+_EXIF_ORIENTATION = 0x0112
+
+
+def _tesseract_reads_as_is(im: PILImage.Image, frames: int, dpi: int) -> bool:
+    """Whether Tesseract, given the file's own bytes, sees exactly the pixels ``_to_gray`` gives.
+
+    True for a single-frame PNG or TIFF in mode L or 1, without transparency,
+    EXIF rotation or an inverted 8-bit TIFF (min-is-white), with a credible
+    dpi (so Tesseract uses the resolution we tell it, as with our encoding).
+    """
+    if frames != 1 or dpi <= 0 or im.format not in _SOURCE_FORMATS or im.mode not in ("L", "1"):
+        return False
+    if "transparency" in im.info or im.getexif().get(_EXIF_ORIENTATION, 1) != 1:
+        return False
+    if im.format == "TIFF" and im.mode == "L":
+        tags = getattr(im, "tag_v2", {})
+        return tags.get(_TIFF_PHOTOMETRIC) == 1  # min-is-black
+    return True
 
 
 def _dpi(frame: PILImage.Image) -> int:
@@ -167,7 +191,9 @@ def iter_image_pages(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> It
 
     Call ``image_frame_count`` first: it refuses oversized frames before any
     pixel is decoded. EXIF orientation is applied; transparency is flattened
-    onto white.
+    onto white. A single-frame gray or bilevel PNG/TIFF page carries the file
+    bytes as ``source`` (Tesseract decodes them to the same pixels; see
+    ``_tesseract_reads_as_is``), so it is not encoded again for Tesseract.
 
     Args:
         data: PNG/JPEG/TIFF/... bytes (a multi-page TIFF yields every page).
@@ -197,14 +223,16 @@ def iter_image_pages(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> It
                     if w * h > max_pixels:
                         raise TooLargeError(f"image frame {i + 1} is {w}x{h} pixels, above {max_pixels}")
                     im.load()
-                    frame = ImageOps.exif_transpose(im) if i == 0 else im
+                    upright = i > 0 or im.getexif().get(_EXIF_ORIENTATION, 1) == 1
+                    frame = im if upright else ImageOps.exif_transpose(im)
                     gray = _to_gray(frame)
                     dpi = _dpi(im)
+                    source = data if _tesseract_reads_as_is(im, n, dpi) else None
                 except TooLargeError:
                     raise
                 except (OSError, ValueError, SyntaxError, EOFError) as exc:
                     raise CorruptDocumentError(f"image frame {i + 1} undecodable: {exc}") from exc
-                yield PageImage(i + 1, gray, dpi)
+                yield PageImage(i + 1, gray, dpi, source)
 
 
 def parse_image(data: bytes, *, max_pages: int = 2000, options: OcrOptions | None = None) -> OcrRawParse:

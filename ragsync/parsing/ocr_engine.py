@@ -1,7 +1,9 @@
 """OCR engine: page images through the Tesseract command-line tool, judged against the bar.
 
-Each page is one ``tesseract stdin stdout tsv`` process fed the page image
-on stdin (PNG, or PBM when bilevel: see ``tesseract_input``), with
+Each page is one ``tesseract FILE stdout tsv`` process reading the page image
+from a temporary file: the image file's own bytes when Tesseract decodes them to the same
+pixels (``PageImage.source``: what the raw CLI reads), else an encoding of
+the pixels (uncompressed TIFF, or PBM when bilevel: see ``tesseract_input``), with
 ``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP threading makes a page ~5x
 slower on a busy machine) and a per-page time limit. Pages run in
 parallel: a thread pool of ``min(pages, cpus)`` threads drives one
@@ -24,11 +26,12 @@ import os
 import re
 import shutil
 import subprocess
+import tempfile
 import threading
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -103,11 +106,17 @@ class PageImage:
         page: 1-based page number reported back in ``PageOcr.page``.
         gray: 8-bit grayscale pixels, shape ``(height, width)``, 0 = black.
         dpi: resolution told to Tesseract (0 lets Tesseract estimate it).
+        source: the image file's bytes when Tesseract decodes them to exactly
+            ``gray`` (see ``ragsync.parsing.ocr.iter_image_pages``): sent to
+            Tesseract as they are, so the page is not encoded again and
+            Tesseract reads what the raw CLI reads. ``None``: ``gray`` is
+            encoded (``tesseract_input``).
     """
 
     page: int
     gray: GrayImage
     dpi: int = 300
+    source: bytes | None = field(default=None, repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -210,19 +219,20 @@ def tesseract_env() -> dict[str, str]:
 
 
 def tesseract_input(gray: GrayImage) -> bytes:
-    """Encode a page image the way Tesseract reads it fastest from stdin.
+    """Encode a page image the way Tesseract reads it fastest from a file.
 
     Bilevel pages (only 0 and 255) go as PBM: Tesseract skips its own
-    thresholding (~8% less CPU on a 300 dpi page). Grayscale pages go as PNG
-    at compression level 1: leptonica reads binary PGM a byte at a time, which
-    cost ~0.4 CPU-s more per 8-megapixel page than a PNG in an interleaved
-    measurement (``benchmarks/PARSING.md``); encoding the PNG costs us ~0.1 s.
+    thresholding (~8% less CPU on a 300 dpi page). Grayscale pages go as an
+    uncompressed TIFF: ~0.03 s to write and ~0.004 s for leptonica to read an
+    8-megapixel page, where a PNG (level 1) cost ~0.09 s + 0.03 s and binary
+    PGM ~0.11 s to read (leptonica reads it a byte at a time; measured in
+    ``benchmarks/PARSING.md``). Tesseract reads the same pixels either way.
 
     Args:
         gray: ``(height, width)`` uint8 array.
 
     Returns:
-        PBM (``P4``) or PNG file bytes.
+        PBM (``P4``) or TIFF file bytes.
     """
     h, w = gray.shape
     arr = np.ascontiguousarray(gray, dtype=np.uint8)
@@ -231,24 +241,47 @@ def tesseract_input(gray: GrayImage) -> bytes:
     from PIL import Image
 
     buf = io.BytesIO()
-    Image.fromarray(arr, mode="L").save(buf, format="PNG", compress_level=1)
+    Image.fromarray(arr).save(buf, format="TIFF")  # uncompressed, min-is-black
     return buf.getvalue()
 
 
 def _run_tesseract(
-    gray: GrayImage, psm: int, dpi: int, options: OcrOptions, *, tsv: bool = True, with_stderr: bool = False
+    gray: GrayImage,
+    psm: int,
+    dpi: int,
+    options: OcrOptions,
+    *,
+    source: bytes | None = None,
+    tsv: bool = True,
+    with_stderr: bool = False,
 ) -> str:
     """Run Tesseract on one image and return its TSV output (plain when ``tsv`` is False).
 
-    ``with_stderr`` appends Tesseract's stderr (where ``--psm 0`` prints its
-    orientation report).
+    The image goes to Tesseract as a temporary file, removed afterwards:
+    ``source`` (file bytes Tesseract decodes to ``gray``) as it is, else
+    ``tesseract_input(gray)``. A file, not stdin: Tesseract reads stdin a
+    byte at a time (~17 ns a byte, 0.15 CPU-s for an uncompressed
+    8-megapixel page). ``with_stderr`` appends Tesseract's stderr (where
+    ``--psm 0`` prints its orientation report).
 
     Raises:
         TimeoutError: past ``options.timeout_s``.
         RuntimeError: Tesseract exited with an error.
     """
     lang = "osd" if psm == 0 else options.lang  # OSD with -l eng misreads 180-degree pages
-    cmd = [tesseract_path(), "stdin", "stdout", "--psm", str(psm), "-l", lang]
+    with tempfile.NamedTemporaryFile(prefix="ragsync-ocr-", delete=False) as image:
+        image.write(source if source is not None else tesseract_input(gray))
+    try:
+        return _run_tesseract_file(image.name, psm, dpi, lang, options, tsv=tsv, with_stderr=with_stderr)
+    finally:
+        os.unlink(image.name)
+
+
+def _run_tesseract_file(
+    path: str, psm: int, dpi: int, lang: str, options: OcrOptions, *, tsv: bool, with_stderr: bool
+) -> str:
+    """Run Tesseract on the image file ``path`` (see ``_run_tesseract``)."""
+    cmd = [tesseract_path(), path, "stdout", "--psm", str(psm), "-l", lang]
     if dpi > 0:
         cmd += ["--dpi", str(dpi)]
     if tsv:
@@ -259,7 +292,7 @@ def _run_tesseract(
     try:
         proc = subprocess.run(
             cmd,
-            input=tesseract_input(gray),
+            stdin=subprocess.DEVNULL,
             capture_output=True,
             env=tesseract_env(),
             timeout=options.timeout_s + 5,
@@ -286,9 +319,10 @@ def _attempt(
     text: tuple[NDArray[np.bool_], int],
     psm: int,
     options: OcrOptions,
+    source: bytes | None = None,
 ) -> PageOcr:
     try:
-        tsv = parse_tsv(_run_tesseract(image, psm, page.dpi, options))
+        tsv = parse_tsv(_run_tesseract(image, psm, page.dpi, options, source=source))
     except (TimeoutError, RuntimeError, OSError) as exc:
         return PageOcr(page.page, (), 0.0, 0.0, 0, ink_frac, False, psm=psm, error=str(exc))
     words = len(tsv.confs)
@@ -335,7 +369,8 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     when the first pass found 5+ words) is sure the page is rotated, and the
     better result is kept (a passing one first, then the higher
     confidence x coverage). A page with (almost) no ink is blank: it passes
-    with no text and Tesseract is not run.
+    with no text and Tesseract is not run. A page that meets the bar costs
+    exactly one Tesseract run (on ``page.source`` when set), as the raw CLI.
 
     Args:
         page: the page image.
@@ -358,7 +393,7 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
     tesseract_path()
     text = page_text_ink(gray, threshold, page.dpi)
-    best = _attempt(page, gray, ink_frac, text, 3, opts)
+    best = _attempt(page, gray, ink_frac, text, 3, opts, page.source)
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
         cleaned = denoise(gray)
         angle = _orientation(gray, page.dpi, opts) if best.words >= 5 else 0
