@@ -52,6 +52,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -408,15 +409,24 @@ def print_pdf(browser: str, html_file: Path, pdf_file: Path, profile: Path) -> N
         raise RuntimeError(f"chromium could not print {html_file}: {done.stderr[-1500:]}")
 
 
-def render_all(reports: Sequence[Report], formats: Sequence[str], dest: Path) -> dict[str, Path]:
+def render_all(
+    reports: Sequence[Report], formats: Sequence[str], dest: Path, *, workers: int = 2
+) -> dict[str, Path]:
     """Write every report in every format: ``dest/<format>/<slug>.<format>``.
+
+    PDFs are printed by ``workers`` Chromium processes at a time, each with
+    its own profile folder (Chromium locks a profile).
 
     Returns:
         ``{format: folder}``.
 
     Raises:
         RuntimeError: ``pdf`` is asked for and Chromium is missing or fails.
+        ValueError: a format outside :data:`FORMATS`.
     """
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown format(s) {unknown}")
     folders: dict[str, Path] = {}
     for fmt in formats:
         folders[fmt] = dest / fmt
@@ -425,6 +435,7 @@ def render_all(reports: Sequence[Report], formats: Sequence[str], dest: Path) ->
     if "pdf" in formats and browser is None:
         raise RuntimeError("Chromium is not installed (apt-get install chromium): the pdf format needs it")
     staging = dest / "_pdf_html"
+    pdf_jobs: list[tuple[Path, Path, Path]] = []
     for rep in reports:
         page = render_html(rep)
         for fmt in formats:
@@ -438,13 +449,16 @@ def render_all(reports: Sequence[Report], formats: Sequence[str], dest: Path) ->
             elif fmt == "docx":
                 target.write_bytes(render_docx(rep))
             elif fmt == "pdf":
-                assert browser is not None
                 staging.mkdir(exist_ok=True)
                 src = staging / f"{rep.slug}.html"
                 src.write_text(page, encoding="utf-8")
-                print_pdf(browser, src, target, dest / "_chromium_profile")
-            else:
-                raise ValueError(f"unknown format {fmt!r}")
+                pdf_jobs.append((src, target, dest / "_chromium" / rep.slug))
+    if pdf_jobs:
+        assert browser is not None
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for done in [pool.submit(print_pdf, browser, *job) for job in pdf_jobs]:
+                done.result()
+        shutil.rmtree(dest / "_chromium", ignore_errors=True)
     return folders
 
 
