@@ -17,10 +17,12 @@ structure into five files:
   positions, as in most real reports.
 
 Questions (same text for every format, relevance = the source report):
-three per report about one table cell each (row label + column header +
-company, e.g. "What operating profit did Harbor Logistics report for Air
-freight?") and one about a paragraph fact (the city of a new site or the
-chief executive).
+three per report about one table cell each, two naming the company, row
+label and column header (e.g. "What operating profit did Harbor Logistics
+report for its Air freight segment?"), one naming only the cell's value, row
+label and column header ("Which company reported 4,269.4 for Net debt
+(Q1)?"), and one about a paragraph fact (the city of a new site or the chief
+executive).
 
 For each format the files are backfilled in process (``run_backfill``, the
 real pipeline: parse, chunk, embed, Milvus Lite + tantivy) into their own
@@ -280,9 +282,15 @@ def generate(n: int, seed: int) -> tuple[list[Report], list[Question]]:
             )
         )
         cells = [(r, c) for r in range(len(rows)) for c in range(1, len(header))]
-        for r, c in rng.sample(cells, 3):
-            text = _cell_question(rng, company, kind, rows[r][0], header[c])
-            questions.append(Question(text, slug, "table"))
+        (r0, c0), (r1, c1), (r2, c2) = rng.sample(cells, 3)
+        for r, c in ((r0, c0), (r1, c1)):
+            questions.append(
+                Question(_cell_question(rng, company, kind, rows[r][0], header[c]), slug, "table")
+            )
+        # The third names no company: only the cell's value, its row label and
+        # column header (together in one chunk only if the table kept its rows).
+        value = f"Which company reported {rows[r2][c2]} for {rows[r2][0]} ({header[c2]})?"
+        questions.append(Question(value, slug, "table"))
         fact = rng.choice(
             [
                 f"In which city did {company} open a new {facility}?",

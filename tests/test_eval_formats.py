@@ -70,10 +70,14 @@ def test_generation_is_a_function_of_the_seed() -> None:
         assert all(len(row) == len(rep.header) for row in rep.rows)
         company = rep.title.rsplit(" annual report", 1)[0]
         mine = [q for q in questions if q.slug == rep.slug]
-        assert len(mine) == 4 and all(company in q.text for q in mine)
-        # Each table question names one row label of its own report.
+        assert len(mine) == 4 and [company in q.text for q in mine] == [True, True, False, True]
+        # Each table question names one row label of its own report; the
+        # third one names a cell value of that row instead of the company.
         for q in mine[:3]:
             assert q.target == "table" and any(row[0].lower() in q.text.lower() for row in rep.rows)
+        assert any(
+            f"{row[0]} (" in mine[2].text and any(c in mine[2].text for c in row[1:]) for row in rep.rows
+        )
 
 
 def test_every_rendering_holds_the_table_and_parses_back_header_first(tmp_path: Path) -> None:
