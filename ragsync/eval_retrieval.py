@@ -116,6 +116,8 @@ class EvalReport:
         k: the cutoff.
         recall: ``{mode: {format: mean recall}}``, plus format ``all``.
         queries: ``{format: number of queries}``.
+        missed: ``{mode: [query text]}``: the queries whose recall is below
+            1 in that mode, in golden-file order (to look at what was lost).
     """
 
     version: int
@@ -123,6 +125,7 @@ class EvalReport:
     k: int
     recall: dict[str, dict[str, float]] = field(default_factory=dict)
     queries: dict[str, int] = field(default_factory=dict)
+    missed: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -202,6 +205,8 @@ def evaluate(
                     1 for r in g.relevant if any(docs[d] is not None and _matches(r, docs[d]) for d in top)
                 )
                 score = found / len(g.relevant)
+                if score < 1:
+                    report.missed.setdefault(mode, []).append(g.query)
                 sums[mode][g.format] = sums[mode].get(g.format, 0.0) + score
                 sums[mode]["all"] = sums[mode].get("all", 0.0) + score
     finally:

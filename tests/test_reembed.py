@@ -292,6 +292,14 @@ def test_gate_refuses_a_model_that_drops_recall(state: tuple[Settings, str]) -> 
     assert (
         summary.gate["candidate"]["recall"]["vector"]["all"] < summary.gate["live"]["recall"]["vector"]["all"]
     )
+    # One relevant document per query: a query scores 0 or 1, so the missed
+    # list holds exactly the share of queries the recall says were lost.
+    for side in ("live", "candidate"):
+        report = summary.gate[side]
+        for mode in ("vector", "hybrid"):
+            lost = round(len(TOPICS) * (1 - report["recall"][mode]["all"]))
+            assert len(report["missed"].get(mode, [])) == lost, (side, mode)
+    assert set(summary.gate["candidate"]["missed"]["vector"]) <= {query for _, _, query in TOPICS}
     states = {v.version: v.state for v in iv.list_versions(settings)}
     assert states == {1: "live", 2: "refused"}
     assert _live_physical(settings) == ("ragsync_chunks_v1", "keyword")

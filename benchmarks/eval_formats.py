@@ -1,0 +1,623 @@
+"""Recall@10 per document format: the same report content as HTML, Markdown, PDF, DOCX and plain text.
+
+The shared golden sets (``retrieval_golden/``: CISI abstracts, agentset
+business-report passages) hold plain passages without tables, so this
+benchmark generates its own, deterministically from ``--seed``: ``--docs N``
+financial-report-like documents, each a title, two or three paragraphs and a
+BORDERLESS table (4-8 rows x 3-5 columns: a label column and figures) kept
+as one in-memory :class:`Report`. Every report is rendered from that one
+structure into five files:
+
+* ``html``: ``<h1>``, ``<p>``, a ``<table>`` with ``<th>`` header cells;
+* ``md``: a pipe table;
+* ``txt``: the table as space-aligned columns;
+* ``docx``: python-docx, a table without any border;
+* ``pdf``: the HTML printed by headless Chromium (``--print-to-pdf``), CSS
+  removing every table border: the table reaches the parser only as text
+  positions, as in most real reports.
+
+Questions (same text for every format, relevance = the source report):
+three per report about one table cell each, two naming the company, row
+label and column header (e.g. "What operating profit did Harbor Logistics
+report for its Air freight segment?"), one naming only the cell's value, row
+label and column header ("Which company reported 4,269.4 for Net debt
+(Q1)?"), and one about a paragraph fact (the city of a new site or the chief
+executive).
+
+For each format the files are backfilled in process (``run_backfill``, the
+real pipeline: parse, chunk, embed, Milvus Lite + tantivy) into their own
+home, and the questions are scored with :func:`ragsync.eval_retrieval.evaluate`
+(Recall@10, vector and hybrid). Printed: per format Recall@10 and the
+difference to HTML; target: PDF and DOCX within 0.03 of HTML.
+
+Usage::
+
+    RAGSYNC_EMBED_BACKEND=onnx-int8 python benchmarks/eval_formats.py [--docs 60] [--seed 13]
+        [--formats html,md,txt,docx,pdf] [--keep DIR] [--json]
+
+Needs Chromium for the PDF format (``chromium``, ``chromium-browser`` or
+``google-chrome`` on PATH); without it the PDF format is skipped with a
+message. Exits 1 when PDF or DOCX is more than 0.03 below HTML in hybrid
+Recall@10.
+"""
+
+from __future__ import annotations
+
+import argparse
+import html
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+FORMATS = ("html", "md", "txt", "docx", "pdf")
+TOLERANCE = 0.03
+
+PREFIXES = [
+    "Harbor", "Northwind", "Bluefield", "Granite", "Silverline", "Redwood", "Ashford", "Meridian",
+    "Copperleaf", "Stonebridge", "Lakeshore", "Ironvale", "Brightwater", "Oakmont", "Fairhaven",
+    "Westbrook", "Highmoor", "Clearpoint", "Summit", "Kestrel", "Orchard", "Falcon", "Pinecrest",
+    "Riverton", "Eastgate", "Thornbury", "Goldcrest", "Marlow", "Seabright", "Windmere",
+]  # fmt: skip
+INDUSTRIES: dict[str, tuple[str, list[str]]] = {
+    "Logistics": (
+        "freight and warehousing",
+        ["Air freight", "Ocean freight", "Road network", "Contract logistics", "Customs brokerage",
+         "Cold chain", "Parcel delivery", "Port services"],
+    ),
+    "Foods": (
+        "packaged food",
+        ["Dairy", "Bakery", "Frozen meals", "Snacks", "Beverages", "Infant nutrition", "Plant-based",
+         "Food service"],
+    ),
+    "Energy": (
+        "power generation and retail energy",
+        ["Wind farms", "Solar parks", "Gas turbines", "Grid services", "Retail supply", "Hydrogen",
+         "Battery storage", "District heating"],
+    ),
+    "Pharma": (
+        "pharmaceutical",
+        ["Oncology", "Vaccines", "Generics", "Consumer health", "Rare diseases", "Animal health",
+         "Diagnostics", "Biosimilars"],
+    ),
+    "Retail": (
+        "apparel and home retail",
+        ["Womenswear", "Menswear", "Childrenswear", "Home furnishings", "Footwear", "Beauty",
+         "Online marketplace", "Outlet stores"],
+    ),
+    "Telecom": (
+        "telecommunications",
+        ["Mobile contracts", "Prepaid mobile", "Fixed broadband", "Fibre wholesale", "Enterprise data",
+         "Pay television", "Cloud hosting", "Roaming"],
+    ),
+}  # fmt: skip
+LINE_ITEMS = [
+    "Net sales", "Cost of sales", "Gross profit", "Selling expenses", "Administrative expenses",
+    "Research and development", "Operating profit", "Finance costs", "Profit before tax",
+    "Income tax expense", "Net profit", "Capital expenditure", "Free cash flow", "Order intake",
+    "Net debt", "Dividend paid",
+]  # fmt: skip
+REGIONS = [
+    "Nordics", "Iberia", "Benelux", "Central Europe", "United Kingdom", "North America", "Latin America",
+    "Middle East", "South-East Asia", "Australia", "Japan", "India",
+]  # fmt: skip
+CITIES = [
+    "Rotterdam", "Valencia", "Gdansk", "Leeds", "Lyon", "Porto", "Malmo", "Graz", "Bilbao", "Antwerp",
+    "Turin", "Aarhus", "Brno", "Cork", "Tampere", "Ghent", "Seville", "Bremen", "Krakow", "Utrecht",
+]  # fmt: skip
+FACILITIES = ["distribution centre", "research laboratory", "production plant", "service hub", "data centre"]
+FIRST = [
+    "Anna", "Lukas", "Sofia", "Marco", "Elena", "Tomas", "Ingrid", "Pieter", "Clara", "Jonas",
+    "Maya", "Henrik",
+]  # fmt: skip
+LAST = ["Lindqvist", "Moreau", "Kowalski", "Brennan", "Oliveira", "Van Dijk", "Ferrari", "Novak", "Schmidt",
+        "Okafor", "Haugen", "Castillo"]  # fmt: skip
+OPENERS = [
+    "The year was marked by volatile input prices and a gradual recovery in customer demand.",
+    "Trading conditions improved in the second half as inflation eased in most markets.",
+    "The group kept its focus on cash generation while investing in automation and digital tools.",
+    "Demand held up well despite higher interest rates and a cautious consumer environment.",
+    "Management simplified the portfolio and exited several low-margin contracts during the year.",
+]
+OUTLOOKS = [
+    "For the coming year the board expects moderate growth and a stable operating margin.",
+    "The outlook assumes no further deterioration in energy prices or in exchange rates.",
+    "Guidance for the next year is unchanged, with capital expenditure at a similar level.",
+    "The board proposes a dividend in line with the policy set out in the previous report.",
+]
+
+
+@dataclass(frozen=True)
+class Question:
+    """One question, the report that answers it and what it targets (``table`` or ``paragraph``)."""
+
+    text: str
+    slug: str
+    target: str
+
+
+@dataclass(frozen=True)
+class Report:
+    """One generated report, the single source of all five renderings.
+
+    Attributes:
+        slug: file stem (``report_007``).
+        title: the heading.
+        paragraphs: before the table: ``paragraphs[:split]``; after it: the rest.
+        split: how many paragraphs precede the table.
+        caption: a sentence introducing the table (a paragraph, not a ``<caption>``).
+        header: the table's header row (first cell: the unit or the label column's name).
+        rows: the body rows, label first.
+    """
+
+    slug: str
+    title: str
+    paragraphs: tuple[str, ...]
+    split: int
+    caption: str
+    header: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+    def cells(self) -> list[str]:
+        """Every non-empty cell, header row first."""
+        return [c for row in (self.header, *self.rows) for c in row if c]
+
+
+def _figure(rng: random.Random, kind: str) -> str:
+    if kind == "%":
+        return f"{rng.uniform(-12, 35):.1f}%"
+    if kind == "int":
+        return f"{rng.randint(120, 48000):,}"
+    value = rng.randint(-4000, 98000) / 10
+    text = f"{abs(value):,.1f}"
+    return f"({text})" if value < 0 else text
+
+
+def _table(
+    rng: random.Random, segments: list[str], year: int
+) -> tuple[str, tuple[str, ...], list[str], list[str]]:
+    """(kind, header, row labels, per-column figure kinds) of one random table."""
+    kind = rng.choice(["years", "quarters", "segments", "regions"])
+    n_rows = rng.randint(4, 8)
+    if kind == "years":
+        header: tuple[str, ...] = ("EUR million", str(year), str(year - 1), "Change")
+        return kind, header, rng.sample(LINE_ITEMS, n_rows), ["n", "n", "%"]
+    if kind == "quarters":
+        quarters = ["Q1", "Q2", "Q3", "Q4"][: rng.randint(2, 4)]
+        header = ("USD million", *quarters)
+        return kind, header, rng.sample(LINE_ITEMS, n_rows), ["n"] * len(quarters)
+    if kind == "segments":
+        metrics = [("Revenue", "n"), ("Operating profit", "n"), ("Margin", "%"), ("Employees", "int")]
+        picked = sorted(rng.sample(range(4), rng.randint(2, 4)))
+        header = ("Segment", *(metrics[i][0] for i in picked))
+        return kind, header, rng.sample(segments, min(n_rows, len(segments))), [metrics[i][1] for i in picked]
+    metrics = [("Sales", "n"), ("Growth", "%"), ("Customers", "int"), ("Stores", "int")]
+    picked = sorted(rng.sample(range(4), rng.randint(2, 4)))
+    header = ("Region", *(metrics[i][0] for i in picked))
+    return kind, header, rng.sample(REGIONS, n_rows), [metrics[i][1] for i in picked]
+
+
+def _possessive(name: str) -> str:
+    return name + ("'" if name.endswith("s") else "'s")
+
+
+def _cell_question(rng: random.Random, company: str, kind: str, label: str, column: str) -> str:
+    if kind in ("years", "quarters"):
+        if column == "Change":
+            return f"By how much did {label.lower()} change at {company} last year?"
+        return rng.choice(
+            [
+                f"What was {_possessive(company)} {label.lower()} in {column}?",
+                f"How much {label.lower()} did {company} report for {column}?",
+            ]
+        )
+    noun = "segment" if kind == "segments" else "region"
+    return rng.choice(
+        [
+            f"What {column.lower()} did {company} report for its {label} {noun}?",
+            f"{company} {label} {noun}: {column.lower()}?",
+        ]
+    )
+
+
+def generate(n: int, seed: int) -> tuple[list[Report], list[Question]]:
+    """``n`` reports and their questions (3 table cells + 1 paragraph fact each), a pure function of the seed.
+
+    Raises:
+        ValueError: ``n`` is above the number of distinct company names.
+    """
+    rng = random.Random(seed)
+    names = [(p, ind) for p in PREFIXES for ind in INDUSTRIES]
+    if n > len(names):
+        raise ValueError(f"at most {len(names)} reports")
+    reports: list[Report] = []
+    questions: list[Question] = []
+    for i, (prefix, industry) in enumerate(rng.sample(names, n)):
+        slug = f"report_{i:03d}"
+        company = f"{prefix} {industry}"
+        desc, segments = INDUSTRIES[industry]
+        year = rng.choice([2023, 2024, 2025])
+        kind, header, labels, kinds = _table(rng, segments, year)
+        rows = tuple((label, *(_figure(rng, k) for k in kinds)) for label in labels)
+        city, facility = rng.choice(CITIES), rng.choice(FACILITIES)
+        ceo = f"{rng.choice(FIRST)} {rng.choice(LAST)}"
+        hq = rng.choice([c for c in CITIES if c != city])
+        staff = rng.randint(40, 900)
+        paragraphs = [
+            f"{company} is a {desc} group headquartered in {hq}. {rng.choice(OPENERS)}",
+            f"During {year} {company} opened a new {facility} in {city}, which employs {staff} people. "
+            f"Chief executive {ceo} said the investment would shorten delivery times for customers.",
+        ]
+        if rng.random() < 0.6:
+            paragraphs.append(rng.choice(OUTLOOKS))
+        split = 1
+        caption = {
+            "years": f"Key figures for {year} compared with {year - 1}.",
+            "quarters": f"Quarterly development in {year}.",
+            "segments": f"Results by segment for {year}.",
+            "regions": f"Results by region for {year}.",
+        }[kind]
+        reports.append(
+            Report(
+                slug=slug,
+                title=f"{company} annual report {year}",
+                paragraphs=tuple(paragraphs),
+                split=split,
+                caption=caption,
+                header=header,
+                rows=rows,
+            )
+        )
+        cells = [(r, c) for r in range(len(rows)) for c in range(1, len(header))]
+        (r0, c0), (r1, c1), (r2, c2) = rng.sample(cells, 3)
+        for r, c in ((r0, c0), (r1, c1)):
+            questions.append(
+                Question(_cell_question(rng, company, kind, rows[r][0], header[c]), slug, "table")
+            )
+        # The third names no company: only the cell's value, its row label and
+        # column header (together in one chunk only if the table kept its rows).
+        value = f"Which company reported {rows[r2][c2]} for {rows[r2][0]} ({header[c2]})?"
+        questions.append(Question(value, slug, "table"))
+        fact = rng.choice(
+            [
+                f"In which city did {company} open a new {facility}?",
+                f"Who is the chief executive of {company}?",
+            ]
+        )
+        questions.append(Question(fact, slug, "paragraph"))
+    return reports, questions
+
+
+# ---------------------------------------------------------------------- renderings
+
+BORDERLESS_CSS = (
+    "body{font-family:sans-serif;font-size:11pt;margin:2cm}"
+    "table{border-collapse:collapse;border:none;margin:12pt 0}"
+    "th,td{border:none;padding:2pt 14pt 2pt 0;text-align:right}"
+    "th:first-child,td:first-child{text-align:left}"
+)
+
+
+def render_html(rep: Report) -> str:
+    """The report as an HTML page; the table has ``<th>`` header cells and no border."""
+    esc = html.escape
+    head = "".join(f"<th>{esc(c)}</th>" for c in rep.header)
+    body = "".join("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>\n" for row in rep.rows)
+    before = "".join(f"<p>{esc(p)}</p>\n" for p in rep.paragraphs[: rep.split])
+    after = "".join(f"<p>{esc(p)}</p>\n" for p in rep.paragraphs[rep.split :])
+    return (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8"><title>{esc(rep.title)}</title>'
+        f"<style>{BORDERLESS_CSS}</style></head>\n<body><main><article>\n<h1>{esc(rep.title)}</h1>\n{before}"
+        f"<p>{esc(rep.caption)}</p>\n<table><thead><tr>{head}</tr></thead>\n<tbody>\n{body}</tbody></table>\n"
+        f"{after}</article></main></body></html>\n"
+    )
+
+
+def render_markdown(rep: Report) -> str:
+    """The report as Markdown with a pipe table."""
+    lines = [f"# {rep.title}", ""]
+    for p in rep.paragraphs[: rep.split]:
+        lines += [p, ""]
+    lines += [rep.caption, ""]
+    lines.append("| " + " | ".join(rep.header) + " |")
+    lines.append("|---" + "|---:" * (len(rep.header) - 1) + "|")
+    lines += ["| " + " | ".join(row) + " |" for row in rep.rows]
+    lines.append("")
+    for p in rep.paragraphs[rep.split :]:
+        lines += [p, ""]
+    return "\n".join(lines)
+
+
+def render_text(rep: Report) -> str:
+    """The report as plain text; the table as space-aligned columns."""
+    table = [rep.header, *rep.rows]
+    widths = [max(len(row[j]) for row in table) for j in range(len(rep.header))]
+    lines = [rep.title, "=" * len(rep.title), ""]
+    for p in rep.paragraphs[: rep.split]:
+        lines += [p, ""]
+    lines += [rep.caption, ""]
+    for row in table:
+        cells = [row[0].ljust(widths[0])] + [c.rjust(w) for c, w in zip(row[1:], widths[1:], strict=True)]
+        lines.append("   ".join(cells).rstrip())
+    lines.append("")
+    for p in rep.paragraphs[rep.split :]:
+        lines += [p, ""]
+    return "\n".join(lines)
+
+
+def render_docx(rep: Report) -> bytes:
+    """The report as DOCX (python-docx): a heading, paragraphs and a table without borders."""
+    import io
+
+    from docx import Document
+    from docx.oxml.ns import qn
+
+    doc = Document()
+    doc.add_heading(rep.title, level=1)
+    for p in rep.paragraphs[: rep.split]:
+        doc.add_paragraph(p)
+    doc.add_paragraph(rep.caption)
+    table = doc.add_table(rows=1 + len(rep.rows), cols=len(rep.header))  # default style: no borders
+    tbl_pr = table._tbl.tblPr
+    for borders in tbl_pr.findall(qn("w:tblBorders")):
+        tbl_pr.remove(borders)
+    for r, row in enumerate((rep.header, *rep.rows)):
+        for c, text in enumerate(row):
+            table.cell(r, c).text = text
+    for p in rep.paragraphs[rep.split :]:
+        doc.add_paragraph(p)
+    out = io.BytesIO()
+    doc.save(out)
+    return out.getvalue()
+
+
+def find_chromium() -> str | None:
+    """Path of a Chromium/Chrome binary on PATH, or None."""
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def print_pdf(browser: str, html_file: Path, pdf_file: Path, profile: Path) -> None:
+    """Print ``html_file`` to ``pdf_file`` with headless Chromium (offline, no header or footer).
+
+    Raises:
+        RuntimeError: Chromium failed or wrote no PDF (its stderr tail in the message).
+    """
+    flags = [
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--no-pdf-header-footer",
+        "--print-to-pdf-no-header",
+    ]
+    flags += ["--proxy-server=127.0.0.1:9", f"--user-data-dir={profile}"]
+    done = subprocess.run(
+        [browser, *flags, f"--print-to-pdf={pdf_file}", html_file.resolve().as_uri()],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    if done.returncode != 0 or not pdf_file.exists() or pdf_file.stat().st_size == 0:
+        raise RuntimeError(f"chromium could not print {html_file}: {done.stderr[-1500:]}")
+
+
+def render_all(
+    reports: Sequence[Report], formats: Sequence[str], dest: Path, *, workers: int = 2
+) -> dict[str, Path]:
+    """Write every report in every format: ``dest/<format>/<slug>.<format>``.
+
+    PDFs are printed by ``workers`` Chromium processes at a time, each with
+    its own profile folder (Chromium locks a profile).
+
+    Returns:
+        ``{format: folder}``.
+
+    Raises:
+        RuntimeError: ``pdf`` is asked for and Chromium is missing or fails.
+        ValueError: a format outside :data:`FORMATS`.
+    """
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        raise ValueError(f"unknown format(s) {unknown}")
+    folders: dict[str, Path] = {}
+    for fmt in formats:
+        folders[fmt] = dest / fmt
+        folders[fmt].mkdir(parents=True, exist_ok=True)
+    browser = find_chromium() if "pdf" in formats else None
+    if "pdf" in formats and browser is None:
+        raise RuntimeError("Chromium is not installed (apt-get install chromium): the pdf format needs it")
+    staging = dest / "_pdf_html"
+    pdf_jobs: list[tuple[Path, Path, Path]] = []
+    for rep in reports:
+        page = render_html(rep)
+        for fmt in formats:
+            target = folders[fmt] / f"{rep.slug}.{fmt}"
+            if fmt == "html":
+                target.write_text(page, encoding="utf-8")
+            elif fmt == "md":
+                target.write_text(render_markdown(rep), encoding="utf-8")
+            elif fmt == "txt":
+                target.write_text(render_text(rep), encoding="utf-8")
+            elif fmt == "docx":
+                target.write_bytes(render_docx(rep))
+            elif fmt == "pdf":
+                staging.mkdir(exist_ok=True)
+                src = staging / f"{rep.slug}.html"
+                src.write_text(page, encoding="utf-8")
+                pdf_jobs.append((src, target, dest / "_chromium" / rep.slug))
+    if pdf_jobs:
+        assert browser is not None
+        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+            for done in [pool.submit(print_pdf, browser, *job) for job in pdf_jobs]:
+                done.result()
+        shutil.rmtree(dest / "_chromium", ignore_errors=True)
+    return folders
+
+
+# ---------------------------------------------------------------------- indexing and scoring
+
+
+def evaluate_format(
+    fmt: str, folder: Path, home: Path, questions: Sequence[Question], model_cache: Path
+) -> dict[str, Any]:
+    """Backfill ``folder`` into ``home`` and score ``questions`` against it (Recall@10, vector and hybrid).
+
+    Returns:
+        ``{"recall": {mode: r}, "by_target": {target: {mode: r}}, "missed": {mode: [question]},
+        "indexed", "dead_letters", "chunks", "backfill_s", "eval_s"}``.
+    """
+    from beam_pipelines.sync import run_backfill
+    from ragsync.config import Settings
+    from ragsync.eval_retrieval import GoldenQuery, evaluate
+
+    settings = Settings(home=str(home), model_cache_dir=str(model_cache))
+    t0 = time.monotonic()
+    summary = run_backfill(str(folder), settings, show_progress=False)
+    backfill_s = time.monotonic() - t0
+    # The golden "format" bucket is the question's target, so one evaluation
+    # gives the table and paragraph figures; "all" is the format's figure.
+    golden = [GoldenQuery(q.text, (f"{q.slug}.{fmt}",), format=q.target) for q in questions]
+    t0 = time.monotonic()
+    report = evaluate(settings, golden)
+    eval_s = time.monotonic() - t0
+    return {
+        "recall": {mode: report.recall[mode]["all"] for mode in report.recall},
+        "by_target": {
+            target: {mode: report.recall[mode].get(target, 0.0) for mode in report.recall}
+            for target in sorted(report.queries)
+        },
+        "missed": report.missed,
+        "indexed": summary.documents_indexed,
+        "dead_letters": summary.dead_lettered,
+        "duplicates": summary.documents_duplicate,
+        "chunks": summary.chunks_written,
+        "backfill_s": round(backfill_s, 1),
+        "eval_s": round(eval_s, 1),
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Generate, render, index and score; the result as one JSON-able dict."""
+    formats = [f.strip() for f in args.formats.split(",") if f.strip()]
+    unknown = sorted(set(formats) - set(FORMATS))
+    if unknown:
+        sys.exit(f"eval_formats: unknown format(s) {unknown}; choose from {FORMATS}")
+    reports, questions = generate(args.docs, args.seed)
+    work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="eval_formats_"))
+    work.mkdir(parents=True, exist_ok=True)
+    if "pdf" in formats and find_chromium() is None:
+        print("eval_formats: Chromium not found, the pdf format is skipped", file=sys.stderr)
+        formats.remove("pdf")
+    out: dict[str, Any] = {
+        "docs": len(reports),
+        "questions": len(questions),
+        "by_target": {t: sum(1 for q in questions if q.target == t) for t in ("table", "paragraph")},
+        "seed": args.seed,
+        "embed_backend": os.environ.get("RAGSYNC_EMBED_BACKEND") or "torch",
+        "formats": {},
+    }
+    try:
+        t0 = time.monotonic()
+        folders = render_all(reports, formats, work / "docs")
+        out["render_s"] = round(time.monotonic() - t0, 1)
+        for fmt in formats:
+            res = evaluate_format(
+                fmt, folders[fmt], work / "homes" / fmt, questions, Path(args.model_cache or work / "models")
+            )
+            out["formats"][fmt] = res
+            if not args.json:
+                print(
+                    f"{fmt}: {res['recall']} ({res['chunks']} chunks, {res['backfill_s']} s)", file=sys.stderr
+                )
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    base = out["formats"].get("html")
+    for res in out["formats"].values():
+        if base is not None:
+            res["minus_html"] = {m: round(res["recall"][m] - base["recall"][m], 4) for m in res["recall"]}
+    return out
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The result as a Markdown table, one row per format."""
+    lines = [
+        f"{r['docs']} reports, {r['questions']} questions ({r['by_target']['table']} about a table cell, "
+        f"{r['by_target']['paragraph']} about a paragraph), seed {r['seed']}, backend {r['embed_backend']}",
+        "",
+        "| format | Recall@10 vector | Recall@10 hybrid | hybrid, table questions "
+        "| hybrid, paragraph questions | hybrid − HTML | chunks | indexed / dead | backfill s |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for fmt, res in r["formats"].items():
+        diff = res.get("minus_html", {}).get("hybrid")
+        lines.append(
+            f"| {fmt} | {res['recall']['vector']:.3f} | {res['recall']['hybrid']:.3f} "
+            f"| {res['by_target'].get('table', {}).get('hybrid', 0.0):.3f} "
+            f"| {res['by_target'].get('paragraph', {}).get('hybrid', 0.0):.3f} "
+            f"| {'' if diff is None else f'{diff:+.3f}'} | {res['chunks']} "
+            f"| {res['indexed']} / {res['dead_letters']} | {res['backfill_s']} |"
+        )
+    return "\n".join(lines)
+
+
+def verdict(r: dict[str, Any]) -> list[str]:
+    """Formats (pdf, docx) more than the tolerance below HTML, in either mode."""
+    bad = []
+    for fmt in ("pdf", "docx"):
+        res = r["formats"].get(fmt)
+        if res is None or "minus_html" not in res:
+            continue
+        for mode, diff in res["minus_html"].items():
+            if diff < -TOLERANCE:
+                bad.append(f"{fmt} {mode} Recall@10 {diff:+.3f} vs html (tolerance {TOLERANCE})")
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command-line entry point; exit 1 when PDF or DOCX misses the target."""
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--docs", type=int, default=60, help="reports to generate (default 60)")
+    ap.add_argument("--seed", type=int, default=13)
+    ap.add_argument(
+        "--formats", default=",".join(FORMATS), help="comma-separated subset of " + ",".join(FORMATS)
+    )
+    ap.add_argument("--keep", help="work folder to keep (renderings, homes) instead of a temp one")
+    ap.add_argument(
+        "--model-cache", help="ONNX export cache shared by the homes (default: in the work folder)"
+    )
+    ap.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    result = run(args)
+    bad = verdict(result)
+    result["below_target"] = bad
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(markdown(result))
+        for line in bad:
+            print("BELOW TARGET: " + line)
+        for fmt, res in result["formats"].items():
+            for q in res["missed"].get("hybrid", [])[:3]:
+                print(f"  {fmt} missed (hybrid): {q}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
