@@ -72,7 +72,7 @@ SETUP_HINT = f"""LlamaIndex venv not found. Create it (outside ragsync's venv) w
     /tmp/llama_venv/bin/pip install -r {ROOT / "benchmarks" / "requirements-llamaindex.txt"}
 
 or pass --llama-python PATH to a python that has llama-index-core, llama-index-readers-file,
-llama-index-embeddings-huggingface and sentence-transformers."""
+llama-index-embeddings-huggingface, docx2txt and sentence-transformers."""
 
 
 # --------------------------------------------------------------------------- LlamaIndex side (its venv)
@@ -197,6 +197,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     corpus = Path(args.corpus).resolve()
     work = Path(tempfile.mkdtemp(prefix="bench_llamaindex_"))
     folder = work / "docs"
+    if not (corpus / WIKI).is_dir():
+        raise RuntimeError(f"no corpus at {corpus} (pass --corpus or set RAGSYNC_CORPUS)")
     files = select_files(corpus, args.files)
     wiki = sorted((corpus / WIKI).rglob("*.md"))
     chosen = {p for _, p in files}
