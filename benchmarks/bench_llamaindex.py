@@ -223,21 +223,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 rerun = ragsync_run(folder, home, b)
                 rag[b].append({"cold": cold, "rerun": rerun})
                 shutil.rmtree(home, ignore_errors=True)
-                if not args.json:
-                    print(
-                        f"round {r + 1} ragsync[{b}]: cold {cold['wall_s']} s, re-run {rerun['wall_s']} s",
-                        flush=True,
-                    )
+                progress = f"round {r + 1} ragsync[{b}]: cold {cold['wall_s']} s, re-run {rerun['wall_s']} s"
+                print(progress, file=sys.stderr)
             state = work / f"llama_{r}"
             cold_l = llama_run(args.llama_python, folder, model, state, rerun=False)
             rerun_l = llama_run(args.llama_python, folder, model, state, rerun=True)
             llama.append({"cold": cold_l, "rerun": rerun_l})
             shutil.rmtree(state, ignore_errors=True)
-            if not args.json:
-                print(
-                    f"round {r + 1} llamaindex: cold {cold_l['wall_s']} s, re-run {rerun_l['wall_s']} s",
-                    flush=True,
-                )
+            progress = f"round {r + 1} llamaindex: cold {cold_l['wall_s']} s, re-run {rerun_l['wall_s']} s"
+            print(progress, file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
