@@ -125,6 +125,23 @@ def stage_files(files: list[tuple[str, Path]], corpus: Path, dest: Path) -> int:
     return size
 
 
+def stage_aged_set(corpus: Path, total: int, dest: Path) -> list[tuple[str, Path]]:
+    """Stage ``total`` files under ``dest``: the fixed set of :func:`select_files`,
+    topped up with more wiki pages (next in path order) where the set has
+    fewer PDFs than its shares ask for, each file's times an hour back (so an
+    unchanged re-run is outside the racy window). Returns the files chosen."""
+    files = select_files(corpus, total)
+    wiki = sorted((corpus / WIKI).rglob("*.md"))
+    chosen = {p for _, p in files}
+    files += [("wiki", p) for p in wiki if p not in chosen][: max(0, total - len(files))]
+    stage_files(files, corpus, dest)
+    old = time.time() - 3600
+    for path in dest.rglob("*"):
+        if path.is_file():
+            os.utime(path, (old, old))
+    return files
+
+
 # --------------------------------------------------------------------------- instrumentation
 
 

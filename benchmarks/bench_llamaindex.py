@@ -189,7 +189,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Stage the files, run the interleaved rounds; returns every figure (medians over rounds)."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_backfill import WIKI, select_files, stage_files
+    from bench_backfill import WIKI, stage_aged_set
 
     from ragsync.embedding import default_model
 
@@ -199,15 +199,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     folder = work / "docs"
     if not (corpus / WIKI).is_dir():
         raise RuntimeError(f"no corpus at {corpus} (pass --corpus or set RAGSYNC_CORPUS)")
-    files = select_files(corpus, args.files)
-    wiki = sorted((corpus / WIKI).rglob("*.md"))
-    chosen = {p for _, p in files}
-    files += [("wiki", p) for p in wiki if p not in chosen][: max(0, args.files - len(files))]
-    stage_files(files, corpus, folder)
-    old = time.time() - 3600
-    for path in folder.rglob("*"):
-        if path.is_file():
-            os.utime(path, (old, old))
+    files = stage_aged_set(corpus, args.files, folder)
     kinds: dict[str, int] = {}
     for cat, _ in files:
         kinds[cat] = kinds.get(cat, 0) + 1

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_backfill import DEFAULT_CORPUS, WIKI, select_files, stage_files  # noqa: E402
+from bench_backfill import DEFAULT_CORPUS, stage_aged_set  # noqa: E402
 
 
 def cli_backfill(folder: Path, home: Path) -> dict[str, Any]:
@@ -55,17 +55,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     corpus = Path(args.corpus).resolve()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_rerun_"))
     folder, home = work / "docs", work / "home"
-    files = select_files(corpus, args.files)
-    # The fixed set has fewer PDFs than its shares ask for at large N: more
-    # wiki pages (the next in path order) make up the count.
-    wiki = sorted((corpus / WIKI).rglob("*.md"))
-    chosen = {p for _, p in files}
-    files += [("wiki", p) for p in wiki if p not in chosen][: max(0, args.files - len(files))]
-    stage_files(files, corpus, folder)
-    old = time.time() - 3600
-    for path in folder.rglob("*"):
-        if path.is_file():
-            os.utime(path, (old, old))
+    files = stage_aged_set(corpus, args.files, folder)
     load_before = round(os.getloadavg()[0], 2)
     try:
         cold = cli_backfill(folder, home)
