@@ -37,9 +37,15 @@ def _watch_parent(parent: int) -> None:
             os._exit(137)  # the parent died: leave nothing behind
 
 
-def _after_fork_in_child() -> None:
+def exit_when_parent_dies() -> None:
+    """Start a thread that ends this process (exit 137) as soon as its
+    parent is gone (it is re-parented), SIGKILL of the parent included."""
     parent = os.getppid()
     threading.Thread(target=_watch_parent, args=(parent,), name="ragsync-parent-watch", daemon=True).start()
+
+
+def _after_fork_in_child() -> None:
+    exit_when_parent_dies()
 
 
 def install_child_watch() -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import resource
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import replace
@@ -22,11 +24,54 @@ from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
 
 
+def start_parse_children_from_a_fork_server() -> None:
+    """Make this process start its isolated parse children from a fork server.
+
+    Beam's ``with_exception_handling(use_subprocess=True)`` starts a parse
+    child with ``concurrent.futures.ProcessPoolExecutor``, that is with
+    multiprocessing's default start method: ``fork`` on Linux. A pipeline
+    process is multi-threaded (runner threads, the embedding runtime's thread
+    pool, store clients), and a child forked while another thread held a lock
+    can block forever in its first steps, where Beam applies no timeout (the
+    pool's set-up call has none): the stream then waits on the child for
+    good. A forked child also inherits every open file, index locks included.
+    A fork server is a fresh single-threaded interpreter that imports the
+    parsers once (``set_forkserver_preload``) and forks each child from
+    itself: no inherited locks, threads or files, and a child still starts in
+    milliseconds (``transforms.fork_server`` also ties the server's and its
+    children's lifetime to this process). Runs at import of this module, so it holds in every process
+    that can run ``ParseDocuments`` (the launcher, the local runner and remote
+    workers, which import this module to unpickle the step). A start method
+    chosen explicitly other than ``fork`` is left alone; no-op where fork
+    servers do not exist.
+    """
+    if "forkserver" not in multiprocessing.get_all_start_methods():  # pragma: no cover - not POSIX
+        return
+    if multiprocessing.get_start_method(allow_none=True) in (None, "fork"):
+        multiprocessing.set_start_method("forkserver", force=True)
+        multiprocessing.set_forkserver_preload(["transforms.fork_server"])
+
+
+def warm_up_fork_server() -> None:
+    """Start the fork server in the background (it imports the parsers, about
+    as long as this module's own import), so the first document to parse does
+    not wait for it. Returns at once; errors surface at the first parse."""
+    if multiprocessing.get_start_method(allow_none=True) != "forkserver":
+        return
+    from multiprocessing import forkserver
+
+    threading.Thread(target=forkserver.ensure_running, name="ragsync-forkserver-start", daemon=True).start()
+
+
+start_parse_children_from_a_fork_server()
+
+
 class _DetectFn(beam.DoFn):
     """FetchedDocument -> the same with ``mime`` and ``lane``, tagged by lane."""
 
     def setup(self) -> None:
         self._stage = StageMetrics("detect")
+        warm_up_fork_server()  # the parse step comes next
 
     def process(self, doc: FetchedDocument) -> Iterator[Any]:
         yield from self._stage.run(self._detect, doc)
@@ -65,9 +110,10 @@ class RouteByType(beam.PTransform):
 def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this child when its parent dies.
 
-    A forked parse child shares the parent's open files, Milvus Lite's lock
-    among them; if the pipeline is killed, an orphaned child would keep the
-    lock and the next run could not open the index. No-op off Linux.
+    The parent is the fork server (:func:`start_parse_children_from_a_fork_server`),
+    which exits as soon as the pipeline process is gone, SIGKILL included: so
+    no parse child outlives a killed run and keeps working on its behalf (or,
+    under a plain fork, holds its inherited locks). No-op off Linux.
     """
     try:
         import ctypes

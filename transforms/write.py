@@ -7,6 +7,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -130,6 +131,9 @@ class _WriteFn(CopiesDoFn):
         if self._crash_after and self._docs_written == self._crash_after:
             print(f"[fault] sending {self._crash_signal.name}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), self._crash_signal)
+            # The run is stopped right here, whatever else this thread's
+            # bundle holds: park it until the process exits.
+            threading.Event().wait()
         # Kept chunks whose permissions changed with the content get the new
         # ACL ids in place (no re-embedding).
         new_ids = set(plan.new_ids)

@@ -1,0 +1,107 @@
+"""Parse children: started from a fork server, bounded in time, and a hang
+becomes a dead letter while the rest of the run goes on."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import transforms.parse  # noqa: F401  (importing it chooses the start method)
+from tests import lock_holder
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _child_takes_the_lock_within(seconds: float, context: multiprocessing.context.BaseContext | None) -> bool:
+    """Start a pool child (as Beam's isolated step does) while another thread
+    of this process holds ``lock_holder.LOCK``; say whether the child could
+    take that lock itself within ``seconds``."""
+    taken, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock_holder.LOCK:
+            taken.set()
+            release.wait()
+
+    holder = threading.Thread(target=hold, daemon=True)
+    holder.start()
+    taken.wait()
+    pool = concurrent.futures.ProcessPoolExecutor(1, mp_context=context)
+    try:
+        return bool(pool.submit(lock_holder.take, seconds).result(timeout=60))
+    finally:
+        release.set()
+        holder.join()
+        pool.shutdown(wait=True)
+
+
+def test_parse_children_start_from_a_fork_server() -> None:
+    assert multiprocessing.get_start_method() == "forkserver"
+    # Beam's ProcessPoolExecutor(1) takes the default context: a child from the
+    # fork server does not inherit the lock another thread holds here ...
+    assert _child_takes_the_lock_within(5.0, None) is True
+    # ... a plain fork does (the lock stays held in the child for ever): the
+    # way a pipeline process's parse child could block before any timeout.
+    assert _child_takes_the_lock_within(0.5, multiprocessing.get_context("fork")) is False
+
+
+def _long_pdf(pages: int) -> bytes:
+    from fpdf import FPDF
+
+    pdf = FPDF(unit="pt", format="A4")
+    pdf.set_font("Helvetica", size=11)
+    for page in range(pages):
+        pdf.add_page()
+        for line in range(40):
+            pdf.set_xy(50, 60 + line * 18)
+            pdf.cell(480, 14, f"Page {page} line {line}: the quarterly figures were reviewed again today.")
+    return bytes(pdf.output())
+
+
+def test_a_parse_past_its_time_limit_is_a_timeout_dead_letter_the_rest_indexed(tmp_path: Path) -> None:
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "travel.md").write_text("# Travel\n\nHotel nights in London are capped at 200 pounds.\n")
+    (src / "leave.md").write_text("# Leave\n\nEveryone gets 25 days of paid leave a year.\n")
+    (src / "long.pdf").write_bytes(_long_pdf(900))  # ~9 CPU-s of parsing, far past 2 s
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "RAGSYNC_PARSE_TIMEOUT_S": "2",
+        "RAGSYNC_SLOW_PARSE_TIMEOUT_S": "2",
+    }
+    home = tmp_path / "home"
+    ragsync = [sys.executable, "-m", "beam_pipelines.cli"]
+    t0 = time.monotonic()
+    run = subprocess.run(
+        [*ragsync, "backfill", str(src), "--home", str(home), "--acl-groups", "everyone", "--json"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=REPO,
+        timeout=600,
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    summary = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (summary["documents_indexed"], summary["dead_lettered"]) == (2, 1)
+    dead = json.loads(
+        subprocess.run(
+            [*ragsync, "dead-letters", "list", "--home", str(home), "--json"],
+            capture_output=True,
+            text=True,
+            env=env,
+            cwd=REPO,
+            check=True,
+        ).stdout
+    )
+    assert [(d["uri"].rsplit("/", 1)[-1], d["stage"], d["error_class"]) for d in dead] == [
+        ("long.pdf", "parse", "timeout")
+    ]
+    assert time.monotonic() - t0 < 300  # ended by the limit, not by parsing it all

@@ -1,0 +1,22 @@
+"""Imported by the fork server that starts parse children, and only there.
+
+:func:`transforms.parse.start_parse_children_from_a_fork_server` names this
+module as the fork server's preload. On import, in that server:
+
+- the server exits as soon as the pipeline process that started it is gone
+  (SIGKILL included): multiprocessing would keep it alive while any child it
+  forked still holds its "alive" pipe, and a pool child waiting for work
+  never lets go;
+- every child it forks from now on exits when the server is gone (the same
+  watch ``ragsync.lifecycle.install_child_watch`` gives forked children);
+- the parsers are imported once, so each child starts with them loaded.
+"""
+
+from __future__ import annotations
+
+from ragsync import lifecycle
+
+lifecycle.exit_when_parent_dies()
+lifecycle.install_child_watch()
+
+import transforms.parse  # noqa: E402,F401  (the parsers, imported once for every child)
