@@ -6,9 +6,10 @@ Tables: ``documents`` (``canonical_doc_id``), ``doc_signatures``/``doc_bands``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import Connection, and_, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now
@@ -125,8 +126,10 @@ class CopiesRepository(Repository):
     def set_near_dup(
         self, doc_id: str, tenant_id: str, signature: np.ndarray, band_keys: Sequence[str]
     ) -> str:
-        """Store a document's MinHash signature and join it to the group of
-        the most similar earlier document (``ragsync.near_dup.THRESHOLD``).
+        """Store a document's MinHash signature (``ragsync.near_dup.ALGORITHM``)
+        and join it to the group of the most similar earlier document
+        (``ragsync.near_dup.choose_group``); only signatures of the same
+        algorithm are candidates.
 
         Returns:
             The document's near-duplicate group id (its own doc id when it
@@ -134,36 +137,26 @@ class CopiesRepository(Repository):
         """
         from ragsync import near_dup
 
-        sigs, bands = schema.doc_signatures, schema.doc_bands
         with self._read_engine.connect() as conn:
-            candidates = conn.execute(
-                select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
-                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
-                .where(bands.c.tenant_id == tenant_id)
-                .where(bands.c.band_key.in_(list(band_keys)))
-                .where(sigs.c.doc_id != doc_id)
-                .distinct()
-            ).all()
-        group = doc_id
-        best = 0.0
-        for _other_id, other_sig, other_group in candidates:
-            sim = near_dup.similarity(signature, np.frombuffer(other_sig, dtype=np.uint64))
-            if sim >= near_dup.THRESHOLD and (sim > best or (sim == best and other_group < group)):
-                best, group = sim, other_group
+            candidates = _near_dup_candidates(conn, doc_id, tenant_id, band_keys)
+        group = near_dup.choose_group(doc_id, signature, candidates)
         row = {
             "doc_id": doc_id,
             "tenant_id": tenant_id,
             "signature": np.asarray(signature, dtype=np.uint64).tobytes(),
             "near_dup_group": group,
             "updated_at": _now(),
+            "algorithm": near_dup.ALGORITHM,
         }
         with self._engine.begin() as conn:
-            self._upsert(conn, sigs, [row], ["doc_id"], ["signature", "near_dup_group", "updated_at"])
-            conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
-            conn.execute(
-                bands.insert(),
-                [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)],
+            self._upsert(
+                conn,
+                schema.doc_signatures,
+                [row],
+                ["doc_id"],
+                ["signature", "near_dup_group", "updated_at", "algorithm"],
             )
+            _replace_bands(conn, doc_id, tenant_id, band_keys)
         return str(group)
 
     def remove_near_dup(self, doc_id: str) -> None:
@@ -208,3 +201,123 @@ class CopiesRepository(Repository):
             if group in newest:
                 out[doc_id] = newest[group][1]
         return out
+
+
+# ------------------------------------------------------------------ near-duplicate helpers
+
+
+def _near_dup_candidates(
+    conn: Connection, doc_id: str, tenant_id: str, band_keys: Sequence[str]
+) -> list[tuple[np.ndarray, str]]:
+    """(signature, group) of the other documents of ``tenant_id`` sharing a
+    band key with ``band_keys`` and signed by the current algorithm."""
+    from ragsync import near_dup
+
+    sigs, bands = schema.doc_signatures, schema.doc_bands
+    rows = conn.execute(
+        select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+        .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+        .where(bands.c.tenant_id == tenant_id)
+        .where(bands.c.band_key.in_(list(band_keys)))
+        .where(sigs.c.doc_id != doc_id)
+        .where(sigs.c.algorithm == near_dup.ALGORITHM)
+        .distinct()
+    ).all()
+    return [(np.frombuffer(sig, dtype=np.uint64), str(group)) for _id, sig, group in rows]
+
+
+def _replace_bands(conn: Connection, doc_id: str, tenant_id: str, band_keys: Sequence[str]) -> None:
+    bands = schema.doc_bands
+    conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
+    conn.execute(
+        bands.insert(), [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)]
+    )
+
+
+@dataclass(frozen=True)
+class ResignCounts:
+    """What :func:`resign_near_dups` did: documents re-signed, of them joined
+    to another document's group, and signatures dropped (exact copies
+    holding no chunks)."""
+
+    signed: int
+    grouped: int
+    dropped: int
+
+
+def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts:
+    """Re-sign every document of ``doc_signatures`` with the current
+    algorithm (``ragsync.near_dup``) and recompute its group, as the pipeline
+    would have: run by catalog revisions that change the signature format.
+
+    * Text: the document's stored chunk texts in ordinal order joined by
+      ``"\\n\\n"``, which is what the pipeline signs (``transforms/write.py``
+      signs the chunks it stores; a promoted copy, ``transforms/copies.py``,
+      the chunks re-keyed to it; child documents are documents with chunks
+      of their own).
+    * Groups: all band keys are dropped first, then documents are signed in
+      their original signing order (``updated_at``, then doc id), each
+      joining the group of its most similar earlier re-signed document
+      (``near_dup.choose_group``): the groups a fresh backfill in that order
+      would give. ``updated_at`` is kept.
+    * A document that is an exact copy (status ``duplicate``) and holds no
+      chunks loses its signature: it was signed before it became a copy,
+      and a fresh backfill signs no copy.
+
+    Streams ``batch_size`` signature rows (and their chunks) at a time
+    (keyset pagination); runs on the caller's connection and transaction.
+
+    Args:
+        conn: an open connection inside a transaction (Alembic's).
+        batch_size: signature rows read per query.
+
+    Returns:
+        The counts (see :class:`ResignCounts`).
+    """
+    from ragsync import near_dup
+
+    sigs, chunks, docs = schema.doc_signatures, schema.chunks, schema.documents
+    conn.execute(schema.doc_bands.delete())
+    signed = grouped = dropped = 0
+    last: tuple[float, str] | None = None
+    while True:
+        query = select(sigs.c.doc_id, sigs.c.tenant_id, sigs.c.updated_at)
+        if last is not None:
+            query = query.where(
+                or_(
+                    sigs.c.updated_at > last[0],
+                    and_(sigs.c.updated_at == last[0], sigs.c.doc_id > last[1]),
+                )
+            )
+        page = conn.execute(query.order_by(sigs.c.updated_at, sigs.c.doc_id).limit(batch_size)).all()
+        if not page:
+            break
+        last = (float(page[-1].updated_at), str(page[-1].doc_id))
+        ids = [str(r.doc_id) for r in page]
+        texts: dict[str, list[str]] = {doc_id: [] for doc_id in ids}
+        for doc_id, text in conn.execute(
+            select(chunks.c.doc_id, chunks.c.text)
+            .where(chunks.c.doc_id.in_(ids))
+            .order_by(chunks.c.doc_id, chunks.c.ordinal, chunks.c.chunk_id)
+        ):
+            texts[doc_id].append(text)
+        status = dict(conn.execute(select(docs.c.doc_id, docs.c.status).where(docs.c.doc_id.in_(ids))).all())
+        for row in page:
+            doc_id, tenant_id = str(row.doc_id), str(row.tenant_id)
+            if not texts[doc_id] and status.get(doc_id) == "duplicate":
+                conn.execute(sigs.delete().where(sigs.c.doc_id == doc_id))
+                dropped += 1
+                continue
+            sig = near_dup.signature("\n\n".join(texts[doc_id]))
+            keys = near_dup.band_keys(sig)
+            group = near_dup.choose_group(doc_id, sig, _near_dup_candidates(conn, doc_id, tenant_id, keys))
+            conn.execute(
+                update(sigs)
+                .where(sigs.c.doc_id == doc_id)
+                .values(signature=sig.tobytes(), near_dup_group=group, algorithm=near_dup.ALGORITHM)
+            )
+            _replace_bands(conn, doc_id, tenant_id, keys)
+            signed += 1
+            grouped += group != doc_id
+        texts.clear()
+    return ResignCounts(signed, grouped, dropped)
