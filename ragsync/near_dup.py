@@ -9,7 +9,7 @@ Queries then show only the newest document of a group.
 
 The MinHash is datasketch's (``MinHash(num_perm=64, seed=1,
 scheme="affine64")``: sha1 per shingle, 64 affine permutations mod 2^64,
-uint64 values); it replaced a hand-written numpy/Python one that was 6x
+uint64 values); it replaced a hand-written numpy/Python one about 12x
 slower (``benchmarks/bench_near_dup.py``, figures in ``benchmarks/README.md``).
 Stored signatures carry :data:`ALGORITHM`; signatures of another algorithm
 are never compared (catalog revision 0008 re-signed the old ones).
