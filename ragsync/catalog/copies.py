@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, and_, or_, select, update
+from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _now
+from ragsync.catalog.base import Repository, _batches, _now
 from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row
 
 
@@ -257,26 +257,28 @@ def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts
       of their own).
     * Groups: all band keys are dropped first, then documents are signed in
       their original signing order (``updated_at``, then doc id), each
-      joining the group of its most similar earlier re-signed document
-      (``near_dup.choose_group``): the groups a fresh backfill in that order
-      would give. ``updated_at`` is kept.
+      joining the group of its most similar earlier re-signed document of
+      its tenant (``near_dup.choose_group`` over the documents sharing a
+      band key, as ``set_near_dup`` does): the groups a fresh backfill in
+      that order would give. ``updated_at`` is kept.
     * A document that is an exact copy (status ``duplicate``) and holds no
       chunks loses its signature: it was signed before it became a copy,
       and a fresh backfill signs no copy.
 
-    Streams ``batch_size`` signature rows (and their chunks) at a time
-    (keyset pagination); runs on the caller's connection and transaction.
+    Streams pages of ``batch_size`` signature rows (keyset pagination) with
+    their chunks; per page, one query finds the candidates among earlier
+    pages and the page's own documents are matched in memory, so the
+    statements per page are a handful, not one per document. Runs on the
+    caller's connection and transaction.
 
     Args:
         conn: an open connection inside a transaction (Alembic's).
-        batch_size: signature rows read per query.
+        batch_size: signature rows per page.
 
     Returns:
         The counts (see :class:`ResignCounts`).
     """
-    from ragsync import near_dup
-
-    sigs, chunks, docs = schema.doc_signatures, schema.chunks, schema.documents
+    sigs = schema.doc_signatures
     conn.execute(schema.doc_bands.delete())
     signed = grouped = dropped = 0
     last: tuple[float, str] | None = None
@@ -291,33 +293,69 @@ def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts
             )
         page = conn.execute(query.order_by(sigs.c.updated_at, sigs.c.doc_id).limit(batch_size)).all()
         if not page:
-            break
+            return ResignCounts(signed, grouped, dropped)
         last = (float(page[-1].updated_at), str(page[-1].doc_id))
-        ids = [str(r.doc_id) for r in page]
-        texts: dict[str, list[str]] = {doc_id: [] for doc_id in ids}
-        for doc_id, text in conn.execute(
-            select(chunks.c.doc_id, chunks.c.text)
-            .where(chunks.c.doc_id.in_(ids))
-            .order_by(chunks.c.doc_id, chunks.c.ordinal, chunks.c.chunk_id)
-        ):
-            texts[doc_id].append(text)
-        status = dict(conn.execute(select(docs.c.doc_id, docs.c.status).where(docs.c.doc_id.in_(ids))).all())
-        for row in page:
-            doc_id, tenant_id = str(row.doc_id), str(row.tenant_id)
-            if not texts[doc_id] and status.get(doc_id) == "duplicate":
-                conn.execute(sigs.delete().where(sigs.c.doc_id == doc_id))
-                dropped += 1
-                continue
-            sig = near_dup.signature("\n\n".join(texts[doc_id]))
-            keys = near_dup.band_keys(sig)
-            group = near_dup.choose_group(doc_id, sig, _near_dup_candidates(conn, doc_id, tenant_id, keys))
-            conn.execute(
-                update(sigs)
-                .where(sigs.c.doc_id == doc_id)
-                .values(signature=sig.tobytes(), near_dup_group=group, algorithm=near_dup.ALGORITHM)
-            )
-            _replace_bands(conn, doc_id, tenant_id, keys)
-            signed += 1
-            grouped += group != doc_id
-        texts.clear()
-    return ResignCounts(signed, grouped, dropped)
+        counts = _resign_page(conn, [(str(r.doc_id), str(r.tenant_id)) for r in page])
+        signed, grouped, dropped = signed + counts.signed, grouped + counts.grouped, dropped + counts.dropped
+
+
+def _resign_page(conn: Connection, page: list[tuple[str, str]]) -> ResignCounts:
+    """Re-sign one page of (doc id, tenant), in order (see :func:`resign_near_dups`)."""
+    from ragsync import near_dup
+
+    sigs, chunks, docs, bands = schema.doc_signatures, schema.chunks, schema.documents, schema.doc_bands
+    ids = [doc_id for doc_id, _ in page]
+    texts: dict[str, list[str]] = {doc_id: [] for doc_id in ids}
+    for doc_id, text in conn.execute(
+        select(chunks.c.doc_id, chunks.c.text)
+        .where(chunks.c.doc_id.in_(ids))
+        .order_by(chunks.c.doc_id, chunks.c.ordinal, chunks.c.chunk_id)
+    ):
+        texts[doc_id].append(text)
+    status = dict(conn.execute(select(docs.c.doc_id, docs.c.status).where(docs.c.doc_id.in_(ids))).all())
+    drop = [d for d in ids if not texts[d] and status.get(d) == "duplicate"]
+    signatures = {d: near_dup.signature("\n\n".join(texts[d])) for d in ids if d not in drop}
+    texts.clear()
+    keys = {d: near_dup.band_keys(sig) for d, sig in signatures.items()}
+    # (tenant, band key) -> {doc id: (signature, group)}: earlier pages from
+    # the catalog (their bands are rewritten already), then this page's.
+    bucket: dict[tuple[str, str], dict[str, tuple[np.ndarray, str]]] = {}
+    for tenant in sorted({t for d, t in page if d in signatures}):
+        wanted = sorted({k for d, t in page if t == tenant and d in keys for k in keys[d]})
+        for part in _batches(wanted):
+            for key, doc_id, sig, group in conn.execute(
+                select(bands.c.band_key, sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+                .where(bands.c.tenant_id == tenant)
+                .where(bands.c.band_key.in_(list(part)))
+                .where(sigs.c.algorithm == near_dup.ALGORITHM)
+            ):
+                bucket.setdefault((tenant, key), {})[doc_id] = (np.frombuffer(sig, dtype=np.uint64), group)
+    updates, band_rows, grouped = [], [], 0
+    for doc_id, tenant in page:
+        if doc_id not in signatures:
+            continue
+        sig = signatures[doc_id]
+        candidates = {o: c for k in keys[doc_id] for o, c in bucket.get((tenant, k), {}).items()}
+        candidates.pop(doc_id, None)
+        group = near_dup.choose_group(doc_id, sig, candidates.values())
+        grouped += group != doc_id
+        updates.append({"b_doc_id": doc_id, "b_signature": sig.tobytes(), "b_group": group})
+        for k in set(keys[doc_id]):
+            bucket.setdefault((tenant, k), {})[doc_id] = (sig, group)
+            band_rows.append({"tenant_id": tenant, "band_key": k, "doc_id": doc_id})
+    if drop:
+        conn.execute(sigs.delete().where(sigs.c.doc_id.in_(drop)))
+    if updates:
+        conn.execute(
+            update(sigs)
+            .where(sigs.c.doc_id == bindparam("b_doc_id"))
+            .values(
+                signature=bindparam("b_signature"),
+                near_dup_group=bindparam("b_group"),
+                algorithm=near_dup.ALGORITHM,
+            ),
+            updates,
+        )
+        conn.execute(bands.insert(), band_rows)
+    return ResignCounts(len(updates), grouped, len(drop))
