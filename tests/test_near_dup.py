@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from alembic import command
 from datasketch import MinHash
-from sqlalchemy import select
+from sqlalchemy import func, inspect, select
 
 from ragsync import near_dup
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, current_revision, migrate, schema
@@ -269,3 +269,22 @@ def test_re_signing_streams_in_batches_and_is_repeatable(catalog_at_0007: str) -
     finally:
         engine.dispose()
     assert _stored(catalog_at_0007) == first
+
+
+def test_downgrading_0008_drops_every_signature(catalog_at_0007: str) -> None:
+    """An older ragsync cannot read datasketch signatures: it finds none."""
+    engine = create_catalog_engine(catalog_at_0007)
+    try:
+        assert migrate(engine) == ["0008"]
+        cfg = alembic_config()
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.downgrade(cfg, "0007")
+        assert current_revision(engine) == "0007"
+        assert "algorithm" not in {c["name"] for c in inspect(engine).get_columns("doc_signatures")}
+        with engine.connect() as conn:
+            assert conn.execute(select(func.count()).select_from(schema.doc_signatures)).scalar() == 0
+            assert conn.execute(select(func.count()).select_from(schema.doc_bands)).scalar() == 0
+            assert conn.execute(select(func.count()).select_from(schema.chunks)).scalar() == 16  # kept
+    finally:
+        engine.dispose()
