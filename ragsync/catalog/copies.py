@@ -138,8 +138,11 @@ class CopiesRepository(Repository):
         from ragsync import near_dup
 
         with self._read_engine.connect() as conn:
-            candidates = _near_dup_candidates(conn, doc_id, tenant_id, band_keys)
-        group = near_dup.choose_group(doc_id, signature, candidates)
+            candidates = {
+                other: (sig, group) for _key, other, sig, group in _band_matches(conn, tenant_id, band_keys)
+            }
+        candidates.pop(doc_id, None)
+        group = near_dup.choose_group(doc_id, signature, candidates.values())
         row = {
             "doc_id": doc_id,
             "tenant_id": tenant_id,
@@ -156,7 +159,12 @@ class CopiesRepository(Repository):
                 ["doc_id"],
                 ["signature", "near_dup_group", "updated_at", "algorithm"],
             )
-            _replace_bands(conn, doc_id, tenant_id, band_keys)
+            bands = schema.doc_bands
+            conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
+            conn.execute(
+                bands.insert(),
+                [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)],
+            )
         return str(group)
 
     def remove_near_dup(self, doc_id: str) -> None:
@@ -206,32 +214,25 @@ class CopiesRepository(Repository):
 # ------------------------------------------------------------------ near-duplicate helpers
 
 
-def _near_dup_candidates(
-    conn: Connection, doc_id: str, tenant_id: str, band_keys: Sequence[str]
-) -> list[tuple[np.ndarray, str]]:
-    """(signature, group) of the other documents of ``tenant_id`` sharing a
-    band key with ``band_keys`` and signed by the current algorithm."""
+def _band_matches(
+    conn: Connection, tenant_id: str, band_keys: Sequence[str]
+) -> list[tuple[str, str, np.ndarray, str]]:
+    """(band key, doc id, signature, group) of the documents of ``tenant_id``
+    holding one of ``band_keys`` and signed by the current algorithm."""
     from ragsync import near_dup
 
     sigs, bands = schema.doc_signatures, schema.doc_bands
-    rows = conn.execute(
-        select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
-        .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
-        .where(bands.c.tenant_id == tenant_id)
-        .where(bands.c.band_key.in_(list(band_keys)))
-        .where(sigs.c.doc_id != doc_id)
-        .where(sigs.c.algorithm == near_dup.ALGORITHM)
-        .distinct()
-    ).all()
-    return [(np.frombuffer(sig, dtype=np.uint64), str(group)) for _id, sig, group in rows]
-
-
-def _replace_bands(conn: Connection, doc_id: str, tenant_id: str, band_keys: Sequence[str]) -> None:
-    bands = schema.doc_bands
-    conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
-    conn.execute(
-        bands.insert(), [{"tenant_id": tenant_id, "band_key": k, "doc_id": doc_id} for k in set(band_keys)]
-    )
+    out = []
+    for part in _batches(sorted(set(band_keys))):
+        rows = conn.execute(
+            select(bands.c.band_key, sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+            .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+            .where(bands.c.tenant_id == tenant_id)
+            .where(bands.c.band_key.in_(list(part)))
+            .where(sigs.c.algorithm == near_dup.ALGORITHM)
+        )
+        out += [(str(k), str(d), np.frombuffer(sig, dtype=np.uint64), str(g)) for k, d, sig, g in rows]
+    return out
 
 
 @dataclass(frozen=True)
@@ -321,16 +322,9 @@ def _resign_page(conn: Connection, page: list[tuple[str, str]]) -> ResignCounts:
     # the catalog (their bands are rewritten already), then this page's.
     bucket: dict[tuple[str, str], dict[str, tuple[np.ndarray, str]]] = {}
     for tenant in sorted({t for d, t in page if d in signatures}):
-        wanted = sorted({k for d, t in page if t == tenant and d in keys for k in keys[d]})
-        for part in _batches(wanted):
-            for key, doc_id, sig, group in conn.execute(
-                select(bands.c.band_key, sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
-                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
-                .where(bands.c.tenant_id == tenant)
-                .where(bands.c.band_key.in_(list(part)))
-                .where(sigs.c.algorithm == near_dup.ALGORITHM)
-            ):
-                bucket.setdefault((tenant, key), {})[doc_id] = (np.frombuffer(sig, dtype=np.uint64), group)
+        wanted = [k for d, t in page if t == tenant and d in keys for k in keys[d]]
+        for key, doc_id, sig, group in _band_matches(conn, tenant, wanted):
+            bucket.setdefault((tenant, key), {})[doc_id] = (sig, group)
     updates, band_rows, grouped = [], [], 0
     for doc_id, tenant in page:
         if doc_id not in signatures:
