@@ -1,5 +1,4 @@
-"""Near-duplicate detection: ragsync's MinHash (datasketch) beside the
-hand-written one it replaced and rensa.
+"""Near-duplicate detection: ragsync's MinHash (datasketch) beside the hand-written one and rensa.
 
 ```
 .venv/bin/python benchmarks/bench_near_dup.py            # Markdown table
