@@ -1,4 +1,4 @@
-"""Near-duplicate detection: ragsync's MinHash beside datasketch and rensa.
+"""Near-duplicate detection: ragsync's MinHash (datasketch) beside the hand-written one and rensa.
 
 ```
 .venv/bin/python benchmarks/bench_near_dup.py            # Markdown table
@@ -16,22 +16,26 @@ near-duplicates.
 Each implementation turns a text into a 64-value MinHash of the same 5-word
 shingles (``ragsync.near_dup.shingles``); the same banding (16 bands of 4 rows,
 ``ragsync.near_dup.band_keys``) and the same grouping rule as
-``Catalog.set_near_dup`` (join the most similar earlier document at estimated
-Jaccard >= 0.8) then assign groups, so only the MinHash differs:
+``Catalog.set_near_dup`` (``near_dup.choose_group``: join the most similar
+earlier document at estimated Jaccard >= 0.8) then assign groups, so only the
+MinHash differs:
 
-* ``ragsync``: ``ragsync.near_dup.signature`` (blake2b per shingle, 64
-  universal hashes mod 2^61-1 in Python integers);
-* ``datasketch``: ``datasketch.MinHash(num_perm=64).update_batch`` (sha1, numpy);
+* ``hand-written (before)``: the numpy/Python MinHash ragsync used until
+  catalog revision 0007 (``tests/near_dup_legacy.py``: blake2b per shingle,
+  64 universal hashes mod 2^61-1 in Python integers);
+* ``ragsync (datasketch)``: ``ragsync.near_dup.signature_of_shingles``
+  (``datasketch.MinHash(num_perm=64, seed=1, scheme="affine64").update_batch``);
 * ``rensa``: ``rensa.RMinHash(num_perm=64).update`` (Rust), when installed.
 
 Reported per implementation: seconds to sign every text (best of ``--repeat``
-rounds, shingling included, the same for all), the ratio to ragsync's, the
-non-singleton groups and linked pairs, how many links have an exact shingle
-Jaccard >= 0.8 (precision) and >= 0.7, recall of the known drafts whose exact
-Jaccard is >= 0.8, agreement of the co-grouped pairs with ragsync's (Jaccard of
-the two pair sets), the exact Jaccard (median) of the pairs only one of the two
-groups, and the slowest single document. Timing runs on a shared machine: read
-ratios, not absolute seconds.
+rounds, shingling included, the same for all), the ratio to the hand-written
+one's, the non-singleton groups and linked pairs, how many links have an exact
+shingle Jaccard >= 0.8 (precision) and >= 0.7, recall of the known drafts whose
+exact Jaccard is >= 0.8, agreement of the co-grouped pairs with the
+hand-written one's (Jaccard of the two pair sets: how much the switch changed
+the groups), the exact Jaccard (median) of the pairs only one of the two
+groups, and the slowest single document. Timing runs on a
+shared machine: read ratios, not absolute seconds.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragsync import near_dup  # noqa: E402
+from tests.near_dup_legacy import legacy_signature_of_shingles  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"
 NUM_PERM = near_dup.NUM_PERM
@@ -116,16 +121,8 @@ def make_drafts(texts: list[tuple[str, str]], every: int = 8, seed: int = 7) -> 
 # -------------------------------------------------------------------- signatures
 
 
-def _ragsync_sign(shingles: set[str]) -> np.ndarray:
-    return near_dup.signature_of_shingles(shingles)
-
-
-def _datasketch_sign(shingles: set[str]) -> np.ndarray:
-    from datasketch import MinHash
-
-    m = MinHash(num_perm=NUM_PERM, seed=1)
-    m.update_batch([s.encode("utf-8") for s in shingles])
-    return np.asarray(m.hashvalues, dtype=np.uint64)
+BEFORE = "hand-written (before)"
+PRODUCT = "ragsync (datasketch)"
 
 
 def _rensa_sign(shingles: set[str]) -> np.ndarray:
@@ -138,14 +135,16 @@ def _rensa_sign(shingles: set[str]) -> np.ndarray:
 
 def signers() -> dict[str, Signer | None]:
     """Each implementation's signer, None when its package is not installed."""
-    out: dict[str, Signer | None] = {"ragsync": _ragsync_sign}
-    for label, sign in (("datasketch", _datasketch_sign), ("rensa", _rensa_sign)):
-        try:
-            importlib.import_module(label)
-        except ImportError:
-            out[label] = None
-        else:
-            out[label] = sign
+    out: dict[str, Signer | None] = {
+        BEFORE: legacy_signature_of_shingles,
+        PRODUCT: near_dup.signature_of_shingles,
+    }
+    try:
+        importlib.import_module("rensa")
+    except ImportError:
+        out["rensa"] = None
+    else:
+        out["rensa"] = _rensa_sign
     return out
 
 
@@ -166,16 +165,12 @@ def assign_groups(
     links: list[tuple[str, str]] = []
     for i, (name, sig) in enumerate(zip(names, sigs, strict=True)):
         keys = near_dup.band_keys(sig)
-        candidates = {j for k in keys for j in buckets.get(k, [])}
-        best, chosen, partner = 0.0, name, ""
-        for j in sorted(candidates):
-            sim = near_dup.similarity(sig, sigs[j])
-            other = group[names[j]]
-            if sim >= near_dup.THRESHOLD and (sim > best or (sim == best and other < chosen)):
-                best, chosen, partner = sim, other, names[j]
-        group[name] = chosen
-        if partner:
-            links.append((name, partner))
+        ordered = sorted({j for k in keys for j in buckets.get(k, [])})
+        group[name] = near_dup.choose_group(name, sig, [(sigs[j], group[names[j]]) for j in ordered])
+        if group[name] != name:
+            # The document it joined: the first most similar one of that group.
+            members = [j for j in ordered if group[names[j]] == group[name]]
+            links.append((name, names[max(members, key=lambda j: near_dup.similarity(sig, sigs[j]))]))
         for k in keys:
             buckets.setdefault(k, []).append(i)
     return group, links
@@ -240,17 +235,17 @@ def run(corpus: Path, repeat: int) -> dict[str, Any]:
             "links_exact_ge_0_8": sum(1 for j in link_j if j >= 0.8),
             "links_exact_ge_0_7": sum(1 for j in link_j if j >= 0.7),
             "known_drafts_found": found,
-            "pair_agreement_with_ragsync": round(len(pairs & reference) / max(1, len(pairs | reference)), 4),
+            "pair_agreement_with_before": round(len(pairs & reference) / max(1, len(pairs | reference)), 4),
             "pairs_only_here": len(pairs - reference),
-            "pairs_only_in_ragsync": len(reference - pairs),
+            "pairs_only_in_before": len(reference - pairs),
             "only_here_median_j": round(float(np.median(only_here)), 3) if only_here else None,
-            "only_ragsync_median_j": round(float(np.median(only_ref)), 3) if only_ref else None,
+            "only_before_median_j": round(float(np.median(only_ref)), 3) if only_ref else None,
             "slowest_doc_ms": round(slowest * 1000, 1),
         }
-    base = results["ragsync"]["sign_s"]
+    base = results[BEFORE]["sign_s"]
     for r in results.values():
         if r.get("available"):
-            r["time_vs_ragsync"] = round(r["sign_s"] / base, 3)
+            r["time_vs_before"] = round(r["sign_s"] / base, 3)
     return {
         "texts": len(texts),
         "drafts": len(drafts),
@@ -267,8 +262,8 @@ def _table(report: dict[str, Any]) -> str:
         f"({report['known_drafts_at_0_8']} drafts at exact Jaccard >= 0.8); "
         f"shingling {report['shingling_s']}s",
         "",
-        "| implementation | sign s | vs ragsync | docs/s | linked docs | pairs | links J>=0.8 | links J>=0.7 "
-        "| known drafts found | pair agreement | only here (median J) | only ragsync (median J) "
+        "| implementation | sign s | vs before | docs/s | linked docs | pairs | links J>=0.8 | links J>=0.7 "
+        "| known drafts found | pair agreement | only here (median J) | only before (median J) "
         "| slowest doc ms |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
@@ -277,11 +272,11 @@ def _table(report: dict[str, Any]) -> str:
             lines.append(f"| {label} | not installed | | | | | | | | | | | |")
             continue
         lines.append(
-            f"| {label} | {r['sign_s']} | {r['time_vs_ragsync']} | {r['docs_per_s']} | {r['linked_docs']} "
+            f"| {label} | {r['sign_s']} | {r['time_vs_before']} | {r['docs_per_s']} | {r['linked_docs']} "
             f"| {r['pairs']} | {r['links_exact_ge_0_8']} | {r['links_exact_ge_0_7']} "
             f"| {r['known_drafts_found']} "
-            f"| {r['pair_agreement_with_ragsync']} | {r['pairs_only_here']} ({r['only_here_median_j']}) "
-            f"| {r['pairs_only_in_ragsync']} ({r['only_ragsync_median_j']}) | {r['slowest_doc_ms']} |"
+            f"| {r['pair_agreement_with_before']} | {r['pairs_only_here']} ({r['only_here_median_j']}) "
+            f"| {r['pairs_only_in_before']} ({r['only_before_median_j']}) | {r['slowest_doc_ms']} |"
         )
     return "\n".join(lines)
 

@@ -62,7 +62,8 @@ ALL_TABLES = {
     # operations
     "pipeline_runs",
 }
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007"]  # the Alembic revisions, oldest first
+# The Alembic revisions, oldest first.
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008"]
 
 
 @pytest.fixture

@@ -6,12 +6,13 @@ Tables: ``documents`` (``canonical_doc_id``), ``doc_signatures``/``doc_bands``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import select, update
+from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _now
+from ragsync.catalog.base import Repository, _batches, _now
 from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row
 
 
@@ -125,8 +126,10 @@ class CopiesRepository(Repository):
     def set_near_dup(
         self, doc_id: str, tenant_id: str, signature: np.ndarray, band_keys: Sequence[str]
     ) -> str:
-        """Store a document's MinHash signature and join it to the group of
-        the most similar earlier document (``ragsync.near_dup.THRESHOLD``).
+        """Store a document's MinHash signature (``ragsync.near_dup.ALGORITHM``)
+        and join it to the group of the most similar earlier document
+        (``ragsync.near_dup.choose_group``); only signatures of the same
+        algorithm are candidates.
 
         Returns:
             The document's near-duplicate group id (its own doc id when it
@@ -134,31 +137,29 @@ class CopiesRepository(Repository):
         """
         from ragsync import near_dup
 
-        sigs, bands = schema.doc_signatures, schema.doc_bands
         with self._read_engine.connect() as conn:
-            candidates = conn.execute(
-                select(sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
-                .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
-                .where(bands.c.tenant_id == tenant_id)
-                .where(bands.c.band_key.in_(list(band_keys)))
-                .where(sigs.c.doc_id != doc_id)
-                .distinct()
-            ).all()
-        group = doc_id
-        best = 0.0
-        for _other_id, other_sig, other_group in candidates:
-            sim = near_dup.similarity(signature, np.frombuffer(other_sig, dtype=np.uint64))
-            if sim >= near_dup.THRESHOLD and (sim > best or (sim == best and other_group < group)):
-                best, group = sim, other_group
+            candidates = {
+                other: (sig, group) for _key, other, sig, group in _band_matches(conn, tenant_id, band_keys)
+            }
+        candidates.pop(doc_id, None)
+        group = near_dup.choose_group(doc_id, signature, candidates.values())
         row = {
             "doc_id": doc_id,
             "tenant_id": tenant_id,
             "signature": np.asarray(signature, dtype=np.uint64).tobytes(),
             "near_dup_group": group,
             "updated_at": _now(),
+            "algorithm": near_dup.ALGORITHM,
         }
         with self._engine.begin() as conn:
-            self._upsert(conn, sigs, [row], ["doc_id"], ["signature", "near_dup_group", "updated_at"])
+            self._upsert(
+                conn,
+                schema.doc_signatures,
+                [row],
+                ["doc_id"],
+                ["signature", "near_dup_group", "updated_at", "algorithm"],
+            )
+            bands = schema.doc_bands
             conn.execute(bands.delete().where(bands.c.doc_id == doc_id))
             conn.execute(
                 bands.insert(),
@@ -208,3 +209,147 @@ class CopiesRepository(Repository):
             if group in newest:
                 out[doc_id] = newest[group][1]
         return out
+
+
+# ------------------------------------------------------------------ near-duplicate helpers
+
+
+def _band_matches(
+    conn: Connection, tenant_id: str, band_keys: Sequence[str]
+) -> list[tuple[str, str, np.ndarray, str]]:
+    """(band key, doc id, signature, group) of the documents of ``tenant_id``
+    holding one of ``band_keys`` and signed by the current algorithm."""
+    from ragsync import near_dup
+
+    sigs, bands = schema.doc_signatures, schema.doc_bands
+    out = []
+    for part in _batches(sorted(set(band_keys))):
+        rows = conn.execute(
+            select(bands.c.band_key, sigs.c.doc_id, sigs.c.signature, sigs.c.near_dup_group)
+            .select_from(sigs.join(bands, bands.c.doc_id == sigs.c.doc_id))
+            .where(bands.c.tenant_id == tenant_id)
+            .where(bands.c.band_key.in_(list(part)))
+            .where(sigs.c.algorithm == near_dup.ALGORITHM)
+        )
+        out += [(str(k), str(d), np.frombuffer(sig, dtype=np.uint64), str(g)) for k, d, sig, g in rows]
+    return out
+
+
+@dataclass(frozen=True)
+class ResignCounts:
+    """What :func:`resign_near_dups` did: documents re-signed, of them joined
+    to another document's group, and signatures dropped (exact copies
+    holding no chunks)."""
+
+    signed: int
+    grouped: int
+    dropped: int
+
+
+def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts:
+    """Re-sign every document of ``doc_signatures`` with the current
+    algorithm (``ragsync.near_dup``) and recompute its group, as the pipeline
+    would have: run by catalog revisions that change the signature format.
+
+    * Text: the document's stored chunk texts in ordinal order joined by
+      ``"\\n\\n"``, which is what the pipeline signs (``transforms/write.py``
+      signs the chunks it stores; a promoted copy, ``transforms/copies.py``,
+      the chunks re-keyed to it; child documents are documents with chunks
+      of their own).
+    * Groups: all band keys are dropped first, then documents are signed in
+      their original signing order (``updated_at``, then doc id), each
+      joining the group of its most similar earlier re-signed document of
+      its tenant (``near_dup.choose_group`` over the documents sharing a
+      band key, as ``set_near_dup`` does): the groups a fresh backfill in
+      that order would give. ``updated_at`` is kept.
+    * A document that is an exact copy (status ``duplicate``) and holds no
+      chunks loses its signature: it was signed before it became a copy,
+      and a fresh backfill signs no copy.
+
+    Streams pages of ``batch_size`` signature rows (keyset pagination) with
+    their chunks; per page, one query finds the candidates among earlier
+    pages and the page's own documents are matched in memory, so the
+    statements per page are a handful, not one per document. Runs on the
+    caller's connection and transaction.
+
+    Args:
+        conn: an open connection inside a transaction (Alembic's).
+        batch_size: signature rows per page.
+
+    Returns:
+        The counts (see :class:`ResignCounts`).
+    """
+    sigs = schema.doc_signatures
+    conn.execute(schema.doc_bands.delete())
+    signed = grouped = dropped = 0
+    last: tuple[float, str] | None = None
+    while True:
+        query = select(sigs.c.doc_id, sigs.c.tenant_id, sigs.c.updated_at)
+        if last is not None:
+            query = query.where(
+                or_(
+                    sigs.c.updated_at > last[0],
+                    and_(sigs.c.updated_at == last[0], sigs.c.doc_id > last[1]),
+                )
+            )
+        page = conn.execute(query.order_by(sigs.c.updated_at, sigs.c.doc_id).limit(batch_size)).all()
+        if not page:
+            return ResignCounts(signed, grouped, dropped)
+        last = (float(page[-1].updated_at), str(page[-1].doc_id))
+        counts = _resign_page(conn, [(str(r.doc_id), str(r.tenant_id)) for r in page])
+        signed, grouped, dropped = signed + counts.signed, grouped + counts.grouped, dropped + counts.dropped
+
+
+def _resign_page(conn: Connection, page: list[tuple[str, str]]) -> ResignCounts:
+    """Re-sign one page of (doc id, tenant), in order (see :func:`resign_near_dups`)."""
+    from ragsync import near_dup
+
+    sigs, chunks, docs, bands = schema.doc_signatures, schema.chunks, schema.documents, schema.doc_bands
+    ids = [doc_id for doc_id, _ in page]
+    texts: dict[str, list[str]] = {doc_id: [] for doc_id in ids}
+    for doc_id, text in conn.execute(
+        select(chunks.c.doc_id, chunks.c.text)
+        .where(chunks.c.doc_id.in_(ids))
+        .order_by(chunks.c.doc_id, chunks.c.ordinal, chunks.c.chunk_id)
+    ):
+        texts[doc_id].append(text)
+    status = dict(conn.execute(select(docs.c.doc_id, docs.c.status).where(docs.c.doc_id.in_(ids))).all())
+    drop = [d for d in ids if not texts[d] and status.get(d) == "duplicate"]
+    signatures = {d: near_dup.signature("\n\n".join(texts[d])) for d in ids if d not in drop}
+    texts.clear()
+    keys = {d: near_dup.band_keys(sig) for d, sig in signatures.items()}
+    # (tenant, band key) -> {doc id: (signature, group)}: earlier pages from
+    # the catalog (their bands are rewritten already), then this page's.
+    bucket: dict[tuple[str, str], dict[str, tuple[np.ndarray, str]]] = {}
+    for tenant in sorted({t for d, t in page if d in signatures}):
+        wanted = [k for d, t in page if t == tenant and d in keys for k in keys[d]]
+        for key, doc_id, sig, group in _band_matches(conn, tenant, wanted):
+            bucket.setdefault((tenant, key), {})[doc_id] = (sig, group)
+    updates, band_rows, grouped = [], [], 0
+    for doc_id, tenant in page:
+        if doc_id not in signatures:
+            continue
+        sig = signatures[doc_id]
+        candidates = {o: c for k in keys[doc_id] for o, c in bucket.get((tenant, k), {}).items()}
+        candidates.pop(doc_id, None)
+        group = near_dup.choose_group(doc_id, sig, candidates.values())
+        grouped += group != doc_id
+        updates.append({"b_doc_id": doc_id, "b_signature": sig.tobytes(), "b_group": group})
+        for k in set(keys[doc_id]):
+            bucket.setdefault((tenant, k), {})[doc_id] = (sig, group)
+            band_rows.append({"tenant_id": tenant, "band_key": k, "doc_id": doc_id})
+    if drop:
+        conn.execute(sigs.delete().where(sigs.c.doc_id.in_(drop)))
+    if updates:
+        conn.execute(
+            update(sigs)
+            .where(sigs.c.doc_id == bindparam("b_doc_id"))
+            .values(
+                signature=bindparam("b_signature"),
+                near_dup_group=bindparam("b_group"),
+                algorithm=near_dup.ALGORITHM,
+            ),
+            updates,
+        )
+        conn.execute(bands.insert(), band_rows)
+    return ResignCounts(len(updates), grouped, len(drop))

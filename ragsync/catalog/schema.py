@@ -390,9 +390,12 @@ doc_signatures = Table(
     metadata,
     Column("doc_id", String(_ID), primary_key=True),
     Column("tenant_id", String(_ID), nullable=False),
-    Column("signature", LargeBinary, nullable=False),
+    Column("signature", LargeBinary, nullable=False),  # uint64 values, native byte order
     Column("near_dup_group", String(_ID), nullable=False),
     Column("updated_at", Double, nullable=False),
+    # ``ragsync.near_dup.ALGORITHM`` of the signature (revision 0008): only
+    # signatures of the same algorithm are compared.
+    Column("algorithm", String(64), nullable=False),
     Index("ix_doc_signatures_group", "near_dup_group"),
 )
 
