@@ -7,23 +7,14 @@ fully listed (with the listing's size). ``sync_requests`` gains when a worker
 started and finished a run, its counters (JSON), its error and its origin;
 its states become ``queued | running | succeeded | failed`` (``requested``
 rows become ``queued``, ``done`` rows ``succeeded``).
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: str | Sequence[str] | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0003", "0002"
 
 
 def _source_columns() -> tuple[sa.Column[object], ...]:
