@@ -102,40 +102,26 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     groups = split_list(args.acl_groups)
     reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
+    # Where the documents go and who may read them: the same for every path below.
+    target: dict[str, Any] = {"tenant_id": args.tenant, "source_id": args.source_id or ""}
+    target["acl_groups"] = groups
     if not args.dry_run:
         # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
-        quick = quick_backfill(
-            args.source,
-            settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
-            reread=reread,
-        )
+        quick = quick_backfill(args.source, settings, **target, reread=reread)
         if quick is not None:
             return _backfill_summary(args, settings, groups, quick)
     from beam_pipelines.sync import SyncError, run_backfill
 
     if args.dry_run:
-        from beam_pipelines.dry_run import format_plan, plan_backfill
+        from beam_pipelines.dry_run import emit_plan, plan_backfill
 
-        plan = plan_backfill(
-            args.source,
-            settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
-            max_delete_share=args.max_delete_share,
-        )
-        emit(args, plan.to_dict(), format_plan(plan))
-        return 0
+        plan = plan_backfill(args.source, settings, **target, max_delete_share=args.max_delete_share)
+        return emit_plan(args, plan)
     try:
         summary = run_backfill(
             args.source,
             settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
+            **target,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
             max_delete_share=args.max_delete_share,

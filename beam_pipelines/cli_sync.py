@@ -132,7 +132,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from beam_pipelines.sync import SyncError, run_sync
 
     if args.dry_run:
-        from beam_pipelines.dry_run import format_plan, plan_source_sync
+        from beam_pipelines.dry_run import emit_plan, plan_source_sync
 
         plan = plan_source_sync(
             args.source_id,
@@ -141,8 +141,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             max_delete_share=args.max_delete_share,
         )
-        emit(args, plan.to_dict(), format_plan(plan))
-        return 0
+        return emit_plan(args, plan)
     try:
         result = run_sync(
             args.source_id,

@@ -186,6 +186,12 @@ def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
 # --------------------------------------------------------------------- repository
 
 
+def document_update(doc_id: str, **values: Any) -> Any:
+    """The statement that sets ``values`` (column=value) on the row of ``doc_id``."""
+    t = schema.documents
+    return update(t).where(t.c.doc_id == doc_id).values(**values)
+
+
 class DocumentsRepository(Repository):
     """Documents, ACLs, parsed documents, exact and near duplicates."""
 
@@ -384,13 +390,8 @@ class DocumentsRepository(Repository):
             status: new status.
             error_class: error class of the failure, or None.
         """
-        t = schema.documents
         with self._engine.begin() as conn:
-            conn.execute(
-                update(t)
-                .where(t.c.doc_id == doc_id)
-                .values(status=status, error_class=error_class, updated_at=_now())
-            )
+            conn.execute(document_update(doc_id, status=status, error_class=error_class, updated_at=_now()))
 
     def flip_indexed_version(
         self,
@@ -549,7 +550,7 @@ class DocumentsRepository(Repository):
             "error_class": case((recovered, None), else_=t.c.error_class),
         }
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.doc_id == doc_id).values(**values))
+            conn.execute(document_update(doc_id, **values))
 
     def content_in_use(self, content_hash: str, exclude_doc_id: str) -> bool:
         """True when another live document has these bytes (keep the raw copy)."""
