@@ -13,10 +13,10 @@ from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import CatalogDoFn, GuardedStep, Progress
+from transforms.common import GuardedStep, ProgressDoFn
 
 
-class _ChunkAndDiffFn(CatalogDoFn):
+class _ChunkAndDiffFn(ProgressDoFn):
     """ParsedDocument -> (doc_id, DocumentPlan): every chunk, and which are new or vanished.
 
     Raises NoTextError when a parsed document yields no chunk, so an empty
@@ -24,16 +24,11 @@ class _ChunkAndDiffFn(CatalogDoFn):
     """
 
     metrics_stage = "chunk"
-
-    def __init__(self, settings: Settings, total: int, show_progress: bool) -> None:
-        super().__init__(settings)
-        self.total = total
-        self.show_progress = show_progress
+    progress_phase, progress_unit = "parse+chunk", "docs"
 
     def setup(self) -> None:
         super().setup()
         self._tokenizer = load_tokenizer(default_model().path)
-        self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
 
     def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
         """Chunks whose text hash is already in ``boilerplate_min_docs`` other
@@ -97,4 +92,4 @@ class ChunkDocuments(GuardedStep):
         self.show_progress = show_progress
 
     def make_fn(self) -> beam.DoFn:
-        return _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
+        return _ChunkAndDiffFn(self.settings, total=self.total, show_progress=self.show_progress)

@@ -429,6 +429,30 @@ class CatalogDoFn(beam.DoFn):
             self._catalog = None
 
 
+class ProgressDoFn(CatalogDoFn):
+    """A catalog step that prints progress lines: ``self._progress`` (made in
+    ``setup()``) counts ``progress_unit`` of phase ``progress_phase``.
+
+    Args:
+        settings: where the catalog is.
+        total: expected items, for the ETA (0 when unknown).
+        show_progress: print the lines (to stderr).
+    """
+
+    progress_phase: str
+    progress_unit: str
+
+    def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
+        super().__init__(settings)
+        self.total = total
+        self.show_progress = show_progress
+
+    def setup(self) -> None:
+        super().setup()
+        phase, unit = self.progress_phase, self.progress_unit
+        self._progress = Progress(phase, unit, self.total, enabled=self.show_progress)
+
+
 class CatalogStep(beam.PTransform):
     """A transform that is one catalog DoFn over its input: subclasses name
     the DoFn class (``fn``, built from the settings) and the step's label.

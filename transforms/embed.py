@@ -41,7 +41,7 @@ from ragsync.embedding import (
 )
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
-from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters
+from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters
 
 #: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256
@@ -184,7 +184,7 @@ class _CacheLookupFn(CatalogDoFn):
             yield PlanToEmbed(plan, hits, misses)
 
 
-class _CacheStoreFn(CatalogDoFn):
+class _CacheStoreFn(ProgressDoFn):
     """PredictionResult -> EmbeddedPlan; good vectors go to the cache.
 
     Raises ``EmbedFailedError`` for a plan with a chunk the model rejected (or
@@ -193,14 +193,11 @@ class _CacheStoreFn(CatalogDoFn):
     were cached.
     """
 
-    def __init__(self, settings: Settings, model_version: str, show_progress: bool) -> None:
-        super().__init__(settings)
-        self.model_version = model_version
-        self.show_progress = show_progress
+    progress_phase, progress_unit = "embed", "chunks"
 
-    def setup(self) -> None:
-        super().setup()
-        self._progress = Progress("embed", "chunks", 0, enabled=self.show_progress)
+    def __init__(self, settings: Settings, model_version: str, show_progress: bool) -> None:
+        super().__init__(settings, show_progress=show_progress)
+        self.model_version = model_version
 
     def process(self, result: PredictionResult) -> Iterator[EmbeddedPlan]:
         item: Any = result.example  # PlanToEmbed (RunInference types it loosely)

@@ -103,24 +103,10 @@ class DocumentRow:
 
 @dataclass(frozen=True)
 class FetchRecord:
-    """What :meth:`Catalog.record_fetch` stores about a fetched document.
-
-    Attributes:
-        doc_id: namespaced stable id.
-        source_id: registered source.
-        tenant_id: owner tenant.
-        source_object_id: id of the object inside the source.
-        uri: where the object was read from.
-        size: bytes.
-        source_version: the source's version of the object.
-        content_hash: sha256 hex of the bytes.
-        acl_id: ACL row built from the object's groups.
-        canonical_doc_id: itself, or the document it duplicates.
-        mime: detected content type ('' when not yet detected).
-        version_domain: domain of ``source_version`` (None: undeclared).
-        version_observed_at: when the source showed it (None: unknown).
-        parent_doc_id: the parent of a child document (None: top level).
-    """
+    """What :meth:`Catalog.record_fetch` stores about a fetched document: the
+    columns of :class:`DocumentRow` of the same names, as fetched (``acl_id``
+    built from the object's groups; ``canonical_doc_id`` itself, or the
+    document it duplicates; ``mime`` '' when not yet detected)."""
 
     doc_id: str
     source_id: str
