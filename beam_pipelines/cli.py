@@ -19,7 +19,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.cli_common import emit, settings_from_args, split_list
+from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
 from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
@@ -102,48 +102,33 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     groups = split_list(args.acl_groups)
     reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
+    # Where the documents go and who may read them: the same for every path below.
+    target: dict[str, Any] = {"tenant_id": args.tenant, "source_id": args.source_id or ""}
+    target["acl_groups"] = groups
     if not args.dry_run:
         # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
-        quick = quick_backfill(
-            args.source,
-            settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
-            reread=reread,
-        )
+        quick = quick_backfill(args.source, settings, **target, reread=reread)
         if quick is not None:
             return _backfill_summary(args, settings, groups, quick)
     from beam_pipelines.sync import SyncError, run_backfill
 
     if args.dry_run:
-        from beam_pipelines.dry_run import format_plan, plan_backfill
+        from beam_pipelines.dry_run import emit_plan, plan_backfill
 
-        plan = plan_backfill(
-            args.source,
-            settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
-            max_delete_share=args.max_delete_share,
-        )
-        emit(args, plan.to_dict(), format_plan(plan))
-        return 0
+        plan = plan_backfill(args.source, settings, **target, max_delete_share=args.max_delete_share)
+        return emit_plan(args, plan)
     try:
         summary = run_backfill(
             args.source,
             settings,
-            tenant_id=args.tenant,
-            source_id=args.source_id or "",
-            acl_groups=groups,
+            **target,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
             max_delete_share=args.max_delete_share,
             reread=reread,
         )
     except SyncError as exc:
-        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     return _backfill_summary(args, settings, groups, summary)
 
 
@@ -434,7 +419,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="largest share of the source's documents this listing may delete (files gone from SOURCE; "
         "default 0.5: more pauses the source and deletes nothing)",
     )
-    b.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     b.add_argument(
         "--reread",
         action="store_true",
@@ -447,10 +431,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="list the adds, updates, permission changes and deletes the backfill would make "
         "(reads and hashes every file; writes nothing anywhere)",
     )
-    b.add_argument(
-        "beam_args",
-        nargs="*",
-        help="after --: pipeline options, e.g. -- --runner=DataflowRunner --s3_endpoint_url=URL "
+    add_run_flags(
+        b,
+        beam_help="after --: pipeline options, e.g. -- --runner=DataflowRunner --s3_endpoint_url=URL "
         "(ragsync's own settings too: --es_api_key=KEY)",
     )
     b.set_defaults(func=cmd_backfill)
@@ -508,11 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with lifecycle.graceful_signals():
             return int(args.func(args))
     except ConfigurationError as exc:
-        print(safe_text(f"ragsync: configuration error: {exc}"), file=sys.stderr)
-        return 2
+        return fail(f"configuration error: {exc}", 2)
     except FileNotFoundError as exc:
-        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     except BaseException as exc:
         # A stop asked for by SIGINT/SIGTERM, even when a Beam step wrapped
         # the interrupt in its own error.

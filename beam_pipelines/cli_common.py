@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from typing import Any
 
 from ragsync.display import safe_text
@@ -40,3 +41,20 @@ def emit(args: argparse.Namespace, data: Any, human: str) -> None:
 def split_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]`` (a comma-separated flag)."""
     return [g.strip() for g in text.split(",") if g.strip()]
+
+
+def fail(message: object, code: int, *, prog: str = "ragsync") -> int:
+    """Print ``prog: message`` to stderr (control characters made visible);
+    returns ``code``, the command's exit code."""
+    print(safe_text(f"{prog}: {message}"), file=sys.stderr)
+    return code
+
+
+def add_run_flags(
+    parser: argparse.ArgumentParser, *, beam_help: str = "after --: Beam pipeline options"
+) -> None:
+    """The flags of every command that runs a pipeline: ``--quiet`` (no
+    progress lines on stderr) and, as its last positional, ``beam_args``
+    (what follows ``--``: Beam's pipeline options)."""
+    parser.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    parser.add_argument("beam_args", nargs="*", help=beam_help)

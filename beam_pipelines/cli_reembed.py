@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from beam_pipelines.cli_common import emit, settings_from_args, split_list
+from beam_pipelines.cli_common import add_run_flags, emit, settings_from_args, split_list
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
@@ -96,8 +96,7 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument("--golden", help="golden JSONL file; without it the new version is built but not flipped")
     r.add_argument("--groups", default="everyone", help="groups the golden queries run as")
     r.add_argument("--batch-size", type=int, default=None, help="chunks per embed/write batch")
-    r.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
-    r.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
+    add_run_flags(r)
     r.set_defaults(func=cmd_reembed)
 
     v = subparsers.add_parser("index-versions", parents=[common], help="list, flip, roll back or gc versions")

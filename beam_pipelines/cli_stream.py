@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from beam_pipelines.cli_common import emit, settings_from_args
+from beam_pipelines.cli_common import add_run_flags, emit, settings_from_args
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
@@ -220,7 +220,6 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument("--pubsub-subscription", help="projects/P/subscriptions/S (with --source pubsub)")
     st.add_argument("--kafka-topic", help="topic (with --source kafka)")
     st.add_argument("--kafka-bootstrap", help="bootstrap servers (with --source kafka)")
-    st.add_argument("--quiet", action="store_true", help="no progress lines")
     st.add_argument(
         "--lanes",
         default=None,
@@ -241,7 +240,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     st.add_argument(
         "--metrics-host", default="127.0.0.1", help="address of the metrics port (default 127.0.0.1)"
     )
-    st.add_argument("beam_args", nargs="*", help="after --: Beam pipeline options")
+    add_run_flags(st)
     st.set_defaults(func=cmd_stream)
 
     dl = sub.add_parser("dead-letters", help="inspect and re-drive dead letters")

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from typing import Any
 
-from beam_pipelines.cli_common import emit, settings_from_args, split_list
+from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
 from connectors.base import SOURCE_TYPES
 from ragsync.decisions import VERSION_DOMAINS
-from ragsync.display import safe_text
 
 
 def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | None:
@@ -59,8 +57,7 @@ def cmd_sources_add(args: argparse.Namespace) -> int:
             version_domain=args.version_domain,
         )
     except ValueError as exc:
-        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
-        return 2
+        return fail(exc, 2)
     data = {"source_id": args.source_id, "tenant_id": args.tenant, "type": args.type, "uri": uri}
     if args.version_domain:
         data["version_domain"] = args.version_domain
@@ -120,8 +117,7 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     finally:
         catalog.close()
     if not found:
-        print(safe_text(f"ragsync: unknown source {args.source_id!r}"), file=sys.stderr)
-        return 2
+        return fail(f"unknown source {args.source_id!r}", 2)
     done = "paused" if paused else "resumed"
     emit(args, {"source_id": args.source_id, "paused": paused}, f"source {args.source_id} {done}")
     return 0
@@ -132,7 +128,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from beam_pipelines.sync import SyncError, run_sync
 
     if args.dry_run:
-        from beam_pipelines.dry_run import format_plan, plan_source_sync
+        from beam_pipelines.dry_run import emit_plan, plan_source_sync
 
         plan = plan_source_sync(
             args.source_id,
@@ -141,8 +137,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             tenant_id=args.tenant,
             max_delete_share=args.max_delete_share,
         )
-        emit(args, plan.to_dict(), format_plan(plan))
-        return 0
+        return emit_plan(args, plan)
     try:
         result = run_sync(
             args.source_id,
@@ -159,8 +154,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             print(
                 json.dumps({"source_id": args.source_id, "error": str(exc), "error_class": exc.error_class})
             )
-        print(safe_text(f"ragsync: {exc}"), file=sys.stderr)
-        return 1
+        return fail(exc, 1)
     d = result.to_dict()
     lines = [f"sync of {result.source_id} ({result.mode}: {result.reason}) finished in {result.seconds:.1f}s"]
     lines += [f"  {k:20s} {v}" for k, v in d["totals"].items()]
@@ -239,12 +233,11 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
         action="store_true",
         help="only queue the changes (a running `ragsync stream` applies them)",
     )
-    sy.add_argument("--quiet", action="store_true", help="no progress lines")
     sy.add_argument(
         "--dry-run",
         action="store_true",
         help="list the adds, updates, permission changes and deletes the sync would make, by object id "
         "(the cursor is not saved, nothing is queued or written)",
     )
-    sy.add_argument("beam_args", nargs="*", help="after --: Beam options for the listing pipeline")
+    add_run_flags(sy, beam_help="after --: Beam options for the listing pipeline")
     sy.set_defaults(func=cmd_sync)

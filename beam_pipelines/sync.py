@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
@@ -210,7 +210,14 @@ def run_sync(
         catalog.sync_started(source_id, tenant_id=tenant)
         try:
             listing, feed, plan = _read_source(
-                plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread
+                plan,
+                connector,
+                spec,
+                catalog,
+                show_progress,
+                lambda p: _full_listing(
+                    p, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread
+                ),
             )
         except Exception as exc:
             if lifecycle.stop_signal() is not None:
@@ -246,13 +253,12 @@ def _read_source(
     connector: Any,
     spec: SourceSpec,
     catalog: Any,
-    settings: Settings,
-    beam_args: Sequence[str],
     show_progress: bool,
-    model_spec: ModelSpec | None,
-    reread: bool = False,
+    full_listing: Callable[[SyncPlan], dict[str, Any]],
 ) -> tuple[dict[str, Any] | None, FeedResult | None, SyncPlan]:
-    """Run the plan's reading step; returns (listing counters, feed result, the plan run)."""
+    """Run the plan's reading step: the change feed, or ``full_listing(plan)``
+    for a full plan or when the feed's cursor expired; returns (listing
+    counters, feed result, the plan run)."""
     if plan.mode == SyncMode.INCREMENTAL:
         try:
             feed = read_feed(
@@ -273,11 +279,7 @@ def _read_source(
             plan = replace(
                 plan, mode=SyncMode.FULL, reason=f"the cursor expired ({exc}): full listing", cursor=""
             )
-    return (
-        _full_listing(plan, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread),
-        None,
-        plan,
-    )
+    return full_listing(plan), None, plan
 
 
 def _full_listing(

@@ -19,7 +19,6 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError
 
 
@@ -59,6 +58,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         The exit code (see the module docstring).
     """
     from beam_pipelines.cli import quiet_environment
+    from beam_pipelines.cli_common import fail
     from beam_pipelines.sync import SyncError, run_backfill
     from ragsync import lifecycle
     from ragsync.options import settings_from_pipeline_args
@@ -87,11 +87,9 @@ def run(argv: Sequence[str] | None = None) -> int:
             reread=bool(values.get("reread")),
         )
     except ConfigurationError as exc:
-        print(safe_text(f"ragsync template: configuration error: {exc}"), file=sys.stderr)
-        return 2
+        return fail(f"configuration error: {exc}", 2, prog="ragsync template")
     except SyncError as exc:
-        print(safe_text(f"ragsync template: {exc}"), file=sys.stderr)
-        return 1
+        return fail(exc, 1, prog="ragsync template")
     print(json.dumps(summary.to_dict(), sort_keys=True))
     return 0
 

@@ -21,9 +21,11 @@ from __future__ import annotations
 import email.utils
 import time
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar, Self
 
-from connectors.reader import HttpStatusError, LocatedHttpClient
+from connectors.credentials import auth_headers
+from connectors.location import Location
+from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
 
@@ -174,3 +176,62 @@ class ApiClient:
 
 def _short(uri: str) -> str:
     return uri if len(uri) <= 200 else uri[:200] + "..."
+
+
+ClientFactory = Callable[..., ApiClient]
+
+
+class ApiConnector:
+    """Base of the connectors that read one HTTP API (Jira, MediaWiki, Drive).
+
+    ``from_spec`` builds the clients the same way for each: the source's
+    location (``spec.uri``, or ``default_uri`` when empty), the fetch limits,
+    the ``User-Agent`` naming the connector and the source's credentials
+    (``auth_headers``); a subclass says only how it uses them, in
+    :meth:`from_clients`.
+
+    Attributes:
+        spec: the source.
+        api: the client with the source's credentials.
+        location: where every request of ``api`` is confined.
+    """
+
+    user_agent: ClassVar[str] = "ragsync"
+    default_uri: ClassVar[str] = ""
+
+    def __init__(self, spec: Any, api: ApiClient) -> None:
+        self.spec = spec
+        self.api = api
+        self.location: Location = api.http.location
+
+    @classmethod
+    def from_spec(
+        cls,
+        spec: Any,
+        *,
+        limits: FetchLimits,
+        transport: Any = None,
+        sleep: Any = time.sleep,
+        **_: Any,
+    ) -> Self:
+        """The connector of ``spec`` (the registry calls this)."""
+        location = Location.parse(spec.uri or cls.default_uri)
+
+        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
+            http = LocatedHttpClient(location, limits, {"User-Agent": cls.user_agent, **headers}, transport)
+            return ApiClient(http, sleep=sleep, **options)
+
+        return cls.from_clients(spec, client, auth_headers(spec.credentials_ref))
+
+    @classmethod
+    def from_clients(cls, spec: Any, client: ClientFactory, auth: dict[str, str]) -> Self:
+        """The connector, given ``client(headers, **ApiClient options)`` (which
+        adds the ``User-Agent``) and the source's credential headers (empty
+        when anonymous)."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        self.api.close()
+
+    def _url(self, path: str) -> str:
+        return f"{self.location.base_url}/{path}"

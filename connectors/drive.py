@@ -32,14 +32,13 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 from urllib.parse import quote
 
-from connectors.api import AccessDeniedError, ApiClient
+from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, SourceSpec, as_object, make_event
-from connectors.credentials import auth_headers
-from connectors.location import Location, _refuse
-from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
+from connectors.location import _refuse
+from connectors.reader import HttpStatusError
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
 
@@ -98,7 +97,7 @@ def groups_from_permissions(permissions: list[dict[str, Any]]) -> tuple[str, ...
     return tuple(sorted(out))
 
 
-class DriveConnector:
+class DriveConnector(ApiConnector):
     """Files of one Google Drive account (and the shared drives it names).
 
     Args:
@@ -108,36 +107,19 @@ class DriveConnector:
     """
 
     supports_changes: ClassVar[bool] = True
+    user_agent: ClassVar[str] = "ragsync (Drive connector)"
+    default_uri: ClassVar[str] = DRIVE_API
 
     def __init__(self, spec: SourceSpec, api: ApiClient) -> None:
-        self.spec = spec
-        self.api = api
-        self.location: Location = api.http.location
+        super().__init__(spec, api)
         drive_ids = spec.options.get("drive_ids", [])
         if not isinstance(drive_ids, list) or not all(isinstance(d, str) and _ID.match(d) for d in drive_ids):
             raise ConfigurationError("option 'drive_ids' must be a list of shared drive ids")
         self.drive_ids = tuple(drive_ids)
 
     @classmethod
-    def from_spec(
-        cls,
-        spec: SourceSpec,
-        *,
-        limits: FetchLimits,
-        transport: Any = None,
-        sleep: Any = time.sleep,
-        **_: Any,
-    ) -> DriveConnector:
-        location = Location.parse(spec.uri or DRIVE_API)
-        headers = {"User-Agent": "ragsync (Drive connector)", **auth_headers(spec.credentials_ref)}
-        http = LocatedHttpClient(location, limits, headers, transport)
-        return cls(spec, ApiClient(http, sleep=sleep, is_rate_limited=_is_rate_limited))
-
-    def close(self) -> None:
-        self.api.close()
-
-    def _url(self, path: str) -> str:
-        return f"{self.location.base_url}/{path}"
+    def from_clients(cls, spec: SourceSpec, client: ClientFactory, auth: dict[str, str]) -> Self:
+        return cls(spec, client(auth, is_rate_limited=_is_rate_limited))
 
     # -- addresses ------------------------------------------------------------------
 

@@ -113,22 +113,24 @@ class AclRules:
 def local_object_id(relative: str) -> str:
     """The object id of a file at ``relative`` (a path relative to the root,
     as ``os.fsdecode`` gives it). Valid UTF-8 names are their own id."""
-    try:
-        relative.encode("utf-8")
-        return relative
-    except UnicodeEncodeError:
-        return "//" + quote(os.fsencode(relative), safe="/")
+    return _utf8_or_quoted(relative, "//")
 
 
 def local_uri(path: str) -> str:
     """A readable address for an absolute local ``path``: the path itself
     when it is valid UTF-8, else a ``file://`` URI percent-encoding its bytes
     (``Location.resolve`` decodes it back)."""
+    return _utf8_or_quoted(path, "file://")
+
+
+def _utf8_or_quoted(path: str, prefix: str) -> str:
+    """``path`` itself when it is valid UTF-8, else ``prefix`` and its bytes
+    (``os.fsencode``: undecodable ones kept as surrogates) percent-encoded."""
     try:
         path.encode("utf-8")
         return path
     except UnicodeEncodeError:
-        return "file://" + quote(os.fsencode(path), safe="/")
+        return prefix + quote(os.fsencode(path), safe="/")
 
 
 def mtime_version(mtime: float) -> str:

@@ -39,14 +39,12 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
 
-from connectors.api import ApiClient
+from connectors.api import ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, SourceSpec, as_object, make_event
-from connectors.credentials import auth_headers
-from connectors.location import Location, _refuse
-from connectors.reader import FetchLimits, LocatedHttpClient
+from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
 
@@ -87,7 +85,7 @@ def millis(text: str) -> str:
         raise FetchError(f"Jira answered a record with an unreadable time {text[:40]!r}") from None
 
 
-class JiraConnector:
+class JiraConnector(ApiConnector):
     """Issues (and their attachments) of one Jira site.
 
     Args:
@@ -99,11 +97,10 @@ class JiraConnector:
     """
 
     supports_changes: ClassVar[bool] = True
+    user_agent: ClassVar[str] = "ragsync (Jira connector)"
 
     def __init__(self, spec: SourceSpec, api: ApiClient, *, anonymous: bool) -> None:
-        self.spec = spec
-        self.api = api
-        self.location: Location = api.http.location
+        super().__init__(spec, api)
         self.anonymous = anonymous
         opts = spec.options
         self.jql = str(opts.get("jql", "")).strip()
@@ -127,34 +124,25 @@ class JiraConnector:
         self._tz: tzinfo | None = None
 
     @classmethod
-    def from_spec(
-        cls,
-        spec: SourceSpec,
-        *,
-        limits: FetchLimits,
-        transport: Any = None,
-        sleep: Any = time.sleep,
-        **_: Any,
-    ) -> JiraConnector:
-        location = Location.parse(spec.uri)
-        auth = auth_headers(spec.credentials_ref)
-        headers = {"User-Agent": "ragsync (Jira connector)", "Accept": "application/json", **auth}
-        return cls(
-            spec,
-            ApiClient(LocatedHttpClient(location, limits, headers, transport), sleep=sleep),
-            anonymous=not auth,
-        )
-
-    def close(self) -> None:
-        self.api.close()
-
-    def _url(self, path: str) -> str:
-        return f"{self.location.base_url}/{path}"
+    def from_clients(cls, spec: SourceSpec, client: ClientFactory, auth: dict[str, str]) -> Self:
+        return cls(spec, client({"Accept": "application/json", **auth}), anonymous=not auth)
 
     # -- records ----------------------------------------------------------------------
 
     def issue_uri(self, issue_id: str) -> str:
         return self._url(f"rest/api/2/issue/{issue_id}?{urlencode({'fields': ISSUE_FIELDS})}")
+
+    def _upsert(self, item: SourceFile) -> Event:
+        """The upsert event of a listing record (its version is the update time in milliseconds)."""
+        return make_event(
+            self.spec,
+            item.source_object_id,
+            "upsert",
+            item.source_version,
+            acl_groups=item.acl_groups,
+            content_uri=item.uri,
+            event_time=int(item.source_version) / 1000,
+        )
 
     def _issue_groups(self, fields: dict[str, Any]) -> tuple[str, ...]:
         security = fields.get("security")
@@ -290,17 +278,7 @@ class JiraConnector:
         events: list[Event] = []
         for issue in issues:
             for item in self._items(issue):
-                events.append(
-                    make_event(
-                        self.spec,
-                        item.source_object_id,
-                        "upsert",
-                        item.source_version,
-                        acl_groups=item.acl_groups,
-                        content_uri=item.uri,
-                        event_time=int(item.source_version) / 1000,
-                    )
-                )
+                events.append(self._upsert(item))
             updated = jira_time(str(issue.get("fields", {}).get("updated", "")))
             newest = max(newest, updated.astimezone(timezone.utc))
         if position:
@@ -388,15 +366,4 @@ class JiraConnector:
             items = list(self._items({**issue, "fields": fields}))
         except (ValueError, FetchError) as exc:
             raise InvalidEventError(f"malformed Jira webhook issue: {exc}") from None
-        return [
-            make_event(
-                self.spec,
-                i.source_object_id,
-                "upsert",
-                i.source_version,
-                acl_groups=i.acl_groups,
-                content_uri=i.uri,
-                event_time=int(i.source_version) / 1000,
-            )
-            for i in items
-        ]
+        return [self._upsert(i) for i in items]

@@ -35,14 +35,12 @@ import json
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
 
-from connectors.api import AccessDeniedError, ApiClient, RateLimitedError
+from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFactory, RateLimitedError
 from connectors.base import ChangePage, CursorExpiredError, SourceSpec, make_event
-from connectors.credentials import auth_headers
-from connectors.location import Location, _refuse
-from connectors.reader import FetchLimits, LocatedHttpClient
+from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
 
@@ -72,7 +70,7 @@ def parse_cursor(cursor: str) -> tuple[str, int]:
     return ts, int(rcid)
 
 
-class MediaWikiConnector:
+class MediaWikiConnector(ApiConnector):
     """Pages of one MediaWiki wiki.
 
     Args:
@@ -84,12 +82,11 @@ class MediaWikiConnector:
     """
 
     supports_changes: ClassVar[bool] = True
+    user_agent: ClassVar[str] = "ragsync (MediaWiki connector)"
 
     def __init__(self, spec: SourceSpec, api: ApiClient, anon: ApiClient | None = None) -> None:
-        self.spec = spec
-        self.api = api
+        super().__init__(spec, api)
         self.anon = anon
-        self.location: Location = api.http.location
         if not self.location.root.endswith("/api.php"):
             raise ConfigurationError(
                 f"wiki source {spec.source_id!r}: give the Action API URL, e.g. https://host/w/api.php"
@@ -101,23 +98,8 @@ class MediaWikiConnector:
         self.private_groups = spec.option_groups()
 
     @classmethod
-    def from_spec(
-        cls,
-        spec: SourceSpec,
-        *,
-        limits: FetchLimits,
-        transport: Any = None,
-        sleep: Any = time.sleep,
-        **_: Any,
-    ) -> MediaWikiConnector:
-        location = Location.parse(spec.uri)
-        headers = {"User-Agent": "ragsync (MediaWiki connector)"}
-        auth = auth_headers(spec.credentials_ref)
-        api = ApiClient(LocatedHttpClient(location, limits, {**headers, **auth}, transport), sleep=sleep)
-        anon = (
-            ApiClient(LocatedHttpClient(location, limits, headers, transport), sleep=sleep) if auth else None
-        )
-        return cls(spec, api, anon)
+    def from_clients(cls, spec: SourceSpec, client: ClientFactory, auth: dict[str, str]) -> Self:
+        return cls(spec, client(auth), client({}) if auth else None)
 
     def close(self) -> None:
         self.api.close()

@@ -77,6 +77,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     for code, name in ((401, "unauthorized"), (404, "not found"), (413, "body too large"), (422, "invalid"))
 }
 
+#: Route options of an action accepted for later work (``202``, the usual errors).
+ACCEPTED: dict[str, Any] = {"status_code": 202, "responses": ERRORS}
+
 
 def error_body(code: str, message: str, details: list[dict[str, Any]] | None = None) -> dict[str, Any]:
     """The one error shape: ``{"error": {"code", "message", "details"}}``."""

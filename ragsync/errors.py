@@ -56,77 +56,79 @@ def is_retryable(error_class: str) -> bool:
 
 
 class RagsyncError(Exception):
-    """Base class. Subclasses set ``error_class`` and ``permanent``."""
+    """Base class. A subclass states its ``error_class`` (one of
+    ``ERROR_CLASSES``) and, when transient, ``permanent=False`` in its class
+    header: ``class FetchError(RagsyncError, error_class="fetch_failed",
+    permanent=False)``; without them it keeps its base's."""
 
     error_class = "internal"
     permanent = True
 
+    def __init_subclass__(
+        cls, *, error_class: str = "", permanent: bool | None = None, **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if error_class:
+            cls.error_class = error_class
+        if permanent is not None:
+            cls.permanent = permanent
 
-class ConfigurationError(RagsyncError):
+
+class ConfigurationError(RagsyncError, error_class="configuration"):
     """The operator must change a setting; the message says which."""
 
-    error_class = "configuration"
+
+class EmptyDocumentError(RagsyncError, error_class="empty"):
+    """Zero bytes."""
 
 
-class EmptyDocumentError(RagsyncError):
-    error_class = "empty"
+class EncryptedDocumentError(RagsyncError, error_class="encrypted"):
+    """The document needs a password we do not have."""
 
 
-class EncryptedDocumentError(RagsyncError):
-    error_class = "encrypted"
+class CorruptDocumentError(RagsyncError, error_class="corrupt"):
+    """The bytes are not a valid file of their type."""
 
 
-class CorruptDocumentError(RagsyncError):
-    error_class = "corrupt"
+class UnsupportedFormatError(RagsyncError, error_class="unsupported"):
+    """A content type no parser handles."""
 
 
-class UnsupportedFormatError(RagsyncError):
-    error_class = "unsupported"
+class TooLargeError(RagsyncError, error_class="too_large"):
+    """Above the configured size or page limit."""
 
 
-class TooLargeError(RagsyncError):
-    error_class = "too_large"
-
-
-class ArchiveBombError(RagsyncError):
+class ArchiveBombError(RagsyncError, error_class="archive_bomb"):
     """An archive expands past a limit: total bytes, member count, nesting depth or compression ratio."""
 
-    error_class = "archive_bomb"
+
+class NoTextError(RagsyncError, error_class="no_text"):
+    """Parsed fine, but nothing to index."""
 
 
-class NoTextError(RagsyncError):
-    error_class = "no_text"
+class OcrBelowBarError(RagsyncError, error_class="ocr_below_bar"):
+    """Every page fell under the OCR confidence bar."""
 
 
-class OcrBelowBarError(RagsyncError):
-    error_class = "ocr_below_bar"
-
-
-class ParserCrashError(RagsyncError):
+class ParserCrashError(RagsyncError, error_class="crash", permanent=False):
     """A parser's native engine failed on its own (not the document's fault)."""
 
-    error_class = "crash"
-    permanent = False
+
+class NoPermissionsError(RagsyncError, error_class="no_permissions"):
+    """The ACL could not be read: fail closed."""
 
 
-class NoPermissionsError(RagsyncError):
-    error_class = "no_permissions"
+class FetchError(RagsyncError, error_class="fetch_failed", permanent=False):
+    """The bytes could not be read."""
 
 
-class FetchError(RagsyncError):
-    error_class = "fetch_failed"
-    permanent = False
-
-
-class FetchTimeoutError(RagsyncError):
+class FetchTimeoutError(RagsyncError, error_class="fetch_timeout"):
     """Reading a document ran past the fetch time limit (not retried on its own:
     a source that hangs would otherwise hold a worker on every restart)."""
 
-    error_class = "fetch_timeout"
 
-
-class InvalidEventError(RagsyncError):
-    error_class = "invalid_event"
+class InvalidEventError(RagsyncError, error_class="invalid_event"):
+    """A malformed input record."""
 
 
 class OutsideLocationError(InvalidEventError):
@@ -135,15 +137,12 @@ class OutsideLocationError(InvalidEventError):
     exists at the address."""
 
 
-class EmbedFailedError(RagsyncError):
+class EmbedFailedError(RagsyncError, error_class="embed_failed"):
     """The embedding model rejected a chunk even alone, or gave a bad vector."""
 
-    error_class = "embed_failed"
 
-
-class WriteError(RagsyncError):
-    error_class = "write_failed"
-    permanent = False
+class WriteError(RagsyncError, error_class="write_failed", permanent=False):
+    """A store refused the write."""
 
 
 def classify(exc_type_name: str, message: str = "") -> str:

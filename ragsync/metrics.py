@@ -46,6 +46,11 @@ CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LANES = ("priority", "fast", "slow")
 
 
+def _gauge(name: str, help_: str, *labels: str) -> GaugeMetricFamily:
+    """An empty gauge family with these label names."""
+    return GaugeMetricFamily(name, help_, labels=list(labels))
+
+
 class CatalogCollector(Collector):
     """Builds the series from an open ``ragsync.catalog.Catalog`` on each
     scrape. A catalog error propagates (the scrape fails, so the target
@@ -56,24 +61,21 @@ class CatalogCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         cat = self.catalog
-        docs = GaugeMetricFamily("ragsync_documents", "Documents in the catalog by state", labels=["state"])
+        docs = _gauge("ragsync_documents", "Documents in the catalog by state", "state")
         for state, n in sorted(cat.document_counts_by_status().items()):
             docs.add_metric([state], n)
         yield docs
 
-        p50 = GaugeMetricFamily(
-            "ragsync_freshness_p50_seconds",
-            "Median of indexed_at - event_time of applied events",
-            labels=["source_id", "lane", "kind"],
+        by: tuple[str, ...] = ("source_id", "lane", "kind")
+        p50 = _gauge(
+            "ragsync_freshness_p50_seconds", "Median of indexed_at - event_time of applied events", *by
         )
-        p95 = GaugeMetricFamily(
+        p95 = _gauge(
             "ragsync_freshness_p95_seconds",
             "95th percentile of indexed_at - event_time of applied events",
-            labels=["source_id", "lane", "kind"],
+            *by,
         )
-        applied = GaugeMetricFamily(
-            "ragsync_freshness_events", "Applied events measured", labels=["source_id", "lane", "kind"]
-        )
+        applied = _gauge("ragsync_freshness_events", "Applied events measured", *by)
         for f in cat.freshness_stats():
             labels = [f["source_id"], f["lane"], f["kind"]]
             p50.add_metric(labels, f["p50_s"])
@@ -84,11 +86,9 @@ class CatalogCollector(Collector):
         yield applied
 
         queue = cat.queue_stats()
-        depth = GaugeMetricFamily("ragsync_queue_depth", "Pending events by lane", labels=["lane"])
-        oldest = GaugeMetricFamily(
-            "ragsync_queue_oldest_pending_age_seconds",
-            "Age of the oldest pending event by lane",
-            labels=["lane"],
+        depth = _gauge("ragsync_queue_depth", "Pending events by lane", "lane")
+        oldest = _gauge(
+            "ragsync_queue_oldest_pending_age_seconds", "Age of the oldest pending event by lane", "lane"
         )
         ages = queue.get("oldest_pending_age_s_by_lane", {})
         for lane in LANES:
@@ -96,28 +96,19 @@ class CatalogCollector(Collector):
             oldest.add_metric([lane], ages.get(lane, 0.0))
         yield depth
         yield oldest
-        states = GaugeMetricFamily("ragsync_queue_events", "Queued events by state", labels=["state"])
+        states = _gauge("ragsync_queue_events", "Queued events by state", "state")
         for state, n in sorted(queue["by_state"].items()):
             states.add_metric([state], n)
         yield states
 
-        dead = GaugeMetricFamily(
-            "ragsync_dead_letters", "Open dead letters by error class", labels=["error_class"]
-        )
+        dead = _gauge("ragsync_dead_letters", "Open dead letters by error class", "error_class")
         for error_class, n in sorted(cat.dead_letter_counts().items()):
             dead.add_metric([error_class], n)
         yield dead
 
-        coverage = GaugeMetricFamily(
-            "ragsync_coverage_ratio",
-            "indexed / (seen - excluded by rule) per source",
-            labels=["tenant_id", "source_id"],
-        )
-        outcome = GaugeMetricFamily(
-            "ragsync_source_documents",
-            "Documents of a source by outcome",
-            labels=["tenant_id", "source_id", "outcome"],
-        )
+        by = ("tenant_id", "source_id")
+        coverage = _gauge("ragsync_coverage_ratio", "indexed / (seen - excluded by rule) per source", *by)
+        outcome = _gauge("ragsync_source_documents", "Documents of a source by outcome", *by, "outcome")
         for s in coverage_by_source(cat.document_outcomes()):
             key = [s["tenant_id"], s["source_id"]]
             coverage.add_metric(key, s["coverage"])

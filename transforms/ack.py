@@ -9,7 +9,7 @@ from typing import Any
 
 from ragsync.catalog.queue import lane_of_op
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
-from transforms.common import CatalogDoFn, CatalogStep, counter
+from transforms.common import CatalogDoFn, CatalogStep
 
 
 @dataclass(frozen=True)
@@ -62,10 +62,6 @@ def outcome_of(record: Any, state: str = "done") -> Outcome:
 class _AckFn(CatalogDoFn):
     """Outcome -> event row finished; applied events get a freshness row."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._applied = counter("events_applied")
-
     def process(self, outcome: Outcome) -> Iterator[str]:
         if not outcome.event_id:
             return
@@ -83,7 +79,7 @@ class _AckFn(CatalogDoFn):
                     }
                 ]
             )
-            self._applied.inc()
+            self.count("events_applied")
         self._catalog.ack_events([(outcome.tenant_id, outcome.event_id)], outcome.state)
         yield outcome.event_id
 

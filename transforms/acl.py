@@ -10,7 +10,7 @@ import apache_beam as beam
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import StageMetrics, ToDeadLetters, counter
+from transforms.common import GuardedStep
 from transforms.copies import CopiesDoFn, sync_copies
 
 
@@ -47,10 +47,7 @@ def apply_document_acl(step: Any, doc_id: str, tenant_id: str, acl_id: str) -> i
 
 
 class _AclFnBase(CopiesDoFn):
-    def setup(self) -> None:
-        super().setup()
-        self._count = counter("documents_acl_updated")
-        self._stage = StageMetrics("acl")
+    metrics_stage = "acl"
 
 
 class AclStep(_AclFnBase):
@@ -67,7 +64,7 @@ class _ApplyAclFn(_AclFnBase):
 
     def _apply(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         apply_document_acl(self, doc.doc_id, doc.source.tenant_id, doc.acl_id)
-        self._count.inc()
+        self.count("documents_acl_updated")
         yield doc
 
 
@@ -91,11 +88,11 @@ class _ApplyAclEventFn(_AclFnBase):
             version_domain=qe.version_domain,
             observed_at=qe.event.event_time,
         )
-        self._count.inc()
+        self.count("documents_acl_updated")
         yield qe
 
 
-class ApplyAclChanges(beam.PTransform):
+class ApplyAclChanges(GuardedStep):
     """Apply permission changes.
 
     Input: ``FetchedDocument`` (a backfill found new permissions on unchanged
@@ -103,13 +100,11 @@ class ApplyAclChanges(beam.PTransform):
     Outputs: ``updated`` (the input records, once applied) and ``dead``.
     """
 
+    label_, output, stage, dead_label = "ApplyAcl", "updated", "acl", "AclDeadLetters"
+
     def __init__(self, settings: Settings, dim: int, *, events: bool = False) -> None:
-        super().__init__()
-        self.settings = settings
-        self.dim = dim
+        super().__init__(settings, dim)
         self.events = events
 
-    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
-        fn = _ApplyAclEventFn if self.events else _ApplyAclFn
-        out = docs | "ApplyAcl" >> beam.ParDo(fn(self.settings, self.dim)).with_exception_handling()
-        return {"updated": out["good"], "dead": out["bad"] | "AclDeadLetters" >> ToDeadLetters("acl")}
+    def make_fn(self) -> beam.DoFn:
+        return (_ApplyAclEventFn if self.events else _ApplyAclFn)(self.settings, self.dim)

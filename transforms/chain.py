@@ -33,29 +33,29 @@ class _IndexLane(beam.PTransform):
 
     Input: ``FetchedDocument``. Outputs: ``written`` (``DocumentPlan``) and
     ``dead`` (list of ``DeadLetter`` PCollections).
+
+    Args:
+        chain: the settings, model, expected total and progress switch.
+        lane: ``fast`` or ``slow`` (which timeout the parse has).
     """
 
-    def __init__(
-        self, settings: Settings, spec: ModelSpec, lane: str, total: int, show_progress: bool
-    ) -> None:
+    def __init__(self, chain: IndexDocuments, lane: str) -> None:
         super().__init__()
-        self.settings = settings
-        self.spec = spec
+        self.chain = chain
         self.lane = lane
-        self.total = total
-        self.show_progress = show_progress
 
     def expand(self, docs: beam.PCollection) -> dict[str, Any]:
-        s, progress = self.settings, self.show_progress
+        c = self.chain
+        s, spec, progress, total = c.settings, c.spec, c.show_progress, c.total
         parsed = docs | "Parse" >> ParseDocuments(s, self.lane)
-        stale = parsed[STALE_CHILDREN] | "DeleteStaleChildren" >> DeleteStaleChildren(s, self.spec.dim)
+        stale = parsed[STALE_CHILDREN] | "DeleteStaleChildren" >> DeleteStaleChildren(s, spec.dim)
         chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
-            s, total=self.total, show_progress=progress
+            s, total=total, show_progress=progress
         )
         # Both pipelines batch embeddings per bundle (see transforms/embed.py).
-        embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(s, self.spec, show_progress=progress)
+        embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(s, spec, show_progress=progress)
         written = embedded["embedded"] | "WriteIndexes" >> WriteIndexes(
-            s, self.spec.dim, total=self.total, show_progress=progress
+            s, spec.dim, total=total, show_progress=progress
         )
         return {
             "written": written["written"],
@@ -113,8 +113,7 @@ class IndexDocuments(beam.PTransform):
         s, spec = self.settings, self.spec
         fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
         routed = fetched["process"] | "RouteByType" >> RouteByType()
-        lane_args = (self.total, self.show_progress)
-        fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(s, spec, Lane.FAST.value, *lane_args)
+        fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(self, Lane.FAST.value)
         duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s, spec.dim)
         left = fetched[LEFT_COPY] | "RefreshCopies" >> RefreshCopies(s, spec.dim)
         acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
@@ -137,7 +136,7 @@ class IndexDocuments(beam.PTransform):
             handed = routed[Lane.SLOW.value] | "HandToSlowLane" >> HandToSlowLane(s)
             out["dead"].append(handed["dead"])
             return out
-        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(s, spec, Lane.SLOW.value, *lane_args)
+        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(self, Lane.SLOW.value)
         out["written"].append(slow["written"])
         out["superseded"].append(slow["superseded"])
         out["dead"].extend(slow["dead"])

@@ -13,29 +13,22 @@ from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
+from transforms.common import GuardedStep, ProgressDoFn
 
 
-class _ChunkAndDiffFn(CatalogDoFn):
+class _ChunkAndDiffFn(ProgressDoFn):
     """ParsedDocument -> (doc_id, DocumentPlan): every chunk, and which are new or vanished.
 
     Raises NoTextError when a parsed document yields no chunk, so an empty
     result is a dead letter, never a silent skip.
     """
 
-    def __init__(self, settings: Settings, total: int, show_progress: bool) -> None:
-        super().__init__(settings)
-        self.total = total
-        self.show_progress = show_progress
+    metrics_stage = "chunk"
+    progress_phase, progress_unit = "parse+chunk", "docs"
 
     def setup(self) -> None:
         super().setup()
         self._tokenizer = load_tokenizer(default_model().path)
-        self._progress = Progress("parse+chunk", "docs", self.total, enabled=self.show_progress)
-        self._new = counter("chunks_new")
-        self._kept = counter("chunks_kept")
-        self._boilerplate = counter("chunks_boilerplate")
-        self._stage = StageMetrics("chunk")
 
     def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
         """Chunks whose text hash is already in ``boilerplate_min_docs`` other
@@ -45,7 +38,7 @@ class _ChunkAndDiffFn(CatalogDoFn):
             return chunks
         seen = self._catalog.docs_per_text_hash([c.text_hash for c in chunks], exclude_doc_id=doc_id)
         kept = [c for c in chunks if seen.get(c.text_hash, 0) < limit]
-        self._boilerplate.inc(len(chunks) - len(kept))
+        self.count("chunks_boilerplate", len(chunks) - len(kept))
         return kept
 
     def process(self, parsed: ParsedDocument) -> Iterator[Any]:
@@ -69,8 +62,8 @@ class _ChunkAndDiffFn(CatalogDoFn):
         if not chunks:
             raise NoTextError(f"{doc.source.uri}: every chunk is boilerplate seen in many other documents")
         diff = diff_chunks(self._catalog.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
-        self._new.inc(len(diff.new))
-        self._kept.inc(len(diff.kept))
+        self.count("chunks_new", len(diff.new))
+        self.count("chunks_kept", len(diff.kept))
         plan = DocumentPlan(
             doc=doc,
             parser_version=parsed.parser_version,
@@ -84,28 +77,19 @@ class _ChunkAndDiffFn(CatalogDoFn):
         yield (doc.doc_id, plan)
 
 
-class ChunkDocuments(beam.PTransform):
+class ChunkDocuments(GuardedStep):
     """Chunk parsed documents and diff against the catalog.
 
     Input: ``ParsedDocument``. Outputs: ``plans`` (``(doc_id, DocumentPlan)``)
     and ``dead`` (``DeadLetter``).
     """
 
+    label_, output, stage, dead_label = "ChunkAndDiff", "plans", "chunk", "ChunkDeadLetters"
+
     def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
-        super().__init__()
-        self.settings = settings
+        super().__init__(settings)
         self.total = total
         self.show_progress = show_progress
 
-    def expand(self, parsed: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = (
-            parsed
-            | "ChunkAndDiff"
-            >> beam.ParDo(
-                _ChunkAndDiffFn(self.settings, self.total, self.show_progress)
-            ).with_exception_handling()
-        )
-        return {
-            "plans": out["good"],
-            "dead": out["bad"] | "ChunkDeadLetters" >> ToDeadLetters("chunk"),
-        }
+    def make_fn(self) -> beam.DoFn:
+        return _ChunkAndDiffFn(self.settings, total=self.total, show_progress=self.show_progress)

@@ -336,6 +336,41 @@ class ToDeadLetters(beam.PTransform):
         return pcoll | "ToDeadLetter" >> beam.ParDo(_ToDeadLettersFn(self.stage))
 
 
+class GuardedStep(beam.PTransform):
+    """A transform that is one DoFn over its input, the DoFn's failures
+    turned into dead letters of its stage.
+
+    Subclasses state only what differs: ``label_`` (the ParDo's label),
+    ``output`` (the name of the processed records' output), ``stage`` and
+    ``dead_label`` (the stage of the dead letters and the label of that
+    step), and the DoFn: ``fn`` built from the settings and ``dim``, or
+    :meth:`make_fn` overridden. Outputs: ``{output: ..., "dead": DeadLetter}``.
+
+    Args:
+        settings: stores and limits, for the DoFn.
+        dim: the vectors' dimension (the steps that write the stores).
+    """
+
+    fn: Any
+    label_: str
+    output: str
+    stage: str
+    dead_label: str
+
+    def __init__(self, settings: Settings, dim: int = 0) -> None:
+        super().__init__()
+        self.settings = settings
+        self.dim = dim
+
+    def make_fn(self) -> beam.DoFn:
+        """The DoFn of the step (default: ``fn(settings, dim)``)."""
+        return self.fn(self.settings, self.dim)
+
+    def expand(self, pcoll: beam.PCollection) -> dict[str, beam.PCollection]:
+        out = pcoll | self.label_ >> beam.ParDo(self.make_fn()).with_exception_handling()
+        return {self.output: out["good"], "dead": out["bad"] | self.dead_label >> ToDeadLetters(self.stage)}
+
+
 class _ToDeadLettersFn(beam.DoFn):
     """Beam's failure record -> DeadLetters, counting ``<stage>_errors``."""
 
@@ -356,26 +391,66 @@ class CatalogDoFn(beam.DoFn):
     instance, opened in ``setup()`` and closed in ``teardown()`` (a Catalog
     holds a connection pool and does not pickle).
 
+    Steps count with :meth:`count` (ragsync counters by name) and, when
+    ``metrics_stage`` names their stage, time their work with
+    ``self._stage`` (``StageMetrics`` made in ``setup()``).
+
     Args:
         settings: where the catalog is; None runs the step without one
             (``self._catalog`` stays None: the gate's catalog-free tests).
     """
 
     settings: Settings
+    metrics_stage: str = ""
+    _stage: StageMetrics
 
     def __init__(self, settings: Settings | None) -> None:
         # None only for the gate's catalog-free tests; every other step has settings.
         self.settings = settings  # type: ignore[assignment]
         self._catalog: Any = None
+        self._counters: dict[str, Any] = {}
 
     def setup(self) -> None:
         if self.settings is not None:
             self._catalog = open_catalog(self.settings)
+        if self.metrics_stage:
+            self._stage = StageMetrics(self.metrics_stage)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to the ragsync counter ``name`` (its handle made once per instance)."""
+        handle = self._counters.get(name)
+        if handle is None:
+            handle = self._counters[name] = counter(name)
+        handle.inc(n)
 
     def teardown(self) -> None:
         if self._catalog is not None:
             self._catalog.close()
             self._catalog = None
+
+
+class ProgressDoFn(CatalogDoFn):
+    """A catalog step that prints progress lines: ``self._progress`` (made in
+    ``setup()``) counts ``progress_unit`` of phase ``progress_phase``.
+
+    Args:
+        settings: where the catalog is.
+        total: expected items, for the ETA (0 when unknown).
+        show_progress: print the lines (to stderr).
+    """
+
+    progress_phase: str
+    progress_unit: str
+
+    def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
+        super().__init__(settings)
+        self.total = total
+        self.show_progress = show_progress
+
+    def setup(self) -> None:
+        super().setup()
+        phase, unit = self.progress_phase, self.progress_unit
+        self._progress = Progress(phase, unit, self.total, enabled=self.show_progress)
 
 
 class CatalogStep(beam.PTransform):

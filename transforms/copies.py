@@ -21,13 +21,10 @@ from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
-import apache_beam as beam
-
 from ragsync import ids, near_dup
-from ragsync.config import Settings
 from ragsync.decisions import CopiesPlan, CopyIdentity, plan_copies
 from ragsync.model import Chunk, FetchedDocument
-from transforms.common import StoresDoFn, ToDeadLetters, counter
+from transforms.common import GuardedStep, StoresDoFn, counter
 
 
 def copy_identities(
@@ -138,7 +135,7 @@ def _promote(step: Any, owner: Any, plan: CopiesPlan, chunks: list[Chunk]) -> No
     if rekeyed:
         sig = near_dup.signature("\n\n".join(c.text for c in rekeyed))
         catalog.set_near_dup(holder, owner.tenant_id, sig, near_dup.band_keys(sig))
-    step._promoted.inc()
+    step.count("copies_promoted")
 
 
 def vectors_for(step: Any, chunks: list[Chunk]) -> dict[str, list[float]]:
@@ -173,10 +170,6 @@ def retire_holder(step: Any, doc_id: str) -> int:
 class CopiesDoFn(StoresDoFn):
     """Base of the steps that call :func:`sync_copies` (counts promotions)."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._promoted = counter("copies_promoted")
-
 
 class _RefreshCopiesFn(CopiesDoFn):
     """(holder doc id, FetchedDocument that left it) -> the same pair once the
@@ -188,20 +181,10 @@ class _RefreshCopiesFn(CopiesDoFn):
         yield left
 
 
-class RefreshCopies(beam.PTransform):
+class RefreshCopies(GuardedStep):
     """Input: ``(holder doc id, FetchedDocument)``: a copy that left the
     holder. Outputs: ``refreshed`` (the pairs) and ``dead`` (``DeadLetter``
     of the copy that left)."""
 
-    def __init__(self, settings: Settings, dim: int) -> None:
-        super().__init__()
-        self.settings = settings
-        self.dim = dim
-
-    def expand(self, owners: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = (
-            owners
-            | "RefreshCopies"
-            >> beam.ParDo(_RefreshCopiesFn(self.settings, self.dim)).with_exception_handling()
-        )
-        return {"refreshed": out["good"], "dead": out["bad"] | "CopiesDeadLetters" >> ToDeadLetters("copies")}
+    fn = _RefreshCopiesFn
+    label_, output, stage, dead_label = "RefreshCopies", "refreshed", "copies", "CopiesDeadLetters"

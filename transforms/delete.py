@@ -5,14 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-import apache_beam as beam
-
 from ragsync import ids
-from ragsync.config import Settings
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import StageMetrics, ToDeadLetters, counter
+from transforms.common import GuardedStep
 from transforms.copies import CopiesDoFn, sync_copies
 from transforms.io import delete_if_exists
 
@@ -70,7 +67,7 @@ def delete_document(
         step._keywords.delete(tenant_id, chunk_ids)
         step.shadow_delete(tenant_id, chunk_ids)
         cat.delete_chunks(chunk_ids)
-        step._deleted.inc(len(chunk_ids))
+        step.count("chunks_deleted", len(chunk_ids))
     if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, doc_id):
         delete_if_exists(step.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
         delete_if_exists(step.settings.raw_uri(doc.content_hash))
@@ -101,11 +98,7 @@ class _DeleteFn(CopiesDoFn):
     documents are gone everywhere (``delete_document``); otherwise the event
     is retried."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._deleted = counter("chunks_deleted")
-        self._docs = counter("documents_deleted")
-        self._stage = StageMetrics("delete")
+    metrics_stage = "delete"
 
     def process(self, qe: QueuedEvent) -> Iterator[Any]:
         yield from self._stage.run(self._delete, qe)
@@ -119,7 +112,7 @@ class _DeleteFn(CopiesDoFn):
             version_domain=qe.version_domain,
             observed_at=qe.event.event_time,
         )
-        self._docs.inc()
+        self.count("documents_deleted")
         yield qe
 
 
@@ -139,41 +132,21 @@ class _DeleteStaleChildFn(_DeleteFn):
             version_domain=child.version_domain,
             observed_at=child.observed_at or child.event_time or None,
         )
-        self._children.inc()
+        self.count("children_deleted")
         yield child
 
-    def setup(self) -> None:
-        super().setup()
-        self._children = counter("children_deleted")
 
-
-class DeleteStaleChildren(beam.PTransform):
+class DeleteStaleChildren(GuardedStep):
     """Input: ``SourceFile`` of stale child documents (``transforms.parse.STALE_CHILDREN``).
     Outputs: ``deleted`` (the same) and ``dead`` (``DeadLetter``)."""
 
-    def __init__(self, settings: Settings, dim: int) -> None:
-        super().__init__()
-        self.settings = settings
-        self.dim = dim
-
-    def expand(self, children: beam.PCollection) -> dict[str, beam.PCollection]:
-        fn = _DeleteStaleChildFn(self.settings, self.dim)
-        out = children | "DeleteChild" >> beam.ParDo(fn).with_exception_handling()
-        return {
-            "deleted": out["good"],
-            "dead": out["bad"] | "ChildDeleteDeadLetters" >> ToDeadLetters("delete"),
-        }
+    fn = _DeleteStaleChildFn
+    label_, output, stage, dead_label = "DeleteChild", "deleted", "delete", "ChildDeleteDeadLetters"
 
 
-class DeleteDocuments(beam.PTransform):
+class DeleteDocuments(GuardedStep):
     """Input: delete ``QueuedEvent``. Outputs: ``deleted`` (QueuedEvent) and
     ``dead`` (``DeadLetter``; transient ones are retried by the sink)."""
 
-    def __init__(self, settings: Settings, dim: int) -> None:
-        super().__init__()
-        self.settings = settings
-        self.dim = dim
-
-    def expand(self, events: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = events | "Delete" >> beam.ParDo(_DeleteFn(self.settings, self.dim)).with_exception_handling()
-        return {"deleted": out["good"], "dead": out["bad"] | "DeleteDeadLetters" >> ToDeadLetters("delete")}
+    fn = _DeleteFn
+    label_, output, stage, dead_label = "Delete", "deleted", "delete", "DeleteDeadLetters"

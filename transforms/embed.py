@@ -41,7 +41,7 @@ from ragsync.embedding import (
 )
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
-from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters
 
 #: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256
@@ -162,11 +162,6 @@ class _CacheLookupFn(CatalogDoFn):
         super().__init__(settings)
         self.model_version = model_version
 
-    def setup(self) -> None:
-        super().setup()
-        self._hits = counter("embedding_cache_hits")
-        self._misses = counter("embedding_cache_misses")
-
     def process(self, batch: list[tuple[str, DocumentPlan]]) -> Iterator[PlanToEmbed]:
         yield from self._lookup([plan for _, plan in batch])
 
@@ -180,8 +175,8 @@ class _CacheLookupFn(CatalogDoFn):
             misses = tuple(
                 (cid, hashes[cid], by_id[cid].embedding_text()) for cid in plan.new_ids if cid not in hits
             )
-            self._hits.inc(len(hits))
-            self._misses.inc(len(misses))
+            self.count("embedding_cache_hits", len(hits))
+            self.count("embedding_cache_misses", len(misses))
             # Plans with every vector cached go through RunInference too: the
             # model is never called (or loaded) for them, and no Flatten is
             # needed to merge two branches (FnApiRunner's streaming mode
@@ -189,7 +184,7 @@ class _CacheLookupFn(CatalogDoFn):
             yield PlanToEmbed(plan, hits, misses)
 
 
-class _CacheStoreFn(CatalogDoFn):
+class _CacheStoreFn(ProgressDoFn):
     """PredictionResult -> EmbeddedPlan; good vectors go to the cache.
 
     Raises ``EmbedFailedError`` for a plan with a chunk the model rejected (or
@@ -198,15 +193,11 @@ class _CacheStoreFn(CatalogDoFn):
     were cached.
     """
 
-    def __init__(self, settings: Settings, model_version: str, show_progress: bool) -> None:
-        super().__init__(settings)
-        self.model_version = model_version
-        self.show_progress = show_progress
+    progress_phase, progress_unit = "embed", "chunks"
 
-    def setup(self) -> None:
-        super().setup()
-        self._embedded = counter("chunks_embedded")
-        self._progress = Progress("embed", "chunks", 0, enabled=self.show_progress)
+    def __init__(self, settings: Settings, model_version: str, show_progress: bool) -> None:
+        super().__init__(settings, show_progress=show_progress)
+        self.model_version = model_version
 
     def process(self, result: PredictionResult) -> Iterator[EmbeddedPlan]:
         item: Any = result.example  # PlanToEmbed (RunInference types it loosely)
@@ -222,7 +213,7 @@ class _CacheStoreFn(CatalogDoFn):
             vectors[cid] = fresh[text_hash] = inference
         if fresh:
             self._catalog.put_embeddings(fresh, self.model_version)
-        self._embedded.inc(len(fresh))
+        self.count("chunks_embedded", len(fresh))
         self._progress.add(len(fresh))
         if failures:
             raise embed_failure(failures)

@@ -42,7 +42,7 @@ from ragsync.decisions import (
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
-from transforms.common import CatalogDoFn, CatalogStep, StageMetrics, counter
+from transforms.common import CatalogDoFn, CatalogStep
 
 _log = logging.getLogger("ragsync.gate")
 
@@ -267,10 +267,11 @@ class _ResolveFn(CatalogDoFn):
     content_uri lies outside the source's location, is an ``invalid_event``
     dead letter."""
 
+    metrics_stage = "resolve"
+
     def setup(self) -> None:
         super().setup()
         self._sources: dict[tuple[str, str], tuple[str, str, str] | None] = {}
-        self._stage = StageMetrics("resolve")
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         yield from self._stage.run(self._resolve, row)
@@ -367,14 +368,10 @@ class _GateFn(CatalogDoFn):
       v8 upsert arrives  -> 8 > tombstone 7 -> apply (recreation)
     """
 
+    metrics_stage = "gate"
+
     CONTENT = ReadModifyWriteStateSpec("content_version", coders.StrUtf8Coder())
     PERMS = ReadModifyWriteStateSpec("acl_version", coders.StrUtf8Coder())
-
-    def setup(self) -> None:
-        super().setup()
-        self._stale = counter("events_stale")
-        self._duplicate = counter("events_duplicate")
-        self._stage = StageMetrics("gate")
 
     def process(
         self,
@@ -401,7 +398,7 @@ class _GateFn(CatalogDoFn):
             yield beam.pvalue.TaggedOutput(STALE, qe)
             return
         if verdict.action == GateAction.DUPLICATE:
-            self._duplicate.inc()
+            self.count("events_duplicate")
             yield beam.pvalue.TaggedOutput(DUPLICATE, qe)
             return
         if seen is None or compare_versions(stamp, seen) == Order.NEWER:
@@ -410,7 +407,7 @@ class _GateFn(CatalogDoFn):
 
     def _drop_stale(self, qe: QueuedEvent, reason: str) -> None:
         """Count, log (both versions) and keep the reason on the event row."""
-        self._stale.inc()
+        self.count("events_stale")
         _log.warning("event %s of %s: %s", qe.event.event_id, qe.doc_id, reason)
         if self._catalog is not None:
             self._catalog.note_event((qe.tenant_id, qe.event.event_id), reason)

@@ -34,7 +34,7 @@ from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.acl import apply_document_acl
-from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, ToDeadLetters
 from transforms.events import held_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
 
@@ -59,12 +59,10 @@ class _FetchFn(CatalogDoFn):
     client, both under the location and within the byte and time limits.
     """
 
+    metrics_stage = "fetch"
+
     def setup(self) -> None:
         super().setup()
-        self._seen = counter("documents_seen")
-        self._unchanged = counter("documents_unchanged")
-        self._bytes = counter("bytes_fetched")
-        self._stage = StageMetrics("fetch")
         self._connectors: dict[tuple[str, str], Connector] = {}
         self._acl_step: Any = None
         self._domains: dict[tuple[str, str], str] = {}
@@ -112,7 +110,7 @@ class _FetchFn(CatalogDoFn):
         yield from self._stage.run(self._fetch, item)
 
     def _fetch(self, item: SourceFile) -> Iterator[Any]:
-        self._seen.inc()
+        self.count("documents_seen")
         doc_id = ids.doc_id(item.tenant_id, item.source_id, item.source_object_id)
         if not item.version_domain:
             item = replace(item, version_domain=self._domain(item))
@@ -128,7 +126,7 @@ class _FetchFn(CatalogDoFn):
             raise EmptyDocumentError(f"{item.uri} has zero bytes")
         if len(data) > self.settings.max_bytes:
             raise TooLargeError(f"{len(data)} bytes is above the {self.settings.max_bytes}-byte limit")
-        self._bytes.inc(len(data))
+        self.count("bytes_fetched", len(data))
         chash = ids.content_hash(data)
         raw_uri = self.settings.raw_uri(chash)
         write_bytes_once(raw_uri, data)
@@ -159,7 +157,7 @@ class _FetchFn(CatalogDoFn):
             canonical_doc_id=doc_id,
         )
         if action == FetchAction.UNCHANGED:
-            self._unchanged.inc()
+            self.count("documents_unchanged")
             if stored is not None and (stored.source_version, stored.size) != (
                 item.source_version,
                 len(data),
@@ -252,10 +250,6 @@ class _LinkDuplicatesFn(CatalogDoFn):
     permissions.
     """
 
-    def setup(self) -> None:
-        super().setup()
-        self._dups = counter("documents_duplicate")
-
     def process(self, keyed: tuple[str, Iterable[FetchedDocument]]) -> Iterator[Any]:
         _, docs_iter = keyed
         docs = sorted(docs_iter, key=lambda d: d.doc_id)
@@ -272,7 +266,7 @@ class _LinkDuplicatesFn(CatalogDoFn):
                 others = tuple(a for a in acl_ids if a != d.acl_id)
                 yield replace(d, shared_acl_ids=others)
             else:
-                self._dups.inc()
+                self.count("documents_duplicate")
                 yield beam.pvalue.TaggedOutput(DUPLICATE, replace(d, canonical_doc_id=canonical))
 
 

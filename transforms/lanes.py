@@ -16,7 +16,7 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.model import FetchedDocument
-from transforms.common import CatalogDoFn, ToDeadLetters, counter
+from transforms.common import CatalogDoFn, GuardedStep
 
 SLOW = "slow"
 
@@ -25,27 +25,20 @@ class _HandToSlowLaneFn(CatalogDoFn):
     """FetchedDocument (detected slow, from an event) -> its event moved to the
     ``slow`` lane, its lease ended so the slow pipeline takes it at once."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._handed = counter("events_to_slow_lane")
-
     def process(self, doc: FetchedDocument) -> Iterator[Any]:
         src = doc.source
         if not src.event_id:
             raise ValueError("slow-lane hand-off applies to event-driven work only")
         self._catalog.move_to_lane([(src.tenant_id, src.event_id)], SLOW)
-        self._handed.inc()
+        self.count("events_to_slow_lane")
         yield src.event_id
 
 
-class HandToSlowLane(beam.PTransform):
+class HandToSlowLane(GuardedStep):
     """Input: ``FetchedDocument`` routed to the slow lane. Outputs: ``handed``
     (event ids moved to the slow lane) and ``dead`` (``DeadLetter``)."""
 
-    def __init__(self, settings: Any) -> None:
-        super().__init__()
-        self.settings = settings
+    label_, output, stage, dead_label = "Hand", "handed", "route", "HandDeadLetters"
 
-    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
-        handed = docs | "Hand" >> beam.ParDo(_HandToSlowLaneFn(self.settings)).with_exception_handling()
-        return {"handed": handed["good"], "dead": handed["bad"] | "HandDeadLetters" >> ToDeadLetters("route")}
+    def make_fn(self) -> beam.DoFn:
+        return _HandToSlowLaneFn(self.settings)

@@ -168,10 +168,6 @@ class _SkipUnreadFn(CatalogDoFn):
         super().__init__(settings)
         self.reread = reread
 
-    def setup(self) -> None:
-        super().setup()
-        self._counters = [counter(n) for n in ("documents_seen", "documents_unchanged", "documents_unread")]
-
     def process(self, batch: list[SourceFile]) -> Iterator[SourceFile]:
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
         known = {} if self.reread else self._catalog.unread_states(doc_ids)
@@ -185,8 +181,8 @@ class _SkipUnreadFn(CatalogDoFn):
                 chunker_id=chunker_id,
                 reread=self.reread,
             ):
-                for c in self._counters:
-                    c.inc()
+                for name in ("documents_seen", "documents_unchanged", "documents_unread"):
+                    self.count(name)
             else:
                 yield item
 
@@ -225,15 +221,11 @@ class _KnownDocumentsFn(CatalogDoFn):
         self.spec = spec
         self.started_at = listing_started_at
 
-    def setup(self) -> None:
-        super().setup()
-        self._known = counter("documents_known")
-
     def process(self, _: Any) -> Iterator[tuple[str, tuple[str, str]]]:
         for doc_id, object_id, version in self._catalog.iter_source_documents(
             self.spec.source_id, self.spec.tenant_id, updated_before=self.started_at
         ):
-            self._known.inc()
+            self.count("documents_known")
             yield doc_id, (object_id, version)
 
 
@@ -323,14 +315,10 @@ class FindVanished(beam.PTransform):
 class _QueueEventsFn(CatalogDoFn):
     """[Event] -> events durably queued (counter ``events_queued``)."""
 
-    def setup(self) -> None:
-        super().setup()
-        self._queued = counter("events_queued")
-
     def process(self, batch: list[Event]) -> Iterator[int]:
         # Events of a listing carry their source's tenant (see _DeleteEventFn).
         queued, _ = self._catalog.enqueue_events(batch)
-        self._queued.inc(queued)
+        self.count("events_queued", queued)
         yield queued
 
 

@@ -30,10 +30,9 @@ from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_fie
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
     CatalogDoFn,
+    GuardedStep,
     Progress,
-    StageMetrics,
     ToDeadLetters,
-    counter,
 )
 from transforms.copies import CopiesDoFn, retire_holder, sync_copies
 from transforms.embed import EmbeddedPlan
@@ -54,6 +53,8 @@ class _WriteFn(CopiesDoFn):
     writes the same ids again (or the end-of-run sweep removes them).
     """
 
+    metrics_stage = "write"
+
     def __init__(self, settings: Settings, dim: int, total: int, show_progress: bool) -> None:
         super().__init__(settings, dim)
         self.total = total
@@ -61,11 +62,6 @@ class _WriteFn(CopiesDoFn):
 
     def setup(self) -> None:
         super().setup()
-        self._indexed = counter("documents_indexed")
-        self._written = counter("chunks_written")
-        self._deleted = counter("chunks_deleted")
-        self._stale = counter("events_stale")
-        self._stage = StageMetrics("write")
         self._progress = Progress("write", "docs", self.total, enabled=self.show_progress)
         self._docs_written = 0
         # Fault injection for crash and signal tests:
@@ -89,7 +85,7 @@ class _WriteFn(CopiesDoFn):
             # A newer version of this document was accepted (or it was
             # deleted) while this one was being embedded: writing it now
             # would roll the document back.
-            self._stale.inc()
+            self.count("events_stale")
             yield beam.pvalue.TaggedOutput("superseded", plan)
             return
         self._write(plan, embedded.vectors)
@@ -144,7 +140,7 @@ class _WriteFn(CopiesDoFn):
             self._keywords.set_acl_ids(tenant, moved)
             self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
         self._catalog.write_chunks(list(plan.chunks))
-        self._written.inc(len(new))
+        self.count("chunks_written", len(new))
         self._catalog.flip_indexed_version(
             doc.doc_id,
             content_hash=doc.content_hash,
@@ -171,10 +167,10 @@ class _WriteFn(CopiesDoFn):
             self._keywords.delete(tenant, vanished)
             self.shadow_delete(tenant, vanished)
             self._catalog.delete_chunks(vanished)
-            self._deleted.inc(len(vanished))
+            self.count("chunks_deleted", len(vanished))
         # Copies linked in earlier runs or by events read these chunks too.
         sync_copies(self, doc.canonical_doc_id)
-        self._indexed.inc()
+        self.count("documents_indexed")
 
 
 class WriteIndexes(beam.PTransform):
@@ -224,10 +220,6 @@ class _RecordDuplicateFn(CopiesDoFn):
     identity.
     """
 
-    def setup(self) -> None:
-        super().setup()
-        self._relinked = counter("copies_relinked")
-
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:
         cat = self._catalog
         stored = cat.get_document(doc.doc_id)
@@ -251,7 +243,7 @@ class _RecordDuplicateFn(CopiesDoFn):
                 else None
             )
             if copy_lost_its_holder(link, held):
-                self._relinked.inc()
+                self.count("copies_relinked")
                 raise WriteError(
                     f"{doc.doc_id} was linked as a copy of {row.canonical_doc_id}, which no longer "
                     "serves its bytes (deleted meanwhile): processed again"
@@ -259,23 +251,12 @@ class _RecordDuplicateFn(CopiesDoFn):
         yield doc
 
 
-class RecordDuplicates(beam.PTransform):
+class RecordDuplicates(GuardedStep):
     """Input: ``FetchedDocument`` copies. Outputs: ``recorded`` (the same,
     once recorded) and ``dead`` (``DeadLetter``)."""
 
-    def __init__(self, settings: Settings, dim: int) -> None:
-        super().__init__()
-        self.settings = settings
-        self.dim = dim
-
-    def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
-        out = (
-            docs
-            | "RecordDuplicate"
-            >> beam.ParDo(_RecordDuplicateFn(self.settings, self.dim)).with_exception_handling()
-        )
-        dead = out["bad"] | "DuplicateDeadLetters" >> ToDeadLetters("copies")
-        return {"recorded": out["good"], "dead": dead}
+    fn = _RecordDuplicateFn
+    label_, output, stage, dead_label = "RecordDuplicate", "recorded", "copies", "DuplicateDeadLetters"
 
 
 class _DeadLetterSinkFn(CatalogDoFn):
@@ -291,11 +272,6 @@ class _DeadLetterSinkFn(CatalogDoFn):
         super().__init__(settings)
         self.max_attempts = max_attempts
 
-    def setup(self) -> None:
-        super().setup()
-        self._count = counter("dead_lettered")
-        self._retried = counter("events_retried")
-
     def process(self, dl: DeadLetter) -> Iterator[str]:
         if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
             self._catalog.retry_event_later(
@@ -308,13 +284,13 @@ class _DeadLetterSinkFn(CatalogDoFn):
                 dl.error_class,
                 dl.message,
             )
-            self._retried.inc()
+            self.count("events_retried")
             return
         source_id = payload_field(dl.payload, "source_id")
         self._catalog.record_dead_letter(dl, source_id=source_id, parser_version=PARSER_VERSION)
         if dl.event_id:
             self._catalog.ack_events([(dl.tenant_id, dl.event_id)], "dead")
-        self._count.inc()
+        self.count("dead_lettered")
         yield dl.error_class
 
 

@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from connectors.events import event_or_none
 from control_plane.deps import CatalogDep, Tenant, path_id, view
-from control_plane.errors import ERRORS, not_found
+from control_plane.errors import ACCEPTED, ERRORS, not_found
 from ragsync.catalog import DeadLetterRow
 
 router = APIRouter()
@@ -65,11 +65,7 @@ def list_dead_letters(
 
 
 @router.post(
-    "/v1/dead-letters/{event_id:path}/retry",
-    status_code=202,
-    response_model=RetryOut,
-    tags=["dead letters"],
-    responses=ERRORS,
+    "/v1/dead-letters/{event_id:path}/retry", response_model=RetryOut, tags=["dead letters"], **ACCEPTED
 )
 def retry_dead_letter(event_id: str, tenant_id: Tenant, catalog: CatalogDep) -> RetryOut:
     """Retry a dead letter of the caller's tenant (404 for others' and unknown ids).

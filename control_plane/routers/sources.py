@@ -25,7 +25,7 @@ from connectors.base import SourceSpec
 from connectors.location import allowed_for_tenant, source_location
 from connectors.registry import connector_class, default_uri
 from control_plane.deps import CatalogDep, Tenant, path_id
-from control_plane.errors import ERRORS, ApiError, ErrorOut, not_found
+from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, SourceState, SyncRun, new_id
 from ragsync.errors import ConfigurationError
 
@@ -299,13 +299,7 @@ def resume_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Sou
     return _source_out(_own_source(source_id, tenant_id, catalog))
 
 
-@router.post(
-    "/v1/sources/{source_id}/sync",
-    status_code=202,
-    response_model=SyncOut,
-    tags=["sources"],
-    responses=ERRORS,
-)
+@router.post("/v1/sources/{source_id}/sync", response_model=SyncOut, tags=["sources"], **ACCEPTED)
 def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
     """Queue a sync of one of the caller's sources (404 for others'); while one
     is queued or running, that one is answered instead of a second."""

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Column, Engine, create_engine, event, func, select
+from sqlalchemy import Column, Engine, create_engine, event, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
@@ -217,6 +217,34 @@ class Repository:
             query = query.where(column.table.c.tenant_id == tenant_id)
         with self._read_engine.connect() as conn:
             return {str(value): int(n) for value, n in conn.execute(query).all()}
+
+    def _claim_oldest(self, table: Table, key: str, waiting: str, *order: Any) -> str | None:
+        """Move the first row of ``table`` in state ``waiting`` (by ``order``)
+        to ``running``, its ``started_at`` and ``updated_at`` now.
+
+        One conditional update per try: two workers never take the same row
+        (the loser tries the next one).
+
+        Returns:
+            The taken row's ``key`` column, or None when no row waits.
+        """
+        column = table.c[key]
+        while True:
+            with self._read_engine.connect() as conn:
+                found = conn.execute(
+                    select(column).where(table.c.state == waiting).order_by(*order).limit(1)
+                ).scalar()
+            if found is None:
+                return None
+            now = _now()
+            with self._engine.begin() as conn:
+                taken = conn.execute(
+                    update(table)
+                    .where(column == found, table.c.state == waiting)
+                    .values(state="running", started_at=now, updated_at=now)
+                ).rowcount
+            if taken:
+                return str(found)
 
     def _insert_new(self, table: Table, row: Mapping[str, Any], conflict: str) -> None:
         """INSERT one row whose key must be new, in its own transaction.

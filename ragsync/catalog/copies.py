@@ -13,7 +13,7 @@ from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row
+from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row, document_update
 
 
 class CopiesRepository(Repository):
@@ -35,12 +35,10 @@ class CopiesRepository(Repository):
                 must leave the new hash, or the union of the groups of the
                 shared content would miss this copy's groups.
         """
-        t = schema.documents
         with self._engine.begin() as conn:
             conn.execute(
-                update(t)
-                .where(t.c.doc_id == doc_id)
-                .values(
+                document_update(
+                    doc_id,
                     canonical_doc_id=canonical_doc_id,
                     content_hash=content_hash,
                     status="duplicate",
@@ -81,9 +79,8 @@ class CopiesRepository(Repository):
         with self._engine.begin() as conn:
             row = conn.execute(select(t.c.source_version).where(t.c.doc_id == doc_id)).first()
             conn.execute(
-                update(t)
-                .where(t.c.doc_id == doc_id)
-                .values(
+                document_update(
+                    doc_id,
                     canonical_doc_id=doc_id,
                     status=STATUS_INDEXED,
                     error_class=None,

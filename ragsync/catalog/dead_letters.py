@@ -240,20 +240,25 @@ class DeadLettersRepository(Repository):
         )
         return Redrive(event_id, tenant, "event", "requeued", retry_id, resolved)
 
-    def _redrive_row(self, tenant: str, row_id: int, parse: EventParser) -> Redrive | None:
+    def _open_payload(self, tenant_id: str, dead_letter_id: int) -> str | None:
+        """The payload of the tenant's open dead letter with this row id, or None."""
         t = schema.dead_letters
         with self._read_engine.connect() as conn:
             row = conn.execute(
                 select(t.c.payload).where(
-                    t.c.id == row_id, t.c.tenant_id == tenant, t.c.resolved_at.is_(None)
+                    t.c.id == dead_letter_id, t.c.tenant_id == tenant_id, t.c.resolved_at.is_(None)
                 )
             ).first()
-        if row is None:
+        return None if row is None else str(row[0])
+
+    def _redrive_row(self, tenant: str, row_id: int, parse: EventParser) -> Redrive | None:
+        payload = self._open_payload(tenant, row_id)
+        if payload is None:
             return None
-        event_id = event_id_of_payload(row[0])
+        event_id = event_id_of_payload(payload)
         if event_id:
             return self._redrive_event(tenant, event_id, parse)
-        if not payload_field(row[0], "source_object_id"):
+        if not payload_field(payload, "source_object_id"):
             return None  # a stream message that is not an event: nothing to run again
         resolved = self.resolve_dead_letters(tenant, [row_id])
         retry_id = self.record_retry(
@@ -462,14 +467,8 @@ class DeadLettersRepository(Repository):
 
     def open_file_dead_letter(self, tenant_id: str, dead_letter_id: int) -> bool:
         """Whether an open dead letter with this row id is the tenant's and not event-backed."""
-        t = schema.dead_letters
-        with self._read_engine.connect() as conn:
-            payload = conn.execute(
-                select(t.c.payload).where(
-                    t.c.id == dead_letter_id, t.c.tenant_id == tenant_id, t.c.resolved_at.is_(None)
-                )
-            ).first()
-        return payload is not None and not event_id_of_payload(payload[0])
+        payload = self._open_payload(tenant_id, dead_letter_id)
+        return payload is not None and not event_id_of_payload(payload)
 
     def record_retry(
         self, tenant_id: str, *, kind: str, state: str, event_id: str | None, dead_letter_id: int | None

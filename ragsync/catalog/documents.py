@@ -103,24 +103,10 @@ class DocumentRow:
 
 @dataclass(frozen=True)
 class FetchRecord:
-    """What :meth:`Catalog.record_fetch` stores about a fetched document.
-
-    Attributes:
-        doc_id: namespaced stable id.
-        source_id: registered source.
-        tenant_id: owner tenant.
-        source_object_id: id of the object inside the source.
-        uri: where the object was read from.
-        size: bytes.
-        source_version: the source's version of the object.
-        content_hash: sha256 hex of the bytes.
-        acl_id: ACL row built from the object's groups.
-        canonical_doc_id: itself, or the document it duplicates.
-        mime: detected content type ('' when not yet detected).
-        version_domain: domain of ``source_version`` (None: undeclared).
-        version_observed_at: when the source showed it (None: unknown).
-        parent_doc_id: the parent of a child document (None: top level).
-    """
+    """What :meth:`Catalog.record_fetch` stores about a fetched document: the
+    columns of :class:`DocumentRow` of the same names, as fetched (``acl_id``
+    built from the object's groups; ``canonical_doc_id`` itself, or the
+    document it duplicates; ``mime`` '' when not yet detected)."""
 
     doc_id: str
     source_id: str
@@ -184,6 +170,12 @@ def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
 
 
 # --------------------------------------------------------------------- repository
+
+
+def document_update(doc_id: str, **values: Any) -> Any:
+    """The statement that sets ``values`` (column=value) on the row of ``doc_id``."""
+    t = schema.documents
+    return update(t).where(t.c.doc_id == doc_id).values(**values)
 
 
 class DocumentsRepository(Repository):
@@ -384,13 +376,8 @@ class DocumentsRepository(Repository):
             status: new status.
             error_class: error class of the failure, or None.
         """
-        t = schema.documents
         with self._engine.begin() as conn:
-            conn.execute(
-                update(t)
-                .where(t.c.doc_id == doc_id)
-                .values(status=status, error_class=error_class, updated_at=_now())
-            )
+            conn.execute(document_update(doc_id, status=status, error_class=error_class, updated_at=_now()))
 
     def flip_indexed_version(
         self,
@@ -549,7 +536,7 @@ class DocumentsRepository(Repository):
             "error_class": case((recovered, None), else_=t.c.error_class),
         }
         with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.doc_id == doc_id).values(**values))
+            conn.execute(document_update(doc_id, **values))
 
     def content_in_use(self, content_hash: str, exclude_doc_id: str) -> bool:
         """True when another live document has these bytes (keep the raw copy)."""

@@ -485,25 +485,8 @@ class SourcesRepository(Repository):
         """Take the oldest ``requested`` backfill (state ``running``), or None.
         One conditional update: two workers never take the same request."""
         t = schema.backfills
-        while True:
-            with self._read_engine.connect() as conn:
-                found = conn.execute(
-                    select(t.c.backfill_id)
-                    .where(t.c.state == "requested")
-                    .order_by(t.c.created_at, t.c.backfill_id)
-                    .limit(1)
-                ).scalar()
-            if found is None:
-                return None
-            now = _now()
-            with self._engine.begin() as conn:
-                taken = conn.execute(
-                    update(t)
-                    .where(t.c.backfill_id == found, t.c.state == "requested")
-                    .values(state="running", started_at=now, updated_at=now)
-                ).rowcount
-            if taken:
-                return self.get_backfill(str(found))
+        found = self._claim_oldest(t, "backfill_id", "requested", t.c.created_at, t.c.backfill_id)
+        return None if found is None else self.get_backfill(found)
 
     def update_backfill_progress(
         self,

@@ -378,28 +378,11 @@ class SyncsRepository(Repository):
         return _run_from_row(row) if row is not None else None
 
     def claim_sync_run(self) -> SyncRun | None:
-        """Take the oldest queued run (state ``running``), or None."""
+        """Take the oldest queued run (state ``running``), or None.
+        One conditional update: two workers never take the same run."""
         r = schema.sync_requests
-        while True:
-            with self._read_engine.connect() as conn:
-                row = (
-                    conn.execute(
-                        select(r.c.sync_id).where(r.c.state == "queued").order_by(r.c.requested_at).limit(1)
-                    )
-                    .mappings()
-                    .first()
-                )
-            if row is None:
-                return None
-            now = _now()
-            with self._engine.begin() as conn:
-                taken = conn.execute(
-                    update(r)
-                    .where(r.c.sync_id == row["sync_id"], r.c.state == "queued")
-                    .values(state="running", started_at=now, updated_at=now)
-                ).rowcount
-            if taken:
-                return self.get_sync_run(row["sync_id"])
+        found = self._claim_oldest(r, "sync_id", "queued", r.c.requested_at)
+        return None if found is None else self.get_sync_run(found)
 
     def finish_sync_run(
         self, sync_id: str, *, succeeded: bool, counts: Mapping[str, Any] | None = None, error: str = ""

@@ -197,6 +197,15 @@ def gate_verdict(op: str, version: str | Stamp, known: DocVersions) -> GateVerdi
             action, s.value, f"{op} {_describe(v)} is {word}: the document holds {what} {_describe(s)}"
         )
 
+    def unless_content_newer() -> GateVerdict:
+        """STALE when the indexed or the accepted content version is newer
+        than the event's, else APPLY."""
+        for other in (known.indexed, known.accepted):
+            order, s = held(other)
+            if order == Order.OLDER and s is not None:
+                return drop(GateAction.STALE, "content version", s)
+        return GateVerdict(GateAction.APPLY)
+
     if op not in ("acl", "delete", "upsert"):
         raise ValueError(f"unknown op {op!r}")
     tomb_order, tomb = held(known.deleted)
@@ -221,21 +230,13 @@ def gate_verdict(op: str, version: str | Stamp, known: DocVersions) -> GateVerdi
             return GateVerdict(GateAction.APPLY)
         if tomb is not None and tomb_order == Order.OLDER:
             return drop(GateAction.STALE, "tombstone", tomb)
-        for other in (known.indexed, known.accepted):
-            order, s = held(other)
-            if order == Order.OLDER and s is not None:
-                return drop(GateAction.STALE, "content version", s)
-        return GateVerdict(GateAction.APPLY)
+        return unless_content_newer()
     if tomb is not None and tomb_order != Order.NEWER:
         return drop(GateAction.STALE, "tombstone", tomb)
     order, s = held(known.indexed)
     if order == Order.SAME and known.complete and s is not None:
         return drop(GateAction.DUPLICATE, "content version", s)
-    for other in (known.indexed, known.accepted):
-        order, s = held(other)
-        if order == Order.OLDER and s is not None:
-            return drop(GateAction.STALE, "content version", s)
-    return GateVerdict(GateAction.APPLY)
+    return unless_content_newer()
 
 
 def gate_event(op: str, version: str | Stamp, known: DocVersions) -> GateAction:

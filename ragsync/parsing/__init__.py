@@ -7,8 +7,10 @@ classes of ``ragsync.errors``. Nothing here imports Apache Beam.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from ragsync.errors import (
     CorruptDocumentError,
@@ -60,70 +62,17 @@ class ParseResult:
     attachments: tuple[Attachment, ...] = ()
 
 
-def _pdf(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.pdf import parse_pdf
+def _lazy(module: str, name: str, *, paged: bool = False, **options: Any) -> Callable[[bytes, int], RawParse]:
+    """The parser ``name`` of ``ragsync.parsing.<module>``, imported on first
+    use (parsers pull heavy libraries). Called ``name(data, **options)``, with
+    ``max_pages=`` too when ``paged`` (formats with pages)."""
 
-    return parse_pdf(data, max_pages=max_pages)
+    def run(data: bytes, max_pages: int) -> RawParse:
+        parser = getattr(importlib.import_module(f"ragsync.parsing.{module}"), name)
+        pages = {"max_pages": max_pages} if paged else {}
+        return parser(data, **pages, **options)
 
-
-def _docx(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.docx import parse_docx
-
-    return parse_docx(data)
-
-
-def _html(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.html import parse_html
-
-    return parse_html(data)
-
-
-def _markdown(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.markdown import parse_markdown
-
-    return parse_markdown(data)
-
-
-def _text(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.text import parse_text
-
-    return parse_text(data)
-
-
-def _csv(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.text import parse_csv
-
-    return parse_csv(data)
-
-
-def _xlsx(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.office import parse_xlsx
-
-    return parse_xlsx(data)
-
-
-def _pptx(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.office import parse_pptx
-
-    return parse_pptx(data)
-
-
-def _xml(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.html import parse_html
-
-    return parse_html(data, main_only=False)
-
-
-def _image(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.ocr import parse_image
-
-    return parse_image(data, max_pages=max_pages)
-
-
-def _json(data: bytes, max_pages: int) -> RawParse:
-    from ragsync.parsing.tickets import parse_json
-
-    return parse_json(data)
+    return run
 
 
 def _tika(mime: str) -> Callable[[bytes, int], RawParse]:
@@ -159,14 +108,23 @@ _TIKA_MIMES = (
 # Tika formats stored as ZIP containers.
 _ZIP_CONTAINERS = frozenset(m for m in _TIKA_MIMES if "opendocument" in m or m == "application/epub+zip")
 
+_html = _lazy("html", "parse_html")
+_markdown = _lazy("markdown", "parse_markdown")
+_csv = _lazy("text", "parse_csv")
+_xlsx = _lazy("office", "parse_xlsx")
+_pptx = _lazy("office", "parse_pptx")
+_xml = _lazy("html", "parse_html", main_only=False)
+_json = _lazy("tickets", "parse_json")
+_image = _lazy("ocr", "parse_image", paged=True)
+
 _PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
-    MIME_PDF: _pdf,
-    MIME_DOCX: _docx,
+    MIME_PDF: _lazy("pdf", "parse_pdf", paged=True),
+    MIME_DOCX: _lazy("docx", "parse_docx"),
     "text/html": _html,
     "application/xhtml+xml": _html,
     "text/markdown": _markdown,
     "text/x-markdown": _markdown,
-    "text/plain": _text,
+    "text/plain": _lazy("text", "parse_text"),
     "text/csv": _csv,
     "text/tab-separated-values": _csv,
     "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": _xlsx,

@@ -126,7 +126,8 @@ def safe_name(raw: str | bytes, *, legacy: str = "cp1252") -> str:
     return "/".join(p for p in text.split("/") if p.strip() and p not in (".", ".."))
 
 
-def _unique(name: str, seen: set[str]) -> str:
+def unique_label(name: str, seen: set[str]) -> str:
+    """``name``, or ``name~N`` with the first N from 2 not in ``seen``; added to ``seen``."""
     candidate, n = name, 1
     while candidate in seen:
         n += 1
@@ -284,7 +285,7 @@ def _expand(data: bytes, mime: str, prefix: str, depth: int, budget: _Budget, fi
             budget.listing.append((label, len(body)))
             _expand(body, kind, f"{label}/", depth + 1, budget, name)
             continue
-        unique = _unique(label, budget.seen)
+        unique = unique_label(label, budget.seen)
         budget.listing.append((unique, len(body)))
         if body:
             budget.out.append(Attachment(name=unique, data=body, depth=depth))

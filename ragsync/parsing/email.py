@@ -25,7 +25,7 @@ from typing import Any
 from ragsync.errors import CorruptDocumentError
 from ragsync.model import Attachment, ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, split_paragraphs, utf16_without_bom
-from ragsync.parsing.archive import ArchiveLimits, safe_name
+from ragsync.parsing.archive import ArchiveLimits, safe_name, unique_label
 
 MIME_EML = "message/rfc822"
 MIME_MSG = "application/vnd.ms-outlook"
@@ -111,13 +111,7 @@ def _is_inline_image(part: Any) -> bool:
 
 def unique_name(name: str, seen: set[str], fallback: str) -> str:
     """A cleaned attachment name (``archive.safe_name``), ``fallback`` when empty, made unique with ``~N``."""
-    base = safe_name(name) or fallback
-    candidate, n = base, 1
-    while candidate in seen:
-        n += 1
-        candidate = f"{base}~{n}"
-    seen.add(candidate)
-    return candidate
+    return unique_label(safe_name(name) or fallback, seen)
 
 
 def _attachments(msg: EmailMessage, depth: int) -> list[Attachment]:

@@ -14,6 +14,7 @@ Nothing here imports Apache Beam.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import re
 import warnings
@@ -159,6 +160,31 @@ def image_frame_count(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> i
         UnsupportedFormatError: Pillow does not recognise the bytes.
         CorruptDocumentError: the header is unreadable.
     """
+    with _open_image(data) as im:
+        n = int(getattr(im, "n_frames", 1) or 1)
+        for i in range(n):
+            try:
+                im.seek(i)
+            except (EOFError, OSError, ValueError) as exc:
+                raise CorruptDocumentError(f"image frame {i + 1} unreadable: {exc}") from exc
+            w, h = im.size
+            if w * h > max_pixels:
+                raise TooLargeError(
+                    f"image frame {i + 1} is {w}x{h} = {w * h} pixels, above the limit of {max_pixels}"
+                )
+    return n
+
+
+@contextlib.contextmanager
+def _open_image(data: bytes) -> Iterator[Any]:
+    """The open Pillow image of ``data`` (closed on exit), with Pillow's
+    decompression-bomb warning silenced while it is used.
+
+    Raises:
+        TooLargeError: Pillow's own pixel limit refused it.
+        UnsupportedFormatError: Pillow does not recognise the bytes.
+        CorruptDocumentError: the header is unreadable.
+    """
     from PIL import Image, UnidentifiedImageError
 
     with warnings.catch_warnings():
@@ -172,18 +198,7 @@ def image_frame_count(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> i
         except (OSError, ValueError, SyntaxError) as exc:
             raise CorruptDocumentError(f"unreadable image header: {exc}") from exc
         with im:
-            n = int(getattr(im, "n_frames", 1) or 1)
-            for i in range(n):
-                try:
-                    im.seek(i)
-                except (EOFError, OSError, ValueError) as exc:
-                    raise CorruptDocumentError(f"image frame {i + 1} unreadable: {exc}") from exc
-                w, h = im.size
-                if w * h > max_pixels:
-                    raise TooLargeError(
-                        f"image frame {i + 1} is {w}x{h} = {w * h} pixels, above the limit of {max_pixels}"
-                    )
-    return n
+            yield im
 
 
 def iter_image_pages(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Iterator[PageImage]:
@@ -206,33 +221,27 @@ def iter_image_pages(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> It
         TooLargeError: a frame above ``max_pixels``.
         CorruptDocumentError: truncated or undecodable pixel data.
     """
-    from PIL import Image, ImageOps
+    from PIL import ImageOps
 
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-        try:
-            im = Image.open(io.BytesIO(data))
-        except Image.DecompressionBombError as exc:
-            raise TooLargeError(f"image above the pixel limit: {exc}") from exc
-        with im:
-            n = int(getattr(im, "n_frames", 1) or 1)
-            for i in range(n):
-                try:
-                    im.seek(i)
-                    w, h = im.size
-                    if w * h > max_pixels:
-                        raise TooLargeError(f"image frame {i + 1} is {w}x{h} pixels, above {max_pixels}")
-                    im.load()
-                    upright = i > 0 or im.getexif().get(_EXIF_ORIENTATION, 1) == 1
-                    frame = im if upright else ImageOps.exif_transpose(im)
-                    gray = _to_gray(frame)
-                    dpi = _dpi(im)
-                    source = data if _tesseract_reads_as_is(im, n, dpi) else None
-                except TooLargeError:
-                    raise
-                except (OSError, ValueError, SyntaxError, EOFError) as exc:
-                    raise CorruptDocumentError(f"image frame {i + 1} undecodable: {exc}") from exc
-                yield PageImage(i + 1, gray, dpi, source)
+    with _open_image(data) as im:
+        n = int(getattr(im, "n_frames", 1) or 1)
+        for i in range(n):
+            try:
+                im.seek(i)
+                w, h = im.size
+                if w * h > max_pixels:
+                    raise TooLargeError(f"image frame {i + 1} is {w}x{h} pixels, above {max_pixels}")
+                im.load()
+                upright = i > 0 or im.getexif().get(_EXIF_ORIENTATION, 1) == 1
+                frame = im if upright else ImageOps.exif_transpose(im)
+                gray = _to_gray(frame)
+                dpi = _dpi(im)
+                source = data if _tesseract_reads_as_is(im, n, dpi) else None
+            except TooLargeError:
+                raise
+            except (OSError, ValueError, SyntaxError, EOFError) as exc:
+                raise CorruptDocumentError(f"image frame {i + 1} undecodable: {exc}") from exc
+            yield PageImage(i + 1, gray, dpi, source)
 
 
 def parse_image(data: bytes, *, max_pages: int = 2000, options: OcrOptions | None = None) -> OcrRawParse:

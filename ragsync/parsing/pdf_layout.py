@@ -106,20 +106,6 @@ def flows(items: list[Item]) -> list[list[Item]]:
     return flows
 
 
-def _lines(flow: list[Item]) -> list[list[Item]]:
-    lines: list[list[Item]] = []
-    for it in flow:  # flow is sorted by top descending
-        if lines and not it.table and not lines[-1][0].table:
-            head = lines[-1][0]
-            if abs(head.cy - it.cy) <= 0.4 * min(head.size, it.size):
-                lines[-1].append(it)
-                continue
-        lines.append([it])
-    for line in lines:
-        line.sort(key=lambda it: it.x0)
-    return lines
-
-
 _SOFT_HYPHENS = ("\ufffe", "\xad", "\x02")
 
 
@@ -135,7 +121,7 @@ def paragraphs(flow: list[Item], page: int) -> list[Para]:
     paras: list[Para] = []
     prev: list[Item] | None = None
     right_edge = max((it.x1 for it in flow), default=0.0)
-    for line in _lines(flow):
+    for line in text_lines(flow, ordered=True):  # flow is sorted by top descending
         first = line[0]
         if first.table:
             paras.append(Para(page, 0.0, [first.text], table=True))

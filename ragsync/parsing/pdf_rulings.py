@@ -136,15 +136,10 @@ def turned(rulings: Rulings, turn: int) -> Rulings:
     from ragsync.parsing.pdf_text import upright
 
     out = Rulings()
-    for y, x0, x1 in rulings.horizontal:
-        left, right, bottom, top = upright(turn, x0, x1, y, y)
-        (out.horizontal if top - bottom < right - left else out.vertical).append(
-            ((bottom + top) / 2, left, right)
-            if top - bottom < right - left
-            else ((left + right) / 2, bottom, top)
-        )
-    for x, y0, y1 in rulings.vertical:
-        left, right, bottom, top = upright(turn, x, x, y0, y1)
+    boxes = [(x0, x1, y, y) for y, x0, x1 in rulings.horizontal]
+    boxes += [(x, x, y0, y1) for x, y0, y1 in rulings.vertical]
+    for box in boxes:  # (x0, x1, bottom, top) in page coordinates
+        left, right, bottom, top = upright(turn, *box)
         (out.horizontal if top - bottom < right - left else out.vertical).append(
             ((bottom + top) / 2, left, right)
             if top - bottom < right - left

@@ -64,11 +64,17 @@ class Table:
 # --------------------------------------------------------------------------- lines
 
 
-def text_lines(items: Sequence[Item]) -> list[list[Item]]:
-    """Group items into text lines, top to bottom, each sorted left to right."""
+def text_lines(items: Sequence[Item], *, ordered: bool = False) -> list[list[Item]]:
+    """Group items into text lines, top to bottom, each sorted left to right.
+
+    Args:
+        items: the items; a table item (``Item.table``) is a line of its own.
+        ordered: the items are in reading order already (a flow of a page,
+            top to bottom): they are not sorted again.
+    """
     lines: list[list[Item]] = []
-    for it in sorted(items, key=lambda i: -i.cy):
-        if lines:
+    for it in items if ordered else sorted(items, key=lambda i: -i.cy):
+        if lines and not it.table and not lines[-1][0].table:
             head = lines[-1][0]
             if abs(head.cy - it.cy) <= 0.4 * min(head.size, it.size):
                 lines[-1].append(it)

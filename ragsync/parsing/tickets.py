@@ -43,14 +43,8 @@ def _load(text: str) -> tuple[list[Any], int]:
 
 
 def is_github_issue(record: Any) -> bool:
-    """GitHub REST issue/pull request shape: ``title`` plus ``body`` or ``user``.
-
-    Args:
-        record: a decoded JSON value.
-
-    Returns:
-        Whether the record looks like a GitHub issue.
-    """
+    """Whether a decoded JSON value has the GitHub REST issue/pull request
+    shape: ``title`` plus ``body`` or ``user``."""
     return (
         isinstance(record, dict)
         and isinstance(record.get("title"), str)
@@ -59,14 +53,8 @@ def is_github_issue(record: Any) -> bool:
 
 
 def is_jira_issue(record: Any) -> bool:
-    """Jira REST v2 shape: ``key`` and ``fields.summary``.
-
-    Args:
-        record: a decoded JSON value.
-
-    Returns:
-        Whether the record looks like a Jira issue.
-    """
+    """Whether a decoded JSON value has the Jira REST v2 issue shape: ``key``
+    and ``fields.summary``."""
     return (
         isinstance(record, dict)
         and "key" in record

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, Self
 
 from ragsync.model import Chunk
 
@@ -30,6 +30,20 @@ class Hit:
     chunk_id: str
     doc_id: str
     score: float
+
+
+class ClosesOnExit:
+    """Base of the store implementations: ``with store:`` closes it on exit
+    (each implements ``close``, safe to call twice)."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class VectorIndex(Protocol):

@@ -36,7 +36,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit
+from ragsync.stores.base import ClosesOnExit, Hit
 
 BATCH_SIZE = 500
 """Documents per bulk request and ids per delete-by-query."""
@@ -172,7 +172,7 @@ def bulk_with_retry(
     return errors
 
 
-class ElasticsearchKeywordIndex:
+class ElasticsearchKeywordIndex(ClosesOnExit):
     """``KeywordIndex`` on an Elasticsearch index (or alias).
 
     Args:
@@ -446,9 +446,3 @@ class ElasticsearchKeywordIndex:
         es, self._es = self._es, None
         if es is not None:
             es.close()
-
-    def __enter__(self) -> ElasticsearchKeywordIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -34,7 +34,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit
+from ragsync.stores.base import ClosesOnExit, Hit
 
 BATCH_SIZE = 500
 """Rows per upsert/delete/query request."""
@@ -107,7 +107,7 @@ def _release_lite(path: str) -> None:
     server_manager_instance.release_server(path)
 
 
-class MilvusVectorIndex:
+class MilvusVectorIndex(ClosesOnExit):
     """``VectorIndex`` on Milvus (Lite or server).
 
     Args:
@@ -561,9 +561,3 @@ class MilvusVectorIndex:
             client.close()
             if self._lite_path:
                 _release_lite(self._lite_path)
-
-    def __enter__(self) -> MilvusVectorIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

@@ -27,7 +27,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit
+from ragsync.stores.base import ClosesOnExit, Hit
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
@@ -120,7 +120,7 @@ def _user_query_text(text: str) -> str:
     return _SYNTAX.sub(" ", text).lower().strip()
 
 
-class TantivyKeywordIndex:
+class TantivyKeywordIndex(ClosesOnExit):
     """``KeywordIndex`` on a tantivy index directory.
 
     Args:
@@ -372,9 +372,3 @@ class TantivyKeywordIndex:
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.wait_merging_threads()
-
-    def __enter__(self) -> TantivyKeywordIndex:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

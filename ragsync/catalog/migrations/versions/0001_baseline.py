@@ -3,23 +3,14 @@
 Generated from ``ragsync.catalog.schema`` when the catalog moved to Alembic
 and frozen here: it must never change (a catalog stamped at this revision
 already has exactly these tables). Change the schema with a new revision.
-
-Revision ID: 0001
-Revises:
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0001"
-down_revision: str | Sequence[str] | None = None
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0001", None
 
 
 def upgrade() -> None:

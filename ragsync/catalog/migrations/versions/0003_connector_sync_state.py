@@ -7,56 +7,46 @@ fully listed (with the listing's size). ``sync_requests`` gains when a worker
 started and finished a run, its counters (JSON), its error and its origin;
 its states become ``queued | running | succeeded | failed`` (``requested``
 rows become ``queued``, ``done`` rows ``succeeded``).
-
-Revision ID: 0003
-Revises: 0002
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0003"
-down_revision: str | Sequence[str] | None = "0002"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0003", "0002"
 
 
-def _source_columns() -> tuple[sa.Column[object], ...]:
-    return (
-        sa.Column("options", sa.Text(), nullable=True),
-        sa.Column("paused_at", sa.Double(), nullable=True),
-        sa.Column("pause_reason", sa.Text(), nullable=True),
-        sa.Column("failures", sa.Integer(), nullable=True),
-        sa.Column("retry_at", sa.Double(), nullable=True),
-        sa.Column("last_sync_at", sa.Double(), nullable=True),
-        sa.Column("last_success_at", sa.Double(), nullable=True),
-        sa.Column("last_full_at", sa.Double(), nullable=True),
-        sa.Column("last_listed", sa.BigInteger(), nullable=True),
-    )
-
-
-def _run_columns() -> tuple[sa.Column[object], ...]:
-    return (
-        sa.Column("started_at", sa.Double(), nullable=True),
-        sa.Column("finished_at", sa.Double(), nullable=True),
-        sa.Column("counts", sa.Text(), nullable=True),
-        sa.Column("error", sa.Text(), nullable=True),
-        sa.Column("origin", sa.String(length=16), nullable=True),
-    )
+# The new columns, all nullable, by table.
+_NEW_COLUMNS: dict[str, dict[str, sa.types.TypeEngine[Any]]] = {
+    "sources": {
+        "options": sa.Text(),
+        "paused_at": sa.Double(),
+        "pause_reason": sa.Text(),
+        "failures": sa.Integer(),
+        "retry_at": sa.Double(),
+        "last_sync_at": sa.Double(),
+        "last_success_at": sa.Double(),
+        "last_full_at": sa.Double(),
+        "last_listed": sa.BigInteger(),
+    },
+    "sync_requests": {
+        "started_at": sa.Double(),
+        "finished_at": sa.Double(),
+        "counts": sa.Text(),
+        "error": sa.Text(),
+        "origin": sa.String(length=16),
+    },
+}
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("sources") as batch:
-        for column in _source_columns():
-            batch.add_column(column)
-    with op.batch_alter_table("sync_requests") as batch:
-        for column in _run_columns():
-            batch.add_column(column)
+    for table, columns in _NEW_COLUMNS.items():
+        with op.batch_alter_table(table) as batch:
+            for name, type_ in columns.items():
+                batch.add_column(sa.Column(name, type_, nullable=True))
     op.execute("UPDATE sync_requests SET state = 'queued' WHERE state = 'requested'")
     op.execute("UPDATE sync_requests SET state = 'succeeded' WHERE state = 'done'")
 
@@ -64,9 +54,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute("UPDATE sync_requests SET state = 'requested' WHERE state = 'queued'")
     op.execute("UPDATE sync_requests SET state = 'done' WHERE state = 'succeeded'")
-    with op.batch_alter_table("sync_requests") as batch:
-        for column in reversed(_run_columns()):
-            batch.drop_column(column.name)
-    with op.batch_alter_table("sources") as batch:
-        for column in reversed(_source_columns()):
-            batch.drop_column(column.name)
+    for table, columns in reversed(_NEW_COLUMNS.items()):
+        with op.batch_alter_table(table) as batch:
+            for name in reversed(columns):
+                batch.drop_column(name)

@@ -10,24 +10,16 @@
   content) and ``deliveries`` (times leased, for crash-loop protection);
   ``doc_id`` widens to the event schema's object-id limit.
 * ``freshness``: the primary key becomes ``(tenant_id, event_id)``.
-
-Revision ID: 0004
-Revises: 0003
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0004"
-down_revision: str | Sequence[str] | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0004", "0003"
 
 _ID = 255
 _DOC_ID = 1024

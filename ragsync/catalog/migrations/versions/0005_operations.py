@@ -7,23 +7,14 @@
   counters (JSON: documents, embedding-cache hits and misses, and per stage
   the elements, errors, CPU milliseconds and latency), the source of the
   cost figures in ``ragsync status`` and the ``/metrics`` stage series.
-
-Revision ID: 0005
-Revises: 0004
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0005"
-down_revision: str | Sequence[str] | None = "0004"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0005", "0004"
 
 _ID = 255
 

@@ -10,23 +10,14 @@
 * ``events.note``: why an event was dropped (a stale event names both versions).
 * ``acls.deny_groups`` (JSON list) and the lookup table ``acl_denies``:
   groups an ACL explicitly denies (NTFS/SharePoint-style).
-
-Revision ID: 0006
-Revises: 0005
-Create Date: 2026-12-03
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0006"
-down_revision: str | Sequence[str] | None = "0005"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0006", "0005"
 
 _ID = 255
 

@@ -3,23 +3,14 @@
 * ``documents.parent_doc_id``: the document a child was cut out of (an
   e-mail's attachment, an archive's member; NULL for a top-level document),
   indexed so a parent's delete, permission change or edit finds its children.
-
-Revision ID: 0007
-Revises: 0006
-Create Date: 2026-12-04
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0007"
-down_revision: str | Sequence[str] | None = "0006"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
+revision, down_revision = "0007", "0006"
 
 
 def upgrade() -> None:
