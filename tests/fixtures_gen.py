@@ -45,6 +45,18 @@ HTML_EXTRA = """<html><head><title>Benefits</title></head><body>
 """
 
 
+def text_pdf_bytes(lines: list[str]) -> bytes:
+    """A one-page PDF with a text layer: ``lines`` in 12 pt Helvetica, one per line."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    for line in lines:
+        pdf.cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
 def xlsx_bytes() -> bytes:
     """An XLSX with two sheets (a header row first) and one empty sheet."""
     from openpyxl import Workbook

@@ -15,21 +15,11 @@ from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, TooLarg
 from ragsync.model import Chunk, Element, ElementType
 from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING, have_corpus
+from tests.fixtures_gen import text_pdf_bytes
 
 PDF = "application/pdf"
 LONG_PAGES = 1500
 corpus_required = pytest.mark.skipif(not have_corpus(), reason=CORPUS_MISSING)
-
-
-def _text_pdf(lines: list[str]) -> bytes:
-    from fpdf import FPDF
-
-    pdf = FPDF()
-    pdf.add_page()
-    pdf.set_font("Helvetica", size=12)
-    for line in lines:
-        pdf.cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
-    return bytes(pdf.output())
 
 
 @pytest.fixture(scope="session")
@@ -83,7 +73,12 @@ def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_pdfium_rejects_pdfminer_reads_generated() -> None:
     """A PDF behind 2 KB of junk: PDFium refuses it, pdfminer finds the header and reads it."""
-    data = b"%" + b"x" * 2047 + b"\n" + _text_pdf(["Fallback chain sample text here", "Second line of text"])
+    data = (
+        b"%"
+        + b"x" * 2047
+        + b"\n"
+        + text_pdf_bytes(["Fallback chain sample text here", "Second line of text"])
+    )
     import pypdfium2 as pdfium
 
     with pytest.raises(pdfium.PdfiumError):
@@ -99,7 +94,7 @@ def test_no_parser_reads_it_is_corrupt() -> None:
 
 
 def test_text_layer_pages_record_pdfium() -> None:
-    result = parse(_text_pdf(["Plain text layer page with enough characters to count."]), PDF)
+    result = parse(text_pdf_bytes(["Plain text layer page with enough characters to count."]), PDF)
     assert result.page_parsers == ("pdfium",)
     assert all(e.confidence is None for e in result.elements)
 
@@ -339,7 +334,7 @@ def test_chunk_confidence_is_the_lowest_ocr_confidence() -> None:
 
 def test_cli_parse_json_shows_page_parsers_and_confidence(tmp_path: Path) -> None:
     path = tmp_path / "doc.pdf"
-    path.write_bytes(_text_pdf(["A page of text that the command line shows as parsed by PDFium."]))
+    path.write_bytes(text_pdf_bytes(["A page of text that the command line shows as parsed by PDFium."]))
     out = subprocess.run(
         [sys.executable, "-m", "beam_pipelines.cli", "parse", str(path), "--json"],
         capture_output=True,
