@@ -23,9 +23,10 @@ from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
 from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
-from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
+from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent  # noqa: E402
 from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 from tests.serving import served  # noqa: E402
+from transforms.events import upsert_to_source_file  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
 MAX_BODY = 64 * 1024
@@ -698,19 +699,10 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
     )
     # An upsert that arrived through Pub/Sub: not in the local queue at all.
     remote = parse_event(_event(doc_id="pages/r", event_id="ev-remote"))
-    source = SourceFile(
-        tenant_id="tenant-a",
-        source_id="wiki-eng",
-        source_object_id="pages/r",
-        uri=remote.content_uri,
-        size=-1,
-        acl_groups=remote.acl_groups,
-        source_version=remote.source_version,
-        event_id=remote.event_id,
-        event_time=remote.event_time,
-    )
+    remote_id = ids.doc_id("tenant-a", "wiki-eng", "pages/r")
+    source = upsert_to_source_file(QueuedEvent(remote, "tenant-a", remote_id))
     fetched = FetchedDocument(
-        doc_id=ids.doc_id("tenant-a", "wiki-eng", "pages/r"),
+        doc_id=remote_id,
         source=source,
         content_hash="h",
         raw_uri="raw",
