@@ -15,7 +15,7 @@ from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, TooLarg
 from ragsync.model import Chunk, Element, ElementType
 from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING, have_corpus
-from tests.fixtures_gen import text_pdf_bytes
+from tests.fixtures_gen import long_pdf_bytes, text_pdf_bytes
 
 PDF = "application/pdf"
 LONG_PAGES = 1500
@@ -25,10 +25,6 @@ corpus_required = pytest.mark.skipif(not have_corpus(), reason=CORPUS_MISSING)
 @pytest.fixture(scope="session")
 def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1,500 pages: a running header and page-number footer, a heading every 10 pages, marked paragraphs."""
-    from fpdf import FPDF
-
-    pdf = FPDF(unit="pt", format="A4")
-    pdf.set_auto_page_break(False)
     words = [
         "alpha",
         "bravo",
@@ -44,27 +40,16 @@ def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "lima",
         "mike",
     ]
-    for page in range(1, LONG_PAGES + 1):
-        pdf.add_page()
-        pdf.set_font("Helvetica", size=8)
-        pdf.set_xy(40, 20)
-        pdf.cell(0, 10, "Annual Report of the Long Document Society")
-        pdf.set_xy(40, 800)
-        pdf.cell(0, 10, f"Page {page} of {LONG_PAGES}")
-        pdf.set_xy(40, 70)
-        if page % 10 == 1:
-            pdf.set_font("Helvetica", size=16)
-            pdf.cell(
-                0, 20, f"Chapter {page // 10 + 1}: {words[page % 13].title()}", new_x="LMARGIN", new_y="NEXT"
-            )
-        pdf.set_font("Helvetica", size=11)
-        for para in range(3):
-            filler = " ".join(words[(page + para + k) % 13] for k in range(24))
-            pdf.set_x(40)
-            pdf.multi_cell(500, 14, f"Marker p{page}x{para}: {filler}.")
-            pdf.ln(8)
+
+    def chapter(page: int) -> str:
+        return f"Chapter {page // 10 + 1}: {words[page % 13].title()}" if page % 10 == 1 else ""
+
+    def paragraph(page: int, para: int) -> str:
+        filler = " ".join(words[(page + para + k) % 13] for k in range(24))
+        return f"Marker p{page}x{para}: {filler}."
+
     path = tmp_path_factory.mktemp("long") / "long.pdf"
-    path.write_bytes(bytes(pdf.output()))
+    path.write_bytes(long_pdf_bytes(LONG_PAGES, paragraph, chapter))
     return path
 
 
