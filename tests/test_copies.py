@@ -102,6 +102,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     from ragsync.embedding import default_model
     from ragsync.errors import WriteError
     from ragsync.model import FetchedDocument, SourceFile
+    from transforms.fetch import fetch_decision
     from transforms.write import _RecordDuplicateFn
 
     settings = Settings(home=str(tmp_path / "home"))
@@ -141,14 +142,8 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
         row = cat.get_document(b.doc_id)
         assert row is not None and row.content_hash == chash
         # The retry's fetch processes it: its holder is not live.
-        action = fetch_action(
-            row,
-            content_hash=chash,
-            acl_id="acl-g",
-            parser_version="p",
-            chunker_id="c",
-            stored_chunk_rows=None,
-            copy_of_live=False,
+        action = fetch_decision(
+            cat, row, content_hash=chash, acl_id="acl-g", parser_version="p", chunker_id="c"
         )
         assert action == FetchAction.PROCESS
     finally:
