@@ -325,18 +325,26 @@ def _loadavg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def cli_rerun(folder: Path, home: Path) -> dict[str, Any]:
-    """The unchanged re-run through the CLI in a fresh process (imports included)."""
+def cli_backfill(folder: Path, home: Path, *, backend: str = "", timeout: float = 7200) -> dict[str, Any]:
+    """One ``ragsync backfill FOLDER --home HOME`` through the CLI in a fresh
+    process (imports included), with ``RAGSYNC_EMBED_BACKEND=backend`` when
+    given: ``{"wall_s": seconds, "summary": its JSON summary}``.
+
+    Raises:
+        RuntimeError: the command failed (the end of its stderr).
+        subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds.
+    """
     cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
     cmd += ["--quiet", "--json"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1")
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
+    if backend:
+        env["RAGSYNC_EMBED_BACKEND"] = backend
     start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
     wall = time.monotonic() - start
     if proc.returncode != 0:
-        raise RuntimeError(f"CLI re-run failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    summary = json.loads(proc.stdout.strip().splitlines()[-1])
-    return {"wall_s": round(wall, 3), "summary": summary}
+        raise RuntimeError(f"ragsync backfill failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    return {"wall_s": round(wall, 3), "summary": json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
@@ -371,7 +379,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         raw = raw_encode(texts, probe.batches)
         load_mid = _loadavg()
         rerun = run_backfill(str(folder), settings, show_progress=False)
-        cli = cli_rerun(folder, home)
+        cli = cli_backfill(folder, home, timeout=600)
         load_after = _loadavg()
     finally:
         if not args.keep:

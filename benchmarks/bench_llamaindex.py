@@ -158,22 +158,6 @@ def llama_run(python: str, folder: Path, model: str, state: Path, rerun: bool) -
     return {"wall_s": round(wall, 3), **json.loads(proc.stdout.strip().splitlines()[-1])}
 
 
-# --------------------------------------------------------------------------- ragsync side
-
-
-def ragsync_run(folder: Path, home: Path, backend: str) -> dict[str, Any]:
-    """One ``ragsync backfill`` in a fresh process: wall s and its JSON summary."""
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
-    cmd += ["--quiet", "--json"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT), RAGSYNC_EMBED_BACKEND=backend)
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=7200)
-    wall = time.monotonic() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"ragsync backfill failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return {"wall_s": round(wall, 3), "summary": json.loads(proc.stdout.strip().splitlines()[-1])}
-
-
 # --------------------------------------------------------------------------- driver
 
 
@@ -189,7 +173,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Stage the files, run the interleaved rounds; returns every figure (medians over rounds)."""
     sys.path.insert(0, str(ROOT))
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_backfill import WIKI, stage_aged_set
+    from bench_backfill import WIKI, cli_backfill, stage_aged_set
 
     from ragsync.embedding import default_model
 
@@ -211,8 +195,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.repeat):
             for b in backends:
                 home = work / f"home_{b}_{r}"
-                cold = ragsync_run(folder, home, b)
-                rerun = ragsync_run(folder, home, b)
+                cold = cli_backfill(folder, home, backend=b)
+                rerun = cli_backfill(folder, home, backend=b)
                 rag[b].append({"cold": cold, "rerun": rerun})
                 shutil.rmtree(home, ignore_errors=True)
                 progress = f"round {r + 1} ragsync[{b}]: cold {cold['wall_s']} s, re-run {rerun['wall_s']} s"

@@ -59,6 +59,7 @@ import pypdfium2 as pdfium  # noqa: E402
 from ragsync.detect import detect_mime, needs_ocr  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
 from ragsync.parsing import parse  # noqa: E402
+from tests.fixtures_gen import long_pdf_bytes  # noqa: E402
 
 CORPUS = Path(
     os.environ.get("RAGSYNC_CORPUS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
@@ -270,28 +271,8 @@ print(r.pages, len(r.elements), round(cpu, 2), peak, len(set(e.page for e in r.e
 """
 
 
-def _long_pdf(path: Path, pages: int) -> None:
-    """A generated text PDF of ``pages`` pages (running header, page numbers, three paragraphs a page)."""
-    from fpdf import FPDF
-
-    pdf = FPDF(unit="pt", format="A4")
-    pdf.set_auto_page_break(False)
-    for page in range(1, pages + 1):
-        pdf.add_page()
-        pdf.set_font("Helvetica", size=8)
-        pdf.set_xy(40, 20)
-        pdf.cell(0, 10, "Annual Report of the Long Document Society")
-        pdf.set_xy(40, 800)
-        pdf.cell(0, 10, f"Page {page} of {pages}")
-        pdf.set_font("Helvetica", size=11)
-        pdf.set_xy(40, 70)
-        for para in range(3):
-            pdf.set_x(40)
-            pdf.multi_cell(
-                500, 14, f"Marker p{page}x{para}: " + "the quick brown fox jumps over the lazy dog " * 5
-            )
-            pdf.ln(8)
-    path.write_bytes(bytes(pdf.output()))
+def _paragraph(page: int, para: int) -> str:
+    return f"Marker p{page}x{para}: " + "the quick brown fox jumps over the lazy dog " * 5
 
 
 def long_documents(corpus: Path, memory_mb: int) -> list[dict[str, Any]]:
@@ -302,7 +283,8 @@ def long_documents(corpus: Path, memory_mb: int) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory() as tmp:
         generated = Path(tmp) / "generated-1500.pdf"
-        _long_pdf(generated, LONG_PAGES)
+        # A generated text PDF: running header, page numbers, three paragraphs a page.
+        generated.write_bytes(long_pdf_bytes(LONG_PAGES, _paragraph))
         for path in (corpus / LONG_CORPUS_PDF, generated):
             if not path.is_file():
                 continue

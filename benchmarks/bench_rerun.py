@@ -23,10 +23,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -34,20 +32,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from bench_backfill import DEFAULT_CORPUS, stage_aged_set  # noqa: E402
-
-
-def cli_backfill(folder: Path, home: Path) -> dict[str, Any]:
-    """One ``ragsync backfill`` in a fresh process: wall seconds and its JSON summary."""
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
-    cmd += ["--quiet", "--json"]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    start = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=7200)
-    wall = time.monotonic() - start
-    if proc.returncode != 0:
-        raise RuntimeError(f"backfill failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return {"wall_s": round(wall, 3), "summary": json.loads(proc.stdout.strip().splitlines()[-1])}
+from bench_backfill import DEFAULT_CORPUS, cli_backfill, stage_aged_set  # noqa: E402
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:

@@ -247,18 +247,11 @@ def last_json(log: Path, offset: int = 0) -> dict[str, Any]:
     """The last JSON object line the stream printed after byte ``offset`` of its log (its
     summary), or {} (a stream stopped by SIGINT prints none: FnApiRunner runs the pipeline
     inside ``run()``, so the KeyboardInterrupt escapes ``run_stream``)."""
+    from control_plane.worker import _last_json
+
     with open(log, "rb") as fh:
         fh.seek(offset)
-        text = fh.read().decode(errors="replace")
-    for line in reversed(text.splitlines()):
-        if line.startswith("{"):
-            try:
-                data = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(data, dict):
-                return data
-    return {}
+        return _last_json(fh.read().decode(errors="replace")) or {}
 
 
 def wait_drained(

@@ -13,8 +13,8 @@ retrieval sets: every byte of the corpus) the script runs
   earns its place as evidence (accuracy gained vs milliseconds per file).
 
 **What a file is** (the judge): its extension gives the acceptable types
-(``_BY_EXT``: a ``.html`` file is ``text/html``, a ``.csv`` is ``text/csv``...),
-and a short table of named files (``_OVERRIDES``, each with the reason, from
+(``detect_extensions.tsv``: a ``.html`` file is ``text/html``, a ``.csv`` is ``text/csv``...),
+and a short table of named files (``detect_overrides.tsv``, each with the reason, from
 reading the file) covers files whose content is not what their name says (an
 e-mail saved as ``.txt``, a DOCX named ``.doc``, an encrypted OOXML file).
 The manifest's ``mime_detected`` column (libmagic's opinion when the corpus was
@@ -60,124 +60,27 @@ CORPUS = Path(os.environ.get("RAGSYNC_CORPUS", ROOT.parent / "shared" / "corpus"
 from ragsync.detect import detect_mime  # noqa: E402
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
-XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
-TEXT = frozenset({"text/plain"})
 ENCRYPTED = "application/encrypted"
 
-# Acceptable types per extension (lower-case, without the dot).
-_BY_EXT: dict[str, frozenset[str]] = {
-    "html": frozenset({"text/html"}),
-    "htm": frozenset({"text/html"}),
-    "md": frozenset({"text/markdown"}),
-    "csv": frozenset({"text/csv"}),
-    "tsv": frozenset({"text/csv", "text/tab-separated-values"}),
-    "txt": TEXT,
-    "itxt": TEXT,
-    "asciidoc": frozenset({"text/plain", "text/markdown"}),  # no AsciiDoc parser: plain or Markdown-ish
-    "rst": frozenset({"text/plain", "text/markdown"}),
-    "org": frozenset({"text/plain", "text/markdown"}),
-    "py": TEXT,
-    "toml": TEXT,
-    "yaml": TEXT,
-    "uzn": TEXT,
-    "qry": TEXT,
-    "all": TEXT,
-    "bln": TEXT,
-    "rel": frozenset({"text/plain", "text/csv"}),  # whitespace-aligned columns with tabs
-    "json": frozenset({"application/json", "application/x-ndjson"}),
-    "jsonl": frozenset({"application/x-ndjson", "application/json"}),
-    "ndjson": frozenset({"application/x-ndjson", "application/json"}),
-    "xml": frozenset({"text/xml", "application/xml"}),
-    "nxml": frozenset({"text/xml", "application/xml"}),  # JATS articles
-    "eml": frozenset({"message/rfc822"}),
-    "p7s": frozenset({"message/rfc822"}),  # a multipart/signed MIME message
-    "mbox": frozenset({"message/rfc822", "text/plain", "application/mbox"}),  # one message, or several
-    "msg": frozenset({"application/vnd.ms-outlook"}),
-    "pdf": frozenset({"application/pdf"}),
-    "docx": frozenset({DOCX}),
-    "docm": frozenset({DOCX, "application/vnd.ms-word.document.macroenabled.12"}),
-    "dotx": frozenset({DOCX, "application/vnd.openxmlformats-officedocument.wordprocessingml.template"}),
-    "doc": frozenset({"application/msword"}),
-    "xlsx": frozenset({XLSX}),
-    "xlsm": frozenset({XLSX, "application/vnd.ms-excel.sheet.macroenabled.12"}),
-    "xlsb": frozenset({"application/vnd.ms-excel.sheet.binary.macroenabled.12"}),
-    "xls": frozenset({"application/vnd.ms-excel"}),
-    "pptx": frozenset({PPTX}),
-    "pptm": frozenset({PPTX, "application/vnd.ms-powerpoint.presentation.macroenabled.12"}),
-    "ppsx": frozenset({PPTX, "application/vnd.openxmlformats-officedocument.presentationml.slideshow"}),
-    "ppt": frozenset({"application/vnd.ms-powerpoint"}),
-    "odt": frozenset({"application/vnd.oasis.opendocument.text"}),
-    "ods": frozenset({"application/vnd.oasis.opendocument.spreadsheet"}),
-    "odp": frozenset({"application/vnd.oasis.opendocument.presentation"}),
-    "epub": frozenset({"application/epub+zip"}),
-    "rtf": frozenset({"text/rtf", "application/rtf"}),
-    "wps": frozenset({"application/vnd.ms-works"}),
-    "xps": frozenset({"application/vnd.ms-xpsdocument", "application/oxps"}),
-    "vsdx": frozenset({"application/vnd.ms-visio.drawing", "application/vnd.ms-visio.drawing.main+xml"}),
-    "zip": frozenset({"application/zip"}),
-    "png": frozenset({"image/png"}),
-    "jpg": frozenset({"image/jpeg"}),
-    "jpeg": frozenset({"image/jpeg"}),
-    "tif": frozenset({"image/tiff"}),
-    "tiff": frozenset({"image/tiff"}),
-    "bmp": frozenset({"image/bmp"}),
-    "webp": frozenset({"image/webp"}),
-    "heic": frozenset({"image/heic"}),
-}
 
+def _load_table(path: Path) -> dict[str, tuple[frozenset[str], str]]:
+    """A tab-separated judge table next to this script: ``{key: (acceptable
+    types, note)}`` from its lines ``key, comma-separated types[, note]``
+    (``#`` lines are comments)."""
+    table: dict[str, tuple[frozenset[str], str]] = {}
+    for line in path.read_text().splitlines():
+        if line and not line.startswith("#"):
+            key, types, *note = line.split("\t")
+            table[key] = (frozenset(types.split(",")), note[0] if note else "")
+    return table
+
+
+_HERE = Path(__file__).resolve().parent
+# Acceptable types per extension (lower-case, without the dot).
+_BY_EXT = {ext: types for ext, (types, _note) in _load_table(_HERE / "detect_extensions.tsv").items()}
 # Files whose content is not what their extension says (read by hand), with the reason.
-_OVERRIDES: dict[str, tuple[frozenset[str], str]] = {
-    "documents/pdfplumber/empty.pdf": (frozenset({"application/x-empty"}), "zero bytes"),
-    "documents/unstructured/empty.txt": (frozenset({"application/x-empty"}), "zero bytes"),
-    "documents/unstructured/eml/empty.eml": (TEXT, "only whitespace, no header"),
-    "documents/tika/testMessageNews.txt": (
-        frozenset({"message/news", "message/rfc822"}),
-        "a Usenet article (RFC 1036 headers)",
-    ),
-    "documents/tika/testRFC822_simple_inline_body.txt": (
-        frozenset({"message/rfc822", "message/news"}),
-        "a news/e-mail message with RFC 822 headers",
-    ),
-    "documents/unstructured/eml/fake-email.txt": (frozenset({"message/rfc822"}), "an e-mail saved as .txt"),
-    "documents/unstructured/fake-email.txt": (frozenset({"message/rfc822"}), "an e-mail saved as .txt"),
-    "documents/docling/jats/sources/elife-56337.txt": (
-        frozenset({"text/xml", "application/xml"}),
-        "a JATS XML article saved as .txt",
-    ),
-    "documents/tika/english.cp500.txt": (
-        frozenset({"text/plain"}),
-        "EBCDIC (cp500) text: no byte-level rule tells it from binary without a codepage guess",
-    ),
-    "documents/tika/testWordPerfect_42.doc": (
-        frozenset({"application/octet-stream", "application/vnd.wordperfect"}),
-        "a WordPerfect 4.2 file named .doc (no parser)",
-    ),
-    "documents/tika/testWORKS.wps": (
-        frozenset({"application/vnd.ms-works", "application/x-ole-storage"}),
-        "Works 4 spreadsheet-less OLE file without the stream names we look for",
-    ),
-    "documents/tika/testWORKS2000.wps": (
-        frozenset({"application/vnd.ms-works", "application/x-ole-storage"}),
-        "Works 2000 OLE file without the stream names we look for",
-    ),
-    "documents/docling/csv/sources/csv-single-column.csv": (
-        frozenset({"text/csv", "text/plain"}),
-        "one column: no delimiter to see",
-    ),
-    "documents/unstructured/single-column.csv": (
-        frozenset({"text/csv", "text/plain"}),
-        "one column with stray commas",
-    ),
-    "parse_groundtruth/tabula-java/csv/TestCommandLineApp_testGuessOption_no_guessing.csv": (
-        frozenset({"text/csv", "text/plain"}),
-        "a one-column CSV (tabula's text of a page): lines of prose, a comma in a few",
-    ),
-    "parse_groundtruth/unstructured/test_evaluate_files/gold_standard_cct/currency.csv.txt": (
-        frozenset({"text/plain", "text/csv"}),
-        "tab-separated table saved as .txt",
-    ),
-}
+_OVERRIDES = _load_table(_HERE / "detect_overrides.tsv")
 
 
 def expected_types(rel: str, data: bytes) -> tuple[frozenset[str] | None, str]:

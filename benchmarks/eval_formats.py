@@ -49,7 +49,6 @@ import json
 import os
 import random
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -62,6 +61,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from tests.chromium import find_chromium, run_headless  # noqa: E402
 
 FORMATS = ("html", "md", "txt", "docx", "pdf")
 TOLERANCE = 0.03
@@ -384,35 +385,14 @@ def render_docx(rep: Report) -> bytes:
     return out.getvalue()
 
 
-def find_chromium() -> str | None:
-    """Path of a Chromium/Chrome binary on PATH, or None."""
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 def print_pdf(browser: str, html_file: Path, pdf_file: Path, profile: Path) -> None:
     """Print ``html_file`` to ``pdf_file`` with headless Chromium (offline, no header or footer).
 
     Raises:
         RuntimeError: Chromium failed or wrote no PDF (its stderr tail in the message).
     """
-    flags = [
-        "--headless",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--no-pdf-header-footer",
-        "--print-to-pdf-no-header",
-    ]
-    flags += ["--proxy-server=127.0.0.1:9", f"--user-data-dir={profile}"]
-    done = subprocess.run(
-        [browser, *flags, f"--print-to-pdf={pdf_file}", html_file.resolve().as_uri()],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    args = ["--no-pdf-header-footer", "--print-to-pdf-no-header", f"--print-to-pdf={pdf_file}"]
+    done = run_headless(browser, profile, args, html_file.resolve().as_uri())
     if done.returncode != 0 or not pdf_file.exists() or pdf_file.stat().st_size == 0:
         raise RuntimeError(f"chromium could not print {html_file}: {done.stderr[-1500:]}")
 

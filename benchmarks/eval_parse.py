@@ -69,7 +69,7 @@ from ragsync.detect import detect_mime  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
 from ragsync.model import ElementType  # noqa: E402
 from ragsync.parsing import ParseResult, parse  # noqa: E402
-from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
+from ragsync.parsing.ocr_quality import char_error_rate, edit_distance  # noqa: E402
 
 CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
 ORDER_CAP = 20_000
@@ -124,14 +124,7 @@ def levenshtein(a: list[str], b: list[str]) -> int:
     vocab: dict[str, int] = {}
     xa = np.array([vocab.setdefault(t, len(vocab)) for t in a], dtype=np.int64)
     xb = np.array([vocab.setdefault(t, len(vocab)) for t in b], dtype=np.int64)
-    cols = np.arange(len(xb) + 1, dtype=np.int64)
-    prev = cols.copy()
-    for i, tok in enumerate(xa, start=1):
-        cur = np.empty_like(prev)
-        cur[0] = i
-        cur[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (xb != tok))
-        prev = np.minimum.accumulate(cur - cols) + cols
-    return int(prev[-1])
+    return edit_distance(xa, xb)
 
 
 def recall(gt: list[str], got: list[str]) -> float:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import re
 import sys
 import time
@@ -38,15 +37,12 @@ import numpy as np  # noqa: E402
 from ragsync.parsing.ocr import OcrOptions, iter_image_pages, ocr_page  # noqa: E402
 from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
 
-DEFAULT_CORPUS = Path(
-    os.environ.get("RAGSYNC_CORPUS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"
-)
-PAGES = [
-    ("phototest.tif", "phototest.txt"),
-    ("eurotext.tif", "eurotext.txt"),
-    ("8071_093.3B.tif", "8071_093.3B.txt"),
-    ("8087_054.3B.tif", "8087_054.3B.txt"),
-]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from bench_ocr import DEFAULT_CORPUS, IMAGES  # noqa: E402
+
+# The tesseract-test pages that have a transcription, upright (bench_ocr's first four).
+PAGES = IMAGES[:4]
 
 
 def _rapid_text(engine: Any, gray: np.ndarray) -> tuple[str, float]:

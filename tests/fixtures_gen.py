@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -43,6 +44,48 @@ HTML_EXTRA = """<html><head><title>Benefits</title></head><body>
 <table><tr><td>Benefit</td><td>Value</td></tr><tr><td>Gym</td><td>30 EUR</td></tr></table>
 </div><footer>Footer text</footer></body></html>
 """
+
+
+def text_pdf_bytes(lines: list[str]) -> bytes:
+    """A one-page PDF with a text layer: ``lines`` in 12 pt Helvetica, one per line."""
+    from fpdf import FPDF
+
+    pdf = FPDF()
+    pdf.add_page()
+    pdf.set_font("Helvetica", size=12)
+    for line in lines:
+        pdf.cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())
+
+
+def long_pdf_bytes(
+    pages: int, paragraph: Callable[[int, int], str], chapter: Callable[[int], str] | None = None
+) -> bytes:
+    """A long text PDF (A4, points): on every page a running header, a
+    "Page N of M" footer, ``chapter(page)`` as a 16 pt heading when given and
+    not empty, then three 11 pt paragraphs ``paragraph(page, 0..2)``."""
+    from fpdf import FPDF
+
+    pdf = FPDF(unit="pt", format="A4")
+    pdf.set_auto_page_break(False)
+    for page in range(1, pages + 1):
+        pdf.add_page()
+        pdf.set_font("Helvetica", size=8)
+        pdf.set_xy(40, 20)
+        pdf.cell(0, 10, "Annual Report of the Long Document Society")
+        pdf.set_xy(40, 800)
+        pdf.cell(0, 10, f"Page {page} of {pages}")
+        pdf.set_xy(40, 70)
+        heading = chapter(page) if chapter is not None else ""
+        if heading:
+            pdf.set_font("Helvetica", size=16)
+            pdf.cell(0, 20, heading, new_x="LMARGIN", new_y="NEXT")
+        pdf.set_font("Helvetica", size=11)
+        for para in range(3):
+            pdf.set_x(40)
+            pdf.multi_cell(500, 14, paragraph(page, para))
+            pdf.ln(8)
+    return bytes(pdf.output())
 
 
 def xlsx_bytes() -> bytes:

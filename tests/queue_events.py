@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from beam_pipelines.streaming import StreamSummary, run_stream
 from connectors.events import parse_event
 from ragsync.config import Settings, open_catalog
 
@@ -51,3 +52,16 @@ def push_events(settings: Settings, events: list[dict[str, Any]]) -> tuple[int, 
         return cat.enqueue_events([parse_event(e) for e in events])
     finally:
         cat.close()
+
+
+def stream_until_idle(settings: Settings) -> StreamSummary:
+    """``run_stream`` until the queue is idle (no progress bar); its summary."""
+    summary = run_stream(settings, until_idle=True, show_progress=False)
+    assert summary is not None
+    return summary
+
+
+def apply_events(settings: Settings, events: list[dict[str, Any]]) -> StreamSummary:
+    """Enqueue ``events`` (``push_events``) and stream until idle; the stream's summary."""
+    push_events(settings, events)
+    return stream_until_idle(settings)

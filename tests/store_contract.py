@@ -87,6 +87,10 @@ class Harness:
     def write(self, store: Any, chunks: Sequence[Chunk]) -> int:
         raise NotImplementedError
 
+    def query_for(self, target: Chunk) -> Any:
+        """What finds ``target`` in this kind of store: its vector or words from its text."""
+        raise NotImplementedError
+
     def search_for(
         self,
         store: Any,
@@ -96,7 +100,7 @@ class Harness:
         k: int = 10,
         deny: Sequence[str] = (),
     ) -> list[Hit]:
-        raise NotImplementedError
+        return list(store.search(tenant, self.query_for(target), acl, k, deny_acl_ids=deny))
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         raise NotImplementedError
@@ -108,16 +112,8 @@ class VectorHarness(Harness):
     def write(self, store: Any, chunks: Sequence[Chunk]) -> int:
         return int(store.upsert(chunks, [vector_for(c.chunk_id) for c in chunks]))
 
-    def search_for(
-        self,
-        store: Any,
-        tenant: str,
-        target: Chunk,
-        acl: Sequence[str],
-        k: int = 10,
-        deny: Sequence[str] = (),
-    ) -> list[Hit]:
-        return list(store.search(tenant, vector_for(target.chunk_id), acl, k, deny_acl_ids=deny))
+    def query_for(self, target: Chunk) -> list[float]:
+        return vector_for(target.chunk_id)
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         store.set_acl_ids(tenant, [c.chunk_id for c in chunks], acl)
@@ -129,16 +125,8 @@ class KeywordHarness(Harness):
     def write(self, store: Any, chunks: Sequence[Chunk]) -> int:
         return int(store.upsert(chunks))
 
-    def search_for(
-        self,
-        store: Any,
-        tenant: str,
-        target: Chunk,
-        acl: Sequence[str],
-        k: int = 10,
-        deny: Sequence[str] = (),
-    ) -> list[Hit]:
-        return list(store.search(tenant, QUERIES.get(target.text, target.text), acl, k, deny_acl_ids=deny))
+    def query_for(self, target: Chunk) -> str:
+        return QUERIES.get(target.text, target.text)
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         store.set_acl_ids(tenant, [dataclasses.replace(c, acl_ids=tuple(acl)) for c in chunks])

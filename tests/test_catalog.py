@@ -23,13 +23,13 @@ from ragsync.catalog import (
     create_catalog_engine,
     current_revision,
     head_revision,
-    make_indexed_version,
     migrate,
     normalize_url,
     schema,
 )
 from ragsync.errors import AmbiguousSourceError
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
+from tests.catalog_rows import flip
 from tests.migration_helpers import make_legacy_catalog, migrations_copy, revision_source
 
 ALL_TABLES = {
@@ -90,20 +90,6 @@ def fetch(
         acl_id=kw.get("acl_id", "acl1"),
         canonical_doc_id=kw.get("canonical_doc_id", doc_id),
         mime=kw.get("mime", "text/plain"),
-    )
-
-
-def flip(cat: Catalog, doc_id: str, *, version: str = "v1", content_hash: str = "h1", **kw: object) -> bool:
-    return cat.flip_indexed_version(
-        doc_id,
-        content_hash=content_hash,
-        source_version=version,
-        indexed_version=make_indexed_version(content_hash, version),
-        chunker_id="chunker-1",
-        parser_version="parser-1",
-        chunk_count=3,
-        indexed_at=1000.5,
-        **kw,  # type: ignore[arg-type]
     )
 
 
@@ -430,35 +416,29 @@ def test_record_fetch_accepts_fetched_document(catalog: Catalog) -> None:
     assert d10 is not None and d10.canonical_doc_id == "d10" and d10.status == STATUS_FETCHED
 
 
+def _fields(catalog: Catalog, doc_id: str, *names: str) -> tuple[object, ...]:
+    """The named fields of the document's row (which must exist)."""
+    doc = catalog.get_document(doc_id)
+    assert doc is not None, doc_id
+    return tuple(getattr(doc, name) for name in names)
+
+
 def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
     assert not flip(catalog, "missing")
     catalog.record_fetch(fetch("d1", version="v1"))
     assert flip(catalog, "d1", version="v1", expected_version_guard="v1")
-    doc = catalog.get_document("d1")
-    assert doc is not None
-    assert (doc.status, doc.indexed_version, doc.chunker_id, doc.parser_version) == (
-        STATUS_INDEXED,
-        "h1@v1",
-        "chunker-1",
-        "parser-1",
-    )
-    assert (doc.chunk_count, doc.indexed_at, doc.error_class) == (3, 1000.5, None)
+    live = ("status", "indexed_version", "chunker_id", "parser_version")
+    assert _fields(catalog, "d1", *live) == (STATUS_INDEXED, "h1@v1", "chunker-1", "parser-1")
+    assert _fields(catalog, "d1", "chunk_count", "indexed_at", "error_class") == (3, 1000.5, None)
 
     # A newer fetch (v2) overtakes a slow v1 writer: the v1 flip must be refused.
     catalog.record_fetch(fetch("d1", version="v2", content_hash="h2"))
     assert not flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
-    doc = catalog.get_document("d1")
-    assert doc is not None
-    assert (doc.status, doc.source_version, doc.content_hash, doc.indexed_version) == (
-        STATUS_INDEXED,
-        "v2",
-        "h1",
-        "h1@v1",
-    )
+    versions = ("status", "source_version", "content_hash", "indexed_version")
+    assert _fields(catalog, "d1", *versions) == (STATUS_INDEXED, "v2", "h1", "h1@v1")
     # The v2 writer's flip passes; an unguarded flip always applies.
     assert flip(catalog, "d1", version="v2", content_hash="h2", expected_version_guard="v2")
-    doc = catalog.get_document("d1")
-    assert doc is not None and doc.indexed_version == "h2@v2"
+    assert _fields(catalog, "d1", "indexed_version") == ("h2@v2",)
     assert flip(catalog, "d1", version="v2", content_hash="h2")  # repeated: same end state
     assert catalog.document_counts_by_status() == {STATUS_INDEXED: 1}
 

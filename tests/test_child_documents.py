@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import email
 import shutil
-import time
 from email import policy
 from pathlib import Path
 from typing import Any
@@ -237,11 +236,10 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
 @pytest.mark.slow
 def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> None:
     from beam_pipelines.backfill import prepare_stores, register_source
-    from beam_pipelines.streaming import run_stream
-    from connectors.events import parse_event
-    from ragsync.config import Settings, open_catalog
+    from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.reconcile import reconcile
+    from tests.queue_events import apply_events, change_event
 
     content = tmp_path / "content"
     (content / "inbox").mkdir(parents=True)
@@ -256,24 +254,15 @@ def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> 
         for n in ("Test TxtA.txt", "Test TxtB.txt")
     )
 
-    def apply(version: int, op: str, **fields: Any) -> Any:
-        event = {"source_id": "mail", "doc_id": "inbox/multi.eml", "op": op, "source_version": version}
-        event.update(event_time=time.time() - 1, **fields)
-        cat = open_catalog(settings)
-        try:
-            cat.enqueue_events([parse_event(event)])
-        finally:
-            cat.close()
-        summary = run_stream(settings, until_idle=True, show_progress=False)
-        assert summary is not None
-        return summary
+    def apply(version: int, op: str, groups: list[str], uri: str = "") -> Any:
+        return apply_events(settings, [change_event("mail", "inbox/multi.eml", op, version, groups, uri)])
 
-    s = apply(1, "upsert", acl_groups=["eng"], content_uri=str(mail))
+    s = apply(1, "upsert", ["eng"], str(mail))
     assert (s.documents_indexed, s.dead_lettered) == (3, 0)
     assert _children(settings, parent) == sorted([txt_a, txt_b])
     assert (txt_a, parent) in _hits(settings, "This is Test TXTA File for parser", ["eng"], "acme")
 
-    s = apply(2, "acl", acl_groups=["legal"])
+    s = apply(2, "acl", ["legal"])
     assert s.documents_acl_updated == 1
     assert _hits(settings, "This is Test TXTA File for parser", ["eng"], "acme") == []
     assert (txt_a, parent) in _hits(settings, "This is Test TXTA File for parser", ["legal"], "acme")
@@ -281,12 +270,12 @@ def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> 
 
     # An edit by event drops one attachment: that child goes.
     mail.write_bytes(_without_attachment(MULTI.read_bytes(), "Test TxtA.txt"))
-    s = apply(3, "upsert", acl_groups=["legal"], content_uri=str(mail))
+    s = apply(3, "upsert", ["legal"], str(mail))
     assert s.dead_lettered == 0, _dead(settings)
     assert _children(settings, parent) == [txt_b]
     assert _counts(settings, "acme", [txt_a]) == {"catalog": [0], "vector": [0], "keyword": [0]}
 
-    s = apply(4, "delete")
+    s = apply(4, "delete", [])
     assert s.documents_deleted == 1
     assert _children(settings, parent) == []
     assert _counts(settings, "acme", [parent, txt_a, txt_b]) == {

@@ -23,9 +23,11 @@ from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
 from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
-from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent, SourceFile  # noqa: E402
+from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent  # noqa: E402
+from tests.catalog_rows import flip  # noqa: E402
 from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 from tests.serving import served  # noqa: E402
+from transforms.events import upsert_to_source_file  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
 MAX_BODY = 64 * 1024
@@ -489,16 +491,7 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
     _fetched_wiki_page(
         api, internal, uri="gs://bucket/pages/1.html", size=10, version="3", content_hash="h3", acl_id="acl1"
     )
-    api.catalog.flip_indexed_version(
-        internal,
-        content_hash="h3",
-        source_version="3",
-        indexed_version="h3@3",
-        chunker_id="c1",
-        parser_version="p1",
-        chunk_count=4,
-        indexed_at=1000.5,
-    )
+    assert flip(api.catalog, internal, version="3", content_hash="h3", chunk_count=4, indexed_at=1000.5)
     indexed = {
         "doc_id": internal,
         "source_id": "wiki-eng",
@@ -592,37 +585,34 @@ def test_backfill_request_and_progress(api: Api) -> None:
 # -------------------------------------------------------------- dead letters
 
 
+def _add_dead_letter(
+    api: Api, stage: str, doc_id: str, uri: str, error_class: str, message: str, **fields: Any
+) -> int:
+    """Add a dead letter of tenant A's source ``wiki-eng`` (a new row each call); its id."""
+    dl = DeadLetter(stage, doc_id, uri, error_class, message, tenant_id="tenant-a", **fields)
+    return api.catalog.add_dead_letter(dl, source_id="wiki-eng")
+
+
 def _dead_letters(api: Api) -> tuple[str, int]:
     """An event-backed dead letter and a backfill-file dead letter for tenant A."""
     _source(api)
     api.a.post("/internal/events", json=_event())
     (queued,) = api.catalog.pending_events()
     api.catalog.ack_events([("tenant-a", queued["event_id"])], state="dead")
-    api.catalog.add_dead_letter(
-        DeadLetter(
-            stage="fetch",
-            doc_id="d-event",
-            uri="gs://bucket/pages/1.html",
-            error_class="fetch_failed",
-            message="403 from the source",
-            attempts=5,
-            payload=queued["payload"],
-            tenant_id="tenant-a",
-        ),
-        source_id="wiki-eng",
+    _add_dead_letter(
+        api,
+        "fetch",
+        "d-event",
+        "gs://bucket/pages/1.html",
+        "fetch_failed",
+        "403 from the source",
+        attempts=5,
+        payload=queued["payload"],
     )
-    file_id = api.catalog.add_dead_letter(
-        DeadLetter(
-            stage="parse",
-            doc_id="d-file",
-            uri="/corpus/broken.pdf",
-            error_class="corrupt",
-            message="no PDF header",
-            tenant_id="tenant-a",
-            # A backfill file's dead letter carries the listed file.
-            payload=json.dumps({"source_object_id": "broken.pdf", "uri": "/corpus/broken.pdf"}),
-        ),
-        source_id="wiki-eng",
+    # A backfill file's dead letter carries the listed file.
+    listed = json.dumps({"source_object_id": "broken.pdf", "uri": "/corpus/broken.pdf"})
+    file_id = _add_dead_letter(
+        api, "parse", "d-file", "/corpus/broken.pdf", "corrupt", "no PDF header", payload=listed
     )
     return str(queued["event_id"]), file_id
 
@@ -692,25 +682,13 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
     event = parse_event(json.loads(queued["payload"]))
     internal = ids.doc_id("tenant-a", "wiki-eng", "pages/q")
     qe = QueuedEvent(event, "tenant-a", internal, attempts=4)
-    api.catalog.add_dead_letter(
-        DeadLetter("acl", internal, "", "write_failed", "boom", payload=qe.to_json(), tenant_id="tenant-a"),
-        source_id="wiki-eng",
-    )
+    _add_dead_letter(api, "acl", internal, "", "write_failed", "boom", payload=qe.to_json())
     # An upsert that arrived through Pub/Sub: not in the local queue at all.
     remote = parse_event(_event(doc_id="pages/r", event_id="ev-remote"))
-    source = SourceFile(
-        tenant_id="tenant-a",
-        source_id="wiki-eng",
-        source_object_id="pages/r",
-        uri=remote.content_uri,
-        size=-1,
-        acl_groups=remote.acl_groups,
-        source_version=remote.source_version,
-        event_id=remote.event_id,
-        event_time=remote.event_time,
-    )
+    remote_id = ids.doc_id("tenant-a", "wiki-eng", "pages/r")
+    source = upsert_to_source_file(QueuedEvent(remote, "tenant-a", remote_id))
     fetched = FetchedDocument(
-        doc_id=ids.doc_id("tenant-a", "wiki-eng", "pages/r"),
+        doc_id=remote_id,
         source=source,
         content_hash="h",
         raw_uri="raw",
@@ -718,18 +696,7 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
         acl_id="acl",
         canonical_doc_id="c",
     )
-    api.catalog.add_dead_letter(
-        DeadLetter(
-            "parse",
-            fetched.doc_id,
-            source.uri,
-            "corrupt",
-            "bad",
-            payload=fetched.to_json(),
-            tenant_id="tenant-a",
-        ),
-        source_id="wiki-eng",
-    )
+    _add_dead_letter(api, "parse", fetched.doc_id, source.uri, "corrupt", "bad", payload=fetched.to_json())
     assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == ["ev-queued", "ev-remote"]
     for event_id in ("ev-queued", "ev-remote"):
         r = api.a.post(f"/v1/dead-letters/{event_id}/retry")

@@ -15,7 +15,6 @@ import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -103,6 +102,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     from ragsync.embedding import default_model
     from ragsync.errors import WriteError
     from ragsync.model import FetchedDocument, SourceFile
+    from transforms.fetch import fetch_decision
     from transforms.write import _RecordDuplicateFn
 
     settings = Settings(home=str(tmp_path / "home"))
@@ -142,14 +142,8 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
         row = cat.get_document(b.doc_id)
         assert row is not None and row.content_hash == chash
         # The retry's fetch processes it: its holder is not live.
-        action = fetch_action(
-            row,
-            content_hash=chash,
-            acl_id="acl-g",
-            parser_version="p",
-            chunker_id="c",
-            stored_chunk_rows=None,
-            copy_of_live=False,
+        action = fetch_decision(
+            cat, row, content_hash=chash, acl_id="acl-g", parser_version="p", chunker_id="c"
         )
         assert action == FetchAction.PROCESS
     finally:
@@ -366,14 +360,12 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
 @pytest.mark.slow
 def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     """The same rules hold for change events (streaming pipeline, catalog queue)."""
-    import time
 
     from beam_pipelines.backfill import prepare_stores, register_source
-    from beam_pipelines.streaming import run_stream
-    from connectors.events import parse_event
-    from ragsync.config import Settings, open_catalog
+    from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.query import hybrid_query
+    from tests.queue_events import change_event, push_events, stream_until_idle
 
     content = tmp_path / "content"
     content.mkdir()
@@ -384,40 +376,28 @@ def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     register_source(settings, "wiki", "acme", "wiki", str(content))
 
     def push(doc: str, op: str, version: int, groups: list[str], eid: str) -> None:
-        event = {"source_id": "wiki", "doc_id": doc, "op": op, "source_version": version}
-        event.update(acl_groups=groups, event_time=time.time() - 1, event_id=eid)
-        if op == "upsert":
-            event["content_uri"] = str(content / doc)
-        cat = open_catalog(settings)
-        try:
-            cat.enqueue_events([parse_event(event)])
-        finally:
-            cat.close()
-
-    def stream() -> Any:
-        summary = run_stream(settings, until_idle=True, show_progress=False)
-        assert summary is not None
-        return summary
+        uri = str(content / doc) if op == "upsert" else ""
+        push_events(settings, [change_event("wiki", doc, op, version, groups, uri, eid)])
 
     def seen(group: str) -> list[str]:
         hits = hybrid_query(settings, QUESTION, groups=[group], tenant_id="acme", k=10)
         return sorted(h.uri.rsplit("/", 1)[1] for h in hits if "Revenue grew" in h.text)
 
     push("a.txt", "upsert", 1, ["team-a"], "e1")
-    assert stream().chunks_embedded == 1
+    assert stream_until_idle(settings).chunks_embedded == 1
     push("b.txt", "upsert", 1, ["team-b"], "e2")
-    assert stream().chunks_embedded == 0
+    assert stream_until_idle(settings).chunks_embedded == 0
     assert (seen("team-a"), seen("team-b")) == (["a.txt"], ["b.txt"])
 
     # A permission change of the copy moves its share of the union.
     push("b.txt", "acl", 2, ["team-c"], "e3")
-    s = stream()
+    s = stream_until_idle(settings)
     assert (s.documents_acl_updated, s.chunks_embedded) == (1, 0)
     assert (seen("team-b"), seen("team-c")) == ([], ["b.txt"])
 
     # Deleting the indexed copy promotes the other, without embedding.
     push("a.txt", "delete", 3, [], "e4")
-    s = stream()
+    s = stream_until_idle(settings)
     assert (s.documents_deleted, s.chunks_embedded) == (1, 0)
     assert (seen("team-a"), seen("team-c")) == ([], ["b.txt"])
     assert _state_of(settings) == {"b.txt": 1}

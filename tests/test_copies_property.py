@@ -4,13 +4,13 @@ catalog (SQLite), Milvus Lite and tantivy, answered by the real query path.
 Each example is a random sequence of operations on a few paths that hold one
 of a few contents with one of a few groups: put (add, edit, copy or
 re-permission), delete, replay (the same put again). Each operation runs the
-same catalog and store calls the pipeline steps make (the fetch decision,
-exact-copy linking, ``transforms.copies``, the write's flip and the delete's
-order), without Beam: a backfill run takes ~25 s on this machine, too slow
-for many examples. After every sequence, what each group finds must be what
-the final source grants: a group sees a content iff a live path holds it with
-that group, shown as the smallest doc id it may read; and the three stores
-agree.
+same catalog and store calls the pipeline steps make (the fetch decision
+``transforms.fetch.fetch_decision``, exact-copy linking, ``transforms.copies``,
+the write's flip and ``transforms.delete.delete_document``), without Beam: a
+backfill run takes ~25 s on this machine, too slow for many examples. After
+every sequence, what each group finds must be what the final source grants: a
+group sees a content iff a live path holds it with that group, shown as the
+smallest doc id it may read; and the three stores agree.
 
 Every example uses its own tenant in one shared home, so Milvus Lite starts once.
 """
@@ -26,8 +26,9 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from ragsync import ids
-from ragsync.decisions import FetchAction, fetch_action
+from ragsync.decisions import FetchAction
 from ragsync.model import Chunk, FetchedDocument, SourceFile
+from transforms.fetch import fetch_decision
 
 DIM = 384
 PATHS = ("a.txt", "b.txt", "c.txt", "d.txt")
@@ -51,11 +52,13 @@ class _Harness:
         from beam_pipelines.backfill import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
-        from transforms.acl import AclStep
+        from transforms.delete import _DeleteFn
 
         self.settings = Settings(home=str(home))
         prepare_stores(self.settings, default_model())
-        self.step = AclStep(self.settings, DIM)
+        # The delete step: a CopiesDoFn with the stores and counters that
+        # apply_document_acl, sync_copies and delete_document use.
+        self.step = _DeleteFn(self.settings, DIM)
         self.step.setup()
         self.cat = self.step._catalog
         self.vectors: dict[str, list[float]] = {}
@@ -83,26 +86,8 @@ class _Harness:
         acl = ids.acl_id(tenant, [group])
         cat.upsert_acl(acl, tenant, [group])
         stored = cat.get_document(doc_id)
-        holder = cat.get_document(stored.canonical_doc_id) if stored and stored.canonical_doc_id else None
-        copy_of_live = bool(
-            stored is not None
-            and stored.status == "duplicate"
-            and holder is not None
-            and holder.deleted_at is None
-            and holder.status in ("indexed", "stale")
-            and holder.content_hash == stored.content_hash
-        )
-        rows = (
-            len(cat.chunk_ids_for_doc(doc_id)) if stored is not None and stored.status == "indexed" else None
-        )
-        action = fetch_action(
-            stored,
-            content_hash=chash,
-            acl_id=acl,
-            parser_version=PARSER,
-            chunker_id=CHUNKER,
-            stored_chunk_rows=rows,
-            copy_of_live=copy_of_live,
+        action = fetch_decision(
+            cat, stored, content_hash=chash, acl_id=acl, parser_version=PARSER, chunker_id=CHUNKER
         )
         if action == FetchAction.UNCHANGED:
             return
@@ -164,21 +149,9 @@ class _Harness:
         sync_copies(step, doc.doc_id)
 
     def delete(self, tenant: str, path: str) -> None:
-        from transforms.copies import sync_copies
+        from transforms.delete import delete_document
 
-        cat, step = self.cat, self.step
-        doc_id = ids.doc_id(tenant, SOURCE, path)
-        doc = cat.get_document(doc_id)
-        cat.put_tombstone(doc_id, tenant, "2")
-        if doc is not None and (doc.canonical_doc_id or doc_id) != doc_id:
-            sync_copies(step, str(doc.canonical_doc_id))
-        else:
-            sync_copies(step, doc_id)
-        chunk_ids = sorted(cat.chunk_ids_for_doc(doc_id))
-        if chunk_ids:
-            step._vectors.delete(tenant, chunk_ids)
-            step._keywords.delete(tenant, chunk_ids)
-            cat.delete_chunks(chunk_ids)
+        delete_document(self.step, ids.doc_id(tenant, SOURCE, path), tenant, "2")
 
 
 def _live_version(settings: Any) -> str:

@@ -13,17 +13,15 @@ from __future__ import annotations
 import html
 import importlib.util
 import io
-import os
 import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
-import pytest
-
 from ragsync.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import parse
+from tests.chromium import fail_if_chromium_required, find_chromium
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_formats.py"
 
@@ -41,11 +39,9 @@ ef = _bench()
 
 
 def _formats() -> tuple[str, ...]:
-    if ef.find_chromium() is not None:
+    if find_chromium() is not None:
         return ef.FORMATS
-    reason = "Chromium not installed: apt-get install chromium (RAGSYNC_WITH_CHROMIUM=1 scripts/setup.sh)"
-    if os.environ.get("CI") and os.environ.get("RAGSYNC_WITH_CHROMIUM") == "1":
-        pytest.fail(reason + " (CI with RAGSYNC_WITH_CHROMIUM=1: the PDF rendering must be tested)")
+    fail_if_chromium_required("the PDF rendering must be tested")
     return tuple(f for f in ef.FORMATS if f != "pdf")
 
 

@@ -33,6 +33,7 @@ from ragsync.decisions import (
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import Event, QueuedEvent
+from tests.catalog_rows import flip
 from transforms.events import DELETE, DUPLICATE, STALE, UPSERT, GateEvents
 
 A, S, D = GateAction.APPLY, GateAction.STALE, GateAction.DUPLICATE
@@ -158,16 +159,7 @@ def test_gate_semantics_under_teststream(tmp_path: Path) -> None:
         doc_id = ids.doc_id("t", "src", "d1")
         src = SourceFile("t", "src", "d1", "/x", 1, ("g",), "5")
         cat.record_fetch(FetchedDocument(doc_id, src, "h", "/raw", 1, "acl", doc_id))
-        cat.flip_indexed_version(
-            doc_id,
-            content_hash="h",
-            source_version="5",
-            indexed_version="5",
-            chunker_id="c",
-            parser_version="p",
-            chunk_count=0,
-            indexed_at=1.0,
-        )
+        flip(cat, doc_id, version="5", content_hash="h", indexed_version="5", chunk_count=0, indexed_at=1.0)
     finally:
         cat.close()
 

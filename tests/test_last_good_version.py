@@ -100,15 +100,13 @@ def test_failed_update_keeps_the_last_good_version(
 
 def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> None:
     """The same through change events (streaming pipeline, catalog queue)."""
-    import time
 
     from beam_pipelines.backfill import prepare_stores, register_source
-    from beam_pipelines.streaming import run_stream
-    from connectors.events import parse_event
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model
     from ragsync.query import hybrid_query
+    from tests.queue_events import apply_events, change_event
 
     content = tmp_path / "content"
     content.mkdir()
@@ -120,16 +118,9 @@ def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> N
 
     def apply(version: int, data: bytes) -> Any:
         policy.write_bytes(data)
-        event = {"source_id": "wiki", "doc_id": "policy", "op": "upsert", "source_version": version}
-        event.update(acl_groups=["everyone"], event_time=time.time() - 1, content_uri=str(policy))
-        cat = open_catalog(settings)
-        try:
-            cat.enqueue_events([parse_event(event)])
-        finally:
-            cat.close()
-        summary = run_stream(settings, until_idle=True, show_progress=False)
-        assert summary is not None
-        return summary
+        return apply_events(
+            settings, [change_event("wiki", "policy", "upsert", version, ["everyone"], str(policy))]
+        )
 
     def texts() -> list[str]:
         hits = hybrid_query(settings, "hotel nights Oslo capped", groups=["everyone"], tenant_id="acme", k=5)

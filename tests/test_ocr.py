@@ -19,6 +19,7 @@ from ragsync.parsing.ocr import OcrOptions, PageImage, ocr_page
 from ragsync.parsing.ocr_layout import parse_tsv
 from ragsync.parsing.ocr_quality import char_error_rate, coverage, ink_mask, text_ink
 from tests.corpus import CORPUS, CORPUS_MISSING
+from tests.fixtures_gen import text_pdf_bytes
 
 PDF = "application/pdf"
 
@@ -74,17 +75,6 @@ def _image_pdf(pngs: list[bytes], size_mm: tuple[float, float] = (148, 105)) -> 
     for png in pngs:
         pdf.add_page()
         pdf.image(io.BytesIO(png), x=0, y=0, w=size_mm[1], h=size_mm[0])
-    return bytes(pdf.output())
-
-
-def _text_pdf(lines: list[str]) -> bytes:
-    from fpdf import FPDF
-
-    pdf = FPDF()
-    pdf.add_page()
-    pdf.set_font("Helvetica", size=11)
-    for line in lines:
-        pdf.cell(0, 6, line, new_x="LMARGIN", new_y="NEXT")
     return bytes(pdf.output())
 
 
@@ -338,7 +328,7 @@ def test_truncated_png_is_corrupt(page_a: bytes) -> None:
 
 def test_lanes_for_scans_and_text(page_a: bytes) -> None:
     scanned = _image_pdf([page_a])
-    text = _text_pdf(PAGE_A)
+    text = text_pdf_bytes(PAGE_A)
     assert needs_ocr(scanned, PDF) is True
     assert needs_ocr(text, PDF) is False
     assert needs_ocr(b"%PDF-1.4 truncated", PDF) is False

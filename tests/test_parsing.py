@@ -4,51 +4,25 @@ a deterministic sample of the shared real-world corpus."""
 from __future__ import annotations
 
 import csv
-import hashlib
-import json
-import os
 import time
 from pathlib import Path
 
 import pytest
 
-from ragsync.detect import detect_mime
-from ragsync.errors import (
-    CorruptDocumentError,
-    EmptyDocumentError,
-    EncryptedDocumentError,
-    NoTextError,
-    RagsyncError,
-    TooLargeError,
-    UnsupportedFormatError,
-)
+from ragsync import errors
 from ragsync.model import ElementType
-from ragsync.parsing import PARSER_VERSION, ParseResult, parse
+from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING
 from tests.fixtures_gen import write_fixtures
+from tests.parse_sample import assert_golden, parse_file, parse_outcomes, quota_sample
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
-REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 
 
 @pytest.fixture(scope="module")
 def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return write_fixtures(tmp_path_factory.mktemp("parsing"))
-
-
-def _parse_file(path: Path) -> ParseResult:
-    data = path.read_bytes()
-    return parse(data, detect_mime(data, path.name), filename=path.name)
-
-
-def _snapshot(result: ParseResult) -> dict[str, object]:
-    return {
-        "parser_version": PARSER_VERSION,
-        "pages": result.pages,
-        "metadata": result.metadata,
-        "elements": [e.to_dict() for e in result.elements],
-    }
 
 
 @pytest.mark.parametrize(
@@ -65,31 +39,25 @@ def _snapshot(result: ParseResult) -> dict[str, object]:
     ],
 )
 def test_golden(fixtures: dict[str, Path], name: str) -> None:
-    got = _snapshot(_parse_file(fixtures[name]))
-    golden = GOLDEN / f"{name}.json"
-    if REGEN:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
-    assert golden.exists(), f"missing golden {golden}; run with RAGSYNC_REGEN_GOLDEN=1 and review the diff"
-    assert got == json.loads(golden.read_text()), f"{name} differs from {golden.name}"
+    assert_golden(fixtures[name], GOLDEN / f"{name}.json")
 
 
 def test_orders_are_sequential(fixtures: dict[str, Path]) -> None:
     for path in fixtures.values():
-        result = _parse_file(path)
+        result = parse_file(path)
         assert [e.order for e in result.elements] == list(range(len(result.elements)))
         assert all(e.text.strip() for e in result.elements)
 
 
 def test_two_column_reading_order(fixtures: dict[str, Path]) -> None:
-    texts = [e.text for e in _parse_file(fixtures["two_column.pdf"]).elements]
+    texts = [e.text for e in parse_file(fixtures["two_column.pdf"]).elements]
     assert texts[0] == "Company Newsletter Spring Edition"
     starts = [t.split(":")[0] for t in texts[1:]]
     assert starts == ["LEFT 1", "LEFT 2", "LEFT 3", "RIGHT 1", "RIGHT 2", "RIGHT 3"]
 
 
 def test_running_header_footer_removed(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["handbook.pdf"])
+    result = parse_file(fixtures["handbook.pdf"])
     assert result.pages == 4
     joined = "\n".join(e.text for e in result.elements)
     assert "Employee Handbook - Internal" not in joined
@@ -100,7 +68,7 @@ def test_running_header_footer_removed(fixtures: dict[str, Path]) -> None:
 
 
 def test_pdf_table_markdown_and_no_duplicate(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["handbook.pdf"])
+    result = parse_file(fixtures["handbook.pdf"])
     tables = [e for e in result.elements if e.type is ElementType.TABLE]
     assert len(tables) == 1
     assert tables[0].page == 2
@@ -114,7 +82,7 @@ def test_pdf_table_markdown_and_no_duplicate(fixtures: dict[str, Path]) -> None:
 
 
 def test_docx_structure(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["policy.docx"])
+    result = parse_file(fixtures["policy.docx"])
     kinds = [(e.type.value, e.level) for e in result.elements]
     assert kinds[:4] == [("heading", 1), ("heading", 1), ("paragraph", 0), ("heading", 2)]
     assert ("list_item", 1) in kinds
@@ -128,7 +96,7 @@ def test_docx_structure(fixtures: dict[str, Path]) -> None:
 
 
 def test_markdown_structure(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["security_faq.md"])
+    result = parse_file(fixtures["security_faq.md"])
     assert result.metadata == {"title": "Security FAQ", "owner": "security-team"}
     els = [(e.type.value, e.level, e.text) for e in result.elements]
     assert els[0] == ("heading", 1, "Security FAQ")
@@ -140,12 +108,12 @@ def test_markdown_structure(fixtures: dict[str, Path]) -> None:
 
 
 def test_html_boilerplate_dropped(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["intranet.html"])
+    result = parse_file(fixtures["intranet.html"])
     joined = "\n".join(e.text for e in result.elements)
     for boiler in ("Example Corp Intranet", "Home", "Copyright 2024", "Other pages", "analytics"):
         assert boiler not in joined
     assert result.metadata["title"] == "Travel policy - Intranet"
-    extra = _parse_file(fixtures["benefits.html"])
+    extra = parse_file(fixtures["benefits.html"])
     els = [(e.type.value, e.level, e.text) for e in extra.elements]
     assert ("list_item", 1, "Health insurance") in els
     assert ("list_item", 2, "Dental included") in els
@@ -155,22 +123,22 @@ def test_html_boilerplate_dropped(fixtures: dict[str, Path]) -> None:
 
 def test_error_classes(fixtures: dict[str, Path]) -> None:
     pdf = fixtures["handbook.pdf"].read_bytes()
-    with pytest.raises(EmptyDocumentError):
+    with pytest.raises(errors.EmptyDocumentError):
         parse(b"", "application/pdf")
-    with pytest.raises(CorruptDocumentError):
+    with pytest.raises(errors.CorruptDocumentError):
         parse(pdf[: len(pdf) // 3], "application/pdf")
-    with pytest.raises(CorruptDocumentError):
+    with pytest.raises(errors.CorruptDocumentError):
         parse(b"PK\x03\x04 definitely not a zip", DOCX)
-    with pytest.raises(EncryptedDocumentError):
+    with pytest.raises(errors.EncryptedDocumentError):
         ole = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + b"\x00" * 100 + "EncryptedPackage".encode("utf-16-le")
         parse(ole, DOCX)
-    with pytest.raises(UnsupportedFormatError):
+    with pytest.raises(errors.UnsupportedFormatError):
         parse(b"\x89PNG\r\n\x1a\n....", "image/png")
-    with pytest.raises(TooLargeError):
+    with pytest.raises(errors.TooLargeError):
         parse(pdf, "application/pdf", max_bytes=100)
-    with pytest.raises(TooLargeError):
+    with pytest.raises(errors.TooLargeError):
         parse(pdf, "application/pdf", max_pages=2)
-    with pytest.raises(NoTextError):
+    with pytest.raises(errors.NoTextError):
         parse(b"<html><body><nav>only nav</nav></body></html>", "text/html")
 
 
@@ -180,7 +148,7 @@ def test_image_only_pdf_needs_ocr() -> None:
     pdf = FPDF()
     pdf.add_page()
     pdf.rect(20, 20, 50, 50, style="F")
-    with pytest.raises(NoTextError, match="OCR"):
+    with pytest.raises(errors.NoTextError, match="OCR"):
         parse(bytes(pdf.output()), "application/pdf")
 
 
@@ -192,7 +160,7 @@ def test_encrypted_pdf(tmp_path: Path) -> None:
     pdf.set_font("Helvetica", size=12)
     pdf.cell(0, 10, "Secret salary bands")
     pdf.set_encryption(owner_password="owner", user_password="user")
-    with pytest.raises(EncryptedDocumentError):
+    with pytest.raises(errors.EncryptedDocumentError):
         parse(bytes(pdf.output()), "application/pdf")
     owner_only = FPDF()
     owner_only.add_page()
@@ -221,19 +189,12 @@ _SAMPLE_QUOTA = {
 
 
 def _corpus_sample() -> list[str]:
-    rows: list[tuple[str, str, int]] = []
+    rows: list[tuple[str, str]] = []
     with open(CORPUS / "MANIFEST.tsv", newline="") as fh:
         for row in csv.DictReader(fh, delimiter="\t"):
             if row["path"].startswith("documents/") and int(row["bytes"]) <= 1_500_000:
-                rows.append((row["path"], row["mime_detected"], int(row["bytes"])))
-    rows.sort(key=lambda r: hashlib.sha256(r[0].encode()).hexdigest())
-    picked: list[str] = []
-    taken: dict[str, int] = {}
-    for path, mime, _size in rows:
-        if taken.get(mime, 0) < _SAMPLE_QUOTA.get(mime, 0):
-            taken[mime] = taken.get(mime, 0) + 1
-            picked.append(path)
-    return sorted(picked)
+                rows.append((row["path"], row["mime_detected"]))
+    return quota_sample(rows, _SAMPLE_QUOTA)
 
 
 @corpus_required
@@ -241,18 +202,7 @@ def test_corpus_sample_parses_or_fails_specifically() -> None:
     sample = _corpus_sample()
     assert len(sample) >= 25
     started = time.monotonic()
-    outcomes: dict[str, str] = {}
-    for rel in sample:
-        path = CORPUS / rel
-        try:
-            result = _parse_file(path)
-        except RagsyncError as exc:
-            assert exc.error_class != "internal", f"{rel}: {exc}"
-            outcomes[rel] = exc.error_class
-            continue
-        assert result.elements, rel
-        assert all(e.text.strip() for e in result.elements), rel
-        outcomes[rel] = "ok"
+    outcomes = parse_outcomes((rel, CORPUS / rel) for rel in sample)
     assert sum(1 for v in outcomes.values() if v == "ok") >= len(sample) // 2, outcomes
     assert time.monotonic() - started < 40
 
@@ -261,20 +211,20 @@ def test_corpus_sample_parses_or_fails_specifically() -> None:
 @pytest.mark.parametrize(
     ("rel", "error"),
     [
-        ("documents/pdfplumber/empty.pdf", EmptyDocumentError),
-        ("documents/pdfplumber/password-example.pdf", EncryptedDocumentError),
-        ("documents/ocrmypdf-resources/invalid.pdf", CorruptDocumentError),
-        ("documents/tika/testWORD_truncated.docx", CorruptDocumentError),
+        ("documents/pdfplumber/empty.pdf", errors.EmptyDocumentError),
+        ("documents/pdfplumber/password-example.pdf", errors.EncryptedDocumentError),
+        ("documents/ocrmypdf-resources/invalid.pdf", errors.CorruptDocumentError),
+        ("documents/tika/testWORD_truncated.docx", errors.CorruptDocumentError),
     ],
 )
-def test_corpus_failures(rel: str, error: type[RagsyncError]) -> None:
+def test_corpus_failures(rel: str, error: type[errors.RagsyncError]) -> None:
     with pytest.raises(error):
-        _parse_file(CORPUS / rel)
+        parse_file(CORPUS / rel)
 
 
 @corpus_required
 def test_corpus_tracemonkey_two_columns() -> None:
-    result = _parse_file(CORPUS / "documents" / "pdfjs" / "tracemonkey.pdf")
+    result = parse_file(CORPUS / "documents" / "pdfjs" / "tracemonkey.pdf")
     texts = [e.text for e in result.elements if e.page == 1]
     joined = "\n".join(texts)
     # left column: abstract and introduction start; right column continues the introduction

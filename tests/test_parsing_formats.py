@@ -4,10 +4,7 @@ sample of the shared real-world corpus."""
 
 from __future__ import annotations
 
-import hashlib
 import io
-import json
-import os
 import zipfile
 from email.message import EmailMessage
 from pathlib import Path
@@ -15,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from ragsync.detect import detect_mime
-from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, RagsyncError
+from ragsync.errors import CorruptDocumentError, EncryptedDocumentError
 from ragsync.model import ElementType
-from ragsync.parsing import PARSER_VERSION, ParseResult, parse
+from ragsync.parsing import ParseResult, parse
 from ragsync.parsing.office import parse_xlsx
 from tests.corpus import corpus_dir
 from tests.fixtures_gen import write_fixtures
+from tests.parse_sample import assert_golden, parse_file, parse_outcomes, quota_sample
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "formats"
 CORPUS = corpus_dir()
-REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"
 XLSX = "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
 NAMES = [
@@ -42,35 +39,18 @@ def fixtures(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return write_fixtures(tmp_path_factory.mktemp("formats"))
 
 
-def _parse_file(path: Path) -> ParseResult:
-    data = path.read_bytes()
-    return parse(data, detect_mime(data, path.name), filename=path.name)
-
-
 def _els(result: ParseResult) -> list[tuple[str, int, int, str]]:
     return [(e.type.value, e.level, e.page, e.text) for e in result.elements]
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_golden(fixtures: dict[str, Path], name: str) -> None:
-    result = _parse_file(fixtures[name])
-    got = {
-        "parser_version": PARSER_VERSION,
-        "pages": result.pages,
-        "metadata": result.metadata,
-        "elements": [e.to_dict() for e in result.elements],
-    }
-    golden = GOLDEN / f"{name}.json"
-    if REGEN:
-        golden.parent.mkdir(parents=True, exist_ok=True)
-        golden.write_text(json.dumps(got, indent=1, ensure_ascii=False, sort_keys=True) + "\n")
-    assert golden.exists(), f"missing golden {golden}; run with RAGSYNC_REGEN_GOLDEN=1 and review the diff"
-    assert got == json.loads(golden.read_text()), f"{name} differs from {golden.name}"
+    result = assert_golden(fixtures[name], GOLDEN / f"{name}.json")
     assert [e.order for e in result.elements] == list(range(len(result.elements)))
 
 
 def test_xlsx_sheets(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["budget.xlsx"])
+    result = parse_file(fixtures["budget.xlsx"])
     assert result.pages == 3
     assert _els(result) == [
         ("heading", 1, 1, "Budget"),
@@ -93,7 +73,7 @@ def test_xlsx_row_cap(fixtures: dict[str, Path]) -> None:
 
 
 def test_pptx_slides_notes_table(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["review.pptx"])
+    result = parse_file(fixtures["review.pptx"])
     assert result.pages == 3
     assert _els(result) == [
         ("heading", 1, 1, "Quarterly review"),
@@ -108,7 +88,7 @@ def test_pptx_slides_notes_table(fixtures: dict[str, Path]) -> None:
 
 
 def test_eml_headers_body_attachments(fixtures: dict[str, Path]) -> None:
-    result = _parse_file(fixtures["policy_update.eml"])
+    result = parse_file(fixtures["policy_update.eml"])
     meta = result.metadata
     assert meta["from"] == "Ann Example <ann@example.com>"
     assert meta["to"] == "team@example.com"
@@ -135,7 +115,7 @@ def test_eml_headers_body_attachments(fixtures: dict[str, Path]) -> None:
 
 
 def test_eml_html_body(fixtures: dict[str, Path]) -> None:
-    els = _els(_parse_file(fixtures["maintenance.eml"]))
+    els = _els(parse_file(fixtures["maintenance.eml"]))
     assert els[2:] == [
         ("paragraph", 0, 0, "Systems are down on Saturday ."),
         ("list_item", 1, 0, "VPN"),
@@ -192,7 +172,7 @@ def test_eml_broken_attachment_is_a_child_that_fails_alone() -> None:
 
 
 def test_github_and_jira(fixtures: dict[str, Path]) -> None:
-    gh = _parse_file(fixtures["github_issue.json"])
+    gh = parse_file(fixtures["github_issue.json"])
     assert gh.metadata == {"records": "1", "kind": "github", "title": "#42 Login fails with SSO"}
     texts = [e.text for e in gh.elements]
     assert texts[0] == "#42 Login fails with SSO"
@@ -201,7 +181,7 @@ def test_github_and_jira(fixtures: dict[str, Path]) -> None:
         "ann (2024-03-03T08:00:00Z): Fixed by #43.",
         "Thanks!",
     ]
-    jira = _parse_file(fixtures["jira_issue.json"])
+    jira = parse_file(fixtures["jira_issue.json"])
     assert _els(jira)[0] == ("heading", 1, 0, "OPS-7: Backups run twice")
     assert [e.text for e in jira.elements][2:] == [
         "The cron job fires twice.",
@@ -294,32 +274,15 @@ def _corpus_sample() -> list[Path]:
     docs = CORPUS / "documents"
     files = [p for folder in _FOLDERS for p in (docs / folder).rglob("*") if p.is_file()]
     files = [p for p in files if p.suffix.lower() in _QUOTA and p.stat().st_size <= 1_500_000]
-    files.sort(key=lambda p: hashlib.sha256(p.relative_to(docs).as_posix().encode()).hexdigest())
-    taken: dict[str, int] = {}
-    picked: list[Path] = []
-    for path in files:
-        ext = path.suffix.lower()
-        if taken.get(ext, 0) < _QUOTA[ext]:
-            taken[ext] = taken.get(ext, 0) + 1
-            picked.append(path)
-    return sorted(picked)
+    picked = quota_sample(((p.relative_to(docs).as_posix(), p.suffix.lower()) for p in files), _QUOTA)
+    return sorted(docs / rel for rel in picked)
 
 
 @corpus_required
 def test_corpus_sample_parses_or_fails_specifically() -> None:
     sample = _corpus_sample()
     assert len(sample) >= 38
-    outcomes: dict[str, str] = {}
-    for path in sample:
-        try:
-            result = _parse_file(path)
-        except RagsyncError as exc:
-            assert exc.error_class != "internal", f"{path.name}: {exc}"
-            outcomes[path.name] = exc.error_class
-            continue
-        assert result.elements and all(e.text.strip() for e in result.elements), path.name
-        assert [e.order for e in result.elements] == list(range(len(result.elements)))
-        outcomes[path.name] = "ok"
+    outcomes = parse_outcomes((path.name, path) for path in sample)
     assert sum(1 for v in outcomes.values() if v == "ok") >= 0.6 * len(sample), outcomes
 
 
@@ -332,14 +295,14 @@ def test_corpus_sample_parses_or_fails_specifically() -> None:
 )
 def test_corpus_encrypted(rel: str) -> None:
     with pytest.raises(EncryptedDocumentError):
-        _parse_file(CORPUS / "documents" / "tika" / rel)
+        parse_file(CORPUS / "documents" / "tika" / rel)
 
 
 @corpus_required
 @pytest.mark.parametrize("rel", ["tika/testWORD_truncated.docx", "tika/testODTnotaZipFile.odt"])
 def test_corpus_corrupt(rel: str) -> None:
     with pytest.raises(CorruptDocumentError):
-        _parse_file(CORPUS / "documents" / rel)
+        parse_file(CORPUS / "documents" / rel)
 
 
 @pytest.mark.parametrize("name", ["notes.odt", "sheet.ods", "book.epub"])
@@ -349,24 +312,24 @@ def test_a_zip_format_that_is_not_a_zip_is_corrupt_without_tika(name: str, tmp_p
     path = tmp_path / name
     path.write_bytes(b"This is not a zip file!\n" * 3)
     with pytest.raises(CorruptDocumentError, match="not a ZIP container"):
-        _parse_file(path)
+        parse_file(path)
 
 
 @corpus_required
 def test_corpus_pptx_slide_order() -> None:
-    result = _parse_file(CORPUS / "documents" / "unstructured" / "fake-power-point-many-pages.pptx")
+    result = parse_file(CORPUS / "documents" / "unstructured" / "fake-power-point-many-pages.pptx")
     assert _els(result) == [("heading", 1, 1, "Page 1"), ("heading", 1, 2, "Page 2")]
-    pages = [e.page for e in _parse_file(CORPUS / "documents" / "python-pptx" / "test.pptx").elements]
+    pages = [e.page for e in parse_file(CORPUS / "documents" / "python-pptx" / "test.pptx").elements]
     assert pages == sorted(pages) and pages[0] == 1
 
 
 @corpus_required
 def test_corpus_msg_subject() -> None:
-    result = _parse_file(CORPUS / "documents" / "unstructured" / "fake-email.msg")
+    result = parse_file(CORPUS / "documents" / "unstructured" / "fake-email.msg")
     assert result.metadata["subject"] == "Test Email"
     assert _els(result)[0] == ("heading", 1, 0, "Test Email")
     assert result.elements[1].text.startswith('From: "Matthew Robinson" <mrobinson@unstructured.io>\n')
-    with_attachment = _parse_file(CORPUS / "documents" / "unstructured" / "fake-email-attachment.msg")
+    with_attachment = parse_file(CORPUS / "documents" / "unstructured" / "fake-email-attachment.msg")
     assert _els(with_attachment)[-1] == ("paragraph", 0, 0, "Attachments: fake-attachment.txt")
     (att,) = with_attachment.attachments
     assert att.name == "fake-attachment.txt" and att.depth == 1
@@ -377,10 +340,10 @@ def test_corpus_msg_subject() -> None:
 @corpus_required
 def test_corpus_tickets() -> None:
     docs = CORPUS / "documents"
-    github = _parse_file(docs / "tickets-github-issues-hf-datasets" / "datasets-issues.first400.jsonl")
+    github = parse_file(docs / "tickets-github-issues-hf-datasets" / "datasets-issues.first400.jsonl")
     assert github.metadata["records"] == "400"
     assert sum(1 for e in github.elements if e.type is ElementType.HEADING and e.level == 1) == 400
-    jira = _parse_file(docs / "tickets-jira-apache-lucene" / "LUCENE-6572.json")
+    jira = parse_file(docs / "tickets-jira-apache-lucene" / "LUCENE-6572.json")
     assert jira.elements[0].text == "LUCENE-6572: Highlighter depends on analyzers-common"
     comments = [e.text for e in jira.elements if e.text.startswith("Robert Muir (")]
     assert comments[0] == (

@@ -15,30 +15,16 @@ from ragsync.errors import CorruptDocumentError, EncryptedDocumentError, TooLarg
 from ragsync.model import Chunk, Element, ElementType
 from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING, have_corpus
+from tests.fixtures_gen import long_pdf_bytes, text_pdf_bytes
 
 PDF = "application/pdf"
 LONG_PAGES = 1500
 corpus_required = pytest.mark.skipif(not have_corpus(), reason=CORPUS_MISSING)
 
 
-def _text_pdf(lines: list[str]) -> bytes:
-    from fpdf import FPDF
-
-    pdf = FPDF()
-    pdf.add_page()
-    pdf.set_font("Helvetica", size=12)
-    for line in lines:
-        pdf.cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
-    return bytes(pdf.output())
-
-
 @pytest.fixture(scope="session")
 def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """1,500 pages: a running header and page-number footer, a heading every 10 pages, marked paragraphs."""
-    from fpdf import FPDF
-
-    pdf = FPDF(unit="pt", format="A4")
-    pdf.set_auto_page_break(False)
     words = [
         "alpha",
         "bravo",
@@ -54,27 +40,16 @@ def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "lima",
         "mike",
     ]
-    for page in range(1, LONG_PAGES + 1):
-        pdf.add_page()
-        pdf.set_font("Helvetica", size=8)
-        pdf.set_xy(40, 20)
-        pdf.cell(0, 10, "Annual Report of the Long Document Society")
-        pdf.set_xy(40, 800)
-        pdf.cell(0, 10, f"Page {page} of {LONG_PAGES}")
-        pdf.set_xy(40, 70)
-        if page % 10 == 1:
-            pdf.set_font("Helvetica", size=16)
-            pdf.cell(
-                0, 20, f"Chapter {page // 10 + 1}: {words[page % 13].title()}", new_x="LMARGIN", new_y="NEXT"
-            )
-        pdf.set_font("Helvetica", size=11)
-        for para in range(3):
-            filler = " ".join(words[(page + para + k) % 13] for k in range(24))
-            pdf.set_x(40)
-            pdf.multi_cell(500, 14, f"Marker p{page}x{para}: {filler}.")
-            pdf.ln(8)
+
+    def chapter(page: int) -> str:
+        return f"Chapter {page // 10 + 1}: {words[page % 13].title()}" if page % 10 == 1 else ""
+
+    def paragraph(page: int, para: int) -> str:
+        filler = " ".join(words[(page + para + k) % 13] for k in range(24))
+        return f"Marker p{page}x{para}: {filler}."
+
     path = tmp_path_factory.mktemp("long") / "long.pdf"
-    path.write_bytes(bytes(pdf.output()))
+    path.write_bytes(long_pdf_bytes(LONG_PAGES, paragraph, chapter))
     return path
 
 
@@ -83,7 +58,12 @@ def long_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_pdfium_rejects_pdfminer_reads_generated() -> None:
     """A PDF behind 2 KB of junk: PDFium refuses it, pdfminer finds the header and reads it."""
-    data = b"%" + b"x" * 2047 + b"\n" + _text_pdf(["Fallback chain sample text here", "Second line of text"])
+    data = (
+        b"%"
+        + b"x" * 2047
+        + b"\n"
+        + text_pdf_bytes(["Fallback chain sample text here", "Second line of text"])
+    )
     import pypdfium2 as pdfium
 
     with pytest.raises(pdfium.PdfiumError):
@@ -99,7 +79,7 @@ def test_no_parser_reads_it_is_corrupt() -> None:
 
 
 def test_text_layer_pages_record_pdfium() -> None:
-    result = parse(_text_pdf(["Plain text layer page with enough characters to count."]), PDF)
+    result = parse(text_pdf_bytes(["Plain text layer page with enough characters to count."]), PDF)
     assert result.page_parsers == ("pdfium",)
     assert all(e.confidence is None for e in result.elements)
 
@@ -339,7 +319,7 @@ def test_chunk_confidence_is_the_lowest_ocr_confidence() -> None:
 
 def test_cli_parse_json_shows_page_parsers_and_confidence(tmp_path: Path) -> None:
     path = tmp_path / "doc.pdf"
-    path.write_bytes(_text_pdf(["A page of text that the command line shows as parsed by PDFium."]))
+    path.write_bytes(text_pdf_bytes(["A page of text that the command line shows as parsed by PDFium."]))
     out = subprocess.run(
         [sys.executable, "-m", "beam_pipelines.cli", "parse", str(path), "--json"],
         capture_output=True,

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beam_pipelines.reembed import CRASH_ENV, backfill_progress, run_reembed
+from beam_pipelines.reembed import CRASH_ENV, _target_state, backfill_progress, run_reembed
 from beam_pipelines.sync import run_backfill
 from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
@@ -175,16 +175,6 @@ def _catalog_ids(settings: Settings) -> set[str]:
         catalog.close()
 
 
-def _version_rows(settings: Settings, version: iv.IndexVersion) -> tuple[set[str], int, set[str], int]:
-    vec = iv.open_version_vector(settings, version)
-    kw = iv.open_version_keyword(settings, version)
-    try:
-        return vec.chunk_ids(), vec.count(), kw.chunk_ids(), sum(kw.count_by_doc().values())
-    finally:
-        kw.close()
-        vec.close()
-
-
 def _live_physical(settings: Settings) -> tuple[str, str]:
     vec = MilvusVectorIndex(settings.milvus_uri, settings.collection, 384)
     try:
@@ -253,7 +243,7 @@ def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings
 
     building = iv.building_version(settings, E5)
     assert building is not None and building.version == 2
-    vec_ids, vec_rows, kw_ids, _ = _version_rows(settings, building)
+    vec_ids, kw_ids, vec_rows, _ = _target_state(settings, building)
     assert 0 < len(vec_ids & kw_ids) < total
     progress = backfill_progress(settings, 2)
     assert progress is not None and progress["state"] == "running" and progress["done"] < total
@@ -264,7 +254,7 @@ def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings
     assert summary.version == 2 and summary.state == "live", summary.gate
     assert summary.already_present == done_before
     assert summary.chunks_written == total - done_before
-    vec_ids, vec_rows, kw_ids, kw_rows = _version_rows(settings, iv.get_version(settings, 2))
+    vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, iv.get_version(settings, 2))
     assert vec_ids == kw_ids == _catalog_ids(settings)
     assert vec_rows == kw_rows == total  # no duplicates
     assert [v.version for v in iv.list_versions(settings)] == [1, 2]

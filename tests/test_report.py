@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import base64
 import io
-import os
 import re
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +21,7 @@ from sqlalchemy import insert
 from beam_pipelines.cli import main
 from ragsync.catalog import Catalog, schema
 from ragsync.report import queue_depth_series, write_report
+from tests.chromium import CHROMIUM_MISSING, fail_if_chromium_required, find_chromium, run_headless
 
 NOW = 1_796_000_000.0
 # matplotlib's colours the plots use: freshness/queue lanes, coverage, dead letters, OCR.
@@ -127,34 +125,18 @@ def test_report_command_on_an_empty_home_still_draws_every_plot(tmp_path: Path) 
     assert page.count("data:image/png;base64,") == 5 and "<script" not in page
 
 
-def _chromium() -> str | None:
-    for name in ("chromium", "chromium-browser", "google-chrome"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
-
-
 def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
-    browser = _chromium()
+    browser = find_chromium()
     if browser is None:
-        reason = "Chromium not installed: apt-get install chromium (RAGSYNC_WITH_CHROMIUM=1 scripts/setup.sh)"
-        if os.environ.get("CI") and os.environ.get("RAGSYNC_WITH_CHROMIUM") == "1":
-            pytest.fail(reason + " (CI with RAGSYNC_WITH_CHROMIUM=1: the rendering test must run)")
-        pytest.skip(reason)
+        fail_if_chromium_required("the rendering test must run")
+        pytest.skip(CHROMIUM_MISSING)
     with Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}") as catalog:
         _fill(catalog)
         path = write_report(catalog, str(tmp_path / "out"), now=NOW)
     shot = tmp_path / "shot.png"
-    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1700,1200"]
-    # Offline: any network request the page made would fail (there is none to make).
-    flags += ["--proxy-server=127.0.0.1:9", "--user-data-dir=" + str(tmp_path / "profile")]
-    done = subprocess.run(
-        [browser, *flags, f"--screenshot={shot}", f"file://{path}"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    profile, url = tmp_path / "profile", f"file://{path}"
+    window = ["--hide-scrollbars", "--window-size=1700,1200"]
+    done = run_headless(browser, profile, [*window, f"--screenshot={shot}"], url)
     assert done.returncode == 0 and shot.exists(), done.stderr[-2000:]
     img = Image.open(shot).convert("RGB")
     assert img.size == (1700, 1200)
@@ -169,7 +151,5 @@ def test_report_renders_in_headless_chromium(tmp_path: Path) -> None:
     }
     for name, (box, colour) in regions.items():
         assert _colour_pixels(img.crop(box), colour) > 150, name
-    dom = subprocess.run(
-        [browser, *flags, "--dump-dom", f"file://{path}"], capture_output=True, text=True, timeout=120
-    )
+    dom = run_headless(browser, profile, [*window, "--dump-dom"], url)
     assert dom.returncode == 0 and dom.stdout.count("<img") == 5

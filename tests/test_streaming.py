@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from beam_pipelines.backfill import prepare_stores, register_source
-from beam_pipelines.streaming import StreamSummary, run_stream
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
@@ -21,7 +20,7 @@ from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
 from tests.proc import cli, run_until_killed
-from tests.queue_events import change_event, push_events
+from tests.queue_events import change_event, push_events, stream_until_idle
 from tests.store_state import chunk_ids_by_store
 
 pytestmark = pytest.mark.slow
@@ -54,12 +53,6 @@ def _event(
 
 
 _push = push_events
-
-
-def _stream(settings: Settings) -> StreamSummary:
-    summary = run_stream(settings, until_idle=True, show_progress=False)
-    assert summary is not None
-    return summary
 
 
 def _setup(tmp_path: Path) -> Settings:
@@ -113,7 +106,7 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
         {**_event("ghost", "upsert", 1, ["everyone"], str(docs / "notes.txt"), "e4"), "source_id": "nope"},
     ]
     _push(settings, first)
-    s1 = _stream(settings)
+    s1 = stream_until_idle(settings)
     assert (s1.events_applied, s1.documents_indexed, s1.dead_lettered) == (3, 3, 1)
     assert s1.chunks_embedded == s1.chunks_written > 0
     before = _all_chunk_ids(settings)
@@ -121,7 +114,7 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
 
     # Replay: every event delivered again (new delivery ids, same versions).
     _push(settings, [{**e, "event_id": e["event_id"] + "-again"} for e in first[:3]])
-    s2 = _stream(settings)
+    s2 = stream_until_idle(settings)
     assert (s2.events_duplicate, s2.events_applied, s2.chunks_embedded, s2.chunks_written) == (3, 0, 0, 0)
     assert _all_chunk_ids(settings) == before
 
@@ -130,7 +123,7 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
     edited[1] = "In London, Paris and New York the nightly hotel limit is 275 EUR since March."
     (docs / "handbook.md").write_text(_handbook(edited))
     _push(settings, [_event("handbook", "upsert", 2, ["everyone"], str(docs / "handbook.md"), "e5")])
-    s3 = _stream(settings)
+    s3 = stream_until_idle(settings)
     assert s3.documents_indexed == 1 and 1 <= s3.chunks_embedded <= 2 and s3.chunks_deleted >= 1
     hits = hybrid_query(settings, "nightly hotel limit London", groups=["everyone"], tenant_id=TENANT, k=1)
     assert "275 EUR" in hits[0].text
@@ -138,7 +131,7 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
     # Delete: gone from both indexes, the chunks table and the object store.
     assert _doc_traces(settings, "notes") == {"vector": 1, "keyword": 1, "catalog": 1, "raw": 1, "parsed": 1}
     _push(settings, [_event("notes", "delete", 3, [], eid="e6")])
-    s4 = _stream(settings)
+    s4 = stream_until_idle(settings)
     assert (s4.documents_deleted, s4.events_applied) == (1, 1)
     assert _doc_traces(settings, "notes") == {"vector": 0, "keyword": 0, "catalog": 0, "raw": 0, "parsed": 0}
     cat = open_catalog(settings)
@@ -154,7 +147,7 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
 
     # A late upsert older than the delete is stale: the document stays gone.
     _push(settings, [_event("notes", "upsert", 2, ["everyone"], str(docs / "notes.txt"), "e7")])
-    s5 = _stream(settings)
+    s5 = stream_until_idle(settings)
     assert (s5.events_stale, s5.documents_indexed) == (1, 0)
     assert _doc_traces(settings, "notes")["vector"] == 0
     assert reconcile(settings, DIM).ok
@@ -171,30 +164,30 @@ def test_permission_canary_never_leaks(tmp_path: Path) -> None:
         return any("purple-falcon-42" in h.text for h in hits)
 
     _push(settings, [_event("canary", "upsert", 1, ["secret"], str(canary), "c1")])
-    assert _stream(settings).chunks_embedded == 1
+    assert stream_until_idle(settings).chunks_embedded == 1
     assert (visible(["everyone"]), visible(["secret"])) == (False, True)
 
     # An acl event newer than the content opens it up, without re-embedding.
     _push(settings, [_event("canary", "acl", 2, ["secret", "everyone"], eid="c2")])
-    s = _stream(settings)
+    s = stream_until_idle(settings)
     assert (s.documents_acl_updated, s.chunks_embedded) == (1, 0)
     assert (visible(["everyone"]), visible(["secret"])) == (True, True)
 
     # Removing every group hides it from everyone (fail closed).
     _push(settings, [_event("canary", "acl", 3, [], eid="c3")])
-    _stream(settings)
+    stream_until_idle(settings)
     assert (visible(["everyone"]), visible(["secret"])) == (False, False)
 
     # A late, older acl event cannot widen it again.
     _push(settings, [_event("canary", "acl", 2, ["everyone"], eid="c2-late")])
-    assert _stream(settings).events_stale == 1
+    assert stream_until_idle(settings).events_stale == 1
     assert visible(["everyone"]) is False
 
     # A content edit older than the last permission change keeps the newer
     # permissions; a newer one brings its own.
     canary.write_text("# Canary\n\nThe canary launch code is purple-falcon-42, rotated weekly.\n")
     _push(settings, [_event("canary", "upsert", 4, ["secret"], str(canary), "c4")])
-    _stream(settings)
+    stream_until_idle(settings)
     assert (visible(["everyone"]), visible(["secret"])) == (False, True)
     assert reconcile(settings, DIM).ok
 
@@ -204,7 +197,7 @@ def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None
     doc = tmp_path / "handbook.md"
     doc.write_text(_handbook(PARAS))
     _push(settings, [_event("handbook", "upsert", 1, ["everyone"], str(doc), "h1")])
-    _stream(settings)
+    stream_until_idle(settings)
     edited = [p.replace("EUR", "euros") for p in PARAS]
     doc.write_text(_handbook(edited))
     _push(settings, [_event("handbook", "upsert", 2, ["everyone"], str(doc), "h2")])
@@ -240,7 +233,7 @@ def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None
         docs[name] = tmp_path / f"{name}.md"
         docs[name].write_text(f"# Doc {name}\n\nThe {name}-ray budget for {name} is {ord(name)} EUR.\n")
     _push(settings, [_event(n, "upsert", 1, ["everyone"], str(p), f"{n}1") for n, p in docs.items()])
-    assert _stream(settings).documents_indexed == 3
+    assert stream_until_idle(settings).documents_indexed == 3
     docs["x"].write_text("# Doc x\n\nThe x-ray budget for x is 999 EUR.\n")
     _push(
         settings,
@@ -250,7 +243,7 @@ def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None
             _event("z", "delete", 2, [], eid="z2"),
         ],
     )
-    s = _stream(settings)
+    s = stream_until_idle(settings)
     assert (s.documents_indexed, s.documents_acl_updated, s.documents_deleted, s.dead_lettered) == (
         1,
         1,

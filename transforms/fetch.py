@@ -47,6 +47,48 @@ DUPLICATE = "duplicate"
 LEFT_COPY = "left_copy"
 
 
+def fetch_decision(
+    catalog: Any, stored: Any, *, content_hash: str, acl_id: str, parser_version: str, chunker_id: str
+) -> FetchAction:
+    """``fetch_action`` for one object the fetch step read, with what it
+    needs from ``catalog``: the document's chunk rows (when indexed) and
+    whether it is an exact copy linked to a holder that is live and holds
+    the copy's bytes.
+
+    Args:
+        catalog: the catalog.
+        stored: the document's row (``DocumentRow``) or None.
+        content_hash, acl_id: of the bytes and permissions just read.
+        parser_version, chunker_id: the current ones.
+
+    Returns:
+        The ``FetchAction``.
+    """
+    rows = (
+        len(catalog.chunk_ids_for_doc(stored.doc_id))
+        if stored is not None and stored.status == "indexed"
+        else None
+    )
+    copy_of_live = False
+    if stored is not None and stored.status == "duplicate" and stored.canonical_doc_id:
+        holder = catalog.get_document(stored.canonical_doc_id)
+        copy_of_live = (
+            holder is not None
+            and holder.deleted_at is None
+            and holder.status in LIVE_STATUSES
+            and holder.content_hash == stored.content_hash
+        )
+    return fetch_action(
+        stored,
+        content_hash=content_hash,
+        acl_id=acl_id,
+        parser_version=parser_version,
+        chunker_id=chunker_id,
+        stored_chunk_rows=rows,
+        copy_of_live=copy_of_live,
+    )
+
+
 class _FetchFn(CatalogDoFn):
     """SourceFile -> FetchedDocument: to process (main), ``unchanged`` or ``acl_only``.
 
@@ -135,17 +177,8 @@ class _FetchFn(CatalogDoFn):
         cat.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
         stored = cat.get_document(doc_id)
         chunker_id = self.settings.chunker.config_id
-        rows = (
-            len(cat.chunk_ids_for_doc(doc_id)) if stored is not None and stored.status == "indexed" else None
-        )
-        action = fetch_action(
-            stored,
-            content_hash=chash,
-            acl_id=acl,
-            parser_version=PARSER_VERSION,
-            chunker_id=chunker_id,
-            stored_chunk_rows=rows,
-            copy_of_live=self._copy_of_live(stored),
+        action = fetch_decision(
+            cat, stored, content_hash=chash, acl_id=acl, parser_version=PARSER_VERSION, chunker_id=chunker_id
         )
         doc = FetchedDocument(
             doc_id=doc_id,
@@ -195,19 +228,6 @@ class _FetchFn(CatalogDoFn):
             step.setup()
             self._acl_step = step
         return self._acl_step
-
-    def _copy_of_live(self, stored: Any) -> bool:
-        """True when ``stored`` is an exact copy linked to a holder that is
-        live and holds the copy's bytes."""
-        if stored is None or stored.status != "duplicate" or not stored.canonical_doc_id:
-            return False
-        holder = self._catalog.get_document(stored.canonical_doc_id)
-        return (
-            holder is not None
-            and holder.deleted_at is None
-            and holder.status in LIVE_STATUSES
-            and holder.content_hash == stored.content_hash
-        )
 
     def _permissions(self, doc_id: str, item: SourceFile) -> SourceFile:
         """Weigh the item's permissions against the evidence the catalog holds

@@ -212,13 +212,19 @@ def char_error_rate(hypothesis: str, reference: str) -> float:
         return 0.0 if not hyp else 1.0
     a = np.frombuffer(hyp.encode("utf-32-le"), dtype=np.uint32)
     b = np.frombuffer(ref.encode("utf-32-le"), dtype=np.uint32)
+    return edit_distance(a, b) / len(ref)
+
+
+def edit_distance(a: np.ndarray, b: np.ndarray) -> int:
+    """Levenshtein distance between two 1-D integer arrays (characters,
+    token ids): insertions, deletions and substitutions cost 1 each; one
+    row of the table at a time (numpy). Empty arrays are allowed."""
     cols = np.arange(len(b) + 1, dtype=np.int64)
     prev = cols.copy()
-    for i, ch in enumerate(a, start=1):
+    for i, item in enumerate(a, start=1):
         cur = np.empty_like(prev)
         cur[0] = i
-        cur[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (b != ch))
+        cur[1:] = np.minimum(prev[1:] + 1, prev[:-1] + (b != item))
         # insertions: cur[j] = min(cur[j], cur[j-1] + 1), as one running minimum
-        cur = np.minimum.accumulate(cur - cols) + cols
-        prev = cur
-    return float(prev[-1]) / len(ref)
+        prev = np.minimum.accumulate(cur - cols) + cols
+    return int(prev[-1])
