@@ -12,9 +12,9 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi
-# Every test file in a process of its own: the in-process pipelines fork parse
-# workers, and a fork from a process that earlier files left full of threads
-# (gRPC channels, servers) can crash the child. Files are independent anyway.
+# Every test file in a process of its own: files are independent, and a
+# process that earlier files left full of threads (gRPC channels, servers) and
+# memory is not what a user's run looks like.
 failed=()
 for f in tests/test_*.py; do
   echo "== $f"
