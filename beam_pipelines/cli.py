@@ -103,7 +103,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     groups = split_list(args.acl_groups)
     reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
     if not args.dry_run:
-        # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
+        # An unchanged folder or prefix needs no pipeline (a folder not even Beam): beam_pipelines.quick.
         quick = quick_backfill(
             args.source,
             settings,
@@ -111,6 +111,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
             source_id=args.source_id or "",
             acl_groups=groups,
             reread=reread,
+            beam_args=args.beam_args or (),
         )
         if quick is not None:
             return _backfill_summary(args, settings, groups, quick)
