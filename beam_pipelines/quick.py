@@ -2,7 +2,7 @@
 
 :func:`quick_backfill` lists the source on the launcher with the connector
 the pipeline's workers use (``FolderConnector``: a walk of a local folder;
-Beam ``FileSystems.match`` shard by shard for ``gs://``/``s3://``) and
+one Beam ``FileSystems.match`` of the whole prefix for ``gs://``/``s3://``) and
 compares it with the catalog in batches of :data:`BATCH`
 (``Catalog.unread_states`` and ``ragsync.decisions.skip_unread``, the same
 rule the pipeline's ``SkipUnread`` step applies). It stops at the first
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from connectors.base import Connector, FileInfo, FileSystem, SourceSpec, list_all, stamp_listed
+from connectors.base import FileInfo, FileSystem, SourceSpec, stamp_listed
 from connectors.files import FolderConnector
 from connectors.location import source_location
 from connectors.reader import FetchLimits
@@ -129,8 +129,10 @@ def _count(items: Iterable[object], limit: int | None) -> int:
     return sum(1 for _ in (items if limit is None else itertools.islice(items, limit + 1)))
 
 
-def _listed_unread(connector: Connector, catalog: Catalog, chunker_id: str) -> int | None:
-    """How many objects the connector lists, when every one of them would be
+def _listed_unread(connector: FolderConnector, catalog: Catalog, chunker_id: str) -> int | None:
+    """How many objects the connector lists (one shard over the whole
+    source: the workers' 63 object-store shards would cost the launcher one
+    S3 client and one listing call each), when every one of them would be
     skipped unread; None at the first that would be read (the listing stops).
 
     Raises:
@@ -139,7 +141,7 @@ def _listed_unread(connector: Connector, catalog: Catalog, chunker_id: str) -> i
     from ragsync.parsing import PARSER_VERSION
 
     listed = 0
-    for batch in _batches(list_all(connector)):
+    for batch in _batches(connector.list_shard(connector.whole_shard())):
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
         known = catalog.unread_states(doc_ids)
         for item, doc_id in zip(batch, doc_ids, strict=True):
