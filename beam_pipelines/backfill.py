@@ -11,6 +11,7 @@ vanished-document deletes; ``run_listing`` runs it and returns its counters.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -235,6 +236,10 @@ def root_cause(exc: BaseException) -> str:
     return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
 
 
+#: Chunk ids compared with the catalog (and deleted) per step of the orphan sweep.
+SWEEP_PAGE = 1000
+
+
 def sweep_orphans(settings: Settings, dim: int) -> int:
     """Delete index rows that have no chunk row in the catalog; returns how
     many rows were removed over both indexes.
@@ -248,12 +253,20 @@ def sweep_orphans(settings: Settings, dim: int) -> int:
     try:
         removed = 0
         for tenant in catalog.tenant_ids():
-            known = catalog.chunk_ids_for_tenant(tenant)
             for store in (vectors, keywords):
-                orphans = sorted(store.chunk_ids(tenant) - known)
-                if orphans:
-                    store.delete(tenant, orphans)
-                    removed += len(orphans)
+                # Page by page: only the orphans found are kept, never every id.
+                orphans: list[str] = []
+                page: list[str] = []
+                for chunk_id in itertools.chain(store.iter_chunk_ids(tenant), [None]):
+                    if chunk_id is not None:
+                        page.append(chunk_id)
+                    if page and (chunk_id is None or len(page) == SWEEP_PAGE):
+                        present = catalog.present_chunk_ids(tenant, page)
+                        orphans += [c for c in page if c not in present]
+                        page = []
+                for i in range(0, len(orphans), SWEEP_PAGE):
+                    removed += len(orphans[i : i + SWEEP_PAGE])
+                    store.delete(tenant, orphans[i : i + SWEEP_PAGE])
         return removed
     finally:
         keywords.close()

@@ -106,8 +106,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     target: dict[str, Any] = {"tenant_id": args.tenant, "source_id": args.source_id or ""}
     target["acl_groups"] = groups
     if not args.dry_run:
-        # An unchanged folder needs no pipeline (and no Beam import): beam_pipelines.quick.
-        quick = quick_backfill(args.source, settings, **target, reread=reread)
+        # An unchanged folder or prefix needs no pipeline (a folder not even Beam): beam_pipelines.quick.
+        quick = quick_backfill(args.source, settings, **target, reread=reread, beam_args=args.beam_args or ())
         if quick is not None:
             return _backfill_summary(args, settings, groups, quick)
     from beam_pipelines.sync import SyncError, run_backfill

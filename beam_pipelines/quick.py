@@ -1,28 +1,37 @@
-"""``ragsync backfill`` of a folder that has not changed, without a pipeline.
+"""``ragsync backfill`` of a folder or prefix that has not changed, without a pipeline.
 
-:func:`quick_backfill` lists a local folder on the launcher (one walk, cheap)
-and compares it with the catalog in batches (``Catalog.unread_states`` and
-``ragsync.decisions.skip_unread``, the same rule the pipeline's
-``SkipUnread`` step applies). When every listed object would be skipped
-unread and no known document vanished, it records the full listing on the
-source and returns the summary with ``pipeline_skipped`` 1: no Beam import,
-no model, no stores opened. Otherwise it returns None and the caller runs the
-normal pipeline (which still skips the unchanged objects unread).
+:func:`quick_backfill` lists the source on the launcher with the connector
+the pipeline's workers use (``FolderConnector``: a walk of a local folder;
+one Beam ``FileSystems.match`` of the whole prefix for ``gs://``/``s3://``) and
+compares it with the catalog in batches of :data:`BATCH`
+(``Catalog.unread_states`` and ``ragsync.decisions.skip_unread``, the same
+rule the pipeline's ``SkipUnread`` step applies). It stops at the first
+object that would be read. When every listed object would be skipped unread
+and the listing holds as many objects as the catalog holds live documents of
+the source (so none vanished), it records the full listing on the source and
+returns the summary with ``pipeline_skipped`` 1: no model, no stores opened,
+no pipeline. Otherwise it returns None and the caller runs the normal
+pipeline (which still skips the unchanged objects unread).
 
-Object stores (``gs://``, ``s3://``) always take the pipeline: their listing
-is spread over workers. This module never imports Beam.
+A local folder is checked without importing Beam. An object store needs
+Beam's file systems (the import costs seconds, not a pipeline's minutes) and
+is checked only up to ``Settings.quick_check_max_objects``: a source with
+more known documents is not listed at all, and the listing stops one object
+past the cap (``transforms.io.BeamFileSystem(max_objects=...)``), so the
+launcher never holds more than the cap.
 """
 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
-from connectors.base import FileInfo, SourceSpec, list_all, stamp_listed
+from connectors.base import FileInfo, FileSystem, SourceSpec, stamp_listed
 from connectors.files import FolderConnector
 from connectors.location import source_location
 from connectors.reader import FetchLimits
@@ -31,6 +40,9 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import skip_unread
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.model import SourceFile
+
+if TYPE_CHECKING:
+    from ragsync.catalog import Catalog
 
 #: Objects compared with the catalog per query.
 BATCH = 500
@@ -100,6 +112,48 @@ def _batches(items: Iterator[SourceFile]) -> Iterator[list[SourceFile]]:
         yield batch
 
 
+def _object_store_fs(beam_args: Sequence[str], max_objects: int | None) -> FileSystem:
+    """Beam's file systems on the launcher, configured from the Beam options
+    (``--s3_endpoint_url``, credentials, ...), listing at most ``max_objects``."""
+    from apache_beam.io.filesystems import FileSystems
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    from transforms.io import BeamFileSystem
+
+    FileSystems.set_options(PipelineOptions(list(beam_args)))
+    return BeamFileSystem(max_objects=max_objects)
+
+
+def _count(items: Iterable[object], limit: int | None) -> int:
+    """How many ``items`` there are, counting no further than ``limit`` + 1."""
+    return sum(1 for _ in (items if limit is None else itertools.islice(items, limit + 1)))
+
+
+def _listed_unread(connector: FolderConnector, catalog: Catalog, chunker_id: str) -> int | None:
+    """How many objects the connector lists (one shard over the whole
+    source: the workers' 63 object-store shards would cost the launcher one
+    S3 client and one listing call each), when every one of them would be
+    skipped unread; None at the first that would be read (the listing stops).
+
+    Raises:
+        RagsyncError, OSError: the listing failed or went past its cap.
+    """
+    from ragsync.parsing import PARSER_VERSION
+
+    listed = 0
+    for batch in _batches(connector.list_shard(connector.whole_shard())):
+        doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
+        known = catalog.unread_states(doc_ids)
+        for item, doc_id in zip(batch, doc_ids, strict=True):
+            listed_item = stamp_listed(item)
+            if not skip_unread(
+                listed_item, known.get(doc_id), parser_version=PARSER_VERSION, chunker_id=chunker_id
+            ):
+                return None
+        listed += len(batch)
+    return listed
+
+
 def quick_backfill(
     uri: str,
     settings: Settings,
@@ -108,30 +162,37 @@ def quick_backfill(
     source_id: str = "",
     acl_groups: Sequence[str] = ("everyone",),
     reread: bool = False,
+    beam_args: Sequence[str] = (),
 ) -> BackfillSummary | None:
-    """The backfill of an unchanged local folder, without a pipeline.
+    """The backfill of an unchanged folder or object-store prefix, without a pipeline.
 
     Args:
-        uri: the folder (as ``run_backfill`` takes it).
-        settings: where the catalog is; the chunker's id.
+        uri: the folder or ``gs://``/``s3://`` prefix (as ``run_backfill`` takes it).
+        settings: where the catalog is; the chunker's id;
+            ``quick_check_max_objects`` (object stores only).
         tenant_id, source_id, acl_groups: as ``run_backfill`` takes them; the
             source must already be registered with the same location and
             groups (else the pipeline runs and registers it).
         reread: always None (the pipeline reads everything).
+        beam_args: Beam's options (an object store's endpoint and
+            credentials), as the pipeline gets them.
 
     Returns:
-        The summary (``pipeline_skipped`` 1) when the folder was listed and
+        The summary (``pipeline_skipped`` 1) when the source was listed and
         nothing is new, changed or vanished; None when the pipeline must run
-        (an object store, an unknown or paused source, other groups, queued
-        events, anything to read or delete, a listing that failed: the
-        pipeline reports that failure itself).
+        (an unknown or paused source, other groups, queued events, anything
+        to read or delete, an empty object-store listing, more objects or
+        known documents than ``quick_check_max_objects``, a listing that
+        failed: the pipeline reports that failure itself).
     """
-    from ragsync.parsing import PARSER_VERSION
-
     start = time.monotonic()
-    if reread or "://" in uri or not os.path.isdir(uri):
+    object_store = uri.startswith(("gs://", "s3://"))
+    if reread or (object_store and settings.quick_check_max_objects <= 0):
         return None
-    uri = os.path.abspath(uri)
+    if not object_store:
+        if "://" in uri or not os.path.isdir(uri):
+            return None
+        uri = os.path.abspath(uri)
     source_id = source_id or source_id_for(uri)
     catalog = open_catalog(settings)
     try:
@@ -147,30 +208,20 @@ def quick_backfill(
             return None
         if catalog.unfinished_events() > 0:
             return None
+        cap = settings.quick_check_max_objects if object_store else None
+        # Every listed object must be a known live document; any other known one vanished.
+        known = catalog.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))
+        known_total = _count(known, cap)
+        if cap is not None and known_total > cap:
+            return None
         limits = FetchLimits(max_bytes=settings.max_bytes, timeout_s=settings.fetch_timeout_s)
-        connector = FolderConnector(spec, _LocalOnly(), limits)
-        chunker_id = settings.chunker.config_id
-        listed = 0
         try:
-            for batch in _batches(list_all(connector)):
-                doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
-                known = catalog.unread_states(doc_ids)
-                for item, doc_id in zip(batch, doc_ids, strict=True):
-                    if not skip_unread(
-                        stamp_listed(item),
-                        known.get(doc_id),
-                        parser_version=PARSER_VERSION,
-                        chunker_id=chunker_id,
-                    ):
-                        return None
-                listed += len(batch)
+            fs = _object_store_fs(beam_args, cap) if object_store else _LocalOnly()
+            listed = _listed_unread(FolderConnector(spec, fs, limits), catalog, settings.chunker.config_id)
         except (RagsyncError, OSError):
             return None
-        # Every listed object is a known live document; any other known one vanished.
-        known_total = sum(
-            1 for _ in catalog.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))
-        )
-        if known_total != listed:
+        if listed is None or listed != known_total or (object_store and listed == 0):
+            # An empty object-store listing may be a missing bucket: the pipeline says so.
             return None
         catalog.sync_started(source_id, tenant_id=tenant_id)
         catalog.sync_succeeded(source_id, full=True, listed=listed, tenant_id=tenant_id)

@@ -325,10 +325,18 @@ def _loadavg() -> float:
     return round(os.getloadavg()[0], 2)
 
 
-def cli_backfill(folder: Path, home: Path, *, backend: str = "", timeout: float = 7200) -> dict[str, Any]:
-    """One ``ragsync backfill FOLDER --home HOME`` through the CLI in a fresh
-    process (imports included), with ``RAGSYNC_EMBED_BACKEND=backend`` when
-    given: ``{"wall_s": seconds, "summary": its JSON summary}``.
+def cli_backfill(
+    folder: Path | str,
+    home: Path,
+    *,
+    backend: str = "",
+    beam_args: list[str] | None = None,
+    timeout: float = 7200,
+) -> dict[str, Any]:
+    """One ``ragsync backfill FOLDER --home HOME [-- BEAM_ARGS]`` through the
+    CLI in a fresh process (imports included), with
+    ``RAGSYNC_EMBED_BACKEND=backend`` when given: ``{"wall_s": seconds,
+    "summary": its JSON summary}``. ``folder`` may be a ``gs://``/``s3://`` prefix.
 
     Raises:
         RuntimeError: the command failed (the end of its stderr).
@@ -336,6 +344,8 @@ def cli_backfill(folder: Path, home: Path, *, backend: str = "", timeout: float 
     """
     cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
     cmd += ["--quiet", "--json"]
+    if beam_args:
+        cmd += ["--", *beam_args]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     if backend:
         env["RAGSYNC_EMBED_BACKEND"] = backend

@@ -13,7 +13,12 @@ report ``pipeline_skipped`` 1 and nothing embedded or written, else the script
 fails. Figures are wall-clock on a shared machine: the load average before and
 after is printed with them.
 
-Usage: ``python benchmarks/bench_rerun.py [--files 200] [--reruns 3] [--keep DIR] [--json]``
+With ``--s3`` the staged files are uploaded to a local S3 server (moto's
+server mode, in this process: ``requirements-dev.txt``) and the source is
+``s3://bench/docs``: the re-run then lists the prefix on the launcher through
+Beam's S3 file system (``beam_pipelines.quick``), Beam import included.
+
+Usage: ``python benchmarks/bench_rerun.py [--files 200] [--reruns 3] [--s3] [--keep DIR] [--json]``
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,17 +41,50 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_backfill import DEFAULT_CORPUS, cli_backfill, stage_aged_set  # noqa: E402
 
 
+def serve_s3(folder: Path) -> tuple[Any, str, list[str]]:
+    """Start a local S3 server, upload every file of ``folder`` under
+    ``s3://bench/docs/`` and wait out the racy window of the first listing.
+    Returns (the server, the prefix, the Beam options that reach it)."""
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    from ragsync.decisions import RACY_WINDOW_S
+    from tests.mediawiki import free_port
+
+    port = free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    endpoint = f"http://127.0.0.1:{port}"
+    client = boto3.client(
+        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
+    )
+    client.create_bucket(Bucket="bench")
+    for path in sorted(folder.rglob("*")):
+        if path.is_file():
+            client.upload_file(str(path), "bench", "docs/" + path.relative_to(folder).as_posix())
+    time.sleep(RACY_WINDOW_S + 1.1)
+    args = [f"--s3_endpoint_url={endpoint}", "--s3_access_key_id=k", "--s3_secret_access_key=s"]
+    return server, "s3://bench/docs", [*args, "--s3_region_name=us-east-1", "--runner=DirectRunner"]
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Stage the files, run cold, re-run unchanged; returns every figure."""
     corpus = Path(args.corpus).resolve()
     work = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="bench_rerun_"))
     folder, home = work / "docs", work / "home"
     files = stage_aged_set(corpus, args.files, folder)
+    server = None
+    source: Path | str = folder
+    beam_args: list[str] = []
+    if args.s3:
+        server, source, beam_args = serve_s3(folder)
     load_before = round(os.getloadavg()[0], 2)
     try:
-        cold = cli_backfill(folder, home)
-        reruns = [cli_backfill(folder, home) for _ in range(args.reruns)]
+        cold = cli_backfill(source, home, beam_args=beam_args)
+        reruns = [cli_backfill(source, home, beam_args=beam_args) for _ in range(args.reruns)]
     finally:
+        if server is not None:
+            server.stop()
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     for r in reruns:
@@ -55,6 +94,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     rerun_wall = statistics.median(r["wall_s"] for r in reruns)
     c = cold["summary"]
     return {
+        "source": "s3" if args.s3 else "folder",
         "files": len(files),
         "cold": {
             "wall_s": cold["wall_s"],
@@ -80,6 +120,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--keep", help="work in this (empty) folder and keep it (default: a temp folder)")
     parser.add_argument("--corpus", default=str(DEFAULT_CORPUS), help="the shared corpus (../shared/corpus)")
+    parser.add_argument("--s3", action="store_true", help="serve the files from a local S3 server (moto)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     r = run(args)

@@ -222,6 +222,14 @@ class FolderConnector:
         base = self.root.rstrip("/") + "/"
         return [base + c + "**" for c in SHARD_ALPHABET] + [base + REST_SHARD + "**"]
 
+    def whole_shard(self) -> str:
+        """One shard covering the whole listing: ``""`` for a local folder,
+        ``ROOT/**`` for an object store (one match: one client and one
+        paginated listing, for a launcher listing it alone)."""
+        if self.location.scheme == LOCAL:
+            return ""
+        return self.root.rstrip("/") + "/**"
+
     def _listed(self, shard: str) -> Iterator[tuple[str, str, int, float]]:
         """(uri, relative path, size, mtime) of every file of one shard."""
         if self.location.scheme == LOCAL:

@@ -101,6 +101,11 @@ class Settings:
             (``ragsync.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
         gpu_hour_usd: price of one GPU-hour for the cost estimate
             (env ``RAGSYNC_GPU_HOUR_USD``).
+        quick_check_max_objects: the most objects ``ragsync backfill`` of a
+            ``gs://``/``s3://`` prefix lists on the launcher to find out that
+            nothing changed (``beam_pipelines.quick``); a source with more
+            known documents, or a prefix with more objects, goes straight to
+            the pipeline. 0 = never list an object store on the launcher.
     """
 
     home: str = field(default_factory=default_home)
@@ -137,6 +142,7 @@ class Settings:
     model_cache_dir: str = ""
     vcpu_hour_usd: float = 0.056
     gpu_hour_usd: float = 0.35
+    quick_check_max_objects: int = 100_000
 
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)
@@ -172,6 +178,8 @@ class Settings:
             raise ConfigurationError("archive limits must be positive")
         if self.es_api_key and self.es_username:
             raise ConfigurationError("give es_api_key or es_username/es_password, not both")
+        if self.quick_check_max_objects < 0:
+            raise ConfigurationError("quick_check_max_objects must be >= 0 (0 = never)")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
 

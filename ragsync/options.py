@@ -125,6 +125,12 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o("model_cache_dir", str, "where exported ONNX models are kept (default home/models)"),
     _o("vcpu_hour_usd", float, "price of one vCPU-hour for the cost estimate (default 0.056)"),
     _o("gpu_hour_usd", float, "price of one GPU-hour for the cost estimate (default 0.35)"),
+    _o(
+        "quick_check_max_objects",
+        int,
+        "most objects of a gs:// or s3:// prefix a backfill lists on the launcher to find it unchanged "
+        "and skip the pipeline; 0 = never (default 100000)",
+    ),
 )
 
 JOB_OPTIONS: tuple[Option, ...] = (

@@ -148,6 +148,8 @@ def idempotent_upsert(h: Harness) -> None:
         assert h.write(store, chunks[:2]) == 2
         assert store.count_by_doc("t1") == {"d0": 3, "d1": 3}
         assert store.chunk_ids() == {c.chunk_id for c in chunks}
+        assert sorted(store.iter_chunk_ids("t1")) == sorted(c.chunk_id for c in chunks)
+        assert list(store.iter_chunk_ids("t9")) == []
         assert h.write(store, []) == 0
     finally:
         store.close()

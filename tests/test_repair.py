@@ -125,3 +125,38 @@ def _source_id(cat: object) -> str:
 
     with cat.engine.connect() as conn:  # type: ignore[attr-defined]
         return str(conn.execute(select(schema.sources.c.source_id)).scalar_one())
+
+
+def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The end-of-backfill sweep removes exactly the index rows without a
+    chunk row, comparing the stores with the catalog a page at a time."""
+    import beam_pipelines.backfill as backfill
+    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from tests.store_contract import make_chunk, vector_for
+
+    monkeypatch.setattr(backfill, "SWEEP_PAGE", 2)
+    settings = Settings(home=str(tmp_path / "home"))
+    kept = [make_chunk(i, tenant="t1") for i in range(5)]
+    ghosts = [make_chunk(i, tenant="t1", doc="gone") for i in range(5, 8)]
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM, create=True)
+    kw = open_keyword_index(settings, create=True)
+    try:
+        cat.ensure_source("s1", "t1", "object_store", "")
+        assert cat.write_chunks(kept) == 5
+        vec.upsert(kept + ghosts, [vector_for(c.chunk_id, DIM) for c in kept + ghosts])
+        kw.upsert(kept + ghosts)
+        assert cat.present_chunk_ids("t1", [c.chunk_id for c in kept + ghosts]) == {c.chunk_id for c in kept}
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+    assert backfill.sweep_orphans(settings, DIM) == 6  # 3 per index
+    vec, kw = open_vector_index(settings, DIM), open_keyword_index(settings)
+    try:
+        assert vec.chunk_ids("t1") == kw.chunk_ids("t1") == {c.chunk_id for c in kept}
+    finally:
+        kw.close()
+        vec.close()
+    assert backfill.sweep_orphans(settings, DIM) == 0

@@ -234,3 +234,22 @@ LISTED = ListedObject(size=10, source_version="1000.000000", version_domain="tim
 def test_skip_unread_decision(known: KnownObject | None, listed: ListedObject, skip: bool) -> None:
     assert skip_unread(listed, known, parser_version=PARSER_VERSION, chunker_id="c") is skip
     assert skip_unread(listed, known, parser_version=PARSER_VERSION, chunker_id="c", reread=True) is False
+
+
+def test_beam_file_system_budget_spans_matches(tmp_path: Path) -> None:
+    """``BeamFileSystem(max_objects=N)``: all matches together may return N
+    objects; the match that would go past raises (the quick check's cap)."""
+    from transforms.io import BeamFileSystem, TooManyObjectsError
+
+    for name in ("a1", "a2", "a3", "b1", "b2"):
+        (tmp_path / name).write_text(name)
+    assert len(BeamFileSystem().match(str(tmp_path / "*"))) == 5
+    fs = BeamFileSystem(max_objects=4)
+    assert sorted(Path(i.path).name for i in fs.match(str(tmp_path / "a*"))) == ["a1", "a2", "a3"]
+    with pytest.raises(TooManyObjectsError, match="more than 4 objects"):
+        fs.match(str(tmp_path / "b*"))
+    assert fs.matched == 5  # one past the budget, never more
+    exact = BeamFileSystem(max_objects=5)
+    assert len(exact.match(str(tmp_path / "*"))) == 5
+    with pytest.raises(ValueError):
+        BeamFileSystem(max_objects=-1)

@@ -9,10 +9,29 @@ from apache_beam.io.filesystem import BeamIOError
 from apache_beam.io.filesystems import FileSystems
 
 from connectors.base import FileInfo
+from ragsync.errors import RagsyncError
+
+
+class TooManyObjectsError(RagsyncError):
+    """A :class:`BeamFileSystem` with ``max_objects`` matched more than that."""
 
 
 class BeamFileSystem:
-    """``connectors.base.FileSystem`` implemented with Beam's FileSystems."""
+    """``connectors.base.FileSystem`` implemented with Beam's FileSystems.
+
+    Args:
+        max_objects: the most objects all matches of this instance may
+            return together (None: no limit). Each match asks Beam for at most
+            the rest of the budget plus one (``FileSystems.match``'s
+            ``limits``: the listing stops there), so memory stays bounded by
+            the budget; going over raises :class:`TooManyObjectsError`.
+    """
+
+    def __init__(self, max_objects: int | None = None) -> None:
+        if max_objects is not None and max_objects < 0:
+            raise ValueError("max_objects must be >= 0")
+        self.max_objects = max_objects
+        self.matched = 0
 
     def match(self, pattern: str) -> list[FileInfo]:
         """Objects matching ``pattern``.
@@ -21,13 +40,18 @@ class BeamFileSystem:
             FetchError: the match itself failed (a missing bucket, no access,
                 an unreachable store, no file system for the scheme): never
                 taken as "nothing there".
+            TooManyObjectsError: past ``max_objects`` (nothing more is listed).
         """
         from ragsync.errors import FetchError
 
+        limits = None if self.max_objects is None else [self.max_objects - self.matched + 1]
         try:
-            result = FileSystems.match([pattern])[0]
+            result = FileSystems.match([pattern], limits)[0]
         except (BeamIOError, ValueError) as exc:
             raise FetchError(f"cannot list {pattern}: {_cause(exc)}") from None
+        self.matched += len(result.metadata_list)
+        if self.max_objects is not None and self.matched > self.max_objects:
+            raise TooManyObjectsError(f"more than {self.max_objects} objects match (at {pattern})")
         return [
             FileInfo(path=m.path, size=int(m.size_in_bytes), mtime=float(m.last_updated_in_seconds or 0.0))
             for m in result.metadata_list

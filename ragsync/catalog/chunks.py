@@ -133,6 +133,20 @@ class ChunksRepository(Repository):
         with self._read_engine.connect() as conn:
             return {r for (r,) in conn.execute(select(t.c.chunk_id).where(t.c.tenant_id == tenant_id)).all()}
 
+    def present_chunk_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> set[str]:
+        """Of ``chunk_ids`` (one page: the orphan sweep's), those with a
+        chunk row of ``tenant_id``. One query per 500 ids."""
+        t = schema.chunks
+        wanted = sorted(set(chunk_ids))
+        found: set[str] = set()
+        with self._read_engine.connect() as conn:
+            for i in range(0, len(wanted), 500):
+                query = select(t.c.chunk_id).where(
+                    t.c.tenant_id == tenant_id, t.c.chunk_id.in_(wanted[i : i + 500])
+                )
+                found.update(r for (r,) in conn.execute(query).all())
+        return found
+
     def chunk_docs(self) -> dict[str, str]:
         """``{chunk_id: doc_id}`` of every stored chunk, all tenants (a re-embedding's work list)."""
         t = schema.chunks

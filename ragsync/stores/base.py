@@ -16,7 +16,7 @@ Contract for every implementation:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Protocol, Self
 
@@ -86,6 +86,11 @@ class VectorIndex(Protocol):
         """Every chunk id present (for reconcile repair)."""
         ...
 
+    def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]:
+        """Every chunk id present, streamed page by page (the orphan sweep:
+        never all ids at once)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -110,5 +115,7 @@ class KeywordIndex(Protocol):
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]: ...
+
+    def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]: ...
 
     def close(self) -> None: ...

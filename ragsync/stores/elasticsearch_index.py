@@ -439,7 +439,12 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""
-        return {value for value, _count in self._buckets("chunk_id", tenant_id)}
+        return set(self.iter_chunk_ids(tenant_id))
+
+    def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]:
+        """Every chunk id present, streamed (composite aggregation pages)."""
+        for value, _count in self._buckets("chunk_id", tenant_id):
+            yield value
 
     def close(self) -> None:
         """Close the client's connections. Safe to call twice."""

@@ -545,7 +545,12 @@ class MilvusVectorIndex(ClosesOnExit):
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""
-        return {str(row["chunk_id"]) for row in self._iterate(tenant_id, ["chunk_id"])}
+        return set(self.iter_chunk_ids(tenant_id))
+
+    def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]:
+        """Every chunk id present, streamed (a query iterator, one page at a time)."""
+        for row in self._iterate(tenant_id, ["chunk_id"]):
+            yield str(row["chunk_id"])
 
     def count(self, tenant_id: str | None = None) -> int:
         """Number of rows, for one tenant or all (``None``)."""

@@ -362,7 +362,12 @@ class TantivyKeywordIndex(ClosesOnExit):
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""
-        return {doc["chunk_id"][0] for doc in self._documents(self._searcher(), self._scope(tenant_id))}
+        return set(self.iter_chunk_ids(tenant_id))
+
+    def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]:
+        """Every chunk id present, streamed (one stored document at a time)."""
+        for doc in self._documents(self._searcher(), self._scope(tenant_id)):
+            yield str(doc["chunk_id"][0])
 
     def close(self) -> None:
         """Finish merges and release the writer lock. Safe to call twice."""
