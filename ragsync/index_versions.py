@@ -399,7 +399,7 @@ def resolve_backend(configured: str, recorded: str | None) -> str:
         raise ConfigurationError(
             f"the embedding backend is set to {configured!r}, but the live index was built with "
             f"{recorded!r}; an index keeps its backend. Re-embed into a new index version with "
-            f"`ragsync reembed --embed-backend {configured}`, or unset the backend setting"
+            f"`ragsync reembed --model MODEL --embed-backend {configured}`, or unset the backend setting"
         )
     return recorded
 
