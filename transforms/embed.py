@@ -40,7 +40,7 @@ from ragsync.embedding import (
 )
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
-from transforms.beam_inference import ModelHandler, PredictionResult, RunInference
+from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
 from transforms.common import CatalogDoFn, Progress, StageMetrics, ToDeadLetters, counter
 
 #: New chunks whose cached vectors one catalog query looks up.

@@ -1,4 +1,6 @@
-"""Beam's RunInference, imported without torch.
+"""Two start-up/teardown costs of Beam 2.77 that ragsync does not need.
+
+1. RunInference, imported without torch.
 
 Beam 2.77's ``apache_beam.ml.inference.base`` imports its ``ModelManager``
 (GPU memory bookkeeping for ``use_model_manager=True``), whose module imports
@@ -13,11 +15,26 @@ put back.
 
 If torch or ``base`` is already imported, nothing is blocked (nothing to
 save).
+
+2. A parse step's child process, stopped without a fixed one-second sleep.
+
+``with_exception_handling(use_subprocess=True)`` (the parse lanes) runs the
+DoFn in a one-process pool that lives from its first element to the DoFn's
+teardown (one fork per lane and worker, not per document). Beam's
+``_SubprocessDoFn._terminate_pool`` kills the child, then sleeps one second
+unconditionally before terminating anything still alive: 2 s of every run
+with two lanes. :func:`_terminate_pool` does the same kill / terminate, but
+waits for the killed children to exit (``join``, at most the same second)
+instead of sleeping, so a dead child ends the wait at once.
 """
 
 from __future__ import annotations
 
 import sys
+import time
+from typing import Any
+
+from apache_beam.transforms import core as _core
 
 _MANAGER = "apache_beam.ml.inference.model_manager"
 _BASE = "apache_beam.ml.inference.base"
@@ -40,6 +57,29 @@ def _import_base() -> None:
 
 
 _import_base()
+
+
+def _terminate_pool(self: Any) -> None:
+    """Beam's ``_SubprocessDoFn._terminate_pool``: kill the pool's children,
+    then terminate any still alive after at most 1 s (module docstring, 2)."""
+    pool = self._pool
+    self._pool = None
+    processes = list(pool._processes.values())
+    pool.shutdown(wait=False)
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+    deadline = time.monotonic() + 1.0
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+
+
+_SUBPROCESS_DOFN = getattr(_core, "_SubprocessDoFn", None)
+if _SUBPROCESS_DOFN is not None and hasattr(_SUBPROCESS_DOFN, "_terminate_pool"):
+    _SUBPROCESS_DOFN._terminate_pool = _terminate_pool
 
 from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference  # noqa: E402
 
