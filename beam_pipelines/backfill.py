@@ -27,6 +27,7 @@ from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
+from ragsync.index_versions import register_first_version
 from transforms.chain import IndexDocuments
 from transforms.common import counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
@@ -34,7 +35,9 @@ from transforms.write import WriteDeadLetters
 
 
 def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
-    """Create the catalog, vector collection and keyword index if missing.
+    """Create the catalog, vector collection and keyword index if missing,
+    and record a new home's index version 1 with ``spec``'s model and
+    backend (``ragsync.index_versions.register_first_version``).
 
     Creation is this explicit step; the writers themselves fail fast on a
     missing collection.
@@ -42,6 +45,7 @@ def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
     open_catalog(settings).close()
     open_vector_index(settings, spec.dim, create=True).close()
     open_keyword_index(settings, create=True).close()
+    register_first_version(settings, spec)  # the backend it is built with, on record
 
 
 def register_source(

@@ -365,9 +365,11 @@ def run_reembed(
             index, or an unreadable golden file.
     """
     start = time.monotonic()
+    live = iv.live_version(settings)
+    if not settings.embed_backend:  # unset: stay on the live index's backend
+        settings = iv.settings_for_version(settings, live)
     model = get_model(model_name, settings)
     golden_set = load_golden(golden) if golden else None
-    live = iv.live_version(settings)
     target = iv.building_version(settings, model_name)
     if target is not None and target.model_version != model.version:
         target = None

@@ -301,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
     from beam_pipelines.backfill import prepare_stores, register_source
     from ragsync.config import Settings, open_catalog
-    from ragsync.embedding import default_model
+    from ragsync.index_versions import live_spec
 
     rng = random.Random(args.seed)
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="bench_stream_"))
@@ -311,7 +311,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     proc: subprocess.Popen[bytes] | None = None
     catalog: Any = None
     try:
-        prepare_stores(settings, default_model())
+        prepare_stores(settings, live_spec(settings))  # the product's backend for a new home
         register_source(settings, SOURCE, TENANT, "wiki", str(docs_dir))
         catalog = open_catalog(settings)
 

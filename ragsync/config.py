@@ -12,7 +12,10 @@ Layout of ``home`` (the local default; every path can be overridden):
     HOME/keyword.alias     names the live keyword directory; absent means ``keyword``
     HOME/objects/raw/      raw copies, keyed by content hash
     HOME/objects/parsed/   parsed elements, keyed by content hash + parser version
-    HOME/models/           ONNX exports of the embedding model (``model_cache_dir``)
+
+ONNX exports of the embedding model are kept per user, not per home
+(``model_cache_dir``, default :func:`default_model_cache_dir`), so a new home
+does not export the model again.
 """
 
 from __future__ import annotations
@@ -33,6 +36,20 @@ DEFAULT_HOME = "./ragsync-data"
 
 EMBED_BACKENDS = ("torch", "onnx", "onnx-int8")
 """Embedding backends (``Settings.embed_backend``); see ``ragsync.embedding``."""
+
+NEW_HOME_BACKEND = "onnx-int8"
+"""The backend a home without an index is built with when none is set."""
+
+LEGACY_BACKEND = "torch"
+"""The backend of an index whose version row names none (built before backends were recorded)."""
+
+
+def default_model_cache_dir() -> str:
+    """Where ONNX exports are kept when ``model_cache_dir`` is not set:
+    ``$XDG_CACHE_HOME/ragsync/models``, else ``~/.cache/ragsync/models``
+    (one export per user and model, shared by every home)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "ragsync", "models")
 
 
 def default_home() -> str:
@@ -86,8 +103,12 @@ class Settings:
             a local sentence-transformers model (``$RAGSYNC_EMBED_MODEL``).
             Its dimension is read from the model files.
         embed_backend: ``torch``, ``onnx`` or ``onnx-int8``
-            (``$RAGSYNC_EMBED_BACKEND``, default ``torch``): the ONNX forms are
-            exported once from the same files into ``model_cache_dir``.
+            (``$RAGSYNC_EMBED_BACKEND``); empty (the default) = the backend the
+            live index was built with (``torch`` for an index that does not
+            record one), ``onnx-int8`` for a home without an index. The ONNX
+            forms are exported once from the same files into
+            ``model_cache_dir``. A set backend that differs from the live
+            index's is refused (``ragsync.index_versions.live_spec``).
         embed_device: ``cpu``, ``cuda``, ``cuda:N``; empty = ``cuda`` when
             torch sees a GPU, else ``cpu`` (``$RAGSYNC_EMBED_DEVICE``).
         embed_max_tokens: tokens the model reads per text; 0 = the model's
@@ -96,7 +117,8 @@ class Settings:
             for e5 models); None = the model's own prompt, if it declares one.
         embed_passage_prefix: the same for every chunk (``"passage: "``).
         model_cache_dir: where exported ONNX models are kept; empty =
-            ``HOME/models``.
+            :func:`default_model_cache_dir`, resolved where the model loads
+            (per user, shared by every home).
         vcpu_hour_usd: price of one vCPU-hour for the cost estimate
             (``ragsync.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
         gpu_hour_usd: price of one GPU-hour for the cost estimate
@@ -134,7 +156,7 @@ class Settings:
     es_username: str = ""
     es_password: str = field(default="", repr=False)
     embed_model: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_MODEL", ""))
-    embed_backend: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_BACKEND") or "torch")
+    embed_backend: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_BACKEND", ""))
     embed_device: str = field(default_factory=lambda: os.environ.get("RAGSYNC_EMBED_DEVICE", ""))
     embed_max_tokens: int = 0
     embed_query_prefix: str | None = None
@@ -147,9 +169,7 @@ class Settings:
     def __post_init__(self) -> None:
         home = os.path.abspath(self.home)
         object.__setattr__(self, "home", home)
-        if not self.model_cache_dir:
-            object.__setattr__(self, "model_cache_dir", os.path.join(home, "models"))
-        if self.embed_backend not in EMBED_BACKENDS:
+        if self.embed_backend and self.embed_backend not in EMBED_BACKENDS:
             raise ConfigurationError(
                 f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
             )

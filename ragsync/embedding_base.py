@@ -88,8 +88,16 @@ def model_fingerprint(path: str) -> str:
     return h.hexdigest()[:16]
 
 
-def cuda_available() -> bool:
-    """Whether torch sees a GPU (False when torch is not installed)."""
+def cuda_available(backend: str = "torch") -> bool:
+    """Whether ``backend`` can use a GPU: torch sees one (``torch``), or
+    onnxruntime offers its CUDA provider (``onnx``, ``onnx-int8``: torch is
+    not imported). False when the package is not installed."""
+    if backend != "torch":
+        try:
+            import onnxruntime
+        except ImportError:  # pragma: no cover - onnxruntime is a dependency
+            return False
+        return "CUDAExecutionProvider" in onnxruntime.get_available_providers()
     try:
         import torch
     except ImportError:  # pragma: no cover - torch is part of the embed extra

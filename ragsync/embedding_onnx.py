@@ -14,7 +14,9 @@ Export (:func:`ensure_export`), from the same local model files torch reads:
 
 Each step's output is checked against torch on a few sentences (cosine >=
 :data:`MIN_COSINE`); a worse export is refused, not cached. Exports live in
-``{cache_dir}/onnx/{model}-{fingerprint}/`` (``model.onnx``,
+``{cache_dir}/onnx/{model}-{fingerprint}/`` (``cache_dir``: the
+``model_cache_dir`` setting, else ``ragsync.config.default_model_cache_dir``:
+one export per user and model, shared by every home) (``model.onnx``,
 ``model_int8.onnx``, ``export.json``), written to a temporary directory and
 renamed into place, so a crash never leaves a half export and two processes
 exporting at once both end with a whole one. A changed model directory has a
@@ -42,6 +44,7 @@ from typing import Any
 
 import numpy as np
 
+from ragsync.config import default_model_cache_dir
 from ragsync.embedding_base import EmbeddingModel, ModelSpec, SentenceTransformerModel, model_fingerprint
 from ragsync.errors import ConfigurationError
 
@@ -65,7 +68,7 @@ _INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 
 def export_dir(spec: ModelSpec) -> str:
     """Where the exports of ``spec``'s model are kept."""
-    root = spec.cache_dir or os.path.join(os.path.expanduser("~"), ".cache", "ragsync", "models")
+    root = spec.cache_dir or default_model_cache_dir()
     slug = re.sub(r"[^A-Za-z0-9._-]+", "_", os.path.basename(spec.path.rstrip(os.sep)) or spec.name)
     if slug in ("model", "_"):
         slug = re.sub(r"[^A-Za-z0-9._-]+", "_", spec.name)[-60:]

@@ -46,7 +46,13 @@ from typing import Any
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import get_model
 from ragsync.errors import ConfigurationError
-from ragsync.index_versions import IndexVersion, live_version, open_version_keyword, open_version_vector
+from ragsync.index_versions import (
+    IndexVersion,
+    live_version,
+    open_version_keyword,
+    open_version_vector,
+    settings_for_version,
+)
 from ragsync.query import reciprocal_rank_fusion
 
 K = 10
@@ -161,7 +167,7 @@ def evaluate(
             stores are missing.
     """
     version = version or live_version(settings)
-    model = get_model(version.model_name, settings)
+    model = get_model(version.model_name, settings_for_version(settings, version))
     if model.dim != version.dim:
         raise ConfigurationError(
             f"model {model.name} has dim {model.dim}, version {version.version} {version.dim}"

@@ -33,11 +33,18 @@ import json
 import os
 import shutil
 import time
+from dataclasses import replace
 from typing import Any
 
 from ragsync.catalog import Catalog, IndexVersion
-from ragsync.config import KEYWORD_ALIAS_FILE, Settings, open_catalog, resolve_keyword_alias
-from ragsync.embedding import spec_for
+from ragsync.config import (
+    KEYWORD_ALIAS_FILE,
+    NEW_HOME_BACKEND,
+    Settings,
+    open_catalog,
+    resolve_keyword_alias,
+)
+from ragsync.embedding import ModelSpec, backend_of, spec_for
 from ragsync.errors import ConfigurationError
 from ragsync.stores.base import KeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
@@ -78,13 +85,15 @@ def _live_keyword_index(settings: Settings) -> str:
         es.close()
 
 
-def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
+def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = None) -> None:
     """Register what a backfill built (``{collection}_v1`` + ``HOME/keyword``) as
-    live version 1 with the default model, when the registry is empty and the
-    Milvus alias exists. Nothing happens before the first backfill."""
+    live version 1 with ``spec`` (default: the configured model on the
+    configured backend, torch when none is set: an index built before
+    backends were recorded), when the registry is empty and the Milvus alias
+    exists. Nothing happens before the first backfill."""
     if catalog.has_index_versions():
         return
-    spec = spec_for("", settings)
+    spec = spec or spec_for("", settings)
     try:
         index = MilvusVectorIndex(
             settings.milvus_uri, settings.collection, spec.dim, token=settings.milvus_token
@@ -107,6 +116,25 @@ def _ensure_v1(settings: Settings, catalog: Catalog) -> None:
         note="",
     )
     catalog.add_index_version(first, only_if_empty=True)
+
+
+def register_first_version(settings: Settings, spec: ModelSpec) -> None:
+    """Record version 1 with the model and backend ``spec`` names, right after
+    the stores of a new home were created (``prepare_stores``), so the
+    backend an index was built with is on record from its first write. No-op
+    when versions are registered already or no vector collection exists."""
+    catalog = open_catalog(settings)
+    try:
+        _ensure_v1(settings, catalog, spec)
+    finally:
+        catalog.close()
+
+
+def settings_for_version(settings: Settings, version: IndexVersion) -> Settings:
+    """``settings`` with the backend ``version`` was built with (read from its
+    model version), so its vectors are compared with vectors of the same
+    backend."""
+    return replace(settings, embed_backend=backend_of(version.model_version))
 
 
 def list_versions(settings: Settings) -> list[IndexVersion]:
@@ -349,21 +377,52 @@ def describe(v: IndexVersion) -> str:
     )
 
 
+def resolve_backend(configured: str, recorded: str | None) -> str:
+    """The backend to embed with.
+
+    Args:
+        configured: ``Settings.embed_backend`` (empty = not set).
+        recorded: the live index's backend (:func:`ragsync.embedding.backend_of`
+            of its model version), None when the home has no index yet.
+
+    Returns:
+        The recorded backend when nothing is set; ``NEW_HOME_BACKEND``
+        (onnx-int8) for a home without an index; else the configured one.
+
+    Raises:
+        ConfigurationError: a backend is set that differs from the recorded
+            one: an index keeps its backend (re-embed to change it).
+    """
+    if recorded is None:
+        return configured or NEW_HOME_BACKEND
+    if configured and configured != recorded:
+        raise ConfigurationError(
+            f"the embedding backend is set to {configured!r}, but the live index was built with "
+            f"{recorded!r}; an index keeps its backend. Re-embed into a new index version with "
+            f"`ragsync reembed --model MODEL --embed-backend {configured}`, or unset the backend setting"
+        )
+    return recorded
+
+
 def live_spec(settings: Settings) -> Any:
     """The ModelSpec of the live index version's model (the configured
-    ``settings.embed_model`` before anything was indexed), with the backend,
-    device, prefixes and token limit of ``settings``. Pipelines embed with it
-    and queries encode with it, so a flip to a new model switches both.
+    ``settings.embed_model`` before anything was indexed), on the backend the
+    live version was built with (:func:`resolve_backend`: ``onnx-int8`` for a
+    home without an index unless another is set), with the device, prefixes
+    and token limit of ``settings``. Pipelines embed with it and queries
+    encode with it, so a flip to a new model or backend switches both.
 
     Raises:
         ConfigurationError: ``settings.embed_model`` names another model than
-            the live version's: an index keeps its model (and dimension);
-            switching is a re-embedding into a new index version.
+            the live version's, or ``settings.embed_backend`` another backend:
+            an index keeps its model (and dimension) and backend; switching is
+            a re-embedding into a new index version.
     """
     try:
         live = live_version(settings)
     except ConfigurationError:
-        return spec_for("", settings)
+        backend = resolve_backend(settings.embed_backend, None)
+        return spec_for("", replace(settings, embed_backend=backend))
     wanted = settings.embed_model
     if wanted and wanted != live.model_name and os.path.abspath(wanted) != live.model_name:
         raise ConfigurationError(
@@ -371,4 +430,5 @@ def live_spec(settings: Settings) -> Any:
             f"with {live.model_name!r} ({live.dim} dimensions); an index keeps its model. Re-embed into a "
             f"new index version with `ragsync reembed --model {wanted}`, or unset the model setting"
         )
-    return spec_for(live.model_name, settings)
+    backend = resolve_backend(settings.embed_backend, backend_of(live.model_version))
+    return spec_for(live.model_name, replace(settings, embed_backend=backend))

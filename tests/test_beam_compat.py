@@ -1,0 +1,49 @@
+"""Beam compatibility fixes (transforms/beam_compat.py): the parse step's
+child process is stopped without Beam's fixed one-second sleep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import apache_beam as beam
+from apache_beam.transforms import core
+
+import transforms.parse  # noqa: F401 - installs the teardown
+from transforms import beam_compat
+
+
+class _Echo(beam.DoFn):
+    def process(self, element: int) -> Iterator[int]:
+        yield element * 2
+
+
+def test_the_subprocess_teardown_is_the_prompt_one() -> None:
+    assert core._SubprocessDoFn._terminate_pool is beam_compat._terminate_pool
+
+
+def test_a_subprocess_dofn_stops_its_child_without_sleeping_a_second() -> None:
+    fn = core._SubprocessDoFn(_Echo())
+    fn.setup()
+    fn.start_bundle()
+    assert list(fn.process(21)) == [42]
+    children = list(fn._pool._processes.values())
+    assert len(children) == 1 and children[0].is_alive()
+    fn.finish_bundle()
+    start = time.monotonic()
+    fn.teardown()
+    took = time.monotonic() - start
+    assert not children[0].is_alive()
+    assert fn._pool is None
+    assert took < 0.9, took  # Beam's own teardown sleeps 1 s
+
+
+def test_terminate_pool_leaves_no_child_alive() -> None:
+    """kill, wait at most 1 s, then terminate whatever is alive (Beam's order)."""
+    fn = core._SubprocessDoFn(_Echo())
+    fn.setup()
+    assert list(fn.process(1)) == [2]
+    [child] = list(fn._pool._processes.values())
+    beam_compat._terminate_pool(fn)
+    child.join(2)
+    assert not child.is_alive() and child.exitcode is not None
