@@ -354,16 +354,27 @@ def cli_backfill(
         env.pop("RAGSYNC_EMBED_BACKEND", None)
     elif backend:
         env["RAGSYNC_EMBED_BACKEND"] = backend
+    run = timed_json_run(cmd, env, what="ragsync backfill", cwd=ROOT, timeout=timeout)
+    return {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"], "summary": run["json"]}
+
+
+def timed_json_run(
+    cmd: list[str], env: dict[str, str], *, what: str, cwd: Path | None = None, timeout: float = 7200
+) -> dict[str, Any]:
+    """Run ``cmd`` in a fresh process: ``{"wall_s", "cpu_s", "json": its last
+    stdout line parsed}``.
+
+    Raises:
+        RuntimeError: the command failed (``what`` and the end of its stderr).
+        subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds.
+    """
     start, cpu = time.monotonic(), children_cpu()
-    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     wall, cpu = time.monotonic() - start, children_cpu() - cpu
     if proc.returncode != 0:
-        raise RuntimeError(f"ragsync backfill failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        "summary": json.loads(proc.stdout.strip().splitlines()[-1]),
-    }
+        raise RuntimeError(f"{what} failed ({proc.returncode}): {proc.stderr[-3000:]}")
+    last = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "json": last}
 
 
 def children_cpu() -> float:

@@ -59,7 +59,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -155,18 +154,10 @@ def llama_run(python: str, folder: Path, model: str, state: Path, rerun: bool) -
     cmd += ["--state", str(state)] + (["--rerun"] if rerun else [])
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     env.pop("PYTHONPATH", None)
-    from bench_backfill import children_cpu  # on sys.path once main() runs
+    from bench_backfill import timed_json_run  # on sys.path once main() runs
 
-    start, cpu = time.monotonic(), children_cpu()
-    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=7200)
-    wall, cpu = time.monotonic() - start, children_cpu() - cpu
-    if proc.returncode != 0:
-        raise RuntimeError(f"LlamaIndex run failed ({proc.returncode}): {proc.stderr[-3000:]}")
-    return {
-        "wall_s": round(wall, 3),
-        "cpu_s": round(cpu, 3),
-        **json.loads(proc.stdout.strip().splitlines()[-1]),
-    }
+    run = timed_json_run(cmd, env, what="LlamaIndex run")
+    return {"wall_s": run["wall_s"], "cpu_s": run["cpu_s"], **run["json"]}
 
 
 # --------------------------------------------------------------------------- driver

@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
@@ -60,23 +59,13 @@ WRAPPER = (
 
 
 def cisi_records(path: Path) -> list[tuple[str, str]]:
-    """(id, "title\\n\\nabstract\\n") of every CISI record, in file order."""
-    text = path.read_text(encoding="utf-8", errors="replace")
+    """(id, "title\\n\\nabstract\\n") of every CISI record with an abstract, in file order."""
+    from cisi_to_golden import records
+
     out = []
-    for block in re.split(r"^\.I\s+", text, flags=re.M)[1:]:
-        head, _, body = block.partition("\n")
-        fields: dict[str, str] = {}
-        current = ""
-        for line in body.splitlines():
-            m = re.match(r"^\.([A-Z])\s*$", line)
-            if m:
-                current = m.group(1)
-                fields.setdefault(current, "")
-            elif current:
-                fields[current] += line.strip() + " "
-        title, abstract = (" ".join(fields.get(k, "").split()) for k in ("T", "W"))
-        if abstract:
-            out.append((head.strip(), f"{title}\n\n{abstract}\n"))
+    for doc_id, fields in records(str(path)):
+        if fields.get("W"):
+            out.append((doc_id, f"{fields.get('T', '')}\n\n{fields['W']}\n"))
     return out
 
 
@@ -91,29 +80,10 @@ def stage(records: list[tuple[str, str]], n: int, dest: Path) -> int:
     return min(n, len(records))
 
 
-def _children() -> dict[int, list[int]]:
-    """Parent pid -> child pids, from /proc/*/stat."""
-    kids: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as fh:
-                stat = fh.read()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        kids.setdefault(ppid, []).append(int(entry))
-    return kids
-
-
 def _tree(root: int) -> list[int]:
-    kids, out, todo = _children(), [], [root]
-    while todo:
-        pid = todo.pop()
-        out.append(pid)
-        todo.extend(kids.get(pid, []))
-    return out
+    from ragsync.lifecycle import descendants
+
+    return [root, *descendants(root)]
 
 
 def _kib(pid: int, path: str, key: str) -> int:

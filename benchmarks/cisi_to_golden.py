@@ -24,7 +24,7 @@ import sys
 from collections.abc import Iterator, Sequence
 
 
-def _records(path: str) -> Iterator[tuple[str, dict[str, str]]]:
+def records(path: str) -> Iterator[tuple[str, dict[str, str]]]:
     """CISI's ``.I id`` records as ``(id, {field letter: text})``."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         text = fh.read()
@@ -60,7 +60,7 @@ def convert(cisi_dir: str, out: str, *, max_queries: int = 0) -> tuple[int, int]
     docs_dir = os.path.join(out, "docs")
     os.makedirs(docs_dir, exist_ok=True)
     n_docs = 0
-    for doc_id, f in _records(os.path.join(cisi_dir, "CISI.ALL")):
+    for doc_id, f in records(os.path.join(cisi_dir, "CISI.ALL")):
         title, abstract = f.get("T", ""), f.get("W", "")
         with open(os.path.join(docs_dir, doc_name(doc_id)), "w", encoding="utf-8") as fh:
             fh.write(f"{title}\n\n{abstract}\n")
@@ -73,7 +73,7 @@ def convert(cisi_dir: str, out: str, *, max_queries: int = 0) -> tuple[int, int]
                 relevant.setdefault(str(int(parts[0])), []).append(doc_name(parts[1]))
     n_queries = 0
     with open(os.path.join(out, "golden.jsonl"), "w", encoding="utf-8") as fh:
-        for qid, f in _records(os.path.join(cisi_dir, "CISI.QRY")):
+        for qid, f in records(os.path.join(cisi_dir, "CISI.QRY")):
             rel = relevant.get(str(int(qid)))
             query = f.get("W") or f.get("T") or ""
             if not rel or not query:
