@@ -19,7 +19,6 @@ from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.errors import FetchError
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, is_container, parse
-from ragsync.stores.tantivy_index import release_inherited_index_locks
 from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
 from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
 from transforms.io import read_bytes, write_bytes_once
@@ -112,9 +111,11 @@ def _die_with_parent() -> None:
     """Ask Linux to SIGKILL this child when its parent dies.
 
     The parent is the fork server (:func:`start_parse_children_from_a_fork_server`),
-    which exits as soon as the pipeline process is gone, SIGKILL included: so
-    no parse child outlives a killed run and keeps working on its behalf (or,
-    under a plain fork, holds its inherited locks). No-op off Linux.
+    which exits as soon as the pipeline process is gone, SIGKILL included, or
+    the pipeline process itself where a ``spawn`` start method was chosen: so
+    no parse child outlives a killed run and keeps working on its behalf.
+    Neither start method lets a child inherit open files (index lock files
+    included), so nothing is released here. No-op off Linux.
     """
     try:
         import ctypes
@@ -156,9 +157,6 @@ class _ParseFn(CatalogDoFn):
 
     def setup(self) -> None:
         _die_with_parent()
-        # Also done at fork (ragsync.stores.tantivy_index registers it); again
-        # here in case this worker was forked before any writer was opened.
-        release_inherited_index_locks()
         # Runs inside the isolated child: cap its heap so a decompression
         # bomb ends as a MemoryError (a dead letter), not an out-of-memory
         # kill of the whole pipeline. RLIMIT_DATA, not RLIMIT_AS: Tika's
