@@ -26,8 +26,14 @@ export uses torch and onnxruntime directly.
 
 Inference needs only onnxruntime, numpy and the model's ``tokenizer.json``
 (torch is not imported): texts are stripped (as sentence-transformers does),
-prefixed, tokenized with truncation at the spec's token limit, sorted by
-length and run in batches of up to :data:`BATCH` (less padding).
+prefixed and tokenized with truncation at the spec's token limit. On CPU each
+text is its own onnxruntime run (:data:`CPU_ROWS_PER_RUN`): a text's vector
+then never depends on the texts it was batched with (``onnx-int8`` quantizes
+activations with one scale per run, so a padded neighbour moved vectors by up
+to 3 % cosine) and no time goes to padding (on 608 real chunks of mixed
+length, 2 cores: 6.7 s one per run vs 12.4 s in length-sorted runs of 32;
+fp32 8.8 vs 20.2 s). On CUDA, where a run's fixed cost dominates, texts are
+sorted by length and run :data:`BATCH` at a time.
 """
 
 from __future__ import annotations
@@ -52,6 +58,9 @@ FP32_FILE = "model.onnx"
 INT8_FILE = "model_int8.onnx"
 MANIFEST = "export.json"
 BATCH = 32
+"""Texts per onnxruntime run on CUDA (sorted by length first: less padding)."""
+CPU_ROWS_PER_RUN = 1
+"""Texts per onnxruntime run on CPU: one, so vectors are independent of batching."""
 MIN_COSINE = {"onnx": 0.99, "onnx-int8": 0.98}
 """Least cosine similarity to torch's vectors an export must reach on the check sentences."""
 
@@ -288,6 +297,7 @@ class OnnxModel(EmbeddingModel):
         self._session: Any = None
         self._tokenizer: Any = None
         self._inputs: list[str] = []
+        self._rows_per_run = CPU_ROWS_PER_RUN
 
     def _load(self) -> None:
         try:
@@ -304,6 +314,8 @@ class OnnxModel(EmbeddingModel):
         if self.spec.device.startswith("cuda") and "CUDAExecutionProvider" in ort.get_available_providers():
             providers.insert(0, "CUDAExecutionProvider")
         session = ort.InferenceSession(path, options, providers=providers)
+        on_gpu = session.get_providers()[0] != "CPUExecutionProvider"
+        self._rows_per_run = BATCH if on_gpu else CPU_ROWS_PER_RUN
         tok_file = os.path.join(self.spec.path, "tokenizer.json")
         if not os.path.exists(tok_file):
             raise ConfigurationError(f"the ONNX backends need {tok_file} (a fast tokenizer)")
@@ -324,8 +336,9 @@ class OnnxModel(EmbeddingModel):
         encodings = self._tokenizer.encode_batch([prefix + t.strip() for t in texts])
         order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
         out = np.zeros((len(texts), self.dim), np.float32)
-        for start in range(0, len(order), BATCH):
-            rows = order[start : start + BATCH]
+        step = self._rows_per_run
+        for start in range(0, len(order), step):
+            rows = order[start : start + step]
             width = max(len(encodings[i].ids) for i in rows)
             feed = {name: np.zeros((len(rows), width), np.int64) for name in _INPUTS}
             feed["input_ids"].fill(self._pad_id)
