@@ -107,6 +107,22 @@ def test_markdown_structure(fixtures: dict[str, Path]) -> None:
     assert not any("owner:" in t for _, _, t in els)
 
 
+def test_a_markdown_stub_with_only_a_front_matter_title_is_its_title() -> None:
+    stub = b"---\ntitle: Employee Assistance Program (EAP)\nredirect_to: /benefits/#eap\n---\n"
+    result = parse(stub, "text/markdown")
+    assert [(e.type.value, e.level, e.text) for e in result.elements] == [
+        ("heading", 1, "Employee Assistance Program (EAP)")
+    ]
+    assert result.metadata["redirect_to"] == "/benefits/#eap"
+    # A body with text keeps its own elements: the title is not added to it.
+    page = parse(stub + b"\nSee the benefits page.\n", "text/markdown")
+    assert [e.text for e in page.elements] == ["See the benefits page."]
+    # No title and no body: still no text.
+    for empty in (b"---\nredirect_to: /benefits/\n---\n", b"---\ntitle: '  '\n---\n\n"):
+        with pytest.raises(errors.NoTextError):
+            parse(empty, "text/markdown")
+
+
 def test_html_boilerplate_dropped(fixtures: dict[str, Path]) -> None:
     result = parse_file(fixtures["intranet.html"])
     joined = "\n".join(e.text for e in result.elements)
