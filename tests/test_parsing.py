@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 from ragsync import errors
+from ragsync.chunking import ChunkerConfig, chunk_elements
+from ragsync.embedding import default_model, load_tokenizer
 from ragsync.model import ElementType
 from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING
@@ -111,9 +113,14 @@ def test_a_markdown_stub_with_only_a_front_matter_title_is_its_title() -> None:
     stub = b"---\ntitle: Employee Assistance Program (EAP)\nredirect_to: /benefits/#eap\n---\n"
     result = parse(stub, "text/markdown")
     assert [(e.type.value, e.level, e.text) for e in result.elements] == [
-        ("heading", 1, "Employee Assistance Program (EAP)")
+        ("paragraph", 0, "Employee Assistance Program (EAP)")
     ]
     assert result.metadata["redirect_to"] == "/benefits/#eap"
+    tokenizer = load_tokenizer(default_model().path)
+    chunks = chunk_elements(
+        result.elements, ChunkerConfig(), tokenizer, doc_id="d", tenant_id="t", acl_ids=("a",)
+    )
+    assert [c.text for c in chunks] == ["Employee Assistance Program (EAP)"]
     # A body with text keeps its own elements: the title is not added to it.
     page = parse(stub + b"\nSee the benefits page.\n", "text/markdown")
     assert [e.text for e in page.elements] == ["See the benefits page."]

@@ -64,8 +64,9 @@ def parse_markdown(data: bytes) -> RawParse:
     (lists joined with ``", "``). Fenced and indented code become paragraphs
     (text kept verbatim); raw HTML blocks become paragraphs with tags stripped.
     A page whose body holds no text but whose front matter names a ``title``
-    (a wiki's redirect or landing stub) is that title, as one heading: it is
-    found by its name instead of failing as ``no_text``.
+    (a wiki's redirect or landing stub) is that title, as one paragraph (the
+    chunker keeps headings as paths, not as text): it is found by its name
+    instead of failing as ``no_text``.
 
     Args:
         data: the bytes of a Markdown file.
@@ -130,7 +131,7 @@ def parse_markdown(data: bytes) -> RawParse:
                 out.append(RawElement(ElementType.TABLE, md))
         i += 1
     if not out and meta.get("title", "").strip():
-        out.append(RawElement(ElementType.HEADING, clean_text(meta["title"]), 1))
+        out.append(RawElement(ElementType.PARAGRAPH, clean_text(meta["title"])))
     if "title" not in meta:
         first = next((e for e in out if e.type is ElementType.HEADING and e.level == 1), None)
         if first is not None:
