@@ -21,6 +21,10 @@ Memory, three ways:
   of a wrapper process that only runs the CLI: the largest RSS any single
   process of the tree reached (waited-for descendants included), exact but
   not summed.
+* ``pss_peak_by_role_mib``: the peak PSS of each kind of process, so the
+  growth can be placed: ``launcher`` (the CLI process, which runs the local
+  FnApiRunner and the embedding model), ``milvus`` (Milvus Lite's server),
+  ``fork server`` / ``parse child`` (isolated parsers), ``other``.
 
 ``per_doc_kib``: growth of the PSS peak per added document between the
 smallest and the largest size (bounded memory: roughly 0). The load average
@@ -97,20 +101,46 @@ def _kib(pid: int, path: str, key: str) -> int:
     return 0
 
 
+def _role(pid: int, cli_pid: int) -> str:
+    """What a process of the tree is, from its command line and parent."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            cmdline = fh.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            parent = int(fh.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return "other"
+    if pid == cli_pid:
+        return "launcher"
+    if "milvus" in cmdline:
+        return "milvus"
+    if "multiprocessing.forkserver" in cmdline:  # its children keep its command line
+        return "fork server" if parent == cli_pid else "parse child"
+    return "other"
+
+
 class TreeSampler(threading.Thread):
-    """Samples the summed RSS and PSS of ``root``'s process tree until stopped."""
+    """Samples the summed RSS and PSS of ``root``'s process tree, and the peak
+    PSS per process role (:func:`_role`), until stopped. ``root`` is the
+    wrapper; its one child is the CLI process."""
 
     def __init__(self, root: int, interval: float) -> None:
         super().__init__(daemon=True)
         self.root, self.interval = root, interval
         self.peak_rss = self.peak_pss = self.peak_procs = self.samples = 0
+        self.peak_by_role: dict[str, int] = {}
         self._done = threading.Event()
 
     def run(self) -> None:
         while not self._done.is_set():
             pids = _tree(self.root)
+            cli_pid = pids[1] if len(pids) > 1 else self.root
+            by_pid = {p: _kib(p, "smaps_rollup", "Pss:") for p in pids}
             rss = sum(_kib(p, "status", "VmRSS:") for p in pids)
-            pss = sum(_kib(p, "smaps_rollup", "Pss:") for p in pids)
+            pss = sum(by_pid.values())
+            for p, kib in by_pid.items():
+                role = _role(p, cli_pid)
+                self.peak_by_role[role] = max(self.peak_by_role.get(role, 0), kib)
             self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
             self.peak_procs = max(self.peak_procs, len(pids))
             self.samples += 1
@@ -153,6 +183,7 @@ def measure(folder: Path, home: Path, interval: float) -> dict[str, Any]:
         "tree_rss_peak_mib": round(sampler.peak_rss / 1024, 1),
         "tree_pss_peak_mib": round(sampler.peak_pss / 1024, 1),
         "max_single_rss_mib": round(int(maxrss_file.read_text()) / 1024, 1),
+        "pss_peak_by_role_mib": {k: round(v / 1024, 1) for k, v in sorted(sampler.peak_by_role.items())},
         "processes_peak": sampler.peak_procs,
         "samples": sampler.samples,
         "loadavg": [load_before, round(os.getloadavg()[0], 2)],
@@ -201,6 +232,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{m['tree_pss_peak_mib']:>13} {m['max_single_rss_mib']:>20} {m['processes_peak']:>6}  "
             f"{m['loadavg']}"
         )
+        print(f"      peak PSS by process role (MiB): {m['pss_peak_by_role_mib']}")
     print(f"growth per document (KiB): {r['per_doc_kib']}")
     return 0
 

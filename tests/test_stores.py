@@ -7,6 +7,9 @@ checks (validation, dimension, alias, >16384 rows) follow.
 from __future__ import annotations
 
 import math
+import signal
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,8 @@ from ragsync.stores.milvus import MilvusVectorIndex
 from ragsync.stores.tantivy_index import TantivyKeywordIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness, make_chunk, vector_for
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def milvus_harness(tmp_path: Path) -> VectorHarness:
@@ -339,3 +344,31 @@ def test_elasticsearch_missing_client_package(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setitem(sys.modules, "elasticsearch", None)
     with pytest.raises(ConfigurationError, match=r"ragsync\[elasticsearch\]"):
         ElasticsearchKeywordIndex("http://fake:9200", "chunks")
+
+
+_WRITE_THEN_DIE = """
+import os, signal, sys
+from ragsync.stores.milvus import MilvusVectorIndex
+from tests.store_contract import DIM, make_chunk, vector_for
+store = MilvusVectorIndex(sys.argv[1], "chunks", DIM, create=True)
+chunks = [make_chunk(i) for i in range(5)]
+store.upsert(chunks, [vector_for(c.chunk_id) for c in chunks])
+store.upsert([chunks[0]], [vector_for("moved")])
+store.delete("t1", [chunks[1].chunk_id])
+os.kill(os.getpid(), signal.SIGKILL)  # no flush, no close
+"""
+
+
+def test_milvus_writes_survive_a_kill_without_flush(tmp_path: Path) -> None:
+    uri = str(tmp_path / "m.db")
+    proc = subprocess.run([sys.executable, "-c", _WRITE_THEN_DIE, uri], cwd=ROOT, timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    store = MilvusVectorIndex(uri, "chunks", DIM)
+    try:
+        chunks = [make_chunk(i) for i in range(5)]
+        assert store.chunk_ids() == {c.chunk_id for i, c in enumerate(chunks) if i != 1}
+        hits = store.search("t1", vector_for("moved"), ["acl-a"], 1)
+        assert [h.chunk_id for h in hits] == [chunks[0].chunk_id]
+        assert math.isclose(hits[0].score, 1.0, abs_tol=1e-4)
+    finally:
+        store.close()

@@ -9,7 +9,8 @@ Contract for every implementation:
 - ``upsert`` is idempotent on ``chunk_id``; writing the same rows twice
   leaves one copy.
 - ``delete`` removes by chunk id and is scoped by tenant.
-- Writes are durable (committed/flushed) when the call returns.
+- Writes are durable when the call returns (committed; acknowledged by the
+  store's log): a process killed right after a write loses none of it.
 - A missing collection/index fails fast unless ``create=True`` was passed
   when the store was opened.
 """

@@ -21,6 +21,14 @@ selective tenant/ACL filters still return k hits); a server gets HNSW and
 searches with a large ``ef`` for the same reason. A Lite file is locked by
 the process that opened it: a second process must go through
 ``milvus-lite server`` instead.
+
+Writes are not followed by ``flush``: Milvus acknowledges an upsert or a
+delete once it is in its log (a server's write-ahead log; Lite's local
+store), so it is durable and, with the collection's ``Strong`` consistency,
+visible to the next read. A flush only seals the growing segment; one per
+document wrote thousands of tiny sealed segments, which Milvus' own
+documentation warns slows search (and it cost ~30 ms a document on Lite).
+``tests/test_stores.py`` kills a writer without a flush and reads its rows back.
 """
 
 from __future__ import annotations
@@ -392,7 +400,6 @@ class MilvusVectorIndex(ClosesOnExit):
         try:
             for batch in _batches(rows, BATCH_SIZE):
                 client.upsert(self.collection, list(batch))
-            client.flush(self.collection)
         except Exception as exc:
             raise WriteError(f"Milvus upsert into {self.collection!r} failed: {exc}") from exc
 
@@ -417,7 +424,6 @@ class MilvusVectorIndex(ClosesOnExit):
         try:
             for expr in filters:
                 client.delete(self.collection, filter=expr)
-            client.flush(self.collection)
         except Exception as exc:
             raise WriteError(f"Milvus delete from {self.collection!r} failed: {exc}") from exc
         return len(chunk_ids)
