@@ -31,6 +31,7 @@ from ragsync.index_versions import register_first_version
 from transforms.chain import IndexDocuments
 from transforms.common import counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
+from transforms.parse import warm_up_fork_server
 from transforms.write import WriteDeadLetters
 
 
@@ -189,6 +190,10 @@ def run_listing(
     started = time.time()
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    if runner in ("FnApiRunner", "DirectRunner"):
+        # This process parses: its parse children's fork server starts (and
+        # imports the parsers) on the other core while the graph is built.
+        warm_up_fork_server()
     p = beam.Pipeline(runner=runner, options=options)
     build_listing_pipeline(
         p,

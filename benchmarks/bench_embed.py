@@ -148,7 +148,7 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
     from beam_pipelines.sync import run_backfill
     from ragsync import index_versions as iv
     from ragsync.config import Settings
-    from ragsync.embedding import DEFAULT_MODEL
+    from ragsync.embedding import DEFAULT_MODEL, backend_of
     from ragsync.eval_retrieval import evaluate, load_golden
 
     n_docs, n_queries = cisi_to_golden.convert(str(corpus / CISI), str(work / "cisi"))
@@ -156,7 +156,10 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
     home = str(work / "home")
     out: dict[str, Any] = {"documents": n_docs, "queries": n_queries, "backends": {}}
     t0 = time.perf_counter()
-    summary = run_backfill(str(work / "cisi" / "docs"), Settings(home=home), show_progress=False)
+    # torch explicitly: a new home's default backend is onnx-int8.
+    summary = run_backfill(
+        str(work / "cisi" / "docs"), Settings(home=home, embed_backend="torch"), show_progress=False
+    )
     out["backfill_torch_s"] = round(time.perf_counter() - t0, 1)
     out["chunks"] = summary.to_dict().get("chunks_written")
     print(f"[bench_embed] CISI backfill (torch): {out['backfill_torch_s']} s", file=sys.stderr, flush=True)
@@ -164,6 +167,8 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
         settings = Settings(home=home, embed_backend=backend)
         if backend == "torch":
             version = iv.live_version(settings)
+            if backend_of(version.model_version) != "torch":
+                raise RuntimeError(f"index v1 was built with {version.model_version}, not torch")
         else:
             t0 = time.perf_counter()
             result = run_reembed(settings, DEFAULT_MODEL)
