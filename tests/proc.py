@@ -12,17 +12,31 @@ from pathlib import Path
 from typing import Any
 
 
+def live_members(pgid: int) -> list[int]:
+    """Processes of group ``pgid`` that have not exited (zombies excluded:
+    an exited child its parent has not waited for yet holds nothing)."""
+    out = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True).stdout
+    return [
+        int(p)
+        for p, g, stat in (line.split()[:3] for line in out.splitlines())
+        if int(g) == pgid and "Z" not in stat
+    ]
+
+
 def kill_group(pgid: int, timeout_s: float = 30.0) -> None:
-    """SIGKILL a process group and wait until every member is gone (they
-    hold file locks, e.g. Milvus Lite's, until they exit)."""
+    """SIGKILL a process group and wait until every member has exited (they
+    hold file locks, e.g. Milvus Lite's, until they exit). The group leader
+    may be the caller's own child, left a zombie until it is waited for."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except ProcessLookupError:
             return
+        if not live_members(pgid):
+            return
         time.sleep(0.1)
-    raise AssertionError(f"process group {pgid} did not exit")
+    raise AssertionError(f"process group {pgid} did not exit: {live_members(pgid)}")
 
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -89,12 +89,29 @@ def _session_members(sid: int) -> list[int]:
     ]
 
 
+def _sigint_as_at_a_terminal() -> None:
+    """In the child before exec: SIGINT's default action, as a shell gives a
+    foreground command. A suite started in the background of a script
+    (``scripts/test.sh &``) inherits SIGINT ignored, and ragsync, like any
+    program, keeps an ignored SIGINT ignored (``nohup`` relies on it): the
+    run under test is a user's Ctrl-C, not that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, float, str]:
     """Run ``cmd`` in its own session until the fault hook sends ``signame``;
     returns (exit code, seconds from the signal to exit, log text)."""
     env = _env(RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", **extra_env)
     with open(log, "wb") as fh:
-        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
+        proc = subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=ROOT,
+            stdout=fh,
+            stderr=fh,
+            start_new_session=True,
+            preexec_fn=_sigint_as_at_a_terminal,
+        )
     try:
         deadline = time.monotonic() + 600
         while "[fault] sending" not in log.read_text(errors="replace"):
