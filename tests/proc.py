@@ -12,14 +12,15 @@ from pathlib import Path
 from typing import Any
 
 
-def live_members(pgid: int) -> list[int]:
-    """Processes of group ``pgid`` that have not exited (zombies excluded:
-    an exited child its parent has not waited for yet holds nothing)."""
-    out = subprocess.run(["ps", "-e", "-o", "pid=,pgid=,stat="], capture_output=True, text=True).stdout
+def live_members(group: int, field: str = "pgid") -> list[int]:
+    """Processes whose ``field`` (``pgid`` or ``sid``) is ``group`` and that
+    have not exited (zombies excluded: an exited child its parent has not
+    waited for yet holds nothing)."""
+    out = subprocess.run(["ps", "-e", "-o", f"pid=,{field}=,stat="], capture_output=True, text=True).stdout
     return [
         int(p)
         for p, g, stat in (line.split()[:3] for line in out.splitlines())
-        if int(g) == pgid and "Z" not in stat
+        if int(g) == group and "Z" not in stat
     ]
 
 

@@ -11,31 +11,17 @@ without it, except in CI with ``RAGSYNC_WITH_CHROMIUM=1`` (as in
 from __future__ import annotations
 
 import html
-import importlib.util
 import io
 import re
-import sys
 from pathlib import Path
-from types import ModuleType
 
 from ragsync.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import parse
+from tests.bench_module import load_benchmark
 from tests.chromium import fail_if_chromium_required, find_chromium
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "eval_formats.py"
-
-
-def _bench() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("eval_formats", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["eval_formats"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-ef = _bench()
+ef = load_benchmark("eval_formats")
 
 
 def _formats() -> tuple[str, ...]:

@@ -3,26 +3,13 @@ the shapes the scripts print), and a script that cannot run or fails."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "scorecard.py"
+from tests.bench_module import load_benchmark
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("scorecard", BENCH)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["scorecard"] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-sc = _load()
+sc = load_benchmark("scorecard")
 CHECKS = {c.name: c for c in sc.CHECKS}
 
 

@@ -25,7 +25,7 @@ from beam_pipelines.streaming import run_stream
 from beam_pipelines.sync import run_backfill
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.reconcile import reconcile
-from tests.proc import kill_group
+from tests.proc import kill_group, live_members
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -80,15 +80,6 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, HF_HUB_OFFLINE="1", **extra)
 
 
-def _session_members(sid: int) -> list[int]:
-    out = subprocess.run(["ps", "-e", "-o", "pid=,sid=,stat="], capture_output=True, text=True).stdout
-    return [
-        int(p)
-        for p, s, stat in (line.split()[:3] for line in out.splitlines())
-        if int(s) == sid and "Z" not in stat
-    ]
-
-
 def _sigint_as_at_a_terminal() -> None:
     """In the child before exec: SIGINT's default action, as a shell gives a
     foreground command. A suite started in the background of a script
@@ -124,9 +115,9 @@ def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, st
         # No helper process (parse children, Tika, the Milvus Lite server)
         # outlives the main one - for SIGKILL too, without our help.
         wait_until = time.monotonic() + 10
-        while _session_members(proc.pid) and time.monotonic() < wait_until:
+        while live_members(proc.pid, "sid") and time.monotonic() < wait_until:
             time.sleep(0.1)
-        left = _session_members(proc.pid)
+        left = live_members(proc.pid, "sid")
     finally:
         kill_group(proc.pid)
     assert left == [], f"processes outlived the stopped run: {left}"
