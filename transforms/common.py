@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 import time
+import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -281,6 +282,16 @@ def dead_letters_from_beam(stage: str, bad: tuple[Any, tuple[Any, str, list[str]
     """
     element, error = bad
     return [dead_letter_from_beam(stage, (record, error)) for record in _records(element)]
+
+
+def batch_item_failure(item: Any, exc: BaseException) -> Any:
+    """The failure of one item of a batch (a ``BatchElements`` list), as
+    ``with_exception_handling`` records a failed batch on its ``bad``
+    output, with a batch of that one item: a step that takes batches yields
+    this for the item that failed and goes on with the others, and the item
+    becomes its own dead letter with its own error."""
+    trace = traceback.format_exception(type(exc), exc, exc.__traceback__)
+    return beam.pvalue.TaggedOutput("bad", ([item], (type(exc), repr(exc), trace)))
 
 
 class Progress:

@@ -9,11 +9,10 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 
 from ragsync import near_dup
 from ragsync.config import Settings
@@ -26,31 +25,47 @@ from ragsync.decisions import (
     copy_lost_its_holder,
 )
 from ragsync.errors import WriteError, is_retryable
-from ragsync.model import DeadLetter, DocumentPlan, FetchedDocument, payload_field
+from ragsync.model import Chunk, DeadLetter, DocumentPlan, FetchedDocument, payload_field
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
     CatalogDoFn,
     GuardedStep,
     Progress,
     ToDeadLetters,
+    batch_item_failure,
 )
 from transforms.copies import CopiesDoFn, retire_holder, sync_copies
 from transforms.embed import EmbeddedPlan
 
+WRITE_BATCH_CHUNKS = 256
+"""New chunks per write batch: the documents of one batch share one vector
+upsert and one keyword-index commit (a commit syncs files to disk: ~10 ms,
+more than the rest of a small document's write)."""
+
+
+def _write_size(embedded: EmbeddedPlan) -> int:
+    return max(1, len(embedded.plan.new_ids))
+
 
 class _WriteFn(CopiesDoFn):
-    """EmbeddedPlan -> the DocumentPlan once written (``superseded`` when a
-    newer version overtook it).
+    """A batch of EmbeddedPlans -> the DocumentPlan of each document once
+    written (``superseded`` when a newer version overtook it; a document
+    that fails goes to ``bad`` on its own, the others of the batch go on).
 
     Timeline for one document (each step idempotent, so a crash anywhere and a
     replay of the same plan converge):
-      1. upsert the new chunks into the vector index, then the keyword index;
+      1. upsert the new chunks into the vector index, then the keyword index
+         (one upsert and one commit for all documents of the batch);
       2. write every chunk row to the catalog;
       3. flip the document's indexed version (one transaction) - from here a
          query sees the new version complete;
       4. delete the vanished chunks from both indexes, then their rows.
-    A crash after 1 leaves index rows with no catalog row; the next run
-    writes the same ids again (or the end-of-run sweep removes them).
+    Steps 2-4 run document by document once step 1 is done for the batch, so
+    every document is still indexed before it is flipped and flipped before
+    its old chunks go. A crash after 1 leaves index rows with no catalog row;
+    the next run writes the same ids again (or the end-of-run sweep removes
+    them). Documents of one batch are as independent as documents written
+    by two workers at once, which Beam may always do.
     """
 
     metrics_stage = "write"
@@ -66,8 +81,9 @@ class _WriteFn(CopiesDoFn):
         self._docs_written = 0
         # Fault injection for crash and signal tests:
         # RAGSYNC_CRASH_AFTER_INDEX_WRITES=N[:SIGNAL] sends SIGNAL (default
-        # SIGKILL) to this process after the N-th document's index upsert,
-        # before its catalog rows exist - the worst place to be stopped.
+        # SIGKILL) to this process once the index upsert of the batch holding
+        # the N-th document is done, before any catalog row of that batch
+        # exists - the worst place to be stopped.
         after, _, signame = os.environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "").partition(":")
         self._crash_after = int(after or 0)
         self._crash_signal = getattr(signal, signame or "SIGKILL")
@@ -76,21 +92,40 @@ class _WriteFn(CopiesDoFn):
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
         self._flips = 0
 
-    def process(self, embedded: EmbeddedPlan) -> Iterator[Any]:
-        yield from self._stage.run(self._write_one, embedded)
+    def process(self, batch: list[EmbeddedPlan]) -> Iterator[Any]:
+        yield from self._stage.run(self._write_batch, batch, elements=len(batch))
 
-    def _write_one(self, embedded: EmbeddedPlan) -> Iterator[Any]:
-        plan = embedded.plan
-        if self._superseded(plan):
-            # A newer version of this document was accepted (or it was
-            # deleted) while this one was being embedded: writing it now
-            # would roll the document back.
-            self.count("events_stale")
-            yield beam.pvalue.TaggedOutput("superseded", plan)
-            return
-        self._write(plan, embedded.vectors)
-        self._progress.add()
-        yield plan
+    def _write_batch(self, batch: list[EmbeddedPlan]) -> Iterator[Any]:
+        ready: list[EmbeddedPlan] = []
+        for embedded in batch:
+            try:
+                if self._superseded(embedded.plan):
+                    # A newer version of this document was accepted (or it
+                    # was deleted) while this one was being embedded: writing
+                    # it now would roll the document back.
+                    self.count("events_stale")
+                    yield beam.pvalue.TaggedOutput("superseded", embedded.plan)
+                    continue
+                self._leave_old_content(embedded.plan)
+                ready.append(embedded)
+            except Exception as exc:
+                yield batch_item_failure(embedded, exc)
+        indexed = yield from self._index(ready)
+        self._docs_written += len(indexed)
+        if self._crash_after and self._docs_written >= self._crash_after > self._docs_written - len(indexed):
+            print(f"[fault] sending {self._crash_signal.name}", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), self._crash_signal)
+            # The run is stopped right here, whatever else this thread's
+            # bundle holds: park it until the process exits.
+            threading.Event().wait()
+        for embedded in indexed:
+            try:
+                self._publish(embedded.plan)
+            except Exception as exc:
+                yield batch_item_failure(embedded, exc)
+                continue
+            self._progress.add()
+            yield embedded.plan
 
     def _superseded(self, plan: DocumentPlan) -> bool:
         """True when the catalog holds a newer content version or a tombstone
@@ -109,27 +144,52 @@ class _WriteFn(CopiesDoFn):
         held = document_stamp(doc, doc.source_version or None) if doc is not None else None
         return held is not None and compare_versions(version, held) == Order.OLDER
 
-    def _write(self, plan: DocumentPlan, vectors: dict[str, np.ndarray]) -> None:
-        doc = plan.doc
-        tenant = doc.source.tenant_id
-        stored = self._catalog.get_document(doc.doc_id)
-        if stored is not None and stored.content_hash not in (None, doc.content_hash):
-            # Its old bytes may still be another document's: that copy takes
-            # over the old chunks before they are rewritten (no re-embedding).
-            sync_copies(self, doc.doc_id, leaving=True)
-        by_id = {c.chunk_id: c for c in plan.chunks}
-        new = [by_id[cid] for cid in plan.new_ids]
+    def _leave_old_content(self, plan: DocumentPlan) -> None:
+        """A document rewritten with other bytes: its old bytes may still be
+        another document's, and that copy takes over the old chunks before
+        they are rewritten (no re-embedding)."""
+        stored = self._catalog.get_document(plan.doc.doc_id)
+        if stored is not None and stored.content_hash not in (None, plan.doc.content_hash):
+            sync_copies(self, plan.doc.doc_id, leaving=True)
+
+    def _index(self, ready: list[EmbeddedPlan]) -> Generator[Any, None, list[EmbeddedPlan]]:
+        """Step 1 for the batch: one upsert into each index. When that fails,
+        each document is tried alone, so only the ones that fail alone are
+        dead-lettered (yielded as failures). Returns the documents indexed."""
+        try:
+            self._upsert_new_chunks(ready)
+            return ready
+        except Exception as exc:
+            if len(ready) == 1:
+                yield batch_item_failure(ready[0], exc)
+                return []
+        indexed = []
+        for embedded in ready:
+            try:
+                self._upsert_new_chunks([embedded])
+            except Exception as exc:
+                yield batch_item_failure(embedded, exc)
+                continue
+            indexed.append(embedded)
+        return indexed
+
+    def _upsert_new_chunks(self, group: list[EmbeddedPlan]) -> None:
+        new: list[Chunk] = []
+        vectors: list[list[float]] = []
+        for embedded in group:
+            by_id = {c.chunk_id: c for c in embedded.plan.chunks}
+            for cid in embedded.plan.new_ids:
+                new.append(by_id[cid])
+                vectors.append(embedded.vectors[cid].tolist())
         if new:
-            self._vectors.upsert(new, [vectors[c.chunk_id].tolist() for c in new])
+            self._vectors.upsert(new, vectors)
             self._keywords.upsert(new)
             self.shadow_upsert(new)
-        self._docs_written += 1
-        if self._crash_after and self._docs_written == self._crash_after:
-            print(f"[fault] sending {self._crash_signal.name}", file=sys.stderr, flush=True)
-            os.kill(os.getpid(), self._crash_signal)
-            # The run is stopped right here, whatever else this thread's
-            # bundle holds: park it until the process exits.
-            threading.Event().wait()
+
+    def _publish(self, plan: DocumentPlan) -> None:
+        """Steps 2-4 for one document whose new chunks are indexed."""
+        doc = plan.doc
+        tenant = doc.source.tenant_id
         # Kept chunks whose permissions changed with the content get the new
         # ACL ids in place (no re-embedding).
         new_ids = set(plan.new_ids)
@@ -140,7 +200,7 @@ class _WriteFn(CopiesDoFn):
             self._keywords.set_acl_ids(tenant, moved)
             self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
         self._catalog.write_chunks(list(plan.chunks))
-        self.count("chunks_written", len(new))
+        self.count("chunks_written", len(new_ids))
         self._catalog.flip_indexed_version(
             doc.doc_id,
             content_hash=doc.content_hash,
@@ -192,7 +252,12 @@ class WriteIndexes(beam.PTransform):
         self.show_progress = show_progress
 
     def expand(self, embedded: beam.PCollection) -> dict[str, Any]:
-        out = embedded | "Write" >> beam.ParDo(
+        batches = embedded | "BatchForWrite" >> beam.BatchElements(
+            min_batch_size=WRITE_BATCH_CHUNKS,
+            max_batch_size=WRITE_BATCH_CHUNKS,
+            element_size_fn=_write_size,
+        )
+        out = batches | "Write" >> beam.ParDo(
             _WriteFn(self.settings, self.dim, self.total, self.show_progress)
         ).with_outputs("superseded", main="written").with_exception_handling(main_tag="written")
         return {
