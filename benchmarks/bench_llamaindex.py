@@ -167,6 +167,11 @@ def _median(values: list[float]) -> float:
     return round(statistics.median(values), 3)
 
 
+def _embed_wall_s(run: dict[str, Any]) -> float:
+    """Wall seconds a ragsync run spent in the embedding model (its summary's ``stage_wall_s``)."""
+    return float(((run["summary"].get("cost") or {}).get("stage_wall_s") or {}).get("embed", 0.0))
+
+
 def _rate(n: float, s: float) -> float:
     return round(n / s, 3) if s else 0.0
 
@@ -244,6 +249,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "chunks_per_s": _rate(s["chunks_written"], cold_s),
             "rerun_wall_s": rerun_s,
             "rerun_chunks_embedded": runs[-1]["rerun"]["summary"]["chunks_embedded"],
+            # The model's share of the whole cold command (imports and start-up included).
+            "embed_share_of_cold_wall": _median(
+                [_embed_wall_s(x["cold"]) / x["cold"]["wall_s"] for x in runs]
+            ),
             "runs": runs,
         }
         side["ratio_documents_per_s"] = round(side["documents_per_s"] / llama_side["documents_per_s"], 3)
@@ -294,7 +303,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"ragsync ({b}) / LlamaIndex: documents/s {s['ratio_documents_per_s']}x, "
             f"chunks/s {s['ratio_chunks_per_s']}x, documents per CPU-s {s['ratio_documents_per_cpu_s']}x, "
             f"re-run wall {s['ratio_rerun_wall']}x "
-            f"(< 1 = ragsync faster); ragsync dead-lettered {s['dead_lettered']}"
+            f"(< 1 = ragsync faster); ragsync dead-lettered {s['dead_lettered']}; embedding "
+            f"{s['embed_share_of_cold_wall']:.0%} of ragsync's cold wall time"
         )
     return "\n".join(lines)
 

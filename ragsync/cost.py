@@ -69,7 +69,10 @@ def cost_report(
 
     Returns:
         ``documents``, ``cpu_s_per_1k_docs`` (per stage, and ``total``),
-        ``embedding_cache_hit_rate``, ``gpu_s_per_1k_docs``,
+        ``stage_wall_s`` (per stage: wall seconds its work took in this run
+        or these runs, summed over threads; a stage's figure leaves out the
+        stages fused after it, so a cold run's figures show where its time
+        went), ``embedding_cache_hit_rate``, ``gpu_s_per_1k_docs``,
         ``est_usd_per_1k_docs`` (``vcpu``, ``gpu``, ``total``) and the
         prices used. Per-1,000 figures are None when no document was handled.
     """
@@ -87,9 +90,11 @@ def cost_report(
 
     vcpu_usd = total_cpu / 3600.0 * prices.vcpu_hour_usd
     gpu_usd = gpu_s / 3600.0 * prices.gpu_hour_usd
+    wall_s = {stage: round(float(v.get("latency_us_sum", 0)) / 1e6, 3) for stage, v in sorted(stages.items())}
     return {
         "documents": documents,
         "cpu_s_per_1k_docs": {**{k: scaled(v) for k, v in cpu_s.items()}, "total": scaled(total_cpu)},
+        "stage_wall_s": wall_s,
         "gpu_s_per_1k_docs": scaled(gpu_s),
         "embedding_cache_hit_rate": cache_hit_rate(cache_hits, cache_misses),
         "est_usd_per_1k_docs": {
@@ -129,6 +134,10 @@ def format_cost(cost: Mapping[str, Any], indent: str = "  ") -> list[str]:
         f"({stages or 'no stage reported'})",
         f"{indent}embedding cache hit rate: {'-' if rate is None else f'{rate:.1%}'}",
     ]
+    wall = cost.get("stage_wall_s") or {}
+    if wall:
+        busiest = sorted(wall.items(), key=lambda kv: -kv[1])
+        lines.insert(1, f"{indent}wall s per stage: " + ", ".join(f"{k} {v:.1f}" for k, v in busiest))
     if usd is not None:
         lines.append(
             f"{indent}est. Dataflow cost per 1,000 documents: ${usd:.4f} "

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ragsync.config import Settings, open_catalog
-from ragsync.cost import Prices, cost_report, sum_stages
+from ragsync.cost import Prices, cost_report, format_cost, sum_stages
 from ragsync.coverage import coverage_by_source
 from tests.mediawiki import free_port
 
@@ -66,6 +66,9 @@ def test_cost_per_thousand_documents_from_stage_cpu_and_prices() -> None:
         prices=Prices(vcpu_hour_usd=3.6, gpu_hour_usd=7.2),
     )
     assert report["cpu_s_per_1k_docs"] == {"embed": 72.0, "fetch": 4.0, "total": 76.0}
+    # Wall seconds of the run itself (not per 1,000): where its time went.
+    assert report["stage_wall_s"] == {"embed": 18.0, "fetch": 3.0}
+    assert format_cost(report)[1] == "  wall s per stage: embed 18.0, fetch 3.0"
     assert report["embedding_cache_hit_rate"] == 0.3
     # 38 CPU s at $3.6/h = $0.038 for 500 documents: $0.076 per 1,000.
     assert report["est_usd_per_1k_docs"] == {"vcpu": 0.076, "gpu": 0.0, "total": 0.076}
@@ -250,7 +253,9 @@ def test_serve_and_stream_expose_the_operators_series(tmp_path: Path) -> None:
         assert _value(s, "ragsync_stage_elements_total", stage="acl", run="stream") == 1
         assert _value(s, "ragsync_stage_elements_total", stage="gate", run="stream") == 3
         assert _value(s, "ragsync_stage_cpu_seconds_total", stage="embed", run="listing") > 0
-        assert _value(s, "ragsync_stage_latency_seconds_count", stage="write", run="listing") == 3
+        # One observation per batch: the listing's three documents were written as one.
+        assert _value(s, "ragsync_stage_latency_seconds_count", stage="write", run="listing") == 1
+        assert _value(s, "ragsync_stage_elements_total", stage="write", run="listing") == 3
         assert _value(s, "ragsync_stage_latency_seconds_sum", stage="write", run="listing") > 0
         hits = _value(s, "ragsync_embedding_cache_lookups_total", result="hit")
         misses = _value(s, "ragsync_embedding_cache_lookups_total", result="miss")

@@ -286,9 +286,12 @@ class MilvusVectorIndex(ClosesOnExit):
                 params={"M": 16, "efConstruction": 200},
             )
         if not client.has_collection(physical):
-            client.create_collection(
-                physical, schema=schema, index_params=index_params, consistency_level="Strong"
-            )
+            client.create_collection(physical, schema=schema, consistency_level="Strong")
+            # pymilvus polls a new index's state every 0.5 s (and asks for a
+            # timestamp Milvus Lite does not serve); Lite builds a FLAT index
+            # on an empty collection at once, so its state is not awaited.
+            client.create_index(physical, index_params, sync=not self.is_lite)
+            client.load_collection(physical)
         if self._alias:
             client.create_alias(physical, self.collection)
 
