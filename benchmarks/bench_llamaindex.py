@@ -304,7 +304,8 @@ def markdown(r: dict[str, Any]) -> str:
             f"chunks/s {s['ratio_chunks_per_s']}x, documents per CPU-s {s['ratio_documents_per_cpu_s']}x, "
             f"re-run wall {s['ratio_rerun_wall']}x "
             f"(< 1 = ragsync faster); ragsync dead-lettered {s['dead_lettered']}; embedding "
-            f"{s['embed_share_of_cold_wall']:.0%} of ragsync's cold wall time"
+            f"{s['embed_share_of_run']:.0%} of ragsync's cold run "
+            f"({s['embed_share_of_cold_wall']:.0%} of the whole command)"
         )
     return "\n".join(lines)
 

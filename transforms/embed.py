@@ -16,9 +16,10 @@ design's "64 chunks or 200 ms" window lives.
 
 Failures: a chunk the model rejects is isolated by splitting its batch (one
 bad text must not dead-letter the other documents of the batch); a plan with
-such a chunk raises ``EmbedFailedError`` in the cache-store step, whose
-exception handling makes it a dead letter like every other failure here
-(lookup, inference): one per document, stage ``embed``.
+such a chunk fails with ``EmbedFailedError`` in the cache-store step (which
+takes the model's results in batches, one cache write each, and fails a plan
+on its own), and the step's exception handling makes it a dead letter like
+every other failure here (lookup, inference): one per document, stage ``embed``.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from ragsync.embedding import (
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
 from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
-from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters
+from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters, batch_item_failure
 
 #: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256
@@ -184,13 +185,19 @@ class _CacheLookupFn(CatalogDoFn):
             yield PlanToEmbed(plan, hits, misses)
 
 
-class _CacheStoreFn(ProgressDoFn):
-    """PredictionResult -> EmbeddedPlan; good vectors go to the cache.
+def _misses_of_result(result: PredictionResult) -> int:
+    item: Any = result.example  # PlanToEmbed
+    return _misses_count(item)
 
-    Raises ``EmbedFailedError`` for a plan with a chunk the model rejected (or
-    a bad vector, as ``encode_isolating_failures`` found): the step's
-    exception handling dead-letters that document, after its good vectors
-    were cached.
+
+class _CacheStoreFn(ProgressDoFn):
+    """A batch of PredictionResults -> one EmbeddedPlan each; the good
+    vectors of the whole batch go to the cache in one write.
+
+    A plan with a chunk the model rejected (or a bad vector, as
+    ``encode_isolating_failures`` found) is yielded as its own failure
+    (``EmbedFailedError``), after its good vectors were cached: the step's
+    exception handling dead-letters that document and no other.
     """
 
     progress_phase, progress_unit = "embed", "chunks"
@@ -199,28 +206,34 @@ class _CacheStoreFn(ProgressDoFn):
         super().__init__(settings, show_progress=show_progress)
         self.model_version = model_version
 
-    def process(self, result: PredictionResult) -> Iterator[EmbeddedPlan]:
-        item: Any = result.example  # PlanToEmbed (RunInference types it loosely)
-        raw: Any = result.inference
-        inferences: list[Any] = list(raw)
-        vectors = dict(item.cached)
+    def process(self, batch: list[PredictionResult]) -> Iterator[Any]:
+        outcomes = []
         fresh: dict[str, np.ndarray] = {}
-        failures: dict[str, str] = {}
-        for (cid, text_hash, _), inference in zip(item.misses, inferences, strict=True):
-            if isinstance(inference, Exception):
-                failures[cid] = f"{type(inference).__name__}: {inference}"
-                continue
-            vectors[cid] = fresh[text_hash] = inference
+        for result in batch:
+            item: Any = result.example  # PlanToEmbed (RunInference types it loosely)
+            raw: Any = result.inference
+            vectors = dict(item.cached)
+            mine: dict[str, np.ndarray] = {}
+            failures: dict[str, str] = {}
+            for (cid, text_hash, _), inference in zip(item.misses, list(raw), strict=True):
+                if isinstance(inference, Exception):
+                    failures[cid] = f"{type(inference).__name__}: {inference}"
+                    continue
+                vectors[cid] = mine[text_hash] = inference
+            fresh.update(mine)
+            self.count("chunks_embedded", len(mine))
+            self._progress.add(len(mine))
+            outcomes.append((result, item.plan, vectors, failures))
         if fresh:
             self._catalog.put_embeddings(fresh, self.model_version)
-        self.count("chunks_embedded", len(fresh))
-        self._progress.add(len(fresh))
-        if failures:
-            raise embed_failure(failures)
-        missing = [cid for cid in item.plan.new_ids if cid not in vectors]
-        if missing:
-            raise EmbedFailedError(f"{len(missing)} chunks have no vector")
-        yield EmbeddedPlan(item.plan, vectors)
+        for result, plan, vectors, failures in outcomes:
+            missing = [cid for cid in plan.new_ids if cid not in vectors]
+            if failures:
+                yield batch_item_failure(result, embed_failure(failures))
+            elif missing:
+                yield batch_item_failure(result, EmbedFailedError(f"{len(missing)} chunks have no vector"))
+            else:
+                yield EmbeddedPlan(plan, vectors)
 
 
 class EmbedChunks(beam.PTransform):
@@ -259,7 +272,10 @@ class EmbedChunks(beam.PTransform):
         handler = PlanEmbeddingHandler(self.spec, max_batch_size=self.settings.embed_batch_size)
         inferred, failed = looked["good"] | "RunInference" >> RunInference(handler).with_exception_handling()
         store = _CacheStoreFn(self.settings, version, self.show_progress)
-        stored = inferred | "CacheStore" >> beam.ParDo(store).with_exception_handling()
+        results = inferred | "BatchForCacheStore" >> beam.BatchElements(
+            min_batch_size=_LOOKUP_BATCH, max_batch_size=_LOOKUP_BATCH, element_size_fn=_misses_of_result
+        )
+        stored = results | "CacheStore" >> beam.ParDo(store).with_exception_handling()
         return {
             "embedded": stored["good"],
             "dead": [

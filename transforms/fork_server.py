@@ -9,7 +9,12 @@ module as the fork server's preload. On import, in that server:
   never lets go;
 - every child it forks from now on exits when the server is gone (the same
   watch ``ragsync.lifecycle.install_child_watch`` gives forked children);
-- the parsers are imported once, so each child starts with them loaded.
+- the parsers are imported once, so each child starts with them loaded;
+- what they allocated is frozen out of the garbage collector (``gc.freeze``,
+  as Python's docs advise before forking): the children share those pages
+  instead of copying them when a collection touches them, and the server's
+  own exit skips walking them (~0.4 s, with the pipeline's stdout and stderr
+  still held open).
 """
 
 from __future__ import annotations
@@ -19,4 +24,8 @@ from ragsync import lifecycle
 lifecycle.exit_when_parent_dies()
 lifecycle.install_child_watch()
 
+import gc  # noqa: E402
+
 import transforms.parse  # noqa: E402,F401  (the parsers, imported once for every child)
+
+gc.freeze()
