@@ -199,10 +199,10 @@ def install_probe(probe: EmbedProbe) -> Callable[[], None]:
     def add_lookup(s: float) -> None:
         probe.lookup_s += s
 
-    def store(self: Any, result: Any) -> Iterator[Any]:
-        # Same signature as the original: Beam inspects ``process``'s parameters.
+    def store(self: Any, batch: list[Any]) -> Iterator[Any]:
+        # Same parameters as the original (a batch of model results): Beam inspects them.
         start = time.perf_counter()
-        items = list(orig_store(self, result))
+        items = list(orig_store(self, batch))
         probe.store_s += time.perf_counter() - start
         yield from items
 

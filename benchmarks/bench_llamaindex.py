@@ -176,48 +176,17 @@ def _rate(n: float, s: float) -> float:
     return round(n / s, 3) if s else 0.0
 
 
-def run(args: argparse.Namespace) -> dict[str, Any]:
-    """Stage the files, run the interleaved rounds; returns every figure (medians over rounds)."""
-    sys.path.insert(0, str(ROOT))
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    from bench_backfill import WIKI, cli_backfill, stage_aged_set
+def sides_of(
+    rag: dict[str, list[dict[str, Any]]], llama: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The figures of each side from its rounds (medians over rounds; counts
+    from the last round): ``(llamaindex, {backend: ragsync side})``.
 
-    from ragsync.embedding import default_model
-
-    model = default_model().path
-    corpus = Path(args.corpus).resolve()
-    work = Path(tempfile.mkdtemp(prefix="bench_llamaindex_"))
-    folder = work / "docs"
-    if not (corpus / WIKI).is_dir():
-        raise RuntimeError(f"no corpus at {corpus} (pass --corpus or set RAGSYNC_CORPUS)")
-    files = stage_aged_set(corpus, args.files, folder)
-    kinds: dict[str, int] = {}
-    for cat, _ in files:
-        kinds[cat] = kinds.get(cat, 0) + 1
-    backends = [b.strip() for b in args.ragsync_backends.split(",") if b.strip()]
-    rag: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
-    llama: list[dict[str, Any]] = []
-    load_before = round(os.getloadavg()[0], 2)
-    try:
-        for r in range(args.repeat):
-            for b in backends:
-                home = work / f"home_{b}_{r}"
-                cold = cli_backfill(folder, home, backend=b)
-                rerun = cli_backfill(folder, home, backend=b)
-                rag[b].append({"cold": cold, "rerun": rerun})
-                shutil.rmtree(home, ignore_errors=True)
-                progress = f"round {r + 1} ragsync[{b}]: cold {cold['wall_s']} s, re-run {rerun['wall_s']} s"
-                print(progress, file=sys.stderr)
-            state = work / f"llama_{r}"
-            cold_l = llama_run(args.llama_python, folder, model, state, rerun=False)
-            rerun_l = llama_run(args.llama_python, folder, model, state, rerun=True)
-            llama.append({"cold": cold_l, "rerun": rerun_l})
-            shutil.rmtree(state, ignore_errors=True)
-            progress = f"round {r + 1} llamaindex: cold {cold_l['wall_s']} s, re-run {rerun_l['wall_s']} s"
-            print(progress, file=sys.stderr)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
-
+    Args:
+        rag: per ragsync backend, its rounds: ``{"cold": cli_backfill(...),
+            "rerun": cli_backfill(...)}``.
+        llama: LlamaIndex's rounds: ``{"cold": llama_run(...), "rerun": ...}``.
+    """
     l_cold = _median([x["cold"]["wall_s"] for x in llama])
     l_docs = llama[-1]["cold"]["files_indexed"]
     l_chunks = llama[-1]["cold"]["nodes"]
@@ -268,6 +237,52 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             (s["documents_indexed"] / side["cold_cpu_s"]) / (l_docs / llama_side["cold_cpu_s"]), 3
         )
         sides[b] = side
+    return llama_side, sides
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    """Stage the files, run the interleaved rounds; returns every figure (medians over rounds)."""
+    sys.path.insert(0, str(ROOT))
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from bench_backfill import WIKI, cli_backfill, stage_aged_set
+
+    from ragsync.embedding import default_model
+
+    model = default_model().path
+    corpus = Path(args.corpus).resolve()
+    work = Path(tempfile.mkdtemp(prefix="bench_llamaindex_"))
+    folder = work / "docs"
+    if not (corpus / WIKI).is_dir():
+        raise RuntimeError(f"no corpus at {corpus} (pass --corpus or set RAGSYNC_CORPUS)")
+    files = stage_aged_set(corpus, args.files, folder)
+    kinds: dict[str, int] = {}
+    for cat, _ in files:
+        kinds[cat] = kinds.get(cat, 0) + 1
+    backends = [b.strip() for b in args.ragsync_backends.split(",") if b.strip()]
+    rag: dict[str, list[dict[str, Any]]] = {b: [] for b in backends}
+    llama: list[dict[str, Any]] = []
+    load_before = round(os.getloadavg()[0], 2)
+    try:
+        for r in range(args.repeat):
+            for b in backends:
+                home = work / f"home_{b}_{r}"
+                cold = cli_backfill(folder, home, backend=b)
+                rerun = cli_backfill(folder, home, backend=b)
+                rag[b].append({"cold": cold, "rerun": rerun})
+                shutil.rmtree(home, ignore_errors=True)
+                progress = f"round {r + 1} ragsync[{b}]: cold {cold['wall_s']} s, re-run {rerun['wall_s']} s"
+                print(progress, file=sys.stderr)
+            state = work / f"llama_{r}"
+            cold_l = llama_run(args.llama_python, folder, model, state, rerun=False)
+            rerun_l = llama_run(args.llama_python, folder, model, state, rerun=True)
+            llama.append({"cold": cold_l, "rerun": rerun_l})
+            shutil.rmtree(state, ignore_errors=True)
+            progress = f"round {r + 1} llamaindex: cold {cold_l['wall_s']} s, re-run {rerun_l['wall_s']} s"
+            print(progress, file=sys.stderr)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    llama_side, sides = sides_of(rag, llama)
     return {
         "files": len(files),
         "kinds": kinds,

@@ -147,3 +147,40 @@ def test_no_corpus_is_a_skip_with_the_flag_to_set(tmp_path: Path) -> None:
     row = sc.run_check(CHECKS["pdf"], tmp_path / "missing")
     assert row["status"] == "skipped" and row["met"] is None
     assert row["measured"] == f"no corpus at {tmp_path / 'missing'} (--corpus DIR)"
+
+
+def _ragsync_round(cold_wall: float, seconds: float, embed_s: float, rerun_wall: float) -> dict[str, object]:
+    summary = {
+        "documents_indexed": 60,
+        "chunks_written": 609,
+        "dead_lettered": 0,
+        "chunks_embedded": 609,
+        "seconds": seconds,
+        "cost": {"stage_wall_s": {"embed": embed_s, "parse": 0.8}},
+    }
+    rerun = {"documents_indexed": 0, "chunks_written": 0, "chunks_embedded": 0, "seconds": 0.2}
+    return {
+        "cold": {"wall_s": cold_wall, "cpu_s": 20.0, "summary": summary},
+        "rerun": {"wall_s": rerun_wall, "cpu_s": 0.5, "summary": rerun},
+    }
+
+
+def test_peer_reads_what_bench_llamaindex_computes() -> None:
+    """The script's own figures (``sides_of``) from rounds in the shapes its
+    runners return, judged by the scorecard: the two must agree on names."""
+    bl = load_benchmark("bench_llamaindex")
+    rag = {"default": [_ragsync_round(14.0, 12.0, 7.2, 0.6), _ragsync_round(13.0, 11.0, 5.5, 0.5)]}
+    llama_round = {
+        "cold": {"wall_s": 20.0, "cpu_s": 32.0, "files_indexed": 60, "nodes": 283, "model_load_s": 0.2},
+        "rerun": {"wall_s": 8.0, "cpu_s": 8.0, "nodes": 0},
+    }
+    llama_side, sides = bl.sides_of(rag, [llama_round, llama_round])
+    ours = sides["default"]
+    # Medians of two rounds: cold 13.5 s, re-run 0.55 s; shares (0.6 + 0.5) / 2 and (0.514 + 0.423) / 2.
+    assert ours["ratio_documents_per_s"] == round((60 / 13.5) / (60 / 20.0), 3)
+    assert ours["ratio_rerun_wall"] == round(0.55 / 8.0, 3)
+    assert ours["embed_share_of_run"] == pytest.approx(0.55)
+    assert ours["embed_share_of_cold_wall"] == round((7.2 / 14.0 + 5.5 / 13.0) / 2, 3)
+    measured, met = CHECKS["peer"].judge({"ragsync": sides, "llamaindex": llama_side})
+    assert met is True
+    assert "embedding 55% of ragsync's cold run (47% of the whole command)" in measured
