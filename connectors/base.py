@@ -256,20 +256,6 @@ def make_event(
     )
 
 
-def upsert_for(item: SourceFile, *, event_time: float | None = None) -> Event:
-    """The upsert event announcing a listed object."""
-    spec = SourceSpec(source_id=item.source_id, tenant_id=item.tenant_id, type="")
-    return make_event(
-        spec,
-        item.source_object_id,
-        "upsert",
-        item.source_version,
-        acl_groups=item.acl_groups,
-        content_uri=item.uri,
-        event_time=event_time,
-    )
-
-
 def stamp_listed(item: SourceFile) -> ListedObject:
     """What a listing shows of ``item`` without reading it: size, version
     (an mtime, etag or revision) and the ACL id of its listed permissions,

@@ -35,7 +35,6 @@ from ragsync.decisions import (
     Order,
     PermissionEvidence,
     Stamp,
-    choose_permissions,
     compare_versions,
     evidence_predates_delete,
     gate_verdict,
@@ -478,17 +477,6 @@ def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
     return PermissionEvidence(
         tuple(groups), float(row.get("observed_at") or 0.0), tuple(catalog.get_acl_deny(row["acl_id"]))
     )
-
-
-def effective_permissions(catalog: Any, doc_id: str, item: SourceFile) -> SourceFile:
-    """``item`` with the permissions that win against the held evidence
-    (``ragsync.decisions.choose_permissions``): a backfill re-run or an older
-    upsert never reverts a newer permission change."""
-    new = PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups)
-    chosen = choose_permissions(held_permissions(catalog, doc_id), new)
-    if chosen is new:
-        return item
-    return dataclasses.replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)
 
 
 class UpsertsToWork(CatalogStep):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ragsync.model import Attachment, ElementType
@@ -180,18 +180,6 @@ def decode_text(data: bytes) -> str:
         data = data[: len(data) // 2 * 2]
     text = data.decode(codec, errors="replace").lstrip("\ufeff")
     return text.replace("\r\n", "\n").replace("\r", "\n")
-
-
-def non_empty(elements: Iterable[RawElement]) -> list[RawElement]:
-    """Drop elements whose text is blank.
-
-    Args:
-        elements: raw elements.
-
-    Returns:
-        The elements with non-blank text, in the same order.
-    """
-    return [e for e in elements if e.text.strip()]
 
 
 @dataclass
