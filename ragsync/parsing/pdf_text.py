@@ -303,6 +303,8 @@ def merge_runs(words: list[Item]) -> list[Item]:
 # A word space is ~0.25 em (box height) in common fonts; cells of a borderless table are set
 # wider apart (report libraries pad a cell by ~0.25 em a side, browsers by ~0.5 em).
 CELL_GAP = 0.4
+
+
 def cell_runs(words: list[Item]) -> list[Item]:
     """Runs for the borderless-table search: words split at gaps wider than a space.
 
