@@ -56,6 +56,7 @@ from ragsync.parsing.pdf_rulings import Rulings, page_rulings, turned
 from ragsync.parsing.pdf_tables import Table, aligned_tables, ruled_tables, table_hint
 from ragsync.parsing.pdf_text import (
     Item,
+    cell_runs,
     drop_line_numbers,
     garbage_ratio,
     merge_runs,
@@ -95,13 +96,19 @@ def page_items(
     if len(rulings.horizontal) >= 2 and len(rulings.vertical) >= 2:
         tables = ruled_tables(words() if words is not None else runs, rulings)
         runs = [r for r in runs if not any(t.covers(r) for t in tables)]
+    # Borderless tables are searched in cell runs (words split at gaps wider than a space):
+    # cells of such tables are often set less than one em apart, and a run crossing a column
+    # (a figure and the next column's currency sign) would merge two cells.
+    cells = cell_runs(drop_line_numbers(words())) if words is not None else runs
+    cells = [c for c in cells if not any(t.covers(c) for t in tables)]
     # The whole page first (a wide table must not be cut at a column gutter), then each column
     # of a multi-column page (a table inside one column, next to prose).
-    page_wide = aligned_tables(runs)
+    page_wide = aligned_tables(cells)
     tables.extend(page_wide)
     if page_wide:
         runs = [r for r in runs if not any(t.covers(r) for t in page_wide)]
-    for flow in flows(runs):
+        cells = [c for c in cells if not any(t.covers(c) for t in page_wide)]
+    for flow in flows(cells):
         tables.extend(aligned_tables(flow))
     if not tables:
         return runs

@@ -176,8 +176,10 @@ def _fix_units(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _extend_run(cur: Item, left: float, right: float, bottom: float, top: float, size: float) -> bool:
-    """Grow run ``cur`` by a word when the word is on its line less than one em after it.
+def _extend_run(
+    cur: Item, left: float, right: float, bottom: float, top: float, size: float, max_gap: float = 1.0
+) -> bool:
+    """Grow run ``cur`` by a word when the word is on its line less than ``max_gap`` em after it.
 
     Returns:
         Whether the word joined the run (``cur``'s box then covers it).
@@ -186,7 +188,7 @@ def _extend_run(cur: Item, left: float, right: float, bottom: float, top: float,
     gap = left - cur.x1
     cy = (bottom + top) * 0.5
     if not (cur.bottom - 0.3 * size <= cy <= cur.top + 0.3 * size) or not (
-        -0.5 * size <= gap <= (csize if csize > size else size)
+        -0.5 * size <= gap <= max_gap * (csize if csize > size else size)
     ):
         return False
     if right > cur.x1:
@@ -295,17 +297,63 @@ def merge_runs(words: list[Item]) -> list[Item]:
     Returns:
         New run items (the words are not modified).
     """
+    return [_run(group) for group in _word_groups(words, 1.0)]
+
+
+# A word space is ~0.25 em (box height) in common fonts; cells of a borderless table are set
+# wider apart (report libraries pad a cell by ~0.25 em a side, browsers by ~0.5 em).
+CELL_GAP = 0.4
+
+
+def cell_runs(words: list[Item]) -> list[Item]:
+    """Runs for the borderless-table search: words split at gaps wider than a space.
+
+    Cells of a borderless table are often less than one em apart (a figure
+    and the next column's currency sign), so a run (one em) can cross a column.
+    A run of words whose spaces are all equally wide is a justified line of
+    prose (stretched spaces reach one em), not cells, and stays whole; a run
+    of figures and signs is never prose (cells padded alike are as even).
+
+    Args:
+        words: word items in text order.
+
+    Returns:
+        New run items (the words are not modified).
+    """
     out: list[Item] = []
-    parts: list[list[str]] = []
-    for w in words:
-        if out and _extend_run(out[-1], w.x0, w.x1, w.bottom, w.top, w.size):
-            parts[-1].append(w.text)
-            continue
-        out.append(Item(w.x0, w.x1, w.bottom, w.top, w.size, w.text))
-        parts.append([w.text])
-    for item, item_parts in zip(out, parts, strict=True):
-        item.text = " ".join(item_parts)
+    for group in _word_groups(words, 1.0):
+        gaps = [b.x0 - a.x1 for a, b in zip(group, group[1:], strict=False)]
+        size = max(w.size for w in group)
+        wordy = 2 * sum(1 for w in group if any(ch.isalpha() for ch in w.text)) >= len(group)
+        justified = wordy and len(gaps) >= 2 and max(gaps) - min(gaps) <= 0.05 * size
+        out.extend(_run(g) for g in ([group] if justified else _word_groups(group, CELL_GAP)))
     return out
+
+
+def _word_groups(words: list[Item], max_gap: float) -> list[list[Item]]:
+    """Consecutive words on one line, split where a gap is wider than ``max_gap`` em."""
+    groups: list[list[Item]] = []
+    cur: Item | None = None
+    for w in words:
+        if cur is not None and _extend_run(cur, w.x0, w.x1, w.bottom, w.top, w.size, max_gap):
+            groups[-1].append(w)
+            continue
+        cur = Item(w.x0, w.x1, w.bottom, w.top, w.size, w.text)
+        groups.append([w])
+    return groups
+
+
+def _run(group: list[Item]) -> Item:
+    """One run item of a word group (the box ``_extend_run`` grows)."""
+    first = group[0]
+    return Item(
+        first.x0,
+        max(w.x1 for w in group),
+        min(w.bottom for w in group),
+        max(w.top for w in group),
+        max(w.size for w in group),
+        " ".join(w.text for w in group),
+    )
 
 
 def drop_line_numbers(items: list[Item]) -> list[Item]:
