@@ -31,7 +31,7 @@ With ``--engine postgres`` and no ``--url`` a throwaway PostgreSQL starts
 (``scripts/pg_throwaway.sh``) and stops at the end.
 
 Usage: ``python benchmarks/bench_catalog_scale.py --docs 100000 --chunks-per-doc 10
---engine sqlite|postgres [--url URL] [--dir DIR] [--json]``
+--engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--json]``
 """
 
 from __future__ import annotations
@@ -253,6 +253,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where the SQLite file or throwaway cluster goes (default: a temp dir)")
     ap.add_argument("--reads", default=",".join(READS), help="comma-separated reads to measure")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
+    ap.add_argument(
+        "--no-build", action="store_true", help="measure a catalog this script built before (--url)"
+    )
     args = ap.parse_args(argv)
     work = Path(args.dir or tempfile.mkdtemp(prefix="bench-catalog-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -262,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"load before: {os.getloadavg()}", flush=True)
         cat = Catalog.open(url)
         try:
-            built = build(cat, args.docs, args.chunks_per_doc)
+            built = 0.0 if args.no_build else build(cat, args.docs, args.chunks_per_doc)
             print(f"built {args.docs} documents x {args.chunks_per_doc} chunks in {built:.1f} s", flush=True)
             figures = measure(cat, args.docs, args.chunks_per_doc, args.reads.split(","))
         finally:

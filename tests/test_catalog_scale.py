@@ -231,3 +231,18 @@ def test_the_tally_triggers_do_not_fire_on_columns_they_do_not_count(catalog_url
             conn.execute(update(schema.documents).values(size=5, updated_at=9.0, uri="file:///x"))
             conn.execute(update(schema.documents).values(status="fetched"))  # same value
         assert cat.document_outcomes() == [("t1", "s1", "fetched", "", 41)]
+
+
+def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog: Catalog) -> None:
+    """Status and every scrape ask for pages for review: the plan starts
+    from the partial index of parses with such pages, not from every document."""
+    cat = small_catalog
+    cat.put_parsed("h-d05", "p1", "file:///e", pages=3, pages_for_review=[2])
+    cat.put_parsed("h-d06", "p1", "file:///e", pages=3)
+    review = cat.pages_for_review()
+    assert (review["documents"], review["pages"]) == (1, 1)
+    assert review["items"] == [{"doc_id": "d05", "uri": "file:///src/d05", "pages": [2]}]
+    statement, params = _captured(cat, cat.pages_for_review)
+    plan = _plan(cat, statement, params)
+    assert "ix_parsed_docs_review" in plan
+    assert "ix_documents_content" in plan

@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from ragsync.model import EVENT_LIMITS
@@ -110,6 +111,9 @@ documents = Table(
     # Revision 0012: a full listing's diff reads a source's documents in
     # doc_id pages (keyset), without sorting the whole source per page.
     Index("ix_documents_source_doc", "source_id", "tenant_id", "doc_id"),
+    # Revision 0012: the documents holding some bytes, whatever the tenant
+    # (pages for review join the parses on content_hash).
+    Index("ix_documents_content", "content_hash"),
 )
 
 # Revision 0012: documents counted by (tenant, source, status, error class),
@@ -171,6 +175,14 @@ parsed_docs = Table(
     Column("pages_for_review", Text, nullable=False, default="[]"),  # JSON list of ints
     Column("ocr_confidence", Double, nullable=True),
     PrimaryKeyConstraint("content_hash", "parser_version", name="pk_parsed_docs"),
+    # Revision 0012: the few parses with pages for review (status, /metrics),
+    # found without reading every parse.
+    Index(
+        "ix_parsed_docs_review",
+        "content_hash",
+        sqlite_where=text("pages_for_review != '[]'"),
+        postgresql_where=text("pages_for_review != '[]'"),
+    ),
 )
 
 chunks = Table(

@@ -6,6 +6,10 @@
 * ``ix_dead_letters_doc`` (doc_id, resolved_at): the unchanged re-run's skip
   check counts each listed document's open dead letters; without it every
   document scanned the whole dead-letter table.
+* ``ix_parsed_docs_review`` (partial: parses with pages for review) and
+  ``ix_documents_content`` (content_hash): ``pages_for_review`` (status and
+  every /metrics scrape) read every document to find the few parses with
+  pages for review.
 * ``document_tallies``: documents counted by (tenant, source, status, error
   class), filled from ``documents`` here and kept exact by triggers in each
   writer's transaction (insert, delete, and an update that changes one of the
@@ -75,6 +79,11 @@ EXECUTE FUNCTION document_tallies_apply()""",
 def upgrade() -> None:
     op.create_index("ix_documents_source_doc", "documents", ["source_id", "tenant_id", "doc_id"])
     op.create_index("ix_dead_letters_doc", "dead_letters", ["doc_id", "resolved_at"])
+    op.create_index("ix_documents_content", "documents", ["content_hash"])
+    review = sa.text("pages_for_review != '[]'")
+    op.create_index(
+        "ix_parsed_docs_review", "parsed_docs", ["content_hash"], sqlite_where=review, postgresql_where=review
+    )
     op.create_table(
         "document_tallies",
         sa.Column("tenant_id", sa.String(255), primary_key=True),
@@ -107,5 +116,7 @@ def downgrade() -> None:
         for name in ("insert", "delete", "update"):
             op.execute(sa.text(f"DROP TRIGGER tr_document_tallies_{name}"))
     op.drop_table("document_tallies")
+    op.drop_index("ix_parsed_docs_review", "parsed_docs")
+    op.drop_index("ix_documents_content", "documents")
     op.drop_index("ix_dead_letters_doc", "dead_letters")
     op.drop_index("ix_documents_source_doc", "documents")
