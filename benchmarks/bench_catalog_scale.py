@@ -25,13 +25,13 @@ Reads measured (each once, after the build):
   for every chunk id 1,000 at a time (``beam_pipelines.backfill``).
 
 Peak memory is ``tracemalloc``'s peak of Python allocations during the read
-(tracemalloc runs throughout, so the times include its overhead).
+(the times include its overhead; ``--no-trace`` times without it).
 
 With ``--engine postgres`` and no ``--url`` a throwaway PostgreSQL starts
 (``scripts/pg_throwaway.sh``) and stops at the end.
 
 Usage: ``python benchmarks/bench_catalog_scale.py --docs 100000 --chunks-per-doc 10
---engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--json]``
+--engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--no-trace] [--json]``
 """
 
 from __future__ import annotations
@@ -222,16 +222,22 @@ READS: dict[str, Callable[[Catalog, int, int], int]] = {
 }
 
 
-def measure(cat: Catalog, n: int, chunks: int, names: list[str]) -> dict[str, dict[str, float]]:
-    """Each read's seconds, peak MiB of Python allocations and result."""
+def measure(
+    cat: Catalog, n: int, chunks: int, names: list[str], *, trace: bool = True
+) -> dict[str, dict[str, float]]:
+    """Each read's seconds, peak MiB of Python allocations (0 when not
+    ``trace``: tracemalloc slows pure-Python work such as rendering a
+    scrape several-fold) and result."""
     out = {}
     for name in names:
-        tracemalloc.start()
+        if trace:
+            tracemalloc.start()
         start = time.perf_counter()
         result = READS[name](cat, n, chunks)
         seconds = time.perf_counter() - start
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
+        peak = tracemalloc.get_traced_memory()[1] if trace else 0
+        if trace:
+            tracemalloc.stop()
         out[name] = {"s": round(seconds, 3), "peak_mib": round(peak / 2**20, 2), "result": result}
         print(f"{name:22s} {seconds:9.3f} s {peak / 2**20:9.2f} MiB  result {result}", flush=True)
     return out
@@ -253,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", help="where the SQLite file or throwaway cluster goes (default: a temp dir)")
     ap.add_argument("--reads", default=",".join(READS), help="comma-separated reads to measure")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
+    ap.add_argument("--no-trace", action="store_true", help="time only (no tracemalloc)")
     ap.add_argument(
         "--no-build", action="store_true", help="measure a catalog this script built before (--url)"
     )
@@ -267,7 +274,9 @@ def main(argv: list[str] | None = None) -> int:
         try:
             built = 0.0 if args.no_build else build(cat, args.docs, args.chunks_per_doc)
             print(f"built {args.docs} documents x {args.chunks_per_doc} chunks in {built:.1f} s", flush=True)
-            figures = measure(cat, args.docs, args.chunks_per_doc, args.reads.split(","))
+            figures = measure(
+                cat, args.docs, args.chunks_per_doc, args.reads.split(","), trace=not args.no_trace
+            )
         finally:
             cat.close()
         print(f"load after: {os.getloadavg()}", flush=True)
