@@ -512,8 +512,15 @@ class DocumentsRepository(Repository):
         return set(wanted) - present
 
     def document_counts_by_status(self, tenant_id: str | None = None) -> dict[str, int]:
-        """Number of documents per status, for one tenant or all."""
-        return self._count_by(schema.documents.c.status, tenant_id=tenant_id)
+        """Number of documents per status, for one tenant or all (statuses
+        with no document are left out). Summed from ``document_tallies``: a
+        few rows per source, never a count of every document."""
+        t = schema.document_tallies
+        query = select(t.c.status, func.sum(t.c.n)).where(t.c.n > 0).group_by(t.c.status)
+        if tenant_id is not None:
+            query = query.where(t.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            return {str(status): int(n) for status, n in conn.execute(query).all()}
 
     def set_document_acl(self, doc_id: str, acl_id: str) -> None:
         """Record the ACL id a document's permissions now map to.
@@ -606,11 +613,13 @@ class DocumentsRepository(Repository):
             .where(p.c.pages_for_review.is_not(None))
             .where(p.c.pages_for_review != "[]")
             .where(d.c.deleted_at.is_(None))
-            .order_by(d.c.doc_id)
         )
         docs = []
         with self._read_engine.connect() as conn:
-            for doc_id, uri, pages_json in conn.execute(query).all():
+            # Sorted here, not in SQL: an ORDER BY doc_id makes the planner
+            # walk every document in key order instead of starting from the
+            # few parses with pages for review (ix_parsed_docs_review).
+            for doc_id, uri, pages_json in sorted(conn.execute(query).all()):
                 pages = sorted(set(json.loads(pages_json or "[]")))
                 if pages:
                     docs.append({"doc_id": doc_id, "uri": uri, "pages": pages})

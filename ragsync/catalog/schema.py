@@ -31,6 +31,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    text,
 )
 
 from ragsync.model import EVENT_LIMITS
@@ -107,6 +108,27 @@ documents = Table(
     Index("ix_documents_tenant_content", "tenant_id", "content_hash"),
     Index("ix_documents_source", "source_id"),
     Index("ix_documents_parent", "parent_doc_id"),
+    # Revision 0012: a full listing's diff reads a source's documents in
+    # doc_id pages (keyset), without sorting the whole source per page.
+    Index("ix_documents_source_doc", "source_id", "tenant_id", "doc_id"),
+    # Revision 0012: the documents holding some bytes, whatever the tenant
+    # (pages for review join the parses on content_hash).
+    Index("ix_documents_content", "content_hash"),
+)
+
+# Revision 0012: documents counted by (tenant, source, status, error class),
+# kept exact by triggers on ``documents`` (insert, delete, and updates of
+# those four columns) in the writer's own transaction, so status, coverage
+# and /metrics read a few rows instead of counting millions. ``error_class``
+# is '' when the document has none; a row may hold n = 0.
+document_tallies = Table(
+    "document_tallies",
+    metadata,
+    Column("tenant_id", String(_ID), primary_key=True),
+    Column("source_id", String(_ID), primary_key=True),
+    Column("status", String(32), primary_key=True),
+    Column("error_class", String(64), primary_key=True),
+    Column("n", BigInteger, nullable=False),
 )
 
 acls = Table(
@@ -153,6 +175,14 @@ parsed_docs = Table(
     Column("pages_for_review", Text, nullable=False, default="[]"),  # JSON list of ints
     Column("ocr_confidence", Double, nullable=True),
     PrimaryKeyConstraint("content_hash", "parser_version", name="pk_parsed_docs"),
+    # Revision 0012: the few parses with pages for review (status, /metrics),
+    # found without reading every parse.
+    Index(
+        "ix_parsed_docs_review",
+        "content_hash",
+        sqlite_where=text("pages_for_review != '[]'"),
+        postgresql_where=text("pages_for_review != '[]'"),
+    ),
 )
 
 chunks = Table(
@@ -253,6 +283,9 @@ dead_letters = Table(
     Column("resolved_at", Double, nullable=True),
     Index("ix_dead_letters_source", "source_id"),
     Index("ix_dead_letters_tenant", "tenant_id"),
+    # Revision 0012: a document's open dead letters (the unchanged re-run's
+    # skip check asks for every listed document).
+    Index("ix_dead_letters_doc", "doc_id", "resolved_at"),
 )
 
 tombstones = Table(
