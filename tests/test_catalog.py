@@ -63,7 +63,7 @@ ALL_TABLES = {
     "pipeline_runs",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008"]
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009"]
 
 
 @pytest.fixture

@@ -53,6 +53,9 @@ sources = Table(
     Column("type", String(64), nullable=False),
     Column("uri", Text, nullable=False, default=""),
     Column("credentials_ref", Text, nullable=True),
+    # Who stored credentials_ref (revision 0009): ``operator`` (any secret of
+    # the server) or ``tenant`` (only a secret the operator granted the tenant).
+    Column("credentials_by", String(16), nullable=False, server_default="tenant"),
     Column("cursor", Text, nullable=True),
     Column("created_at", Double, nullable=False),
     Column("last_reconciled_at", Double, nullable=True),
