@@ -22,7 +22,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_pipelines.quick import source_id_for as source_id_for  # re-exported: its callers import it here
 from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
-from connectors.location import source_location
+from connectors.location import register_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
@@ -72,7 +72,7 @@ def register_source(
             ragsync's own home or object store.
     """
     if uri:
-        uri = source_location(uri, reserved=settings.reserved_locations).uri
+        uri = register_location(uri, reserved=settings.reserved_locations).uri
     catalog = open_catalog(settings)
     try:
         catalog.ensure_source(source_id, tenant_id, type_, uri)

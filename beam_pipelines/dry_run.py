@@ -23,7 +23,7 @@ from typing import Any
 from beam_pipelines.backfill import source_id_for
 from beam_pipelines.cli_common import emit
 from connectors.base import SourceSpec, list_all
-from connectors.location import source_location
+from connectors.location import register_location, source_location
 from ragsync import ids
 from ragsync.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog
@@ -65,7 +65,7 @@ def plan_backfill(
                 f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
             )
         uri = os.path.abspath(uri)
-    location = source_location(uri, reserved=settings.reserved_locations).uri
+    location = register_location(uri, reserved=settings.reserved_locations).uri
     spec = SourceSpec(
         source_id=source_id or source_id_for(uri),
         tenant_id=tenant_id,

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, BinaryIO
 
 from connectors.base import FileInfo, FileSystem, SourceSpec, stamp_listed
 from connectors.files import FolderConnector
-from connectors.location import source_location
+from connectors.location import register_location
 from connectors.reader import FetchLimits
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
@@ -200,7 +200,7 @@ def quick_backfill(
         if state is None or state.paused or state.type != "object_store" or state.last_full_at is None:
             return None
         try:
-            location = source_location(uri, reserved=settings.reserved_locations).uri
+            location = register_location(uri, reserved=settings.reserved_locations).uri
         except ConfigurationError:
             return None
         spec = SourceSpec.from_row(state.__dict__)

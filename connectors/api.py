@@ -221,7 +221,12 @@ class ApiConnector:
             http = LocatedHttpClient(location, limits, {"User-Agent": cls.user_agent, **headers}, transport)
             return ApiClient(http, sleep=sleep, **options)
 
-        return cls.from_clients(spec, client, auth_headers(spec.credentials_ref))
+        auth = auth_headers(
+            spec.credentials_ref,
+            credentials_by=getattr(spec, "credentials_by", "tenant"),
+            tenant_id=spec.tenant_id,
+        )
+        return cls.from_clients(spec, client, auth)
 
     @classmethod
     def from_clients(cls, spec: Any, client: ClientFactory, auth: dict[str, str]) -> Self:

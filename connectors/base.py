@@ -70,6 +70,9 @@ class SourceSpec:
         credentials_ref: reference to a secret ('' for public sources); see
             ``connectors.credentials``.
         options: connector-specific settings (JSON-safe values).
+        credentials_by: who stored ``credentials_ref``: ``operator`` (any
+            reference) or ``tenant`` (only a secret the operator granted the
+            tenant); see ``connectors.credentials``.
     """
 
     source_id: str
@@ -78,6 +81,7 @@ class SourceSpec:
     uri: str = ""
     credentials_ref: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    credentials_by: str = "operator"
 
     @classmethod
     def from_row(cls, row: Mapping[str, Any]) -> SourceSpec:
@@ -101,6 +105,8 @@ class SourceSpec:
             uri=str(row.get("uri") or ""),
             credentials_ref=str(row.get("credentials_ref") or ""),
             options=options,
+            # A row that does not say who stored its reference is a tenant's (fail closed).
+            credentials_by=str(row.get("credentials_by") or "tenant"),
         )
 
     def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:

@@ -23,6 +23,7 @@ Normalisation:
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -242,25 +243,48 @@ class Location:
         return netloc + ("" if clean == "/" else clean)
 
 
+def real_location(location: Location) -> Location:
+    """``location`` with a local root's symbolic links resolved (other
+    locations unchanged): what a reader of the folder would really read.
+
+    Registration stores this, so a stored local root is its own real path.
+    """
+    if location.scheme != LOCAL:
+        return location
+    return Location.parse(os.path.realpath(location.root))
+
+
 def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     """The location a source declares, checked against ragsync's own state.
+
+    Called when a source is registered (with its real path: see
+    :func:`real_location`) and again before each read of its content.
 
     Args:
         uri: the declared location.
         reserved: ragsync's own folders and prefixes (its home and object
             store: raw copies and parsed elements of every tenant); a source
-            location may neither lie inside one nor contain one.
+            location may neither lie inside one nor contain one, compared by
+            real paths (a link does not hide an overlap).
 
     Raises:
-        ConfigurationError: not a usable location, or it overlaps ``reserved``.
+        ConfigurationError: not a usable location, it overlaps ``reserved``,
+            or a local root that is not its own real path (a link was put in
+            its place or on its way since it was registered).
     """
     location = Location.parse(uri)
+    real = real_location(location)
+    if real != location:
+        raise ConfigurationError(
+            f"source folder {location.uri!r} is, or passes through, a symbolic link: "
+            "register the folder's real path"
+        )
     for own in reserved:
         try:
             other = Location.parse(own)
         except ConfigurationError:
             continue
-        if location.overlaps(other):
+        if location.overlaps(other) or location.overlaps(real_location(other)):
             raise ConfigurationError(
                 f"source location {location.uri!r} overlaps ragsync's own state at {other.uri!r}; "
                 "keep sources and the ragsync home apart"
@@ -268,9 +292,22 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     return location
 
 
+def register_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
+    """The location to store for a source that declares ``uri``: its real
+    path for a folder (links resolved), checked by :func:`source_location`.
+
+    Raises:
+        ConfigurationError: as :func:`source_location`.
+    """
+    return source_location(real_location(Location.parse(uri)).uri, reserved=reserved)
+
+
 def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id: str) -> bool:
     """Whether a tenant may declare ``location`` (the API's rule; the operator's
     own tools may declare any location).
+
+    Local locations compare by real paths: give ``location`` as
+    :func:`real_location` made it; a granted folder's own links are resolved.
 
     Args:
         location: the declared location (already parsed).
@@ -286,7 +323,7 @@ def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id:
         return False
     for pattern in patterns:
         try:
-            allowed = Location.parse(pattern.replace("{tenant}", tenant_id))
+            allowed = real_location(Location.parse(pattern.replace("{tenant}", tenant_id)))
         except ConfigurationError:
             continue
         if allowed.scheme == location.scheme and (

@@ -15,6 +15,7 @@ import os
 import sys
 from typing import Any
 
+from connectors.credentials import GRANTS_ENV, tenant_grants
 from control_plane.keys import ApiKeys
 from control_plane.worker import Worker
 from ragsync.catalog import Catalog, ConflictError, TenantRow
@@ -125,11 +126,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     allowed = list(args.allow_location)
     allowed += [p.strip() for p in os.environ.get("RAGSYNC_ALLOWED_LOCATIONS", "").split(",") if p.strip()]
+    grants = tenant_grants(args.tenant_secret)
+    # The worker (this process or a sync child) resolves tenants' references
+    # against the same grants: it reads them from the environment.
+    os.environ[GRANTS_ENV] = ",".join(grants)
     app = create_app(
         settings.catalog_url,
         max_body_bytes=args.max_body_bytes,
         reserved_locations=settings.reserved_locations,
         allowed_locations=tuple(allowed),
+        tenant_secrets=grants,
         events_per_s=args.events_per_s,
         events_burst=args.events_burst,
         worker=worker,
@@ -222,6 +228,17 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="where tenants may declare sources (repeatable; {tenant} stands for the caller's tenant id, "
         "e.g. /srv/docs/{tenant} or s3://corp-docs/{tenant}); also RAGSYNC_ALLOWED_LOCATIONS "
         "(comma-separated). None: tenants cannot declare locations through the API",
+    )
+    serve.add_argument(
+        "--tenant-secret",
+        action="append",
+        default=[],
+        metavar="PATTERN",
+        help="secrets a tenant's source may name as credentials_ref (repeatable; {tenant} stands for the "
+        "tenant id): a secretmanager://projects/P/secrets/PREFIX or a folder, e.g. "
+        "secretmanager://projects/corp/secrets/{tenant}- or /etc/ragsync/secrets/{tenant}; also "
+        "RAGSYNC_TENANT_SECRETS (comma-separated). None: tenants cannot name secrets. Never the "
+        "server's environment",
     )
     serve.add_argument(
         "--events-per-s",

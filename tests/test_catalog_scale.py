@@ -1,4 +1,4 @@
-"""A catalog of millions, tested small (revision 0012): the document tallies
+"""A catalog of millions, tested small (revision 0010): the document tallies
 that status, coverage and /metrics read stay exactly the direct counts, and
 the reads a full listing and an unchanged re-run make use their indexes.
 Figures at 100k and 1M documents: ``benchmarks/bench_catalog_scale.py``."""
@@ -138,18 +138,18 @@ def test_a_scrape_reads_the_tallies_and_reports_the_direct_counts(catalog_url: s
         assert scraped[("t1", "s1", "not_indexed")] == 3  # a0, a2 fetched (pending), a3 corrupt
 
 
-def test_revision_0012_fills_the_tallies_from_existing_documents(catalog_url: str) -> None:
+def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: str) -> None:
     engine = create_catalog_engine(catalog_url)
     try:
         cfg = alembic_config()
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn
-            command.upgrade(cfg, "0008")
+            command.upgrade(cfg, "0009")
         cat = Catalog(engine, catalog_url)
         for i in range(4):
             _record(cat, f"d{i}")
         cat.set_status("d0", "dead_letter", "corrupt")
-        assert migrate(engine) == ["0012"]
+        assert migrate(engine) == ["0010"]
         assert sorted(cat.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),

@@ -30,6 +30,8 @@ from tests.serving import served  # noqa: E402
 from transforms.events import upsert_to_source_file  # noqa: E402
 
 SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
+# The operator lets tenants name the secrets of project p (connectors.credentials).
+TENANT_SECRETS = ("secretmanager://projects/p/secrets/",)
 MAX_BODY = 64 * 1024
 
 
@@ -54,7 +56,9 @@ WIKI_B = "https://wiki.example.org/tenant-b/api.php"
 
 @pytest.fixture
 def api(catalog_url: str) -> Iterator[Api]:
-    app = create_app(catalog_url, max_body_bytes=MAX_BODY, allowed_locations=ALLOWED)
+    app = create_app(
+        catalog_url, max_body_bytes=MAX_BODY, allowed_locations=ALLOWED, tenant_secrets=TENANT_SECRETS
+    )
     keys: ApiKeys = app.state.keys
     _, key_a = keys.create_tenant("tenant-a")
     _, key_b = keys.create_tenant("tenant-b")

@@ -238,7 +238,7 @@ def test_revision_0008_re_signs_old_signatures_like_a_fresh_backfill(
     assert near_dup.signature(ORIGINAL).tolist() != legacy_signature(ORIGINAL).tolist()
     engine = create_catalog_engine(url)
     try:
-        assert migrate(engine) == ["0008", "0012"]
+        assert migrate(engine)[:1] == ["0008"]  # then every later revision
         with engine.connect() as conn:
             times = dict(
                 conn.execute(select(schema.doc_signatures.c.doc_id, schema.doc_signatures.c.updated_at)).all()
@@ -261,7 +261,7 @@ def test_re_signing_streams_in_batches_and_is_repeatable(catalog_at_0007: str) -
     page boundary; a second run finds the same signatures and groups."""
     engine = create_catalog_engine(catalog_at_0007)
     try:
-        assert migrate(engine) == ["0008", "0012"]
+        assert migrate(engine)[:1] == ["0008"]  # then every later revision
         first = _stored(catalog_at_0007)
         with engine.begin() as conn:
             assert resign_near_dups(conn, batch_size=3) == ResignCounts(signed=5, grouped=2, dropped=0)
@@ -275,7 +275,7 @@ def test_downgrading_0008_drops_every_signature(catalog_at_0007: str) -> None:
     """An older ragsync cannot read datasketch signatures: it finds none."""
     engine = create_catalog_engine(catalog_at_0007)
     try:
-        assert migrate(engine) == ["0008", "0012"]
+        assert migrate(engine)[:1] == ["0008"]  # then every later revision
         cfg = alembic_config()
         with engine.begin() as conn:
             cfg.attributes["connection"] = conn

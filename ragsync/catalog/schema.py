@@ -54,6 +54,9 @@ sources = Table(
     Column("type", String(64), nullable=False),
     Column("uri", Text, nullable=False, default=""),
     Column("credentials_ref", Text, nullable=True),
+    # Who stored credentials_ref (revision 0009): ``operator`` (any secret of
+    # the server) or ``tenant`` (only a secret the operator granted the tenant).
+    Column("credentials_by", String(16), nullable=False, server_default="tenant"),
     Column("cursor", Text, nullable=True),
     Column("created_at", Double, nullable=False),
     Column("last_reconciled_at", Double, nullable=True),
@@ -108,15 +111,15 @@ documents = Table(
     Index("ix_documents_tenant_content", "tenant_id", "content_hash"),
     Index("ix_documents_source", "source_id"),
     Index("ix_documents_parent", "parent_doc_id"),
-    # Revision 0012: a full listing's diff reads a source's documents in
+    # Revision 0010: a full listing's diff reads a source's documents in
     # doc_id pages (keyset), without sorting the whole source per page.
     Index("ix_documents_source_doc", "source_id", "tenant_id", "doc_id"),
-    # Revision 0012: the documents holding some bytes, whatever the tenant
+    # Revision 0010: the documents holding some bytes, whatever the tenant
     # (pages for review join the parses on content_hash).
     Index("ix_documents_content", "content_hash"),
 )
 
-# Revision 0012: documents counted by (tenant, source, status, error class),
+# Revision 0010: documents counted by (tenant, source, status, error class),
 # kept exact by triggers on ``documents`` (insert, delete, and updates of
 # those four columns) in the writer's own transaction, so status, coverage
 # and /metrics read a few rows instead of counting millions. ``error_class``
@@ -175,7 +178,7 @@ parsed_docs = Table(
     Column("pages_for_review", Text, nullable=False, default="[]"),  # JSON list of ints
     Column("ocr_confidence", Double, nullable=True),
     PrimaryKeyConstraint("content_hash", "parser_version", name="pk_parsed_docs"),
-    # Revision 0012: the few parses with pages for review (status, /metrics),
+    # Revision 0010: the few parses with pages for review (status, /metrics),
     # found without reading every parse.
     Index(
         "ix_parsed_docs_review",
@@ -283,7 +286,7 @@ dead_letters = Table(
     Column("resolved_at", Double, nullable=True),
     Index("ix_dead_letters_source", "source_id"),
     Index("ix_dead_letters_tenant", "tenant_id"),
-    # Revision 0012: a document's open dead letters (the unchanged re-run's
+    # Revision 0010: a document's open dead letters (the unchanged re-run's
     # skip check asks for every listed document).
     Index("ix_dead_letters_doc", "doc_id", "resolved_at"),
 )

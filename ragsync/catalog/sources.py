@@ -344,6 +344,7 @@ class SourcesRepository(Repository):
             "type": type,
             "uri": uri,
             "credentials_ref": credentials_ref,
+            "credentials_by": "tenant",
             "created_at": now,
             "sync": sync,
             "poll_interval_s": poll_interval_s,

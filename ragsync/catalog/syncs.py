@@ -59,6 +59,8 @@ class SourceState:
         uri: the source's location ('' when none was declared).
         credentials_ref: reference to a secret ('' for public sources; never
             shown by the API).
+        credentials_by: who stored the reference (``operator`` or ``tenant``;
+            ``connectors.credentials``).
         options: connector options.
         sync: ``poll``, ``webhook`` or None (syncs only on request).
         poll_interval_s: seconds between polls.
@@ -80,6 +82,7 @@ class SourceState:
     type: str
     uri: str = ""
     credentials_ref: str = ""
+    credentials_by: str = "tenant"
     options: dict[str, Any] = field(default_factory=dict)
     sync: str | None = None
     poll_interval_s: int | None = None
@@ -108,6 +111,7 @@ def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
         type=row["type"],
         uri=row["uri"] or "",
         credentials_ref=row["credentials_ref"] or "",
+        credentials_by=row["credentials_by"] or "tenant",
         options=_json_object(row["options"]),
         sync=row["sync"],
         poll_interval_s=row["poll_interval_s"],
@@ -232,7 +236,10 @@ class SyncsRepository(Repository):
         if options is not None:
             values["options"] = json.dumps(dict(options), sort_keys=True)
         if credentials_ref is not None:
+            # Only the operator's tools set a reference here (the API stores a
+            # tenant's in create_source): it may name any secret of the server.
             values["credentials_ref"] = credentials_ref or None
+            values["credentials_by"] = "operator"
         if sync is not None:
             if sync not in ("poll", "webhook"):
                 raise ValueError("sync must be 'poll' or 'webhook'")

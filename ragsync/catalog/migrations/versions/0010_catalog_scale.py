@@ -22,7 +22,7 @@ Downgrade drops the triggers, the table and the indexes.
 import sqlalchemy as sa
 from alembic import op
 
-revision, down_revision = "0012", "0008"
+revision, down_revision = "0010", "0009"
 
 _KEY = ("tenant_id", "source_id", "status", "error_class")
 _CHANGED = " OR ".join(f"OLD.{c} IS NOT NEW.{c}" for c in _KEY)
