@@ -3,64 +3,248 @@
 The catalog stores only a reference, never the secret. References:
 
 - ``''``: a public source; requests are anonymous;
-- ``env://NAME``: the secret is the value of environment variable ``NAME``;
+- ``env://NAME``: the secret is the value of environment variable ``NAME``
+  (operator only);
 - ``file:///path``: the secret is the file's content (surrounding blanks
-  stripped; at most 64 KiB).
+  stripped; at most 64 KiB); a tenant may name only a file under a folder the
+  operator granted it;
+- ``secretmanager://projects/P/secrets/NAME[/versions/V]``: a Google Secret
+  Manager secret version (``latest`` by default), read with the documented
+  REST call ``GET v1/projects/P/secrets/NAME/versions/V:access``.
 
-Other schemes (``secretmanager://``, ``vault://``...) are accepted by the
-API as references but cannot be resolved by this process: using them raises
-``ConfigurationError`` naming the scheme.
+Who may name what (:func:`tenant_may_use`): the operator's own tools may name
+any reference; an API tenant only a secret in a store the operator configured
+for it (``ragsync serve --tenant-secrets PATTERN``, ``{tenant}`` standing for
+the tenant id): ``secretmanager://projects/P/secrets/{tenant}`` grants the
+secrets ``<tenant>_<suffix>`` of project P (the suffix has no ``_``, so one
+tenant's names never fall under another's), ``file:///srv/secrets/{tenant}``
+the regular files under that folder, compared as real paths (a symlink leaving
+the folder is refused). ``env://`` is never a tenant's: the server's
+environment holds the server's own secrets.
+
+Every failure to resolve a reference has one wording
+(:data:`CREDENTIALS_REFUSED`), whatever the cause (missing, unreadable,
+forbidden, not one line): the answer says nothing about what exists on the
+host.
 
 The secret is the whole ``Authorization`` header value (``Bearer ...`` for
 Google Drive access tokens and MediaWiki OAuth, ``Basic ...`` for a Jira
 e-mail + API token). A secret that is not one line of printable text is
-refused (a newline would let it add headers).
+refused (a newline would let it add headers). ``connectors.reader``'s located
+client sends it only to the source's own origin.
 """
 
 from __future__ import annotations
 
+import base64
 import os
+import re
+from collections.abc import Callable
+from typing import Any
 
-from ragsync.errors import ConfigurationError
+from connectors.location import Location
+from ragsync.errors import ConfigurationError, RagsyncError
 
 MAX_SECRET_BYTES = 64 * 1024
+SECRET_MANAGER_API = "https://secretmanager.googleapis.com/v1"
+CREDENTIALS_REFUSED = "cannot be used: no readable secret of this tenant is there"
+
+_SECRET_MANAGER = re.compile(
+    r"^secretmanager://projects/(?P<project>[a-z0-9][a-z0-9-]{0,62})/secrets/(?P<name>[A-Za-z0-9_-]{1,255})"
+    r"(?:/versions/(?P<version>latest|[1-9][0-9]{0,18}))?$"
+)
+_SUFFIX = re.compile(r"^[A-Za-z0-9-]+$")
 
 
-def resolve_secret(ref: str) -> str:
-    """The secret named by ``ref`` ('' for a public source).
+def credential_error(ref: str) -> ConfigurationError:
+    """The one error for every reference that cannot be used (no oracle)."""
+    shown = ref if len(ref) <= 200 else ref[:200] + "..."
+    return ConfigurationError(f"credentials_ref {shown!r} {CREDENTIALS_REFUSED}")
 
-    Raises:
-        ConfigurationError: unknown scheme, missing variable or file, or a
-            secret that is not a single printable line.
+
+def _scheme(ref: str) -> str:
+    return ref.split("://", 1)[0].lower() if "://" in ref else ""
+
+
+def _file_grant(ref: str, pattern: str, tenant_id: str) -> Location | None:
+    """The granted folder of ``pattern`` when ``ref`` is a file under it (real
+    paths compared), else None."""
+    try:
+        folder = Location.parse(pattern.replace("{tenant}", tenant_id))
+        if folder.scheme != "file" or _scheme(pattern) != "file":
+            return None
+        address = folder.resolve(ref)
+    except RagsyncError:
+        return None
+    real_root = os.path.realpath(folder.root)
+    real = os.path.realpath(address)
+    return folder if real.startswith(real_root.rstrip("/") + "/") else None
+
+
+def _secret_grant(ref: str, pattern: str, tenant_id: str) -> bool:
+    """Whether the Secret Manager ``ref`` is ``<granted name>_<suffix>`` in the granted project."""
+    got = _SECRET_MANAGER.match(ref)
+    grant = _SECRET_MANAGER.match(pattern.replace("{tenant}", tenant_id))
+    if got is None or grant is None or "{tenant}" not in pattern:
+        return False
+    prefix = grant["name"] + "_"
+    return (
+        got["project"] == grant["project"]
+        and got["name"].startswith(prefix)
+        and bool(_SUFFIX.match(got["name"][len(prefix) :]))
+    )
+
+
+def tenant_may_use(ref: str, grants: tuple[str, ...], tenant_id: str) -> bool:
+    """Whether an API tenant may name ``ref`` (the operator may name any).
+
+    Args:
+        ref: the reference the tenant sent ('' is a public source: allowed).
+        grants: the operator's secret stores for tenants
+            (``secretmanager://projects/P/secrets/{tenant}``,
+            ``file:///srv/secrets/{tenant}``).
+        tenant_id: the caller's tenant.
+
+    Returns:
+        True when ``ref`` lies in one of the tenant's stores. ``env://`` never does.
     """
     if not ref:
-        return ""
-    if ref.startswith("env://"):
-        name = ref[len("env://") :]
-        if not name or name not in os.environ:
-            raise ConfigurationError(f"credentials_ref {ref!r}: environment variable {name!r} is not set")
-        secret = os.environ[name].strip()
-    elif ref.startswith("file://"):
-        path = ref[len("file://") :]
-        try:
-            with open(path, "rb") as fh:
-                raw = fh.read(MAX_SECRET_BYTES + 1)
-        except OSError as exc:
-            raise ConfigurationError(f"credentials_ref {ref!r}: {exc.strerror}") from None
-        if len(raw) > MAX_SECRET_BYTES:
-            raise ConfigurationError(f"credentials_ref {ref!r}: larger than {MAX_SECRET_BYTES} bytes")
-        secret = raw.decode("utf-8", errors="replace").strip()
-    else:
-        scheme = ref.split("://", 1)[0] if "://" in ref else ref[:20]
-        raise ConfigurationError(
-            f"credentials_ref scheme {scheme!r} cannot be resolved here; use env://NAME or file:///path"
-        )
+        return True
+    if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
+        return False
+    for pattern in grants:
+        if _scheme(ref) == "secretmanager" and _secret_grant(ref, pattern, tenant_id):
+            return True
+        if _scheme(ref) == "file" and _file_grant(ref, pattern, tenant_id) is not None:
+            return True
+    return False
+
+
+def _one_line(ref: str, raw: bytes) -> str:
+    if len(raw) > MAX_SECRET_BYTES:
+        raise credential_error(ref)
+    secret = raw.decode("utf-8", errors="replace").strip()
     if not secret or not secret.isprintable():
-        raise ConfigurationError(f"credentials_ref {ref!r}: the secret must be one line of printable text")
+        raise credential_error(ref)
     return secret
 
 
-def auth_headers(ref: str) -> dict[str, str]:
-    """``{"Authorization": secret}``, or ``{}`` for a public source."""
-    secret = resolve_secret(ref)
+def _read_file(ref: str, grants: tuple[str, ...] | None, tenant_id: str) -> bytes:
+    """The file's bytes; under a tenant's granted folder, through the one
+    content reader (real path, regular file, bounded)."""
+    from connectors.reader import ContentReader, FetchLimits
+
+    if grants is None:  # the operator: any file
+        try:
+            with open(ref[len("file://") :], "rb") as fh:
+                return fh.read(MAX_SECRET_BYTES + 1)
+        except OSError:
+            raise credential_error(ref) from None
+    for pattern in grants:
+        granted = _file_grant(ref, pattern, tenant_id)
+        if granted is not None:
+            reader = ContentReader(granted, FetchLimits(max_bytes=MAX_SECRET_BYTES + 1, timeout_s=5.0))
+            try:
+                return reader.read(ref)
+            except RagsyncError:
+                raise credential_error(ref) from None
+    raise credential_error(ref)
+
+
+TokenSource = Callable[[], str]
+
+
+def metadata_token(transport: Any = None) -> str:
+    """An OAuth access token of the host's service account, from the GCE/GKE
+    metadata server (``GOOGLE_OAUTH_ACCESS_TOKEN`` wins when set)."""
+    import httpx
+
+    token = os.environ.get("GOOGLE_OAUTH_ACCESS_TOKEN", "")
+    if token:
+        return token
+    url = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    with httpx.Client(transport=transport, timeout=5.0) as client:
+        answer = client.get(url, headers={"Metadata-Flavor": "Google"})
+        answer.raise_for_status()
+        return str(answer.json()["access_token"])
+
+
+def access_secret_version(ref: str, *, transport: Any = None, token: TokenSource | None = None) -> bytes:
+    """The payload of a Secret Manager secret version (REST ``versions/V:access``).
+
+    Args:
+        ref: ``secretmanager://projects/P/secrets/NAME[/versions/V]``.
+        transport: an ``httpx`` transport (tests replay recorded answers).
+        token: returns an OAuth access token (default: the metadata server).
+
+    Raises:
+        ConfigurationError: the one credential error, for any failure (bad
+            reference, no token, 403, 404, an undecodable payload).
+    """
+    import httpx
+
+    match = _SECRET_MANAGER.match(ref)
+    if match is None:
+        raise credential_error(ref)
+    name = f"projects/{match['project']}/secrets/{match['name']}/versions/{match['version'] or 'latest'}"
+    try:
+        bearer = (token or (lambda: metadata_token(transport)))()
+        with httpx.Client(transport=transport, timeout=10.0, follow_redirects=False) as client:
+            answer = client.get(
+                f"{SECRET_MANAGER_API}/{name}:access", headers={"Authorization": f"Bearer {bearer}"}
+            )
+        if answer.status_code != 200:
+            raise credential_error(ref)
+        data = answer.json()["payload"]["data"]
+        return base64.b64decode(data, validate=True)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        raise credential_error(ref) from None
+
+
+def resolve_secret(
+    ref: str,
+    *,
+    tenant_grants: tuple[str, ...] | None = None,
+    tenant_id: str = "",
+    transport: Any = None,
+    token: TokenSource | None = None,
+) -> str:
+    """The secret named by ``ref`` ('' for a public source).
+
+    Args:
+        ref: the source's reference.
+        tenant_grants: None for the operator (any reference); for a tenant,
+            its secret stores (see :func:`tenant_may_use`).
+        tenant_id: the tenant, with ``tenant_grants``.
+        transport, token: for Secret Manager (tests).
+
+    Raises:
+        ConfigurationError: :func:`credential_error` for every failure: an
+            unknown scheme, a reference the tenant may not name, a missing or
+            unreadable variable, file or secret, or one that is not a single
+            printable line.
+    """
+    if not ref:
+        return ""
+    if tenant_grants is not None and not tenant_may_use(ref, tenant_grants, tenant_id):
+        raise credential_error(ref)
+    scheme = _scheme(ref)
+    if scheme == "env":
+        name = ref[len("env://") :]
+        if not name or name not in os.environ:
+            raise credential_error(ref)
+        raw = os.environ[name].encode("utf-8", errors="replace")
+    elif scheme == "file":
+        raw = _read_file(ref, tenant_grants, tenant_id)
+    elif scheme == "secretmanager":
+        raw = access_secret_version(ref, transport=transport, token=token)
+    else:
+        raise credential_error(ref)
+    return _one_line(ref, raw)
+
+
+def auth_headers(ref: str, **kwargs: Any) -> dict[str, str]:
+    """``{"Authorization": secret}``, or ``{}`` for a public source
+    (``kwargs`` as for :func:`resolve_secret`)."""
+    secret = resolve_secret(ref, **kwargs)
     return {"Authorization": secret} if secret else {}

@@ -5,7 +5,8 @@ Every source declares where its content lives (``ragsync sources add --uri``,
 local folder, a ``gs://`` or ``s3://`` prefix, or an HTTP(S) API base URL.
 Events and listings name documents by address; an address is accepted only if,
 after normalisation, it lies under the location. This module is pure string
-work (it never touches the file system), so the answer for an address outside
+work (it never touches the file system; :func:`real_location` alone resolves
+a root's symlinks, for the allow-list and reserved checks), so the answer for an address outside
 the location is the same whether or not something exists there: there is no
 existence oracle. ``connectors.reader`` then re-checks the real path
 (symlinks) when it opens the file.
@@ -23,6 +24,7 @@ Normalisation:
 
 from __future__ import annotations
 
+import os
 import posixpath
 import re
 from dataclasses import dataclass
@@ -242,6 +244,19 @@ class Location:
         return netloc + ("" if clean == "/" else clean)
 
 
+def real_location(location: Location) -> Location:
+    """``location`` with a local root's symlinks resolved (what reads will
+    really open); other schemes are already normalised strings.
+
+    Every allow-list, reserved-location and ownership check compares these:
+    a symlink inside a tenant's grant that points at another tenant's folder
+    or at ragsync's own store is judged by where it leads, not by its name.
+    """
+    if location.scheme != LOCAL:
+        return location
+    return Location(LOCAL, _clean_local(os.path.realpath(location.root)))
+
+
 def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     """The location a source declares, checked against ragsync's own state.
 
@@ -252,15 +267,19 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
             location may neither lie inside one nor contain one.
 
     Raises:
-        ConfigurationError: not a usable location, or it overlaps ``reserved``.
+        ConfigurationError: not a usable location, or it overlaps ``reserved``
+            (declared or real paths: a symlink into ragsync's state counts).
     """
     location = Location.parse(uri)
+    real = real_location(location)
     for own in reserved:
         try:
             other = Location.parse(own)
         except ConfigurationError:
             continue
-        if location.overlaps(other):
+        if any(
+            mine.overlaps(theirs) for mine in (location, real) for theirs in (other, real_location(other))
+        ):
             raise ConfigurationError(
                 f"source location {location.uri!r} overlaps ragsync's own state at {other.uri!r}; "
                 "keep sources and the ragsync home apart"
@@ -273,7 +292,8 @@ def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id:
     own tools may declare any location).
 
     Args:
-        location: the declared location (already parsed).
+        location: the declared location (already parsed); a local one is
+            judged by its real path, against the grants' real paths.
         patterns: the operator's allowed locations; ``{tenant}`` in one
             stands for the caller's tenant id (``/srv/docs/{tenant}``,
             ``s3://corp-docs/{tenant}``, ``https://wiki.example.com/w``).
@@ -284,9 +304,10 @@ def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id:
     """
     if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
         return False
+    location = real_location(location)
     for pattern in patterns:
         try:
-            allowed = Location.parse(pattern.replace("{tenant}", tenant_id))
+            allowed = real_location(Location.parse(pattern.replace("{tenant}", tenant_id)))
         except ConfigurationError:
             continue
         if allowed.scheme == location.scheme and (

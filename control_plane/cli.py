@@ -103,6 +103,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _patterns(given: list[str], variable: str) -> tuple[str, ...]:
+    """The repeated flag's values, then the comma-separated ``variable``'s."""
+    from_env = [p.strip() for p in os.environ.get(variable, "").split(",") if p.strip()]
+    return (*given, *from_env)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP API with uvicorn (loopback only unless ``--allow-remote``)."""
     if not is_loopback(args.host) and not args.allow_remote:
@@ -123,13 +129,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def worker(catalog: Any) -> Worker:
             return Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
 
-    allowed = list(args.allow_location)
-    allowed += [p.strip() for p in os.environ.get("RAGSYNC_ALLOWED_LOCATIONS", "").split(",") if p.strip()]
     app = create_app(
         settings.catalog_url,
         max_body_bytes=args.max_body_bytes,
         reserved_locations=settings.reserved_locations,
-        allowed_locations=tuple(allowed),
+        allowed_locations=_patterns(args.allow_location, "RAGSYNC_ALLOWED_LOCATIONS"),
+        secret_stores=_patterns(args.tenant_secrets, "RAGSYNC_TENANT_SECRETS"),
         events_per_s=args.events_per_s,
         events_burst=args.events_burst,
         worker=worker,
@@ -222,6 +227,16 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         help="where tenants may declare sources (repeatable; {tenant} stands for the caller's tenant id, "
         "e.g. /srv/docs/{tenant} or s3://corp-docs/{tenant}); also RAGSYNC_ALLOWED_LOCATIONS "
         "(comma-separated). None: tenants cannot declare locations through the API",
+    )
+    serve.add_argument(
+        "--tenant-secrets",
+        action="append",
+        default=[],
+        metavar="STORE",
+        help="a secret store tenants may name in credentials_ref (repeatable; {tenant} as above): "
+        "secretmanager://projects/P/secrets/{tenant} (secrets {tenant}_NAME) or a folder "
+        "file:///srv/secrets/{tenant}; also RAGSYNC_TENANT_SECRETS. None: tenants' sources are public; "
+        "env:// is never a tenant's",
     )
     serve.add_argument(
         "--events-per-s",
