@@ -30,7 +30,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from ragsync.errors import ConfigurationError, OutsideLocationError
+from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
 
 LOCAL = "file"
 OBJECT_SCHEMES = ("gs", "s3")
@@ -49,8 +49,11 @@ _REFUSED = "is outside the source's location"
 def _refuse(uri: str) -> OutsideLocationError:
     # One message for every refusal, whatever the reason, so the answer says
     # nothing about what exists outside the location.
-    shown = uri if len(uri) <= 200 else uri[:200] + "..."
-    return OutsideLocationError(f"content_uri {shown!r} {_REFUSED}")
+    return OutsideLocationError(f"content_uri {_shown(uri)!r} {_REFUSED}")
+
+
+def _shown(uri: str) -> str:
+    return uri if len(uri) <= 200 else uri[:200] + "..."
 
 
 def _clean_local(path: str) -> str:
@@ -137,11 +140,17 @@ class Location:
         Raises:
             OutsideLocationError: the address is malformed or lies outside
                 (the message is the same for every reason).
+            InvalidEventError: a URL or object key with raw control
+                characters (a local file name may have them: it is read).
         """
         if not isinstance(uri, str) or not uri or len(uri) > MAX_URI_CHARS or "\x00" in uri:
             raise _refuse(str(uri)[:200])
-        if any(ord(c) < 32 for c in uri):
-            raise _refuse(uri)
+        if self.scheme != LOCAL and any(ord(c) < 32 or ord(c) == 127 for c in uri):
+            # A true reason (a file name may hold any byte but NUL and '/'; a
+            # URL or object key from an event may not hold raw control characters).
+            raise InvalidEventError(
+                f"content_uri {_shown(uri)!r} has control characters: not a valid address"
+            )
         scheme, rest = _split_scheme(uri)
         if self.scheme == LOCAL:
             path = self._local_path(uri, scheme, rest) if scheme in ("", LOCAL) else None
@@ -185,7 +194,7 @@ class Location:
         """True when ``uri`` resolves under this location."""
         try:
             self.resolve(uri)
-        except OutsideLocationError:
+        except InvalidEventError:  # OutsideLocationError included
             return False
         return True
 

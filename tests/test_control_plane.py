@@ -937,3 +937,18 @@ def test_source_status_gives_coverage_and_metrics_are_served_to_loopback(api: Ap
     key = ("ragsync_coverage_ratio", (("source_id", "wiki-eng"), ("tenant_id", tenant_a)))
     assert samples[key] == pytest.approx(995 / 998, abs=1e-6)
     assert not [k for k in samples if k[0] == "ragsync_dead_letters"]  # no dead-letter rows were written
+    # Freshness of two tenants' sources that share an id: separate series (they were merged).
+    fresh = [
+        {"tenant_id": tenant, "event_id": f"e{n}", "source_id": "wiki-eng", "op": "upsert", "lane": "fast",
+         "event_time": 100.0, "applied_at": 100.0 + lag}
+        for n, (tenant, lag) in enumerate([(tenant_a, 2.0), (tenant_a, 4.0), ("tenant-b", 60.0)])
+    ]  # fmt: skip
+    api.catalog.record_freshness(fresh)
+    m = httpx.get(api.base_url + "/metrics")
+    events = {
+        s.labels["tenant_id"]: (s.value, s.labels["source_id"])
+        for f in text_string_to_metric_families(m.text)
+        for s in f.samples
+        if s.name == "ragsync_freshness_events"
+    }
+    assert events == {tenant_a: (2, "wiki-eng"), "tenant-b": (1, "wiki-eng")}

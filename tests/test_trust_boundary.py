@@ -563,3 +563,21 @@ def test_a_symlink_in_a_tenants_grant_is_judged_by_where_it_leads(tmp_path: Path
     assert allowed_for_tenant(
         Location.parse(str(docs / "t1" / "own")), (f"{tmp_path}/linked-docs/{{tenant}}",), "t1"
     )
+
+
+def test_control_characters_are_read_in_file_names_and_refused_with_a_true_reason_in_urls(
+    tmp_path: Path,
+) -> None:
+    """The red team's LOW: such names were refused as "outside the source's location"."""
+    from ragsync.errors import InvalidEventError
+
+    (tmp_path / "a\tb\nc\x7f.md").write_text("minutes")
+    reader = _reader(tmp_path)
+    assert reader.read("a\tb\nc\x7f.md") == reader.read(str(tmp_path / "a\tb\nc\x7f.md")) == b"minutes"
+    with pytest.raises(OutsideLocationError):
+        reader.read("../a\tb\nc\x7f.md")  # outside is still outside
+    wiki = Location.parse("https://wiki.example.com/w")
+    with pytest.raises(InvalidEventError) as caught:
+        wiki.resolve("https://wiki.example.com/w/index.php?title=A\r\nX-Evil: 1")
+    assert type(caught.value) is InvalidEventError
+    assert str(caught.value).endswith("has control characters: not a valid address")
