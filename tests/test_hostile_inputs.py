@@ -316,3 +316,33 @@ def test_a_flate_bomb_pdf_is_refused_in_bounded_memory() -> None:
     assert peak < 8 * len(bomb) + (4 << 20)
     # Under the 64 MiB floor the ratio is not judged: 8 MiB of spaces is counted, then parsed.
     assert check_stream_expansion(_flate_bomb_pdf(8)) == 8 << 20
+
+
+def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcome() -> None:
+    """The red team's MEDIUM: a 5,000-attachment e-mail took 25 minutes and
+    3 GB (each attachment a child document). Past ``max_attachments`` (500)
+    the message is indexed, none of its attachments is decoded or returned,
+    and it names why (1,000 here: the same rule, a shorter test)."""
+    from ragsync.parsing import parse
+    from ragsync.parsing.archive import ArchiveLimits
+
+    def message(n: int) -> bytes:
+        head = b'MIME-Version: 1.0\nSubject: Scans\nContent-Type: multipart/mixed; boundary="b"\n\n'
+        parts = [b"--b\nContent-Type: text/plain\n\nScans attached.\n"] + [
+            b'--b\nContent-Type: text/plain\nContent-Disposition: attachment; filename="scan-%d.txt"\n\n'
+            b"page %d\n" % (i, i)
+            for i in range(n)
+        ]
+        return head + b"".join(parts) + b"--b--\n"
+
+    started = time.monotonic()
+    flood = parse(message(1_000), "message/rfc822", filename="flood.eml")
+    assert time.monotonic() - started < 60
+    assert flood.attachments == ()
+    assert flood.metadata["attachments"] == "1000"
+    assert flood.metadata["attachments_skipped"].startswith(
+        "1000 attachments, above the limit of 500 per message: scan-0.txt, scan-1.txt"
+    )
+    few = parse(message(3), "message/rfc822", filename="few.eml", limits=ArchiveLimits(max_attachments=3))
+    assert [a.name for a in few.attachments] == ["scan-0.txt", "scan-1.txt", "scan-2.txt"]
+    assert "attachments_skipped" not in few.metadata
