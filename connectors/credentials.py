@@ -1,34 +1,45 @@
 """A source's ``credentials_ref`` turned into the HTTP headers its API client sends.
 
-The catalog stores only a reference, never the secret. Who stored the
-reference decides what it may name (``SourceSpec.credentials_by``):
+The catalog stores only a reference, never the secret. References:
 
-- the **operator** (``ragsync sources add --credentials-ref``): any of
-  ``env://NAME`` (an environment variable of the process that syncs),
-  ``file:///path`` (a file's content: surrounding blanks stripped, at most
-  64 KiB) and ``secretmanager://projects/P/secrets/NAME[/versions/V]``;
-- a **tenant** (``POST /v1/sources``): only a secret under a grant the
-  operator made for that tenant (``ragsync serve --tenant-secret PATTERN``
-  or ``RAGSYNC_TENANT_SECRETS``, comma-separated; ``{tenant}`` in a pattern
-  stands for the tenant id): a ``secretmanager://projects/P/secrets/PREFIX``
-  pattern grants the secrets whose name starts with ``PREFIX``, a folder
-  pattern (``/etc/ragsync/secrets/{tenant}``) grants the regular files under
-  it, compared by their real paths (a link out of the folder is refused).
-  Never the server's environment, never another file. The grant is checked
-  when the source is created and again each time the secret is read.
+- ``''``: a public source; requests are anonymous;
+- ``env://NAME``: the secret is the value of environment variable ``NAME``
+  (operator only);
+- ``file:///path``: the secret is the file's content (surrounding blanks
+  stripped; at most 64 KiB); a tenant may name only a file under a folder the
+  operator granted it;
+- ``secretmanager://projects/P/secrets/NAME[/versions/V]``: a Google Secret
+  Manager secret version (``latest`` by default), read with the documented
+  REST call ``GET v1/projects/P/secrets/NAME/versions/V:access``.
 
-Every failure to use a reference (unknown scheme, a variable or file that is
-missing or unreadable, a secret that is not one printable line, a reference
-outside the tenant's grants, Secret Manager refusing) raises the same
-``ConfigurationError`` text, :data:`UNUSABLE`: the answer says nothing about
-what exists on the server. The reason is logged for the operator.
+Who may name what (:func:`tenant_may_use`): the operator's own tools may name
+any reference; an API tenant only a secret in a store the operator configured
+for it (``ragsync serve --tenant-secrets PATTERN``, ``{tenant}`` standing for
+the tenant id): ``secretmanager://projects/P/secrets/{tenant}`` grants the
+secrets ``<tenant>_<suffix>`` of project P (the suffix has no ``_``, so one
+tenant's names never fall under another's), ``file:///srv/secrets/{tenant}``
+the regular files under that folder, compared as real paths (a symlink leaving
+the folder is refused). ``env://`` is never a tenant's: the server's
+environment holds the server's own secrets.
+
+Who stored a reference is kept with the source (``credentials_by``:
+:data:`OPERATOR` for ``ragsync sources add``, :data:`TENANT` for
+``POST /v1/sources``), and a tenant's reference is checked against the grants
+again each time a sync reads it (:func:`auth_headers`): a grant the operator
+withdrew, or a file replaced by a link, stops working at the next sync.
+``ragsync serve`` passes its grants to the syncs it starts through
+``RAGSYNC_TENANT_SECRETS`` (:func:`tenant_grants`).
+
+Every failure to resolve a reference has one wording
+(:data:`CREDENTIALS_REFUSED`), whatever the cause (missing, unreadable,
+forbidden, not one line): the answer says nothing about what exists on the
+host.
 
 The secret is the whole ``Authorization`` header value (``Bearer ...`` for
 Google Drive access tokens and MediaWiki OAuth, ``Basic ...`` for a Jira
 e-mail + API token). A secret that is not one line of printable text is
-refused (a newline would let it add headers). The API clients send it only
-to the source's own location (``connectors.reader.LocatedHttpClient`` refuses
-a redirect that leaves it).
+refused (a newline would let it add headers). ``connectors.reader``'s located
+client sends it only to the source's own origin.
 """
 
 from __future__ import annotations
@@ -37,10 +48,11 @@ import base64
 import logging
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ragsync.errors import ConfigurationError
+from connectors.location import Location
+from ragsync.errors import ConfigurationError, RagsyncError
 
 log = logging.getLogger(__name__)
 
@@ -48,160 +60,235 @@ MAX_SECRET_BYTES = 64 * 1024
 OPERATOR = "operator"
 TENANT = "tenant"
 GRANTS_ENV = "RAGSYNC_TENANT_SECRETS"
-UNUSABLE = (
-    "credentials_ref cannot be used: it must name a secret the server grants this source "
-    "(a tenant: a secret under the grants the operator made for the tenant; the operator: "
-    "env://NAME, file:///path or secretmanager://projects/P/secrets/NAME through `ragsync sources add`)"
-)
-_SECRET_MANAGER = re.compile(
-    r"^secretmanager://(projects/[a-z0-9][a-z0-9-]{0,62}/secrets/[A-Za-z0-9_-]{1,255})"
-    r"(?:/versions/(latest|[0-9]{1,20}))?$"
-)
 SECRET_MANAGER_API = "https://secretmanager.googleapis.com/v1"
-# The metadata server of a GCE/GKE/Dataflow worker gives its service account's token.
-METADATA_TOKEN_URL = (
-    "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+CREDENTIALS_REFUSED = "cannot be used: no readable secret of this tenant is there"
+
+_SECRET_MANAGER = re.compile(
+    r"^secretmanager://projects/(?P<project>[a-z0-9][a-z0-9-]{0,62})/secrets/(?P<name>[A-Za-z0-9_-]{1,255})"
+    r"(?:/versions/(?P<version>latest|[1-9][0-9]{0,18}))?$"
 )
-
-
-class _Unusable(Exception):
-    """Why a reference cannot be used (logged, never shown)."""
+_SUFFIX = re.compile(r"^[A-Za-z0-9-]+$")
 
 
 def tenant_grants(extra: Sequence[str] = ()) -> tuple[str, ...]:
-    """The operator's secret grants: ``extra`` then ``RAGSYNC_TENANT_SECRETS``."""
+    """The operator's secret stores for tenants: ``extra`` (``serve
+    --tenant-secrets``), then the comma-separated ``RAGSYNC_TENANT_SECRETS``."""
     env = [p.strip() for p in os.environ.get(GRANTS_ENV, "").split(",") if p.strip()]
     return tuple(dict.fromkeys([*extra, *env]))
 
 
-def _local_path(ref: str) -> str:
-    path = ref[len("file://") :]
-    if path.startswith("localhost/"):
-        path = path[len("localhost") :]
-    if not path.startswith("/") or "\x00" in path:
-        raise _Unusable("not an absolute file:/// path")
-    return path
+def credential_error(ref: str) -> ConfigurationError:
+    """The one error for every reference that cannot be used (no oracle)."""
+    shown = ref if len(ref) <= 200 else ref[:200] + "..."
+    return ConfigurationError(f"credentials_ref {shown!r} {CREDENTIALS_REFUSED}")
 
 
-def _under(path: str, folder: str) -> bool:
-    real, root = os.path.realpath(path), os.path.realpath(folder)
-    return real.startswith(root.rstrip("/") + "/")
+def _scheme(ref: str) -> str:
+    return ref.split("://", 1)[0].lower() if "://" in ref else ""
 
 
-def tenant_may_name(ref: str, tenant_id: str, grants: Sequence[str]) -> bool:
-    """Whether a tenant may name ``ref``: it lies under one of ``grants``
-    (``{tenant}`` replaced by ``tenant_id``).
+def _file_grant(ref: str, pattern: str, tenant_id: str) -> Location | None:
+    """The granted folder of ``pattern`` when ``ref`` is a file under it (real
+    paths compared), else None."""
+    try:
+        folder = Location.parse(pattern.replace("{tenant}", tenant_id))
+        if folder.scheme != "file" or _scheme(pattern) != "file":
+            return None
+        address = folder.resolve(ref)
+    except RagsyncError:
+        return None
+    real_root = os.path.realpath(folder.root)
+    real = os.path.realpath(address)
+    return folder if real.startswith(real_root.rstrip("/") + "/") else None
 
-    A ``secretmanager://`` reference must be well formed and its secret name
-    start with a granted prefix; a ``file://`` reference must resolve (links
-    followed) under a granted folder. ``env://`` never is a tenant's.
+
+def _secret_grant(ref: str, pattern: str, tenant_id: str) -> bool:
+    """Whether the Secret Manager ``ref`` is ``<granted name>_<suffix>`` in the granted project."""
+    got = _SECRET_MANAGER.match(ref)
+    grant = _SECRET_MANAGER.match(pattern.replace("{tenant}", tenant_id))
+    if got is None or grant is None or "{tenant}" not in pattern:
+        return False
+    prefix = grant["name"] + "_"
+    return (
+        got["project"] == grant["project"]
+        and got["name"].startswith(prefix)
+        and bool(_SUFFIX.match(got["name"][len(prefix) :]))
+    )
+
+
+def tenant_may_use(ref: str, grants: tuple[str, ...], tenant_id: str) -> bool:
+    """Whether an API tenant may name ``ref`` (the operator may name any).
+
+    Args:
+        ref: the reference the tenant sent ('' is a public source: allowed).
+        grants: the operator's secret stores for tenants
+            (``secretmanager://projects/P/secrets/{tenant}``,
+            ``file:///srv/secrets/{tenant}``).
+        tenant_id: the caller's tenant.
+
+    Returns:
+        True when ``ref`` lies in one of the tenant's stores. ``env://`` never does.
     """
-    if not tenant_id or "/" in tenant_id or tenant_id in (".", "..") or not ref:
+    if not ref:
+        return True
+    if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
         return False
     for pattern in grants:
-        grant = pattern.replace("{tenant}", tenant_id)
-        if ref.startswith("secretmanager://") and grant.startswith("secretmanager://"):
-            if _SECRET_MANAGER.match(ref) and ref.startswith(grant):
-                return True
-        elif ref.startswith("file://") and not re.match(r"^[a-z][a-z0-9+.-]*://", grant):
-            try:
-                if grant.startswith("/") and _under(_local_path(ref), grant):
-                    return True
-            except _Unusable:
-                return False
+        if _scheme(ref) == "secretmanager" and _secret_grant(ref, pattern, tenant_id):
+            return True
+        if _scheme(ref) == "file" and _file_grant(ref, pattern, tenant_id) is not None:
+            return True
     return False
 
 
-def _read_file(ref: str) -> str:
-    path = _local_path(ref)
-    try:
-        with open(path, "rb") as fh:
-            raw = fh.read(MAX_SECRET_BYTES + 1)
-    except OSError as exc:
-        raise _Unusable(f"file: {exc.strerror}") from None
+def _one_line(ref: str, raw: bytes) -> str:
     if len(raw) > MAX_SECRET_BYTES:
-        raise _Unusable(f"file larger than {MAX_SECRET_BYTES} bytes")
-    return raw.decode("utf-8", errors="replace")
+        raise credential_error(ref)
+    secret = raw.decode("utf-8", errors="replace").strip()
+    if not secret or not secret.isprintable():
+        raise credential_error(ref)
+    return secret
 
 
-def _read_secret_manager(ref: str, transport: Any = None) -> str:
-    """The payload of a Secret Manager secret version (REST ``:access``),
-    authenticated with the worker's service-account token from the metadata
-    server."""
+def _read_file(ref: str, grants: tuple[str, ...] | None, tenant_id: str) -> bytes:
+    """The file's bytes; under a tenant's granted folder, through the one
+    content reader (real path, regular file, bounded)."""
+    from connectors.reader import ContentReader, FetchLimits
+
+    if grants is None:  # the operator: any file
+        try:
+            with open(ref[len("file://") :], "rb") as fh:
+                return fh.read(MAX_SECRET_BYTES + 1)
+        except OSError:
+            raise credential_error(ref) from None
+    for pattern in grants:
+        granted = _file_grant(ref, pattern, tenant_id)
+        if granted is not None:
+            reader = ContentReader(granted, FetchLimits(max_bytes=MAX_SECRET_BYTES + 1, timeout_s=5.0))
+            try:
+                return reader.read(ref)
+            except RagsyncError:
+                raise credential_error(ref) from None
+    raise credential_error(ref)
+
+
+TokenSource = Callable[[], str]
+
+
+def metadata_token(transport: Any = None) -> str:
+    """An OAuth access token of the host's service account, from the GCE/GKE
+    metadata server (``GOOGLE_OAUTH_ACCESS_TOKEN`` wins when set)."""
+    import httpx
+
+    token = os.environ.get("GOOGLE_OAUTH_ACCESS_TOKEN", "")
+    if token:
+        return token
+    url = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
+    with httpx.Client(transport=transport, timeout=5.0) as client:
+        answer = client.get(url, headers={"Metadata-Flavor": "Google"})
+        answer.raise_for_status()
+        return str(answer.json()["access_token"])
+
+
+def access_secret_version(ref: str, *, transport: Any = None, token: TokenSource | None = None) -> bytes:
+    """The payload of a Secret Manager secret version (REST ``versions/V:access``).
+
+    Args:
+        ref: ``secretmanager://projects/P/secrets/NAME[/versions/V]``.
+        transport: an ``httpx`` transport (tests replay recorded answers).
+        token: returns an OAuth access token (default: the metadata server).
+
+    Raises:
+        ConfigurationError: the one credential error, for any failure (bad
+            reference, no token, 403, 404, an undecodable payload).
+    """
     import httpx
 
     match = _SECRET_MANAGER.match(ref)
     if match is None:
-        raise _Unusable("malformed secretmanager:// reference")
-    name, version = match.group(1), match.group(2) or "latest"
-    with httpx.Client(transport=transport, timeout=10.0, follow_redirects=False) as client:
-        try:
-            token = client.get(METADATA_TOKEN_URL, headers={"Metadata-Flavor": "Google"})
-            token.raise_for_status()
-            access = client.get(
-                f"{SECRET_MANAGER_API}/{name}/versions/{version}:access",
-                headers={"Authorization": f"Bearer {token.json()['access_token']}"},
+        raise credential_error(ref)
+    name = f"projects/{match['project']}/secrets/{match['name']}/versions/{match['version'] or 'latest'}"
+    try:
+        bearer = (token or (lambda: metadata_token(transport)))()
+        with httpx.Client(transport=transport, timeout=10.0, follow_redirects=False) as client:
+            answer = client.get(
+                f"{SECRET_MANAGER_API}/{name}:access", headers={"Authorization": f"Bearer {bearer}"}
             )
-            access.raise_for_status()
-            data = access.json()["payload"]["data"]
-            return base64.b64decode(data, validate=True).decode("utf-8", errors="replace")
-        except (httpx.HTTPError, KeyError, TypeError, ValueError) as exc:
-            raise _Unusable(f"secret manager: {type(exc).__name__}") from None
-
-
-def _read(ref: str, transport: Any) -> str:
-    if ref.startswith("env://"):
-        name = ref[len("env://") :]
-        if not name or name not in os.environ:
-            raise _Unusable("environment variable not set")
-        return os.environ[name]
-    if ref.startswith("file://"):
-        return _read_file(ref)
-    if ref.startswith("secretmanager://"):
-        return _read_secret_manager(ref, transport)
-    raise _Unusable("unknown scheme")
+        if answer.status_code != 200:
+            raise credential_error(ref)
+        data = answer.json()["payload"]["data"]
+        return base64.b64decode(data, validate=True)
+    except (httpx.HTTPError, ValueError, KeyError, TypeError):
+        raise credential_error(ref) from None
 
 
 def resolve_secret(
     ref: str,
     *,
-    credentials_by: str = OPERATOR,
+    tenant_grants: tuple[str, ...] | None = None,
     tenant_id: str = "",
-    grants: Sequence[str] | None = None,
     transport: Any = None,
+    token: TokenSource | None = None,
 ) -> str:
     """The secret named by ``ref`` ('' for a public source).
 
     Args:
-        ref: the stored reference.
-        credentials_by: who stored it: :data:`OPERATOR` or :data:`TENANT`
-            (anything else is treated as a tenant's).
-        tenant_id: the source's tenant (for a tenant's reference).
-        grants: the operator's grants (default: :func:`tenant_grants`).
-        transport: an ``httpx`` transport for Secret Manager (tests).
+        ref: the source's reference.
+        tenant_grants: None for the operator (any reference); for a tenant,
+            its secret stores (see :func:`tenant_may_use`).
+        tenant_id: the tenant, with ``tenant_grants``.
+        transport, token: for Secret Manager (tests).
 
     Raises:
-        ConfigurationError: :data:`UNUSABLE`, whatever the reason.
+        ConfigurationError: :func:`credential_error` for every failure: an
+            unknown scheme, a reference the tenant may not name, a missing or
+            unreadable variable, file or secret, or one that is not a single
+            printable line.
     """
     if not ref:
         return ""
-    try:
-        granted = tenant_grants() if grants is None else grants
-        if credentials_by != OPERATOR and not tenant_may_name(ref, tenant_id, granted):
-            raise _Unusable(f"not under a grant of tenant {tenant_id!r}")
-        secret = _read(ref, transport).strip()
-        if not secret or not secret.isprintable():
-            raise _Unusable("the secret is not one line of printable text")
-    except _Unusable as exc:
-        log.warning("credentials_ref of a %s source of tenant %r refused: %s", credentials_by, tenant_id, exc)
-        raise ConfigurationError(UNUSABLE) from None
-    return secret
+    if tenant_grants is not None and not tenant_may_use(ref, tenant_grants, tenant_id):
+        raise credential_error(ref)
+    scheme = _scheme(ref)
+    if scheme == "env":
+        name = ref[len("env://") :]
+        if not name or name not in os.environ:
+            raise credential_error(ref)
+        raw = os.environ[name].encode("utf-8", errors="replace")
+    elif scheme == "file":
+        raw = _read_file(ref, tenant_grants, tenant_id)
+    elif scheme == "secretmanager":
+        raw = access_secret_version(ref, transport=transport, token=token)
+    else:
+        raise credential_error(ref)
+    return _one_line(ref, raw)
 
 
 def auth_headers(
-    ref: str, *, credentials_by: str = OPERATOR, tenant_id: str = "", transport: Any = None
+    ref: str, *, credentials_by: str = OPERATOR, tenant_id: str = "", **kwargs: Any
 ) -> dict[str, str]:
-    """``{"Authorization": secret}``, or ``{}`` for a public source
-    (:func:`resolve_secret`)."""
-    secret = resolve_secret(ref, credentials_by=credentials_by, tenant_id=tenant_id, transport=transport)
+    """``{"Authorization": secret}``, or ``{}`` for a public source.
+
+    Args:
+        ref: the source's reference.
+        credentials_by: who stored it; anything but :data:`OPERATOR` is held
+            to the tenant's grants (:func:`tenant_grants`, read now: the
+            check runs at every sync, not only when the source was made).
+        tenant_id: the source's tenant.
+        kwargs: ``transport`` / ``token`` for :func:`resolve_secret`.
+
+    Raises:
+        ConfigurationError: :func:`credential_error`; the reason is logged
+            for the operator, never shown to the tenant.
+    """
+    grants = None if credentials_by == OPERATOR else tenant_grants()
+    try:
+        secret = resolve_secret(ref, tenant_grants=grants, tenant_id=tenant_id, **kwargs)
+    except ConfigurationError:
+        log.warning(
+            "credentials_ref of a source of tenant %r (stored by the %s) refused: not usable or not granted",
+            tenant_id,
+            credentials_by,
+        )
+        raise
     return {"Authorization": secret} if secret else {}

@@ -5,7 +5,8 @@ Every source declares where its content lives (``ragsync sources add --uri``,
 local folder, a ``gs://`` or ``s3://`` prefix, or an HTTP(S) API base URL.
 Events and listings name documents by address; an address is accepted only if,
 after normalisation, it lies under the location. This module is pure string
-work (it never touches the file system), so the answer for an address outside
+work (it never touches the file system; :func:`real_location` alone resolves
+a root's symlinks, for the allow-list and reserved checks), so the answer for an address outside
 the location is the same whether or not something exists there: there is no
 existence oracle. ``connectors.reader`` then re-checks the real path
 (symlinks) when it opens the file.
@@ -29,7 +30,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import unquote, urlsplit
 
-from ragsync.errors import ConfigurationError, OutsideLocationError
+from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
 
 LOCAL = "file"
 OBJECT_SCHEMES = ("gs", "s3")
@@ -48,8 +49,11 @@ _REFUSED = "is outside the source's location"
 def _refuse(uri: str) -> OutsideLocationError:
     # One message for every refusal, whatever the reason, so the answer says
     # nothing about what exists outside the location.
-    shown = uri if len(uri) <= 200 else uri[:200] + "..."
-    return OutsideLocationError(f"content_uri {shown!r} {_REFUSED}")
+    return OutsideLocationError(f"content_uri {_shown(uri)!r} {_REFUSED}")
+
+
+def _shown(uri: str) -> str:
+    return uri if len(uri) <= 200 else uri[:200] + "..."
 
 
 def _clean_local(path: str) -> str:
@@ -136,11 +140,17 @@ class Location:
         Raises:
             OutsideLocationError: the address is malformed or lies outside
                 (the message is the same for every reason).
+            InvalidEventError: a URL or object key with raw control
+                characters (a local file name may have them: it is read).
         """
         if not isinstance(uri, str) or not uri or len(uri) > MAX_URI_CHARS or "\x00" in uri:
             raise _refuse(str(uri)[:200])
-        if any(ord(c) < 32 for c in uri):
-            raise _refuse(uri)
+        if self.scheme != LOCAL and any(ord(c) < 32 or ord(c) == 127 for c in uri):
+            # A true reason (a file name may hold any byte but NUL and '/'; a
+            # URL or object key from an event may not hold raw control characters).
+            raise InvalidEventError(
+                f"content_uri {_shown(uri)!r} has control characters: not a valid address"
+            )
         scheme, rest = _split_scheme(uri)
         if self.scheme == LOCAL:
             path = self._local_path(uri, scheme, rest) if scheme in ("", LOCAL) else None
@@ -184,7 +194,7 @@ class Location:
         """True when ``uri`` resolves under this location."""
         try:
             self.resolve(uri)
-        except OutsideLocationError:
+        except InvalidEventError:  # OutsideLocationError included
             return False
         return True
 
@@ -244,14 +254,16 @@ class Location:
 
 
 def real_location(location: Location) -> Location:
-    """``location`` with a local root's symbolic links resolved (other
-    locations unchanged): what a reader of the folder would really read.
+    """``location`` with a local root's symlinks resolved (what reads will
+    really open); other schemes are already normalised strings.
 
-    Registration stores this, so a stored local root is its own real path.
+    Every allow-list, reserved-location and ownership check compares these:
+    a symlink inside a tenant's grant that points at another tenant's folder
+    or at ragsync's own store is judged by where it leads, not by its name.
     """
     if location.scheme != LOCAL:
         return location
-    return Location.parse(os.path.realpath(location.root))
+    return Location(LOCAL, _clean_local(os.path.realpath(location.root)))
 
 
 def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
@@ -274,21 +286,23 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     """
     location = Location.parse(uri)
     real = real_location(location)
-    if real != location:
-        raise ConfigurationError(
-            f"source folder {location.uri!r} is, or passes through, a symbolic link: "
-            "register the folder's real path"
-        )
     for own in reserved:
         try:
             other = Location.parse(own)
         except ConfigurationError:
             continue
-        if location.overlaps(other) or location.overlaps(real_location(other)):
+        if any(
+            mine.overlaps(theirs) for mine in (location, real) for theirs in (other, real_location(other))
+        ):
             raise ConfigurationError(
                 f"source location {location.uri!r} overlaps ragsync's own state at {other.uri!r}; "
                 "keep sources and the ragsync home apart"
             )
+    if real != location:
+        raise ConfigurationError(
+            f"source folder {location.uri!r} is, or passes through, a symbolic link: "
+            "register the folder's real path"
+        )
     return location
 
 
@@ -310,7 +324,8 @@ def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id:
     :func:`real_location` made it; a granted folder's own links are resolved.
 
     Args:
-        location: the declared location (already parsed).
+        location: the declared location (already parsed); a local one is
+            judged by its real path, against the grants' real paths.
         patterns: the operator's allowed locations; ``{tenant}`` in one
             stands for the caller's tenant id (``/srv/docs/{tenant}``,
             ``s3://corp-docs/{tenant}``, ``https://wiki.example.com/w``).
@@ -321,6 +336,7 @@ def allowed_for_tenant(location: Location, patterns: tuple[str, ...], tenant_id:
     """
     if not tenant_id or "/" in tenant_id or tenant_id in (".", ".."):
         return False
+    location = real_location(location)
     for pattern in patterns:
         try:
             allowed = real_location(Location.parse(pattern.replace("{tenant}", tenant_id)))

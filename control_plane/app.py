@@ -67,7 +67,7 @@ def create_app(
     pepper: str | None = None,
     reserved_locations: tuple[str, ...] = (),
     allowed_locations: tuple[str, ...] = (),
-    tenant_secrets: tuple[str, ...] = (),
+    secret_stores: tuple[str, ...] = (),
     events_per_s: float = 200.0,
     events_burst: int = 2000,
     worker: Callable[[Catalog], Worker] | None = None,
@@ -86,9 +86,9 @@ def create_app(
         allowed_locations: where tenants may declare sources
             (``connectors.location.allowed_for_tenant``; ``{tenant}`` stands for
             the caller's tenant id). Empty: no tenant may declare a location.
-        tenant_secrets: the secrets a tenant may name as ``credentials_ref``
-            (``connectors.credentials.tenant_may_name``; ``{tenant}`` stands
-            for the caller's tenant id). Empty: tenants' sources are public.
+        secret_stores: the secret stores tenants may name in
+            ``credentials_ref`` (``connectors.credentials.tenant_may_use``;
+            ``{tenant}`` as above). Empty: tenants' sources are public only.
         events_per_s: each tenant's sustained budget on ``/internal/events``
             (events per second); over it the API answers 429 with Retry-After.
         events_burst: events a tenant may send at once before the budget applies.
@@ -133,7 +133,7 @@ def create_app(
     app.state.keys = ApiKeys(catalog, pepper=pepper)
     app.state.reserved_locations = tuple(reserved_locations)
     app.state.allowed_locations = tuple(allowed_locations)
-    app.state.tenant_secrets = tuple(tenant_secrets)
+    app.state.secret_stores = tuple(secret_stores)
     app.state.event_budget = TenantBudget(rate_per_s=events_per_s, burst=events_burst)
     app.state.worker = running
     app.state.metrics_token = metrics_token

@@ -104,6 +104,12 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def _patterns(given: list[str], variable: str) -> tuple[str, ...]:
+    """The repeated flag's values, then the comma-separated ``variable``'s."""
+    from_env = [p.strip() for p in os.environ.get(variable, "").split(",") if p.strip()]
+    return (*given, *from_env)
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the HTTP API with uvicorn (loopback only unless ``--allow-remote``)."""
     if not is_loopback(args.host) and not args.allow_remote:
@@ -124,9 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         def worker(catalog: Any) -> Worker:
             return Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
 
-    allowed = list(args.allow_location)
-    allowed += [p.strip() for p in os.environ.get("RAGSYNC_ALLOWED_LOCATIONS", "").split(",") if p.strip()]
-    grants = tenant_grants(args.tenant_secret)
+    grants = tenant_grants(args.tenant_secrets)
     # The worker (this process or a sync child) resolves tenants' references
     # against the same grants: it reads them from the environment.
     os.environ[GRANTS_ENV] = ",".join(grants)
@@ -134,8 +138,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         settings.catalog_url,
         max_body_bytes=args.max_body_bytes,
         reserved_locations=settings.reserved_locations,
-        allowed_locations=tuple(allowed),
-        tenant_secrets=grants,
+        allowed_locations=_patterns(args.allow_location, "RAGSYNC_ALLOWED_LOCATIONS"),
+        secret_stores=grants,
         events_per_s=args.events_per_s,
         events_burst=args.events_burst,
         worker=worker,
@@ -230,15 +234,14 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "(comma-separated). None: tenants cannot declare locations through the API",
     )
     serve.add_argument(
-        "--tenant-secret",
+        "--tenant-secrets",
         action="append",
         default=[],
-        metavar="PATTERN",
-        help="secrets a tenant's source may name as credentials_ref (repeatable; {tenant} stands for the "
-        "tenant id): a secretmanager://projects/P/secrets/PREFIX or a folder, e.g. "
-        "secretmanager://projects/corp/secrets/{tenant}- or /etc/ragsync/secrets/{tenant}; also "
-        "RAGSYNC_TENANT_SECRETS (comma-separated). None: tenants cannot name secrets. Never the "
-        "server's environment",
+        metavar="STORE",
+        help="a secret store tenants may name in credentials_ref (repeatable; {tenant} as above): "
+        "secretmanager://projects/P/secrets/{tenant} (secrets {tenant}_NAME) or a folder "
+        "file:///srv/secrets/{tenant}; also RAGSYNC_TENANT_SECRETS. None: tenants' sources are public; "
+        "env:// is never a tenant's",
     )
     serve.add_argument(
         "--events-per-s",

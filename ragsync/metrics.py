@@ -8,7 +8,7 @@ labels):
 
 * ``documents`` gauge {state}
 * ``freshness_p50_seconds``, ``freshness_p95_seconds``, ``freshness_events``
-  gauges {source_id, lane, kind: content | permissions}
+  gauges {tenant_id, source_id, lane, kind: content | permissions}
 * ``queue_depth``, ``queue_oldest_pending_age_seconds`` gauges {lane:
   priority | fast | slow}; ``queue_events`` gauge {state}
 * ``dead_letters`` gauge {error_class} (open dead letters)
@@ -66,7 +66,7 @@ class CatalogCollector(Collector):
             docs.add_metric([state], n)
         yield docs
 
-        by: tuple[str, ...] = ("source_id", "lane", "kind")
+        by: tuple[str, ...] = ("tenant_id", "source_id", "lane", "kind")
         p50 = _gauge(
             "ragsync_freshness_p50_seconds", "Median of indexed_at - event_time of applied events", *by
         )
@@ -77,7 +77,7 @@ class CatalogCollector(Collector):
         )
         applied = _gauge("ragsync_freshness_events", "Applied events measured", *by)
         for f in cat.freshness_stats():
-            labels = [f["source_id"], f["lane"], f["kind"]]
+            labels = [f["tenant_id"], f["source_id"], f["lane"], f["kind"]]
             p50.add_metric(labels, f["p50_s"])
             p95.add_metric(labels, f["p95_s"])
             applied.add_metric(labels, f["events"])

@@ -29,9 +29,9 @@ from tests.migration_helpers import make_legacy_catalog  # noqa: E402
 from tests.serving import served  # noqa: E402
 from transforms.events import upsert_to_source_file  # noqa: E402
 
-SECRET_REF = "secretmanager://projects/p/secrets/wiki-token-7f3a"
-# The operator lets tenants name the secrets of project p (connectors.credentials).
-TENANT_SECRETS = ("secretmanager://projects/p/secrets/",)
+# The operator's secret store for tenants: secrets named <tenant>_NAME.
+SECRET_STORES = ("secretmanager://projects/p/secrets/{tenant}",)
+SECRET_REF = "secretmanager://projects/p/secrets/tenant-a_wiki-token-7f3a"
 MAX_BODY = 64 * 1024
 
 
@@ -57,7 +57,7 @@ WIKI_B = "https://wiki.example.org/tenant-b/api.php"
 @pytest.fixture
 def api(catalog_url: str) -> Iterator[Api]:
     app = create_app(
-        catalog_url, max_body_bytes=MAX_BODY, allowed_locations=ALLOWED, tenant_secrets=TENANT_SECRETS
+        catalog_url, max_body_bytes=MAX_BODY, allowed_locations=ALLOWED, secret_stores=SECRET_STORES
     )
     keys: ApiKeys = app.state.keys
     _, key_a = keys.create_tenant("tenant-a")
@@ -89,7 +89,7 @@ def _source(api: Api, source_id: str = "wiki-eng", client: Any = None) -> dict[s
     uri = WIKI_B if client is api.b else WIKI_A
     body = {
         "type": "wiki",
-        "credentials_ref": SECRET_REF,
+        "credentials_ref": SECRET_REF.replace("-a_", "-b_") if client is api.b else SECRET_REF,
         "sync": "webhook",
         "source_id": source_id,
         "uri": uri,
@@ -428,6 +428,29 @@ def test_idempotency_key_deduplicates_single_event_posts(api: Api) -> None:
     assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
 
 
+def test_an_event_id_reused_with_only_new_deny_groups_is_a_conflict(api: Api) -> None:
+    """The red team's LOW: a re-post differing only in ``deny_groups`` was
+    dropped as a duplicate, and a batch's second event with an earlier id was lost."""
+    _source(api)
+    first = api.a.post("/internal/events", json=_event(event_id="e-1"))
+    denied = api.a.post("/internal/events", json=_event(event_id="e-1", deny_groups=["contractors"]))
+    assert first.json() == {"accepted": 1, "duplicates": 0, "rejected": []}
+    assert (denied.status_code, denied.json()["error"]["code"]) == (409, "conflict")
+    batch = [_event(event_id="e-2"), _event(event_id="e-2", doc_id="pages/2"), _event(event_id="e-2")]
+    r = api.a.post("/internal/events", json={"events": batch})
+    assert (r.status_code, r.json()) == (
+        202,
+        {
+            "accepted": 1,
+            "duplicates": 1,
+            "rejected": [
+                {"index": 1, "error": "event_id 'e-2' is used by an earlier, different event of this batch"}
+            ],
+        },
+    )
+    assert api.catalog.queue_stats()["depth"] == 2
+
+
 def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) -> None:
     _source(api)
     batch = [
@@ -741,7 +764,9 @@ def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
     # Source ids are each tenant's own: B may name a source "wiki-eng" too
     # (its own), and only A's second "wiki-eng" is a conflict.
     body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "wiki-eng"}
-    r = api.b.post("/v1/sources", json={**body, "uri": WIKI_B})
+    r = api.b.post(
+        "/v1/sources", json={**body, "uri": WIKI_B, "credentials_ref": SECRET_REF.replace("-a_", "-b_")}
+    )
     r_own = api.a.post("/v1/sources", json={**body, "uri": WIKI_A})
     assert (r.status_code, r.json()["tenant_id"]) == (201, "tenant-b")
     assert (r_own.status_code, r_own.json()) == (
@@ -912,3 +937,18 @@ def test_source_status_gives_coverage_and_metrics_are_served_to_loopback(api: Ap
     key = ("ragsync_coverage_ratio", (("source_id", "wiki-eng"), ("tenant_id", tenant_a)))
     assert samples[key] == pytest.approx(995 / 998, abs=1e-6)
     assert not [k for k in samples if k[0] == "ragsync_dead_letters"]  # no dead-letter rows were written
+    # Freshness of two tenants' sources that share an id: separate series (they were merged).
+    fresh = [
+        {"tenant_id": tenant, "event_id": f"e{n}", "source_id": "wiki-eng", "op": "upsert", "lane": "fast",
+         "event_time": 100.0, "applied_at": 100.0 + lag}
+        for n, (tenant, lag) in enumerate([(tenant_a, 2.0), (tenant_a, 4.0), ("tenant-b", 60.0)])
+    ]  # fmt: skip
+    api.catalog.record_freshness(fresh)
+    m = httpx.get(api.base_url + "/metrics")
+    events = {
+        s.labels["tenant_id"]: (s.value, s.labels["source_id"])
+        for f in text_string_to_metric_families(m.text)
+        for s in f.samples
+        if s.name == "ragsync_freshness_events"
+    }
+    assert events == {tenant_a: (2, "wiki-eng"), "tenant-b": (1, "wiki-eng")}

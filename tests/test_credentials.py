@@ -27,7 +27,7 @@ import httpx
 import pytest
 
 from connectors.base import SourceSpec
-from connectors.credentials import UNUSABLE, resolve_secret, tenant_may_name
+from connectors.credentials import CREDENTIALS_REFUSED, credential_error, resolve_secret, tenant_may_use
 from connectors.location import register_location, source_location
 from connectors.registry import open_connector
 from control_plane.app import create_app
@@ -105,7 +105,7 @@ def test_a_tenant_reference_to_the_servers_environment_or_files_sends_nothing(
     for ref in ("env://RAGSYNC_TEST_OPERATOR_SECRET", f"file://{host_file}"):
         with pytest.raises(ConfigurationError) as refused:
             _request(_wiki_spec(port, ref, "tenant"))
-        assert str(refused.value) == UNUSABLE
+        assert str(refused.value) == str(credential_error(ref))
     assert seen == []  # no request at all, so no secret left the server
     # The operator's own source may name them: the header reaches its host.
     _request(_wiki_spec(port, "env://RAGSYNC_TEST_OPERATOR_SECRET", "operator"))
@@ -134,10 +134,9 @@ def test_every_credential_failure_reads_the_same(tmp_path: Path, monkeypatch: py
     messages = set()
     for ref, by in cases:
         with pytest.raises(ConfigurationError) as refused:
-            resolve_secret(ref, credentials_by=by, tenant_id="acme", grants=())
-        messages.add(str(refused.value))
-    assert messages == {UNUSABLE}
-    assert "RAGSYNC_TEST" not in UNUSABLE and str(tmp_path) not in UNUSABLE
+            resolve_secret(ref, tenant_grants=None if by == "operator" else (), tenant_id="acme")
+        messages.add(str(refused.value).replace(repr(ref), "REF"))
+    assert messages == {f"credentials_ref REF {CREDENTIALS_REFUSED}"}
 
 
 # ------------------------------------------------------------- tenant grants
@@ -150,26 +149,26 @@ def test_a_tenant_names_only_the_secrets_granted_to_it(tmp_path: Path) -> None:
     (secrets / "acme" / "wiki.token").write_text("Bearer acme-token\n")
     (secrets / "umbrella" / "wiki.token").write_text("Bearer umbrella-token\n")
     (secrets / "acme" / "theirs.token").symlink_to(secrets / "umbrella" / "wiki.token")
-    grants = ("secretmanager://projects/corp/secrets/{tenant}-", f"{secrets}/{{tenant}}")
+    grants = ("secretmanager://projects/corp/secrets/{tenant}", f"file://{secrets}/{{tenant}}")
 
-    assert tenant_may_name("secretmanager://projects/corp/secrets/acme-wiki", "acme", grants)
-    assert tenant_may_name("secretmanager://projects/corp/secrets/acme-wiki/versions/3", "acme", grants)
-    assert not tenant_may_name("secretmanager://projects/corp/secrets/umbrella-wiki", "acme", grants)
-    assert not tenant_may_name("secretmanager://projects/other/secrets/acme-wiki", "acme", grants)
-    assert not tenant_may_name("secretmanager://projects/corp/secrets/acme-x/../y", "acme", grants)
-    assert not tenant_may_name("env://HOME", "acme", grants)
-    assert not tenant_may_name("env://HOME", "acme", ("env://",))
+    assert tenant_may_use("secretmanager://projects/corp/secrets/acme_wiki", grants, "acme")
+    assert tenant_may_use("secretmanager://projects/corp/secrets/acme_wiki/versions/3", grants, "acme")
+    assert not tenant_may_use("secretmanager://projects/corp/secrets/umbrella_wiki", grants, "acme")
+    assert not tenant_may_use("secretmanager://projects/other/secrets/acme_wiki", grants, "acme")
+    assert not tenant_may_use("secretmanager://projects/corp/secrets/acme_x/../y", grants, "acme")
+    assert not tenant_may_use("env://HOME", grants, "acme")
+    assert not tenant_may_use("env://HOME", ("env://",), "acme")
     assert resolve_secret(
-        f"file://{secrets}/acme/wiki.token", credentials_by="tenant", tenant_id="acme", grants=grants
+        f"file://{secrets}/acme/wiki.token", tenant_grants=grants, tenant_id="acme"
     ) == ("Bearer acme-token")
     for ref in (
         f"file://{secrets}/umbrella/wiki.token",
         f"file://{secrets}/acme/theirs.token",
         f"file://{secrets}/acme/../umbrella/wiki.token",
     ):
-        assert not tenant_may_name(ref, "acme", grants), ref
-        with pytest.raises(ConfigurationError, match="^credentials_ref cannot be used"):
-            resolve_secret(ref, credentials_by="tenant", tenant_id="acme", grants=grants)
+        assert not tenant_may_use(ref, grants, "acme"), ref
+        with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
+            resolve_secret(ref, tenant_grants=grants, tenant_id="acme")
 
 
 def _secret_manager(answers: dict[str, httpx.Response], calls: list[httpx.Request]) -> httpx.MockTransport:
@@ -184,7 +183,7 @@ def _secret_manager(answers: dict[str, httpx.Response], calls: list[httpx.Reques
 
 
 TOKEN_URL = "http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token"
-ACCESS_URL = "https://secretmanager.googleapis.com/v1/projects/corp/secrets/acme-wiki/versions/latest:access"
+ACCESS_URL = "https://secretmanager.googleapis.com/v1/projects/corp/secrets/acme_wiki/versions/latest:access"
 
 
 def test_secret_manager_references_are_read_with_the_workers_token() -> None:
@@ -196,18 +195,17 @@ def test_secret_manager_references_are_read_with_the_workers_token() -> None:
         ACCESS_URL: httpx.Response(
             200,
             json={
-                "name": "projects/123/secrets/acme-wiki/versions/1",
+                "name": "projects/123/secrets/acme_wiki/versions/1",
                 "payload": {"data": payload, "dataCrc32c": "1234"},
             },
         ),
     }
     calls: list[httpx.Request] = []
-    grants = ("secretmanager://projects/corp/secrets/{tenant}-",)
+    grants = ("secretmanager://projects/corp/secrets/{tenant}",)
     secret = resolve_secret(
-        "secretmanager://projects/corp/secrets/acme-wiki",
-        credentials_by="tenant",
+        "secretmanager://projects/corp/secrets/acme_wiki",
+        tenant_grants=grants,
         tenant_id="acme",
-        grants=grants,
         transport=_secret_manager(answers, calls),
     )
     assert secret == "Bearer from-secret-manager"
@@ -218,13 +216,12 @@ def test_secret_manager_references_are_read_with_the_workers_token() -> None:
     answers[ACCESS_URL] = httpx.Response(403, json={"error": {"code": 403, "status": "PERMISSION_DENIED"}})
     with pytest.raises(ConfigurationError) as refused:
         resolve_secret(
-            "secretmanager://projects/corp/secrets/acme-wiki",
-            credentials_by="tenant",
+            "secretmanager://projects/corp/secrets/acme_wiki",
+            tenant_grants=grants,
             tenant_id="acme",
-            grants=grants,
             transport=_secret_manager(answers, []),
         )
-    assert str(refused.value) == UNUSABLE
+    assert str(refused.value) == str(credential_error("secretmanager://projects/corp/secrets/acme_wiki"))
 
 
 # ------------------------------------------------------------- through the API
@@ -243,7 +240,7 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
     app = create_app(
         url,
         allowed_locations=(f"http://127.0.0.1:{wiki_port}/{{tenant}}",),
-        tenant_secrets=("secretmanager://projects/corp/secrets/{tenant}-",),
+        secret_stores=("secretmanager://projects/corp/secrets/{tenant}",),
     )
     _, key = app.state.keys.create_tenant("acme")
     with served(app) as port, _api(key, port) as api:
@@ -251,7 +248,7 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
         for ref in (
             "env://RAGSYNC_TEST_OPERATOR_SECRET",
             f"file://{tmp_path}/catalog.db",
-            "secretmanager://projects/corp/secrets/other-wiki",
+            "secretmanager://projects/corp/secrets/other_wiki",
         ):
             r = api.post(
                 "/v1/sources",
@@ -260,7 +257,7 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
             assert r.status_code == 422, r.text
             assert r.json()["error"]["details"][0]["loc"] == ["body", "credentials_ref"]
             assert "RAGSYNC_TEST" not in r.text
-        granted = "secretmanager://projects/corp/secrets/acme-wiki"
+        granted = "secretmanager://projects/corp/secrets/acme_wiki"
         r = api.post(
             "/v1/sources",
             json={"type": "wiki", "uri": own, "sync": "poll", "source_id": "w", "credentials_ref": granted},
@@ -280,7 +277,7 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
         conn.execute(update(schema.sources).values(credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET"))
     state = catalog.source_state("w", "acme")
     assert state is not None
-    with pytest.raises(ConfigurationError, match="^credentials_ref cannot be used"):
+    with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
         _request(SourceSpec.from_row(state.__dict__))
     assert seen == []
     # The operator's tool marks its own reference: that one is sent.

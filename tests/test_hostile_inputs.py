@@ -152,14 +152,19 @@ def test_a_backfill_of_a_hostile_folder_indexes_only_its_own_regular_files(tmp_p
     odd = os.fsencode(str(world["a"])) + b"/caf\xe9-notes.md"  # a name that is not UTF-8
     with open(odd, "wb") as fh:
         fh.write(b"# Cafe\n\nThe cafe on the ground floor opens at eight.\n")
+    # Control characters in a name: read like any other (they were refused
+    # as "outside the source's location").
+    (world["a"] / "bike\tshed\nminutes\x1b.md").write_text(
+        "# Bike shed\n\nThe bike shed is repainted in May.\n"
+    )
     settings = _settings(tmp_path)
     summary = run_backfill(
         str(world["a"]), settings, tenant_id="tenant-a", acl_groups=["staff"], show_progress=False
     )
-    # good.md and the non-UTF-8 name are indexed and alias.md is linked to
+    # good.md, the non-UTF-8 and the control-character names are indexed and alias.md is linked to
     # good.md as its exact duplicate; every entry that is not read is a dead
     # letter with its reason (nothing vanishes from the listing unseen).
-    assert (summary.documents_indexed, summary.documents_duplicate, summary.dead_lettered) == (2, 1, 5)
+    assert (summary.documents_indexed, summary.documents_duplicate, summary.dead_lettered) == (3, 1, 5)
     assert _dead_letters(settings, "tenant-a") == {
         "leak.md": "invalid_event",
         "zero.md": "invalid_event",
@@ -170,6 +175,8 @@ def test_a_backfill_of_a_hostile_folder_indexes_only_its_own_regular_files(tmp_p
     assert _secret_hits(settings, "tenant-a") == []
     hits = hybrid_query(settings, "cafe ground floor", groups=["staff"], tenant_id="tenant-a", k=3)
     assert hits and "eight" in hits[0].text
+    hits = hybrid_query(settings, "bike shed repainted", groups=["staff"], tenant_id="tenant-a", k=3)
+    assert hits and "May" in hits[0].text
 
 
 # ---------------------------------------------------------------------- the API
@@ -236,3 +243,106 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         api.close()
         server.close()
         app.state.catalog.close()
+
+
+# ------------------------------------------------------------ one hostile document
+
+
+def test_deeply_nested_html_is_a_clean_dead_letter_and_the_cli_prints_it(tmp_path: Path) -> None:
+    """The red team's LOW: deeply nested tags (200,000 there; 5,000 here, the
+    same failure well past Python's recursion limit) ended as ``internal``
+    and ``ragsync parse`` printed a traceback."""
+    import subprocess
+
+    from ragsync.errors import TooLargeError
+    from ragsync.parsing import parse
+    from tests.proc import CLI
+
+    page = b"<html><body>" + b"<div>" * 5_000 + b"deep text" + b"</div>" * 5_000 + b"</body></html>"
+    with pytest.raises(TooLargeError) as caught:
+        parse(page, "text/html", filename="deep.html")
+    assert caught.value.error_class == "too_large"
+    assert str(caught.value) == "HTML elements nested deeper than 256 levels (not read)"
+    # A page just inside the limit is read.
+    ok = b"<html><body>" + b"<div>" * 250 + b"deep text" + b"</div>" * 250 + b"</body></html>"
+    assert [e.text for e in parse(ok, "text/html", filename="ok.html").elements] == ["deep text"]
+    (tmp_path / "deep.html").write_bytes(page)
+    run = subprocess.run(
+        [*CLI, "parse", str(tmp_path / "deep.html")], capture_output=True, text=True, timeout=120
+    )
+    assert "Traceback" not in run.stdout + run.stderr
+    assert "dead letter [too_large]: HTML elements nested deeper than 256 levels" in run.stdout + run.stderr
+
+
+def _flate_bomb_pdf(decoded_mib: int) -> bytes:
+    """A one-page PDF whose content stream inflates ~1000x (spaces)."""
+    import zlib
+
+    pack = zlib.compressobj(9)
+    block = b" " * (1 << 20)
+    stream = b"".join(pack.compress(block) for _ in range(decoded_mib)) + pack.flush()
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out = b"%PDF-1.4\n"
+    for n, body in enumerate(objects, 1):
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    return out + b"trailer\n<< /Root 1 0 R /Size 5 >>\n%%EOF\n"
+
+
+def test_a_flate_bomb_pdf_is_refused_in_bounded_memory() -> None:
+    """The red team's MEDIUM: a small PDF whose stream inflates ~1000x took
+    gigabytes. Refused as ``archive_bomb`` after inflating at most the limit,
+    holding at most a block at a time."""
+    import tracemalloc
+
+    from ragsync.errors import ArchiveBombError
+    from ragsync.parsing import parse
+    from ragsync.parsing.pdf import check_stream_expansion
+
+    bomb = _flate_bomb_pdf(100)  # ~100 KB on disk, 100 MiB decoded
+    assert len(bomb) < 200_000
+    tracemalloc.start()
+    try:
+        with pytest.raises(ArchiveBombError) as caught:
+            parse(bomb, "application/pdf", filename="bomb.pdf")
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert caught.value.error_class == "archive_bomb"
+    assert peak < 8 * len(bomb) + (4 << 20)
+    # Under the 64 MiB floor the ratio is not judged: 8 MiB of spaces is counted, then parsed.
+    assert check_stream_expansion(_flate_bomb_pdf(8)) == 8 << 20
+
+
+def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcome() -> None:
+    """The red team's MEDIUM: a 5,000-attachment e-mail took 25 minutes and
+    3 GB (each attachment a child document). Past ``max_attachments`` (500)
+    the message is indexed, none of its attachments is decoded or returned,
+    and it names why (1,000 here: the same rule, a shorter test)."""
+    from ragsync.parsing import parse
+    from ragsync.parsing.archive import ArchiveLimits
+
+    def message(n: int) -> bytes:
+        head = b'MIME-Version: 1.0\nSubject: Scans\nContent-Type: multipart/mixed; boundary="b"\n\n'
+        parts = [b"--b\nContent-Type: text/plain\n\nScans attached.\n"] + [
+            b'--b\nContent-Type: text/plain\nContent-Disposition: attachment; filename="scan-%d.txt"\n\n'
+            b"page %d\n" % (i, i)
+            for i in range(n)
+        ]
+        return head + b"".join(parts) + b"--b--\n"
+
+    started = time.monotonic()
+    flood = parse(message(1_000), "message/rfc822", filename="flood.eml")
+    assert time.monotonic() - started < 60
+    assert flood.attachments == ()
+    assert flood.metadata["attachments"] == "1000"
+    assert flood.metadata["attachments_skipped"].startswith(
+        "1000 attachments, above the limit of 500 per message: scan-0.txt, scan-1.txt"
+    )
+    few = parse(message(3), "message/rfc822", filename="few.eml", limits=ArchiveLimits(max_attachments=3))
+    assert [a.name for a in few.attachments] == ["scan-0.txt", "scan-1.txt", "scan-2.txt"]
+    assert "attachments_skipped" not in few.metadata

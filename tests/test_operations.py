@@ -226,13 +226,12 @@ def test_serve_and_stream_expose_the_operators_series(tmp_path: Path) -> None:
         assert _value(s, "ragsync_queue_events", state="done") == 3
         # Freshness of the three applied events: deletes and permission
         # changes in the priority lane, the edit in the fast lane.
-        assert (
-            _value(s, "ragsync_freshness_events", source_id=SOURCE, lane="priority", kind="permissions") == 2
-        )
-        assert _value(s, "ragsync_freshness_events", source_id=SOURCE, lane="fast", kind="content") == 1
+        src = {"tenant_id": TENANT, "source_id": SOURCE}
+        assert _value(s, "ragsync_freshness_events", **src, lane="priority", kind="permissions") == 2
+        assert _value(s, "ragsync_freshness_events", **src, lane="fast", kind="content") == 1
         for lane, kind in (("priority", "permissions"), ("fast", "content")):
-            p50 = _value(s, "ragsync_freshness_p50_seconds", source_id=SOURCE, lane=lane, kind=kind)
-            p95 = _value(s, "ragsync_freshness_p95_seconds", source_id=SOURCE, lane=lane, kind=kind)
+            p50 = _value(s, "ragsync_freshness_p50_seconds", **src, lane=lane, kind=kind)
+            p95 = _value(s, "ragsync_freshness_p95_seconds", **src, lane=lane, kind=kind)
             assert 0 <= p50 <= p95 < 600
         # Coverage: alpha and beta indexed, broken.pdf a corrupt dead letter, gamma deleted.
         assert _value(s, "ragsync_coverage_ratio", tenant_id=TENANT, source_id=SOURCE) == pytest.approx(

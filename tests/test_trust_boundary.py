@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -317,3 +318,266 @@ def test_pseudo_file_systems_are_recognised_from_the_open_file() -> None:
         assert _fs_type(fd) not in _PSEUDO_FS
     finally:
         os.close(fd)
+
+
+# -- credentials: a tenant names only its own secret store -----------------------------------
+
+
+class _Recorder:
+    """A loopback HTTP server standing in for a host; records the Authorization
+    header of every request and answers with ``answer(path)``: (status, headers, body)."""
+
+    def __init__(self, answer: Any) -> None:
+        import http.server
+
+        seen = self.seen = []  # type: list[tuple[str, str]]
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                seen.append((self.path, self.headers.get("Authorization", "")))
+                status, headers, body = answer(self.path)
+                self.send_response(status)
+                for name, value in {**headers, "Content-Length": str(len(body))}.items():
+                    self.send_header(name, value)
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.origin = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_tenant_cannot_make_the_server_send_its_own_secrets_to_the_tenants_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The red team's CRITICAL: a wiki source under the tenant's granted URL with
+    ``credentials_ref`` env://ANY or file:///any/file. Refused at creation, with
+    one wording; the tenant's host never sees a server secret."""
+    httpx = pytest.importorskip("httpx")
+    from control_plane.app import create_app
+    from tests.serving import served
+
+    monkeypatch.setenv("RAGSYNC_METRICS_TOKEN", SECRET)
+    host_file = tmp_path / "operator-secret"
+    host_file.write_text(SECRET + "\n")
+    stores = tmp_path / "secrets"
+    (stores / "t1").mkdir(parents=True)
+    (stores / "t1" / "wiki").write_text("Bearer t1-own-token\n")
+    (stores / "t1" / "escape").symlink_to(host_file)
+    tenant_host = _Recorder(lambda path: (200, {"Content-Type": "application/json"}, b"{}"))
+    app = create_app(
+        f"sqlite:///{tmp_path / 'catalog.db'}",
+        allowed_locations=(tenant_host.origin + "/{tenant}",),
+        secret_stores=(f"file://{stores}/{{tenant}}", "secretmanager://projects/p/secrets/{tenant}"),
+    )
+    _, key = app.state.keys.create_tenant("t1")
+    refs = {
+        "env://RAGSYNC_METRICS_TOKEN": 422,
+        "env://NO_SUCH_VARIABLE": 422,
+        f"file://{host_file}": 422,
+        f"file://{tmp_path}/no-such-file": 422,
+        f"file://{stores}/t1/escape": 422,  # a link in the tenant's store leaving it
+        f"file://{stores}/t2/wiki": 422,  # another tenant's store
+        "secretmanager://projects/p/secrets/t2_wiki": 422,
+        "secretmanager://projects/other/secrets/t1_wiki": 422,
+        "secretmanager://projects/p/secrets/t1_wiki": 201,
+        f"file://{stores}/t1/wiki": 201,
+    }
+    try:
+        with (
+            served(app) as port,
+            httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key}) as client,
+        ):
+            answers = {}
+            for n, ref in enumerate(refs):
+                body = {"type": "wiki", "uri": f"{tenant_host.origin}/t1/api.php", "sync": "poll"}
+                r = client.post("/v1/sources", json={**body, "credentials_ref": ref, "source_id": f"w{n}"})
+                answers[ref] = r.status_code
+                if r.status_code == 422:
+                    # One wording, whatever exists on the host; the reference is not echoed.
+                    assert r.json()["error"]["message"] == (
+                        "credentials_ref: cannot be used: no readable secret of this tenant is there "
+                        "(the operator lists your secret stores)"
+                    )
+        assert answers == refs
+        stored = {s.credentials_ref for s in app.state.catalog.source_states("t1")}
+        assert not [ref for ref in stored if ref.startswith("env://") or SECRET in ref]
+        assert tenant_host.seen == []
+    finally:
+        tenant_host.close()
+        app.state.catalog.close()
+
+
+def test_every_credential_failure_has_one_wording(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No oracle: a missing variable, a missing file, an unreadable one, a
+    directory, a forbidden reference and a multi-line secret read alike."""
+    from connectors.credentials import resolve_secret
+
+    monkeypatch.setenv("RAGSYNC_TWO_LINES", "Bearer a\r\nX-Evil: 1")
+    unreadable = tmp_path / "unreadable"
+    unreadable.write_text("Bearer x")
+    unreadable.chmod(0)
+    grants = (f"file://{tmp_path}/{{tenant}}",)
+    failures = [
+        ("env://RAGSYNC_NO_SUCH_VARIABLE", None),
+        ("env://RAGSYNC_TWO_LINES", None),
+        (f"file://{tmp_path}/missing", None),
+        (f"file://{tmp_path}", None),
+        ("vault://kv/x", None),
+        ("env://HOME", grants),  # exists, but never a tenant's
+        (f"file://{unreadable}", grants),  # exists, outside the tenant's folder
+        (f"file://{tmp_path}/t1/missing", grants),
+    ]
+    if os.geteuid() != 0:
+        failures.append((f"file://{unreadable}", None))
+    messages = set()
+    for ref, tenant_grants in failures:
+        with pytest.raises(ConfigurationError) as caught:
+            resolve_secret(ref, tenant_grants=tenant_grants, tenant_id="t1")
+        messages.add(str(caught.value).replace(repr(ref), "REF"))
+    assert messages == {"credentials_ref REF cannot be used: no readable secret of this tenant is there"}
+
+
+def test_secret_names_of_one_tenant_never_fall_under_anothers_prefix() -> None:
+    from connectors.credentials import tenant_may_use
+
+    stores = ("secretmanager://projects/p/secrets/{tenant}",)
+    ref = "secretmanager://projects/p/secrets/{}"
+    assert tenant_may_use(ref.format("a_b_token"), stores, "a_b")
+    assert not tenant_may_use(ref.format("a_b_token"), stores, "a")  # tenant a_b's, not a's
+    assert tenant_may_use(ref.format("a_token-2/versions/3"), stores, "a")
+    assert not tenant_may_use(ref.format("a_"), stores, "a")
+    assert not tenant_may_use("env://A_TOKEN", stores + ("env://{tenant}",), "a")
+    assert tenant_may_use("", (), "a")  # a public source
+
+
+def test_secret_manager_versions_are_read_with_the_documented_rest_call() -> None:
+    """Recorded answers of ``GET v1/projects/P/secrets/S/versions/V:access``
+    (the shape Google documents: ``payload.data`` base64, ``dataCrc32c``)."""
+    httpx = pytest.importorskip("httpx")
+    from connectors.credentials import resolve_secret
+
+    calls: list[tuple[str, str]] = []
+    recorded = {
+        "/v1/projects/p/secrets/t1_wiki/versions/latest:access": (
+            200,
+            {
+                "name": "projects/123456/secrets/t1_wiki/versions/2",
+                "payload": {"data": "QmVhcmVyIHQxLXRva2Vu", "dataCrc32c": "2702512574"},
+            },
+        ),
+        "/v1/projects/p/secrets/t1_gone/versions/1:access": (
+            404,
+            {
+                "error": {
+                    "code": 404,
+                    "message": "Secret Version [projects/123456/secrets/t1_gone/versions/1] not found.",
+                    "status": "NOT_FOUND",
+                }
+            },
+        ),
+        "/v1/projects/p/secrets/t1_denied/versions/latest:access": (
+            403,
+            {
+                "error": {
+                    "code": 403,
+                    "message": "Permission 'secretmanager.versions.access' denied for "
+                    "resource 'projects/p/secrets/t1_denied/versions/latest' (or it may not exist).",
+                    "status": "PERMISSION_DENIED",
+                }
+            },
+        ),
+    }
+
+    def answer(request: Any) -> Any:
+        calls.append((request.url.path, request.headers.get("authorization", "")))
+        status, body = recorded[request.url.path]
+        return httpx.Response(status, json=body)
+
+    transport = httpx.MockTransport(answer)
+    grants = ("secretmanager://projects/p/secrets/{tenant}",)
+    kwargs: dict[str, Any] = {"tenant_grants": grants, "tenant_id": "t1", "transport": transport}
+    ref = "secretmanager://projects/p/secrets/t1_"
+    assert resolve_secret(ref + "wiki", token=lambda: "ya29.sa", **kwargs) == "Bearer t1-token"
+    errors = set()
+    for name in ("gone/versions/1", "denied"):
+        with pytest.raises(ConfigurationError) as caught:
+            resolve_secret(ref + name, token=lambda: "ya29.sa", **kwargs)
+        errors.add(str(caught.value).replace(ref + name, "REF"))
+    assert errors == {"credentials_ref 'REF' cannot be used: no readable secret of this tenant is there"}
+    assert [c[1] for c in calls] == ["Bearer ya29.sa"] * 3
+    assert len(calls) == 3
+
+
+def test_credentials_never_follow_a_redirect_to_another_origin() -> None:
+    """The source's host redirects to another origin (another port on
+    loopback): the Authorization header is never sent there."""
+    other = _Recorder(lambda path: (200, {}, b"stolen"))
+    source = _Recorder(lambda path: (302, {"Location": other.origin + "/collect"}, b""))
+    from connectors.reader import LocatedHttpClient
+
+    client = LocatedHttpClient(
+        Location.parse(source.origin + "/w"), headers={"Authorization": "Bearer s3cr3t"}
+    )
+    try:
+        with pytest.raises(OutsideLocationError):
+            client.get("api.php")
+        assert source.seen == [("/w/api.php", "Bearer s3cr3t")]
+        assert other.seen == []
+    finally:
+        client.close()
+        source.close()
+        other.close()
+
+
+# -- locations: grants and reserved state compared as real paths ---------------------------
+
+
+def test_a_symlink_in_a_tenants_grant_is_judged_by_where_it_leads(tmp_path: Path) -> None:
+    """The red team's HIGH: a link inside t1's granted folder pointing at t2's
+    folder or at ragsync's own store passes a string comparison."""
+    from connectors.location import allowed_for_tenant
+
+    docs, home = tmp_path / "docs", tmp_path / "home"
+    for folder in (docs / "t1", docs / "t2", home / "objects"):
+        folder.mkdir(parents=True)
+    (docs / "t2" / "secret.txt").write_text(SECRET)
+    (docs / "t1" / "to-t2").symlink_to(docs / "t2")
+    (docs / "t1" / "to-store").symlink_to(home / "objects")
+    (docs / "t1" / "own").mkdir()
+    grants = (f"{docs}/{{tenant}}",)
+    assert not allowed_for_tenant(Location.parse(str(docs / "t1" / "to-t2")), grants, "t1")
+    assert allowed_for_tenant(Location.parse(str(docs / "t2")), grants, "t2")
+    assert allowed_for_tenant(Location.parse(str(docs / "t1" / "own")), grants, "t1")
+    with pytest.raises(ConfigurationError, match="overlaps ragsync's own state"):
+        source_location(str(docs / "t1" / "to-store"), reserved=(str(home),))
+    # A linked grant is judged by its target too (the operator's own link).
+    (tmp_path / "linked-docs").symlink_to(docs)
+    assert allowed_for_tenant(
+        Location.parse(str(docs / "t1" / "own")), (f"{tmp_path}/linked-docs/{{tenant}}",), "t1"
+    )
+
+
+def test_control_characters_are_read_in_file_names_and_refused_with_a_true_reason_in_urls(
+    tmp_path: Path,
+) -> None:
+    """The red team's LOW: such names were refused as "outside the source's location"."""
+    from ragsync.errors import InvalidEventError
+
+    (tmp_path / "a\tb\nc\x7f.md").write_text("minutes")
+    reader = _reader(tmp_path)
+    assert reader.read("a\tb\nc\x7f.md") == reader.read(str(tmp_path / "a\tb\nc\x7f.md")) == b"minutes"
+    with pytest.raises(OutsideLocationError):
+        reader.read("../a\tb\nc\x7f.md")  # outside is still outside
+    wiki = Location.parse("https://wiki.example.com/w")
+    with pytest.raises(InvalidEventError) as caught:
+        wiki.resolve("https://wiki.example.com/w/index.php?title=A\r\nX-Evil: 1")
+    assert type(caught.value) is InvalidEventError
+    assert str(caught.value).endswith("has control characters: not a valid address")

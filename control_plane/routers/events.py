@@ -97,6 +97,12 @@ def _idempotent_event_id(tenant_id: str, key: str) -> str:
     return "ik" + digest
 
 
+def _differs(queued: Event, event: Event) -> bool:
+    """True when two events with one id say different things: any field
+    differs (``deny_groups`` included; the tenant is the caller's in both)."""
+    return dataclasses.replace(queued, tenant_id=event.tenant_id) != event
+
+
 def _conflicts(stored: dict[str, Any], event: Event) -> bool:
     """True when a queued event with the same id says something else (the
     same id reused for another change: refused, never dropped silently)."""
@@ -104,8 +110,7 @@ def _conflicts(stored: dict[str, Any], event: Event) -> bool:
         queued = Event.from_json(str(stored.get("payload") or "{}"))
     except (ValueError, TypeError):
         return True
-    same = ("source_id", "doc_id", "op", "source_version", "acl_groups", "content_uri", "event_time")
-    return any(getattr(queued, f) != getattr(event, f) for f in same)
+    return _differs(queued, event)
 
 
 @router.post(
@@ -174,7 +179,18 @@ def post_events(
     known = catalog.event_sources(tenant_id, (e.event_id for _, e in parsed))
     queue: list[Event] = []
     conflicts: list[int] = []
+    in_batch: dict[str, Event] = {}
     for index, event in parsed:
+        first = in_batch.setdefault(event.event_id, event)
+        if first is not event and _differs(first, event):
+            conflicts.append(index)
+            rejected.append(
+                RejectedEvent(
+                    index=index,
+                    error=f"event_id {event.event_id!r} is used by an earlier, different event of this batch",
+                )
+            )
+            continue
         source = sources[event.source_id]
         if source is None:
             fields[index] = "source_id"

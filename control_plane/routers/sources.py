@@ -22,8 +22,8 @@ from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connectors.base import SourceSpec
-from connectors.credentials import tenant_may_name
-from connectors.location import allowed_for_tenant, register_location
+from connectors.credentials import CREDENTIALS_REFUSED, tenant_may_use
+from connectors.location import allowed_for_tenant, real_location, register_location
 from connectors.registry import connector_class, default_uri
 from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
@@ -56,9 +56,9 @@ class SourceIn(_Model):
         min_length=4,
         max_length=2048,
         pattern=_CREDENTIALS_REF,
-        description="reference to a secret the operator granted your tenant (secretmanager://projects/P/"
-        "secrets/NAME, or a file:///path under your tenant's secret folder); omit for a public source; "
-        "never returned",
+        description="reference to a secret in a store the operator configured for your tenant "
+        "(secretmanager://projects/P/secrets/NAME, or file:///path under a granted folder; `ragsync serve "
+        "--tenant-secrets`); omit for a public source; never returned",
     )
     options: dict[str, Any] | None = Field(
         default=None, description='connector options, e.g. {"namespaces": [0], "acl_groups": ["staff"]}'
@@ -189,7 +189,8 @@ def _location(request: Request, body: SourceIn, tenant_id: str) -> str:
             "not a location this server lets your tenant declare (the operator lists them with "
             "`ragsync serve --allow-location` or RAGSYNC_ALLOWED_LOCATIONS)",
         )
-    return location.uri
+    # The real path is stored, so a later read follows no link the check did not judge.
+    return real_location(location).uri if body.uri is not None else location.uri
 
 
 @router.post(
@@ -206,13 +207,11 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
     if body.tenant_id is not None and body.tenant_id != tenant_id:
         raise _invalid("tenant_id", "must be the API key's tenant (or omitted)")
     uri = _location(request, body, tenant_id)
-    grants: tuple[str, ...] = getattr(request.app.state, "tenant_secrets", ())
-    if body.credentials_ref is not None and not tenant_may_name(body.credentials_ref, tenant_id, grants):
-        raise _invalid(
-            "credentials_ref",
-            "not a secret this server lets your tenant name (the operator grants them with "
-            "`ragsync serve --tenant-secret` or RAGSYNC_TENANT_SECRETS)",
-        )
+    # A tenant names secrets only in its own store: env:// or any host file
+    # would make the sync send the server's secret to the tenant's host.
+    stores: tuple[str, ...] = getattr(request.app.state, "secret_stores", ())
+    if body.credentials_ref and not tenant_may_use(body.credentials_ref, stores, tenant_id):
+        raise _invalid("credentials_ref", f"{CREDENTIALS_REFUSED} (the operator lists your secret stores)")
     interval = body.poll_interval_s if body.sync == "poll" else None
     if body.sync == "poll" and interval is None:
         interval = 300

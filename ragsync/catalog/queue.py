@@ -558,22 +558,26 @@ class QueueRepository(Repository):
             return [(str(e), str(o), float(et), float(at)) for e, o, et, at in conn.execute(query).all()]
 
     def freshness_stats(self, *, since: float | None = None) -> list[dict[str, Any]]:
-        """p50/p95 of applied_at - event_time per source, lane and kind
-        (``content`` for upserts, ``permissions`` for acl and delete)."""
+        """p50/p95 of applied_at - event_time per tenant, source, lane and kind
+        (``content`` for upserts, ``permissions`` for acl and delete); two
+        tenants' sources with the same id are separate rows."""
         t = schema.freshness
-        query = select(t.c.source_id, t.c.lane, t.c.op, t.c.event_time, t.c.applied_at)
+        query = select(t.c.tenant_id, t.c.source_id, t.c.lane, t.c.op, t.c.event_time, t.c.applied_at)
         if since is not None:
             query = query.where(t.c.applied_at >= since)
-        groups: dict[tuple[str, str, str], list[float]] = {}
+        groups: dict[tuple[str, str, str, str], list[float]] = {}
         with self._read_engine.connect() as conn:
-            for source_id, lane, op, event_time, applied_at in conn.execute(query).all():
+            for tenant_id, source_id, lane, op, event_time, applied_at in conn.execute(query).all():
                 kind = "content" if op == "upsert" else "permissions"
-                groups.setdefault((source_id, lane, kind), []).append(max(0.0, applied_at - event_time))
+                groups.setdefault((tenant_id, source_id, lane, kind), []).append(
+                    max(0.0, applied_at - event_time)
+                )
         out = []
-        for (source_id, lane, kind), values in sorted(groups.items()):
+        for (tenant_id, source_id, lane, kind), values in sorted(groups.items()):
             values.sort()
             out.append(
                 {
+                    "tenant_id": tenant_id,
                     "source_id": source_id,
                     "lane": lane,
                     "kind": kind,

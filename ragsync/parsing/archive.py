@@ -62,12 +62,16 @@ class ArchiveLimits:
             of the top-level document).
         max_ratio: largest expanded / compressed size of a member (or a
             ``.gz``) that expands past 1 MiB.
+        max_attachments: attachments one message may carry as child
+            documents; past it none is (each would be a document of its own:
+            5,000 took 25 minutes), and the message says why.
     """
 
     max_bytes: int = 512 * 1024 * 1024
     max_members: int = 10_000
     max_depth: int = 3
     max_ratio: float = 200.0
+    max_attachments: int = 500
 
 
 @dataclass

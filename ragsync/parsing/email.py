@@ -114,12 +114,16 @@ def unique_name(name: str, seen: set[str], fallback: str) -> str:
     return unique_label(safe_name(name) or fallback, seen)
 
 
-def _attachments(msg: EmailMessage, depth: int) -> list[Attachment]:
+def _attachments(msg: EmailMessage, depth: int, limits: ArchiveLimits) -> list[Attachment]:
+    """The message's attached files; past ``limits.max_attachments`` only
+    their names (nothing decoded: ``finish`` returns none of them then)."""
     out: list[Attachment] = []
     seen: set[str] = set()
-    for index, part in enumerate(msg.iter_attachments(), start=1):
-        if _is_inline_image(part):
-            continue
+    parts = [
+        (i, part) for i, part in enumerate(msg.iter_attachments(), start=1) if not _is_inline_image(part)
+    ]
+    names_only = len(parts) > limits.max_attachments
+    for index, part in parts:
         media_type = part.get_content_type()
         fallback = f"attachment-{index}" + (".eml" if media_type == "message/rfc822" else "")
         try:
@@ -127,7 +131,7 @@ def _attachments(msg: EmailMessage, depth: int) -> list[Attachment]:
         except Exception:  # noqa: BLE001 - a malformed RFC 2231 name: use the fallback
             raw_name = ""
         try:
-            data = _attachment_bytes(part)
+            data = b"" if names_only else _attachment_bytes(part)
         except Exception:  # noqa: BLE001 - a broken transfer encoding: keep what can be read
             data = b""
         out.append(Attachment(unique_name(raw_name, seen, fallback), data, media_type, depth + 1))
@@ -141,20 +145,21 @@ def finish(
     depth: int,
     limits: ArchiveLimits,
 ) -> RawParse:
-    """Name the attachments in the text and metadata; drop them past the nesting limit.
+    """Name the attachments in the text and metadata; drop them past the
+    nesting limit or past ``max_attachments`` per message.
 
     Args:
         out: the message's elements so far (headers, body).
         meta: its metadata.
         attachments: what it carries.
         depth: containers around the message.
-        limits: the archive limits (``max_depth``).
+        limits: the archive limits (``max_depth``, ``max_attachments``).
 
     Returns:
         The ``RawParse``: a paragraph ``Attachments: a.pdf, b.docx`` appended
         when there are any, ``metadata["attachments"]`` (count) and, past
-        the nesting limit, ``metadata["attachments_skipped"]`` instead of
-        returned attachments.
+        the nesting or count limit, ``metadata["attachments_skipped"]`` (the
+        reason and the names) instead of returned attachments.
     """
     if not attachments:
         return RawParse(out, 0, meta)
@@ -163,6 +168,12 @@ def finish(
     meta["attachments"] = str(len(attachments))
     if depth + 1 > limits.max_depth:
         meta["attachments_skipped"] = f"nested deeper than {limits.max_depth} containers: " + ", ".join(names)
+        return RawParse(out, 0, meta)
+    if len(attachments) > limits.max_attachments:
+        meta["attachments_skipped"] = (
+            f"{len(attachments)} attachments, above the limit of {limits.max_attachments} per message: "
+            + ", ".join(names)
+        )
         return RawParse(out, 0, meta)
     return RawParse(out, 0, meta, attachments=tuple(a for a in attachments if a.data))
 
@@ -173,7 +184,8 @@ def parse_email(data: bytes, *, depth: int = 0, limits: ArchiveLimits | None = N
     Args:
         data: the message bytes (an mbox-style ``From`` first line is allowed).
         depth: how many containers enclose this message (0 at top level).
-        limits: nesting limit (``max_depth``; defaults: ``ArchiveLimits()``).
+        limits: nesting and count limits (``max_depth``, ``max_attachments``;
+            defaults: ``ArchiveLimits()``).
 
     Returns:
         Elements: subject heading (level 1), a header paragraph
@@ -183,7 +195,7 @@ def parse_email(data: bytes, *, depth: int = 0, limits: ArchiveLimits | None = N
         not) with its ``Content-Type`` as ``media_type``; empty ones are
         named but not returned. Metadata: ``from``, ``to``, ``cc``, ``date``,
         ``subject`` (those present), ``title`` (= subject), ``attachments``
-        (count), ``attachments_skipped`` (past the nesting limit).
+        (count), ``attachments_skipped`` (past the nesting or count limit).
 
     Raises:
         CorruptDocumentError: the bytes cannot be read as a message.
@@ -202,7 +214,8 @@ def parse_email(data: bytes, *, depth: int = 0, limits: ArchiveLimits | None = N
     if lines:
         out.append(RawElement(ElementType.PARAGRAPH, "\n".join(lines)))
     out.extend(_body(msg))
-    return finish(out, meta, _attachments(msg, depth), depth, limits or ArchiveLimits())
+    limits = limits or ArchiveLimits()
+    return finish(out, meta, _attachments(msg, depth, limits), depth, limits)
 
 
 # --------------------------------------------------------------------------- Outlook MSG
@@ -281,7 +294,8 @@ def parse_msg(
         data: the MSG bytes.
         filename: used only in error messages.
         depth: how many containers enclose this message (0 at top level).
-        limits: nesting limit (``max_depth``; defaults: ``ArchiveLimits()``).
+        limits: nesting and count limits (``max_depth``, ``max_attachments``;
+            defaults: ``ArchiveLimits()``).
 
     Returns:
         The same shape as ``parse_email``; attached Outlook items that cannot

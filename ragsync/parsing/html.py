@@ -28,6 +28,7 @@ from typing import Any
 from bs4 import BeautifulSoup, XMLParsedAsHTMLWarning
 from bs4.element import NavigableString, Tag
 
+from ragsync.errors import TooLargeError
 from ragsync.model import ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, table_to_markdown, text_encoding
 
@@ -47,6 +48,10 @@ _DROP = (
     "select",
 )
 _HEADINGS = {f"h{n}": n for n in range(1, 7)}
+#: Deepest element nesting read (libxml2's own default limit; browsers stop at 512).
+#: The readings walk the tree recursively, so a deeper page is refused as
+#: ``too_large`` before them instead of ending in a RecursionError.
+MAX_HTML_DEPTH = 256
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([\w.:-]+)""", re.I)
 _TOKEN = re.compile(r"\w+")
 #: The structure walk is kept when the main content has fewer tokens than this and
@@ -523,6 +528,20 @@ def choose_reading(structure: list[RawElement], main: list[RawElement]) -> tuple
     return "main", restore_headings(structure, main)
 
 
+def nesting_depth(root: Tag, limit: int) -> int:
+    """The deepest element nesting under ``root``, counted without recursion;
+    stops counting once past ``limit`` (returns ``limit + 1`` then)."""
+    deepest = 0
+    stack: list[tuple[Tag, int]] = [(root, 0)]
+    while stack:
+        node, depth = stack.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return limit + 1
+        stack.extend((child, depth + 1) for child in node.contents if isinstance(child, Tag))
+    return deepest
+
+
 def parse_html(data: bytes, *, main_only: bool = True) -> RawParse:
     """Parse an HTML page: its main content as headings, paragraphs, list items and tables.
 
@@ -539,11 +558,16 @@ def parse_html(data: bytes, *, main_only: bool = True) -> RawParse:
     Returns:
         Elements in document order; metadata ``title`` when present and
         ``reading`` (``main`` or ``structure``).
+
+    Raises:
+        TooLargeError: elements nested deeper than ``MAX_HTML_DEPTH``.
     """
     text = decode_html(data)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", XMLParsedAsHTMLWarning)  # XHTML and XML are read this way on purpose
         soup = BeautifulSoup(text, "lxml")
+    if nesting_depth(soup, MAX_HTML_DEPTH) > MAX_HTML_DEPTH:
+        raise TooLargeError(f"HTML elements nested deeper than {MAX_HTML_DEPTH} levels (not read)")
     meta = _title(soup)
     structure = structure_walk(soup)
     if not main_only:

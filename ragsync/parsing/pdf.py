@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import io
 import re
+import zlib
 from collections.abc import Callable
 from typing import Any
 
@@ -35,6 +36,7 @@ import pypdfium2 as pdfium
 import pypdfium2.raw as pdfium_c
 
 from ragsync.errors import (
+    ArchiveBombError,
     CorruptDocumentError,
     EncryptedDocumentError,
     NoTextError,
@@ -43,6 +45,7 @@ from ragsync.errors import (
 )
 from ragsync.parsing._common import RawElement, RawParse
 from ragsync.parsing._pdfium import PDFIUM_LOCK
+from ragsync.parsing.archive import ArchiveLimits
 from ragsync.parsing.ocr import (
     MIN_TEXT_LAYER_CHARS,
     OcrOptions,
@@ -181,6 +184,60 @@ def _carry_headers(pages: list[list[Item]]) -> None:
 # --------------------------------------------------------------------------- entry point
 
 
+_STREAM = re.compile(rb"(?<!end)stream\r?\n")
+_RATIO_FLOOR = 64 * 1024 * 1024  # a page's blank Flate image alone may decode to tens of MiB
+
+
+def check_stream_expansion(data: bytes, limits: ArchiveLimits | None = None) -> int:
+    """The bytes a PDF's Flate streams decode to, counted without holding them.
+
+    Each ``/FlateDecode`` stream is inflated in bounded steps (64 KiB in, at
+    most 1 MiB out, then dropped), so a flate bomb costs bounded memory and
+    stops at the limit. Streams that do not inflate are left to the parsers.
+
+    Args:
+        data: the PDF bytes.
+        limits: ``max_bytes`` caps the total decoded; ``max_ratio`` the
+            decoded / file size once past 64 MiB. Image streams are not
+            inflated (a scanned page's Flate image alone decodes to ~35 MiB
+            at ratios near 400; inflating every one would cost ~0.1 s per
+            PDF, and pdfium decodes an image only to render its page for OCR,
+            which the OCR limits bound).
+
+    Returns:
+        Total decoded bytes of the Flate streams.
+
+    Raises:
+        ArchiveBombError: the streams decode past either limit.
+    """
+    limits = limits or ArchiveLimits()
+    ratio_cap = max(_RATIO_FLOOR, int(limits.max_ratio * len(data)))
+    total = 0
+    view = memoryview(data)
+    for match in _STREAM.finditer(data):
+        head = data[max(0, match.start() - 4096) : match.start()]
+        head = head[head.rfind(b" obj") + 1 :]
+        if b"/FlateDecode" not in head or b"/Image" in head:
+            continue
+        inflate = zlib.decompressobj()
+        pos = match.end()
+        try:
+            while not inflate.eof and pos < len(data):
+                pending = bytes(view[pos : pos + 65536])
+                pos += len(pending)
+                while pending and not inflate.eof:
+                    total += len(inflate.decompress(pending, 1 << 20))
+                    pending = inflate.unconsumed_tail
+                    if total > min(limits.max_bytes, ratio_cap):
+                        raise ArchiveBombError(
+                            f"PDF streams decode past the expansion limits ({limits.max_bytes} bytes, "
+                            f"ratio {limits.max_ratio:g}; {len(data)} bytes on disk): not read"
+                        )
+        except zlib.error:
+            continue  # a damaged stream: the parsers decide what it is
+    return total
+
+
 def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | None = None) -> RawParse:
     """Parse a PDF through the fallback chain (see the module docstring).
 
@@ -208,7 +265,10 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
         NoTextError: no page has a text layer or legible scanned text.
         OcrBelowBarError: no text and every non-blank scanned page is below the OCR bar.
         ConfigurationError: pages need OCR but Tesseract is not installed.
+        ArchiveBombError: its streams decode past the expansion limits
+            (``check_stream_expansion``).
     """
+    check_stream_expansion(data)
     with PDFIUM_LOCK:
         try:
             doc = pdfium.PdfDocument(data)
