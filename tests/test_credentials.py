@@ -158,9 +158,9 @@ def test_a_tenant_names_only_the_secrets_granted_to_it(tmp_path: Path) -> None:
     assert not tenant_may_use("secretmanager://projects/corp/secrets/acme_x/../y", grants, "acme")
     assert not tenant_may_use("env://HOME", grants, "acme")
     assert not tenant_may_use("env://HOME", ("env://",), "acme")
-    assert resolve_secret(
-        f"file://{secrets}/acme/wiki.token", tenant_grants=grants, tenant_id="acme"
-    ) == ("Bearer acme-token")
+    assert resolve_secret(f"file://{secrets}/acme/wiki.token", tenant_grants=grants, tenant_id="acme") == (
+        "Bearer acme-token"
+    )
     for ref in (
         f"file://{secrets}/umbrella/wiki.token",
         f"file://{secrets}/acme/theirs.token",
