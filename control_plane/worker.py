@@ -16,7 +16,9 @@ keep the API and the work apart. Each pass:
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
    a golden set, ``ragsync index-versions flip``).
 
-Work runs in child processes, one at a time: a pipeline that crashes takes
+Work runs in child processes, one at a time (each leads its own process
+group; stopping the worker, as ``serve`` does on SIGTERM or SIGINT, ends the
+running child and its helpers, so none outlives ``serve``): a pipeline that crashes takes
 nothing of the API with it, and the embedded stores (Milvus Lite, tantivy)
 allow one writer process. A run left ``running`` by a worker that died is
 marked failed when the next worker starts.
@@ -26,8 +28,10 @@ No Beam here (the control plane never imports it): the children do the work.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -40,6 +44,7 @@ from ragsync.decisions import SourceSchedule, due_syncs
 
 DEFAULT_POLL_S = 2.0
 DEFAULT_TIMEOUT_S = 6 * 3600.0
+CHILD_GRACE_S = 10.0  # a stopped child reports and cleans up within 10 s (ragsync.lifecycle)
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
@@ -95,6 +100,8 @@ class Worker:
         self.command = list(command)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._child_lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -144,20 +151,36 @@ class Worker:
         return ran
 
     def _child(self, args: Sequence[str]) -> tuple[int, str, str]:
-        """Run ``ragsync ARGS`` with the store flags; (exit code, stdout, stderr)."""
+        """Run ``ragsync ARGS`` with the store flags; (exit code, stdout, stderr).
+
+        The child leads its own process group, so :meth:`stop` ends it and
+        everything it started (parse children, Tika, a Milvus Lite server)
+        with one signal; a child still running at ``timeout_s`` is ended the
+        same way (exit code 124).
+        """
         argv = [*self.command, *args, *self.store_args, "--json"]
-        try:
-            proc = subprocess.run(
+        with self._child_lock:
+            if self._stop.is_set():
+                return 143, "", "the worker is stopping"
+            proc = subprocess.Popen(
                 argv,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=self.timeout_s,
                 env=dict(os.environ),
-                check=False,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            return 124, "", f"ran past the worker's {self.timeout_s:g} s limit ({exc})"
-        return proc.returncode, proc.stdout, proc.stderr
+            self._proc = proc
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            end_process_group(proc)
+            out, err = proc.communicate()
+            return 124, out, f"ran past the worker's {self.timeout_s:g} s limit"
+        finally:
+            with self._child_lock:
+                self._proc = None
+        return proc.returncode, out, err
 
     def run_sync(self, run: SyncRun) -> None:
         """Run one claimed sync request and record how it ended."""
@@ -213,7 +236,30 @@ class Worker:
         return self._thread
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask the loop to end after the current pass (a running child finishes first)."""
+        """End the loop: a running child and its process group get SIGTERM
+        (SIGKILL after ``CHILD_GRACE_S``), so none outlives the worker; the
+        interrupted run is recorded failed. Waits up to ``timeout_s`` for the
+        loop's thread."""
         self._stop.set()
+        with self._child_lock:
+            proc = self._proc
+        if proc is not None:
+            end_process_group(proc)
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+
+def end_process_group(proc: subprocess.Popen[str], grace_s: float | None = None) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL it after ``grace_s``
+    (default ``CHILD_GRACE_S``) if the leader has not exited; the leader is
+    reaped. A group already gone is fine."""
+    grace = CHILD_GRACE_S if grace_s is None else grace_s
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    # The group may outlive its leader (a helper the child started): end it too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
