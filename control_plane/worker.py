@@ -11,7 +11,7 @@ keep the API and the work apart. Each pass:
 2. **runs one sync request** (``queued -> running -> succeeded | failed``):
    ``ragsync sync SOURCE_ID --json`` in a child process, whose counts or
    error are recorded on the request;
-3. **runs one backfill request** (``POST /v1/backfills``): an
+3. **runs one backfill request**: an operator's (no tenant)
    ``embedding_model`` backfill re-embeds into a new index version with
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
    a golden set, ``ragsync index-versions flip``).
@@ -199,6 +199,12 @@ class Worker:
         """Run one claimed backfill request and record how it ended."""
         if row.reason != "embedding_model":
             self.catalog.update_backfill_progress(row.backfill_id, state="failed")
+            return
+        if row.tenant_id is not None:
+            # Re-embedding builds an index version of every tenant's chunks:
+            # a tenant's request (one queued before the API refused them) is
+            # refused here too, never run.
+            self.catalog.update_backfill_progress(row.backfill_id, state="refused")
             return
         args = ["reembed", "--model", row.target_index, "--quiet"]
         if row.max_docs_per_s:

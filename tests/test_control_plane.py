@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from connectors.events import parse_event  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
 from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
+from control_plane.worker import Worker  # noqa: E402
 from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
 from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent  # noqa: E402
@@ -537,9 +539,30 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
 # ----------------------------------------------------------------- backfills
 
 
+def test_embedding_model_backfill_is_the_operators(api: Api, tmp_path: Any) -> None:
+    # An index version holds every tenant's chunks: a tenant cannot start one.
+    body = {"reason": "embedding_model", "target_index": "chunks_v2", "max_docs_per_s": 50}
+    r = api.a.post("/v1/backfills", json=body)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "forbidden")
+    assert "operator" in r.json()["error"]["message"]
+    assert api.catalog.list_backfills() == []
+    # A tenant's request queued before the API refused them is refused by the
+    # worker, never run; the operator's (no tenant) runs.
+    fake = [sys.executable, "-c", 'print(\'{"total": 7, "failed": 0, "state": "live"}\')']
+    worker = Worker(api.catalog, [], schedule=False, command=fake)
+    tenant_id = api.keys.authenticate(api.key_a)
+    queued = api.catalog.create_backfill(tenant_id=tenant_id, **body)
+    operator = api.catalog.create_backfill(**body)
+    assert worker.run_once() and worker.run_once()
+    mine = api.catalog.get_backfill(queued.backfill_id)
+    ops = api.catalog.get_backfill(operator.backfill_id)
+    assert mine is not None and (mine.state, mine.total) == ("refused", 0)
+    assert ops is not None and (ops.state, ops.total) == ("flipped", 7)
+
+
 def test_backfill_request_and_progress(api: Api) -> None:
     r = api.a.post(
-        "/v1/backfills", json={"reason": "embedding_model", "target_index": "chunks_v2", "max_docs_per_s": 50}
+        "/v1/backfills", json={"reason": "parser", "target_index": "chunks_v2", "max_docs_per_s": 50}
     )
     assert r.status_code == 201
     created = r.json()
@@ -547,7 +570,7 @@ def test_backfill_request_and_progress(api: Api) -> None:
     assert bid.startswith("bf_")
     assert created == {
         "backfill_id": bid,
-        "reason": "embedding_model",
+        "reason": "parser",
         "target_index": "chunks_v2",
         "max_docs_per_s": 50.0,
         "state": "requested",
