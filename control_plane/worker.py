@@ -41,6 +41,7 @@ from typing import Any
 
 from ragsync.catalog import BackfillRow, Catalog, SyncRun
 from ragsync.decisions import SourceSchedule, due_syncs
+from ragsync.display import host_free
 
 DEFAULT_POLL_S = 2.0
 DEFAULT_TIMEOUT_S = 6 * 3600.0
@@ -193,6 +194,8 @@ class Worker:
             self.catalog.finish_sync_run(run.sync_id, succeeded=True, counts=counts)
             return
         error = str(data.get("error") or "") or _tail(err) or f"ragsync sync exited with {code}"
+        # The tenant reads this error (GET /v1/sources/{id}/sync/{sync_id}): no host details.
+        error = host_free(error)
         self.catalog.finish_sync_run(run.sync_id, succeeded=False, error=error)
 
     def run_backfill(self, row: BackfillRow) -> None:

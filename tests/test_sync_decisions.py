@@ -20,6 +20,7 @@ from ragsync.decisions import (
     SyncMode,
     after_failure,
     due_syncs,
+    failure_backoff_s,
     listing_verdict,
     plan_sync,
 )
@@ -74,6 +75,22 @@ def test_after_failure_pauses_listings_at_once_and_feeds_after_n() -> None:
     third = after_failure(second.failures, error="boom", pause_after=3, listing_failed=False)
     assert [o.pause for o in (first, second, third)] == [False, False, True]
     assert third.reason == "3 syncs failed in a row; last error: boom"
+    # Until paused, each failure in a row backs the next sync off longer.
+    assert [o.retry_after_s for o in (first, second, third)] == [60.0, 120.0, 0.0]
+
+
+def test_failure_backoff_doubles_up_to_an_hour() -> None:
+    assert [failure_backoff_s(n) for n in (1, 2, 3, 6, 7, 8, 1000)] == [
+        60.0,
+        120.0,
+        240.0,
+        1920.0,
+        3600.0,
+        3600.0,
+        3600.0,
+    ]
+    with pytest.raises(ValueError):
+        failure_backoff_s(0)
 
 
 def _schedule(source_id: str, **kw: object) -> SourceSchedule:

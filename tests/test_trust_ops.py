@@ -1,6 +1,10 @@
 """Trust boundary, second pass (issue #29): the operations findings of the red team.
 
 - ``serve`` stopped by SIGTERM ends its worker's running sync child.
+- A sync refused because another run holds the stores is not counted against
+  the source (never paused) and its error names no PID or host path.
+- A source whose connector cannot be built (broken credentials) backs off and
+  is paused after ``pause_after_failures`` syncs, not retried forever.
 """
 
 from __future__ import annotations
@@ -14,7 +18,12 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
+from beam_pipelines.backfill import register_source
+from beam_pipelines.sync import SyncError, run_sync
+from ragsync.config import Settings, open_catalog
+from ragsync.errors import ConfigurationError
 from ragsync.lifecycle import descendants
 from tests.mediawiki import free_port
 from tests.proc import CLI, ROOT, kill_group, live_members
@@ -96,3 +105,78 @@ def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) ->
             if _alive(pid):
                 kill_group(os.getpgid(pid))
         silent.close()
+
+
+def _state(settings: Settings, source_id: str) -> tuple[bool, int, str, float | None]:
+    catalog = open_catalog(settings)
+    try:
+        state = catalog.source_state(source_id, TENANT)
+        assert state is not None
+        return state.paused, state.failures, state.pause_reason, state.retry_at
+    finally:
+        catalog.close()
+
+
+def test_broken_credentials_back_off_then_pause_with_a_host_free_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    settings.ensure_home()
+    secret = tmp_path / "secrets" / "wiki-token"  # a credentials file that does not exist
+    register_source(
+        settings,
+        "wiki",
+        TENANT,
+        "wiki",
+        "https://wiki.example.org/api.php",
+        options={"pause_after_failures": 2},
+        credentials_ref=f"file://{secret}",
+        sync="poll",
+        poll_interval_s=60,
+    )
+    before = time.time()
+    with pytest.raises(ConfigurationError):
+        run_sync("wiki", settings, tenant_id=TENANT, apply=False, show_progress=False)
+    paused, failures, _, retry_at = _state(settings, "wiki")
+    assert (paused, failures) == (False, 1)
+    assert retry_at is not None and before + 60 <= retry_at <= time.time() + 60
+    with pytest.raises(ConfigurationError):
+        run_sync("wiki", settings, tenant_id=TENANT, apply=False, show_progress=False)
+    paused, failures, reason, _ = _state(settings, "wiki")
+    assert (paused, failures) == (True, 2)
+    assert reason.startswith("2 syncs failed in a row; last error: ")
+    assert str(tmp_path) not in reason and "<path>" in reason
+
+
+def test_a_sync_refused_by_a_concurrent_run_does_not_pause_its_source(tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    settings.ensure_home()
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("alpha " * 50)
+    options = {"pause_after_failures": 1}
+    register_source(settings, "docs", TENANT, "object_store", str(folder), options=options)
+    # Another process (another ragsync run) holds Milvus Lite's lock.
+    holder = subprocess.Popen(
+        [
+            *CLI[:1],
+            "-c",
+            "import sys, time; from pymilvus import MilvusClient; MilvusClient(uri=sys.argv[1]); "
+            "print('held', flush=True); time.sleep(300)",
+            settings.milvus_uri,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(SyncError) as refused:
+            run_sync("docs", settings, tenant_id=TENANT, full=True, apply=False, show_progress=False)
+    finally:
+        kill_group(holder.pid)
+        holder.wait()
+    message = str(refused.value)
+    assert "held by another ragsync run" in message
+    assert str(holder.pid) not in message and str(tmp_path) not in message
+    assert _state(settings, "docs")[:3] == (False, 0, "")
