@@ -8,7 +8,9 @@ keep the API and the work apart. Each pass:
    full listing once a day and polled sources an incremental sync every
    ``poll_interval_s`` (``ragsync.decisions.due_syncs``: paused sources, sources
    with a sync pending and sources a rate limit asked to wait are skipped);
-2. **runs one sync request** (``queued -> running -> succeeded | failed``):
+2. **runs one sync request** (``queued -> running -> succeeded | failed``),
+   round-robin by tenant (``Catalog.claim_sync_run``: one tenant's queue
+   delays another's sync by at most one sync, not by its length):
    ``ragsync sync SOURCE_ID --json`` in a child process, whose counts or
    error are recorded on the request;
 3. **runs one backfill request**: an operator's (no tenant)
@@ -103,6 +105,7 @@ class Worker:
         self._thread: threading.Thread | None = None
         self._child_lock = threading.Lock()
         self._proc: subprocess.Popen[str] | None = None
+        self._last_tenant: str | None = None
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -141,8 +144,9 @@ class Worker:
         if self.schedule:
             self.schedule_due()
         ran = False
-        run = self.catalog.claim_sync_run()
+        run = self.catalog.claim_sync_run(after_tenant=self._last_tenant)
         if run is not None:
+            self._last_tenant = run.tenant_id  # round-robin: the next tenant goes next
             self.run_sync(run)
             ran = True
         backfill = self.catalog.claim_backfill()

@@ -22,6 +22,7 @@ from ragsync.decisions import (
     due_syncs,
     failure_backoff_s,
     listing_verdict,
+    next_tenant,
     plan_sync,
 )
 from ragsync.errors import InvalidEventError
@@ -275,3 +276,20 @@ def test_s3_notifications_become_events() -> None:
     ]
     with pytest.raises(InvalidEventError):
         _folder("gs://bucket/docs").webhook_events(json.dumps({"Records": [record]}).encode(), {})
+
+
+def test_next_tenant_is_round_robin_over_eligible_tenants() -> None:
+    queued = ["b", "a", "a", "c", "a"]
+    assert next_tenant(queued, {}, None) == "a"
+    assert next_tenant(queued, {}, "a") == "b"
+    assert next_tenant(queued, {}, "b") == "c"
+    assert next_tenant(queued, {}, "c") == "a"  # wraps around
+    assert next_tenant(queued, {}, "zz") == "a"  # the last tenant has nothing queued any more
+    assert next_tenant(["a"], {}, "a") == "a"  # alone: served again
+    # A tenant at its running cap waits; others go first.
+    assert next_tenant(queued, {"b": 1}, "a") == "c"
+    assert next_tenant(queued, {"a": 1, "b": 1, "c": 1}, None) is None
+    assert next_tenant(queued, {"a": 1}, None, max_running=2) == "a"
+    assert next_tenant([], {}, "a") is None
+    with pytest.raises(ValueError):
+        next_tenant(queued, {}, None, max_running=0)

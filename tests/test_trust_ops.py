@@ -5,6 +5,7 @@
   the source (never paused) and its error names no PID or host path.
 - A source whose connector cannot be built (broken credentials) backs off and
   is paused after ``pause_after_failures`` syncs, not retried forever.
+- Queued syncs are taken round-robin by tenant, not first in, first out.
 """
 
 from __future__ import annotations
@@ -180,3 +181,38 @@ def test_a_sync_refused_by_a_concurrent_run_does_not_pause_its_source(tmp_path: 
     assert "held by another ragsync run" in message
     assert str(holder.pid) not in message and str(tmp_path) not in message
     assert _state(settings, "docs")[:3] == (False, 0, "")
+
+
+def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
+    from ragsync.catalog import Catalog
+
+    catalog = Catalog.open(f"sqlite:///{tmp_path}/c.db")
+    try:
+        # Tenant "busy" queues three syncs before "quiet" queues one.
+        requests = [("busy", "s1"), ("busy", "s2"), ("busy", "s3"), ("quiet", "q1")]
+        for tenant, source in requests:
+            catalog.create_source(
+                tenant,
+                source_id=source,
+                type="wiki",
+                credentials_ref=None,
+                sync="webhook",
+                poll_interval_s=None,
+            )
+            assert catalog.request_sync(tenant, source, "full") is not None
+        order, last = [], None
+        while (run := catalog.claim_sync_run(after_tenant=last)) is not None:
+            order.append((run.tenant_id, run.source_id))
+            catalog.finish_sync_run(run.sync_id, succeeded=True)
+            last = run.tenant_id
+        assert order == [("busy", "s1"), ("quiet", "q1"), ("busy", "s2"), ("busy", "s3")]
+        # A tenant with a sync running waits while another tenant has work.
+        for tenant, source in requests:
+            catalog.request_sync(tenant, source, "full")
+        first = catalog.claim_sync_run()
+        assert first is not None and first.tenant_id == "busy"
+        second = catalog.claim_sync_run(after_tenant="quiet")  # busy is next in turn, but running
+        assert second is not None and second.tenant_id == "quiet"
+        assert catalog.claim_sync_run() is None  # both tenants at their cap of one running
+    finally:
+        catalog.close()

@@ -57,6 +57,7 @@ from ragsync.decisions.sync import (
     due_syncs,
     failure_backoff_s,
     listing_verdict,
+    next_tenant,
     plan_repair,
     plan_sync,
 )
@@ -100,6 +101,7 @@ __all__ = [
     "gate_event",
     "gate_verdict",
     "listing_verdict",
+    "next_tenant",
     "plan_copies",
     "plan_repair",
     "plan_sync",

@@ -220,6 +220,34 @@ def due_syncs(
     return out
 
 
+def next_tenant(
+    waiting: Iterable[str], running: Mapping[str, int], last: str | None, *, max_running: int = 1
+) -> str | None:
+    """The tenant whose oldest queued sync runs next: round-robin by tenant.
+
+    Args:
+        waiting: tenants with a queued sync (any order, repeats allowed).
+        running: syncs running now, per tenant.
+        last: the tenant served last (None at start).
+        max_running: a tenant with this many syncs running waits.
+
+    Returns:
+        The first eligible tenant after ``last`` in sorted order, wrapping
+        around (``last`` itself only when no other is eligible); None when
+        no tenant is eligible. One tenant's long queue therefore delays
+        another's sync by at most one sync per waiting tenant, not by the
+        length of the queue.
+    """
+    if max_running < 1:
+        raise ValueError("max_running must be >= 1")
+    eligible = sorted({t for t in waiting if running.get(t, 0) < max_running})
+    if not eligible:
+        return None
+    if last is None:
+        return eligible[0]
+    return next((t for t in eligible if t > last), eligible[0])
+
+
 # -- repairing the indexes ---------------------------------------------------------
 
 
