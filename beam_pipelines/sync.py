@@ -17,9 +17,13 @@ folder or prefix registered as an ``object_store`` source) all run this.
 4. Apply: the streaming pipeline runs until the queue is drained (skipped
    with ``apply=False``, for a long-running ``ragsync stream``).
 
-Failures are counted on the source: a rate limit sets when to retry; the
-N-th failure in a row (option ``pause_after_failures``, default 5) pauses the
-source. A paused source is not synced until ``ragsync sources resume``.
+Failures are counted on the source (a connector that cannot be built, e.g.
+broken credentials, included): a rate limit sets when to retry; other failures
+back off (``ragsync.decisions.after_failure``: 1, 2, 4 ... minutes, at most an
+hour) and the N-th in a row (option ``pause_after_failures``, default 5)
+pauses the source, with a reason free of host details (paths, process ids).
+A run refused because another run holds the stores is not counted. A paused
+source is not synced until ``ragsync sources resume``.
 """
 
 from __future__ import annotations
@@ -48,9 +52,9 @@ from connectors.sync import FeedResult, read_feed
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
-from ragsync.display import safe_text
+from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
-from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError
 from ragsync.model import Event
 from transforms.listing import connector_for
 
@@ -198,7 +202,13 @@ def run_sync(
         if share is None:
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
         pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
-        connector = connector_for(spec, settings)
+        try:
+            connector = connector_for(spec, settings)
+        except ConfigurationError as exc:
+            # Broken credentials or options fail every sync the same way:
+            # counted (backed off, then paused), never retried forever.
+            _count_failure(catalog, spec, state.failures, pause_after, exc, listing=False)
+            raise
         plan = plan_sync(
             source_id,
             supports_changes=connector.supports_changes,
@@ -222,6 +232,13 @@ def run_sync(
         except Exception as exc:
             if lifecycle.stop_signal() is not None:
                 raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
+            if _store_busy(exc):
+                # Another run holds the stores: this run is refused, the
+                # source did nothing wrong (not counted, never paused).
+                raise SyncError(
+                    f"sync of {source_id} refused: the indexes are {STORE_BUSY}; it was not counted "
+                    "as a failure of the source, request it again when that run has ended"
+                ) from exc
             in_listing = isinstance(exc, ListingGuardError | ListingFailedError)
             _count_failure(catalog, spec, state.failures, pause_after, exc, listing=in_listing)
             wrapped = _as_sync_error(source_id, exc)
@@ -364,9 +381,28 @@ def _count_failure(
         retry_at = time.time() + limited.retry_after_s
         catalog.sync_failed(spec.source_id, failures=previous, retry_at=retry_at, **key)
         return
-    outcome = after_failure(previous, error=_message(exc), pause_after=pause_after, listing_failed=listing)
+    # The reason is shown to the tenant (GET /v1/sources): no host details.
+    error = host_free(_message(exc))
+    outcome = after_failure(previous, error=error, pause_after=pause_after, listing_failed=listing)
     reason = outcome.reason if outcome.pause else ""
-    catalog.sync_failed(spec.source_id, failures=outcome.failures, pause_reason=reason, **key)
+    backoff_until = None if outcome.pause else time.time() + outcome.retry_after_s
+    catalog.sync_failed(
+        spec.source_id, failures=outcome.failures, pause_reason=reason, retry_at=backoff_until, **key
+    )
+
+
+def _store_busy(exc: BaseException) -> bool:
+    """Whether a failure is another run holding the stores (Beam may wrap
+    the :class:`StoreBusyError` a step raised in its own error: its text is
+    checked too)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        if isinstance(cur, StoreBusyError) or STORE_BUSY in str(cur):
+            return True
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def _rate_limit_in(exc: BaseException) -> RateLimitedError | None:

@@ -42,7 +42,7 @@ from fastapi import FastAPI
 
 from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
-from control_plane.limits import TenantBudget
+from control_plane.limits import DEFAULT_MAX_PENDING_SYNCS, DEFAULT_MAX_SOURCES, TenantBudget
 from control_plane.middleware import BodySizeLimitMiddleware
 from control_plane.routers import backfills, dead_letters, docs, events, health, metrics, sources
 from control_plane.worker import Worker
@@ -72,6 +72,8 @@ def create_app(
     events_burst: int = 2000,
     worker: Callable[[Catalog], Worker] | None = None,
     metrics_token: str = "",
+    max_pending_syncs: int = DEFAULT_MAX_PENDING_SYNCS,
+    max_sources: int = DEFAULT_MAX_SOURCES,
 ) -> FastAPI:
     """Build the control-plane app over a catalog database.
 
@@ -98,6 +100,9 @@ def create_app(
             ``ragsync worker``.
         metrics_token: bearer token ``GET /metrics`` requires; empty: only
             loopback clients may scrape.
+        max_pending_syncs: syncs a tenant may have queued or running; a
+            request for another gets 429.
+        max_sources: sources a tenant may register; another gets 403.
 
     Returns:
         The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
@@ -108,8 +113,10 @@ def create_app(
         ValueError: ``max_body_bytes`` is not positive.
         sqlalchemy.exc.SQLAlchemyError: the catalog cannot be opened or migrated.
     """
-    if max_body_bytes <= 0 or events_per_s <= 0 or events_burst <= 0:
-        raise ValueError("max_body_bytes, events_per_s and events_burst must be positive")
+    if min(max_body_bytes, events_per_s, events_burst, max_pending_syncs, max_sources) <= 0:
+        raise ValueError(
+            "max_body_bytes, events_per_s, events_burst, max_pending_syncs and max_sources must be positive"
+        )
     catalog = Catalog.open(catalog_url)
 
     running = worker(catalog) if worker is not None else None
@@ -137,6 +144,8 @@ def create_app(
     app.state.event_budget = TenantBudget(rate_per_s=events_per_s, burst=events_burst)
     app.state.worker = running
     app.state.metrics_token = metrics_token
+    app.state.max_pending_syncs = max_pending_syncs
+    app.state.max_sources = max_sources
     app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
     install_error_handlers(app)
     for router in ROUTERS:

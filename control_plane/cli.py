@@ -17,6 +17,7 @@ from typing import Any
 
 from connectors.credentials import GRANTS_ENV, tenant_grants
 from control_plane.keys import ApiKeys
+from control_plane.limits import DEFAULT_MAX_PENDING_SYNCS, DEFAULT_MAX_SOURCES
 from control_plane.worker import Worker
 from ragsync.catalog import Catalog, ConflictError, TenantRow
 
@@ -144,6 +145,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         events_burst=args.events_burst,
         worker=worker,
         metrics_token=args.metrics_token or os.environ.get("RAGSYNC_METRICS_TOKEN", ""),
+        max_pending_syncs=args.max_pending_syncs_per_tenant,
+        max_sources=args.max_sources_per_tenant,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
     return 0
@@ -261,6 +264,18 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         "0: leave them to `ragsync worker`",
     )
     serve.add_argument("--no-schedule", action="store_true", help="no scheduled polls or daily full listings")
+    serve.add_argument(
+        "--max-pending-syncs-per-tenant",
+        type=int,
+        default=DEFAULT_MAX_PENDING_SYNCS,
+        help=f"syncs a tenant may have queued or running (default {DEFAULT_MAX_PENDING_SYNCS}; then 429)",
+    )
+    serve.add_argument(
+        "--max-sources-per-tenant",
+        type=int,
+        default=DEFAULT_MAX_SOURCES,
+        help=f"sources a tenant may register (default {DEFAULT_MAX_SOURCES}; then 403)",
+    )
     serve.add_argument(
         "--metrics-token",
         default="",

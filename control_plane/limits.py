@@ -6,6 +6,12 @@ of the request (all or nothing); when a tenant has too few, the request is
 answered ``429`` with ``Retry-After`` (whole seconds until enough tokens are
 back) and nothing is queued. Several ``ragsync serve`` processes behind a load
 balancer each keep their own buckets (the budget is then per process).
+
+Caps kept in the catalog (so they hold across processes): a tenant may have
+``DEFAULT_MAX_PENDING_SYNCS`` syncs queued or running (another request is
+answered ``429``) and ``DEFAULT_MAX_SOURCES`` sources (another is ``403``);
+``ragsync serve --max-pending-syncs-per-tenant / --max-sources-per-tenant``
+change them. The worker takes queued syncs round-robin by tenant.
 """
 
 from __future__ import annotations
@@ -15,6 +21,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+
+DEFAULT_MAX_PENDING_SYNCS = 4
+DEFAULT_MAX_SOURCES = 200
 
 
 @dataclass

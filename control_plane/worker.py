@@ -8,15 +8,19 @@ keep the API and the work apart. Each pass:
    full listing once a day and polled sources an incremental sync every
    ``poll_interval_s`` (``ragsync.decisions.due_syncs``: paused sources, sources
    with a sync pending and sources a rate limit asked to wait are skipped);
-2. **runs one sync request** (``queued -> running -> succeeded | failed``):
+2. **runs one sync request** (``queued -> running -> succeeded | failed``),
+   round-robin by tenant (``Catalog.claim_sync_run``: one tenant's queue
+   delays another's sync by at most one sync, not by its length):
    ``ragsync sync SOURCE_ID --json`` in a child process, whose counts or
    error are recorded on the request;
-3. **runs one backfill request** (``POST /v1/backfills``): an
+3. **runs one backfill request**: an operator's (no tenant)
    ``embedding_model`` backfill re-embeds into a new index version with
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
    a golden set, ``ragsync index-versions flip``).
 
-Work runs in child processes, one at a time: a pipeline that crashes takes
+Work runs in child processes, one at a time (each leads its own process
+group; stopping the worker, as ``serve`` does on SIGTERM or SIGINT, ends the
+running child and its helpers, so none outlives ``serve``): a pipeline that crashes takes
 nothing of the API with it, and the embedded stores (Milvus Lite, tantivy)
 allow one writer process. A run left ``running`` by a worker that died is
 marked failed when the next worker starts.
@@ -26,8 +30,10 @@ No Beam here (the control plane never imports it): the children do the work.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -37,9 +43,11 @@ from typing import Any
 
 from ragsync.catalog import BackfillRow, Catalog, SyncRun
 from ragsync.decisions import SourceSchedule, due_syncs
+from ragsync.display import host_free
 
 DEFAULT_POLL_S = 2.0
 DEFAULT_TIMEOUT_S = 6 * 3600.0
+CHILD_GRACE_S = 10.0  # a stopped child reports and cleans up within 10 s (ragsync.lifecycle)
 
 
 def _last_json(text: str) -> dict[str, Any] | None:
@@ -95,6 +103,9 @@ class Worker:
         self.command = list(command)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
+        self._child_lock = threading.Lock()
+        self._proc: subprocess.Popen[str] | None = None
+        self._last_tenant: str | None = None
 
     # -- one pass -----------------------------------------------------------------------
 
@@ -133,8 +144,9 @@ class Worker:
         if self.schedule:
             self.schedule_due()
         ran = False
-        run = self.catalog.claim_sync_run()
+        run = self.catalog.claim_sync_run(after_tenant=self._last_tenant)
         if run is not None:
+            self._last_tenant = run.tenant_id  # round-robin: the next tenant goes next
             self.run_sync(run)
             ran = True
         backfill = self.catalog.claim_backfill()
@@ -144,20 +156,36 @@ class Worker:
         return ran
 
     def _child(self, args: Sequence[str]) -> tuple[int, str, str]:
-        """Run ``ragsync ARGS`` with the store flags; (exit code, stdout, stderr)."""
+        """Run ``ragsync ARGS`` with the store flags; (exit code, stdout, stderr).
+
+        The child leads its own process group, so :meth:`stop` ends it and
+        everything it started (parse children, Tika, a Milvus Lite server)
+        with one signal; a child still running at ``timeout_s`` is ended the
+        same way (exit code 124).
+        """
         argv = [*self.command, *args, *self.store_args, "--json"]
-        try:
-            proc = subprocess.run(
+        with self._child_lock:
+            if self._stop.is_set():
+                return 143, "", "the worker is stopping"
+            proc = subprocess.Popen(
                 argv,
-                capture_output=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
                 text=True,
-                timeout=self.timeout_s,
                 env=dict(os.environ),
-                check=False,
+                start_new_session=True,
             )
-        except subprocess.TimeoutExpired as exc:
-            return 124, "", f"ran past the worker's {self.timeout_s:g} s limit ({exc})"
-        return proc.returncode, proc.stdout, proc.stderr
+            self._proc = proc
+        try:
+            out, err = proc.communicate(timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            end_process_group(proc)
+            out, err = proc.communicate()
+            return 124, out, f"ran past the worker's {self.timeout_s:g} s limit"
+        finally:
+            with self._child_lock:
+                self._proc = None
+        return proc.returncode, out, err
 
     def run_sync(self, run: SyncRun) -> None:
         """Run one claimed sync request and record how it ended."""
@@ -170,12 +198,20 @@ class Worker:
             self.catalog.finish_sync_run(run.sync_id, succeeded=True, counts=counts)
             return
         error = str(data.get("error") or "") or _tail(err) or f"ragsync sync exited with {code}"
+        # The tenant reads this error (GET /v1/sources/{id}/sync/{sync_id}): no host details.
+        error = host_free(error)
         self.catalog.finish_sync_run(run.sync_id, succeeded=False, error=error)
 
     def run_backfill(self, row: BackfillRow) -> None:
         """Run one claimed backfill request and record how it ended."""
         if row.reason != "embedding_model":
             self.catalog.update_backfill_progress(row.backfill_id, state="failed")
+            return
+        if row.tenant_id is not None:
+            # Re-embedding builds an index version of every tenant's chunks:
+            # a tenant's request (one queued before the API refused them) is
+            # refused here too, never run.
+            self.catalog.update_backfill_progress(row.backfill_id, state="refused")
             return
         args = ["reembed", "--model", row.target_index, "--quiet"]
         if row.max_docs_per_s:
@@ -213,7 +249,30 @@ class Worker:
         return self._thread
 
     def stop(self, timeout_s: float = 10.0) -> None:
-        """Ask the loop to end after the current pass (a running child finishes first)."""
+        """End the loop: a running child and its process group get SIGTERM
+        (SIGKILL after ``CHILD_GRACE_S``), so none outlives the worker; the
+        interrupted run is recorded failed. Waits up to ``timeout_s`` for the
+        loop's thread."""
         self._stop.set()
+        with self._child_lock:
+            proc = self._proc
+        if proc is not None:
+            end_process_group(proc)
         if self._thread is not None:
             self._thread.join(timeout_s)
+
+
+def end_process_group(proc: subprocess.Popen[str], grace_s: float | None = None) -> None:
+    """SIGTERM the process group ``proc`` leads, SIGKILL it after ``grace_s``
+    (default ``CHILD_GRACE_S``) if the leader has not exited; the leader is
+    reaped. A group already gone is fine."""
+    grace = CHILD_GRACE_S if grace_s is None else grace_s
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)
+    # The group may outlive its leader (a helper the child started): end it too.
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(grace)

@@ -34,3 +34,20 @@ def safe_text(text: object, *, keep_newlines: bool = False) -> str:
     except UnicodeEncodeError:  # lone surrogates from undecodable file names
         value = value.encode("utf-8", "backslashreplace").decode("utf-8")
     return _UNSAFE.sub(escape, value)
+
+
+# An absolute file path (not the path part of a URL: a '/' after a word
+# character, ':' or '/' is not a start), a file:// URI, a process id.
+_HOST_PATH = re.compile(r"file://\S+|(?<![\w:/.~-])~?/[^\s'\"(),;]+")
+_PIDS = re.compile(r"\b(?:process(?:\(es\))?|pids?)[\s:=#]*\d+(?:\s*,\s*\d+)*", re.IGNORECASE)
+
+
+def host_free(text: object) -> str:
+    """``text`` without host details, for messages a tenant reads (a sync's
+    error, a pause reason): absolute paths and ``file://`` URIs become
+    ``<path>``, process ids ``<process>``. URLs keep their path.
+
+    >>> host_free("cannot open Milvus Lite at '/srv/home/milvus.db': process(es) 41, 42 hold it")
+    "cannot open Milvus Lite at '<path>': <process> hold it"
+    """
+    return _PIDS.sub("<process>", _HOST_PATH.sub("<path>", str(text)))

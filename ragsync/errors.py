@@ -181,3 +181,13 @@ class AmbiguousSourceError(ConfigurationError):
 
     def __init__(self, source_id: str) -> None:
         super().__init__(f"source {source_id!r} exists for several tenants: give the tenant (--tenant)")
+
+
+class StoreBusyError(ConfigurationError):
+    """Another process holds a store this run needs (Milvus Lite's lock): the
+    run is refused, the source did nothing wrong (a sync refused so is not
+    counted as its failure, ``beam_pipelines.sync``). Its message contains
+    :data:`STORE_BUSY`, which survives Beam wrapping the exception."""
+
+
+STORE_BUSY = "held by another ragsync run"

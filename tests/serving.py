@@ -33,3 +33,20 @@ def served(app: Any, timeout_s: float = 20) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(timeout=timeout_s)
+
+
+def wait_healthy(client: Any, log_path: Any, timeout_s: float = 60) -> None:
+    """Poll ``GET /healthz`` with the httpx ``client`` until a ``ragsync
+    serve`` process answers 200; fail with the server's log (``log_path``)
+    after ``timeout_s``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if client.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, log_path.read_text()
+        time.sleep(0.2)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from connectors.events import parse_event  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
 from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
+from control_plane.worker import Worker  # noqa: E402
 from ragsync import ids  # noqa: E402
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, schema  # noqa: E402
 from ragsync.model import DeadLetter, Event, FetchedDocument, QueuedEvent  # noqa: E402
@@ -46,6 +48,7 @@ class Api:
     b: Any  # httpx.Client with tenant B's key
     key_a: str
     seen: list[str]
+    app_state: Any = None  # the app's settings (app.state)
 
 
 # The operator lets each tenant declare wikis under its own path.
@@ -75,7 +78,7 @@ def api(catalog_url: str) -> Iterator[Api]:
             a = httpx.Client(base_url=base, headers={"Authorization": f"Bearer {key_a}"}, event_hooks=hooks)
             b = httpx.Client(base_url=base, headers={"X-API-Key": key_b}, event_hooks=hooks)
             try:
-                yield Api(base, app.state.catalog, keys, a, b, key_a, seen)
+                yield Api(base, app.state.catalog, keys, a, b, key_a, seen, app.state)
             finally:
                 a.close()
                 b.close()
@@ -564,9 +567,55 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
 # ----------------------------------------------------------------- backfills
 
 
+def test_a_tenant_over_its_caps_gets_429_for_syncs_and_403_for_sources(api: Api) -> None:
+    # Default caps: 4 syncs queued or running per tenant; a repeated request
+    # for a source with one pending answers that one (not counted twice).
+    for n in range(5):
+        _source(api, f"wiki-{n}")
+    runs = [api.a.post(f"/v1/sources/wiki-{n}/sync", json={"mode": "full"}) for n in range(4)]
+    assert [r.status_code for r in runs] == [202] * 4
+    again = api.a.post("/v1/sources/wiki-0/sync", json={"mode": "full"})
+    assert (again.status_code, again.json()["sync_id"]) == (202, runs[0].json()["sync_id"])
+    over = api.a.post("/v1/sources/wiki-4/sync", json={"mode": "full"})
+    assert (over.status_code, over.headers["Retry-After"]) == (429, "60")
+    assert "4 syncs queued or running" in over.json()["error"]["message"]
+    # Another tenant is not held back by tenant A's queue.
+    _source(api, "wiki-b", client=api.b)
+    assert api.b.post("/v1/sources/wiki-b/sync", json={"mode": "full"}).status_code == 202
+    # Sources: at the cap (lowered here) a new one is refused, nothing is stored.
+    tenant_a = api.keys.authenticate(api.key_a) or ""
+    assert api.catalog.count_sources(tenant_a) == 5
+    api.app_state.max_sources = 5
+    body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "x", "uri": WIKI_A}
+    refused = api.a.post("/v1/sources", json=body)
+    assert refused.status_code == 403 and "5 sources (its limit)" in refused.json()["error"]["message"]
+    assert api.catalog.count_sources(tenant_a) == 5
+
+
+def test_embedding_model_backfill_is_the_operators(api: Api, tmp_path: Any) -> None:
+    # An index version holds every tenant's chunks: a tenant cannot start one.
+    body = {"reason": "embedding_model", "target_index": "chunks_v2", "max_docs_per_s": 50}
+    r = api.a.post("/v1/backfills", json=body)
+    assert (r.status_code, r.json()["error"]["code"]) == (403, "forbidden")
+    assert "operator" in r.json()["error"]["message"]
+    assert api.catalog.list_backfills() == []
+    # A tenant's request queued before the API refused them is refused by the
+    # worker, never run; the operator's (no tenant) runs.
+    fake = [sys.executable, "-c", 'print(\'{"total": 7, "failed": 0, "state": "live"}\')']
+    worker = Worker(api.catalog, [], schedule=False, command=fake)
+    tenant_id = api.keys.authenticate(api.key_a)
+    queued = api.catalog.create_backfill(tenant_id=tenant_id, **body)
+    operator = api.catalog.create_backfill(**body)
+    assert worker.run_once() and worker.run_once()
+    mine = api.catalog.get_backfill(queued.backfill_id)
+    ops = api.catalog.get_backfill(operator.backfill_id)
+    assert mine is not None and (mine.state, mine.total) == ("refused", 0)
+    assert ops is not None and (ops.state, ops.total) == ("flipped", 7)
+
+
 def test_backfill_request_and_progress(api: Api) -> None:
     r = api.a.post(
-        "/v1/backfills", json={"reason": "embedding_model", "target_index": "chunks_v2", "max_docs_per_s": 50}
+        "/v1/backfills", json={"reason": "parser", "target_index": "chunks_v2", "max_docs_per_s": 50}
     )
     assert r.status_code == 201
     created = r.json()
@@ -574,7 +623,7 @@ def test_backfill_request_and_progress(api: Api) -> None:
     assert bid.startswith("bf_")
     assert created == {
         "backfill_id": bid,
-        "reason": "embedding_model",
+        "reason": "parser",
         "target_index": "chunks_v2",
         "max_docs_per_s": 50.0,
         "state": "requested",

@@ -238,6 +238,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     import httpx
 
     from tests.mediawiki import free_port
+    from tests.serving import wait_healthy
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
     home = str(tmp_path / "home")
@@ -269,15 +270,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     )
     try:
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if api.get("/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+        wait_healthy(api, (tmp_path / "serve.log"))
         body = {"type": "wiki", "uri": mediawiki.api_url, "sync": "webhook", "source_id": "wiki-api"}
         assert api.post("/v1/sources", json=body).status_code == 201
         run = api.post("/v1/sources/wiki-api/sync", json={"mode": "incremental"}).json()

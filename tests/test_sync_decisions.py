@@ -20,7 +20,9 @@ from ragsync.decisions import (
     SyncMode,
     after_failure,
     due_syncs,
+    failure_backoff_s,
     listing_verdict,
+    next_tenant,
     plan_sync,
 )
 from ragsync.errors import InvalidEventError
@@ -74,6 +76,22 @@ def test_after_failure_pauses_listings_at_once_and_feeds_after_n() -> None:
     third = after_failure(second.failures, error="boom", pause_after=3, listing_failed=False)
     assert [o.pause for o in (first, second, third)] == [False, False, True]
     assert third.reason == "3 syncs failed in a row; last error: boom"
+    # Until paused, each failure in a row backs the next sync off longer.
+    assert [o.retry_after_s for o in (first, second, third)] == [60.0, 120.0, 0.0]
+
+
+def test_failure_backoff_doubles_up_to_an_hour() -> None:
+    assert [failure_backoff_s(n) for n in (1, 2, 3, 6, 7, 8, 1000)] == [
+        60.0,
+        120.0,
+        240.0,
+        1920.0,
+        3600.0,
+        3600.0,
+        3600.0,
+    ]
+    with pytest.raises(ValueError):
+        failure_backoff_s(0)
 
 
 def _schedule(source_id: str, **kw: object) -> SourceSchedule:
@@ -258,3 +276,20 @@ def test_s3_notifications_become_events() -> None:
     ]
     with pytest.raises(InvalidEventError):
         _folder("gs://bucket/docs").webhook_events(json.dumps({"Records": [record]}).encode(), {})
+
+
+def test_next_tenant_is_round_robin_over_eligible_tenants() -> None:
+    queued = ["b", "a", "a", "c", "a"]
+    assert next_tenant(queued, {}, None) == "a"
+    assert next_tenant(queued, {}, "a") == "b"
+    assert next_tenant(queued, {}, "b") == "c"
+    assert next_tenant(queued, {}, "c") == "a"  # wraps around
+    assert next_tenant(queued, {}, "zz") == "a"  # the last tenant has nothing queued any more
+    assert next_tenant(["a"], {}, "a") == "a"  # alone: served again
+    # A tenant at its running cap waits; others go first.
+    assert next_tenant(queued, {"b": 1}, "a") == "c"
+    assert next_tenant(queued, {"a": 1, "b": 1, "c": 1}, None) is None
+    assert next_tenant(queued, {"a": 1}, None, max_running=2) == "a"
+    assert next_tenant([], {}, "a") is None
+    with pytest.raises(ValueError):
+        next_tenant(queued, {}, None, max_running=0)

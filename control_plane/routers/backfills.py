@@ -1,5 +1,13 @@
-"""``POST /v1/backfills`` and ``GET /v1/backfills/{backfill_id}``: re-embedding,
-re-parsing and re-chunking backfills of the caller's documents."""
+"""``POST /v1/backfills`` and ``GET /v1/backfills/{backfill_id}``: re-parsing
+and re-chunking backfills of the caller's documents.
+
+Re-embedding (reason ``embedding_model``) is the operator's, not a tenant's:
+an index version (``ragsync.index_versions``) is one collection holding every
+tenant's chunks behind one alias, and its flip moves every tenant's queries to
+the new model at once. A tenant-scoped version cannot exist without a second
+alias per tenant and per-tenant query routing, so the API answers ``403`` and
+the operator runs ``ragsync reembed`` (or queues an operator backfill).
+"""
 
 from __future__ import annotations
 
@@ -9,10 +17,15 @@ from fastapi import APIRouter
 from pydantic import BaseModel, ConfigDict, Field
 
 from control_plane.deps import CatalogDep, Tenant, path_id, view
-from control_plane.errors import ERRORS, not_found
+from control_plane.errors import ERRORS, ApiError, not_found
 from ragsync.catalog import ID_PATTERN, BackfillRow
 
 router = APIRouter()
+
+OPERATOR_ONLY = (
+    "an embedding_model backfill builds a new index version shared by every tenant; "
+    "ask the operator (`ragsync reembed --model TARGET_INDEX`)"
+)
 
 
 class _Model(BaseModel):
@@ -50,7 +63,11 @@ def _backfill_out(row: BackfillRow) -> BackfillOut:
     "/v1/backfills", status_code=201, response_model=BackfillOut, tags=["backfills"], responses=ERRORS
 )
 def create_backfill(body: BackfillIn, tenant_id: Tenant, catalog: CatalogDep) -> BackfillOut:
-    """Request a re-embedding/re-parsing backfill of the caller's documents into ``target_index``."""
+    """Request a re-parsing/re-chunking backfill of the caller's documents into
+    ``target_index``; ``embedding_model`` is refused (``403``): re-embedding
+    builds an index version every tenant shares, so only the operator starts it."""
+    if body.reason == "embedding_model":
+        raise ApiError(403, OPERATOR_ONLY)
     row = catalog.create_backfill(
         reason=body.reason,
         target_index=body.target_index,

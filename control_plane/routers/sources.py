@@ -27,7 +27,7 @@ from connectors.location import allowed_for_tenant, real_location, register_loca
 from connectors.registry import connector_class, default_uri
 from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
-from ragsync.catalog import ID_PATTERN, ConflictError, SourceState, SyncRun, new_id
+from ragsync.catalog import ID_PATTERN, ConflictError, LimitReachedError, SourceState, SyncRun, new_id
 from ragsync.errors import ConfigurationError
 
 _CREDENTIALS_REF = r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"
@@ -215,6 +215,9 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
     interval = body.poll_interval_s if body.sync == "poll" else None
     if body.sync == "poll" and interval is None:
         interval = 300
+    cap = request.app.state.max_sources
+    if catalog.count_sources(tenant_id) >= cap:
+        raise ApiError(403, f"the tenant has {cap} sources (its limit); delete one or ask the operator")
     source_id = body.source_id or new_id("src")
     try:
         catalog.create_source(
@@ -308,11 +311,18 @@ def resume_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Sou
 
 
 @router.post("/v1/sources/{source_id}/sync", response_model=SyncOut, tags=["sources"], **ACCEPTED)
-def request_sync(source_id: str, body: SyncIn, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
+def request_sync(
+    source_id: str, body: SyncIn, request: Request, tenant_id: Tenant, catalog: CatalogDep
+) -> SyncOut:
     """Queue a sync of one of the caller's sources (404 for others'); while one
-    is queued or running, that one is answered instead of a second."""
+    is queued or running, that one is answered instead of a second. A tenant
+    with ``--max-pending-syncs-per-tenant`` syncs queued or running gets 429."""
     sid = path_id(source_id)
-    run = catalog.request_sync(tenant_id, sid, body.mode, origin="api") if sid else None
+    cap = request.app.state.max_pending_syncs
+    try:
+        run = catalog.request_sync(tenant_id, sid, body.mode, origin="api", max_pending=cap) if sid else None
+    except LimitReachedError as exc:
+        raise ApiError(429, str(exc), headers={"Retry-After": "60"}) from exc
     if run is None:
         raise not_found(f"source {source_id!r}")
     return _sync_out(run)

@@ -8,7 +8,14 @@ seconds, UTC).
 """
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import BATCH_SIZE, ConflictError, create_catalog_engine, new_id, normalize_url
+from ragsync.catalog.base import (
+    BATCH_SIZE,
+    ConflictError,
+    LimitReachedError,
+    create_catalog_engine,
+    new_id,
+    normalize_url,
+)
 from ragsync.catalog.catalog import Catalog
 from ragsync.catalog.dead_letters import DeadLetterRow, event_id_of_payload, event_of_payload
 from ragsync.catalog.documents import (
@@ -48,6 +55,7 @@ __all__ = [
     "BackfillRow",
     "Catalog",
     "ConflictError",
+    "LimitReachedError",
     "DeadLetterRow",
     "DocumentRow",
     "FetchRecord",

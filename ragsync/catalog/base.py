@@ -49,6 +49,10 @@ class ConflictError(ValueError):
     """The id is already taken (by this or another tenant; the message does not say which)."""
 
 
+class LimitReachedError(ValueError):
+    """A tenant is at one of its caps (queued syncs, sources); the message says which."""
+
+
 def _now() -> float:
     return time.time()
 
@@ -218,9 +222,12 @@ class Repository:
         with self._read_engine.connect() as conn:
             return {str(value): int(n) for value, n in conn.execute(query).all()}
 
-    def _claim_oldest(self, table: Table, key: str, waiting: str, *order: Any) -> str | None:
-        """Move the first row of ``table`` in state ``waiting`` (by ``order``)
-        to ``running``, its ``started_at`` and ``updated_at`` now.
+    def _claim_oldest(
+        self, table: Table, key: str, waiting: str, *order: Any, where: Any = None
+    ) -> str | None:
+        """Move the first row of ``table`` in state ``waiting`` (by ``order``;
+        among rows matching ``where`` when given) to ``running``, its
+        ``started_at`` and ``updated_at`` now.
 
         One conditional update per try: two workers never take the same row
         (the loser tries the next one).
@@ -231,9 +238,10 @@ class Repository:
         column = table.c[key]
         while True:
             with self._read_engine.connect() as conn:
-                found = conn.execute(
-                    select(column).where(table.c.state == waiting).order_by(*order).limit(1)
-                ).scalar()
+                query = select(column).where(table.c.state == waiting)
+                if where is not None:
+                    query = query.where(where)
+                found = conn.execute(query.order_by(*order).limit(1)).scalar()
             if found is None:
                 return None
             now = _now()

@@ -377,6 +377,12 @@ class SourcesRepository(Repository):
             raise AmbiguousSourceError(source_id)
         return _source_from_row(rows[0]) if rows else None
 
+    def count_sources(self, tenant_id: str) -> int:
+        """How many sources the tenant has."""
+        t = schema.sources
+        with self._read_engine.connect() as conn:
+            return int(conn.execute(select(func.count()).where(t.c.tenant_id == tenant_id)).scalar() or 0)
+
     def source_ids(self) -> list[str]:
         """Every registered source id, sorted (ids are unique per tenant only)."""
         t = schema.sources

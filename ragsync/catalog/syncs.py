@@ -25,8 +25,9 @@ from typing import Any
 from sqlalchemy import and_, case, func, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _batches, new_id
+from ragsync.catalog.base import LimitReachedError, Repository, _batches, new_id
 from ragsync.catalog.documents import LIVE_STATUSES
+from ragsync.decisions.sync import next_tenant
 from ragsync.errors import AmbiguousSourceError
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
@@ -327,7 +328,13 @@ class SyncsRepository(Repository):
     # -- sync runs --------------------------------------------------------------------
 
     def request_sync(
-        self, tenant_id: str, source_id: str, mode: str, *, origin: str = "api"
+        self,
+        tenant_id: str,
+        source_id: str,
+        mode: str,
+        *,
+        origin: str = "api",
+        max_pending: int | None = None,
     ) -> SyncRun | None:
         """Queue a sync of one of the tenant's sources; when one is already
         queued or running, that one is returned instead of a second.
@@ -337,6 +344,8 @@ class SyncsRepository(Repository):
 
         Raises:
             ValueError: ``mode`` is not incremental or full.
+            LimitReachedError: a new run would exceed ``max_pending`` queued
+                or running syncs of this tenant.
         """
         if mode not in SYNC_MODES:
             raise ValueError(f"mode must be one of {SYNC_MODES}, got {mode!r}")
@@ -360,6 +369,13 @@ class SyncsRepository(Repository):
             )
             if pending is not None:
                 return _run_from_row(pending)
+            if max_pending is not None:
+                count = select(func.count()).where(r.c.tenant_id == tenant_id, r.c.state.in_(_PENDING))
+                if int(conn.execute(count).scalar() or 0) >= max_pending:
+                    raise LimitReachedError(
+                        f"the tenant has {max_pending} syncs queued or running (its limit); "
+                        "request again when one has finished"
+                    )
             sync_id = new_id("sync")
             conn.execute(
                 r.insert().values(
@@ -384,12 +400,29 @@ class SyncsRepository(Repository):
             row = conn.execute(query).mappings().first()
         return _run_from_row(row) if row is not None else None
 
-    def claim_sync_run(self) -> SyncRun | None:
-        """Take the oldest queued run (state ``running``), or None.
-        One conditional update: two workers never take the same run."""
+    def claim_sync_run(self, after_tenant: str | None = None, *, max_running: int = 1) -> SyncRun | None:
+        """Take the next queued run (state ``running``), or None: round-robin
+        by tenant (``ragsync.decisions.next_tenant``: the first tenant after
+        ``after_tenant`` with a queued run and fewer than ``max_running``
+        running), that tenant's oldest. One conditional update: two workers
+        never take the same run."""
         r = schema.sync_requests
-        found = self._claim_oldest(r, "sync_id", "queued", r.c.requested_at)
-        return None if found is None else self.get_sync_run(found)
+        while True:
+            with self._read_engine.connect() as conn:
+                counts = conn.execute(
+                    select(r.c.tenant_id, r.c.state, func.count())
+                    .where(r.c.state.in_(_PENDING))
+                    .group_by(r.c.tenant_id, r.c.state)
+                ).all()
+            waiting = [t for t, state, _ in counts if state == "queued"]
+            running = {t: int(n) for t, state, n in counts if state == "running"}
+            tenant = next_tenant(waiting, running, after_tenant, max_running=max_running)
+            if tenant is None:
+                return None
+            where = r.c.tenant_id == tenant
+            found = self._claim_oldest(r, "sync_id", "queued", r.c.requested_at, where=where)
+            if found is not None:
+                return self.get_sync_run(found)
 
     def finish_sync_run(
         self, sync_id: str, *, succeeded: bool, counts: Mapping[str, Any] | None = None, error: str = ""

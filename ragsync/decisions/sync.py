@@ -130,6 +130,21 @@ class FailureOutcome:
     failures: int
     pause: bool
     reason: str = ""
+    retry_after_s: float = 0.0
+
+
+#: The first retry of a failed sync waits this long; each further failure in
+#: a row doubles it, up to ``FAILURE_BACKOFF_MAX_S``.
+FAILURE_BACKOFF_S = 60.0
+FAILURE_BACKOFF_MAX_S = 3600.0
+
+
+def failure_backoff_s(failures: int) -> float:
+    """Seconds before the next sync of a source that failed ``failures``
+    times in a row (>= 1): 60, 120, 240 ... capped at an hour."""
+    if failures < 1:
+        raise ValueError("failures must be >= 1")
+    return min(FAILURE_BACKOFF_S * 2.0 ** min(failures - 1, 30), FAILURE_BACKOFF_MAX_S)
 
 
 def after_failure(
@@ -140,7 +155,9 @@ def after_failure(
     A full listing that failed (an error, a timeout, or the partial-listing
     guard) pauses the source at once: the next scheduled listing would most
     likely fail the same way, and an operator should look. Any other failure
-    (the change feed) pauses it after ``pause_after`` failures in a row.
+    (the change feed, a connector that cannot be built) waits
+    :func:`failure_backoff_s` before the next scheduled sync and pauses the
+    source after ``pause_after`` failures in a row.
     """
     if pause_after < 1:
         raise ValueError("pause_after must be >= 1")
@@ -149,7 +166,7 @@ def after_failure(
         return FailureOutcome(failures, True, error)
     if failures >= pause_after:
         return FailureOutcome(failures, True, f"{failures} syncs failed in a row; last error: {error}")
-    return FailureOutcome(failures, False)
+    return FailureOutcome(failures, False, retry_after_s=failure_backoff_s(failures))
 
 
 @dataclass(frozen=True)
@@ -201,6 +218,34 @@ def due_syncs(
         ):
             out.append((s.source_id, SyncMode.INCREMENTAL))
     return out
+
+
+def next_tenant(
+    waiting: Iterable[str], running: Mapping[str, int], last: str | None, *, max_running: int = 1
+) -> str | None:
+    """The tenant whose oldest queued sync runs next: round-robin by tenant.
+
+    Args:
+        waiting: tenants with a queued sync (any order, repeats allowed).
+        running: syncs running now, per tenant.
+        last: the tenant served last (None at start).
+        max_running: a tenant with this many syncs running waits.
+
+    Returns:
+        The first eligible tenant after ``last`` in sorted order, wrapping
+        around (``last`` itself only when no other is eligible); None when
+        no tenant is eligible. One tenant's long queue therefore delays
+        another's sync by at most one sync per waiting tenant, not by the
+        length of the queue.
+    """
+    if max_running < 1:
+        raise ValueError("max_running must be >= 1")
+    eligible = sorted({t for t in waiting if running.get(t, 0) < max_running})
+    if not eligible:
+        return None
+    if last is None:
+        return eligible[0]
+    return next((t for t in eligible if t > last), eligible[0])
 
 
 # -- repairing the indexes ---------------------------------------------------------

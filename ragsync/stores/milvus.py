@@ -40,7 +40,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from ragsync.errors import ConfigurationError, WriteError
+from ragsync.errors import STORE_BUSY, ConfigurationError, StoreBusyError, WriteError
 from ragsync.model import Chunk
 from ragsync.stores.base import ClosesOnExit, Hit
 
@@ -220,9 +220,10 @@ class MilvusVectorIndex(ClosesOnExit):
 
             holders = lock_holders(os.path.join(uri, "LOCK"))
             if holders:
-                hint = (
-                    f" Process(es) {', '.join(map(str, holders))} hold it: another ragsync run on this home?"
-                )
+                raise StoreBusyError(
+                    f"cannot open Milvus Lite at {self.uri!r}: it is {STORE_BUSY} (process(es) "
+                    f"{', '.join(map(str, holders))}); try again when that run has ended"
+                ) from error
             hint += (
                 " A Milvus Lite file can be opened by one process only; to share it run "
                 "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` and use"

@@ -1,0 +1,211 @@
+"""Trust boundary, second pass (issue #29): the operations findings of the red team.
+
+- ``serve`` stopped by SIGTERM ends its worker's running sync child.
+- A sync refused because another run holds the stores is not counted against
+  the source (never paused) and its error names no PID or host path.
+- A source whose connector cannot be built (broken credentials) backs off and
+  is paused after ``pause_after_failures`` syncs, not retried forever.
+- Queued syncs are taken round-robin by tenant, not first in, first out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from beam_pipelines.backfill import register_source
+from beam_pipelines.sync import SyncError, run_sync
+from ragsync.config import Settings, open_catalog
+from ragsync.errors import ConfigurationError
+from ragsync.lifecycle import descendants
+from tests.mediawiki import free_port
+from tests.proc import CLI, ROOT, kill_group, live_members
+from tests.serving import wait_healthy
+
+TENANT = "acme"
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) -> None:
+    # A wiki that accepts connections and never answers: the sync child hangs
+    # in its first request (for a minute) until someone ends it.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    api_url = f"http://127.0.0.1:{silent.getsockname()[1]}/api.php"
+    home = str(tmp_path / "home")
+    made = subprocess.run(
+        [*CLI, "tenants", "create", TENANT, "--home", home, "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=ROOT,
+    )
+    key = json.loads(made.stdout)["api_key"]
+    port = free_port()
+    log = tmp_path / "serve.log"
+    serve = subprocess.Popen(
+        [*CLI, "serve", "--home", home, "--port", str(port), "--no-schedule", "--allow-location", api_url],
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+        cwd=ROOT,
+        start_new_session=True,
+    )
+    children: list[int] = []
+    try:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
+        wait_healthy(api, log)
+        body = {"type": "wiki", "uri": api_url, "sync": "webhook", "source_id": "wiki"}
+        assert api.post("/v1/sources", json=body).status_code == 201, log.read_text()
+        run = api.post("/v1/sources/wiki/sync", json={"mode": "full"}).json()
+        deadline = time.monotonic() + 60
+        while not children:
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+            children = [p for p in descendants(serve.pid) if " sync wiki " in _cmdline(p)]
+        assert api.get(f"/v1/sources/wiki/sync/{run['sync_id']}").json()["state"] == "running"
+        time.sleep(1.0)  # the child is past its start-up, inside the hanging request
+        os.kill(serve.pid, signal.SIGTERM)  # serve only: it must end its child itself
+        assert serve.wait(timeout=60) == 0, log.read_text()
+        assert [p for p in children if _alive(p)] == []
+        assert live_members(serve.pid, "sid") == []
+    finally:
+        if serve.poll() is None:
+            serve.kill()
+        for pid in children:
+            if _alive(pid):
+                kill_group(os.getpgid(pid))
+        silent.close()
+
+
+def _state(settings: Settings, source_id: str) -> tuple[bool, int, str, float | None]:
+    catalog = open_catalog(settings)
+    try:
+        state = catalog.source_state(source_id, TENANT)
+        assert state is not None
+        return state.paused, state.failures, state.pause_reason, state.retry_at
+    finally:
+        catalog.close()
+
+
+def test_broken_credentials_back_off_then_pause_with_a_host_free_reason(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    settings.ensure_home()
+    secret = tmp_path / "secrets" / "wiki-token"  # a credentials file that does not exist
+    register_source(
+        settings,
+        "wiki",
+        TENANT,
+        "wiki",
+        "https://wiki.example.org/api.php",
+        options={"pause_after_failures": 2},
+        credentials_ref=f"file://{secret}",
+        sync="poll",
+        poll_interval_s=60,
+    )
+    before = time.time()
+    with pytest.raises(ConfigurationError):
+        run_sync("wiki", settings, tenant_id=TENANT, apply=False, show_progress=False)
+    paused, failures, _, retry_at = _state(settings, "wiki")
+    assert (paused, failures) == (False, 1)
+    assert retry_at is not None and before + 60 <= retry_at <= time.time() + 60
+    with pytest.raises(ConfigurationError):
+        run_sync("wiki", settings, tenant_id=TENANT, apply=False, show_progress=False)
+    paused, failures, reason, _ = _state(settings, "wiki")
+    assert (paused, failures) == (True, 2)
+    assert reason.startswith("2 syncs failed in a row; last error: ")
+    assert str(tmp_path) not in reason and "<path>" in reason
+
+
+def test_a_sync_refused_by_a_concurrent_run_does_not_pause_its_source(tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    settings.ensure_home()
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "a.txt").write_text("alpha " * 50)
+    options = {"pause_after_failures": 1}
+    register_source(settings, "docs", TENANT, "object_store", str(folder), options=options)
+    # Another process (another ragsync run) holds Milvus Lite's lock.
+    holder = subprocess.Popen(
+        [
+            *CLI[:1],
+            "-c",
+            "import sys, time; from pymilvus import MilvusClient; MilvusClient(uri=sys.argv[1]); "
+            "print('held', flush=True); time.sleep(300)",
+            settings.milvus_uri,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        with pytest.raises(SyncError) as refused:
+            run_sync("docs", settings, tenant_id=TENANT, full=True, apply=False, show_progress=False)
+    finally:
+        kill_group(holder.pid)
+        holder.wait()
+    message = str(refused.value)
+    assert "held by another ragsync run" in message
+    assert str(holder.pid) not in message and str(tmp_path) not in message
+    assert _state(settings, "docs")[:3] == (False, 0, "")
+
+
+def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
+    from ragsync.catalog import Catalog
+
+    catalog = Catalog.open(f"sqlite:///{tmp_path}/c.db")
+    try:
+        # Tenant "busy" queues three syncs before "quiet" queues one.
+        requests = [("busy", "s1"), ("busy", "s2"), ("busy", "s3"), ("quiet", "q1")]
+        for tenant, source in requests:
+            catalog.create_source(
+                tenant,
+                source_id=source,
+                type="wiki",
+                credentials_ref=None,
+                sync="webhook",
+                poll_interval_s=None,
+            )
+            assert catalog.request_sync(tenant, source, "full") is not None
+        order, last = [], None
+        while (run := catalog.claim_sync_run(after_tenant=last)) is not None:
+            order.append((run.tenant_id, run.source_id))
+            catalog.finish_sync_run(run.sync_id, succeeded=True)
+            last = run.tenant_id
+        assert order == [("busy", "s1"), ("quiet", "q1"), ("busy", "s2"), ("busy", "s3")]
+        # A tenant with a sync running waits while another tenant has work.
+        for tenant, source in requests:
+            catalog.request_sync(tenant, source, "full")
+        first = catalog.claim_sync_run()
+        assert first is not None and first.tenant_id == "busy"
+        second = catalog.claim_sync_run(after_tenant="quiet")  # busy is next in turn, but running
+        assert second is not None and second.tenant_id == "quiet"
+        assert catalog.claim_sync_run() is None  # both tenants at their cap of one running
+    finally:
+        catalog.close()
