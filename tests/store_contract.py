@@ -251,6 +251,29 @@ def count_by_doc_exact(h: Harness) -> None:
         store.close()
 
 
+def count_ids_by_id(h: Harness) -> None:
+    """``count_ids`` counts the given chunk ids of one tenant: other ids, the
+    same ids in another tenant and deleted rows do not count."""
+    store = h.open()
+    try:
+        chunks = [make_chunk(i, doc=f"doc-{i % 3}") for i in range(11)]
+        other_tenant = [make_chunk(i, tenant="t2", doc="doc-0") for i in range(4)]
+        h.write(store, chunks + other_tenant)
+        doc0 = [c.chunk_id for c in chunks if c.doc_id == "doc-0"]
+        assert store.count_ids("t1", doc0) == 4
+        assert store.count_ids("t1", doc0 + doc0 + ["absent"]) == 4
+        assert store.count_ids("t2", doc0) == 0  # t2's chunk ids differ (tenant in the id)
+        assert store.count_ids("t2", [c.chunk_id for c in other_tenant]) == 4
+        assert store.count_ids("t1", [c.chunk_id for c in other_tenant]) == 0
+        assert store.count_ids("t1", []) == 0
+        store.delete("t1", doc0[:2])
+        store.delete("t2", doc0[2:])  # another tenant's delete leaves t1's rows
+        assert store.count_ids("t1", doc0) == 2
+        assert store.count_ids("t2", [c.chunk_id for c in other_tenant]) == 4
+    finally:
+        store.close()
+
+
 def missing_without_create_fails(h: Harness) -> None:
     with pytest.raises(ConfigurationError, match="create"):
         h.open(create=False)
@@ -299,6 +322,7 @@ CONTRACT: list[Callable[[Harness], None]] = [
     set_acl_ids_changes_visibility,
     search_ranks_match_first,
     count_by_doc_exact,
+    count_ids_by_id,
     missing_without_create_fails,
     persists_after_reopen,
 ]

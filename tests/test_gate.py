@@ -309,10 +309,84 @@ def test_permission_evidence_from_before_a_delete_is_not_applied_to_a_recreated_
     try:
         cat.upsert_acl("acl-hr", "t", ["hr"], [])
         cat.set_acl_version("d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0)
-        assert held_permissions(cat, "d1") == PermissionEvidence(("hr",), 50.0, ())
+        assert held_permissions(cat, "d1") == PermissionEvidence(
+            ("hr",), 50.0, (), Stamp("50", "timestamp", 50.0)
+        )
         cat.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
         assert held_permissions(cat, "d1") is None
         cat.set_acl_version("d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0)
-        assert held_permissions(cat, "d1") == PermissionEvidence(("hr",), 150.0, ())
+        assert held_permissions(cat, "d1") == PermissionEvidence(
+            ("hr",), 150.0, (), Stamp("150", "timestamp", 150.0)
+        )
     finally:
         cat.close()
+
+
+REV = "revision"
+
+
+@pytest.mark.parametrize(
+    ("held", "new", "expected"),
+    [
+        # An acl event of revision 5 applied; the content's upsert (revision 4,
+        # observed the same second) is fetched after it: the acl event stands.
+        (
+            PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("5", REV, 100.0)),
+            PermissionEvidence(("eng",), 100.0, (), Stamp("4", REV, 100.0)),
+            ("eng", "sales"),
+        ),
+        # The acl event (revision 5) widens what the content (revision 4) held.
+        (
+            PermissionEvidence(("eng",), 100.0, (), Stamp("4", REV, 100.0)),
+            PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("5", REV, 100.0)),
+            ("eng", "sales"),
+        ),
+        # Unknown times: the versions still order them.
+        (
+            PermissionEvidence(("eng",), 0.0, (), Stamp("4", REV)),
+            PermissionEvidence(("sales",), 0.0, (), Stamp("5", REV)),
+            ("sales",),
+        ),
+        # Versions that do not order (two domains, two etags): narrower set.
+        (
+            PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("100.000000", "listing", 100.0)),
+            PermissionEvidence(("eng", "hr"), 100.0, (), Stamp("5", REV, 100.0)),
+            ("eng",),
+        ),
+        (
+            PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("abc", "etag", 100.0)),
+            PermissionEvidence(("eng", "hr"), 100.0, (), Stamp("def", "etag", 100.0)),
+            ("eng",),
+        ),
+        # One side without a version (a listing): narrower set, as before.
+        (
+            PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("5", REV, 100.0)),
+            PermissionEvidence(("eng", "hr"), 100.0),
+            ("eng",),
+        ),
+        # Times that differ still decide before versions.
+        (
+            PermissionEvidence(("eng",), 200.0, (), Stamp("4", REV, 200.0)),
+            PermissionEvidence(("sales",), 100.0, (), Stamp("5", REV, 100.0)),
+            ("eng",),
+        ),
+    ],
+)
+def test_a_time_tie_falls_back_to_comparable_versions_before_narrowing(
+    held: PermissionEvidence, new: PermissionEvidence, expected: tuple[str, ...]
+) -> None:
+    assert choose_permissions(held, new).groups == expected
+
+
+def test_a_tied_acl_event_of_a_higher_revision_applies_and_keeps_its_denials() -> None:
+    held = PermissionEvidence(("eng",), 100.0, ("contractors",), Stamp("4", REV, 100.0))
+    new = PermissionEvidence(("eng", "sales"), 100.0, (), Stamp("5", REV, 100.0))
+    assert choose_permissions(held, new) is new
+    assert (
+        gate_event(
+            "acl",
+            Stamp("5", REV, 100.0),
+            DocVersions(indexed=Stamp("4", REV, 100.0), acl=Stamp("4", REV, 100.0)),
+        )
+        == GateAction.APPLY
+    )

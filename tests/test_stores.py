@@ -277,6 +277,10 @@ class FakeElasticsearch:
         hits = [{"_id": d["chunk_id"], "_score": s, "_source": {"doc_id": d["doc_id"]}} for s, d in scored]
         return {"hits": {"hits": hits}}
 
+    def count(self, *, index: str, query: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("count")
+        return {"count": sum(1 for d in self._docs(index).values() if self._matches(d, query))}
+
     def close(self) -> None:
         pass
 
@@ -295,6 +299,7 @@ class _FakeClient:
         self.bulk = server.bulk
         self.delete_by_query = server.delete_by_query
         self.search = server.search
+        self.count = server.count
 
     def close(self) -> None:
         pass

@@ -72,8 +72,8 @@ def delete_document(
         delete_if_exists(step.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
         delete_if_exists(step.settings.raw_uri(doc.content_hash))
     left = {
-        "vector": step._vectors.count_by_doc(tenant_id).get(doc_id, 0),
-        "keyword": step._keywords.count_by_doc(tenant_id).get(doc_id, 0),
+        "vector": step._vectors.count_ids(tenant_id, chunk_ids),
+        "keyword": step._keywords.count_ids(tenant_id, chunk_ids),
         "catalog": len(cat.chunk_ids_for_doc(doc_id)),
     }
     if any(left.values()):

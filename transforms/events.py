@@ -474,9 +474,20 @@ def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
     groups = catalog.get_acl_groups(row["acl_id"])
     if groups is None:
         return None
+    observed = float(row.get("observed_at") or 0.0)
     return PermissionEvidence(
-        tuple(groups), float(row.get("observed_at") or 0.0), tuple(catalog.get_acl_deny(row["acl_id"]))
+        tuple(groups),
+        observed,
+        tuple(catalog.get_acl_deny(row["acl_id"])),
+        Stamp(str(row["acl_version"]), str(row.get("version_domain") or ""), observed),
     )
+
+
+def item_permissions(item: SourceFile) -> PermissionEvidence:
+    """The permission evidence an item carries: an event's with its version
+    (ordered against a tie by version), a listing's with its time only."""
+    version = Stamp(item.source_version, item.version_domain, item.acl_observed_at) if item.event_id else None
+    return PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups, version)
 
 
 class UpsertsToWork(CatalogStep):

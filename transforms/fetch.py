@@ -18,7 +18,6 @@ from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.decisions import (
     FetchAction,
-    PermissionEvidence,
     choose_canonical,
     choose_permissions,
     fetch_action,
@@ -35,7 +34,7 @@ from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from transforms.acl import apply_document_acl
 from transforms.common import CatalogDoFn, ToDeadLetters
-from transforms.events import held_permissions
+from transforms.events import held_permissions, item_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
 
 #: The version domain of permission evidence read by a listing (compared by time only).
@@ -234,7 +233,7 @@ class _FetchFn(CatalogDoFn):
         (newest wins, a tie or unknown order takes the narrower set) and keep
         the winner as the new evidence when it is not the held one."""
         held = held_permissions(self._catalog, doc_id)
-        new = PermissionEvidence(item.acl_groups, item.acl_observed_at, item.deny_groups)
+        new = item_permissions(item)
         chosen = choose_permissions(held, new)
         if chosen is held and held is not None:
             return replace(item, acl_groups=held.groups, deny_groups=held.deny)

@@ -255,19 +255,24 @@ class PermissionEvidence:
             listing time of a connector that returns current permissions);
             0 when unknown.
         deny: groups explicitly denied.
+        version: the version that carried it (an acl or upsert event's
+            stamp), or None (a listing: only a time).
     """
 
     groups: tuple[str, ...]
     observed_at: float = 0.0
     deny: tuple[str, ...] = ()
+    version: Stamp | None = None
 
 
 def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence) -> PermissionEvidence:
     """The permissions a document gets when two pieces of evidence meet.
 
     The newest evidence wins. A tie, or an unknown time on either side,
-    takes the narrower set (fail closed): the groups both allow, and the
-    denials of both.
+    falls back to the two versions (:func:`compare_versions`: an acl event of
+    revision 5 beats the content's revision 4 observed in the same second);
+    only when they do not order either takes the narrower set (fail closed):
+    the groups both allow, and the denials of both.
 
     Args:
         held: what the catalog applied last with a known time (None: nothing).
@@ -280,6 +285,10 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         return new
     if held.observed_at > 0 and new.observed_at > 0 and held.observed_at != new.observed_at:
         return new if new.observed_at > held.observed_at else held
+    if held.version is not None and new.version is not None:
+        order = compare_versions(new.version, held.version)
+        if order in (Order.NEWER, Order.OLDER):
+            return new if order == Order.NEWER else held
     if set(new.groups) <= set(held.groups) and set(held.deny) <= set(new.deny):
         return new
     if set(held.groups) <= set(new.groups) and set(new.deny) <= set(held.deny):

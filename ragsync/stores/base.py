@@ -9,6 +9,9 @@ Contract for every implementation:
 - ``upsert`` is idempotent on ``chunk_id``; writing the same rows twice
   leaves one copy.
 - ``delete`` removes by chunk id and is scoped by tenant.
+- Per-document operations (``delete``, ``set_acl_ids``, ``count_ids``) look
+  chunks up by id (the primary key or an indexed term): their cost does not
+  grow with the tenant's size.
 - Writes are durable when the call returns (committed; acknowledged by the
   store's log): a process killed right after a write loses none of it.
 - A missing collection/index fails fast unless ``create=True`` was passed
@@ -83,6 +86,11 @@ class VectorIndex(Protocol):
         """Row count per doc_id (for reconcile)."""
         ...
 
+    def count_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """How many of ``chunk_ids`` the store holds for the tenant (delete
+        verification): a primary-key lookup, never a scan of the tenant."""
+        ...
+
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present (for reconcile repair)."""
         ...
@@ -114,6 +122,10 @@ class KeywordIndex(Protocol):
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...
+
+    def count_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """How many of ``chunk_ids`` the store holds for the tenant (by id)."""
+        ...
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]: ...
 

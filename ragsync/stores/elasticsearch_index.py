@@ -437,6 +437,18 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
         exact (composite aggregation, paged)."""
         return dict(self._buckets("doc_id", tenant_id))
 
+    def count_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """How many of ``chunk_ids`` the index holds for ``tenant_id``:
+        ``_count`` under term filters on keyword fields, per batch."""
+        es = self._require_open()
+        ids = list(dict.fromkeys(chunk_ids))
+        total = 0
+        for start in range(0, len(ids), BATCH_SIZE):
+            batch = ids[start : start + BATCH_SIZE]
+            query = {"bool": {"filter": [{"term": {"tenant_id": tenant_id}}, {"terms": {"chunk_id": batch}}]}}
+            total += int(es.count(index=self.index, query=query)["count"])
+        return total
+
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""
         return set(self.iter_chunk_ids(tenant_id))

@@ -88,6 +88,20 @@ def _list_literal(values: Sequence[str]) -> str:
     return "[" + ", ".join(_literal(v) for v in values) + "]"
 
 
+def _check_ids(tenant_id: str, chunk_ids: Sequence[str]) -> None:
+    """Refuse what a primary-key lookup cannot carry safely.
+
+    Raises:
+        ValueError: the tenant or an id holds a control character, or an id a
+            quote or backslash (pymilvus quotes primary keys unescaped).
+    """
+    _literal(tenant_id)
+    for chunk_id in chunk_ids:
+        _literal(chunk_id)
+        if "'" in chunk_id or "\\" in chunk_id:
+            raise ValueError(f"quote or backslash in chunk id {chunk_id!r}")
+
+
 def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
     for start in range(0, len(items), size):
         yield items[start : start + size]
@@ -421,16 +435,33 @@ class MilvusVectorIndex(ClosesOnExit):
         ids = list(dict.fromkeys(chunk_ids))
         if not ids:
             return 0
-        tenant = _literal(tenant_id)
-        filters = [
-            f"tenant_id == {tenant} and chunk_id in {_list_literal(b)}" for b in _batches(ids, BATCH_SIZE)
-        ]
+        _check_ids(tenant_id, ids)
+        # By primary key (a filter, even ``chunk_id in [...]``, scans every
+        # row in Milvus Lite): the tenant's own ids are looked up, then deleted.
         try:
-            for expr in filters:
-                client.delete(self.collection, filter=expr)
+            doomed = [row["chunk_id"] for row in self._rows_by_id(ids, ["chunk_id", "tenant_id"], tenant_id)]
+            for batch in _batches(doomed, BATCH_SIZE):
+                client.delete(self.collection, ids=list(batch))
         except Exception as exc:
             raise WriteError(f"Milvus delete from {self.collection!r} failed: {exc}") from exc
         return len(chunk_ids)
+
+    def _rows_by_id(self, ids: Sequence[str], fields: list[str], tenant_id: str) -> list[dict[str, Any]]:
+        """The rows of ``ids`` that belong to ``tenant_id`` (primary-key ``get``).
+
+        Raises:
+            ValueError: see ``_check_ids``.
+        """
+        client = self._require_open()
+        _check_ids(tenant_id, ids)
+        rows: list[dict[str, Any]] = []
+        for batch in _batches(list(dict.fromkeys(ids)), BATCH_SIZE):
+            found = client.get(self.collection, ids=list(batch), output_fields=[*fields, "tenant_id"])
+            rows += [row for row in found if row["tenant_id"] == tenant_id]
+        return rows
+
+    def _tenant_ids_present(self, tenant_id: str, chunk_ids: Sequence[str]) -> set[str]:
+        return {str(row["chunk_id"]) for row in self._rows_by_id(chunk_ids, ["chunk_id"], tenant_id)}
 
     def set_acl_ids(self, tenant_id: str, chunk_ids: Sequence[str], acl_ids: Sequence[str]) -> None:
         """Replace the ACL ids of the tenant's existing rows, keeping vectors.
@@ -444,14 +475,8 @@ class MilvusVectorIndex(ClosesOnExit):
         client = self._require_open()
         new_acl = list(dict.fromkeys(acl_ids))
         self._validate_row("x", "", tenant_id, new_acl)
-        ids = list(dict.fromkeys(chunk_ids))
-        tenant = _literal(tenant_id)
-        for batch in _batches(ids, BATCH_SIZE):
-            rows = client.query(
-                self.collection,
-                filter=f"tenant_id == {tenant} and chunk_id in {_list_literal(batch)}",
-                output_fields=["chunk_id", "doc_id", "tenant_id", "acl_ids", "vector"],
-            )
+        for batch in _batches(list(dict.fromkeys(chunk_ids)), BATCH_SIZE):
+            rows = self._rows_by_id(batch, ["chunk_id", "doc_id", "acl_ids", "vector"], tenant_id)
             updated = [
                 {
                     "chunk_id": row["chunk_id"],
@@ -552,6 +577,11 @@ class MilvusVectorIndex(ClosesOnExit):
             doc = row["doc_id"]
             counts[doc] = counts.get(doc, 0) + 1
         return counts
+
+    def count_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """How many of ``chunk_ids`` the collection holds for ``tenant_id``
+        (a primary-key ``get``: flat in the collection's size)."""
+        return len(self._tenant_ids_present(tenant_id, chunk_ids))
 
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""

@@ -360,6 +360,15 @@ class TantivyKeywordIndex(ClosesOnExit):
             counts[doc_id] = counts.get(doc_id, 0) + 1
         return counts
 
+    def count_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> int:
+        """How many of ``chunk_ids`` the index holds for ``tenant_id`` (term
+        queries on the raw id fields, counted without reading documents)."""
+        ids = list(dict.fromkeys(chunk_ids))
+        if not ids:
+            return 0
+        query = self._all_of(self._term("tenant_id", tenant_id), self._terms("chunk_id", ids))
+        return int(self._searcher().search(query, 1, count=True).count or 0)
+
     def chunk_ids(self, tenant_id: str | None = None) -> set[str]:
         """Every chunk id present, for one tenant or all (``None``)."""
         return set(self.iter_chunk_ids(tenant_id))
