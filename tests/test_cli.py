@@ -85,3 +85,12 @@ def test_backfill_of_a_missing_folder_says_what_to_do(
     code = main(["backfill", str(tmp_path / "nope"), "--home", str(tmp_path / "h")])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_sources_add_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["sources", "add", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    (tenant,) = [line for line in out.splitlines() if line.startswith("  --tenant TENANT")]
+    assert tenant.split(None, 2)[2] == "the tenant that owns the source"
