@@ -14,7 +14,10 @@ keep the API and the work apart. Each pass:
 3. **runs one backfill request** (``POST /v1/backfills``): an
    ``embedding_model`` backfill re-embeds into a new index version with
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
-   a golden set, ``ragsync index-versions flip``).
+   a golden set, ``ragsync index-versions flip``);
+4. **applies the queued events** that are due (``POST /internal/events``,
+   ``ragsync events push``): ``ragsync stream --until-idle`` in a child, so
+   what the API accepted is applied without a separate ``ragsync stream``.
 
 Work runs in child processes, one at a time: a pipeline that crashes takes
 nothing of the API with it, and the embedded stores (Milvus Lite, tantivy)
@@ -128,8 +131,8 @@ class Worker:
         return out
 
     def run_once(self) -> bool:
-        """Schedule, then run at most one sync and one backfill. Returns True
-        when something ran."""
+        """Schedule, then run at most one sync and one backfill, then apply
+        the events that are due. Returns True when something ran."""
         if self.schedule:
             self.schedule_due()
         ran = False
@@ -140,6 +143,9 @@ class Worker:
         backfill = self.catalog.claim_backfill()
         if backfill is not None:
             self.run_backfill(backfill)
+            ran = True
+        if self.catalog.pending_events(limit=1):
+            self.run_stream()
             ran = True
         return ran
 
@@ -171,6 +177,12 @@ class Worker:
             return
         error = str(data.get("error") or "") or _tail(err) or f"ragsync sync exited with {code}"
         self.catalog.finish_sync_run(run.sync_id, succeeded=False, error=error)
+
+    def run_stream(self) -> None:
+        """Apply the queued events until the queue is drained. A failed run
+        leaves its events queued (the stream's own retries and dead letters
+        decide their fate); the next pass tries again."""
+        self._child(["stream", "--until-idle", "--quiet"])
 
     def run_backfill(self, row: BackfillRow) -> None:
         """Run one claimed backfill request and record how it ended."""
