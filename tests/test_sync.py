@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from beam_pipelines.backfill import source_id_for
@@ -89,6 +90,12 @@ def test_wiki_sync_first_full_then_exact_changes_then_stopped_wiki_pauses(
     assert listing["documents_vanished"] == 0 and first["applied"] is None
     assert _indexed(settings) == 4
     assert _found(settings, ALPHA_OLD) and _found(settings, BETA) and _found(settings, GAMMA)
+    # A hit links to its page (not to the Action API call that fetched it),
+    # and that link opens the page.
+    (alpha,) = [r for r in hybrid_query(settings, ALPHA_OLD, groups=["everyone"], tenant_id=TENANT, k=1)]
+    assert alpha.uri.startswith(mediawiki.api_url.replace("api.php", "index.php?curid="))
+    page = httpx.get(alpha.uri, follow_redirects=True, timeout=30)
+    assert page.status_code == 200 and "<title>Alpha" in page.text and ALPHA_OLD in page.text
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_NEW}")
     mediawiki.delete("Beta")
