@@ -13,11 +13,11 @@ import ipaddress
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from control_plane.keys import ApiKeys
-from control_plane.worker import Worker
-from ragsync.catalog import Catalog, ConflictError, TenantRow
+if TYPE_CHECKING:  # the catalog (SQLAlchemy) loads only in the commands that use it
+    from control_plane.worker import Worker
+    from ragsync.catalog import TenantRow
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
@@ -38,6 +38,9 @@ def _tenant_dict(row: TenantRow) -> dict[str, Any]:
 
 def cmd_tenants_create(args: argparse.Namespace) -> int:
     """Create a tenant and print its first API key (shown once)."""
+    from control_plane.keys import ApiKeys
+    from ragsync.catalog import Catalog, ConflictError
+
     with Catalog.open(_catalog_url(args)) as catalog:
         try:
             row, key = ApiKeys(catalog).create_tenant(args.name, tenant_id=args.tenant_id)
@@ -54,6 +57,8 @@ def cmd_tenants_create(args: argparse.Namespace) -> int:
 
 def cmd_tenants_list(args: argparse.Namespace) -> int:
     """List tenants with their number of active keys."""
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         rows = catalog.list_tenants()
     if args.json:
@@ -69,6 +74,9 @@ def cmd_tenants_list(args: argparse.Namespace) -> int:
 
 def cmd_tenants_add_key(args: argparse.Namespace) -> int:
     """Issue another API key for a tenant (key rotation)."""
+    from control_plane.keys import ApiKeys
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         try:
             key_id, key = ApiKeys(catalog).create_api_key(args.tenant_id)
@@ -84,6 +92,8 @@ def cmd_tenants_add_key(args: argparse.Namespace) -> int:
 
 def cmd_tenants_revoke_key(args: argparse.Namespace) -> int:
     """Revoke an API key by its public id (the part after ``rsk_``)."""
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         revoked = catalog.revoke_api_key(args.key_id)
     if args.json:
@@ -115,6 +125,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from control_plane.app import create_app
+    from control_plane.worker import Worker
 
     settings = _settings(args)
     worker = None
@@ -163,6 +174,7 @@ def _store_args(args: argparse.Namespace, settings: Any) -> list[str]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run accepted syncs and backfills, and the schedule, until interrupted."""
+    from control_plane.worker import Worker
     from ragsync.catalog import Catalog
 
     settings = _settings(args)

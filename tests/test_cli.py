@@ -94,3 +94,21 @@ def test_sources_add_help_explains_every_option(capsys: pytest.CaptureFixture[st
     out = capsys.readouterr().out
     (tenant,) = [line for line in out.splitlines() if line.startswith("  --tenant TENANT")]
     assert tenant.split(None, 2)[2] == "the tenant that owns the source"
+
+
+def test_help_loads_no_heavy_module() -> None:
+    """``ragsync --help`` and a command's help start without Beam, torch,
+    the catalog's SQLAlchemy or pydantic (they made every call take seconds)."""
+    import subprocess
+    import sys
+
+    heavy = ("apache_beam", "torch", "sqlalchemy", "pydantic")
+    probe = (
+        "import sys\nfrom beam_pipelines.cli import main\n"
+        "for argv in (['--help'], ['sources', 'add', '--help'], ['tenants', 'create', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as stop:\n        assert stop.code == 0\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"
