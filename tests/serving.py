@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -33,3 +34,20 @@ def served(app: Any, timeout_s: float = 20) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(timeout=timeout_s)
+
+
+def wait_until_healthy(api: Any, log: Path, timeout_s: float = 60) -> None:
+    """Wait until a ``ragsync serve`` answers ``GET /healthz`` with 200
+    through ``api`` (an ``httpx.Client``); fails the test with the end of the
+    server's ``log`` when it does not within ``timeout_s``."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            if api.get("/healthz").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
+        time.sleep(0.2)

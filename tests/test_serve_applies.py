@@ -16,6 +16,7 @@ import httpx
 
 from ragsync.config import Settings, open_catalog
 from tests.mediawiki import free_port
+from tests.serving import wait_until_healthy
 
 CLI = [sys.executable, "-m", "beam_pipelines.cli"]
 
@@ -52,15 +53,7 @@ def test_a_delete_sent_to_serve_is_applied_by_its_worker(tmp_path: Path) -> None
         api = httpx.Client(
             base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key['api_key']}"}
         )
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if api.get("/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+        wait_until_healthy(api, tmp_path / "serve.log")
         now = time.time()
         event = {"source_id": "docs", "doc_id": "memo.md", "op": "delete", "source_version": int(now) + 60}
         answer = api.post("/internal/events", json={**event, "event_time": now})

@@ -25,6 +25,7 @@ from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError,
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki
+from tests.serving import wait_until_healthy
 
 pytestmark = pytest.mark.slow
 TENANT = "acme"
@@ -276,15 +277,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     )
     try:
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if api.get("/healthz").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "serve.log").read_text()
-            time.sleep(0.2)
+        wait_until_healthy(api, tmp_path / "serve.log")
         body = {"type": "wiki", "uri": mediawiki.api_url, "sync": "webhook", "source_id": "wiki-api"}
         assert api.post("/v1/sources", json=body).status_code == 201
         run = api.post("/v1/sources/wiki-api/sync", json={"mode": "incremental"}).json()
