@@ -172,7 +172,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     src_sub = src.add_subparsers(dest="sources_command", required=True)
     add = src_sub.add_parser("add", parents=[common], help="register a source (same as POST /v1/sources)")
     add.add_argument("source_id")
-    add.add_argument("--tenant", required=True)
+    add.add_argument("--tenant", required=True, help="the tenant that owns the source")
     add.add_argument("--type", required=True, choices=SOURCE_TYPES)
     add.add_argument(
         "--uri",
@@ -203,24 +203,18 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
 
     pause = src_sub.add_parser("pause", parents=[common], help="stop syncing a source")
     pause.add_argument("source_id")
-    pause.add_argument(
-        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
-    )
+    pause.add_argument("--tenant", help=_TENANT_HELP)
     pause.add_argument("--reason")
     pause.set_defaults(func=cmd_sources_pause)
 
     resume = src_sub.add_parser("resume", parents=[common], help="sync a paused source again")
     resume.add_argument("source_id")
-    resume.add_argument(
-        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
-    )
+    resume.add_argument("--tenant", help=_TENANT_HELP)
     resume.set_defaults(func=cmd_sources_resume)
 
     sy = sub.add_parser("sync", parents=[common], help="run a source's connector once")
     sy.add_argument("source_id")
-    sy.add_argument(
-        "--tenant", help="the source's tenant (needed when several tenants have a source of this id)"
-    )
+    sy.add_argument("--tenant", help=_TENANT_HELP)
     sy.add_argument("--full", action="store_true", help="full listing; what vanished is deleted")
     sy.add_argument(
         "--max-delete-share",

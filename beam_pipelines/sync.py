@@ -486,6 +486,7 @@ def run_backfill(
         model_spec=spec,
         max_delete_share=max_delete_share,
         reread=reread,
+        tenant_id=tenant_id,
     )
     listing = result.listing or {}
     applied = result.applied or {}

@@ -22,7 +22,6 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, BinaryIO, ClassVar, Protocol
 
-from connectors.events import derive_event_id
 from ragsync import ids
 from ragsync.decisions import ListedObject
 from ragsync.errors import ConfigurationError, FetchError
@@ -248,6 +247,8 @@ def make_event(
         raise ValueError(f"unknown op {op!r}")
     if op == "upsert" and not content_uri:
         raise ValueError("an upsert needs a content_uri")
+    from connectors.events import derive_event_id  # pydantic: not at import (the CLI's start)
+
     groups = tuple(sorted({g for g in acl_groups if g}))
     return Event(
         event_id=derive_event_id(spec.source_id, doc_id, op, source_version, groups),

@@ -15,8 +15,10 @@ Wire format (one JSON object; ``POST /internal/events``, a JSONL line for
 - ``op`` is ``upsert`` (needs ``content_uri``, an address under the source's
   location), ``delete`` or ``acl``.
 - ``acl_groups`` are the groups allowed to read the document now; an upsert
-  or acl event with no groups is accepted but the document is not indexed
-  (fail closed) and ends as a ``no_permissions`` dead letter.
+  or acl event with no groups takes its source's default groups (``sources
+  add --acl-groups``, a backfill's ``--acl-groups``); without those it is
+  accepted but the document is not indexed (fail closed) and ends as a
+  ``no_permissions`` dead letter.
 - ``event_id`` is optional: without it the id is derived from the content of
   the event, so a sender that retries produces the same id.
 

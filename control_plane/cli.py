@@ -13,13 +13,13 @@ import ipaddress
 import json
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from connectors.credentials import GRANTS_ENV, tenant_grants
-from control_plane.keys import ApiKeys
 from control_plane.limits import DEFAULT_MAX_PENDING_SYNCS, DEFAULT_MAX_SOURCES
-from control_plane.worker import Worker
-from ragsync.catalog import Catalog, ConflictError, TenantRow
+
+if TYPE_CHECKING:  # the catalog (SQLAlchemy) loads only in the commands that use it
+    from control_plane.worker import Worker
+    from ragsync.catalog import TenantRow
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
@@ -40,6 +40,9 @@ def _tenant_dict(row: TenantRow) -> dict[str, Any]:
 
 def cmd_tenants_create(args: argparse.Namespace) -> int:
     """Create a tenant and print its first API key (shown once)."""
+    from control_plane.keys import ApiKeys
+    from ragsync.catalog import Catalog, ConflictError
+
     with Catalog.open(_catalog_url(args)) as catalog:
         try:
             row, key = ApiKeys(catalog).create_tenant(args.name, tenant_id=args.tenant_id)
@@ -56,6 +59,8 @@ def cmd_tenants_create(args: argparse.Namespace) -> int:
 
 def cmd_tenants_list(args: argparse.Namespace) -> int:
     """List tenants with their number of active keys."""
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         rows = catalog.list_tenants()
     if args.json:
@@ -71,6 +76,9 @@ def cmd_tenants_list(args: argparse.Namespace) -> int:
 
 def cmd_tenants_add_key(args: argparse.Namespace) -> int:
     """Issue another API key for a tenant (key rotation)."""
+    from control_plane.keys import ApiKeys
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         try:
             key_id, key = ApiKeys(catalog).create_api_key(args.tenant_id)
@@ -86,6 +94,8 @@ def cmd_tenants_add_key(args: argparse.Namespace) -> int:
 
 def cmd_tenants_revoke_key(args: argparse.Namespace) -> int:
     """Revoke an API key by its public id (the part after ``rsk_``)."""
+    from ragsync.catalog import Catalog
+
     with Catalog.open(_catalog_url(args)) as catalog:
         revoked = catalog.revoke_api_key(args.key_id)
     if args.json:
@@ -123,6 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from control_plane.app import create_app
+    from control_plane.worker import Worker
 
     settings = _settings(args)
     worker = None
@@ -130,6 +141,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
         def worker(catalog: Any) -> Worker:
             return Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
+
+    from connectors.credentials import GRANTS_ENV, tenant_grants
 
     grants = tenant_grants(args.tenant_secrets)
     # The worker (this process or a sync child) resolves tenants' references
@@ -176,6 +189,7 @@ def _store_args(args: argparse.Namespace, settings: Any) -> list[str]:
 
 def cmd_worker(args: argparse.Namespace) -> int:
     """Run accepted syncs and backfills, and the schedule, until interrupted."""
+    from control_plane.worker import Worker
     from ragsync.catalog import Catalog
 
     settings = _settings(args)

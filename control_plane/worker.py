@@ -16,7 +16,10 @@ keep the API and the work apart. Each pass:
 3. **runs one backfill request**: an operator's (no tenant)
    ``embedding_model`` backfill re-embeds into a new index version with
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
-   a golden set, ``ragsync index-versions flip``).
+   a golden set, ``ragsync index-versions flip``);
+4. **applies the queued events** that are due (``POST /internal/events``,
+   ``ragsync events push``): ``ragsync stream --until-idle`` in a child, so
+   what the API accepted is applied without a separate ``ragsync stream``.
 
 Work runs in child processes, one at a time (each leads its own process
 group; stopping the worker, as ``serve`` does on SIGTERM or SIGINT, ends the
@@ -139,8 +142,8 @@ class Worker:
         return out
 
     def run_once(self) -> bool:
-        """Schedule, then run at most one sync and one backfill. Returns True
-        when something ran."""
+        """Schedule, then run at most one sync and one backfill, then apply
+        the events that are due. Returns True when something ran."""
         if self.schedule:
             self.schedule_due()
         ran = False
@@ -152,6 +155,9 @@ class Worker:
         backfill = self.catalog.claim_backfill()
         if backfill is not None:
             self.run_backfill(backfill)
+            ran = True
+        if self.catalog.pending_events(limit=1):
+            self.run_stream()
             ran = True
         return ran
 
@@ -201,6 +207,12 @@ class Worker:
         # The tenant reads this error (GET /v1/sources/{id}/sync/{sync_id}): no host details.
         error = host_free(error)
         self.catalog.finish_sync_run(run.sync_id, succeeded=False, error=error)
+
+    def run_stream(self) -> None:
+        """Apply the queued events until the queue is drained. A failed run
+        leaves its events queued (the stream's own retries and dead letters
+        decide their fate); the next pass tries again."""
+        self._child(["stream", "--until-idle", "--quiet"])
 
     def run_backfill(self, row: BackfillRow) -> None:
         """Run one claimed backfill request and record how it ended."""

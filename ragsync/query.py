@@ -16,12 +16,29 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
 
 RRF_K = 60
+
+
+def page_link(uri: str) -> str:
+    """Where a reader opens a hit: a MediaWiki page's rendered-content
+    address (the Action API's ``api.php?action=parse&pageid=N``, what the
+    connector fetches) becomes the page itself (``index.php?curid=N`` next to
+    ``api.php``, which MediaWiki serves as the page under any article path);
+    any other address is returned unchanged."""
+    parts = urlsplit(uri)
+    if not parts.path.endswith("/api.php"):
+        return uri
+    params = parse_qs(parts.query)
+    if params.get("action") != ["parse"] or len(params.get("pageid", [])) != 1:
+        return uri
+    path = parts.path[: -len("api.php")] + "index.php"
+    return urlunsplit((parts.scheme, parts.netloc, path, urlencode({"curid": params["pageid"][0]}), ""))
 
 
 @dataclass(frozen=True)
@@ -119,7 +136,7 @@ def hybrid_query(
                 QueryResult(
                     doc_id=doc.doc_id,
                     chunk_id=cid,
-                    uri=doc.uri,
+                    uri=page_link(doc.uri),
                     heading_path=list(chunk.heading_path),
                     page=chunk.page,
                     score=round(score, 6),

@@ -12,19 +12,4 @@ export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi
-# Every test file in a process of its own: files are independent, and a
-# process that earlier files left full of threads (gRPC channels, servers) and
-# memory is not what a user's run looks like.
-failed=()
-for f in tests/test_*.py; do
-  echo "== $f"
-  rc=0
-  .venv/bin/python -m pytest -q -p no:cacheprovider "$f" || rc=$?
-  # 5: nothing collected (every test skipped or deselected) is not a failure.
-  if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then failed+=("$f"); fi
-done
-if [ ${#failed[@]} -gt 0 ]; then
-  echo "FAILED test files: ${failed[*]}" >&2
-  exit 1
-fi
-echo "all test files passed"
+exec scripts/test_files.sh

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import uvicorn
@@ -35,18 +36,18 @@ def served(app: Any, timeout_s: float = 20) -> Iterator[int]:
         thread.join(timeout=timeout_s)
 
 
-def wait_healthy(client: Any, log_path: Any, timeout_s: float = 60) -> None:
-    """Poll ``GET /healthz`` with the httpx ``client`` until a ``ragsync
-    serve`` process answers 200; fail with the server's log (``log_path``)
-    after ``timeout_s``."""
+def wait_until_healthy(api: Any, log: Path, timeout_s: float = 60) -> None:
+    """Wait until a ``ragsync serve`` answers ``GET /healthz`` with 200
+    through ``api`` (an ``httpx.Client``); fails the test with the end of the
+    server's ``log`` when it does not within ``timeout_s``."""
     import httpx
 
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            if client.get("/healthz").status_code == 200:
+            if api.get("/healthz").status_code == 200:
                 return
         except httpx.TransportError:
             pass
-        assert time.monotonic() < deadline, log_path.read_text()
+        assert time.monotonic() < deadline, log.read_text()[-3000:]
         time.sleep(0.2)

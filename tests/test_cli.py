@@ -85,3 +85,30 @@ def test_backfill_of_a_missing_folder_says_what_to_do(
     code = main(["backfill", str(tmp_path / "nope"), "--home", str(tmp_path / "h")])
     assert code == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def test_sources_add_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as stop:
+        main(["sources", "add", "--help"])
+    assert stop.value.code == 0
+    out = capsys.readouterr().out
+    (tenant,) = [line for line in out.splitlines() if line.startswith("  --tenant TENANT")]
+    assert tenant.split(None, 2)[2] == "the tenant that owns the source"
+
+
+def test_help_loads_no_heavy_module() -> None:
+    """``ragsync --help`` and a command's help start without Beam, torch,
+    the catalog's SQLAlchemy or pydantic (they made every call take seconds)."""
+    import subprocess
+    import sys
+
+    heavy = ("apache_beam", "torch", "sqlalchemy", "pydantic")
+    probe = (
+        "import sys\nfrom beam_pipelines.cli import main\n"
+        "for argv in (['--help'], ['sources', 'add', '--help'], ['tenants', 'create', '--help']):\n"
+        "    try:\n        main(argv)\n    except SystemExit as stop:\n        assert stop.code == 0\n"
+        f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "[]"

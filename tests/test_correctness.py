@@ -119,6 +119,32 @@ def test_revision_delete_after_a_backfill_removes_the_document(
     )
 
 
+def test_an_event_without_groups_takes_the_source_default_groups(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The groups given to ``sources add --acl-groups`` are the source's
+    default: an upsert without ``acl_groups`` is indexed for them (it was a
+    ``no_permissions`` dead letter); an event naming groups keeps its own."""
+    user = User(tmp_path, capsys)
+    user.add_source("--acl-groups", "staff")
+    (user.folder / "memo.md").write_text("# Memo\n\nThe parking garage closes for repairs in May.\n")
+    (user.folder / "pay.md").write_text("# Pay\n\nSalaries are reviewed every October.\n")
+    now = time.time()
+    common = {"op": "upsert", "source_version": 1, "event_time": now}
+    user.push(
+        {"doc_id": "memo.md", "content_uri": str(user.folder / "memo.md"), **common},
+        {"doc_id": "pay.md", "content_uri": str(user.folder / "pay.md"), "acl_groups": ["hr"], **common},
+    )
+    user.stream()
+    # Every readable document comes back (hybrid search, k=10): exactly
+    # what each group may read.
+    assert user.query("parking garage repairs", "staff") == ["memo.md"]
+    assert user.query("salaries reviewed October", "staff") == ["memo.md"]
+    assert user.query("salaries reviewed October", "hr") == ["pay.md"]
+    assert user.query("parking garage repairs", "everyone") == []
+    assert user.run("status")["dead_letters"] == {}
+
+
 def test_a_backfill_rerun_keeps_a_newer_acl_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     user = User(tmp_path, capsys)
     (user.folder / "salaries.md").write_text(

@@ -16,6 +16,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from beam_pipelines.backfill import source_id_for
@@ -24,6 +25,7 @@ from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError,
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki
+from tests.serving import wait_until_healthy
 
 pytestmark = pytest.mark.slow
 TENANT = "acme"
@@ -89,6 +91,12 @@ def test_wiki_sync_first_full_then_exact_changes_then_stopped_wiki_pauses(
     assert listing["documents_vanished"] == 0 and first["applied"] is None
     assert _indexed(settings) == 4
     assert _found(settings, ALPHA_OLD) and _found(settings, BETA) and _found(settings, GAMMA)
+    # A hit links to its page (not to the Action API call that fetched it),
+    # and that link opens the page.
+    (alpha,) = [r for r in hybrid_query(settings, ALPHA_OLD, groups=["everyone"], tenant_id=TENANT, k=1)]
+    assert alpha.uri.startswith(mediawiki.api_url.replace("api.php", "index.php?curid="))
+    page = httpx.get(alpha.uri, follow_redirects=True, timeout=30)
+    assert page.status_code == 200 and "<title>Alpha" in page.text and ALPHA_OLD in page.text
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_NEW}")
     mediawiki.delete("Beta")
@@ -238,7 +246,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     import httpx
 
     from tests.mediawiki import free_port
-    from tests.serving import wait_healthy
+    from tests.serving import wait_until_healthy
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
     home = str(tmp_path / "home")
@@ -270,7 +278,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     )
     try:
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
-        wait_healthy(api, (tmp_path / "serve.log"))
+        wait_until_healthy(api, tmp_path / "serve.log")
         body = {"type": "wiki", "uri": mediawiki.api_url, "sync": "webhook", "source_id": "wiki-api"}
         assert api.post("/v1/sources", json=body).status_code == 201
         run = api.post("/v1/sources/wiki-api/sync", json={"mode": "incremental"}).json()

@@ -80,3 +80,23 @@ def test_dockerfile_builds_launcher_and_workers_from_the_locked_requirements() -
     assert "FLEX_TEMPLATE_PYTHON_PY_FILE=/template/main.py" in text
     pinned = (ROOT / "requirements.txt").read_text().splitlines()
     assert f"apache-beam=={apache_beam.__version__}" in pinned
+
+
+def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) -> None:
+    """The quick start's home may hold the same folder under another tenant:
+    ``--tenant`` names which one the template syncs (it failed with "source
+    exists for several tenants")."""
+    from beam_pipelines.backfill import register_source
+    from beam_pipelines.quick import source_id_for
+
+    src = _corpus(tmp_path)
+    settings = Settings(home=str(tmp_path / "home"))
+    register_source(settings, source_id_for(str(src)), "other", "object_store", str(src))
+    home = f"--home={tmp_path / 'home'}"
+    assert run([home, f"--source={src}", "--tenant=T", "--acl_groups=staff", "--runner=DirectRunner"]) == 0
+    catalog = open_catalog(settings)
+    try:
+        assert catalog.document_counts_by_status("T") == {"indexed": 3}
+        assert catalog.document_counts_by_status("other") == {}
+    finally:
+        catalog.close()

@@ -28,7 +28,7 @@ from ragsync.errors import ConfigurationError
 from ragsync.lifecycle import descendants
 from tests.mediawiki import free_port
 from tests.proc import CLI, ROOT, kill_group, live_members
-from tests.serving import wait_healthy
+from tests.serving import wait_until_healthy
 
 TENANT = "acme"
 
@@ -77,7 +77,7 @@ def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) ->
     children: list[int] = []
     try:
         api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"Authorization": f"Bearer {key}"})
-        wait_healthy(api, log)
+        wait_until_healthy(api, log)
         body = {"type": "wiki", "uri": api_url, "sync": "webhook", "source_id": "wiki"}
         assert api.post("/v1/sources", json=body).status_code == 201, log.read_text()
         run = api.post("/v1/sources/wiki/sync", json={"mode": "full"}).json()

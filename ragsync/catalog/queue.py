@@ -16,6 +16,7 @@ changes; ``fast`` and ``slow``: content), tenants taking turns within a lane.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
@@ -74,6 +75,24 @@ class QueueRepository(Repository):
             out.append(tenant)
         return out
 
+    def _default_groups(self, conn: Any, events: Sequence[Any], tenants: Sequence[str]) -> list[Any]:
+        """``events`` with their source's default groups (its ``acl_groups``
+        option: ``sources add --acl-groups`` or a backfill's ``--acl-groups``)
+        in place of missing ones on upserts and permission changes; events
+        that carry groups, deletes and sources without defaults are unchanged."""
+        s = schema.sources
+        bare = {(tid, e.source_id) for e, tid in zip(events, tenants, strict=True) if _needs_groups(e)}
+        defaults: dict[tuple[str, str], tuple[str, ...]] = {}
+        for tid, sid in sorted(bare):
+            query = select(s.c.options).where(s.c.tenant_id == tid, s.c.source_id == sid)
+            raw = conn.execute(query).scalar()
+            groups = (json.loads(raw) if raw else {}).get("acl_groups") or []
+            defaults[(tid, sid)] = tuple(sorted({str(g).strip() for g in groups if str(g).strip()}))
+        return [
+            replace(e, acl_groups=defaults[(tid, e.source_id)]) if _needs_groups(e) else e
+            for e, tid in zip(events, tenants, strict=True)
+        ]
+
     def enqueue_events(self, events: Sequence[Any], *, now: float | None = None) -> tuple[int, int]:
         """Add events (``ragsync.model.Event``) to the queue.
 
@@ -81,6 +100,9 @@ class QueueRepository(Repository):
         queued twice; one tenant's ids never meet another's. Deletes and
         permission changes go to the ``priority`` lane, content to ``fast``
         (the pipeline moves a document it finds slow to the ``slow`` lane).
+        An upsert or permission change without groups gets its source's
+        default groups (see ``_default_groups``); with none it stays without
+        (fail closed: a ``no_permissions`` dead letter).
 
         Raises:
             ValueError: an event without a tenant whose source several
@@ -95,6 +117,7 @@ class QueueRepository(Repository):
             return 0, 0
         with self._engine.begin() as conn:
             tenants = self._event_tenants(conn, events)
+            events = self._default_groups(conn, events, tenants)
             rows = [
                 {
                     "tenant_id": tenant,
@@ -595,3 +618,8 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
         return 0.0
     rank = max(1, int(-(-q * len(sorted_values) // 1)))
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+def _needs_groups(event: Any) -> bool:
+    """An upsert or permission change that names no groups."""
+    return event.op in ("upsert", "acl") and not event.acl_groups
