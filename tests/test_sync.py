@@ -246,7 +246,6 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
     import httpx
 
     from tests.mediawiki import free_port
-    from tests.serving import wait_until_healthy
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
     home = str(tmp_path / "home")
