@@ -100,6 +100,9 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 _LITE_REFS: dict[str, int] = {}
 LITE_LOCK_WAIT_S = 15.0
 """How long opening Milvus Lite waits for a lock left by a process that just died."""
+SERVER_CONNECT_WAIT_S = 30.0
+"""How long opening a Milvus server retries a refused connection (a busy
+server while several workers start; one ``pymilvus`` attempt gives up in ~10 s)."""
 
 
 def _release_lite(path: str) -> None:
@@ -196,7 +199,9 @@ class MilvusCollection(ClosesOnExit):
         # A process that was just killed may hold Milvus Lite's lock for a
         # moment (its children exit within a second, ragsync.lifecycle): wait
         # for it rather than fail the run that follows a crash.
-        deadline = time.monotonic() + (LITE_LOCK_WAIT_S if self.is_lite else 0.0)
+        # A server may be slow to accept a new worker's connection while
+        # other workers load it: retry for a while before giving up.
+        deadline = time.monotonic() + (LITE_LOCK_WAIT_S if self.is_lite else SERVER_CONNECT_WAIT_S)
         while True:
             try:
                 if self.is_lite:
