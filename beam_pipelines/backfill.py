@@ -19,6 +19,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from beam_pipelines.options import refuse_single_process_stores, worker_processes
 from beam_pipelines.quick import source_id_for as source_id_for  # re-exported: its callers import it here
 from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
@@ -189,8 +190,9 @@ def run_listing(
     """
     started = time.time()
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    refuse_single_process_stores(settings, options)
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
-    if runner in ("FnApiRunner", "DirectRunner"):
+    if runner in ("FnApiRunner", "DirectRunner") and not worker_processes(options):
         # This process parses: its parse children's fork server starts (and
         # imports the parsers) on the other core while the graph is built.
         warm_up_fork_server()

@@ -49,6 +49,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipelines.options import refuse_single_process_stores
 from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
@@ -313,6 +314,7 @@ def _run_pipeline(
     show_progress: bool,
 ) -> dict[str, int]:
     options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    refuse_single_process_stores(settings, options)
     runner = options.get_all_options().get("runner") or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)
     _ = (

@@ -26,6 +26,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+from beam_pipelines.options import refuse_single_process_stores
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.config import Settings
@@ -263,6 +264,7 @@ def _lane_pipeline(
     and a combined slow group waits for every lane to drain before it
     finishes."""
     options = PipelineOptions(args)
+    refuse_single_process_stores(settings, options)
     runner = options.view_as(StandardOptions).runner or "FnApiRunner"
     p = beam.Pipeline(runner=runner, options=options)
     if source == "queue":

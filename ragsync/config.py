@@ -40,6 +40,10 @@ EMBED_BACKENDS = ("torch", "onnx", "onnx-int8")
 NEW_HOME_BACKEND = "onnx-int8"
 """The backend a home without an index is built with when none is set."""
 
+KEYWORD_INDEXES = ("tantivy", "milvus", "elasticsearch")
+"""Keyword backends (``Settings.keyword_index``); empty = ``elasticsearch``
+when ``es_url`` is set, else ``tantivy``."""
+
 LEGACY_BACKEND = "torch"
 """The backend of an index whose version row names none (built before backends were recorded)."""
 
@@ -67,6 +71,15 @@ class Settings:
         milvus_uri: Milvus Lite file or server URL; default under ``home``.
         milvus_token: server token (empty for Lite).
         collection: vector collection (or alias) name.
+        milvus_database: Milvus database of the vector collection and of the
+            Milvus keyword index (created by ``ragsync init``/backfill);
+            empty = Milvus' ``default``. One database per home lets several
+            deployments share one Milvus.
+        keyword_index: ``tantivy`` (one process: the laptop default),
+            ``milvus`` (Milvus' BM25 full-text search, collection
+            ``{collection}_keyword`` beside the vectors; takes writers from
+            many workers) or ``elasticsearch``; empty = ``elasticsearch`` when
+            ``es_url`` is set, else ``tantivy``.
         es_url: Elasticsearch URL; empty selects the embedded tantivy index.
         es_index: Elasticsearch index (or alias) name.
         object_store: root of raw and parsed copies (any Beam FileSystems
@@ -135,6 +148,8 @@ class Settings:
     milvus_uri: str = ""
     milvus_token: str = field(default="", repr=False)
     collection: str = "ragsync_chunks"
+    milvus_database: str = ""
+    keyword_index: str = ""
     es_url: str = ""
     es_index: str = "ragsync_chunks"
     object_store: str = ""
@@ -173,6 +188,12 @@ class Settings:
             raise ConfigurationError(
                 f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
             )
+        if self.keyword_index and self.keyword_index not in KEYWORD_INDEXES:
+            raise ConfigurationError(
+                f"keyword_index must be one of {', '.join(KEYWORD_INDEXES)}, got {self.keyword_index!r}"
+            )
+        if self.keyword_index == "elasticsearch" and not self.es_url:
+            raise ConfigurationError("keyword_index elasticsearch needs es_url")
         if self.embed_max_tokens < 0:
             raise ConfigurationError("embed_max_tokens must be >= 0 (0 = the model's own limit)")
         if not self.catalog_url:
@@ -213,6 +234,17 @@ class Settings:
             max_depth=self.max_archive_depth,
             max_ratio=self.max_archive_ratio,
         )
+
+    @property
+    def keyword_backend(self) -> str:
+        """The keyword backend in use: ``keyword_index``, or ``elasticsearch``
+        when ``es_url`` is set, else ``tantivy``."""
+        return self.keyword_index or ("elasticsearch" if self.es_url else "tantivy")
+
+    @property
+    def keyword_collection(self) -> str:
+        """The Milvus keyword index's collection (alias): ``{collection}_keyword``."""
+        return f"{self.collection}_keyword"
 
     @property
     def keyword_path(self) -> str:
@@ -285,13 +317,32 @@ def open_vector_index(settings: Settings, dim: int, *, create: bool = False) -> 
     if "://" not in settings.milvus_uri:
         settings.ensure_home()
     return MilvusVectorIndex(
-        settings.milvus_uri, settings.collection, dim, create=create, token=settings.milvus_token
+        settings.milvus_uri,
+        settings.collection,
+        dim,
+        create=create,
+        token=settings.milvus_token,
+        database=settings.milvus_database,
     )
 
 
 def open_keyword_index(settings: Settings, *, create: bool = False) -> KeywordIndex:
-    """Elasticsearch when ``es_url`` is set, else the embedded tantivy index."""
-    if settings.es_url:
+    """The keyword index of ``settings.keyword_backend``: tantivy under
+    ``home``, Milvus BM25 in the vectors' Milvus, or Elasticsearch."""
+    backend = settings.keyword_backend
+    if backend == "milvus":
+        from ragsync.stores.milvus_keyword import MilvusKeywordIndex
+
+        if "://" not in settings.milvus_uri:
+            settings.ensure_home()
+        return MilvusKeywordIndex(
+            settings.milvus_uri,
+            settings.keyword_collection,
+            create=create,
+            token=settings.milvus_token,
+            database=settings.milvus_database,
+        )
+    if backend == "elasticsearch":
         from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
 
         return ElasticsearchKeywordIndex(

@@ -96,7 +96,11 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
     spec = spec or spec_for("", settings)
     try:
         index = MilvusVectorIndex(
-            settings.milvus_uri, settings.collection, spec.dim, token=settings.milvus_token
+            settings.milvus_uri,
+            settings.collection,
+            spec.dim,
+            token=settings.milvus_token,
+            database=settings.milvus_database,
         )
     except ConfigurationError:
         return  # no index yet
@@ -190,6 +194,11 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         existing = catalog.list_index_versions()
         if not any(v.state == LIVE for v in existing):
             raise ConfigurationError("no live index version: run `ragsync backfill` first")
+        if settings.keyword_backend == "milvus":
+            raise ConfigurationError(
+                "a new index version (re-embedding) is not supported with keyword_index milvus yet: "
+                "re-embed with keyword_index tantivy or elasticsearch"
+            )
         n = max(v.version for v in existing) + 1
         new = IndexVersion(
             version=n,
@@ -223,6 +232,7 @@ def open_version_vector(
         create=create,
         token=settings.milvus_token,
         alias=False,
+        database=settings.milvus_database,
     )
 
 

@@ -69,6 +69,13 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o("milvus_uri", str, "Milvus server URL, e.g. http://milvus:19530 (default Milvus Lite under home)"),
     _o("milvus_token", str, "Milvus server token (user:password or an API key)", secret=True),
     _o("collection", str, "vector collection (alias) name (default ragsync_chunks)"),
+    _o("milvus_database", str, "Milvus database of this home's collections (default: Milvus' default)"),
+    _o(
+        "keyword_index",
+        str,
+        "keyword backend: tantivy (one process), milvus (Milvus BM25 beside the vectors; several workers) "
+        "or elasticsearch (default elasticsearch when es_url is set, else tantivy)",
+    ),
     _o("es_url", str, "Elasticsearch URL, e.g. https://es:9200 (default: embedded tantivy index under home)"),
     _o("es_index", str, "Elasticsearch index (alias) name (default ragsync_chunks)"),
     _o("es_api_key", str, "Elasticsearch API key (base64 id:key)", secret=True),

@@ -44,6 +44,8 @@ def _value(name: str) -> Any:
         return "/tmp/ragsync-opt-home"
     if name == "embed_backend":  # one of a closed set
         return "onnx"
+    if name == "keyword_index":  # one of a closed set
+        return "milvus"
     if isinstance(default, bool):
         raise AssertionError(f"{name}: boolean settings need a value here")
     if isinstance(default, int):

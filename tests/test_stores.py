@@ -1,4 +1,4 @@
-"""Store contract against the local stores: Milvus Lite and tantivy.
+"""Store contract against the local stores: Milvus Lite (vectors and BM25) and tantivy.
 
 Every check in ``tests/store_contract.py`` runs against both; vector-only
 checks (validation, dimension, alias, >16384 rows) follow.
@@ -19,6 +19,7 @@ import pytest
 from ragsync.errors import ConfigurationError
 from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.stores.milvus_keyword import MilvusKeywordIndex
 from ragsync.stores.tantivy_index import TantivyKeywordIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness, make_chunk, vector_for
@@ -36,7 +37,16 @@ def tantivy_harness(tmp_path: Path) -> KeywordHarness:
     return KeywordHarness("tantivy", lambda create: TantivyKeywordIndex(path, create=create))
 
 
-HARNESSES: dict[str, Callable[[Path], Harness]] = {"milvus-lite": milvus_harness, "tantivy": tantivy_harness}
+def milvus_bm25_harness(tmp_path: Path) -> KeywordHarness:
+    uri = str(tmp_path / "lite" / "milvus.db")
+    return KeywordHarness("milvus-bm25", lambda create: MilvusKeywordIndex(uri, "keywords", create=create))
+
+
+HARNESSES: dict[str, Callable[[Path], Harness]] = {
+    "milvus-lite": milvus_harness,
+    "milvus-bm25": milvus_bm25_harness,
+    "tantivy": tantivy_harness,
+}
 
 
 @pytest.fixture(params=sorted(HARNESSES))

@@ -28,12 +28,15 @@ import pytest
 
 from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.stores.milvus_keyword import MilvusKeywordIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness
 
 MILVUS_URI = os.environ.get("RAGSYNC_MILVUS_URI", "")
 MILVUS_LITE_START_S = 90.0
 MILVUS_TOKEN = os.environ.get("RAGSYNC_MILVUS_TOKEN", "")
+MILVUS_DATABASE = "ragsync_test"
+"""The BM25 store's tests run in their own Milvus database (``database=``)."""
 ES_URL = os.environ.get("RAGSYNC_ES_URL", "")
 ES_API_KEY = os.environ.get("RAGSYNC_ES_API_KEY", "")
 
@@ -119,11 +122,13 @@ def milvus_uri() -> Iterator[str]:
         shutil.rmtree(data, ignore_errors=True)
 
 
-def _drop_milvus(uri: str, name: str) -> None:
+def _drop_milvus(uri: str, name: str, database: str = "") -> None:
     from pymilvus import MilvusClient
 
     client = MilvusClient(uri=uri, token=MILVUS_TOKEN)
     try:
+        if database:
+            client.use_database(database)
         if name in client.list_aliases().get("aliases", []):
             client.drop_alias(name)
         for collection in (f"{name}_v1", name):
@@ -144,7 +149,7 @@ def _drop_es(name: str) -> None:
         client.close()
 
 
-@pytest.fixture(params=["milvus-server", "elasticsearch"])
+@pytest.fixture(params=["milvus-server", "milvus-bm25-server", "elasticsearch"])
 def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
     name = f"ragsync_test_{uuid.uuid4().hex[:12]}"
     h: Harness
@@ -156,6 +161,14 @@ def harness(request: pytest.FixtureRequest) -> Iterator[Harness]:
             return MilvusVectorIndex(uri, name, DIM, create=create, token=MILVUS_TOKEN)
 
         h, drop = VectorHarness("milvus-server", open_milvus), functools.partial(_drop_milvus, uri)
+    elif request.param == "milvus-bm25-server":
+        uri = request.getfixturevalue("milvus_uri")
+
+        def open_bm25(create: bool) -> Any:
+            return MilvusKeywordIndex(uri, name, create=create, token=MILVUS_TOKEN, database=MILVUS_DATABASE)
+
+        h = KeywordHarness("milvus-bm25-server", open_bm25)
+        drop = functools.partial(_drop_milvus, uri, database=MILVUS_DATABASE)
     else:
         if not ES_URL:
             pytest.skip("set RAGSYNC_ES_URL=http://host:9200 to run against Elasticsearch")

@@ -114,6 +114,9 @@ def _batches(items: Sequence[Any], size: int) -> Iterator[Sequence[Any]]:
 _LITE_REFS: dict[str, int] = {}
 LITE_LOCK_WAIT_S = 15.0
 """How long opening Milvus Lite waits for a lock left by a process that just died."""
+SERVER_CONNECT_WAIT_S = 30.0
+"""How long opening a Milvus server retries a refused connection (a busy
+server while several workers start; one ``pymilvus`` attempt gives up in ~10 s)."""
 
 
 def _release_lite(path: str) -> None:
@@ -129,44 +132,37 @@ def _release_lite(path: str) -> None:
     server_manager_instance.release_server(path)
 
 
-class MilvusVectorIndex(ClosesOnExit):
-    """``VectorIndex`` on Milvus (Lite or server).
+class MilvusCollection(ClosesOnExit):
+    """What the Milvus stores share: one client for the store's life, the
+    optional database, the alias layout (``{collection}_v1`` behind the alias
+    ``{collection}``), deletes scoped by tenant and the paged reads of
+    reconcile. Subclasses give the schema (``_create_collection``,
+    ``_check_schema``) and the writes and searches of their kind.
 
     Args:
-        uri: a Milvus Lite file path ending in ``.db`` (e.g.
-            ``~/ragsync/milvus.db``) or a server URL
-            (``http://host:19530``).
-        collection: collection or alias name the pipeline uses.
-        dim: vector dimension; must match an existing collection.
-        create: create ``{collection}_v1`` and the alias ``{collection}``
-            when the name does not exist yet.
-        token: server auth token (``user:password`` or an API key); ignored
-            by Milvus Lite.
+        uri: a Milvus Lite file path ending in ``.db`` or a server URL.
+        collection: collection or alias name.
+        create: create the collection (and the database) when missing.
+        token: server auth token; ignored by Milvus Lite.
         alias: with ``create``, False creates the collection under exactly
-            ``collection`` with no alias (an index version built beside the
-            live one, see :mod:`ragsync.index_versions`).
-
-    Raises:
-        ConfigurationError: the uri is not usable, a Lite file is locked by
-            another process, the collection is missing and ``create`` is
-            False, or its vector dimension differs from ``dim``.
+            ``collection`` with no alias.
+        database: Milvus database holding the collection; empty = Milvus'
+            ``default`` database.
     """
 
     def __init__(
         self,
         uri: str,
         collection: str,
-        dim: int,
         *,
         create: bool = False,
         token: str = "",
         alias: bool = True,
+        database: str = "",
     ) -> None:
-        if dim <= 0:
-            raise ConfigurationError(f"vector dimension must be positive, got {dim}")
         self.uri = uri
         self.collection = collection
-        self.dim = dim
+        self.database = database
         self.is_lite = not _is_server_uri(uri)
         self._alias = alias
         self._client: Any = None
@@ -190,6 +186,7 @@ class MilvusVectorIndex(ClosesOnExit):
         if self._lite_path:
             _LITE_REFS[self._lite_path] = _LITE_REFS.get(self._lite_path, 0) + 1
         try:
+            self._use_database(create)
             self._open(create)
         except BaseException:
             self.close()
@@ -216,7 +213,9 @@ class MilvusVectorIndex(ClosesOnExit):
         # A process that was just killed may hold Milvus Lite's lock for a
         # moment (its children exit within a second, ragsync.lifecycle): wait
         # for it rather than fail the run that follows a crash.
-        deadline = time.monotonic() + (LITE_LOCK_WAIT_S if self.is_lite else 0.0)
+        # A server may be slow to accept a new worker's connection while
+        # other workers load it: retry for a while before giving up.
+        deadline = time.monotonic() + (LITE_LOCK_WAIT_S if self.is_lite else SERVER_CONNECT_WAIT_S)
         while True:
             try:
                 if self.is_lite:
@@ -245,6 +244,68 @@ class MilvusVectorIndex(ClosesOnExit):
             )
         raise ConfigurationError(f"cannot open Milvus at {self.uri!r}: {error}.{hint}") from error
 
+    def _use_database(self, create: bool) -> None:
+        """Switch the client to ``database`` (created with ``create``)."""
+        if not self.database:
+            return
+        client = self._client
+        if self.database not in client.list_databases():
+            if not create:
+                raise ConfigurationError(
+                    f"Milvus database {self.database!r} does not exist at {self.uri!r}; create it by "
+                    "opening the index with create=True (e.g. `ragsync init`)"
+                )
+            client.create_database(self.database)
+        client.use_database(self.database)
+
+    def _create_collection(self) -> None:
+        raise NotImplementedError
+
+    def _key_schema(self) -> Any:
+        """A schema with the fields every ragsync collection has: the key,
+        the document, the tenant and the ACL ids."""
+        from pymilvus import DataType
+
+        schema = self._client.create_schema(auto_id=False, enable_dynamic_field=False)
+        schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH, is_primary=True)
+        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
+        schema.add_field("tenant_id", DataType.VARCHAR, max_length=MAX_TENANT_LENGTH)
+        schema.add_field(
+            "acl_ids",
+            DataType.ARRAY,
+            element_type=DataType.VARCHAR,
+            max_capacity=MAX_ACL_IDS,
+            max_length=MAX_ACL_ID_LENGTH,
+        )
+        return schema
+
+    def _make_collection(self, schema: Any, index_params: Any) -> None:
+        """Create the physical collection with its index, loaded, and the alias."""
+        client = self._client
+        physical = f"{self.collection}_v1" if self._alias else self.collection
+        if not client.has_collection(physical):
+            client.create_collection(physical, schema=schema, consistency_level="Strong")
+            # pymilvus polls a new index's state every 0.5 s (and asks for a
+            # timestamp Milvus Lite does not serve); Lite builds a FLAT index
+            # on an empty collection at once, so its state is not awaited.
+            client.create_index(physical, index_params, sync=not self.is_lite)
+            client.load_collection(physical)
+        if self._alias:
+            client.create_alias(physical, self.collection)
+
+    def _acl_filter(self, tenant_id: str, acl: Sequence[str], deny_acl_ids: Sequence[str]) -> str:
+        """The search filter: the tenant's rows sharing an ACL id with ``acl``
+        and holding none of ``deny_acl_ids``."""
+        expr = f"tenant_id == {_literal(tenant_id)} and array_contains_any(acl_ids, {_list_literal(acl)})"
+        deny = list(dict.fromkeys(deny_acl_ids))
+        if deny:
+            expr += f" and not array_contains_any(acl_ids, {_list_literal(deny)})"
+        return expr
+
+    def _check_schema(self, described: dict[str, Any]) -> None:
+        """Raise ``ConfigurationError`` when the described collection is not this kind's."""
+        raise NotImplementedError
+
     def _open(self, create: bool) -> None:
         client = self._client
         if not client.has_collection(self.collection):
@@ -256,59 +317,8 @@ class MilvusVectorIndex(ClosesOnExit):
             self._create_collection()
         described = client.describe_collection(self.collection)
         self.physical_collection: str = described.get("collection_name", self.collection)
-        found_dim = None
-        for field in described.get("fields", []):
-            if field.get("name") == "vector":
-                found_dim = int(field.get("params", {}).get("dim", 0))
-        if found_dim is None:
-            raise ConfigurationError(
-                f"Milvus collection {self.collection!r} has no 'vector' field; it was not created by ragsync"
-            )
-        if found_dim != self.dim:
-            raise ConfigurationError(
-                f"Milvus collection {self.collection!r} has vectors of dimension {found_dim} but the "
-                f"embedding model gives {self.dim}: vectors of another dimension cannot go into this "
-                "index. Re-embed into a new index version instead (`ragsync reembed --model NAME`, "
-                "which builds and flips to a new collection), or use another collection name"
-            )
+        self._check_schema(described)
         client.load_collection(self.collection)
-
-    def _create_collection(self) -> None:
-        from pymilvus import DataType
-
-        client = self._client
-        physical = f"{self.collection}_v1" if self._alias else self.collection
-        schema = client.create_schema(auto_id=False, enable_dynamic_field=False)
-        schema.add_field("chunk_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH, is_primary=True)
-        schema.add_field("doc_id", DataType.VARCHAR, max_length=MAX_ID_LENGTH)
-        schema.add_field("tenant_id", DataType.VARCHAR, max_length=MAX_TENANT_LENGTH)
-        schema.add_field(
-            "acl_ids",
-            DataType.ARRAY,
-            element_type=DataType.VARCHAR,
-            max_capacity=MAX_ACL_IDS,
-            max_length=MAX_ACL_ID_LENGTH,
-        )
-        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
-        index_params = client.prepare_index_params()
-        if self.is_lite:
-            index_params.add_index(field_name="vector", index_type="FLAT", metric_type="COSINE")
-        else:
-            index_params.add_index(
-                field_name="vector",
-                index_type="HNSW",
-                metric_type="COSINE",
-                params={"M": 16, "efConstruction": 200},
-            )
-        if not client.has_collection(physical):
-            client.create_collection(physical, schema=schema, consistency_level="Strong")
-            # pymilvus polls a new index's state every 0.5 s (and asks for a
-            # timestamp Milvus Lite does not serve); Lite builds a FLAT index
-            # on an empty collection at once, so its state is not awaited.
-            client.create_index(physical, index_params, sync=not self.is_lite)
-            client.load_collection(physical)
-        if self._alias:
-            client.create_alias(physical, self.collection)
 
     def point_alias(self, alias: str) -> None:
         """Make ``alias`` name this index's physical collection (create or move it).
@@ -345,26 +355,10 @@ class MilvusVectorIndex(ClosesOnExit):
 
     def _require_open(self) -> Any:
         if self._client is None:
-            raise RuntimeError("MilvusVectorIndex is closed")
+            raise RuntimeError(f"{type(self).__name__} is closed")
         return self._client
 
     # -- writes ------------------------------------------------------------------
-
-    def _validate(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> list[list[float]]:
-        if len(chunks) != len(vectors):
-            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
-        out: list[list[float]] = []
-        for chunk, vector in zip(chunks, vectors, strict=True):
-            values = [float(x) for x in vector]
-            if len(values) != self.dim:
-                raise ValueError(
-                    f"chunk {chunk.chunk_id}: vector has dimension {len(values)}, index expects {self.dim}"
-                )
-            if not all(math.isfinite(x) for x in values):
-                raise ValueError(f"chunk {chunk.chunk_id}: vector has a non-finite value")
-            self._validate_row(chunk.chunk_id, chunk.doc_id, chunk.tenant_id, chunk.acl_ids)
-            out.append(values)
-        return out
 
     @staticmethod
     def _validate_row(chunk_id: str, doc_id: str, tenant_id: str, acl_ids: Sequence[str]) -> None:
@@ -379,40 +373,6 @@ class MilvusVectorIndex(ClosesOnExit):
         for acl in acl_ids:
             if len(acl) > MAX_ACL_ID_LENGTH:
                 raise ValueError(f"ACL id {acl!r} is longer than {MAX_ACL_ID_LENGTH}")
-
-    def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> int:
-        """Write one row per chunk, replacing rows with the same chunk id.
-
-        Args:
-            chunks: the chunks; only ids, tenant and ACL ids are stored.
-            vectors: one normalized vector per chunk, same order.
-
-        Returns:
-            The number of rows written.
-
-        Raises:
-            ValueError: counts differ, a vector has the wrong dimension or a
-                non-finite value, or a field is too long. Everything is
-                checked before the first write, so nothing is written then.
-            WriteError: Milvus refused a batch (earlier batches stay written;
-                retrying is safe because upsert is idempotent).
-        """
-        client = self._require_open()
-        clean = self._validate(chunks, vectors)
-        if not clean:
-            return 0
-        rows = [
-            {
-                "chunk_id": chunk.chunk_id,
-                "doc_id": chunk.doc_id,
-                "tenant_id": chunk.tenant_id,
-                "acl_ids": list(chunk.acl_ids),
-                "vector": vector,
-            }
-            for chunk, vector in zip(chunks, clean, strict=True)
-        ]
-        self._upsert_rows(client, rows)
-        return len(rows)
 
     def _upsert_rows(self, client: Any, rows: Sequence[dict[str, Any]]) -> None:
         try:
@@ -463,93 +423,7 @@ class MilvusVectorIndex(ClosesOnExit):
     def _tenant_ids_present(self, tenant_id: str, chunk_ids: Sequence[str]) -> set[str]:
         return {str(row["chunk_id"]) for row in self._rows_by_id(chunk_ids, ["chunk_id"], tenant_id)}
 
-    def set_acl_ids(self, tenant_id: str, chunk_ids: Sequence[str], acl_ids: Sequence[str]) -> None:
-        """Replace the ACL ids of the tenant's existing rows, keeping vectors.
-
-        Ids that do not exist (or belong to another tenant) are skipped.
-
-        Raises:
-            ValueError: too many or too long ACL ids.
-            WriteError: Milvus refused the rewrite.
-        """
-        client = self._require_open()
-        new_acl = list(dict.fromkeys(acl_ids))
-        self._validate_row("x", "", tenant_id, new_acl)
-        for batch in _batches(list(dict.fromkeys(chunk_ids)), BATCH_SIZE):
-            rows = self._rows_by_id(batch, ["chunk_id", "doc_id", "acl_ids", "vector"], tenant_id)
-            updated = [
-                {
-                    "chunk_id": row["chunk_id"],
-                    "doc_id": row["doc_id"],
-                    "tenant_id": row["tenant_id"],
-                    "acl_ids": new_acl,
-                    "vector": [float(x) for x in row["vector"]],
-                }
-                for row in rows
-            ]
-            if updated:
-                self._upsert_rows(client, updated)
-
     # -- reads -------------------------------------------------------------------
-
-    def search(
-        self,
-        tenant_id: str,
-        vector: Sequence[float],
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-    ) -> list[Hit]:
-        """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``
-        and hold none of ``deny_acl_ids``.
-
-        Args:
-            tenant_id: tenant to search in.
-            vector: query vector of dimension ``dim``.
-            acl_ids: the caller's ACL ids; empty returns ``[]`` without a
-                query (fail closed).
-            k: number of hits wanted (capped at 16384).
-            deny_acl_ids: ACL ids that deny one of the caller's groups: a row
-                carrying any of them is never returned.
-
-        Returns:
-            Up to k hits, best first; ``score`` is the cosine similarity.
-
-        Raises:
-            ValueError: the query vector has the wrong dimension or a
-                non-finite value.
-        """
-        client = self._require_open()
-        acl = list(dict.fromkeys(acl_ids))
-        if not acl or k <= 0:
-            return []
-        query = [float(x) for x in vector]
-        if len(query) != self.dim or not all(math.isfinite(x) for x in query):
-            raise ValueError(f"query vector must have {self.dim} finite values")
-        limit = min(k, MAX_TOP_K)
-        expr = f"tenant_id == {_literal(tenant_id)} and array_contains_any(acl_ids, {_list_literal(acl)})"
-        deny = list(dict.fromkeys(deny_acl_ids))
-        if deny:
-            expr += f" and not array_contains_any(acl_ids, {_list_literal(deny)})"
-        result = client.search(
-            self.collection,
-            data=[query],
-            filter=expr,
-            limit=limit,
-            output_fields=["doc_id"],
-            search_params={"metric_type": "COSINE", "params": {"ef": max(MIN_EF, limit)}},
-        )
-        hits: list[Hit] = []
-        for hit in result[0] if result else []:
-            entity = hit.get("entity") or {}
-            chunk_id = hit.get("chunk_id", hit.get("id"))
-            hits.append(
-                Hit(
-                    chunk_id=str(chunk_id), doc_id=str(entity.get("doc_id", "")), score=float(hit["distance"])
-                )
-            )
-        return hits
 
     def _iterate(self, tenant_id: str | None, fields: list[str]) -> Iterator[dict[str, Any]]:
         client = self._require_open()
@@ -606,3 +480,212 @@ class MilvusVectorIndex(ClosesOnExit):
             client.close()
             if self._lite_path:
                 _release_lite(self._lite_path)
+
+
+class MilvusVectorIndex(MilvusCollection):
+    """``VectorIndex`` on Milvus (Lite or server).
+
+    Args:
+        uri: a Milvus Lite file path ending in ``.db`` (e.g.
+            ``~/ragsync/milvus.db``) or a server URL
+            (``http://host:19530``).
+        collection: collection or alias name the pipeline uses.
+        dim: vector dimension; must match an existing collection.
+        create: create ``{collection}_v1`` and the alias ``{collection}``
+            when the name does not exist yet.
+        token: server auth token (``user:password`` or an API key); ignored
+            by Milvus Lite.
+        alias: with ``create``, False creates the collection under exactly
+            ``collection`` with no alias (an index version built beside the
+            live one, see :mod:`ragsync.index_versions`).
+        database: Milvus database (``RAGSYNC_MILVUS_DATABASE``); empty =
+            ``default``.
+
+    Raises:
+        ConfigurationError: the uri is not usable, a Lite file is locked by
+            another process, the collection is missing and ``create`` is
+            False, or its vector dimension differs from ``dim``.
+    """
+
+    def __init__(
+        self,
+        uri: str,
+        collection: str,
+        dim: int,
+        *,
+        create: bool = False,
+        token: str = "",
+        alias: bool = True,
+        database: str = "",
+    ) -> None:
+        if dim <= 0:
+            raise ConfigurationError(f"vector dimension must be positive, got {dim}")
+        self.dim = dim
+        super().__init__(uri, collection, create=create, token=token, alias=alias, database=database)
+
+    def _check_schema(self, described: dict[str, Any]) -> None:
+        found_dim = None
+        for field in described.get("fields", []):
+            if field.get("name") == "vector":
+                found_dim = int(field.get("params", {}).get("dim", 0))
+        if found_dim is None:
+            raise ConfigurationError(
+                f"Milvus collection {self.collection!r} has no 'vector' field; it was not created by ragsync"
+            )
+        if found_dim != self.dim:
+            raise ConfigurationError(
+                f"Milvus collection {self.collection!r} has vectors of dimension {found_dim} but the "
+                f"embedding model gives {self.dim}: vectors of another dimension cannot go into this "
+                "index. Re-embed into a new index version instead (`ragsync reembed --model NAME`, "
+                "which builds and flips to a new collection), or use another collection name"
+            )
+
+    def _create_collection(self) -> None:
+        from pymilvus import DataType
+
+        schema = self._key_schema()
+        schema.add_field("vector", DataType.FLOAT_VECTOR, dim=self.dim)
+        index_params = self._client.prepare_index_params()
+        if self.is_lite:
+            index_params.add_index(field_name="vector", index_type="FLAT", metric_type="COSINE")
+        else:
+            index_params.add_index(
+                field_name="vector",
+                index_type="HNSW",
+                metric_type="COSINE",
+                params={"M": 16, "efConstruction": 200},
+            )
+        self._make_collection(schema, index_params)
+
+    def _validate(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> list[list[float]]:
+        if len(chunks) != len(vectors):
+            raise ValueError(f"{len(chunks)} chunks but {len(vectors)} vectors")
+        out: list[list[float]] = []
+        for chunk, vector in zip(chunks, vectors, strict=True):
+            values = [float(x) for x in vector]
+            if len(values) != self.dim:
+                raise ValueError(
+                    f"chunk {chunk.chunk_id}: vector has dimension {len(values)}, index expects {self.dim}"
+                )
+            if not all(math.isfinite(x) for x in values):
+                raise ValueError(f"chunk {chunk.chunk_id}: vector has a non-finite value")
+            self._validate_row(chunk.chunk_id, chunk.doc_id, chunk.tenant_id, chunk.acl_ids)
+            out.append(values)
+        return out
+
+    def upsert(self, chunks: Sequence[Chunk], vectors: Sequence[Sequence[float]]) -> int:
+        """Write one row per chunk, replacing rows with the same chunk id.
+
+        Args:
+            chunks: the chunks; only ids, tenant and ACL ids are stored.
+            vectors: one normalized vector per chunk, same order.
+
+        Returns:
+            The number of rows written.
+
+        Raises:
+            ValueError: counts differ, a vector has the wrong dimension or a
+                non-finite value, or a field is too long. Everything is
+                checked before the first write, so nothing is written then.
+            WriteError: Milvus refused a batch (earlier batches stay written;
+                retrying is safe because upsert is idempotent).
+        """
+        client = self._require_open()
+        clean = self._validate(chunks, vectors)
+        if not clean:
+            return 0
+        rows = [
+            {
+                "chunk_id": chunk.chunk_id,
+                "doc_id": chunk.doc_id,
+                "tenant_id": chunk.tenant_id,
+                "acl_ids": list(chunk.acl_ids),
+                "vector": vector,
+            }
+            for chunk, vector in zip(chunks, clean, strict=True)
+        ]
+        self._upsert_rows(client, rows)
+        return len(rows)
+
+    def set_acl_ids(self, tenant_id: str, chunk_ids: Sequence[str], acl_ids: Sequence[str]) -> None:
+        """Replace the ACL ids of the tenant's existing rows, keeping vectors.
+
+        Ids that do not exist (or belong to another tenant) are skipped.
+
+        Raises:
+            ValueError: too many or too long ACL ids.
+            WriteError: Milvus refused the rewrite.
+        """
+        client = self._require_open()
+        new_acl = list(dict.fromkeys(acl_ids))
+        self._validate_row("x", "", tenant_id, new_acl)
+        for batch in _batches(list(dict.fromkeys(chunk_ids)), BATCH_SIZE):
+            rows = self._rows_by_id(batch, ["chunk_id", "doc_id", "acl_ids", "vector"], tenant_id)
+            updated = [
+                {
+                    "chunk_id": row["chunk_id"],
+                    "doc_id": row["doc_id"],
+                    "tenant_id": row["tenant_id"],
+                    "acl_ids": new_acl,
+                    "vector": [float(x) for x in row["vector"]],
+                }
+                for row in rows
+            ]
+            if updated:
+                self._upsert_rows(client, updated)
+
+    def search(
+        self,
+        tenant_id: str,
+        vector: Sequence[float],
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+    ) -> list[Hit]:
+        """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``
+        and hold none of ``deny_acl_ids``.
+
+        Args:
+            tenant_id: tenant to search in.
+            vector: query vector of dimension ``dim``.
+            acl_ids: the caller's ACL ids; empty returns ``[]`` without a
+                query (fail closed).
+            k: number of hits wanted (capped at 16384).
+            deny_acl_ids: ACL ids that deny one of the caller's groups: a row
+                carrying any of them is never returned.
+
+        Returns:
+            Up to k hits, best first; ``score`` is the cosine similarity.
+
+        Raises:
+            ValueError: the query vector has the wrong dimension or a
+                non-finite value.
+        """
+        client = self._require_open()
+        acl = list(dict.fromkeys(acl_ids))
+        if not acl or k <= 0:
+            return []
+        query = [float(x) for x in vector]
+        if len(query) != self.dim or not all(math.isfinite(x) for x in query):
+            raise ValueError(f"query vector must have {self.dim} finite values")
+        limit = min(k, MAX_TOP_K)
+        expr = self._acl_filter(tenant_id, acl, deny_acl_ids)
+        result = client.search(
+            self.collection,
+            data=[query],
+            filter=expr,
+            limit=limit,
+            output_fields=["doc_id"],
+            search_params={"metric_type": "COSINE", "params": {"ef": max(MIN_EF, limit)}},
+        )
+        hits: list[Hit] = []
+        for hit in result[0] if result else []:
+            entity = hit.get("entity") or {}
+            chunk_id = hit.get("chunk_id", hit.get("id"))
+            hits.append(
+                Hit(
+                    chunk_id=str(chunk_id), doc_id=str(entity.get("doc_id", "")), score=float(hit["distance"])
+                )
+            )
+        return hits

@@ -1,0 +1,166 @@
+"""The pipelines on several worker processes against shared servers.
+
+Beam's local multi-process mode (``--direct_running_mode=multi_processing
+--direct_num_workers=2``: FnApiRunner with two SDK worker processes, every
+step pickled and set up there) against what a cluster shares: the catalog
+on PostgreSQL, vectors and the Milvus BM25 keyword index on one
+``milvus-lite server`` (each run in its own Milvus database). The result
+must equal a single-process run's exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.sync import run_backfill
+from ragsync.config import Settings, open_catalog
+from ragsync.errors import ConfigurationError
+from ragsync.query import hybrid_query
+from ragsync.reconcile import reconcile
+from tests.store_state import chunk_ids_by_store
+from tests.test_backfill import _make_corpus
+from tests.test_stores_servers import milvus_uri  # noqa: F401 - the session's milvus-lite server
+
+MULTI = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+GROUPS = ("staff",)
+DIM = 384
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    src = tmp_path_factory.mktemp("cluster") / "src"
+    _make_corpus(src)
+    old = os.path.getmtime(src) - 3600  # outside the listing's racy window: a re-run reads nothing
+    for path in src.rglob("*"):
+        os.utime(path, (old, old))
+    return src
+
+
+def _pg_database(postgres_url: str) -> str:
+    from sqlalchemy import create_engine, text
+
+    name = "ragsync_cluster_" + uuid.uuid4().hex[:8]
+    admin = create_engine(postgres_url, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return postgres_url.rsplit("/", 1)[0] + "/" + name
+
+
+def _cluster_settings(tmp: Path, postgres_url: str, milvus: str) -> Settings:
+    tag = uuid.uuid4().hex[:8]
+    return Settings(
+        home=str(tmp / f"home_{tag}"),
+        catalog_url=_pg_database(postgres_url),
+        milvus_uri=milvus,
+        milvus_database=f"ragsync_{tag}",
+        keyword_index="milvus",
+    )
+
+
+@pytest.fixture(scope="module")
+def single(
+    corpus: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> Iterator[Settings]:
+    """The same servers, one process (FnApiRunner in process): the reference."""
+    settings = _cluster_settings(tmp_path_factory.mktemp("single"), postgres_url, milvus_uri)
+    summary = run_backfill(str(corpus), settings, acl_groups=GROUPS, show_progress=False)
+    assert (summary.documents_indexed, summary.dead_lettered) == (4, 2)
+    yield settings
+
+
+def _state(settings: Settings) -> dict[str, object]:
+    cat = open_catalog(settings)
+    try:
+        return {
+            "ids": chunk_ids_by_store(settings),
+            "dead_letters": cat.dead_letter_counts(),
+            "documents": cat.document_counts_by_status(),
+            "acl": {
+                cid: tuple(sorted(chunk.acl_ids))
+                for cid, chunk in cat.chunks_by_ids(sorted(cat.chunk_ids_for_tenant("default"))).items()
+            },
+        }
+    finally:
+        cat.close()
+
+
+def _ranks(settings: Settings, text: str, groups: tuple[str, ...]) -> list[str]:
+    return [hit.chunk_id for hit in hybrid_query(settings, text, groups=list(groups), k=5)]
+
+
+def test_multi_process_backfill_equals_single_process(
+    corpus: Path,
+    tmp_path: Path,
+    single: Settings,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    multi = _cluster_settings(tmp_path, postgres_url, milvus_uri)
+    first = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=MULTI, show_progress=False)
+    assert (first.documents_seen, first.documents_indexed, first.dead_lettered) == (6, 4, 2)
+    expected, got = _state(single), _state(multi)
+    ids = got["ids"]
+    assert isinstance(ids, dict)
+    assert ids["catalog"] == ids["vector"] == ids["keyword"]
+    assert len(ids["catalog"]) == first.chunks_written == first.chunks_embedded > 0
+    assert got == expected
+    assert got["dead_letters"] == {"empty": 1, "corrupt": 1}
+    for text in ("hotel limit per night in London", "who owns the badge task", "lost laptops"):
+        ranked = _ranks(multi, text, GROUPS)
+        assert ranked and ranked == _ranks(single, text, GROUPS)
+        assert _ranks(multi, text, ("other",)) == []
+    assert reconcile(multi, DIM).ok
+
+    again = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=MULTI, show_progress=False)
+    assert (again.documents_unchanged, again.chunks_embedded, again.chunks_written) == (6, 0, 0)
+    assert _state(multi) == expected
+
+
+@pytest.mark.parametrize(
+    "args, several",
+    [
+        ((), False),
+        (("--runner=FnApiRunner",), False),
+        (MULTI, True),
+        (("--direct_running_mode=multi_threading", "--direct_num_workers=2"), False),
+        (("--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK"), False),
+        (("--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=PROCESS"), True),
+        (("--runner=DataflowRunner",), True),
+    ],
+)
+def test_which_runners_run_steps_in_other_processes(args: tuple[str, ...], several: bool) -> None:
+    assert worker_processes(PipelineOptions(list(args))) is several
+
+
+def test_single_process_stores_are_refused_on_several_workers(tmp_path: Path, corpus: Path) -> None:
+    options = PipelineOptions(list(MULTI))
+    with pytest.raises(
+        ConfigurationError, match="tantivy keyword index takes one process.*keyword-index milvus"
+    ):
+        refuse_single_process_stores(Settings(home=str(tmp_path / "a")), options)
+    lite = Settings(home=str(tmp_path / "b"), keyword_index="milvus")
+    with pytest.raises(ConfigurationError, match="Milvus Lite .* takes one process.*milvus-lite server"):
+        refuse_single_process_stores(lite, options)
+    served = Settings(home=str(tmp_path / "c"), keyword_index="milvus", milvus_uri="http://127.0.0.1:1")
+    refuse_single_process_stores(served, options)  # a server takes several processes
+    refuse_single_process_stores(Settings(home=str(tmp_path / "d")), PipelineOptions([]))
+    # Wired into the backfill: refused before any document is read.
+    home = tmp_path / "e"
+    with pytest.raises(ConfigurationError, match="tantivy keyword index takes one process"):
+        run_backfill(str(corpus), Settings(home=str(home)), beam_args=MULTI, show_progress=False)
+    cat = open_catalog(Settings(home=str(home)))
+    try:
+        assert cat.document_counts_by_status() == {}
+    finally:
+        cat.close()
