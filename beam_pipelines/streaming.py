@@ -139,6 +139,13 @@ class _GuardWireFn(beam.DoFn):
         from connectors.events import wire_dead_letter, wire_message_to_row
         from ragsync.errors import InvalidEventError
 
+        where = self.where
+        if hasattr(raw, "attributes") and hasattr(raw, "data"):
+            # A Pub/Sub message read with its attributes: the event is the
+            # body; the message id names the dead letter's origin.
+            message_id = getattr(raw, "message_id", None)
+            where = f"{self.where}#{message_id}" if message_id else self.where
+            raw = raw.data
         if raw is not None and not isinstance(raw, bytes):
             raw = (
                 bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
@@ -146,11 +153,12 @@ class _GuardWireFn(beam.DoFn):
         try:
             yield wire_message_to_row(raw, bus=self.bus)
         except InvalidEventError as exc:
-            yield beam.pvalue.TaggedOutput("dead", wire_dead_letter(raw, exc, bus=self.bus, where=self.where))
+            yield beam.pvalue.TaggedOutput("dead", wire_dead_letter(raw, exc, bus=self.bus, where=where))
 
 
 class GuardBusMessages(beam.PTransform):
-    """Input: message bodies (bytes) from Pub/Sub or Kafka. Output: rows for
+    """Input: Pub/Sub messages (``PubsubMessage``, read with attributes) or
+    message bodies (bytes: Kafka record values). Output: rows for
     the resolve step; invalid messages are written as ``invalid_event`` dead
     letters (stage ``decode``) with their raw bytes, and counted."""
 
@@ -213,7 +221,7 @@ def event_source(
 
         return (
             p
-            | "ReadPubSub" >> ReadFromPubSub(subscription=subscription)
+            | "ReadPubSub" >> ReadFromPubSub(subscription=subscription, with_attributes=True)
             | "PubSubToRow" >> GuardBusMessages(settings, "pubsub", subscription)
         )
     if source == "kafka":

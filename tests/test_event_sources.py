@@ -28,7 +28,12 @@ def test_pubsub_reader_is_constructed_into_the_graph(tmp_path: Path) -> None:
         p, Settings(home=str(tmp_path)), source="pubsub", until_idle=False,
         subscription="projects/acme-prod/subscriptions/ragsync-events",
     )  # fmt: skip
-    assert rows.producer.full_label.endswith("PubSubToRow")
+    assert rows.producer.full_label.startswith("PubSubToRow/")
+    read = p.applied_labels
+    assert "ReadPubSub" in read
+    # Read with attributes: the decode step gets the PubsubMessage (tested below).
+    read_transform = next(t for t in p.transforms_stack[0].parts if t.full_label == "ReadPubSub").transform
+    assert read_transform.with_attributes is True
 
 
 def test_kafka_reader_is_the_cross_language_transform() -> None:
@@ -126,3 +131,55 @@ def test_bus_messages_that_are_not_events_become_dead_letters_with_their_raw_byt
     assert "empty kafka message" in by_start[b""]
     assert "nested too deeply" in by_start[b"[[[["]
     assert "longer than" in by_start[b"xxxx"]
+
+
+def test_pubsub_messages_with_attributes_through_test_stream(tmp_path: Path) -> None:
+    """The Pub/Sub read path with the messages Pub/Sub delivers
+    (``ReadFromPubSub(with_attributes=True)``: ``PubsubMessage`` with data,
+    attributes, message id and publish time), in two bursts through
+    TestStream on the streaming runner: the valid bodies become queue rows,
+    the others dead letters naming the message and the reason."""
+    pubsub = pytest.importorskip("apache_beam.io.gcp.pubsub", reason="apache-beam[gcp] is not installed")
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_stream import TestStream
+    from apache_beam.testing.util import assert_that, equal_to
+    from apache_beam.utils.timestamp import Timestamp
+
+    def message(n: int, data: bytes) -> object:
+        return pubsub.PubsubMessage(
+            data,
+            {"origin": "control-plane", "tenant": "acme"},
+            message_id=f"m{n}",
+            publish_time=Timestamp(1796119200 + n),
+        )
+
+    first = [message(1, json.dumps(GOOD).encode()), message(2, b"{not json"), message(3, b"")]
+    second = [message(4, json.dumps({**GOOD, "doc_id": "p2"}).encode()), message(5, b"\xff\xfe\x00not utf-8")]
+    stream = (
+        TestStream()
+        .advance_watermark_to(0)
+        .add_elements(first)
+        .advance_watermark_to(10)
+        .add_elements(second)
+        .advance_watermark_to_infinity()
+    )
+    settings = Settings(home=str(tmp_path / "home"))
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    sub = "projects/acme-prod/subscriptions/ragsync-events"
+    with beam.Pipeline(runner="BundleBasedDirectRunner", options=options) as p:
+        rows = p | stream | GuardBusMessages(settings, "pubsub", sub)
+        doc_ids = rows | beam.Map(lambda r: (Event.from_json(r["payload"]).doc_id, r["attempts"]))
+        assert_that(doc_ids, equal_to([("p1", 0), ("p2", 0)]))
+    catalog = open_catalog(settings)
+    try:
+        dead = catalog.list_dead_letters(limit=100)
+    finally:
+        catalog.close()
+    assert sorted((d.uri, d.stage, d.error_class) for d in dead) == [
+        (f"pubsub:{sub}#m{n}", "decode", "invalid_event") for n in (2, 3, 5)
+    ]
+    reasons = {d.uri.rsplit("#", 1)[1]: d.message for d in dead}
+    assert "not valid JSON" in reasons["m2"]
+    assert "empty pubsub message" in reasons["m3"]
+    assert "not valid UTF-8" in reasons["m5"]
