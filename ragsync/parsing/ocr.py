@@ -26,7 +26,7 @@ import numpy as np
 
 from ragsync.errors import CorruptDocumentError, TooLargeError, UnsupportedFormatError
 from ragsync.model import ElementType
-from ragsync.parsing._common import RawElement, RawParse
+from ragsync.parsing._common import RawElement, RawParse, table_to_markdown
 from ragsync.parsing._pdfium import PDFIUM_LOCK
 from ragsync.parsing.ocr_engine import (
     DEFAULT_MAX_PIXELS,
@@ -90,6 +90,9 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
         if not r.passed:
             review.append(r.page)
             continue
+        if r.table:
+            table = table_to_markdown(r.table)
+            elements.append(RawElement(ElementType.TABLE, table, 0, r.page, round(r.confidence, 1)))
         for text, conf in r.paragraph_items():
             elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
     return elements, tuple(review), (float(np.mean(confs)) if confs else None)

@@ -86,6 +86,9 @@ class OcrOptions:
             ``min(pages, usable cpus)``.
         retry: retry a failing page once on a denoised, binarised copy with
             ``--psm 6``.
+        second_engine: read a page Tesseract leaves below the bar with the
+            second engine (``ragsync.parsing.ocr_second``) and keep its text
+            when it meets that engine's bar.
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -96,6 +99,7 @@ class OcrOptions:
     max_render_pixels: int = DEFAULT_MAX_RENDER_PIXELS
     workers: int | None = None
     retry: bool = True
+    second_engine: bool = True
 
 
 @dataclass(frozen=True)
@@ -141,6 +145,12 @@ class PageOcr:
         rotation: clockwise degrees the kept result's image was turned
             (orientation detection in the retry), 0 otherwise.
         paragraph_confidences: mean word confidence of each paragraph.
+        engine: whose text was kept: ``tesseract``, ``rapidocr`` (the second
+            engine, when Tesseract failed the bar) or ``none``.
+        confidences: each engine that read the page and its mean confidence,
+            e.g. ``(("tesseract", 41.7), ("rapidocr", 98.5))``.
+        table: rows of a table the second engine found on the page (emitted
+            as one Markdown table instead of ``paragraphs``).
     """
 
     page: int
@@ -157,6 +167,9 @@ class PageOcr:
     seconds: float = 0.0
     rotation: int = 0
     paragraph_confidences: tuple[float, ...] = ()
+    engine: str = "tesseract"
+    confidences: tuple[tuple[str, float], ...] = ()
+    table: tuple[tuple[str, ...], ...] = ()
 
     @property
     def text(self) -> str:
@@ -407,7 +420,36 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         second = _attempt(page, cleaned, ink_frac, text, psm, opts)
         second = _replace(second, retried=True, rotation=angle)
         best = second if _score(second) > _score(best) else _replace(best, retried=True)
+    if not best.passed and opts.second_engine and not best.error.startswith("tesseract ran past"):
+        best = _second_engine(best, gray, text)
     return _replace(best, seconds=time.monotonic() - started)
+
+
+def _second_engine(best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int]) -> PageOcr:
+    """``best`` (Tesseract's failing result) or the second engine's reading of
+    the page when it meets that engine's bar (``ocr_second.choose``); both
+    confidences are kept either way."""
+    from ragsync.parsing import ocr_second
+
+    words = ocr_second.read_words(gray)
+    read = ocr_second.second_read(words)
+    confidences = (("tesseract", round(best.confidence, 1)), ("rapidocr", round(read.confidence, 1)))
+    engine = ocr_second.choose(best.passed, read)
+    if engine != "rapidocr":
+        return _replace(best, engine="none", confidences=confidences)
+    boxes = [(int(w.x0), int(w.y0), int(w.x1) + 1, int(w.y1) + 1) for w in words]
+    return _replace(
+        best,
+        paragraphs=() if read.table else (tuple(" ".join(line) for line in read.lines),),
+        confidence=read.confidence,
+        coverage=coverage(text[0], boxes, text[1]),
+        words=len(words),
+        passed=True,
+        paragraph_confidences=(read.confidence,),
+        engine="rapidocr",
+        confidences=confidences,
+        table=read.table,
+    )
 
 
 def _replace(r: PageOcr, **changes: Any) -> PageOcr:

@@ -1,0 +1,121 @@
+"""The second OCR engine (RapidOCR): when its text is kept, how its boxes
+become lines and tables, and a real reading of a generated table image."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image, ImageDraw, ImageFont
+
+from ragsync.model import ElementType
+from ragsync.parsing.ocr import assemble, iter_image_pages
+from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+from ragsync.parsing.ocr_second import SecondRead, Word, choose, group_lines, second_read, table_rows
+
+
+def _w(x0: float, y0: float, text: str, width: float = 40, height: float = 12, score: float = 95) -> Word:
+    return Word(x0, y0, x0 + width, y0 + height, text, score)
+
+
+# ------------------------------------------------------------------ the choice
+
+
+@pytest.mark.parametrize(
+    ("passed", "second", "expected"),
+    [
+        (True, SecondRead((("a",),), 99.0), "tesseract"),  # Tesseract met the bar: it stays
+        (True, None, "tesseract"),
+        (False, SecondRead((("a",),), 99.0), "rapidocr"),
+        (False, SecondRead((("a",),), 85.0), "rapidocr"),  # at the bar
+        (False, SecondRead((("a",),), 84.9), "none"),  # below it: review
+        (False, SecondRead((), 0.0), "none"),  # nothing read
+        (False, None, "none"),
+    ],
+)
+def test_the_second_engine_replaces_only_a_failing_page_and_only_above_its_bar(
+    passed: bool, second: SecondRead | None, expected: str
+) -> None:
+    assert choose(passed, second) == expected
+
+
+# ------------------------------------------------------------------ lines and tables
+
+
+def test_words_group_into_lines_by_their_vertical_centre() -> None:
+    words = [_w(200, 41, "world"), _w(10, 40, "hello"), _w(10, 70, "next"), _w(120, 72, "line")]
+    assert [[w.text for w in line] for line in group_lines(words)] == [["hello", "world"], ["next", "line"]]
+
+
+def test_aligned_short_cells_are_a_table_with_empty_cells_kept() -> None:
+    grid = [
+        ["Region", "2023", "2024"],
+        ["North", "1,204", "1,310"],
+        ["South", "", "977"],
+        ["Total", "2,101", "2,287"],
+    ]
+    words = [
+        _w(10 + 100 * c, 20 + 30 * r, text)
+        for r, row in enumerate(grid)
+        for c, text in enumerate(row)
+        if text
+    ]
+    assert table_rows(group_lines(words)) == grid
+    read = second_read(words)
+    assert read.table == tuple(tuple(r) for r in grid) and read.confidence == 95.0
+
+
+def test_prose_in_two_columns_is_not_a_table() -> None:
+    left = "the committee met on tuesday to review the annual budget proposal"
+    right = "members agreed that the travel policy needs a simpler approval path"
+    words = []
+    for r in range(4):
+        words.append(_w(10, 20 + 30 * r, left, width=300))
+        words.append(_w(400, 20 + 30 * r, right, width=300))
+    assert table_rows(group_lines(words)) == []
+    assert table_rows(group_lines([_w(10, 20, "one"), _w(10, 50, "two")])) == []  # a single column
+
+
+# ------------------------------------------------------------------ a real reading
+
+
+def _font(size: int) -> ImageFont.FreeTypeFont | ImageFont.ImageFont:
+    try:
+        return ImageFont.truetype("DejaVuSans.ttf", size)
+    except OSError:
+        return ImageFont.load_default(size=size)
+
+
+def _table_png(grid: list[list[str]]) -> bytes:
+    font = _font(28)
+    img = Image.new("L", (900, 80 + 60 * len(grid)), 255)
+    draw = ImageDraw.Draw(img)
+    for r, row in enumerate(grid):
+        for c, text in enumerate(row):
+            draw.text((40 + 280 * c, 40 + 60 * r), text, fill=0, font=font)
+    buf = io.BytesIO()
+    img.save(buf, format="PNG", dpi=(150, 150))
+    return buf.getvalue()
+
+
+def test_a_table_image_tesseract_fails_is_read_as_a_table_by_the_second_engine() -> None:
+    grid = [["Country", "Cases", "Deaths"], ["Norway", "1840", "22"], ["Sweden", "3102", "105"]]
+    page = next(iter_image_pages(_table_png(grid)))
+    # A bar Tesseract cannot meet stands for a page it reads poorly.
+    strict = OcrOptions(min_confidence=101.0, retry=False)
+    alone = ocr_page(page, OcrOptions(min_confidence=101.0, retry=False, second_engine=False))
+    assert (alone.passed, alone.engine) == (False, "tesseract")
+    result = ocr_page(page, strict)
+    assert (result.passed, result.engine) == (True, "rapidocr")
+    assert [name for name, _ in result.confidences] == ["tesseract", "rapidocr"]
+    assert result.confidences[1][1] >= 85.0
+    assert result.table == tuple(tuple(r) for r in grid)
+    elements, review, _ = assemble([result])
+    assert review == ()
+    assert [e.type for e in elements] == [ElementType.TABLE]
+    assert elements[0].text.splitlines()[0] == "| Country | Cases | Deaths |"
+    assert "| Sweden | 3102 | 105 |" in elements[0].text
+    # With the second engine off the page goes to review, as before.
+    assert assemble([alone])[1] == (1,)
+    assert np.asarray(page.gray).dtype == np.uint8
