@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
-from connectors.base import SOURCE_TYPES
 from ragsync.decisions import VERSION_DOMAINS
+from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
 
 def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | None:
@@ -186,7 +186,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument(
         "--option", action="append", metavar="KEY=VALUE", help="connector option (JSON value), repeatable"
     )
-    add.add_argument("--sync", choices=("poll", "webhook"), help="how `ragsync serve` keeps it current")
+    add.add_argument("--sync", choices=SYNC_KINDS, help="how `ragsync serve` keeps it current")
     add.add_argument("--poll-interval-s", type=int, help="seconds between polls (with --sync poll)")
     add.add_argument(
         "--version-domain",

@@ -53,9 +53,6 @@ class FileSystem(Protocol):
     def join(self, base: str, *parts: str) -> str: ...
 
 
-SOURCE_TYPES = ("object_store", "wiki", "drive", "tickets")
-
-
 @dataclass(frozen=True)
 class SourceSpec:
     """A registered source, as a connector needs it.
@@ -63,7 +60,7 @@ class SourceSpec:
     Attributes:
         source_id: the source's id (unique within its tenant).
         tenant_id: the tenant that owns it.
-        type: one of :data:`SOURCE_TYPES`.
+        type: one of ``ragsync.source_types.SOURCE_TYPES``.
         uri: its location (folder, ``gs://``/``s3://`` prefix, API base URL);
             '' when none was declared (such a source takes no ``content_uri``).
         credentials_ref: reference to a secret ('' for public sources); see

@@ -18,7 +18,7 @@ from connectors.reader import FetchLimits
 from ragsync.errors import ConfigurationError
 
 #: source type -> "module:Class" (imported on first use); the keys are
-#: ``connectors.base.SOURCE_TYPES``.
+#: ``ragsync.source_types.SOURCE_TYPES``.
 CONNECTORS: dict[str, str] = {
     "object_store": "connectors.files:FolderConnector",
     "wiki": "connectors.mediawiki:MediaWikiConnector",

@@ -523,3 +523,18 @@ def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
     assert "LUCENE-6572" in text and "I also don't understand why it depends on join" in text
     attachments = [i for i in list_all(jira) if i.source_object_id.startswith("12838134/attachments/")]
     assert len(attachments) == len(real[[r["id"] for r in real].index("12838134")]["fields"]["attachment"])
+
+
+def test_one_list_of_source_types_for_the_registry_the_catalog_the_cli_and_the_api() -> None:
+    """``ragsync.source_types`` is the one list: every type has a connector,
+    and the API's schema offers exactly those types and sync kinds."""
+    from connectors.registry import CONNECTORS
+    from control_plane.routers.sources import SourceIn
+    from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+
+    assert sorted(CONNECTORS) == sorted(SOURCE_TYPES)
+    schema = SourceIn.model_json_schema()["properties"]
+    assert schema["type"]["enum"] == list(SOURCE_TYPES)
+    assert schema["sync"]["enum"] == list(SYNC_KINDS)
+    with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets"):
+        SourceIn.model_validate({"type": "sharepoint", "sync": "poll"})

@@ -29,6 +29,7 @@ from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, LimitReachedError, SourceState, SyncRun, new_id
 from ragsync.errors import ConfigurationError
+from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
 _CREDENTIALS_REF = r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"
 _MAX_OPTIONS_BYTES = 16 * 1024
@@ -43,7 +44,7 @@ class _Model(BaseModel):
 class SourceIn(_Model):
     """``POST /v1/sources`` body."""
 
-    type: Literal["drive", "wiki", "tickets", "object_store"]
+    type: str = Field(json_schema_extra={"enum": list(SOURCE_TYPES)}, description="the connector family")
     uri: str | None = Field(
         default=None,
         min_length=1,
@@ -63,7 +64,7 @@ class SourceIn(_Model):
     options: dict[str, Any] | None = Field(
         default=None, description='connector options, e.g. {"namespaces": [0], "acl_groups": ["staff"]}'
     )
-    sync: Literal["webhook", "poll"]
+    sync: str = Field(json_schema_extra={"enum": list(SYNC_KINDS)})
     poll_interval_s: int | None = Field(
         default=None, ge=60, le=86_400, description="seconds between polls; sync=poll only (default 300)"
     )
@@ -80,6 +81,20 @@ class SourceIn(_Model):
     def _printable(cls, value: str | None) -> str | None:
         if value is not None and not value.isprintable():
             raise ValueError("must be printable text")
+        return value
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, value: str) -> str:
+        if value not in SOURCE_TYPES:
+            raise ValueError(f"must be one of {', '.join(SOURCE_TYPES)}")
+        return value
+
+    @field_validator("sync")
+    @classmethod
+    def _known_sync(cls, value: str) -> str:
+        if value not in SYNC_KINDS:
+            raise ValueError(f"must be one of {', '.join(SYNC_KINDS)}")
         return value
 
     @field_validator("options")

@@ -28,9 +28,8 @@ from sqlalchemy.exc import IntegrityError
 from ragsync.catalog import schema
 from ragsync.catalog.base import ConflictError, Repository, _batches, _now, new_id, row_to
 from ragsync.errors import AmbiguousSourceError
+from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
-SOURCE_TYPES = ("drive", "wiki", "tickets", "object_store")
-SYNC_KINDS = ("webhook", "poll")
 BACKFILL_REASONS = ("embedding_model", "parser", "chunker")
 #: ``requested`` .. ``cancelled`` are the API's; a re-embedding ends ``built``
 #: (complete, not flipped), ``flipped`` or ``refused`` (``ragsync reembed``).

@@ -29,6 +29,7 @@ from ragsync.catalog.base import LimitReachedError, Repository, _batches, new_id
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.decisions.sync import next_tenant
 from ragsync.errors import AmbiguousSourceError
+from ragsync.source_types import SYNC_KINDS
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
 SYNC_MODES = ("incremental", "full")
@@ -242,7 +243,7 @@ class SyncsRepository(Repository):
             values["credentials_ref"] = credentials_ref or None
             values["credentials_by"] = "operator"
         if sync is not None:
-            if sync not in ("poll", "webhook"):
+            if sync not in SYNC_KINDS:
                 raise ValueError("sync must be 'poll' or 'webhook'")
             values["sync"] = sync
         if poll_interval_s is not None:

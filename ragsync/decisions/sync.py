@@ -6,6 +6,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from enum import Enum
 
+from ragsync.source_types import SYNC_KINDS
+
 
 @dataclass(frozen=True)
 class ListingVerdict:
@@ -207,7 +209,7 @@ def due_syncs(
     """
     out: list[tuple[str, SyncMode]] = []
     for s in sources:
-        if s.paused or s.busy or s.sync not in ("poll", "webhook"):
+        if s.paused or s.busy or s.sync not in SYNC_KINDS:
             continue
         if s.retry_at is not None and now < s.retry_at:
             continue
