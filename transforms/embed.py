@@ -10,7 +10,7 @@ Batching is ``beam.BatchElements`` without ``max_batch_duration_secs``, for
 the cache lookups as inside RunInference: batches fill within a bundle and
 the rest is flushed when the bundle ends. A duration would make it a
 timer-based (stateful) batcher, which strands the last batch on the local
-streaming runner when the stream goes idle (FINDINGS.md); in streaming the
+streaming runner when the stream goes idle (measured with Beam 2.7x); in streaming the
 event source holds each poll open up to 200 ms instead, which is where the
 design's "64 chunks or 200 ms" window lives.
 
