@@ -8,8 +8,10 @@ seconds, UTC).
 """
 
 from ragsync.catalog import schema
+from ragsync.catalog.backfills import BACKFILL_REASONS, BACKFILL_STATES, BackfillRow
 from ragsync.catalog.base import (
     BATCH_SIZE,
+    ID_PATTERN,
     ConflictError,
     LimitReachedError,
     create_catalog_engine,
@@ -28,16 +30,9 @@ from ragsync.catalog.documents import (
 )
 from ragsync.catalog.index_versions import IndexVersion
 from ragsync.catalog.migrations import LegacyCatalogError, current_revision, head_revision, migrate
-from ragsync.catalog.sources import (
-    BACKFILL_REASONS,
-    BACKFILL_STATES,
-    ID_PATTERN,
-    ApiKeyRow,
-    BackfillRow,
-    SourceRow,
-    TenantRow,
-)
+from ragsync.catalog.sources import SourceRow
 from ragsync.catalog.syncs import SYNC_MODES, SourceState, SyncRun
+from ragsync.catalog.tenants import ApiKeyRow, TenantRow
 
 __all__ = [
     "BACKFILL_REASONS",

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import secrets
 import sqlite3
 import time
@@ -39,6 +40,10 @@ from sqlalchemy.sql.schema import Table
 
 #: Largest number of values bound into one ``IN (...)`` clause or insert batch.
 BATCH_SIZE = 500
+
+#: Tenant ids and names, source ids, index names: safe in URLs, logs and filters.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$"
+ID_RE = re.compile(ID_PATTERN)
 
 _SQLITE_BEGIN_OPTION = "ragsync_sqlite_begin"
 

@@ -11,8 +11,9 @@ combines one repository per concern, so call sites read
 * :mod:`~ragsync.catalog.queue` -- the event queue, leases, tombstones,
   permission versions and freshness;
 * :mod:`~ragsync.catalog.dead_letters` -- dead letters and their retries;
-* :mod:`~ragsync.catalog.sources` -- tenants, API keys, sources and
-  backfills;
+* :mod:`~ragsync.catalog.tenants` -- tenants and API keys;
+* :mod:`~ragsync.catalog.sources` -- sources;
+* :mod:`~ragsync.catalog.backfills` -- backfill requests and progress;
 * :mod:`~ragsync.catalog.syncs` -- source sync state (cursor, pause,
   failures) and sync runs;
 * :mod:`~ragsync.catalog.index_versions` -- the index-version registry;
@@ -35,6 +36,7 @@ from types import TracebackType
 from sqlalchemy import Engine, func, select, text
 
 from ragsync.catalog import schema
+from ragsync.catalog.backfills import BackfillsRepository
 from ragsync.catalog.base import create_catalog_engine, normalize_url
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.copies import CopiesRepository
@@ -46,6 +48,7 @@ from ragsync.catalog.queue import QueueRepository
 from ragsync.catalog.runs import RunsRepository
 from ragsync.catalog.sources import SourcesRepository
 from ragsync.catalog.syncs import SyncsRepository
+from ragsync.catalog.tenants import TenantsRepository
 
 
 class Catalog(
@@ -54,7 +57,9 @@ class Catalog(
     ChunksRepository,
     QueueRepository,
     DeadLettersRepository,
+    TenantsRepository,
     SourcesRepository,
+    BackfillsRepository,
     SyncsRepository,
     IndexVersionsRepository,
     RunsRepository,
