@@ -20,7 +20,15 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
+from beam_pipelines.cli_common import (
+    RagsyncArgumentParser,
+    add_run_flags,
+    emit,
+    fail,
+    settings_from_args,
+    shared_parser,
+    split_list,
+)
 from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
@@ -390,19 +398,9 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-
-    from ragsync.options import add_setting_flags
-
-    common = argparse.ArgumentParser(add_help=False)
-    common.add_argument(
-        "--home", default=None, help="state directory (default $RAGSYNC_HOME or ./ragsync-data)"
-    )
-    common.add_argument("--json", action="store_true", help="print one JSON document for scripts")
-    # Every setting (stores, credentials, limits): --catalog-url, --es-api-key, --max-bytes...
-    add_setting_flags(common)
-
-    parser = argparse.ArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
+    common = shared_parser()
+    parser = RagsyncArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=RagsyncArgumentParser)
 
     b = sub.add_parser("backfill", parents=[common], help="index a folder or object-store prefix")
     b.add_argument("source", help="local folder, gs://bucket/prefix or s3://bucket/prefix")

@@ -14,6 +14,49 @@ from typing import Any
 
 from ragsync.display import safe_text
 
+SHARED_TITLE = "settings shared by every command (also pipeline options after --, and RAGSYNC_* variables)"
+
+
+class CommandFirstFormatter(argparse.HelpFormatter):
+    """Help that shows a command's own arguments first: the usage line names
+    them and ends in ``[SETTINGS]``; the shared settings (marked by
+    :func:`shared_parser`) are listed after them under :data:`SHARED_TITLE`."""
+
+    def _format_usage(self, usage: Any, actions: Any, groups: Any, prefix: Any) -> str:
+        own = [a for a in actions if not getattr(a, "ragsync_shared", False)]
+        text = super()._format_usage(usage, own, groups, prefix)
+        if usage is None and len(own) < len(actions):
+            text = text.rstrip("\n") + " [SETTINGS]\n\n"
+        return text
+
+
+class RagsyncArgumentParser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose help is :class:`CommandFirstFormatter`'s
+    (given as the subparsers' ``parser_class``, every subcommand gets it)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", CommandFirstFormatter)
+        super().__init__(*args, **kwargs)
+
+
+def shared_parser() -> RagsyncArgumentParser:
+    """The parent parser of every subcommand: ``--home``, ``--json`` and every
+    setting (``ragsync.options``), in one group shown after the command's own
+    arguments."""
+    from ragsync.options import add_setting_flags
+
+    common = RagsyncArgumentParser(add_help=False)
+    group = common.add_argument_group(SHARED_TITLE)
+    group.add_argument(
+        "--home", default=None, help="state directory (default $RAGSYNC_HOME or ./ragsync-data)"
+    )
+    group.add_argument("--json", action="store_true", help="print one JSON document for scripts")
+    # Every setting (stores, credentials, limits): --catalog-url, --es-api-key, --max-bytes...
+    add_setting_flags(group)
+    for action in common._actions:
+        action.ragsync_shared = True  # type: ignore[attr-defined]
+    return common
+
 
 def settings_from_args(args: argparse.Namespace) -> Any:
     """Settings from the command's flags, then the pipeline options after

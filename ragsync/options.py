@@ -193,7 +193,9 @@ def add_pipeline_flags(parser: Any) -> None:
         parser.add_argument(f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]")
 
 
-def add_setting_flags(parser: argparse.ArgumentParser, *, skip: Iterable[str] = ("home",)) -> None:
+def add_setting_flags(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, skip: Iterable[str] = ("home",)
+) -> None:
     """Add ``--name-with-dashes`` (and the ``--name_with_underscores``
     spelling) for every setting to a ``ragsync`` command parser; default None
     (unset: the pipeline option, environment or default decides)."""

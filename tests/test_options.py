@@ -270,3 +270,29 @@ def test_settings_from_a_pipeline_options_object(tmp_path: Path, monkeypatch: py
         "http://es:9200",
         12.5,
     )
+
+
+def _subcommand_help(*path: str) -> str:
+    parser: Any = build_parser()
+    for name in path:
+        parser = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction").choices[name]
+    return str(parser.format_help())
+
+
+@pytest.mark.parametrize("path", [("backfill",), ("sources", "add"), ("serve",), ("stream",), ("query",)])
+def test_help_shows_the_commands_own_arguments_before_the_shared_settings(path: tuple[str, ...]) -> None:
+    """Each subcommand's usage names its own arguments and ends in [SETTINGS];
+    the ~45 shared settings come after them, under one heading."""
+    text = _subcommand_help(*path)
+    usage, _, body = text.partition("\n\n")
+    assert usage.rstrip().endswith("[SETTINGS]")
+    assert "--catalog-url" not in usage and "--home" not in usage
+    own = body.index("options:\n")
+    shared = body.index("settings shared by every command")
+    assert own < shared
+    assert body.index("--catalog-url", own) > shared and body.index("--home", own) > shared
+
+
+def test_shared_settings_still_parse_after_the_commands_own_arguments() -> None:
+    args = build_parser().parse_args(["status", "--json", "--home", "h", "--catalog-url", "sqlite:///c.db"])
+    assert (args.json, args.home, args.catalog_url) == (True, "h", "sqlite:///c.db")
