@@ -48,8 +48,9 @@ def test_beam_s3_calls_share_one_client_per_options(monkeypatch: pytest.MonkeyPa
         # One match, three reads, a write, a delete: one session, one client.
         assert made[0] == 1
         assert len(io._S3_CLIENTS) == 1
-        # Other options (another endpoint) get their own client.
-        other = [a if not a.startswith("--s3_region_name") else "--s3_region_name=eu-west-1" for a in store.args]
+        # Other options (another region) get their own client.
+        region = "--s3_region_name=eu-west-1"
+        other = [region if a.startswith("--s3_region_name") else a for a in store.args]
         FileSystems.set_options(PipelineOptions(other))
         assert io.read_bytes(store.uri("a.txt")) == b"text of a.txt"
         assert (made[0], len(io._S3_CLIENTS)) == (1, 2)

@@ -312,6 +312,7 @@ class Progress:
         self.done = 0
         self._start = time.monotonic()
         self._last = 0.0
+        self._finished = False
 
     def add(self, n: int = 1) -> None:
         self.done += n
@@ -322,12 +323,26 @@ class Progress:
         elapsed = max(now - self._start, 1e-6)
         rate = self.done / elapsed
         line = f"[{self.phase}] {self.done}"
-        if self.total:
+        if elapsed < 1.0:  # too early for a rate
+            line += f"/{self.total} {self.unit}" if self.total else f" {self.unit}"
+        elif self.total:
             remaining = max(self.total - self.done, 0)
             eta = remaining / rate if rate > 0 else 0.0
             line += f"/{self.total} {self.unit} {rate:.1f} {self.unit}/s ETA {eta:.0f}s"
         else:
             line += f" {self.unit} {rate:.1f} {self.unit}/s"
+        print(safe_text(line), file=sys.stderr, flush=True)
+
+    def finish(self) -> None:
+        """Print the phase's last line (count, time, rate), once, when it
+        counted anything: the periodic lines alone end wherever the last
+        interval fell, not at the phase's real end."""
+        if not self.enabled or self.done <= 0 or self._finished:
+            return
+        self._finished = True
+        elapsed = max(time.monotonic() - self._start, 1e-6)
+        rate = self.done / elapsed
+        line = f"[{self.phase}] done: {self.done} {self.unit} in {elapsed:.1f}s ({rate:.1f} {self.unit}/s)"
         print(safe_text(line), file=sys.stderr, flush=True)
 
 
@@ -462,6 +477,10 @@ class ProgressDoFn(CatalogDoFn):
         super().setup()
         phase, unit = self.progress_phase, self.progress_unit
         self._progress = Progress(phase, unit, self.total, enabled=self.show_progress)
+
+    def teardown(self) -> None:
+        self._progress.finish()
+        super().teardown()
 
 
 class CatalogStep(beam.PTransform):

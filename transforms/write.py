@@ -95,6 +95,10 @@ class _WriteFn(CopiesDoFn):
     def process(self, batch: list[EmbeddedPlan]) -> Iterator[Any]:
         yield from self._stage.run(self._write_batch, batch, elements=len(batch))
 
+    def teardown(self) -> None:
+        self._progress.finish()
+        super().teardown()
+
     def _write_batch(self, batch: list[EmbeddedPlan]) -> Iterator[Any]:
         ready: list[EmbeddedPlan] = []
         for embedded in batch:
