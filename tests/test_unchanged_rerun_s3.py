@@ -13,29 +13,18 @@ from __future__ import annotations
 
 import os
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-if os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no"):
-    import boto3
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-else:
-    pytest.importorskip("moto.server", reason="moto is not installed (pip install 'moto[server]')")
-    boto3 = pytest.importorskip("boto3", reason="boto3 is not installed (apache-beam[aws])")
-    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
-from werkzeug.serving import make_server  # noqa: E402
-
-from beam_pipelines.quick import quick_backfill  # noqa: E402
-from ragsync.config import Settings  # noqa: E402
-from ragsync.decisions import RACY_WINDOW_S  # noqa: E402
-from tests.mediawiki import free_port  # noqa: E402
-from tests.proc import run_json  # noqa: E402
+from beam_pipelines.quick import quick_backfill
+from ragsync.config import Settings
+from ragsync.decisions import RACY_WINDOW_S
+from tests.object_store import S3Store, s3_store
+from tests.proc import run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PREFIX = "s3://docs/kb"
@@ -47,60 +36,15 @@ TEXTS = {
 }
 
 
-@dataclass
-class S3Server:
-    """The server's Beam options, a client, and the requests it has seen."""
-
-    args: list[str]
-    client: Any
-    requests: list[tuple[str, str, str]] = field(default_factory=list)
-
-    def object_reads(self) -> list[str]:
-        """Paths of object GETs (bytes read), in order; listings excluded."""
-        return [
-            path
-            for method, path, query in self.requests
-            if method == "GET" and path.count("/") >= 2 and "list-type" not in query and "prefix" not in query
-        ]
-
-    def listings(self) -> int:
-        return sum(1 for method, _, query in self.requests if method == "GET" and "prefix" in query)
-
-
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3Server]:
-    """A local S3 server with an empty bucket ``docs``."""
-    seen: list[tuple[str, str, str]] = []
-    app = DomainDispatcherApplication(create_backend_app)
-
-    def recording(environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
-        seen.append((environ["REQUEST_METHOD"], environ["PATH_INFO"], environ.get("QUERY_STRING", "")))
-        return app(environ, start_response)
-
-    port = free_port()
-    server = make_server("127.0.0.1", port, recording, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    endpoint = f"http://127.0.0.1:{port}"
-    client = boto3.client(
-        "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
-    )
-    client.create_bucket(Bucket="docs")
-    args = [
-        f"--s3_endpoint_url={endpoint}",
-        "--s3_access_key_id=k",
-        "--s3_secret_access_key=s",
-        "--s3_region_name=us-east-1",
-    ]
-    try:
-        yield S3Server(args, client, seen)
-    finally:
-        server.shutdown()
-        thread.join()
+def s3() -> Iterator[S3Store]:
+    """A local S3 server with an empty bucket ``docs`` (``tests/object_store.py``)."""
+    with s3_store() as store:
+        yield store
 
 
-def _put(s3: S3Server, key: str, text: str) -> None:
-    s3.client.put_object(Bucket="docs", Key=key, Body=text.encode())
+def _put(s3: S3Store, key: str, text: str) -> None:
+    s3.put(key, text)
 
 
 def _past_racy_window() -> None:
@@ -108,23 +52,23 @@ def _past_racy_window() -> None:
     time.sleep(RACY_WINDOW_S + 1.1)
 
 
-def _backfill(s3: S3Server, home: Path, tmp_path: Path) -> dict[str, Any]:
+def _backfill(s3: S3Store, home: Path, tmp_path: Path) -> dict[str, Any]:
     argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", PREFIX, "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    s3.requests.clear()
+    s3.clear()
     summary: dict[str, Any] = run_json([*argv, *s3.args], env, tmp_path, timeout_s=900)
     return summary
 
 
-def _quick(s3: S3Server, home: Path, cap: int) -> Any:
+def _quick(s3: S3Store, home: Path, cap: int) -> Any:
     """The launcher's check alone, in this process, with ``cap``."""
-    s3.requests.clear()
+    s3.clear()
     settings = Settings(home=str(home), quick_check_max_objects=cap)
     return quick_backfill(PREFIX, settings, tenant_id="acme", acl_groups=["staff"], beam_args=s3.args)
 
 
-def test_unchanged_s3_reruns_skip_the_pipeline_and_read_nothing(s3: S3Server, tmp_path: Path) -> None:
+def test_unchanged_s3_reruns_skip_the_pipeline_and_read_nothing(s3: S3Store, tmp_path: Path) -> None:
     home = tmp_path / "home"
     for key, text in TEXTS.items():
         _put(s3, key, text)
@@ -151,7 +95,7 @@ def test_unchanged_s3_reruns_skip_the_pipeline_and_read_nothing(s3: S3Server, tm
     assert set(s3.object_reads()) == {"/docs/kb/b.md"}
 
     # 3. One object deleted: the pipeline runs, deletes its document, reads nothing.
-    s3.client.delete_object(Bucket="docs", Key="kb/d.txt")
+    s3.delete("kb/d.txt")
     deleted = _backfill(s3, home, tmp_path)
     assert deleted["pipeline_skipped"] == 0
     counts = (deleted["documents_listed"], deleted["documents_unread"], deleted["documents_deleted"])
@@ -165,9 +109,9 @@ def test_unchanged_s3_reruns_skip_the_pipeline_and_read_nothing(s3: S3Server, tm
 
     # 4. The cap: more known documents than the cap -> not even listed.
     assert _quick(s3, home, cap=2) is None
-    assert s3.requests == []
+    assert s3.requests() == []
     assert _quick(s3, home, cap=0) is None
-    assert s3.requests == []
+    assert s3.requests() == []
     # A hidden object is matched (and counted against the cap) but is no
     # document: with the cap at the 3 known documents the listing stops at it.
     _put(s3, "kb/.hidden", "not a document")

@@ -36,6 +36,19 @@ class Hit:
     score: float
 
 
+def check_chunk_tenants(tenant_id: str, chunks: Sequence[Chunk]) -> None:
+    """Refuse a per-tenant write that carries another tenant's chunk.
+
+    Raises:
+        ValueError: a chunk's ``tenant_id`` is not ``tenant_id``.
+    """
+    for chunk in chunks:
+        if chunk.tenant_id != tenant_id:
+            raise ValueError(
+                f"chunk {chunk.chunk_id} belongs to tenant {chunk.tenant_id!r}, not {tenant_id!r}"
+            )
+
+
 class ClosesOnExit:
     """Base of the store implementations: ``with store:`` closes it on exit
     (each implements ``close``, safe to call twice)."""

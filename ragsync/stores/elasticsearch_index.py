@@ -36,7 +36,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
-from ragsync.stores.base import ClosesOnExit, Hit
+from ragsync.stores.base import ClosesOnExit, Hit, check_chunk_tenants
 
 BATCH_SIZE = 500
 """Documents per bulk request and ids per delete-by-query."""
@@ -352,11 +352,7 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
             WriteError: a bulk item failed for another reason than missing.
         """
         es = self._require_open()
-        for chunk in chunks:
-            if chunk.tenant_id != tenant_id:
-                raise ValueError(
-                    f"chunk {chunk.chunk_id} belongs to tenant {chunk.tenant_id!r}, not {tenant_id!r}"
-                )
+        check_chunk_tenants(tenant_id, chunks)
         for start in range(0, len(chunks), BATCH_SIZE):
             operations: list[dict[str, Any]] = []
             for chunk in chunks[start : start + BATCH_SIZE]:

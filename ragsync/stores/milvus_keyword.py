@@ -32,7 +32,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit
+from ragsync.stores.base import Hit, check_chunk_tenants
 from ragsync.stores.milvus import MAX_TOP_K, MilvusCollection
 
 MAX_TEXT_BYTES = 65_535
@@ -146,11 +146,7 @@ class MilvusKeywordIndex(MilvusCollection):
         Raises:
             ValueError: a chunk's ``tenant_id`` is not ``tenant_id``.
         """
-        for chunk in chunks:
-            if chunk.tenant_id != tenant_id:
-                raise ValueError(
-                    f"chunk {chunk.chunk_id} belongs to tenant {chunk.tenant_id!r}, not {tenant_id!r}"
-                )
+        check_chunk_tenants(tenant_id, chunks)
         present = self._tenant_ids_present(tenant_id, [c.chunk_id for c in chunks])
         self.upsert([c for c in chunks if c.chunk_id in present])
 

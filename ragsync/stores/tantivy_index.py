@@ -27,7 +27,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
 from ragsync.model import Chunk
-from ragsync.stores.base import ClosesOnExit, Hit
+from ragsync.stores.base import ClosesOnExit, Hit, check_chunk_tenants
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}
 _PATH_LOCKS_GUARD = threading.Lock()
@@ -280,11 +280,7 @@ class TantivyKeywordIndex(ClosesOnExit):
         Raises:
             ValueError: a chunk's ``tenant_id`` is not ``tenant_id``.
         """
-        for chunk in chunks:
-            if chunk.tenant_id != tenant_id:
-                raise ValueError(
-                    f"chunk {chunk.chunk_id} belongs to tenant {chunk.tenant_id!r}, not {tenant_id!r}"
-                )
+        check_chunk_tenants(tenant_id, chunks)
         if not chunks:
             return
         wanted = [c.chunk_id for c in chunks]
