@@ -209,3 +209,56 @@ def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
         assert catalog.claim_sync_run() is None  # both tenants at their cap of one running
     finally:
         catalog.close()
+
+
+def test_a_sync_applies_and_reports_only_its_own_sources_queued_events(tmp_path: Path) -> None:
+    from ragsync.catalog.queue import EventScope
+    from ragsync.model import Event
+
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    settings.ensure_home()
+    for tenant in ("a", "b"):  # the same source id for both tenants
+        folder = tmp_path / tenant
+        folder.mkdir()
+        register_source(settings, "docs", tenant, "object_store", str(folder))
+    (tmp_path / "a-other").mkdir()
+    register_source(settings, "other", "a", "object_store", str(tmp_path / "a-other"))
+
+    def deletes(tenant: str, source: str, n: int) -> list[Event]:
+        return [
+            Event(
+                event_id=f"{tenant}-{source}-{i}",
+                source_id=source,
+                doc_id=f"gone{i}",
+                op="delete",
+                source_version=str(i + 1),
+                acl_groups=(),
+                content_uri="",
+                event_time=time.time() - 1,
+                tenant_id=tenant,
+            )
+            for i in range(n)
+        ]
+
+    catalog = open_catalog(settings)
+    try:
+        queued = deletes("a", "docs", 2) + deletes("b", "docs", 3) + deletes("a", "other", 1)
+        assert catalog.enqueue_events(queued) == (6, 0)
+    finally:
+        catalog.close()
+    result = run_sync("docs", settings, tenant_id="a", full=True, show_progress=False)
+    assert result.applied is not None
+    assert (result.applied["events_applied"], result.applied["documents_deleted"]) == (2, 2)
+    assert result.totals()["documents_deleted"] == 2
+    catalog = open_catalog(settings)
+    try:
+        pending = {
+            (tenant, source): catalog.unfinished_events(scope=EventScope(tenant, source))
+            for tenant, source in [("a", "docs"), ("b", "docs"), ("a", "other")]
+        }
+        assert pending == {("a", "docs"): 0, ("b", "docs"): 3, ("a", "other"): 1}
+        assert catalog.unfinished_events() == 4
+        assert catalog.tenant_event("b", "b-docs-0")["state"] == "pending"  # type: ignore[index]
+        assert catalog.tenant_event("a", "a-docs-0")["state"] == "done"  # type: ignore[index]
+    finally:
+        catalog.close()
