@@ -25,6 +25,7 @@ from beam_pipelines.cli_common import emit
 from connectors.base import SourceSpec, list_all
 from connectors.location import register_location, source_location
 from ragsync import ids
+from ragsync.catalog.queue import EventScope
 from ragsync.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
@@ -124,7 +125,8 @@ def plan_source_sync(
                 plan = _plan_listing(spec, settings, catalog, share, connector=connector)
         finally:
             connector.close()
-        plan.queued = catalog.unfinished_events()
+        # What the sync's apply step would take: its own source's queued events.
+        plan.queued = catalog.unfinished_events(scope=EventScope(spec.tenant_id, source_id))
         return plan
     finally:
         catalog.close()

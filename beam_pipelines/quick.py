@@ -36,6 +36,7 @@ from connectors.files import FolderConnector
 from connectors.location import register_location
 from connectors.reader import FetchLimits
 from ragsync import ids
+from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import skip_unread
 from ragsync.errors import ConfigurationError, RagsyncError
@@ -180,7 +181,7 @@ def quick_backfill(
     Returns:
         The summary (``pipeline_skipped`` 1) when the source was listed and
         nothing is new, changed or vanished; None when the pipeline must run
-        (an unknown or paused source, other groups, queued events, anything
+        (an unknown or paused source, other groups, the source's own queued events, anything
         to read or delete, an empty object-store listing, more objects or
         known documents than ``quick_check_max_objects``, a listing that
         failed: the pipeline reports that failure itself).
@@ -206,8 +207,8 @@ def quick_backfill(
         spec = SourceSpec.from_row(state.__dict__)
         if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
             return None
-        if catalog.unfinished_events() > 0:
-            return None
+        if catalog.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:
+            return None  # the source's own queued events: the sync applies them
         cap = settings.quick_check_max_objects if object_store else None
         # Every listed object must be a known live document; any other known one vanished.
         known = catalog.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))

@@ -29,6 +29,7 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_pipelines.options import refuse_single_process_stores
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
+from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings
 from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
@@ -263,6 +264,7 @@ def _lane_pipeline(
     combined: bool,
     show_progress: bool,
     source_args: dict[str, str],
+    scope: EventScope | None = None,
 ) -> beam.Pipeline:
     """One streaming pipeline: its event source, resolve, and the shared graph.
 
@@ -280,7 +282,12 @@ def _lane_pipeline(
 
         idle = LANES if (combined and lanes == ("slow",)) else lanes
         queue = EventQueueSource(
-            settings, until_idle=until_idle, lease_s=settings.event_lease_s, lanes=lanes, idle_lanes=idle
+            settings,
+            until_idle=until_idle,
+            lease_s=settings.event_lease_s,
+            lanes=lanes,
+            idle_lanes=idle,
+            scope=scope,
         )
         rows = p | "ReadEventQueue" >> beam.io.Read(queue)
     else:
@@ -307,6 +314,7 @@ def run_stream(
     show_progress: bool = True,
     spec: ModelSpec | None = None,
     lanes: str = "all",
+    scope: EventScope | None = None,
     **source_args: str,
 ) -> StreamSummary:
     """Run the streaming pipeline (FnApiRunner with ``--streaming`` unless
@@ -317,9 +325,13 @@ def run_stream(
         lanes: local queue only: ``all`` (default: the priority+fast group and
             the slow group as two pipelines at once), ``priority,fast`` or
             ``slow`` (one group, for one process per group).
+        scope: local queue only: serve only this tenant's (and source's)
+            events and finish when they are drained (a sync's apply step);
+            every other event stays queued. None serves the whole queue.
 
     Returns:
-        The summary (counters summed over the lane pipelines).
+        The summary (counters summed over the lane pipelines: with
+        ``scope``, only the scope's events).
 
     Raises:
         ConfigurationError: an unknown lane group or event source setting.
@@ -360,6 +372,7 @@ def run_stream(
             combined=len(groups) > 1,
             show_progress=show_progress,
             source_args=source_args,
+            scope=scope,
         )
         for group in groups
     ]

@@ -14,8 +14,10 @@ folder or prefix registered as an ``object_store`` source) all run this.
    guard trips: then nothing is deleted, the source is paused with the
    reason and the sync fails. The feed position is saved after a complete
    listing.
-4. Apply: the streaming pipeline runs until the queue is drained (skipped
-   with ``apply=False``, for a long-running ``ragsync stream``).
+4. Apply: the streaming pipeline runs until the source's own queued events
+   (this tenant's, this source's) are drained; every other event stays queued
+   for its own sync or the stream, and the counts reported are the source's
+   (skipped with ``apply=False``, for a long-running ``ragsync stream``).
 
 Failures are counted on the source (a connector that cannot be built, e.g.
 broken credentials, included): a rate limit sets when to retry; other failures
@@ -50,6 +52,7 @@ from connectors.base import CursorExpiredError, SourceSpec
 from connectors.location import source_location
 from connectors.sync import FeedResult, read_feed
 from ragsync import lifecycle
+from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.display import host_free, safe_text
@@ -167,7 +170,8 @@ def run_sync(
         model_spec: the embedding model (default: the live index version's).
         max_delete_share: the partial-listing guard's limit (default: the
             source's option ``max_delete_share``, else 0.5).
-        apply: run the streaming pipeline until the queue is drained.
+        apply: run the streaming pipeline until the source's own queued
+            events are drained (never another tenant's or source's).
         tenant_id: the source's tenant (source ids are unique per tenant;
             without it the id must be unique across tenants).
         reread: a full listing reads every object, even those its listing
@@ -248,8 +252,9 @@ def run_sync(
         finally:
             connector.close()
         applied = None
-        if apply and catalog.unfinished_events() > 0:
-            applied = _apply_queue(settings, show_progress, model_spec)
+        scope = EventScope(tenant, source_id)
+        if apply and catalog.unfinished_events(scope=scope) > 0:
+            applied = _apply_queue(settings, show_progress, model_spec, scope)
         listed = listing.get("documents_listed") if listing is not None else None
         catalog.sync_succeeded(source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=tenant)
     finally:
@@ -361,10 +366,15 @@ def _full_listing(
     return counters
 
 
-def _apply_queue(settings: Settings, show_progress: bool, model_spec: ModelSpec | None) -> dict[str, Any]:
+def _apply_queue(
+    settings: Settings, show_progress: bool, model_spec: ModelSpec | None, scope: EventScope
+) -> dict[str, Any]:
+    """Apply the queued events of ``scope`` (one tenant's source) until they
+    are drained; returns the stream's counters (those events only). Raises
+    SyncError when a signal interrupted the run."""
     from beam_pipelines.streaming import run_stream
 
-    summary = run_stream(settings, until_idle=True, show_progress=show_progress, spec=model_spec)
+    summary = run_stream(settings, until_idle=True, show_progress=show_progress, spec=model_spec, scope=scope)
     if summary is None:
         raise SyncError("applying the queued events was interrupted")
     return summary.to_dict()

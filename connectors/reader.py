@@ -219,9 +219,11 @@ class ContentReader:
 
         Symlinks are followed only when their target is inside the root (files
         and directories alike); a directory is visited once (loops end).
-        Devices, FIFOs, sockets and links leaving the root are never read:
-        with ``include_refused`` they are yielded as (path, None) so the
-        caller can report each one, else skipped. Paths keep undecodable
+        Devices, FIFOs, sockets and links leaving the root (dangling or not:
+        a link is judged by where it leads, so the listing tells nothing
+        about what exists outside) are never read: with ``include_refused``
+        they are yielded as (path, None) so the caller can report each one,
+        else skipped; a dangling link inside the root is skipped. Paths keep undecodable
         bytes as surrogate escapes (``os.fsdecode``). Order: sorted by path.
 
         Raises:
@@ -250,21 +252,28 @@ class ContentReader:
             raise FetchError(f"cannot list {directory}: {exc.strerror}") from None
         for entry in entries:
             path = os.path.join(directory, entry.name)
+            # A link is judged by where it leads before anything is looked up
+            # there: one leaving the root is refused whether or not its target
+            # exists (skipping only the dangling ones would tell a tenant which
+            # outside paths exist).
+            if entry.is_symlink() and not self._under_real_root(os.path.realpath(path)):
+                if include_refused:
+                    yield path, None
+                continue
             try:
                 st = os.stat(path) if entry.is_symlink() else entry.stat(follow_symlinks=False)
             except OSError:
-                continue  # a dangling link or a file removed meanwhile
-            leaves_root = entry.is_symlink() and not self._under_real_root(os.path.realpath(path))
-            if not leaves_root and stat.S_ISDIR(st.st_mode):
+                continue  # a dangling link inside the root, or a file removed meanwhile
+            if stat.S_ISDIR(st.st_mode):
                 key = (st.st_dev, st.st_ino)
                 if key in seen_dirs:
                     continue
                 seen_dirs.add(key)
                 yield from self._walk_dir(path, seen_dirs, include_refused)
-            elif not leaves_root and stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(st.st_mode):
                 yield path, st
             elif include_refused:
-                yield path, None  # a link leaving the root, a device, FIFO or socket
+                yield path, None  # a device, FIFO or socket
 
 
 class LocatedHttpClient:

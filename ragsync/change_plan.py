@@ -46,7 +46,7 @@ class ChangePlan:
             (unreadable permissions, too large, empty, unreadable), with the class.
         deletes_held: True when the partial-listing guard would hold the
             deletes back (then none is applied and the source is paused).
-        queued: events already waiting in the queue that the run would also apply.
+        queued: the source's own events already waiting in the queue, which the run would also apply.
     """
 
     source_id: str

@@ -15,20 +15,26 @@ A child that is itself a container (an e-mail forwarded as an attachment)
 has children too. All children of one top-level parent share one
 ``ChildBudget`` over the archive limits (``ArchiveLimits``): a parent whose
 attachments cross a limit is an ``archive_bomb`` and none of its children are
-indexed. Any other failure of a child (corrupt, no text, unsupported) is that
-child's dead letter only.
+indexed. The same budget holds the time budget per parent
+(``ArchiveLimits.max_children_s``): once the children have spent it being
+parsed, the parent stops expanding and every remaining child is a
+``too_large`` dead letter of its own (``ChildTimeBudgetError``) while the
+children already parsed, the parent and the rest of the run go on. Any other
+failure of a child (corrupt, no text, unsupported) is that child's dead letter
+only.
 
 Pure Python, no Beam: ``transforms/parse.py`` runs it in the parse step.
 """
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ragsync import ids
 from ragsync.detect import detect_mime
-from ragsync.errors import ArchiveBombError, RagsyncError
+from ragsync.errors import ArchiveBombError, ChildTimeBudgetError, RagsyncError
 from ragsync.model import Attachment, FetchedDocument
 from ragsync.parsing import ArchiveLimits, ParseResult, parse
 
@@ -71,6 +77,26 @@ def child_document(parent: FetchedDocument, member_name: str, data: bytes, raw_u
     )
 
 
+def past_time_budget(started_at: float, now: float, budget_s: float, parsed: int) -> bool:
+    """Whether a parent's children have spent their time budget.
+
+    The budget is judged on the children's parsing: until one child has been
+    parsed there is nothing to judge (the first child is always parsed, so a
+    parent with one slow attachment still gets it).
+
+    Args:
+        started_at: when the parent began expanding (monotonic seconds).
+        now: the time of the check (same clock).
+        budget_s: the time budget per parent (``ArchiveLimits.max_children_s``).
+        parsed: children parsed so far (successfully or not).
+
+    Returns:
+        True once at least one child was parsed and more than ``budget_s``
+        seconds have passed: no further child is parsed.
+    """
+    return parsed > 0 and now - started_at > budget_s
+
+
 @dataclass
 class ChildBudget:
     """What the children of one top-level document may take, against the archive limits.
@@ -80,12 +106,34 @@ class ChildBudget:
         name: the top-level document's name, for messages.
         bytes_used: bytes of every child so far.
         count: children so far (at every nesting level).
+        started_at: when the top-level document began expanding (the clock
+            of ``expand_children``), for the time budget per parent.
+        parsed: children parsed so far (successfully or not).
+        out_of_time: children not parsed because the time budget was spent.
     """
 
     limits: ArchiveLimits
     name: str
     bytes_used: int = 0
     count: int = 0
+    started_at: float = field(default_factory=time.monotonic)
+    parsed: int = 0
+    out_of_time: int = 0
+
+    def time_left(self, now: float) -> bool:
+        """Whether another child may still be parsed at ``now`` (see
+        ``past_time_budget``; once spent, the budget stays spent)."""
+        if self.out_of_time:
+            return False
+        return not past_time_budget(self.started_at, now, self.limits.max_children_s, self.parsed)
+
+    def over_time(self, attachment: Attachment) -> ChildTimeBudgetError:
+        """The dead letter's error of a child left unparsed by the time budget (counted)."""
+        self.out_of_time += 1
+        return ChildTimeBudgetError(
+            f"{self.name}: {attachment.name!r} was not parsed: the document's attachments and members "
+            f"passed the time budget of {self.limits.max_children_s:g} s per parent"
+        )
 
     def take(self, attachment: Attachment) -> None:
         """Charge one child.
@@ -134,8 +182,16 @@ def expand_children(
     max_bytes: int,
     max_pages: int,
     budget: ChildBudget | None = None,
+    clock: Callable[[], float] = time.monotonic,
 ) -> list[Child]:
     """Detect and parse every attachment of ``parent`` (and of child containers), depth first.
+
+    Before each child is parsed the time budget per parent is checked
+    (``ArchiveLimits.max_children_s``, from when the top-level call began;
+    ``past_time_budget``): once the children parsed so far have spent it,
+    that child and every later one (at any level) are returned unparsed with
+    a ``ChildTimeBudgetError`` (``too_large``), each its own dead letter; a
+    child container left unparsed has no children.
 
     Args:
         parent: the container document.
@@ -145,6 +201,7 @@ def expand_children(
         max_bytes: per-document byte limit of ``parse``.
         max_pages: per-document page limit of ``parse``.
         budget: shared by the whole tree (created for a top-level call).
+        clock: monotonic seconds (tests give a fake one).
 
     Returns:
         Every child, in attachment order, a child container followed by its own children.
@@ -154,13 +211,18 @@ def expand_children(
             container is a bomb itself: the parent is dead-lettered and no
             child is kept.
     """
-    budget = budget or ChildBudget(limits, parent.source.source_object_id.rsplit("/", 1)[-1])
+    if budget is None:
+        budget = ChildBudget(limits, parent.source.source_object_id.rsplit("/", 1)[-1], started_at=clock())
     out: list[Child] = []
     for att in attachments:
         budget.take(att)
         doc = child_document(parent, att.name, att.data, raw_uri(ids.content_hash(att.data)))
         filename = att.name.rsplit("/", 1)[-1]
         doc = replace(doc, mime=detect_mime(att.data, filename) if att.data else "")
+        if not budget.time_left(clock()):
+            out.append(Child(doc, parent.doc_id, att.data, error=budget.over_time(att)))
+            continue
+        budget.parsed += 1
         try:
             result = parse(
                 att.data,
@@ -186,6 +248,7 @@ def expand_children(
                 max_bytes=max_bytes,
                 max_pages=max_pages,
                 budget=budget,
+                clock=clock,
             )
     return out
 

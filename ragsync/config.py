@@ -101,6 +101,10 @@ class Settings:
         max_archive_depth: containers (archives, e-mails) may nest this deep.
         max_archive_ratio: a member expanding to more than 1 MiB may be at
             most this many times its compressed size.
+        max_children_s: wall-clock seconds the children (attachments,
+            archive members) of one document may spend being parsed; the
+            rest are dead-lettered ``too_large`` (keep it below
+            ``parse_timeout_s``).
         embed_batch_size: largest embedding batch.
         boilerplate_min_docs: a chunk text already in this many other
             documents is boilerplate and not indexed again (0 turns it off).
@@ -164,6 +168,7 @@ class Settings:
     max_archive_members: int = 10_000
     max_archive_depth: int = 3
     max_archive_ratio: float = 200.0
+    max_children_s: float = 60.0
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
@@ -217,6 +222,8 @@ class Settings:
             )
         if min(self.max_archive_bytes, self.max_archive_members, self.max_archive_depth) <= 0:
             raise ConfigurationError("archive limits must be positive")
+        if not self.max_children_s > 0:
+            raise ConfigurationError("max_children_s must be positive")
         if self.es_api_key and self.es_username:
             raise ConfigurationError("give es_api_key or es_username/es_password, not both")
         if self.quick_check_max_objects < 0:
@@ -233,6 +240,7 @@ class Settings:
             max_members=self.max_archive_members,
             max_depth=self.max_archive_depth,
             max_ratio=self.max_archive_ratio,
+            max_children_s=self.max_children_s,
         )
 
     @property

@@ -98,6 +98,11 @@ class TooLargeError(RagsyncError, error_class="too_large"):
     """Above the configured size or page limit."""
 
 
+class ChildTimeBudgetError(TooLargeError):
+    """A child document not parsed: its parent's children had already spent
+    the time budget per parent (``ArchiveLimits.max_children_s``)."""
+
+
 class ArchiveBombError(RagsyncError, error_class="archive_bomb"):
     """An archive expands past a limit: total bytes, member count, nesting depth or compression ratio."""
 

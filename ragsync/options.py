@@ -104,6 +104,12 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o("max_archive_members", int, "most members in an archive (default 10000)"),
     _o("max_archive_depth", int, "deepest nesting of archives and e-mails (default 3)"),
     _o("max_archive_ratio", float, "largest expansion ratio of an archive member over 1 MiB (default 200)"),
+    _o(
+        "max_children_s",
+        float,
+        "seconds one document's attachments and members may spend being parsed; the rest are "
+        "dead-lettered too_large (default 60)",
+    ),
     _o("embed_batch_size", int, "largest embedding batch, 1..1024 (default 64)"),
     _o(
         "event_lease_s", float, "seconds a read event stays hidden before it is delivered again (default 300)"

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from ragsync.children import ChildBudget, child_document, stale_children
-from ragsync.errors import ArchiveBombError
+from ragsync.children import ChildBudget, child_document, expand_children, past_time_budget, stale_children
+from ragsync.errors import ArchiveBombError, ChildTimeBudgetError
 from ragsync.ids import child_object_id, doc_id
 from ragsync.model import Attachment, FetchedDocument, SourceFile
 from ragsync.parsing import ArchiveLimits
@@ -64,6 +64,68 @@ def test_child_budget_and_stale_children() -> None:
     with pytest.raises(ArchiveBombError, match="deeper than 2"):
         ChildBudget(ArchiveLimits(max_depth=2), "x").take(Attachment("d", b"", depth=3))
     assert stale_children(["c", "a", "b"], ["b", "d"]) == ["a", "c"]
+
+
+def test_children_past_the_time_budget_per_parent_are_too_large_dead_letters() -> None:
+    """Issue #29: a parent whose children's parsing passes ``max_children_s``
+    stops expanding; each remaining child (nested ones included) is a
+    ``too_large`` dead letter of its own, the children parsed before stay."""
+    ticks = iter(range(100))  # a clock that advances one second per reading
+
+    def clock() -> float:
+        return float(next(ticks))
+
+    def text(name: str) -> Attachment:
+        return Attachment(name, f"Minutes of meeting {name}.\n".encode(), "text/plain", 1)
+
+    inner = (
+        b'MIME-Version: 1.0\nSubject: Fwd\nContent-Type: multipart/mixed; boundary="i"\n\n'
+        b"--i\nContent-Type: text/plain\n\nForwarded.\n"
+        b'--i\nContent-Type: text/plain\nContent-Disposition: attachment; filename="deep.txt"\n\n'
+        b"Deep notes.\n--i--\n"
+    )
+    attachments = [
+        text("a.txt"),
+        Attachment("fwd.eml", inner, "message/rfc822", 1),
+        text("b.txt"),
+        text("c.txt"),
+        text("d.txt"),
+    ]
+    children = expand_children(
+        _parent(),
+        attachments,
+        raw_uri=lambda h: f"raw/{h}",
+        limits=ArchiveLimits(max_children_s=3.5),
+        max_bytes=1 << 20,
+        max_pages=10,
+        clock=clock,
+    )
+    # Budget from t=0: a.txt (t=1), fwd.eml (t=2) and its deep.txt (t=3) are
+    # parsed; at t=4 the budget of 3.5 s is spent: b, c and d are not.
+    names = [c.doc.source.source_object_id.rsplit("#", 1)[-1] for c in children]
+    assert names == ["a.txt", "fwd.eml", "deep.txt", "b.txt", "c.txt", "d.txt"]
+    parsed = [c for c in children if c.result is not None]
+    skipped = [c for c in children if c.error is not None]
+    assert (len(parsed), len(skipped)) == (3, 3)
+    assert all(isinstance(c.error, ChildTimeBudgetError) for c in skipped)
+    assert {c.error.error_class for c in skipped if c.error} == {"too_large"}
+    assert str(skipped[0].error) == (
+        "42.eml: 'b.txt' was not parsed: the document's attachments and members passed the time "
+        "budget of 3.5 s per parent"
+    )
+    # The first child is always parsed: a zero budget still gives one child.
+    one = expand_children(
+        _parent(),
+        [text("x.txt"), text("y.txt")],
+        raw_uri=lambda h: f"raw/{h}",
+        limits=ArchiveLimits(max_children_s=1e-9),
+        max_bytes=1 << 20,
+        max_pages=10,
+    )
+    assert [c.error is None for c in one] == [True, False]
+    assert past_time_budget(0.0, 5.0, 4.0, parsed=0) is False
+    assert past_time_budget(0.0, 5.0, 4.0, parsed=1) is True
+    assert past_time_budget(0.0, 4.0, 4.0, parsed=1) is False
 
 
 # --------------------------------------------------------------------------- pipelines

@@ -346,3 +346,86 @@ def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcom
     few = parse(message(3), "message/rfc822", filename="few.eml", limits=ArchiveLimits(max_attachments=3))
     assert [a.name for a in few.attachments] == ["scan-0.txt", "scan-1.txt", "scan-2.txt"]
     assert "attachments_skipped" not in few.metadata
+
+
+def test_children_past_the_time_budget_per_parent_are_dead_letters_and_the_run_goes_on(
+    tmp_path: Path,
+) -> None:
+    """Issue #29: a time budget per parent. With a budget no parse fits in,
+    the e-mail is indexed with its first attachment (the first child is
+    always parsed), its other attachments are ``too_large`` dead letters
+    naming the budget, and the other document of the run is indexed."""
+    folder = tmp_path / "mail"
+    folder.mkdir()
+    head = b'MIME-Version: 1.0\nSubject: Minutes\nContent-Type: multipart/mixed; boundary="b"\n\n'
+    parts = [b"--b\nContent-Type: text/plain\n\nThe minutes are attached.\n"] + [
+        b'--b\nContent-Type: text/plain\nContent-Disposition: attachment; filename="minutes-%d.txt"\n\n'
+        b"Minutes of the meeting number %d about the budget.\n" % (i, i)
+        for i in range(4)
+    ]
+    (folder / "minutes.eml").write_bytes(head + b"".join(parts) + b"--b--\n")
+    (folder / "good.md").write_text(GOOD)
+    settings = Settings(home=str(tmp_path.with_name(tmp_path.name + "_home")), max_children_s=1e-9)
+    summary = run_backfill(
+        str(folder), settings, tenant_id="tenant-a", acl_groups=["staff"], show_progress=False
+    )
+    # minutes.eml, its first attachment and good.md indexed; 3 attachments dead-lettered.
+    assert (summary.documents_indexed, summary.dead_lettered) == (3, 3)
+    assert _dead_letters(settings, "tenant-a") == {
+        f"minutes.eml#minutes-{i}.txt": "too_large" for i in (1, 2, 3)
+    }
+    cat = open_catalog(settings)
+    try:
+        messages = {r.message for r in cat.list_dead_letters(tenant_id="tenant-a", limit=10)}
+    finally:
+        cat.close()
+    assert all("time budget of 1e-09 s per parent" in m for m in messages), messages
+    hits = hybrid_query(settings, "summer holiday office", groups=["staff"], tenant_id="tenant-a", k=3)
+    assert hits and "August" in hits[0].text
+
+
+def test_a_sync_lists_links_leaving_the_grant_as_dead_letters_whether_or_not_their_target_exists(
+    tmp_path: Path,
+) -> None:
+    """Issue #29: a link leaving a grant is skipped with a dead letter at
+    listing. Tenant A's granted folder holds links to tenant B's folder and
+    file, to ragsync's own object store and to an outside path that does not
+    exist: each is reported once as an ``invalid_event`` saying it is outside
+    the source's location (the missing target included: no oracle), none is
+    read, and A's own file is indexed."""
+    world = _world(tmp_path)
+    grant = tmp_path / "grant-a"
+    grant.mkdir()
+    (grant / "good.md").write_text(GOOD)
+    settings = _settings(tmp_path)
+    settings.ensure_home()
+    os.makedirs(settings.object_store, exist_ok=True)
+    links = {
+        "to-b": world["b"],  # another tenant's folder
+        "b-file.md": world["b"] / "b-only.md",  # another tenant's file
+        "store": Path(settings.object_store),  # ragsync's own store
+        "ghost.md": tmp_path / "nowhere" / "missing.md",  # an outside path that does not exist
+    }
+    for name, target in links.items():
+        os.symlink(target, grant / name)
+    register_source(
+        settings, "a-docs", "tenant-a", "object_store", str(grant), options={"acl_groups": ["staff"]}
+    )
+    from beam_pipelines.sync import run_sync
+
+    result = run_sync("a-docs", settings, tenant_id="tenant-a", full=True, show_progress=False)
+    totals = result.totals()
+    assert (totals["documents_listed"], totals["documents_indexed"], totals["dead_lettered"]) == (5, 1, 4)
+    assert _dead_letters(settings, "tenant-a") == dict.fromkeys(links, "invalid_event")
+    cat = open_catalog(settings)
+    try:
+        rows = cat.list_dead_letters(tenant_id="tenant-a", limit=10)
+    finally:
+        cat.close()
+    assert sorted((r.stage, r.message) for r in rows) == sorted(
+        ("fetch", f"OutsideLocationError(\"content_uri '{grant / name}' is outside the source's location\")")
+        for name in links
+    )
+    assert _secret_hits(settings, "tenant-a") == []
+    hits = hybrid_query(settings, "summer holiday office", groups=["staff"], tenant_id="tenant-a", k=3)
+    assert hits and "August" in hits[0].text

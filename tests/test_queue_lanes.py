@@ -107,3 +107,19 @@ def test_a_heartbeat_lets_go_of_events_requeued_or_handed_to_the_slow_lane(catal
     assert held == {("a", "a-upsert-03")}
     # The slow lane's reader gets the scan at once; the requeued one waits for its retry time.
     assert _ids(catalog.claim_events(lanes=("slow",), now=6.0).claimed) == ["a-upsert-02"]
+
+
+def test_a_scoped_claim_leases_only_its_tenants_source_events(catalog: Catalog) -> None:
+    from ragsync.catalog.queue import EventScope
+
+    catalog.ensure_source("other", "a", "object_store", "/srv/a-other")
+    other = Event(**{**_event("a", 7).__dict__, "event_id": "a-other-07", "source_id": "other"})
+    catalog.enqueue_events([_event("a", 1), _event("b", 1), _event("b", 2, "delete"), other], now=100.0)
+    scope = EventScope("a", "docs")
+    assert catalog.unfinished_events(scope=scope) == 1
+    assert catalog.unfinished_events(scope=EventScope("a")) == 2
+    got = catalog.claim_events(now=200.0, scope=scope)
+    assert (_ids(got.claimed), got.crash_looped) == (["a-upsert-01"], [])
+    assert catalog.claim_events(now=201.0, scope=scope).claimed == []  # leased: nothing more of its own
+    rest = catalog.claim_events(now=201.0)
+    assert sorted(_ids(rest.claimed)) == ["a-other-07", "b-delete-02", "b-upsert-01"]

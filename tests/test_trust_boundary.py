@@ -235,6 +235,21 @@ def test_walk_lists_only_regular_files_inside_the_root(world: dict[str, Path]) -
     assert listed == ["docs/ok.txt", "docs/other.txt", "link-in"]
 
 
+def test_walk_reports_every_link_leaving_the_root_whether_or_not_its_target_exists(tmp_path: Path) -> None:
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    root.mkdir()
+    outside.mkdir()
+    (root / "ok.txt").write_text("ok")
+    (outside / "there.txt").write_text("x")
+    os.symlink(outside / "there.txt", root / "to-existing")
+    os.symlink(outside / "missing.txt", root / "to-missing")  # skipping only this one was an oracle
+    os.symlink(root / "gone.txt", root / "dangling-inside")  # inside the root: nothing to report
+    reader = _reader(root)
+    walked = [(os.path.basename(p), st is not None) for p, st in reader.walk(include_refused=True)]
+    assert walked == [("ok.txt", True), ("to-existing", False), ("to-missing", False)]
+    assert [os.path.basename(p) for p, _ in reader.walk()] == ["ok.txt"]
+
+
 def test_walk_of_a_missing_root_fails_instead_of_listing_nothing(tmp_path: Path) -> None:
     with pytest.raises(FetchError, match="cannot list"):
         list(_reader(tmp_path / "nope").walk())

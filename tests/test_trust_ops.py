@@ -6,6 +6,8 @@
 - A source whose connector cannot be built (broken credentials) backs off and
   is paused after ``pause_after_failures`` syncs, not retried forever.
 - Queued syncs are taken round-robin by tenant, not first in, first out.
+- A sync applies, reports and (dry run) counts only its own tenant's and
+  source's queued events; every other event stays queued.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from beam_pipelines.sync import SyncError, run_sync
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError
 from ragsync.lifecycle import descendants
+from ragsync.model import Event
 from tests.mediawiki import free_port
 from tests.proc import CLI, ROOT, kill_group, live_members
 from tests.serving import wait_until_healthy
@@ -207,5 +210,73 @@ def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
         second = catalog.claim_sync_run(after_tenant="quiet")  # busy is next in turn, but running
         assert second is not None and second.tenant_id == "quiet"
         assert catalog.claim_sync_run() is None  # both tenants at their cap of one running
+    finally:
+        catalog.close()
+
+
+def _deletes(tenant: str, source: str, n: int) -> list[Event]:
+    """``n`` delete events of documents the source never had (cheap to apply)."""
+    return [
+        Event(
+            event_id=f"{tenant}-{source}-{i}",
+            source_id=source,
+            doc_id=f"gone{i}",
+            op="delete",
+            source_version=str(i + 1),
+            acl_groups=(),
+            content_uri="",
+            event_time=time.time() - 1,
+            tenant_id=tenant,
+        )
+        for i in range(n)
+    ]
+
+
+def _two_tenants_queued(tmp_path: Path) -> Settings:
+    """Tenants a and b each own a source ``docs`` (a also ``other``), with
+    2 (a/docs), 3 (b/docs) and 1 (a/other) delete events queued."""
+    settings = Settings(home=str(tmp_path / "home"), event_lease_s=2.0)
+    settings.ensure_home()
+    for tenant in ("a", "b"):  # the same source id for both tenants
+        folder = tmp_path / tenant
+        folder.mkdir()
+        register_source(settings, "docs", tenant, "object_store", str(folder))
+    (tmp_path / "a-other").mkdir()
+    register_source(settings, "other", "a", "object_store", str(tmp_path / "a-other"))
+    catalog = open_catalog(settings)
+    try:
+        queued = _deletes("a", "docs", 2) + _deletes("b", "docs", 3) + _deletes("a", "other", 1)
+        assert catalog.enqueue_events(queued) == (6, 0)
+    finally:
+        catalog.close()
+    return settings
+
+
+def test_a_sync_dry_run_counts_only_its_own_sources_queued_events(tmp_path: Path) -> None:
+    from beam_pipelines.dry_run import plan_source_sync
+
+    settings = _two_tenants_queued(tmp_path)
+    assert plan_source_sync("docs", settings, tenant_id="a").queued == 2
+    assert plan_source_sync("docs", settings, tenant_id="b").queued == 3
+
+
+def test_a_sync_applies_and_reports_only_its_own_sources_queued_events(tmp_path: Path) -> None:
+    from ragsync.catalog.queue import EventScope
+
+    settings = _two_tenants_queued(tmp_path)
+    result = run_sync("docs", settings, tenant_id="a", full=True, show_progress=False)
+    assert result.applied is not None
+    assert (result.applied["events_applied"], result.applied["documents_deleted"]) == (2, 2)
+    assert result.totals()["documents_deleted"] == 2
+    catalog = open_catalog(settings)
+    try:
+        pending = {
+            (tenant, source): catalog.unfinished_events(scope=EventScope(tenant, source))
+            for tenant, source in [("a", "docs"), ("b", "docs"), ("a", "other")]
+        }
+        assert pending == {("a", "docs"): 0, ("b", "docs"): 3, ("a", "other"): 1}
+        assert catalog.unfinished_events() == 4
+        assert catalog.tenant_event("b", "b-docs-0")["state"] == "pending"  # type: ignore[index]
+        assert catalog.tenant_event("a", "a-docs-0")["state"] == "done"  # type: ignore[index]
     finally:
         catalog.close()

@@ -27,7 +27,7 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from connectors.events import check_content_uri
 from ragsync import ids
-from ragsync.catalog.queue import LANES, EventKey
+from ragsync.catalog.queue import LANES, EventKey, EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import (
     DocVersions,
@@ -129,7 +129,11 @@ class _EventQueueReader(UnboundedReader):
     def _claim(self) -> list[dict[str, Any]]:
         src = self.source
         claimed, looped = self._catalog.claim_events(
-            limit=src.batch, lease_s=src.lease_s, lanes=src.lanes, max_deliveries=src.max_deliveries
+            limit=src.batch,
+            lease_s=src.lease_s,
+            lanes=src.lanes,
+            max_deliveries=src.max_deliveries,
+            scope=src.scope,
         )
         for row in looped:
             # Leased again and again and never finished: the worker died on
@@ -156,7 +160,8 @@ class _EventQueueReader(UnboundedReader):
         if self._buffer:
             self._current = self._buffer.popleft()
             return True
-        if self.source.until_idle and self._catalog.unfinished_events(self.source.idle_lanes) == 0:
+        src = self.source
+        if src.until_idle and self._catalog.unfinished_events(src.idle_lanes, scope=src.scope) == 0:
             self._done = True
         return False
 
@@ -219,6 +224,9 @@ class EventQueueSource(UnboundedSource):
         idle_lanes: with ``until_idle``, the lanes that must be drained before
             the source finishes (default ``lanes``; the slow lane's source
             waits for every lane, since the others may still hand it work).
+        scope: serve only this tenant's (and source's) events, leaving every
+            other event queued (a sync applies its own events); None serves
+            the whole queue.
     """
 
     def __init__(
@@ -232,6 +240,7 @@ class EventQueueSource(UnboundedSource):
         lanes: tuple[str, ...] = LANES,
         max_deliveries: int = 5,
         idle_lanes: tuple[str, ...] = (),
+        scope: EventScope | None = None,
     ) -> None:
         unknown = set(lanes) - set(LANES)
         if unknown or not lanes:
@@ -244,6 +253,7 @@ class EventQueueSource(UnboundedSource):
         self.lanes = tuple(lanes)
         self.max_deliveries = max_deliveries
         self.idle_lanes = tuple(idle_lanes) or self.lanes
+        self.scope = scope
 
     def split(self, desired_num_splits: int, options: Any = None) -> list[UnboundedSource]:
         return [self]

@@ -39,6 +39,35 @@ def lane_of_op(op: str) -> str:
     return "priority" if op in ("delete", "acl") else "fast"
 
 
+class EventScope(NamedTuple):
+    """Whose queued events a run may claim: one tenant's, and with
+    ``source_id`` only that source's (a sync applies its own source's events,
+    never another tenant's; see :func:`scope_filter`)."""
+
+    tenant_id: str
+    source_id: str | None = None
+
+
+def scope_filter(table: Any, scope: EventScope | None) -> list[Any]:
+    """The WHERE conditions that keep a queue query inside ``scope``.
+
+    Args:
+        table: the ``events`` table (or a table with its ``tenant_id`` and
+            ``source_id`` columns).
+        scope: the tenant (and source) served, or None for the whole queue
+            (``ragsync stream``: the operator's long-running pipeline).
+
+    Returns:
+        A list of conditions (empty for the whole queue).
+    """
+    if scope is None:
+        return []
+    conditions = [table.c.tenant_id == scope.tenant_id]
+    if scope.source_id is not None:
+        conditions.append(table.c.source_id == scope.source_id)
+    return conditions
+
+
 class ClaimedEvents(NamedTuple):
     """What ``claim_events`` leased, and what it gave up on."""
 
@@ -345,8 +374,11 @@ class QueueRepository(Repository):
         lanes: Sequence[str] = LANES,
         max_deliveries: int = 5,
         now: float | None = None,
+        scope: EventScope | None = None,
     ) -> ClaimedEvents:
-        """Lease up to ``limit`` due pending events of ``lanes``.
+        """Lease up to ``limit`` due pending events of ``lanes`` (of ``scope``
+        only, when given: a sync claims its own tenant's and source's events
+        and leaves every other event queued, untouched).
 
         Order: the ``priority`` lane first; within a lane, round-robin over
         tenants (the n-th oldest event of every tenant before the n+1-th of
@@ -373,7 +405,12 @@ class QueueRepository(Repository):
         )
         due = (
             select(t.c.tenant_id, t.c.event_id, rank.label("rank"), turn, t.c.enqueued_at)
-            .where(t.c.state == "pending", t.c.available_at <= ts, t.c.lane.in_(list(lanes)))
+            .where(
+                t.c.state == "pending",
+                t.c.available_at <= ts,
+                t.c.lane.in_(list(lanes)),
+                *scope_filter(t, scope),
+            )
             .subquery()
         )
         picked = (
@@ -403,10 +440,13 @@ class QueueRepository(Repository):
             r["deliveries"] = int(r.get("deliveries") or 0) + 1
         return ClaimedEvents(claimed, looped)
 
-    def unfinished_events(self, lanes: Sequence[str] = LANES) -> int:
-        """Pending events of ``lanes``, leased or not (drained at 0)."""
+    def unfinished_events(self, lanes: Sequence[str] = LANES, *, scope: EventScope | None = None) -> int:
+        """Pending events of ``lanes`` (of ``scope`` only, when given), leased
+        or not (drained at 0)."""
         t = schema.events
-        query = select(func.count()).where(t.c.state == "pending", t.c.lane.in_(list(lanes)))
+        query = select(func.count()).where(
+            t.c.state == "pending", t.c.lane.in_(list(lanes)), *scope_filter(t, scope)
+        )
         with self._read_engine.connect() as conn:
             return int(conn.execute(query).scalar() or 0)
 

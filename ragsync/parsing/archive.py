@@ -65,6 +65,12 @@ class ArchiveLimits:
         max_attachments: attachments one message may carry as child
             documents; past it none is (each would be a document of its own:
             5,000 took 25 minutes), and the message says why.
+        max_children_s: wall-clock seconds the children of one top-level
+            document (attachments, members, at every nesting level) may
+            spend being parsed; past it the parent stops expanding and each
+            remaining child is a ``too_large`` dead letter saying so
+            (``ragsync.children.expand_children``). Keep it below the
+            parse timeout, which would otherwise fail the parent whole.
     """
 
     max_bytes: int = 512 * 1024 * 1024
@@ -72,6 +78,7 @@ class ArchiveLimits:
     max_depth: int = 3
     max_ratio: float = 200.0
     max_attachments: int = 500
+    max_children_s: float = 60.0
 
 
 @dataclass
