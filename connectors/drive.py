@@ -29,6 +29,7 @@ and nowhere else: links in file metadata (``webContentLink``,
 
 from __future__ import annotations
 
+import hmac
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -305,6 +306,7 @@ class DriveConnector(ApiConnector):
         if not state or not lower.get("x-goog-channel-id"):
             raise InvalidEventError("not a Drive push notification (no X-Goog-Resource-State / Channel-ID)")
         expected = str(self.spec.options.get("channel_token", ""))
-        if expected and lower.get("x-goog-channel-token", "") != expected:
+        given = lower.get("x-goog-channel-token", "")
+        if expected and not hmac.compare_digest(given.encode(), expected.encode()):
             raise InvalidEventError("Drive notification with a wrong channel token")
         return [] if state == "sync" else None
