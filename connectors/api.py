@@ -6,10 +6,15 @@ request and redirect to the source's location and bounds bytes and time).
 
 Policy:
 - ``429 Too Many Requests`` and ``503 Service Unavailable`` are rate-limit
-  answers: ``Retry-After`` (seconds or an HTTP date) is honoured by sleeping
-  when it is at most ``retry_cap_s``; a longer wait, or one more limited
-  answer after ``max_attempts``, raises :class:`RateLimitedError` carrying
-  the wait, so the sync is rescheduled instead of holding a worker;
+  answers, and so is what a connector's ``is_rate_limited`` recognises
+  (Google's ``403`` with reason ``rateLimitExceeded``/``userRateLimitExceeded``):
+  ``Retry-After`` (seconds or an HTTP date; else Jira's ``X-RateLimit-Reset``
+  time; else exponential backoff) is honoured by sleeping when it is at most
+  ``retry_cap_s``; a longer wait, one that would take the request's waits past
+  ``max_wait_s`` in total, or one more limited answer after ``max_attempts``,
+  raises :class:`RateLimitedError` carrying the wait, so the sync is
+  rescheduled instead of holding a worker (nothing is skipped: a listing that
+  raises is not complete);
 - other 5xx answers and unreachable hosts are retried with exponential
   backoff up to ``max_attempts``, then raise ``FetchError``;
 - 401/403 raise :class:`AccessDeniedError` at once (credentials or sharing
@@ -31,6 +36,7 @@ from ragsync.errors import FetchError
 
 DEFAULT_RETRY_CAP_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_WAIT_S = 180.0
 RATE_LIMIT_STATUSES = (429, 503)
 
 
@@ -51,6 +57,22 @@ class AccessDeniedError(FetchError):
     the resource (403)."""
 
     permanent = True
+
+
+def parse_reset_time(value: str, *, now: float | None = None) -> float | None:
+    """Seconds until an ISO 8601 time (Jira's ``X-RateLimit-Reset``), or None."""
+    from datetime import datetime
+
+    text = (value or "").strip()
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def parse_retry_after(value: str, *, now: float | None = None) -> float | None:
@@ -84,6 +106,7 @@ class ApiClient:
         http: the located client (confinement and limits live there).
         retry_cap_s: longest ``Retry-After`` honoured by sleeping.
         max_attempts: attempts per request before giving up.
+        max_wait_s: most seconds one request may spend sleeping in all.
         sleep: ``time.sleep`` (tests pass a recorder).
         is_rate_limited: tells a rate-limit answer sent with another status
             (Google APIs answer some with 403 and a reason in the body).
@@ -95,14 +118,16 @@ class ApiClient:
         *,
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
         sleep: Callable[[float], None] = time.sleep,
         is_rate_limited: Callable[[Any], bool] | None = None,
     ) -> None:
-        if max_attempts < 1 or retry_cap_s < 0:
-            raise ValueError("max_attempts must be >= 1 and retry_cap_s >= 0")
+        if max_attempts < 1 or retry_cap_s < 0 or max_wait_s < 0:
+            raise ValueError("max_attempts must be >= 1, retry_cap_s and max_wait_s >= 0")
         self.http = http
         self.retry_cap_s = retry_cap_s
         self.max_attempts = max_attempts
+        self.max_wait_s = max_wait_s
         self.sleep = sleep
         self.is_rate_limited = is_rate_limited
 
@@ -125,35 +150,51 @@ class ApiClient:
                 the located client (never retried).
         """
         attempt = 0
+        waited = 0.0
         while True:
             attempt += 1
             try:
                 response = self.http.get(uri, params)
             except FetchError as exc:
-                if type(exc) is not FetchError or attempt >= self.max_attempts:
+                delay = backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
+                if (
+                    type(exc) is not FetchError
+                    or attempt >= self.max_attempts
+                    or waited + delay > self.max_wait_s
+                ):
                     raise  # a limit or a refusal is final; unreachable after retries
-                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
+                self.sleep(delay)
+                waited += delay
                 continue
             status = int(response.status_code)
             if status < 400:
                 return response
             if status in RATE_LIMIT_STATUSES or (self.is_rate_limited and self.is_rate_limited(response)):
                 wait = parse_retry_after(response.headers.get("retry-after", ""))
+                if wait is None:
+                    wait = parse_reset_time(response.headers.get("x-ratelimit-reset", ""))
                 delay = (
                     wait if wait is not None else backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
                 )
-                if delay > self.retry_cap_s or attempt >= self.max_attempts:
+                if (
+                    delay > self.retry_cap_s
+                    or attempt >= self.max_attempts
+                    or waited + delay > self.max_wait_s
+                ):
                     raise RateLimitedError(
                         f"{self.base_url} answered HTTP {status}: retry after {delay:.0f} s", delay
                     )
                 self.sleep(delay)
+                waited += delay
                 continue
             if status in (401, 403):
                 raise AccessDeniedError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
-            if status >= 500 and attempt < self.max_attempts:
-                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
-                continue
             if status >= 500:
+                delay = backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
+                if attempt < self.max_attempts and waited + delay <= self.max_wait_s:
+                    self.sleep(delay)
+                    waited += delay
+                    continue
                 raise FetchError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
             raise HttpStatusError(status, response.headers.get("retry-after", ""), _short(uri))
 

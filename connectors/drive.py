@@ -59,18 +59,26 @@ _CHANGE_FIELDS = (
 )
 _PERMISSION_FIELDS = "nextPageToken,permissions(id,type,role,emailAddress,domain,allowFileDiscovery,deleted)"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
-_RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+_RATE_REASONS = (
+    "userRateLimitExceeded",
+    "rateLimitExceeded",
+    "RATE_LIMIT_EXCEEDED",
+    "USER_RATE_LIMIT_EXCEEDED",
+)
 
 
 def _is_rate_limited(response: Any) -> bool:
-    """Drive answers some rate limits with 403 and a reason in the body."""
+    """Drive answers some rate limits with 403 and a reason in the body: in
+    ``error.errors[].reason`` (``userRateLimitExceeded``, ``rateLimitExceeded``)
+    or, in the newer shape, ``error.details[].reason`` (``RATE_LIMIT_EXCEEDED``)."""
     if int(response.status_code) != 403:
         return False
     try:
-        errors = response.json().get("error", {}).get("errors", [])
-    except (ValueError, AttributeError):
+        error = response.json().get("error", {})
+        entries = [*error.get("errors", []), *error.get("details", [])]
+    except (ValueError, AttributeError, TypeError):
         return False
-    return any(isinstance(e, dict) and e.get("reason") in _RATE_REASONS for e in errors)
+    return any(isinstance(e, dict) and e.get("reason") in _RATE_REASONS for e in entries)
 
 
 def _epoch(stamp: str) -> float:

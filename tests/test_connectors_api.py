@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -523,3 +524,151 @@ def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
     assert "LUCENE-6572" in text and "I also don't understand why it depends on join" in text
     attachments = [i for i in list_all(jira) if i.source_object_id.startswith("12838134/attachments/")]
     assert len(attachments) == len(real[[r["id"] for r in real].index("12838134")]["fields"]["attachment"])
+
+
+# -- throttling in the services' recorded shapes: waited out, nothing skipped ----------
+
+# Drive's documented rate-limit answers (developers.google.com/drive/api/guides/limits,
+# .../handle-errors): 403 with a reason in error.errors[], 429, and the newer
+# google.rpc.ErrorInfo shape with error.details[].reason.
+DRIVE_403_USER_RATE = {
+    "error": {
+        "errors": [
+            {
+                "domain": "usageLimits",
+                "reason": "userRateLimitExceeded",
+                "message": "User Rate Limit Exceeded",
+            }
+        ],
+        "code": 403,
+        "message": "User Rate Limit Exceeded",
+    }
+}
+DRIVE_429 = {
+    "error": {
+        "errors": [
+            {"domain": "usageLimits", "reason": "rateLimitExceeded", "message": "Rate Limit Exceeded"}
+        ],
+        "code": 429,
+        "message": "Rate Limit Exceeded",
+    }
+}
+DRIVE_403_ERROR_INFO = {
+    "error": {
+        "code": 403,
+        "message": "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user'.",
+        "status": "PERMISSION_DENIED",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "RATE_LIMIT_EXCEEDED",
+                "domain": "googleapis.com",
+                "metadata": {"service": "drive.googleapis.com", "quota_limit": "defaultPerMinutePerUser"},
+            }
+        ],
+    }
+}
+# Jira Cloud's 429 (developer.atlassian.com/cloud/jira/platform/rate-limiting/).
+JIRA_429_HEADERS = {
+    "Retry-After": "7",
+    "X-RateLimit-Limit": "100",
+    "X-RateLimit-Remaining": "0",
+    "X-RateLimit-Reset": "2026-12-01T10:00:07Z",
+    "RateLimit-Reason": "jira-quota-tenant-based",
+}
+
+
+def _throttled(answer: Handler, plan: dict[tuple[str, str], list[httpx.Response]]) -> Recorder:
+    """``answer``, except that requests to (path, pageToken or startAt) first
+    get the listed throttling answers, in order."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = _params(request)
+        key = (request.url.path, q.get("pageToken") or q.get("startAt") or "")
+        queued = plan.get(key)
+        return queued.pop(0) if queued else answer(request)
+
+    return Recorder(handler)
+
+
+def test_drive_listing_waits_out_403_and_429_rate_limits_and_lists_every_file() -> None:
+    rec = _throttled(
+        _drive_answer,
+        {
+            ("/drive/v3/files/doc1/permissions", "1"): [
+                _json(DRIVE_403_ERROR_INFO, 403, {"Retry-After": "1"})
+            ],
+            ("/drive/v3/files", "files-2"): [
+                _json(DRIVE_403_USER_RATE, 403),
+                _json(DRIVE_429, 429, {"Retry-After": "2"}),
+            ],
+        },
+    )
+    sleeps: list[float] = []
+    items = list(list_all(_open("drive", DRIVE, rec, sleeps)))
+    # Every file, and the throttled permission page was read (not failed closed).
+    assert [i.source_object_id for i in items] == ["doc1", "pdf2", "priv5"]
+    assert items[0].acl_groups == ("group:eng@example.com", "user:ann@example.com")
+    assert [r.url.params.get("pageToken") for r in rec.requests if r.url.path == "/drive/v3/files"] == [
+        None,
+        "files-2",
+        "files-2",
+        "files-2",
+    ]
+    # Retry-After honoured; without one (Drive's 403), exponential backoff with jitter.
+    assert len(sleeps) == 3 and sleeps[0] == 1.0 and 0.5 <= sleeps[1] <= 1.0 and sleeps[2] == 2.0
+
+
+def test_jira_listing_waits_out_429_with_retry_after_and_lists_every_issue() -> None:
+    body = {"errorMessages": ["Rate limit exceeded."]}
+    rec = _throttled(
+        _jira_answer([]),
+        {
+            ("/jira/rest/api/2/search", "2"): [
+                _json(body, 429, JIRA_429_HEADERS),
+                _json(body, 429, JIRA_429_HEADERS),
+            ]
+        },
+    )
+    sleeps: list[float] = []
+    items = list(list_all(_open("tickets", JIRA, rec, sleeps)))
+    assert [i.source_object_id for i in items] == [
+        "101",
+        "102",
+        "102/attachments/9001",
+        "102/attachments/9002",
+        "103",
+    ]
+    assert sleeps == [7.0, 7.0]
+    assert [r.url.params.get("startAt") for r in rec.requests if r.url.path.endswith("/search")] == [
+        "0",
+        "2",
+        "2",
+        "2",
+    ]
+
+
+def test_jira_rate_limit_reset_time_stands_in_for_a_missing_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    headers = {k: v for k, v in JIRA_429_HEADERS.items() if k != "Retry-After"}
+    answers = [_json({}, 429, headers), _json({"ok": 1})]
+    rec = Recorder(lambda r: answers.pop(0))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(JIRA), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, sleep=sleeps.append)
+    now = datetime(2026, 12, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+    monkeypatch.setattr("connectors.api.time.time", lambda: now)
+    assert api.get_json(f"{JIRA}/rest/api/2/serverInfo") == {"ok": 1}
+    assert sleeps == [7.0]  # until X-RateLimit-Reset
+
+
+def test_waits_are_bounded_in_total_per_request() -> None:
+    rec = Recorder(lambda r: _json(DRIVE_429, 429, {"Retry-After": "40"}))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(DRIVE), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, retry_cap_s=60, max_wait_s=100, sleep=sleeps.append)
+    with pytest.raises(RateLimitedError) as info:
+        api.get_json(f"{DRIVE}/files")
+    # 40 + 40 fit in 100 s; a third wait would not: the sync is rescheduled instead.
+    assert len(rec.requests) == 3 and sleeps == [40.0, 40.0] and info.value.retry_after_s == 40.0
