@@ -18,7 +18,8 @@ Policy:
 - other 5xx answers and unreachable hosts are retried with exponential
   backoff up to ``max_attempts``, then raise ``FetchError``;
 - 401/403 raise :class:`AccessDeniedError` at once (credentials or sharing
-  must change: retrying cannot help).
+  must change: retrying cannot help), except that a client with a refreshing
+  OAuth token (``connectors.oauth``) refreshes it once on a 401 and retries.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any, ClassVar, Self
 
 from connectors.credentials import auth_headers
 from connectors.location import Location
+from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
@@ -110,6 +112,8 @@ class ApiClient:
         sleep: ``time.sleep`` (tests pass a recorder).
         is_rate_limited: tells a rate-limit answer sent with another status
             (Google APIs answer some with 403 and a reason in the body).
+        token: an OAuth token refreshed as it expires (its header replaces
+            the ``Authorization`` the client was made with).
     """
 
     def __init__(
@@ -121,6 +125,7 @@ class ApiClient:
         max_wait_s: float = DEFAULT_MAX_WAIT_S,
         sleep: Callable[[float], None] = time.sleep,
         is_rate_limited: Callable[[Any], bool] | None = None,
+        token: RefreshingToken | None = None,
     ) -> None:
         if max_attempts < 1 or retry_cap_s < 0 or max_wait_s < 0:
             raise ValueError("max_attempts must be >= 1, retry_cap_s and max_wait_s >= 0")
@@ -130,6 +135,7 @@ class ApiClient:
         self.max_wait_s = max_wait_s
         self.sleep = sleep
         self.is_rate_limited = is_rate_limited
+        self.token = token
 
     @property
     def base_url(self) -> str:
@@ -151,8 +157,11 @@ class ApiClient:
         """
         attempt = 0
         waited = 0.0
+        refreshed = False
         while True:
             attempt += 1
+            if self.token is not None:
+                self.http.set_header("Authorization", self.token.header())
             try:
                 response = self.http.get(uri, params)
             except FetchError as exc:
@@ -186,6 +195,11 @@ class ApiClient:
                     )
                 self.sleep(delay)
                 waited += delay
+                continue
+            if status == 401 and self.token is not None and not refreshed:
+                refreshed = True  # the token may have been revoked early: one fresh one
+                self.token.header(force=True)
+                attempt -= 1
                 continue
             if status in (401, 403):
                 raise AccessDeniedError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
@@ -239,6 +253,9 @@ class ApiConnector:
 
     user_agent: ClassVar[str] = "ragsync"
     default_uri: ClassVar[str] = ""
+    #: The secret may be Google's authorized-user JSON, exchanged for access
+    #: tokens as they expire (``connectors.oauth``).
+    oauth_refresh: ClassVar[bool] = False
 
     def __init__(self, spec: Any, api: ApiClient) -> None:
         self.spec = spec
@@ -257,16 +274,21 @@ class ApiConnector:
     ) -> Self:
         """The connector of ``spec`` (the registry calls this)."""
         location = Location.parse(spec.uri or cls.default_uri)
-
-        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
-            http = LocatedHttpClient(location, limits, {"User-Agent": cls.user_agent, **headers}, transport)
-            return ApiClient(http, sleep=sleep, **options)
-
         auth = auth_headers(
             spec.credentials_ref,
             credentials_by=getattr(spec, "credentials_by", "tenant"),
             tenant_id=spec.tenant_id,
         )
+        refresh = refresh_credentials(auth.get("Authorization", "")) if cls.oauth_refresh else None
+        token = RefreshingToken(refresh, transport=transport) if refresh is not None else None
+
+        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
+            sent = {"User-Agent": cls.user_agent, **headers}
+            if token is not None:
+                sent.pop("Authorization", None)  # set from the token before each request
+            http = LocatedHttpClient(location, limits, sent, transport)
+            return ApiClient(http, sleep=sleep, token=token, **options)
+
         return cls.from_clients(spec, client, auth)
 
     @classmethod

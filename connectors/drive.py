@@ -23,6 +23,9 @@ and nowhere else: links in file metadata (``webContentLink``,
   ``anyone`` becomes ``everyone``; link-only sharing (``allowFileDiscovery``
   false) grants no group. A file whose permissions cannot be read gets no
   group and is not indexed (fail closed).
+- **Credentials**: an access token (``Bearer ya29...``) or Google's
+  authorized-user JSON (client id, secret and refresh token), refreshed as
+  it expires (``connectors.oauth``).
 - **Webhooks**: push notifications (``changes.watch``) carry no change, only
   ``X-Goog-Resource-State``: they trigger a read of the change feed.
 """
@@ -118,6 +121,7 @@ class DriveConnector(ApiConnector):
     supports_changes: ClassVar[bool] = True
     user_agent: ClassVar[str] = "ragsync (Drive connector)"
     default_uri: ClassVar[str] = DRIVE_API
+    oauth_refresh: ClassVar[bool] = True
 
     def __init__(self, spec: SourceSpec, api: ApiClient) -> None:
         super().__init__(spec, api)

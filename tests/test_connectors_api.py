@@ -672,3 +672,106 @@ def test_waits_are_bounded_in_total_per_request() -> None:
         api.get_json(f"{DRIVE}/files")
     # 40 + 40 fit in 100 s; a third wait would not: the sync is rescheduled instead.
     assert len(rec.requests) == 3 and sleeps == [40.0, 40.0] and info.value.retry_after_s == 40.0
+
+
+# -- Drive OAuth: access tokens refreshed from a refresh token --------------------------
+
+AUTHORIZED_USER = {  # the shape `gcloud auth application-default login` writes
+    "account": "",
+    "client_id": "764086051850-6qr4p6gpi6hn506pt8ejuq83di341hur.apps.googleusercontent.com",
+    "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
+    "refresh_token": "1//0gExampleRefreshTokenCgYIARAAGBASNwF",
+    "type": "authorized_user",
+    "universe_domain": "googleapis.com",
+}
+
+
+def _token_answer(n: int) -> httpx.Response:
+    # developers.google.com/identity/protocols/oauth2/web-server#offline: the refresh answer.
+    return _json(
+        {
+            "access_token": f"ya29.a0AfB_token{n}",
+            "expires_in": 3599,
+            "scope": "https://www.googleapis.com/auth/drive.readonly",
+            "token_type": "Bearer",
+        }
+    )
+
+
+def _oauth_drive(
+    tmp_path: Path,
+    drive_answers: list[httpx.Response],
+    token_answers: list[Any],
+) -> tuple[Any, Recorder]:
+    secret = tmp_path / "drive-oauth.json"
+    secret.write_text(json.dumps(AUTHORIZED_USER, indent=2))  # a multi-line file, as gcloud writes it
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "oauth2.googleapis.com":
+            return token_answers.pop(0)  # type: ignore[no-any-return]
+        return drive_answers.pop(0)
+
+    rec = Recorder(answer)
+    spec = SourceSpec("drive-1", "acme", "drive", DRIVE, credentials_ref=f"file://{secret}")
+    drive = open_connector(spec, transport=httpx.MockTransport(rec), sleep=lambda s: None)
+    return drive, rec
+
+
+def test_drive_refreshes_its_access_token_as_it_expires_and_on_401(tmp_path: Path) -> None:
+    unauthorized = {"error": {"code": 401, "message": "Request had invalid authentication credentials."}}
+    drive, rec = _oauth_drive(
+        tmp_path,
+        [
+            _json({"startPageToken": "1"}),
+            _json({"startPageToken": "2"}),
+            _json(unauthorized, 401),
+            _json({"startPageToken": "3"}),
+        ],
+        [_token_answer(1), _token_answer(2), _token_answer(3)],
+    )
+    assert drive.start_cursor() == "1"
+    token_call = rec.requests[0]
+    assert str(token_call.url) == "https://oauth2.googleapis.com/token" and token_call.method == "POST"
+    assert parse_qs(token_call.content.decode()) == {
+        "grant_type": ["refresh_token"],
+        "client_id": [AUTHORIZED_USER["client_id"]],
+        "client_secret": [AUTHORIZED_USER["client_secret"]],
+        "refresh_token": [AUTHORIZED_USER["refresh_token"]],
+    }
+    assert rec.requests[1].headers["authorization"] == "Bearer ya29.a0AfB_token1"
+    drive.api.token.expires_at = 0.0  # an hour later
+    assert drive.start_cursor() == "2"
+    assert rec.requests[3].headers["authorization"] == "Bearer ya29.a0AfB_token2"
+    assert drive.start_cursor() == "3"  # 401 (revoked early): one refresh, then the same call again
+    hosts = [r.url.host for r in rec.requests]
+    assert hosts == ["oauth2.googleapis.com", "www.googleapis.com"] * 2 + [
+        "www.googleapis.com",
+        "oauth2.googleapis.com",
+        "www.googleapis.com",
+    ]
+    assert rec.requests[-1].headers["authorization"] == "Bearer ya29.a0AfB_token3"
+    assert "client_secret" not in repr(drive.api.token.credentials)
+
+
+def test_a_revoked_refresh_token_is_a_configuration_error(tmp_path: Path) -> None:
+    from ragsync.errors import ConfigurationError
+
+    revoked = _json(
+        {"error": "invalid_grant", "error_description": "Token has been expired or revoked."}, 400
+    )
+    drive, rec = _oauth_drive(tmp_path, [], [revoked])
+    with pytest.raises(ConfigurationError, match="invalid_grant"):
+        drive.start_cursor()
+    assert [r.url.host for r in rec.requests] == ["oauth2.googleapis.com"]
+
+
+def test_oauth_credentials_may_name_only_googles_token_endpoint() -> None:
+    from connectors.oauth import refresh_credentials
+    from ragsync.errors import ConfigurationError
+
+    assert refresh_credentials("Bearer ya29.x") is None
+    assert refresh_credentials(json.dumps(AUTHORIZED_USER)) is not None
+    with pytest.raises(ConfigurationError):
+        refresh_credentials(json.dumps({**AUTHORIZED_USER, "token_uri": "https://evil.example/token"}))
+    with pytest.raises(ConfigurationError):
+        refresh_credentials(json.dumps({"client_id": "x"}))
