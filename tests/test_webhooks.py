@@ -55,6 +55,7 @@ class Hook:
     catalog: Catalog
     fs: _NoSidecar
     requests: list[Any]
+    key_a: str
 
     def post(
         self, source_id: str, body: bytes | dict[str, Any], token: str | None = TOKEN, **headers: str
@@ -96,7 +97,7 @@ def _add(catalog: Catalog, tenant: str, source_id: str, type_: str, uri: str, **
 def hook(tmp_path: Path) -> Iterator[Hook]:
     app = create_app(str(tmp_path / "catalog.db"), max_body_bytes=MAX_BODY)
     catalog: Catalog = app.state.catalog
-    app.state.keys.create_tenant("tenant-a")
+    _, key_a = app.state.keys.create_tenant("tenant-a")
     app.state.keys.create_tenant("tenant-b")
     fs = _NoSidecar()
     requests: list[Any] = []
@@ -114,7 +115,7 @@ def hook(tmp_path: Path) -> Iterator[Hook]:
     _add(catalog, "tenant-a", "jira", "tickets", JIRA)
     _add(catalog, "tenant-a", "drive", "drive", DRIVE)
     with TestClient(app) as client:
-        yield Hook(client, catalog, fs, requests)
+        yield Hook(client, catalog, fs, requests, key_a)
     assert requests == []  # no notification made the server call anything
 
 
@@ -301,3 +302,33 @@ def test_the_tenant_event_budget_applies_to_webhooks(tmp_path: Path) -> None:
         r = post()
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
         assert len(catalog.pending_events(limit=10)) == 2  # the first call's events only
+
+
+def test_the_tenant_sees_its_webhook_dead_letters_with_the_reason(hook: Hook) -> None:
+    assert hook.post("jira", _fixture("jira_attachment_elsewhere.json")).status_code == 422
+    r = hook.client.get("/v1/dead-letters", params={"source_id": "jira"}, headers={"X-API-Key": hook.key_a})
+    assert r.status_code == 200, r.text
+    (letter,) = r.json()
+    assert letter["stage"] == "webhook" and "169.254.169.254" in letter["error"]
+    assert TOKEN not in r.text
+
+
+def test_a_source_whose_connector_cannot_be_opened_is_503_with_a_configuration_dead_letter(
+    hook: Hook,
+) -> None:
+    hook.catalog.create_source(
+        "tenant-a",
+        source_id="jira-locked",
+        type="tickets",
+        credentials_ref="env://RAGSYNC_NOT_GRANTED",  # a tenant's source may not name the server's env
+        sync="webhook",
+        poll_interval_s=None,
+        uri=JIRA,
+    )
+    hook.catalog.configure_source(
+        "jira-locked", tenant_id="tenant-a", options={"webhook_secret_sha256": secret_hash(TOKEN)}
+    )
+    r = hook.post("jira-locked", _fixture("jira_issue_updated.json"))
+    assert r.status_code == 503
+    (letter,) = hook.dead_letters("jira-locked")
+    assert letter.error_class == "configuration" and hook.queued("jira-locked") == []

@@ -38,7 +38,11 @@ what the service sends (not JSON, malformed, an object of another bucket or
 outside the source's prefix, a link outside the source's location, too large)
 is answered 4xx, nothing of it is queued, and it is kept as one dead letter
 (stage ``webhook``, class ``invalid_event``) with the reason and its first
-bytes. Nothing is ever read at an address a notification names.
+bytes, listed by ``GET /v1/dead-letters`` (not retried: the sender
+redelivers). A source whose connector cannot be opened (options,
+credentials, a malformed ACL sidecar) is answered 503 with a dead letter of
+class ``configuration``. Nothing is ever read at an address a notification
+names.
 """
 
 from __future__ import annotations
@@ -116,7 +120,12 @@ def authenticate(catalog: Catalog, source_id: str, tokens: list[str]) -> SourceS
 
 
 def _dead_letter(
-    catalog: Catalog, state: SourceState, reason: str, body: bytes, headers: Mapping[str, str]
+    catalog: Catalog,
+    state: SourceState,
+    reason: str,
+    body: bytes,
+    headers: Mapping[str, str],
+    error_class: str = "invalid_event",
 ) -> None:
     kept = body[: EVENT_LIMITS.event_bytes]
     payload = {
@@ -131,7 +140,7 @@ def _dead_letter(
             stage=STAGE,
             doc_id="",
             uri=f"webhook:{state.source_id}",
-            error_class="invalid_event",
+            error_class=error_class,
             message=reason[:1000],
             payload=json.dumps(payload, sort_keys=True),
             tenant_id=state.tenant_id,
@@ -267,8 +276,8 @@ def receive_webhook(
     if state is None:
         raise ApiError(401, _UNAUTHORIZED)
 
-    def refuse(status: int, reason: str) -> ApiError:
-        _dead_letter(catalog, state, reason, body, headers)
+    def refuse(status: int, reason: str, error_class: str = "invalid_event") -> ApiError:
+        _dead_letter(catalog, state, reason, body, headers, error_class)
         return ApiError(status, reason)
 
     try:
@@ -279,7 +288,7 @@ def receive_webhook(
     except InvalidEventError as exc:
         raise refuse(422, f"not a notification of this source: {exc}") from None
     except ConfigurationError as exc:
-        raise refuse(503, f"the source's connector cannot be opened: {exc}") from None
+        raise refuse(503, f"the source's connector cannot be used: {exc}", "configuration") from None
     except FetchError as exc:
         raise ApiError(503, f"the source cannot be read now: {exc}", headers={"Retry-After": "30"}) from None
     if found is None:
