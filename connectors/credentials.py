@@ -73,6 +73,18 @@ _SECRET_MANAGER = re.compile(
 _SUFFIX = re.compile(r"^[A-Za-z0-9-]+$")
 
 
+#: The source option holding the SHA-256 (hex) of its webhook token
+#: (``control_plane.routers.webhooks``); the token itself is never stored.
+WEBHOOK_SECRET_OPTION = "webhook_secret_sha256"
+
+
+def webhook_secret_hash(token: str) -> str:
+    """What a source stores of its webhook token: SHA-256, hex."""
+    import hashlib
+
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
 def tenant_grants(extra: Sequence[str] = ()) -> tuple[str, ...]:
     """The operator's secret stores for tenants: ``extra`` (``serve
     --tenant-secrets``), then the comma-separated ``RAGSYNC_TENANT_SECRETS``."""

@@ -332,3 +332,30 @@ def test_a_source_whose_connector_cannot_be_opened_is_503_with_a_configuration_d
     assert r.status_code == 503
     (letter,) = hook.dead_letters("jira-locked")
     assert letter.error_class == "configuration" and hook.queued("jira-locked") == []
+
+
+def test_the_cli_makes_a_token_the_endpoint_accepts(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from beam_pipelines.cli import main
+
+    home = str(tmp_path / "home")
+    add = ["sources", "add", "gcs-docs", "--tenant", "acme", "--type", "object_store"]
+    assert main([*add, "--uri", "gs://acme-docs/docs", "--acl-groups", "staff", "--home", home]) == 0
+    capsys.readouterr()
+    assert main(["sources", "webhook-secret", "gcs-docs", "--tenant", "acme", "--home", home, "--json"]) == 0
+    made = json.loads(capsys.readouterr().out)
+    assert made["path"] == "/v1/sources/gcs-docs/webhook" and len(made["token"]) >= 40
+    app = create_app(f"sqlite:///{home}/catalog.db")
+    fs = _NoSidecar()
+    app.state.webhook_connector = lambda spec: open_connector(spec, fs=fs)
+    state = app.state.catalog.source_state("gcs-docs", "acme")
+    assert made["token"] not in json.dumps(state.options)  # only its hash is stored
+    assert state.options["acl_groups"] == ["staff"]  # the other options are kept
+    with TestClient(app) as client:
+        body = (FIXTURES / "gcs_finalize.json").read_bytes()
+        r = client.post(made["path"], params={"token": made["token"]}, content=body)
+        assert r.status_code == 202 and r.json()["accepted"] == 1, r.text
+        assert (
+            client.post(made["path"], params={"token": "x" + made["token"]}, content=body).status_code == 401
+        )

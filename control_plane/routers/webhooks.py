@@ -5,8 +5,9 @@ A webhook cannot carry a tenant's API key, so the source is found by its id
 and the caller proves itself with the source's **webhook secret**: the
 SHA-256 (hex) of a random token, stored in the source's option
 ``webhook_secret_sha256`` (``ragsync sources add --option
-webhook_secret_sha256=HEX`` or ``options`` of ``POST /v1/sources``; the token
-itself is never stored). The token is accepted from, per service:
+webhook_secret_sha256=HEX`` or ``options`` of ``POST /v1/sources``, or
+``ragsync sources webhook-secret ID``, which makes one; the token itself is
+never stored). The token is accepted from, per service:
 
 - **GCS through Pub/Sub push**: the push endpoint's query parameter
   ``?token=TOKEN``. Production should also turn on Pub/Sub's authenticated
@@ -48,7 +49,6 @@ names.
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import json
 import logging
@@ -61,6 +61,8 @@ from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
 from connectors.base import Connector, FileInfo, SourceSpec
+from connectors.credentials import WEBHOOK_SECRET_OPTION
+from connectors.credentials import webhook_secret_hash as secret_hash
 from connectors.events import parse_event
 from connectors.location import Location
 from control_plane.deps import CatalogDep, path_id
@@ -74,7 +76,7 @@ log = logging.getLogger(__name__)
 
 router = APIRouter()
 
-SECRET_OPTION = "webhook_secret_sha256"
+SECRET_OPTION = WEBHOOK_SECRET_OPTION
 TOKEN_HEADERS = ("x-goog-channel-token", "x-ragsync-webhook-token")
 STAGE = "webhook"
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
@@ -93,11 +95,6 @@ class WebhookOut(BaseModel):
     duplicates: int
     sync_requested: bool = False
     note: str = ""
-
-
-def secret_hash(token: str) -> str:
-    """What a source stores of its webhook token: SHA-256, hex."""
-    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def _tokens(query: Mapping[str, list[str]], headers: Mapping[str, str]) -> list[str]:
