@@ -359,3 +359,81 @@ def test_the_cli_makes_a_token_the_endpoint_accepts(
         assert (
             client.post(made["path"], params={"token": "x" + made["token"]}, content=body).status_code == 401
         )
+
+
+def _google_signer() -> tuple[Any, dict[str, str]]:
+    """A key pair standing in for Google's: the signer and its certificate by key id."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+    from google.auth import crypt
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-google")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(1)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    signer = crypt.RSASigner.from_string(pem, key_id="kid-1")
+    return signer, {"kid-1": cert.public_bytes(serialization.Encoding.PEM).decode()}
+
+
+def test_pubsub_oidc_tokens_are_verified_when_the_source_asks_for_them(hook: Hook) -> None:
+    import time
+
+    from google.auth import jwt
+
+    signer, certs = _google_signer()
+    other_signer, _ = _google_signer()
+    hook.client.app.state.google_certs = lambda: certs
+    audience = "https://ragsync.example.org/v1/sources/gcs-docs/webhook"
+    account = "push@acme-prod.iam.gserviceaccount.com"
+    options = hook.catalog.source_state("gcs-docs", "tenant-a").options
+    hook.catalog.configure_source(
+        "gcs-docs",
+        tenant_id="tenant-a",
+        options={**options, "pubsub_audience": audience, "pubsub_service_account": account},
+    )
+    now = int(time.time())
+    # The claims of Pub/Sub's push token (cloud.google.com/pubsub/docs/authenticate-push-subscriptions).
+    claims = {
+        "aud": audience,
+        "azp": "113774264463038321964",
+        "email": account,
+        "email_verified": True,
+        "exp": now + 3600,
+        "iat": now,
+        "iss": "https://accounts.google.com",
+        "sub": "113774264463038321964",
+    }
+
+    def bearer(s: Any = signer, **changes: Any) -> str:
+        return "Bearer " + jwt.encode(s, {**claims, **changes}).decode()
+
+    body = _fixture("gcs_finalize.json")
+    for bad in (
+        None,
+        bearer(aud="https://elsewhere.example/"),
+        bearer(email="intruder@evil.iam.gserviceaccount.com"),
+        bearer(exp=now - 600, iat=now - 4200),
+        bearer(iss="https://evil.example"),
+        bearer(other_signer),
+    ):
+        headers = {"Authorization": bad} if bad else {}
+        assert hook.post("gcs-docs", body, **headers).status_code == 401, bad
+    assert hook.queued("gcs-docs") == []
+    r = hook.post("gcs-docs", body, Authorization=bearer())
+    assert r.status_code == 202 and r.json()["accepted"] == 1, r.text

@@ -11,8 +11,11 @@ never stored). The token is accepted from, per service:
 
 - **GCS through Pub/Sub push**: the push endpoint's query parameter
   ``?token=TOKEN``. Production should also turn on Pub/Sub's authenticated
-  push (an OIDC JWT in ``Authorization``, checked for the audience and the
-  push service account); it is not verified here.
+  push: with option ``pubsub_audience`` (and ``pubsub_service_account``, the
+  push subscription's service account) every call must also carry Google's
+  OIDC JWT in ``Authorization``, verified against Google's certificates
+  (signature, ``exp``, ``aud``, ``iss``, ``email`` and ``email_verified``);
+  a call without a valid one gets the same 401.
 - **S3 event notifications**, through an SNS HTTPS subscription (the SNS
   envelope is unwrapped; option ``sns_topic_arn`` pins the topic) or an
   EventBridge API destination: ``?token=TOKEN`` or the header
@@ -53,6 +56,8 @@ import hmac
 import json
 import logging
 import re
+import threading
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Annotated, Any
 from urllib.parse import parse_qs
@@ -144,6 +149,77 @@ def _dead_letter(
         ),
         source_id=state.source_id,
     )
+
+
+GOOGLE_CERTS_URL = "https://www.googleapis.com/oauth2/v1/certs"
+_GOOGLE_ISSUERS = ("accounts.google.com", "https://accounts.google.com")
+
+
+class GoogleCerts:
+    """Google's OAuth2 signing certificates (PEM by key id), fetched from
+    :data:`GOOGLE_CERTS_URL` and kept for ``ttl_s``."""
+
+    def __init__(self, *, transport: Any = None, ttl_s: float = 3600.0) -> None:
+        self.transport = transport
+        self.ttl_s = ttl_s
+        self._certs: dict[str, str] = {}
+        self._fetched = -1e18
+        self._lock = threading.Lock()
+
+    def __call__(self) -> dict[str, str]:
+        import httpx
+
+        with self._lock:
+            if time.monotonic() - self._fetched > self.ttl_s:
+                with httpx.Client(transport=self.transport, timeout=10.0, follow_redirects=False) as client:
+                    answer = client.get(GOOGLE_CERTS_URL)
+                answer.raise_for_status()
+                data = answer.json()
+                self._certs = {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+                self._fetched = time.monotonic()
+            return dict(self._certs)
+
+
+def verify_google_oidc(
+    authorization: str, *, audience: str, email: str, certs: Mapping[str, str], now_skew_s: int = 10
+) -> bool:
+    """True when ``authorization`` is ``Bearer <JWT>`` signed by Google for
+    ``audience`` (and, when ``email`` is given, for that verified account)."""
+    from google.auth import exceptions, jwt
+
+    if not authorization.startswith("Bearer ") or not certs:
+        return False
+    try:
+        claims = jwt.decode(
+            authorization[len("Bearer ") :],
+            certs=dict(certs),
+            audience=audience,
+            clock_skew_in_seconds=now_skew_s,
+        )
+    except (exceptions.GoogleAuthError, ValueError, TypeError, KeyError):
+        return False
+    if claims.get("iss") not in _GOOGLE_ISSUERS:
+        return False
+    return not email or (claims.get("email") == email and claims.get("email_verified") is True)
+
+
+def _oidc_ok(request: Request, state: SourceState, headers: Mapping[str, str]) -> bool:
+    """The source's Pub/Sub OIDC requirement (options ``pubsub_audience``,
+    ``pubsub_service_account``) is met, or it has none."""
+    audience = str(state.options.get("pubsub_audience") or "")
+    if not audience:
+        return True
+    certs: Callable[[], Mapping[str, str]] = getattr(request.app.state, "google_certs", None) or _GOOGLE_CERTS
+    try:
+        known = certs()
+    except Exception:  # noqa: BLE001 - certificates unreachable: refuse, the sender retries
+        log.warning("Google's certificates could not be read: a Pub/Sub push to %s refused", state.source_id)
+        return False
+    email = str(state.options.get("pubsub_service_account") or "")
+    return verify_google_oidc(headers.get("authorization", ""), audience=audience, email=email, certs=known)
+
+
+_GOOGLE_CERTS = GoogleCerts()
 
 
 class _NoFileSystem:
@@ -270,7 +346,7 @@ def receive_webhook(
     secret instead of an API key; its events are queued, not applied (202)."""
     headers = {k.lower(): v for k, v in request.headers.items()}
     state = authenticate(catalog, source_id, _tokens({"token": [token] if token else []}, headers))
-    if state is None:
+    if state is None or not _oidc_ok(request, state, headers):
         raise ApiError(401, _UNAUTHORIZED)
 
     def refuse(status: int, reason: str, error_class: str = "invalid_event") -> ApiError:
