@@ -363,32 +363,14 @@ def test_the_cli_makes_a_token_the_endpoint_accepts(
 
 def _google_signer() -> tuple[Any, dict[str, str]]:
     """A key pair standing in for Google's: the signer and its certificate by key id."""
-    import datetime as dt
-
-    from cryptography import x509
-    from cryptography.hazmat.primitives import hashes, serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-    from cryptography.x509.oid import NameOID
+    from cryptography.hazmat.primitives import serialization
     from google.auth import crypt
 
-    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-google")])
-    now = dt.datetime.now(dt.timezone.utc)
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(1)
-        .not_valid_before(now - dt.timedelta(days=1))
-        .not_valid_after(now + dt.timedelta(days=1))
-        .sign(key, hashes.SHA256())
-    )
+    key, cert = _rsa_pair()
     pem = key.private_bytes(
         serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
     )
-    signer = crypt.RSASigner.from_string(pem, key_id="kid-1")
-    return signer, {"kid-1": cert.public_bytes(serialization.Encoding.PEM).decode()}
+    return crypt.RSASigner.from_string(pem, key_id="kid-1"), {"kid-1": cert.decode()}
 
 
 def test_pubsub_oidc_tokens_are_verified_when_the_source_asks_for_them(hook: Hook) -> None:
@@ -437,3 +419,69 @@ def test_pubsub_oidc_tokens_are_verified_when_the_source_asks_for_them(hook: Hoo
     assert hook.queued("gcs-docs") == []
     r = hook.post("gcs-docs", body, Authorization=bearer())
     assert r.status_code == 202 and r.json()["accepted"] == 1, r.text
+
+
+def test_sns_signatures_are_verified_when_the_source_asks_for_them(hook: Hook) -> None:
+    import base64
+
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding
+
+    from control_plane.routers.webhooks import verify_sns_signature
+
+    signer_key, cert = _rsa_pair()  # standing in for SNS's
+    asked: list[str] = []
+
+    def certificate(url: str) -> bytes:
+        asked.append(url)
+        return cert
+
+    hook.client.app.state.sns_certificates = certificate
+    options = hook.catalog.source_state("s3-docs", "tenant-a").options
+    hook.catalog.configure_source("s3-docs", tenant_id="tenant-a", options={**options, "sns_verify": True})
+
+    def signed(message: dict[str, Any], version: str = "1") -> dict[str, Any]:
+        fields = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")
+        text = "".join(f"{f}\n{message[f]}\n" for f in fields if f in message)
+        digest = hashes.SHA1() if version == "1" else hashes.SHA256()
+        signature = signer_key.sign(text.encode(), padding.PKCS1v15(), digest)
+        return {**message, "SignatureVersion": version, "Signature": base64.b64encode(signature).decode()}
+
+    sns = {"x-amz-sns-message-type": "Notification"}
+    recorded = _fixture("sns_s3_notification.json")
+    assert hook.post("s3-docs", recorded, **sns).status_code == 401  # the recorded signature is not our key's
+    tampered = {**signed(recorded), "Message": recorded["Message"].replace("travel", "payroll")}
+    assert hook.post("s3-docs", tampered, **sns).status_code == 401
+    elsewhere = signed({**recorded, "SigningCertURL": "https://evil.example/cert.pem"})
+    assert hook.post("s3-docs", elsewhere, **sns).status_code == 401
+    assert "https://evil.example/cert.pem" not in asked  # never fetched
+    assert hook.queued("s3-docs") == []
+    assert hook.post("s3-docs", signed(recorded, "2"), **sns).status_code == 202
+    assert len(hook.queued("s3-docs")) == 2
+    assert verify_sns_signature(signed(recorded, "1"), certificate)
+    assert set(asked) == {recorded["SigningCertURL"]}
+
+
+def _rsa_pair() -> tuple[Any, bytes]:
+    """An RSA private key and a self-signed certificate (PEM) for it."""
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import NameOID
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-sns")])
+    now = dt.datetime.now(dt.timezone.utc)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(2)
+        .not_valid_before(now - dt.timedelta(days=1))
+        .not_valid_after(now + dt.timedelta(days=1))
+        .sign(key, hashes.SHA256())
+    )
+    return key, cert.public_bytes(serialization.Encoding.PEM)

@@ -19,7 +19,10 @@ never stored). The token is accepted from, per service:
 - **S3 event notifications**, through an SNS HTTPS subscription (the SNS
   envelope is unwrapped; option ``sns_topic_arn`` pins the topic) or an
   EventBridge API destination: ``?token=TOKEN`` or the header
-  ``X-Ragsync-Webhook-Token``. SNS message signatures are not verified. A
+  ``X-Ragsync-Webhook-Token``. With option ``sns_verify: true`` an SNS
+  message must also carry a valid SNS signature (``SignatureVersion`` 1 or 2,
+  the certificate read only from ``https://sns.REGION.amazonaws.com/...pem``),
+  else the same 401. A
   ``SubscriptionConfirmation`` is never fetched by the server: its
   ``SubscribeURL`` is logged for the operator to open (or ``aws sns
   confirm-subscription --token``).
@@ -221,6 +224,97 @@ def _oidc_ok(request: Request, state: SourceState, headers: Mapping[str, str]) -
 
 _GOOGLE_CERTS = GoogleCerts()
 
+_SNS_CERT_URL = re.compile(
+    r"^https://sns\.[a-z0-9-]{1,30}\.amazonaws\.com(\.cn)?/[A-Za-z0-9_.-]{1,200}\.pem$"
+)
+_SNS_SIGNED = {
+    "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
+    "SubscriptionConfirmation": (
+        "Message",
+        "MessageId",
+        "SubscribeURL",
+        "Timestamp",
+        "Token",
+        "TopicArn",
+        "Type",
+    ),
+    "UnsubscribeConfirmation": (
+        "Message",
+        "MessageId",
+        "SubscribeURL",
+        "Timestamp",
+        "Token",
+        "TopicArn",
+        "Type",
+    ),
+}
+
+
+class SnsCertificates:
+    """SNS signing certificates, read only from SNS's own hosts and kept."""
+
+    def __init__(self, *, transport: Any = None) -> None:
+        self.transport = transport
+        self._pem: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def __call__(self, url: str) -> bytes:
+        import httpx
+
+        if not _SNS_CERT_URL.match(url):
+            raise ValueError("a SigningCertURL that is not SNS's")
+        with self._lock:
+            if url not in self._pem:
+                with httpx.Client(transport=self.transport, timeout=10.0, follow_redirects=False) as client:
+                    answer = client.get(url)
+                answer.raise_for_status()
+                self._pem = {**dict(list(self._pem.items())[-15:]), url: answer.content}
+            return self._pem[url]
+
+
+def verify_sns_signature(message: Mapping[str, Any], certificate: Callable[[str], bytes]) -> bool:
+    """True when an SNS message's ``Signature`` is valid for its fields
+    (docs.aws.amazon.com/sns/latest/dg/sns-verify-signature-of-message.html)."""
+    from cryptography import x509
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+    fields = _SNS_SIGNED.get(str(message.get("Type", "")))
+    version = str(message.get("SignatureVersion", ""))
+    url = str(message.get("SigningCertURL", ""))
+    if fields is None or version not in ("1", "2") or not _SNS_CERT_URL.match(url):
+        return False
+    text = "".join(f"{f}\n{message[f]}\n" for f in fields if f in message and isinstance(message[f], str))
+    try:
+        signature = base64.b64decode(str(message.get("Signature", "")), validate=True)
+        key = x509.load_pem_x509_certificate(certificate(url)).public_key()
+        if not isinstance(key, rsa.RSAPublicKey):
+            return False
+        digest = hashes.SHA1() if version == "1" else hashes.SHA256()  # noqa: S303 - SNS's version 1 is SHA1
+        key.verify(signature, text.encode("utf-8"), padding.PKCS1v15(), digest)
+    except (InvalidSignature, ValueError, TypeError, OSError):
+        return False
+    except Exception:  # noqa: BLE001 - the certificate could not be read: not verified
+        log.warning("an SNS signing certificate could not be read")
+        return False
+    return True
+
+
+def _sns_ok(request: Request, state: SourceState, body: bytes, headers: Mapping[str, str]) -> bool:
+    """The source's SNS signature requirement (option ``sns_verify``) is met,
+    or it has none, or the call is not an SNS message."""
+    if state.options.get("sns_verify") is not True:
+        return True
+    data = _json_object(body)
+    if data is None or not ("x-amz-sns-message-type" in headers or ("TopicArn" in data and "Type" in data)):
+        return True
+    certificates: Callable[[str], bytes] = getattr(request.app.state, "sns_certificates", None) or _SNS_CERTS
+    return verify_sns_signature(data, certificates)
+
+
+_SNS_CERTS = SnsCertificates()
+
 
 class _NoFileSystem:
     """A local folder's connector reads its sidecar itself; nothing else is read."""
@@ -346,7 +440,7 @@ def receive_webhook(
     secret instead of an API key; its events are queued, not applied (202)."""
     headers = {k.lower(): v for k, v in request.headers.items()}
     state = authenticate(catalog, source_id, _tokens({"token": [token] if token else []}, headers))
-    if state is None or not _oidc_ok(request, state, headers):
+    if state is None or not _oidc_ok(request, state, headers) or not _sns_ok(request, state, body, headers):
         raise ApiError(401, _UNAUTHORIZED)
 
     def refuse(status: int, reason: str, error_class: str = "invalid_event") -> ApiError:
