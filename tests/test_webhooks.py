@@ -273,6 +273,9 @@ def test_hostile_payloads_are_4xx_with_one_dead_letter_and_nothing_queued(
     (letter,) = hook.dead_letters(source_id)
     assert (letter.stage, letter.error_class, letter.tenant_id) == ("webhook", "invalid_event", "tenant-a")
     assert letter.message
+    # A redelivery (Pub/Sub, SNS) is refused again but kept once.
+    assert hook.post(source_id, content).status_code == status
+    assert len(hook.dead_letters(source_id)) == 1
     # An unauthenticated caller leaves no dead letter (nobody can fill the table).
     assert hook.post(source_id, content, token="nope").status_code in (401, 413)
     assert len(hook.dead_letters(source_id)) == 1

@@ -46,15 +46,17 @@ outside the source's prefix, a link outside the source's location, too large)
 is answered 4xx, nothing of it is queued, and it is kept as one dead letter
 (stage ``webhook``, class ``invalid_event``) with the reason and its first
 bytes, listed by ``GET /v1/dead-letters`` (not retried: the sender
-redelivers). A source whose connector cannot be opened (options,
-credentials, a malformed ACL sidecar) is answered 503 with a dead letter of
-class ``configuration``. Nothing is ever read at an address a notification
-names.
+redelivers; a redelivery of the same payload adds no second one, so give
+the Pub/Sub subscription a dead-letter topic and SNS a redrive policy). A
+source whose connector cannot be opened (options, credentials, a malformed
+ACL sidecar) is answered 503 with a dead letter of class ``configuration``.
+Nothing is ever read at an address a notification names.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import hmac
 import json
 import logging
@@ -132,6 +134,12 @@ def _dead_letter(
     headers: Mapping[str, str],
     error_class: str = "invalid_event",
 ) -> None:
+    # One open dead letter per distinct payload: Pub/Sub and SNS redeliver a
+    # refused message until it expires, and each redelivery is the same.
+    digest = hashlib.sha256(body + b"\x1f" + reason.encode()).hexdigest()[:32]
+    uri = f"webhook:{state.source_id}#{digest}"
+    if catalog.open_dead_letter_at(state.tenant_id, state.source_id, uri) is not None:
+        return
     kept = body[: EVENT_LIMITS.event_bytes]
     payload = {
         "webhook": state.source_id,
@@ -144,7 +152,7 @@ def _dead_letter(
         DeadLetter(
             stage=STAGE,
             doc_id="",
-            uri=f"webhook:{state.source_id}",
+            uri=uri,
             error_class=error_class,
             message=reason[:1000],
             payload=json.dumps(payload, sort_keys=True),
