@@ -1,4 +1,4 @@
-"""Commands of the connector side: ``sources add|list|pause|resume`` and ``sync``.
+"""Commands of the connector side: ``sources add|list|pause|resume|webhook-secret`` and ``sync``.
 
 Exit codes: 0 success; 1 the sync did not complete (the source is paused,
 the listing failed or the partial-listing guard held deletes back: the
@@ -100,6 +100,34 @@ def cmd_sources_pause(args: argparse.Namespace) -> int:
 def cmd_sources_resume(args: argparse.Namespace) -> int:
     """Clear a pause (and the failure count): the next sync runs."""
     return _set_paused(args, False)
+
+
+def cmd_sources_webhook_secret(args: argparse.Namespace) -> int:
+    """Make a new webhook token for a source: its SHA-256 is stored in the
+    source's options (replacing any earlier one), the token is printed once."""
+    import secrets
+
+    from connectors.credentials import WEBHOOK_SECRET_OPTION, webhook_secret_hash
+    from ragsync.config import open_catalog
+
+    token = secrets.token_urlsafe(32)
+    catalog = open_catalog(settings_from_args(args))
+    try:
+        state = catalog.source_state(args.source_id, args.tenant)
+        if state is None:
+            return fail(f"unknown source {args.source_id!r}", 2)
+        options = {**state.options, WEBHOOK_SECRET_OPTION: webhook_secret_hash(token)}
+        catalog.configure_source(state.source_id, tenant_id=state.tenant_id, options=options)
+    finally:
+        catalog.close()
+    path = f"/v1/sources/{state.source_id}/webhook"
+    data = {"source_id": state.source_id, "tenant_id": state.tenant_id, "token": token, "path": path}
+    human = (
+        f"webhook token of source {state.source_id} (shown once; only its hash is stored): {token}\n"
+        f"URL: https://YOUR-HOST{path}?token={token}  (Drive: give the token as the channel's token)"
+    )
+    emit(args, data, human)
+    return 0
 
 
 def _set_paused(args: argparse.Namespace, paused: bool) -> int:
@@ -211,6 +239,13 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     resume.add_argument("source_id")
     resume.add_argument("--tenant", help=_TENANT_HELP)
     resume.set_defaults(func=cmd_sources_resume)
+
+    hook = src_sub.add_parser(
+        "webhook-secret", parents=[common], help="make a new webhook token for a source (printed once)"
+    )
+    hook.add_argument("source_id")
+    hook.add_argument("--tenant", help=_TENANT_HELP)
+    hook.set_defaults(func=cmd_sources_webhook_secret)
 
     sy = sub.add_parser("sync", parents=[common], help="run a source's connector once")
     sy.add_argument("source_id")

@@ -6,14 +6,20 @@ request and redirect to the source's location and bounds bytes and time).
 
 Policy:
 - ``429 Too Many Requests`` and ``503 Service Unavailable`` are rate-limit
-  answers: ``Retry-After`` (seconds or an HTTP date) is honoured by sleeping
-  when it is at most ``retry_cap_s``; a longer wait, or one more limited
-  answer after ``max_attempts``, raises :class:`RateLimitedError` carrying
-  the wait, so the sync is rescheduled instead of holding a worker;
+  answers, and so is what a connector's ``is_rate_limited`` recognises
+  (Google's ``403`` with reason ``rateLimitExceeded``/``userRateLimitExceeded``):
+  ``Retry-After`` (seconds or an HTTP date; else Jira's ``X-RateLimit-Reset``
+  time; else exponential backoff) is honoured by sleeping when it is at most
+  ``retry_cap_s``; a longer wait, one that would take the request's waits past
+  ``max_wait_s`` in total, or one more limited answer after ``max_attempts``,
+  raises :class:`RateLimitedError` carrying the wait, so the sync is
+  rescheduled instead of holding a worker (nothing is skipped: a listing that
+  raises is not complete);
 - other 5xx answers and unreachable hosts are retried with exponential
   backoff up to ``max_attempts``, then raise ``FetchError``;
 - 401/403 raise :class:`AccessDeniedError` at once (credentials or sharing
-  must change: retrying cannot help).
+  must change: retrying cannot help), except that a client with a refreshing
+  OAuth token (``connectors.oauth``) refreshes it once on a 401 and retries.
 """
 
 from __future__ import annotations
@@ -25,12 +31,14 @@ from typing import Any, ClassVar, Self
 
 from connectors.credentials import auth_headers
 from connectors.location import Location
+from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
 
 DEFAULT_RETRY_CAP_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 5
+DEFAULT_MAX_WAIT_S = 180.0
 RATE_LIMIT_STATUSES = (429, 503)
 
 
@@ -51,6 +59,22 @@ class AccessDeniedError(FetchError):
     the resource (403)."""
 
     permanent = True
+
+
+def parse_reset_time(value: str, *, now: float | None = None) -> float | None:
+    """Seconds until an ISO 8601 time (Jira's ``X-RateLimit-Reset``), or None."""
+    from datetime import datetime
+
+    text = (value or "").strip()
+    if not text:
+        return None
+    try:
+        when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return max(0.0, when.timestamp() - (time.time() if now is None else now))
 
 
 def parse_retry_after(value: str, *, now: float | None = None) -> float | None:
@@ -84,9 +108,12 @@ class ApiClient:
         http: the located client (confinement and limits live there).
         retry_cap_s: longest ``Retry-After`` honoured by sleeping.
         max_attempts: attempts per request before giving up.
+        max_wait_s: most seconds one request may spend sleeping in all.
         sleep: ``time.sleep`` (tests pass a recorder).
         is_rate_limited: tells a rate-limit answer sent with another status
             (Google APIs answer some with 403 and a reason in the body).
+        token: an OAuth token refreshed as it expires (its header replaces
+            the ``Authorization`` the client was made with).
     """
 
     def __init__(
@@ -95,16 +122,20 @@ class ApiClient:
         *,
         retry_cap_s: float = DEFAULT_RETRY_CAP_S,
         max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        max_wait_s: float = DEFAULT_MAX_WAIT_S,
         sleep: Callable[[float], None] = time.sleep,
         is_rate_limited: Callable[[Any], bool] | None = None,
+        token: RefreshingToken | None = None,
     ) -> None:
-        if max_attempts < 1 or retry_cap_s < 0:
-            raise ValueError("max_attempts must be >= 1 and retry_cap_s >= 0")
+        if max_attempts < 1 or retry_cap_s < 0 or max_wait_s < 0:
+            raise ValueError("max_attempts must be >= 1, retry_cap_s and max_wait_s >= 0")
         self.http = http
         self.retry_cap_s = retry_cap_s
         self.max_attempts = max_attempts
+        self.max_wait_s = max_wait_s
         self.sleep = sleep
         self.is_rate_limited = is_rate_limited
+        self.token = token
 
     @property
     def base_url(self) -> str:
@@ -125,35 +156,59 @@ class ApiClient:
                 the located client (never retried).
         """
         attempt = 0
+        waited = 0.0
+        refreshed = False
         while True:
             attempt += 1
+            if self.token is not None:
+                self.http.set_header("Authorization", self.token.header())
             try:
                 response = self.http.get(uri, params)
             except FetchError as exc:
-                if type(exc) is not FetchError or attempt >= self.max_attempts:
+                delay = backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
+                if (
+                    type(exc) is not FetchError
+                    or attempt >= self.max_attempts
+                    or waited + delay > self.max_wait_s
+                ):
                     raise  # a limit or a refusal is final; unreachable after retries
-                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
+                self.sleep(delay)
+                waited += delay
                 continue
             status = int(response.status_code)
             if status < 400:
                 return response
             if status in RATE_LIMIT_STATUSES or (self.is_rate_limited and self.is_rate_limited(response)):
                 wait = parse_retry_after(response.headers.get("retry-after", ""))
+                if wait is None:
+                    wait = parse_reset_time(response.headers.get("x-ratelimit-reset", ""))
                 delay = (
                     wait if wait is not None else backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
                 )
-                if delay > self.retry_cap_s or attempt >= self.max_attempts:
+                if (
+                    delay > self.retry_cap_s
+                    or attempt >= self.max_attempts
+                    or waited + delay > self.max_wait_s
+                ):
                     raise RateLimitedError(
                         f"{self.base_url} answered HTTP {status}: retry after {delay:.0f} s", delay
                     )
                 self.sleep(delay)
+                waited += delay
+                continue
+            if status == 401 and self.token is not None and not refreshed:
+                refreshed = True  # the token may have been revoked early: one fresh one
+                self.token.header(force=True)
+                attempt -= 1
                 continue
             if status in (401, 403):
                 raise AccessDeniedError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
-            if status >= 500 and attempt < self.max_attempts:
-                self.sleep(backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s))
-                continue
             if status >= 500:
+                delay = backoff_delay(attempt, base_s=1.0, cap_s=self.retry_cap_s)
+                if attempt < self.max_attempts and waited + delay <= self.max_wait_s:
+                    self.sleep(delay)
+                    waited += delay
+                    continue
                 raise FetchError(f"{self.base_url} answered HTTP {status} for {_short(uri)}")
             raise HttpStatusError(status, response.headers.get("retry-after", ""), _short(uri))
 
@@ -198,6 +253,9 @@ class ApiConnector:
 
     user_agent: ClassVar[str] = "ragsync"
     default_uri: ClassVar[str] = ""
+    #: The secret may be Google's authorized-user JSON, exchanged for access
+    #: tokens as they expire (``connectors.oauth``).
+    oauth_refresh: ClassVar[bool] = False
 
     def __init__(self, spec: Any, api: ApiClient) -> None:
         self.spec = spec
@@ -216,16 +274,21 @@ class ApiConnector:
     ) -> Self:
         """The connector of ``spec`` (the registry calls this)."""
         location = Location.parse(spec.uri or cls.default_uri)
-
-        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
-            http = LocatedHttpClient(location, limits, {"User-Agent": cls.user_agent, **headers}, transport)
-            return ApiClient(http, sleep=sleep, **options)
-
         auth = auth_headers(
             spec.credentials_ref,
             credentials_by=getattr(spec, "credentials_by", "tenant"),
             tenant_id=spec.tenant_id,
         )
+        refresh = refresh_credentials(auth.get("Authorization", "")) if cls.oauth_refresh else None
+        token = RefreshingToken(refresh, transport=transport) if refresh is not None else None
+
+        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
+            sent = {"User-Agent": cls.user_agent, **headers}
+            if token is not None:
+                sent.pop("Authorization", None)  # set from the token before each request
+            http = LocatedHttpClient(location, limits, sent, transport)
+            return ApiClient(http, sleep=sleep, token=token, **options)
+
         return cls.from_clients(spec, client, auth)
 
     @classmethod

@@ -37,14 +37,17 @@ host.
 
 The secret is the whole ``Authorization`` header value (``Bearer ...`` for
 Google Drive access tokens and MediaWiki OAuth, ``Basic ...`` for a Jira
-e-mail + API token). A secret that is not one line of printable text is
-refused (a newline would let it add headers). ``connectors.reader``'s located
+e-mail + API token), or for Drive Google's authorized-user JSON, refreshed
+into access tokens (``connectors.oauth``; a JSON file is read as one line). A
+secret that is not one line of printable text is refused (a newline would let
+it add headers). ``connectors.reader``'s located
 client sends it only to the source's own origin.
 """
 
 from __future__ import annotations
 
 import base64
+import json
 import logging
 import os
 import re
@@ -68,6 +71,18 @@ _SECRET_MANAGER = re.compile(
     r"(?:/versions/(?P<version>latest|[1-9][0-9]{0,18}))?$"
 )
 _SUFFIX = re.compile(r"^[A-Za-z0-9-]+$")
+
+
+#: The source option holding the SHA-256 (hex) of its webhook token
+#: (``control_plane.routers.webhooks``); the token itself is never stored.
+WEBHOOK_SECRET_OPTION = "webhook_secret_sha256"
+
+
+def webhook_secret_hash(token: str) -> str:
+    """What a source stores of its webhook token: SHA-256, hex."""
+    import hashlib
+
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def tenant_grants(extra: Sequence[str] = ()) -> tuple[str, ...]:
@@ -145,6 +160,11 @@ def _one_line(ref: str, raw: bytes) -> str:
     if len(raw) > MAX_SECRET_BYTES:
         raise credential_error(ref)
     secret = raw.decode("utf-8", errors="replace").strip()
+    if secret.startswith("{"):  # a JSON credentials file (Google's authorized user): one line
+        try:
+            secret = json.dumps(json.loads(secret), separators=(",", ":"))
+        except (ValueError, RecursionError):
+            raise credential_error(ref) from None
     if not secret or not secret.isprintable():
         raise credential_error(ref)
     return secret

@@ -23,12 +23,16 @@ and nowhere else: links in file metadata (``webContentLink``,
   ``anyone`` becomes ``everyone``; link-only sharing (``allowFileDiscovery``
   false) grants no group. A file whose permissions cannot be read gets no
   group and is not indexed (fail closed).
+- **Credentials**: an access token (``Bearer ya29...``) or Google's
+  authorized-user JSON (client id, secret and refresh token), refreshed as
+  it expires (``connectors.oauth``).
 - **Webhooks**: push notifications (``changes.watch``) carry no change, only
   ``X-Goog-Resource-State``: they trigger a read of the change feed.
 """
 
 from __future__ import annotations
 
+import hmac
 import re
 import time
 from collections.abc import Iterator, Mapping
@@ -58,18 +62,26 @@ _CHANGE_FIELDS = (
 )
 _PERMISSION_FIELDS = "nextPageToken,permissions(id,type,role,emailAddress,domain,allowFileDiscovery,deleted)"
 _ID = re.compile(r"^[A-Za-z0-9_-]{1,200}$")
-_RATE_REASONS = ("userRateLimitExceeded", "rateLimitExceeded")
+_RATE_REASONS = (
+    "userRateLimitExceeded",
+    "rateLimitExceeded",
+    "RATE_LIMIT_EXCEEDED",
+    "USER_RATE_LIMIT_EXCEEDED",
+)
 
 
 def _is_rate_limited(response: Any) -> bool:
-    """Drive answers some rate limits with 403 and a reason in the body."""
+    """Drive answers some rate limits with 403 and a reason in the body: in
+    ``error.errors[].reason`` (``userRateLimitExceeded``, ``rateLimitExceeded``)
+    or, in the newer shape, ``error.details[].reason`` (``RATE_LIMIT_EXCEEDED``)."""
     if int(response.status_code) != 403:
         return False
     try:
-        errors = response.json().get("error", {}).get("errors", [])
-    except (ValueError, AttributeError):
+        error = response.json().get("error", {})
+        entries = [*error.get("errors", []), *error.get("details", [])]
+    except (ValueError, AttributeError, TypeError):
         return False
-    return any(isinstance(e, dict) and e.get("reason") in _RATE_REASONS for e in errors)
+    return any(isinstance(e, dict) and e.get("reason") in _RATE_REASONS for e in entries)
 
 
 def _epoch(stamp: str) -> float:
@@ -109,6 +121,7 @@ class DriveConnector(ApiConnector):
     supports_changes: ClassVar[bool] = True
     user_agent: ClassVar[str] = "ragsync (Drive connector)"
     default_uri: ClassVar[str] = DRIVE_API
+    oauth_refresh: ClassVar[bool] = True
 
     def __init__(self, spec: SourceSpec, api: ApiClient) -> None:
         super().__init__(spec, api)
@@ -305,6 +318,7 @@ class DriveConnector(ApiConnector):
         if not state or not lower.get("x-goog-channel-id"):
             raise InvalidEventError("not a Drive push notification (no X-Goog-Resource-State / Channel-ID)")
         expected = str(self.spec.options.get("channel_token", ""))
-        if expected and lower.get("x-goog-channel-token", "") != expected:
+        given = lower.get("x-goog-channel-token", "")
+        if expected and not hmac.compare_digest(given.encode(), expected.encode()):
             raise InvalidEventError("Drive notification with a wrong channel token")
         return [] if state == "sync" else None

@@ -55,7 +55,7 @@ from urllib.parse import quote, unquote_plus
 from connectors.base import ChangePage, FileSystem, SourceSpec, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
-from ragsync.errors import ConfigurationError, InvalidEventError
+from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
 from ragsync.model import Event, SourceFile
 
 ACL_SIDECAR = ".ragsync-acl.json"
@@ -297,12 +297,13 @@ class FolderConnector:
         """Translate a GCS Pub/Sub notification (push format) or an S3 event
         notification into events for objects under the root.
 
-        Objects outside the root, hidden files and GCS deletes of an
-        overwritten generation (the new generation's finalize follows) are
-        skipped.
+        Hidden files and GCS deletes of an overwritten generation (the new
+        generation's finalize follows) are skipped.
 
         Raises:
             InvalidEventError: neither shape, or malformed.
+            OutsideLocationError: an object outside the root (another bucket,
+                or a key outside the prefix): the whole notification is refused.
         """
         try:
             data = json.loads(body)
@@ -318,7 +319,11 @@ class FolderConnector:
 
     def _object_event(self, key_uri: str, op: str, mtime: float) -> Event | None:
         if not self.location.contains(key_uri):
-            return None
+            # Another bucket, a key beside the prefix or one climbing out of
+            # it: refused (the notification is configured for the prefix).
+            raise OutsideLocationError(
+                f"a notification for an object outside the source's location: {key_uri}"
+            )
         rel = self._relative(self.location.resolve(key_uri))
         if _hidden(rel):
             return None

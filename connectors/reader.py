@@ -314,6 +314,10 @@ class LocatedHttpClient:
     def close(self) -> None:
         self._client.close()
 
+    def set_header(self, name: str, value: str) -> None:
+        """Send ``name: value`` with every later request (a refreshed token)."""
+        self._client.headers[name] = value
+
     def get(self, uri: str, params: Mapping[str, Any] | None = None) -> Any:
         """GET ``uri`` (absolute, or relative to the base URL) and return the
         ``httpx.Response`` with its body read (bounded).

@@ -9,6 +9,7 @@ Swagger UI at ``/docs``), one router module each under ``control_plane.routers``
     POST /v1/sources/{source_id}/resume      -> the source, resumed        (sources)
     POST /v1/sources/{source_id}/sync        -> 202 sync run               (sources)
     GET  /v1/sources/{source_id}/sync/{sync_id} -> queued|running|succeeded|failed (sources)
+    POST /v1/sources/{source_id}/webhook     -> 202 (the source's secret, no API key) (webhooks)
     POST /internal/events                    -> 202 {accepted, duplicates, rejected} (events)
     GET  /v1/docs/{doc_id}/status[?source_id=]                             (docs)
     POST /v1/backfills                       -> 201 backfill               (backfills)
@@ -21,7 +22,9 @@ Swagger UI at ``/docs``), one router module each under ``control_plane.routers``
 
 Security: every ``/v1`` and ``/internal`` request needs ``Authorization:
 Bearer <key>`` or ``X-API-Key: <key>`` (see :mod:`control_plane.keys` and
-:mod:`control_plane.deps`); the key decides the tenant. Another tenant's ids
+:mod:`control_plane.deps`); the key decides the tenant. Webhooks are the
+exception: the source's webhook secret authenticates them
+(:mod:`control_plane.routers.webhooks`). Another tenant's ids
 answer 404 exactly like unknown ids. ``/healthz`` and the OpenAPI document
 and UI are public: they hold no tenant data.
 
@@ -44,7 +47,7 @@ from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
 from control_plane.limits import DEFAULT_MAX_PENDING_SYNCS, DEFAULT_MAX_SOURCES, TenantBudget
 from control_plane.middleware import BodySizeLimitMiddleware
-from control_plane.routers import backfills, dead_letters, docs, events, health, metrics, sources
+from control_plane.routers import backfills, dead_letters, docs, events, health, metrics, sources, webhooks
 from control_plane.worker import Worker
 from ragsync.catalog import Catalog
 
@@ -52,6 +55,7 @@ from ragsync.catalog import Catalog
 ROUTERS = (
     health.router,
     sources.router,
+    webhooks.router,
     events.router,
     docs.router,
     backfills.router,
@@ -146,7 +150,11 @@ def create_app(
     app.state.metrics_token = metrics_token
     app.state.max_pending_syncs = max_pending_syncs
     app.state.max_sources = max_sources
-    app.add_middleware(BodySizeLimitMiddleware, max_bytes=max_body_bytes)
+    app.add_middleware(
+        BodySizeLimitMiddleware,
+        max_bytes=max_body_bytes,
+        on_too_large=webhooks.too_large_hook(catalog, max_body_bytes),
+    )
     install_error_handlers(app)
     for router in ROUTERS:
         app.include_router(router)

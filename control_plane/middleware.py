@@ -20,17 +20,27 @@ class BodySizeLimitMiddleware:
 
     A ``Content-Length`` above the limit is refused without reading; otherwise
     the body is buffered (at most ``max_bytes``) and replayed to the app, so a
-    chunked body that grows past the limit is refused too.
+    chunked body that grows past the limit is refused too. ``on_too_large``
+    (optional) is told of each refused request's scope first (webhooks keep
+    a dead letter).
     """
 
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        max_bytes: int,
+        on_too_large: Callable[[Scope], Awaitable[None]] | None = None,
+    ) -> None:
         """Wrap ``app``; ``max_bytes`` must be positive."""
         if max_bytes <= 0:
             raise ValueError("max_body_bytes must be positive")
         self.app = app
         self.max_bytes = max_bytes
+        self.on_too_large = on_too_large
 
-    async def _too_large(self, send: Send) -> None:
+    async def _too_large(self, scope: Scope, send: Send) -> None:
+        if self.on_too_large is not None:
+            await self.on_too_large(scope)
         body = json.dumps(
             error_body("payload_too_large", f"request body is larger than {self.max_bytes} bytes")
         ).encode()
@@ -59,7 +69,7 @@ class BodySizeLimitMiddleware:
                 except ValueError:
                     declared = -1
                 if declared > self.max_bytes:
-                    await self._too_large(send)
+                    await self._too_large(scope, send)
                     return
         chunks: list[bytes] = []
         size = 0
@@ -70,7 +80,7 @@ class BodySizeLimitMiddleware:
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_bytes:
-                await self._too_large(send)
+                await self._too_large(scope, send)
                 return
             chunks.append(chunk)
             if not message.get("more_body", False):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -538,3 +539,254 @@ def test_one_list_of_source_types_for_the_registry_the_catalog_the_cli_and_the_a
     assert schema["sync"]["enum"] == list(SYNC_KINDS)
     with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets"):
         SourceIn.model_validate({"type": "sharepoint", "sync": "poll"})
+
+
+# -- throttling in the services' recorded shapes: waited out, nothing skipped ----------
+
+# Drive's documented rate-limit answers (developers.google.com/drive/api/guides/limits,
+# .../handle-errors): 403 with a reason in error.errors[], 429, and the newer
+# google.rpc.ErrorInfo shape with error.details[].reason.
+DRIVE_403_USER_RATE = {
+    "error": {
+        "errors": [
+            {
+                "domain": "usageLimits",
+                "reason": "userRateLimitExceeded",
+                "message": "User Rate Limit Exceeded",
+            }
+        ],
+        "code": 403,
+        "message": "User Rate Limit Exceeded",
+    }
+}
+DRIVE_429 = {
+    "error": {
+        "errors": [
+            {"domain": "usageLimits", "reason": "rateLimitExceeded", "message": "Rate Limit Exceeded"}
+        ],
+        "code": 429,
+        "message": "Rate Limit Exceeded",
+    }
+}
+DRIVE_403_ERROR_INFO = {
+    "error": {
+        "code": 403,
+        "message": "Quota exceeded for quota metric 'Queries' and limit 'Queries per minute per user'.",
+        "status": "PERMISSION_DENIED",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "RATE_LIMIT_EXCEEDED",
+                "domain": "googleapis.com",
+                "metadata": {"service": "drive.googleapis.com", "quota_limit": "defaultPerMinutePerUser"},
+            }
+        ],
+    }
+}
+# Jira Cloud's 429 (developer.atlassian.com/cloud/jira/platform/rate-limiting/).
+JIRA_429_HEADERS = {
+    "Retry-After": "7",
+    "X-RateLimit-Limit": "100",
+    "X-RateLimit-Remaining": "0",
+    "X-RateLimit-Reset": "2026-12-01T10:00:07Z",
+    "RateLimit-Reason": "jira-quota-tenant-based",
+}
+
+
+def _throttled(answer: Handler, plan: dict[tuple[str, str], list[httpx.Response]]) -> Recorder:
+    """``answer``, except that requests to (path, pageToken or startAt) first
+    get the listed throttling answers, in order."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        q = _params(request)
+        key = (request.url.path, q.get("pageToken") or q.get("startAt") or "")
+        queued = plan.get(key)
+        return queued.pop(0) if queued else answer(request)
+
+    return Recorder(handler)
+
+
+def test_drive_listing_waits_out_403_and_429_rate_limits_and_lists_every_file() -> None:
+    rec = _throttled(
+        _drive_answer,
+        {
+            ("/drive/v3/files/doc1/permissions", "1"): [
+                _json(DRIVE_403_ERROR_INFO, 403, {"Retry-After": "1"})
+            ],
+            ("/drive/v3/files", "files-2"): [
+                _json(DRIVE_403_USER_RATE, 403),
+                _json(DRIVE_429, 429, {"Retry-After": "2"}),
+            ],
+        },
+    )
+    sleeps: list[float] = []
+    items = list(list_all(_open("drive", DRIVE, rec, sleeps)))
+    # Every file, and the throttled permission page was read (not failed closed).
+    assert [i.source_object_id for i in items] == ["doc1", "pdf2", "priv5"]
+    assert items[0].acl_groups == ("group:eng@example.com", "user:ann@example.com")
+    assert [r.url.params.get("pageToken") for r in rec.requests if r.url.path == "/drive/v3/files"] == [
+        None,
+        "files-2",
+        "files-2",
+        "files-2",
+    ]
+    # Retry-After honoured; without one (Drive's 403), exponential backoff with jitter.
+    assert len(sleeps) == 3 and sleeps[0] == 1.0 and 0.5 <= sleeps[1] <= 1.0 and sleeps[2] == 2.0
+
+
+def test_jira_listing_waits_out_429_with_retry_after_and_lists_every_issue() -> None:
+    body = {"errorMessages": ["Rate limit exceeded."]}
+    rec = _throttled(
+        _jira_answer([]),
+        {
+            ("/jira/rest/api/2/search", "2"): [
+                _json(body, 429, JIRA_429_HEADERS),
+                _json(body, 429, JIRA_429_HEADERS),
+            ]
+        },
+    )
+    sleeps: list[float] = []
+    items = list(list_all(_open("tickets", JIRA, rec, sleeps)))
+    assert [i.source_object_id for i in items] == [
+        "101",
+        "102",
+        "102/attachments/9001",
+        "102/attachments/9002",
+        "103",
+    ]
+    assert sleeps == [7.0, 7.0]
+    assert [r.url.params.get("startAt") for r in rec.requests if r.url.path.endswith("/search")] == [
+        "0",
+        "2",
+        "2",
+        "2",
+    ]
+
+
+def test_jira_rate_limit_reset_time_stands_in_for_a_missing_retry_after(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    headers = {k: v for k, v in JIRA_429_HEADERS.items() if k != "Retry-After"}
+    answers = [_json({}, 429, headers), _json({"ok": 1})]
+    rec = Recorder(lambda r: answers.pop(0))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(JIRA), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, sleep=sleeps.append)
+    now = datetime(2026, 12, 1, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+    monkeypatch.setattr("connectors.api.time.time", lambda: now)
+    assert api.get_json(f"{JIRA}/rest/api/2/serverInfo") == {"ok": 1}
+    assert sleeps == [7.0]  # until X-RateLimit-Reset
+
+
+def test_waits_are_bounded_in_total_per_request() -> None:
+    rec = Recorder(lambda r: _json(DRIVE_429, 429, {"Retry-After": "40"}))
+    sleeps: list[float] = []
+    http = LocatedHttpClient(Location.parse(DRIVE), FetchLimits(), transport=httpx.MockTransport(rec))
+    api = ApiClient(http, retry_cap_s=60, max_wait_s=100, sleep=sleeps.append)
+    with pytest.raises(RateLimitedError) as info:
+        api.get_json(f"{DRIVE}/files")
+    # 40 + 40 fit in 100 s; a third wait would not: the sync is rescheduled instead.
+    assert len(rec.requests) == 3 and sleeps == [40.0, 40.0] and info.value.retry_after_s == 40.0
+
+
+# -- Drive OAuth: access tokens refreshed from a refresh token --------------------------
+
+AUTHORIZED_USER = {  # the shape `gcloud auth application-default login` writes
+    "account": "",
+    "client_id": "764086051850-6qr4p6gpi6hn506pt8ejuq83di341hur.apps.googleusercontent.com",
+    "client_secret": "d-FL95Q19q7MQmFpd7hHD0Ty",
+    "refresh_token": "1//0gExampleRefreshTokenCgYIARAAGBASNwF",
+    "type": "authorized_user",
+    "universe_domain": "googleapis.com",
+}
+
+
+def _token_answer(n: int) -> httpx.Response:
+    # developers.google.com/identity/protocols/oauth2/web-server#offline: the refresh answer.
+    return _json(
+        {
+            "access_token": f"ya29.a0AfB_token{n}",
+            "expires_in": 3599,
+            "scope": "https://www.googleapis.com/auth/drive.readonly",
+            "token_type": "Bearer",
+        }
+    )
+
+
+def _oauth_drive(
+    tmp_path: Path,
+    drive_answers: list[httpx.Response],
+    token_answers: list[Any],
+) -> tuple[Any, Recorder]:
+    secret = tmp_path / "drive-oauth.json"
+    secret.write_text(json.dumps(AUTHORIZED_USER, indent=2))  # a multi-line file, as gcloud writes it
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.host == "oauth2.googleapis.com":
+            return token_answers.pop(0)  # type: ignore[no-any-return]
+        return drive_answers.pop(0)
+
+    rec = Recorder(answer)
+    spec = SourceSpec("drive-1", "acme", "drive", DRIVE, credentials_ref=f"file://{secret}")
+    drive = open_connector(spec, transport=httpx.MockTransport(rec), sleep=lambda s: None)
+    return drive, rec
+
+
+def test_drive_refreshes_its_access_token_as_it_expires_and_on_401(tmp_path: Path) -> None:
+    unauthorized = {"error": {"code": 401, "message": "Request had invalid authentication credentials."}}
+    drive, rec = _oauth_drive(
+        tmp_path,
+        [
+            _json({"startPageToken": "1"}),
+            _json({"startPageToken": "2"}),
+            _json(unauthorized, 401),
+            _json({"startPageToken": "3"}),
+        ],
+        [_token_answer(1), _token_answer(2), _token_answer(3)],
+    )
+    assert drive.start_cursor() == "1"
+    token_call = rec.requests[0]
+    assert str(token_call.url) == "https://oauth2.googleapis.com/token" and token_call.method == "POST"
+    assert parse_qs(token_call.content.decode()) == {
+        "grant_type": ["refresh_token"],
+        "client_id": [AUTHORIZED_USER["client_id"]],
+        "client_secret": [AUTHORIZED_USER["client_secret"]],
+        "refresh_token": [AUTHORIZED_USER["refresh_token"]],
+    }
+    assert rec.requests[1].headers["authorization"] == "Bearer ya29.a0AfB_token1"
+    drive.api.token.expires_at = 0.0  # an hour later
+    assert drive.start_cursor() == "2"
+    assert rec.requests[3].headers["authorization"] == "Bearer ya29.a0AfB_token2"
+    assert drive.start_cursor() == "3"  # 401 (revoked early): one refresh, then the same call again
+    hosts = [r.url.host for r in rec.requests]
+    assert hosts == ["oauth2.googleapis.com", "www.googleapis.com"] * 2 + [
+        "www.googleapis.com",
+        "oauth2.googleapis.com",
+        "www.googleapis.com",
+    ]
+    assert rec.requests[-1].headers["authorization"] == "Bearer ya29.a0AfB_token3"
+    assert "client_secret" not in repr(drive.api.token.credentials)
+
+
+def test_a_revoked_refresh_token_is_a_configuration_error(tmp_path: Path) -> None:
+    from ragsync.errors import ConfigurationError
+
+    revoked = _json(
+        {"error": "invalid_grant", "error_description": "Token has been expired or revoked."}, 400
+    )
+    drive, rec = _oauth_drive(tmp_path, [], [revoked])
+    with pytest.raises(ConfigurationError, match="invalid_grant"):
+        drive.start_cursor()
+    assert [r.url.host for r in rec.requests] == ["oauth2.googleapis.com"]
+
+
+def test_oauth_credentials_may_name_only_googles_token_endpoint() -> None:
+    from connectors.oauth import refresh_credentials
+    from ragsync.errors import ConfigurationError
+
+    assert refresh_credentials("Bearer ya29.x") is None
+    assert refresh_credentials(json.dumps(AUTHORIZED_USER)) is not None
+    with pytest.raises(ConfigurationError):
+        refresh_credentials(json.dumps({**AUTHORIZED_USER, "token_uri": "https://evil.example/token"}))
+    with pytest.raises(ConfigurationError):
+        refresh_credentials(json.dumps({"client_id": "x"}))

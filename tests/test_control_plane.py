@@ -157,6 +157,7 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
         ("/v1/sources/{source_id}/sync", "post"),
         ("/v1/sources/{source_id}/sync/{sync_id}", "get"),
         ("/v1/sources/{source_id}/status", "get"),
+        ("/v1/sources/{source_id}/webhook", "post"),
         ("/internal/events", "post"),
         ("/v1/docs/{doc_id}/status", "get"),
         ("/v1/backfills", "post"),

@@ -25,7 +25,7 @@ from ragsync.decisions import (
     next_tenant,
     plan_sync,
 )
-from ragsync.errors import InvalidEventError
+from ragsync.errors import InvalidEventError, OutsideLocationError
 
 
 @pytest.mark.parametrize(
@@ -253,8 +253,9 @@ def test_gcs_notifications_become_events_under_the_root_only() -> None:
     (gone,) = gcs.webhook_events(message("OBJECT_DELETE", "docs/a/b.pdf"), {}) or []
     assert (gone.op, gone.content_uri) == ("delete", "")
     assert gcs.webhook_events(message("OBJECT_DELETE", "docs/a/b.pdf", overwrittenByGeneration="7"), {}) == []
-    assert gcs.webhook_events(message("OBJECT_FINALIZE", "other/x.pdf"), {}) == []  # outside the root
-    assert gcs.webhook_events(message("OBJECT_FINALIZE", "docs/../secret"), {}) == []
+    for outside in ("other/x.pdf", "docs/../secret", "docsx/a.pdf"):  # outside the root: refused
+        with pytest.raises(OutsideLocationError):
+            gcs.webhook_events(message("OBJECT_FINALIZE", outside), {})
     assert gcs.webhook_events(message("OBJECT_FINALIZE", "docs/.hidden"), {}) == []
     with pytest.raises(InvalidEventError):
         gcs.webhook_events(b"not json", {})

@@ -23,6 +23,7 @@ from connectors.events import Event, EventIn, check_content_uri, parse_event
 from control_plane.deps import CatalogDep, Tenant
 from control_plane.errors import ERRORS, ApiError, ErrorOut
 from control_plane.limits import TenantBudget
+from ragsync.catalog import Catalog
 from ragsync.errors import InvalidEventError
 
 MAX_EVENTS_PER_REQUEST = 1000
@@ -113,68 +114,34 @@ def _conflicts(stored: dict[str, Any], event: Event) -> bool:
     return _differs(queued, event)
 
 
-@router.post(
-    "/internal/events",
-    status_code=202,
-    response_model=EventsOut,
-    tags=["events"],
-    responses={
-        **ERRORS,
-        400: {"model": ErrorOut, "description": "bad Idempotency-Key"},
-        409: {"model": ErrorOut, "description": "Idempotency-Key or event_id reused for another change"},
-        429: {"model": ErrorOut, "description": "the tenant's event budget is spent; see Retry-After"},
-    },
-    openapi_extra=_event_openapi_body(),
-)
-def post_events(
-    request: Request,
-    tenant_id: Tenant,
-    catalog: CatalogDep,
-    payload: Annotated[Any, Depends(_json_body)],
-    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
-) -> EventsOut:
-    """Queue change events from connectors (at-least-once senders).
-
-    The body is one event or ``{"events": [...]}`` (at most 1000). Each
-    event is validated on its own: in a batch a bad one is listed in
-    ``rejected`` with its index and reason and the others are queued; a
-    single bad event is answered 422 naming the field. Queuing is idempotent
-    on ``event_id`` within the caller's tenant (given, or derived from the
-    content; for a single event an ``Idempotency-Key`` header stands in for a
-    missing ``event_id``); the same id with a different change is a 409 (a
-    batch lists it). Event ids, sources and their locations are the tenant's
-    own: another tenant's source is answered exactly like an unknown one, and
-    an upsert's ``content_uri`` must lie under its source's location (the
-    answer is the same whether anything exists there). Each tenant has an
-    event budget (429 with Retry-After when spent, nothing queued).
-    """
-    items, batch = _event_items(payload)
-    wait = request.app.state.event_budget.take(tenant_id, len(items))
+def spend_event_budget(request: Request, tenant_id: str, n: int) -> None:
+    """Spend ``n`` events of the tenant's budget, or raise 429 with Retry-After
+    (nothing is spent then, and nothing may be queued)."""
+    wait = request.app.state.event_budget.take(tenant_id, n)
     if wait > 0:
         raise ApiError(
             429,
             f"event budget of this tenant spent: retry after {wait:.1f} s",
             headers={"Retry-After": TenantBudget.retry_after(wait)},
         )
-    if idempotency_key is not None:
-        if batch:
-            raise ApiError(400, "Idempotency-Key applies to single-event posts; give each event an event_id")
-        if not _IDEMPOTENCY_KEY.match(idempotency_key):
-            raise ApiError(400, "Idempotency-Key must be 1-255 visible ASCII characters")
-        if isinstance(items[0], dict) and not items[0].get("event_id"):
-            items[0] = {**items[0], "event_id": _idempotent_event_id(tenant_id, idempotency_key)}
-    rejected: list[RejectedEvent] = []
-    fields: dict[int, str] = {}
-    parsed: list[tuple[int, Event]] = []
-    for index, item in enumerate(items):
-        try:
-            event = parse_event(item)
-            if event.tenant_id and event.tenant_id != tenant_id:
-                fields[index] = "tenant_id"
-                raise InvalidEventError("'tenant_id' must be the API key's tenant (or omitted)")
-            parsed.append((index, dataclasses.replace(event, tenant_id=tenant_id)))
-        except (InvalidEventError, ValueError, TypeError, OverflowError, RecursionError) as exc:
-            rejected.append(RejectedEvent(index=index, error=str(exc) or type(exc).__name__))
+
+
+def admit_events(
+    catalog: Catalog,
+    tenant_id: str,
+    parsed: list[tuple[int, Event]],
+    rejected: list[RejectedEvent],
+    fields: dict[int, str],
+) -> tuple[list[Event], list[int]]:
+    """The events of ``tenant_id`` that may be queued, in order: each must name
+    one of the tenant's sources, an upsert's ``content_uri`` must lie under its
+    location, and an ``event_id`` already queued or used earlier in the batch
+    must carry the same change. Refusals are appended to ``rejected`` (and the
+    field to blame to ``fields``).
+
+    Returns:
+        (events to queue, indexes refused because their id was reused).
+    """
     sources = {sid: catalog.get_source(sid, tenant_id=tenant_id) for sid in {e.source_id for _, e in parsed}}
     known = catalog.event_sources(tenant_id, (e.event_id for _, e in parsed))
     queue: list[Event] = []
@@ -213,6 +180,66 @@ def post_events(
                 )
                 continue
         queue.append(event)
+    return queue, conflicts
+
+
+@router.post(
+    "/internal/events",
+    status_code=202,
+    response_model=EventsOut,
+    tags=["events"],
+    responses={
+        **ERRORS,
+        400: {"model": ErrorOut, "description": "bad Idempotency-Key"},
+        409: {"model": ErrorOut, "description": "Idempotency-Key or event_id reused for another change"},
+        429: {"model": ErrorOut, "description": "the tenant's event budget is spent; see Retry-After"},
+    },
+    openapi_extra=_event_openapi_body(),
+)
+def post_events(
+    request: Request,
+    tenant_id: Tenant,
+    catalog: CatalogDep,
+    payload: Annotated[Any, Depends(_json_body)],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> EventsOut:
+    """Queue change events from connectors (at-least-once senders).
+
+    The body is one event or ``{"events": [...]}`` (at most 1000). Each
+    event is validated on its own: in a batch a bad one is listed in
+    ``rejected`` with its index and reason and the others are queued; a
+    single bad event is answered 422 naming the field. Queuing is idempotent
+    on ``event_id`` within the caller's tenant (given, or derived from the
+    content; for a single event an ``Idempotency-Key`` header stands in for a
+    missing ``event_id``); the same id with a different change is a 409 (a
+    batch lists it). Event ids, sources and their locations are the tenant's
+    own: another tenant's source is answered exactly like an unknown one, and
+    an upsert's ``content_uri`` must lie under its source's location (the
+    answer is the same whether anything exists there). Each tenant has an
+    event budget (429 with Retry-After when spent, nothing queued).
+    """
+    items, batch = _event_items(payload)
+    spend_event_budget(request, tenant_id, len(items))
+    if idempotency_key is not None:
+        if batch:
+            raise ApiError(400, "Idempotency-Key applies to single-event posts; give each event an event_id")
+        if not _IDEMPOTENCY_KEY.match(idempotency_key):
+            raise ApiError(400, "Idempotency-Key must be 1-255 visible ASCII characters")
+        if isinstance(items[0], dict) and not items[0].get("event_id"):
+            items[0] = {**items[0], "event_id": _idempotent_event_id(tenant_id, idempotency_key)}
+    rejected: list[RejectedEvent] = []
+    fields: dict[int, str] = {}
+    parsed: list[tuple[int, Event]] = []
+    for index, item in enumerate(items):
+        try:
+            event = parse_event(item)
+            if event.tenant_id and event.tenant_id != tenant_id:
+                fields[index] = "tenant_id"
+                raise InvalidEventError("'tenant_id' must be the API key's tenant (or omitted)")
+            parsed.append((index, dataclasses.replace(event, tenant_id=tenant_id)))
+        except (InvalidEventError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            rejected.append(RejectedEvent(index=index, error=str(exc) or type(exc).__name__))
+    queue, conflicts = admit_events(catalog, tenant_id, parsed, rejected, fields)
     if not batch and conflicts:
         raise ApiError(409, "this Idempotency-Key or event_id was already used for a different event")
     if not batch and rejected:

@@ -400,6 +400,20 @@ class DeadLettersRepository(Repository):
                 ).rowcount
             )
 
+    def open_dead_letter_at(self, tenant_id: str, source_id: str, uri: str) -> int | None:
+        """The id of an open dead letter of the tenant's source at ``uri``
+        (a webhook keeps one per distinct payload), or None."""
+        t = schema.dead_letters
+        query = (
+            select(t.c.id)
+            .where(t.c.source_id == source_id, t.c.tenant_id == tenant_id, t.c.uri == uri)
+            .where(t.c.resolved_at.is_(None))
+            .limit(1)
+        )
+        with self._read_engine.connect() as conn:
+            found = conn.execute(query).scalar()
+        return None if found is None else int(found)
+
     def list_dead_letters(
         self,
         *,

@@ -200,6 +200,14 @@ class SyncsRepository(Repository):
             raise AmbiguousSourceError(source_id)
         return _state_from_row(rows[0]) if rows else None
 
+    def sources_with_id(self, source_id: str, *, limit: int = 16) -> list[SourceState]:
+        """Every tenant's source of this id (at most ``limit``), for callers
+        that prove which one they mean another way (a webhook's secret)."""
+        t = schema.sources
+        query = select(t).where(t.c.source_id == source_id).order_by(t.c.tenant_id).limit(limit)
+        with self._read_engine.connect() as conn:
+            return [_state_from_row(r) for r in conn.execute(query).mappings()]
+
     def source_states(self, tenant_id: str | None = None) -> list[SourceState]:
         """Every source (of one tenant, or all), ordered by id."""
         t = schema.sources
