@@ -479,8 +479,12 @@ def render_fpdf2(rep: Report, layout: str = "simple") -> bytes:
         pdf.multi_cell(0, 5.5, text, new_x="LMARGIN", new_y="NEXT")
         pdf.ln(2)
     heads, rows = grid(rep, layout)
-    flat = [_flat(h) for h in heads] + rows
-    widths = [max(pdf.get_string_width(row[j]) for row in flat) + 2.5 for j in range(len(rows[0]))]
+    # Headings are set in bold: measure them in bold, or they wrap inside their cells.
+    pdf.set_font("DejaVu", "B", 10)
+    head_widths = [[pdf.get_string_width(row[j]) for j in range(len(rows[0]))] for row in map(_flat, heads)]
+    pdf.set_font("DejaVu", "", 10)
+    body_widths = [[pdf.get_string_width(row[j]) for j in range(len(rows[0]))] for row in rows]
+    widths = [max(w[j] for w in head_widths + body_widths) + 2.5 for j in range(len(rows[0]))]
     widths[0] += 4
     align = ["LEFT"] + [
         "LEFT" if all(r[j] in ("€", "$", "%", "") for r in rows) else "RIGHT" for j in range(1, len(widths))

@@ -70,7 +70,7 @@ def test_every_rendering_holds_the_table_and_parses_back_header_first(tmp_path: 
     for rep in reports:
         truth = [list(rep.header), *(list(r) for r in rep.rows)]
         for fmt in formats:
-            data = (folders[fmt] / f"{rep.slug}.{fmt}").read_bytes()
+            data = (folders[fmt] / f"{rep.slug}.{ef.extension(fmt)}").read_bytes()
             if fmt in ("html", "md", "txt"):
                 text = data.decode("utf-8")
                 for cell in rep.cells():
