@@ -3,7 +3,8 @@ variable: one table, three ways in.
 
 ``SETTING_OPTIONS`` has one entry per ``Settings`` field (the chunker's
 fields flattened as ``chunk_*``); ``JOB_OPTIONS`` the job's own parameters
-(what to index and for whom). From that table:
+(what to index and for whom); ``STREAM_OPTIONS`` the stream's (which event
+bus). From that table:
 
 * ``beam_pipelines.options.RagsyncOptions`` (a Beam ``PipelineOptions``;
   this module stays free of Beam) takes ``--catalog_url=...`` (the form Beam,
@@ -12,7 +13,8 @@ fields flattened as ``chunk_*``); ``JOB_OPTIONS`` the job's own parameters
 * ``add_setting_flags`` gives the ``ragsync`` command line ``--catalog-url``
   (and the ``--catalog_url`` spelling);
 * the environment variable is ``RAGSYNC_`` + the upper-cased name
-  (``RAGSYNC_ES_API_KEY``).
+  (``RAGSYNC_ES_API_KEY``);
+* ``template_parameters`` writes both Flex Templates' ``metadata.json``.
 
 Precedence: a ``ragsync`` flag, then a pipeline option, then the environment,
 then the ``Settings`` default. ``settings_from`` builds the ``Settings``.
@@ -177,7 +179,25 @@ JOB_OPTIONS: tuple[Option, ...] = (
     ),
 )
 
-ALL_OPTIONS: tuple[Option, ...] = SETTING_OPTIONS + JOB_OPTIONS
+STREAM_OPTIONS: tuple[Option, ...] = (
+    _o(
+        "event_source",
+        str,
+        "event bus the stream reads: pubsub, kafka or queue (the catalog's events table)",
+    ),
+    _o("pubsub_subscription", str, "Pub/Sub subscription, projects/P/subscriptions/S (event_source pubsub)"),
+    _o("kafka_topic", str, "Kafka topic of the events (event_source kafka)"),
+    _o("kafka_bootstrap", str, "Kafka bootstrap servers, host:port[,host:port] (event_source kafka)"),
+    _o(
+        "until_idle",
+        int,
+        "1: finish once the queue is drained and written (event_source queue only; default 0: run until "
+        "the job is drained or cancelled)",
+    ),
+)
+"""The long-running stream's own parameters (its Flex Template's, beside ``lanes``)."""
+
+ALL_OPTIONS: tuple[Option, ...] = SETTING_OPTIONS + JOB_OPTIONS + STREAM_OPTIONS
 _BY_NAME = {o.name: o for o in ALL_OPTIONS}
 
 
@@ -308,18 +328,39 @@ def setting_flags(settings: Settings) -> list[str]:
     return out
 
 
-def template_parameters() -> list[dict[str, Any]]:
-    """The Flex Template's ``metadata.json`` parameters: one per option
-    (``source`` required, every other optional)."""
+TEMPLATE_JOBS = ("backfill", "stream")
+"""The Flex Templates whose ``metadata.json`` ``template_parameters`` writes."""
+
+_BACKFILL_ONLY = ("source", "tenant", "acl_groups", "source_id", "max_delete_share", "reread")
+
+
+def template_parameters(job: str = "backfill") -> list[dict[str, Any]]:
+    """A Flex Template's ``metadata.json`` parameters, one per option of this
+    table: ``backfill``: the job options (``source`` required) and every
+    setting; ``stream``: ``event_source`` (required), the stream's options,
+    ``model``, ``lanes`` and every setting. ``home`` is in neither (a
+    template's state lives in its stores).
+
+    Raises:
+        ValueError: ``job`` is not one of ``TEMPLATE_JOBS``.
+    """
+    if job == "backfill":
+        chosen = [o for o in JOB_OPTIONS if o.name != "lanes"]
+        required = "source"
+    elif job == "stream":
+        chosen = [*STREAM_OPTIONS, *(o for o in JOB_OPTIONS if o.name not in _BACKFILL_ONLY)]
+        required = "event_source"
+    else:
+        raise ValueError(f"unknown template job {job!r}: one of {', '.join(TEMPLATE_JOBS)}")
     return [
         {
             "name": o.name,
             "label": o.name.replace("_", " ").capitalize(),
             "helpText": o.help,
-            "isOptional": o.name != "source",
+            "isOptional": o.name != required,
         }
-        for o in (*JOB_OPTIONS, *SETTING_OPTIONS)
-        if o.name not in ("lanes", "home")
+        for o in (*chosen, *SETTING_OPTIONS)
+        if o.name != "home"
     ]
 
 

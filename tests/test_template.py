@@ -1,6 +1,8 @@
-"""The Dataflow Flex Template: ``main.py`` takes exactly what the launcher
-passes (``--source=... --tenant=... --acl_groups=... --runner=...``, one flag
-per ``metadata.json`` parameter), and indexes the source."""
+"""The Dataflow Flex Templates: the backfill's ``main.py`` takes exactly what
+the launcher passes (``--source=... --tenant=... --acl_groups=...
+--runner=...``, one flag per ``metadata.json`` parameter), and indexes the
+source; the stream's ``main.py`` (``--event_source=...``) applies events.
+Both ``metadata.json`` files are generated from the one options table."""
 
 from __future__ import annotations
 
@@ -9,16 +11,18 @@ import os
 import sys
 from pathlib import Path
 
+import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.options import RagsyncOptions
-from beam_pipelines.template import run, template_metadata
+from beam_pipelines.template import main, run, run_stream_template, template_metadata
 from ragsync.config import Settings, open_catalog
-from ragsync.options import ALL_OPTIONS
+from ragsync.options import ALL_OPTIONS, SETTING_OPTIONS, STREAM_OPTIONS, template_parameters
 from tests.proc import run_json
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "templates" / "dataflow"
+STREAM_TEMPLATE = ROOT / "templates" / "dataflow_stream"
 
 
 def test_metadata_json_is_generated_from_the_options() -> None:
@@ -26,7 +30,8 @@ def test_metadata_json_is_generated_from_the_options() -> None:
     assert on_disk == template_metadata(), "regenerate: python -m beam_pipelines.template --metadata"
     names = [p["name"] for p in on_disk["parameters"]]
     flags = set(PipelineOptions([]).view_as(RagsyncOptions).get_all_options())
-    assert len(names) == len(set(names)) == len(ALL_OPTIONS) - 2  # all but `home` and `lanes`
+    # All but `home`, `lanes` and the stream's own options.
+    assert len(names) == len(set(names)) == len(ALL_OPTIONS) - 2 - len(STREAM_OPTIONS)
     assert set(names) <= flags
     assert [p["name"] for p in on_disk["parameters"] if not p["isOptional"]] == ["source"]
     # Every parameter, given as the launcher gives it, is parsed as that option.
@@ -34,6 +39,33 @@ def test_metadata_json_is_generated_from_the_options() -> None:
     argv = [f"--{name}={types[name](1)}" for name in names]
     parsed = PipelineOptions(argv).view_as(RagsyncOptions).get_all_options()
     assert all(parsed[name] is not None for name in names)
+
+
+def test_stream_metadata_json_is_generated_from_the_same_options() -> None:
+    on_disk = json.loads((STREAM_TEMPLATE / "metadata.json").read_text())
+    assert on_disk == template_metadata("stream"), (
+        "regenerate: python -m beam_pipelines.template --metadata stream"
+    )
+    names = [p["name"] for p in on_disk["parameters"]]
+    flags = set(PipelineOptions([]).view_as(RagsyncOptions).get_all_options())
+    assert len(names) == len(set(names)) and set(names) <= flags
+    assert [p["name"] for p in on_disk["parameters"] if not p["isOptional"]] == ["event_source"]
+    assert {o.name for o in STREAM_OPTIONS} | {"model", "lanes"} <= set(names)
+    assert not {"source", "tenant", "acl_groups", "home"} & set(names)
+    # The settings part is the backfill template's, parameter for parameter.
+    backfill = {p["name"]: p for p in template_metadata("backfill")["parameters"]}
+    shared = [p for p in on_disk["parameters"] if p["name"] in backfill]
+    assert shared and all(p == backfill[p["name"]] for p in shared)
+    settings = [o.name for o in SETTING_OPTIONS if o.name != "home"]
+    assert names[-len(settings) :] == settings
+
+
+def test_metadata_command_prints_either_template(capsys: pytest.CaptureFixture[str]) -> None:
+    for argv, job in ((["--metadata"], "backfill"), (["--metadata", "stream"], "stream")):
+        assert main(argv) == 0
+        assert json.loads(capsys.readouterr().out) == template_metadata(job)
+    with pytest.raises(ValueError, match="unknown template job 'nightly'"):
+        template_parameters("nightly")
 
 
 def _corpus(root: Path) -> Path:
@@ -100,3 +132,47 @@ def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) 
         assert catalog.document_counts_by_status("other") == {}
     finally:
         catalog.close()
+
+
+def test_stream_main_py_as_the_launcher_runs_it_applies_queued_events(tmp_path: Path) -> None:
+    """The stream template's main, started the way the launcher starts it,
+    with the local queue as its bus (Pub/Sub and Kafka cannot run here; their
+    read path is tested in tests/test_event_sources.py) until the queue is idle."""
+    from beam_pipelines.backfill import register_source
+    from tests.queue_events import change_event, push_events
+
+    src = _corpus(tmp_path)
+    home = tmp_path / "home"
+    settings = Settings(home=str(home))
+    register_source(settings, "wiki", "T", "wiki", str(src))
+    docs = {"a": src / "a.txt", "b": src / "b.md"}
+    push_events(settings, [change_event("wiki", n, "upsert", 1, ["staff"], str(p)) for n, p in docs.items()])
+    env = dict(os.environ, RAGSYNC_HOME=str(home), PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
+    argv = [sys.executable, str(STREAM_TEMPLATE / "main.py"), "--event_source=queue", "--until_idle=1"]
+    argv += ["--event_lease_s=5", "--runner=FnApiRunner"]
+    summary = run_json(argv, env, tmp_path)
+    assert (summary["events_applied"], summary["documents_indexed"], summary["dead_lettered"]) == (2, 2, 0)
+    catalog = open_catalog(settings)
+    try:
+        assert catalog.document_counts_by_status("T") == {"indexed": 2}
+    finally:
+        catalog.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        ([], "--event_source must be one of pubsub, kafka, queue, got ''"),
+        (["--event_source=sqs"], "got 'sqs'"),
+        (["--event_source=pubsub", "--until_idle=1"], "until_idle applies to --event_source=queue only"),
+        (["--event_source=pubsub"], "--pubsub-subscription"),
+        (["--event_source=kafka", "--kafka_topic=t"], "--kafka-topic and --kafka-bootstrap"),
+        (["--event_source=queue", "--model=some-other-model"], "is not the live index version's model"),
+    ],
+)
+def test_stream_template_configuration_errors_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], message: str
+) -> None:
+    code = run_stream_template([f"--home={tmp_path / 'home'}", *argv, "--runner=FnApiRunner"])
+    assert code == 2
+    assert message in capsys.readouterr().err
