@@ -142,6 +142,8 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
             size = top - bottom
             if size < 0.1:
                 size = 0.1
+            if "\ufffe" in word:
+                word = _hard_hyphens(word)
             if not words and len(out) > first and _extend_run(out[-1], left, right, bottom, top, size):
                 parts.append(word)
                 continue
@@ -154,6 +156,17 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
         if not exact:
             item.text = _fix_units(item.text)
     return [it for it in out if it.text] if not exact else out
+
+
+def _hard_hyphens(word: str) -> str:
+    """A word joined at PDFium's line-end hyphen mark, the mark kept as a hyphen before a capital.
+
+    PDFium marks every hyphen ending a line as soft (``U+FFFE``, dropped
+    later); one before a capital letter is a compound's own ("South-East").
+    """
+    return "".join(
+        "-" if ch == "\ufffe" and word[i + 1 : i + 2].isupper() else ch for i, ch in enumerate(word)
+    )
 
 
 _MARKERS = frozenset("0123456789*\u2020\u2021")  # footnote markers: digits, asterisk, daggers
