@@ -176,8 +176,10 @@ def _words(raw: Any, line: str, start: int, rect_p: Any, *, upright_page: bool) 
     """``(first, last, text)`` of each word of one PDFium line; a footnote marker is a word of its own.
 
     A marker (up to two digits, an asterisk or a dagger) set raised and
-    smaller right after a letter ("tax" + superscript "1", as TeX and word
-    processors set it with no space) would otherwise end the word: "tax1".
+    smaller right after a lower-case letter ("tax" + superscript "1", as TeX
+    and word processors set it with no space) would otherwise end the word:
+    "tax1". After a capital or a word of one or two letters it stays (a
+    product name "DB2", an exponent "X2", "a2").
     """
     out = []
     for m in _WORD.finditer(line):
@@ -185,7 +187,8 @@ def _words(raw: Any, line: str, start: int, rect_p: Any, *, upright_page: bool) 
         k = len(text)
         while k > 1 and len(text) - k < 2 and text[k - 1] in _MARKERS:
             k -= 1
-        marked = k < len(text) and text[k - 1].isalpha()
+        # not "DB2", "X2", "a2": a name, an exponent (of a capital or a one- or two-letter variable)
+        marked = k >= 3 and k < len(text) and text[k - 1].islower()
         if marked and upright_page and _raised(raw, a + k - 1, a + k, rect_p):
             out += [(a, a + k - 1, text[:k]), (a + k, b, text[k:])]
         else:
