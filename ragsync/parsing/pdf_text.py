@@ -362,9 +362,9 @@ def cell_runs(words: list[Item]) -> list[Item]:
     "Equally wide": within 0.08 em of the line's median space (loose glyph
     boxes: an "f" overhangs its space); a space after sentence punctuation
     may be wider by up to half an em (TeX sets a wider space after a period,
-    colon or comma and stretches it more). Prose has a word in lower case: a
-    header row of capitalised words ("Sales Growth Customers") set equally
-    apart is cells.
+    colon or comma and stretches it more). A row of words that all begin with
+    a capital ("Sales Growth Customers") set equally apart is a header's
+    cells, not prose.
 
     Args:
         words: word items in text order.
@@ -376,8 +376,8 @@ def cell_runs(words: list[Item]) -> list[Item]:
     for group in _word_groups(words, 1.0):
         wordy = 2 * sum(1 for w in group if any(ch.isalpha() for ch in w.text)) >= len(group)
         # a header row of capitalised single words set equally apart is not a line of prose
-        lower = any(w.text[:1].islower() for w in group)
-        justified = wordy and lower and _even_spaces(group)
+        capitalised = all(w.text[:1].isupper() for w in group)  # scripts without case never are
+        justified = wordy and not capitalised and _even_spaces(group)
         out.extend(_run(g) for g in ([group] if justified else _word_groups(group, CELL_GAP)))
     return out
 
