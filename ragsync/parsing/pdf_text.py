@@ -162,10 +162,12 @@ def _hard_hyphens(word: str) -> str:
     """A word joined at PDFium's line-end hyphen mark, the mark kept as a hyphen before a capital.
 
     PDFium marks every hyphen ending a line as soft (``U+FFFE``, dropped
-    later); one before a capital letter is a compound's own ("South-East").
+    later); one before a capitalised word is a compound's own ("South-East";
+    "CO-BRA", inside a word in capitals, is not).
     """
     return "".join(
-        "-" if ch == "\ufffe" and word[i + 1 : i + 2].isupper() else ch for i, ch in enumerate(word)
+        "-" if ch == "\ufffe" and word[i + 1 : i + 2].isupper() and word[i + 2 : i + 3].islower() else ch
+        for i, ch in enumerate(word)
     )
 
 
@@ -360,11 +362,11 @@ def cell_runs(words: list[Item]) -> list[Item]:
     prose (stretched spaces reach one em), not cells, and stays whole; a run
     of figures and signs is never prose (cells padded alike are as even).
     "Equally wide": within 0.08 em of the line's median space (loose glyph
-    boxes: an "f" overhangs its space); a space after sentence punctuation
-    may be wider by up to half an em (TeX sets a wider space after a period,
-    colon or comma and stretches it more). A row of words that all begin with
-    a capital ("Sales Growth Customers") set equally apart is a header's
-    cells, not prose.
+    boxes: an "f" overhangs its space), with two or more such spaces; a space
+    after a word of three or more characters ending a sentence or clause
+    (. ; : ! ?) may be wider by up to half an em (TeX sets a wider space there
+    and stretches it more). A row of words in title case ("Sales Growth
+    Customers") set equally apart is a header's cells, not prose.
 
     Args:
         words: word items in text order.
@@ -375,14 +377,16 @@ def cell_runs(words: list[Item]) -> list[Item]:
     out: list[Item] = []
     for group in _word_groups(words, 1.0):
         wordy = 2 * sum(1 for w in group if any(ch.isalpha() for ch in w.text)) >= len(group)
-        # a header row of capitalised single words set equally apart is not a line of prose
-        capitalised = all(w.text[:1].isupper() for w in group)  # scripts without case never are
+        # a header row of capitalised words set equally apart is not a line of prose (title
+        # case only: scripts without case never are, lines in capitals stay prose)
+        title = all(w.text[:1].isupper() for w in group)
+        capitalised = title and any(w.text != w.text.upper() for w in group)
         justified = wordy and not capitalised and _even_spaces(group)
         out.extend(_run(g) for g in ([group] if justified else _word_groups(group, CELL_GAP)))
     return out
 
 
-_SENTENCE_END = tuple(".,;:!?")
+_SENTENCE_END = tuple(".;:!?")  # not a comma: its space is hardly wider, and "County, | Texas" are cells
 
 
 def _even_spaces(group: list[Item]) -> bool:
@@ -390,10 +394,14 @@ def _even_spaces(group: list[Item]) -> bool:
     if len(group) < 3:
         return False
     size = max(w.size for w in group)
-    gaps = [(b.x0 - a.x1, a.text.endswith(_SENTENCE_END)) for a, b in zip(group, group[1:], strict=False)]
+    # a stop after a word, not after a list label or an initial ("E.", "1.")
+    gaps = [
+        (b.x0 - a.x1, len(a.text) >= 3 and a.text.endswith(_SENTENCE_END))
+        for a, b in zip(group, group[1:], strict=False)
+    ]
     plain = sorted(g for g, after_stop in gaps if not after_stop)
-    if not plain:
-        return False
+    if len(plain) < 2:
+        return False  # "C. Ethylène glycol": too few word spaces to tell prose from cells
     space = plain[len(plain) // 2]
     for gap, after_stop in gaps:
         if abs(gap - space) <= 0.08 * size:
