@@ -17,7 +17,13 @@ structure into five files:
   positions, as in most real reports;
 * ``pdf_fpdf2``: the same table laid out by a report library (fpdf2's
   ``table()``, no borders, columns sized to their content, figures
-  right-aligned); a second PDF producer.
+  right-aligned); a second PDF producer;
+* ``pdf_libreoffice``: a word processor's export: the ``docx`` rendering
+  converted by ``soffice --headless --convert-to pdf`` (its own user profile
+  per process; columns of equal width, so long row labels wrap);
+* ``pdf_latex``: a LaTeX ``tabular`` of the same layout (no rulings, figures
+  right-aligned, spanning headers as ``\\multicolumn``, signs in cells of
+  their own) compiled by ``pdflatex`` (Latin Modern fonts).
 
 ``--layout report`` (the layout of published financial statements) sets every
 figure column as two cells under one header spanning both: the currency sign
@@ -42,13 +48,15 @@ difference to HTML; target: PDF and DOCX within 0.03 of HTML.
 Usage::
 
     RAGSYNC_EMBED_BACKEND=onnx-int8 python benchmarks/eval_formats.py [--docs 60] [--seed 13]
-        [--formats html,md,txt,docx,pdf,pdf_fpdf2] [--layout simple|report] [--keep DIR] [--json]
+        [--formats html,md,txt,docx,pdf,pdf_fpdf2,pdf_libreoffice,pdf_latex] [--layout simple|report]
+        [--keep DIR] [--json]
 
-Needs Chromium for the PDF format (``chromium``, ``chromium-browser`` or
-``google-chrome`` on PATH); without it the PDF format is skipped with a
-message. LibreOffice and LaTeX are not producers here (not installed on the
-development machine). Exits 1 when a PDF format or DOCX is more than 0.03
-below HTML in either mode.
+A PDF producer whose tool is missing is skipped with the reason (printed and
+under ``skipped`` in the JSON): ``pdf`` needs Chromium (``chromium``,
+``chromium-browser`` or ``google-chrome`` on PATH), ``pdf_libreoffice``
+``soffice`` (Debian: libreoffice-writer-nogui), ``pdf_latex`` ``pdflatex``
+with Latin Modern (texlive-latex-base, lmodern). Exits 1 when a PDF format
+or DOCX is more than 0.03 below HTML in either mode.
 """
 
 from __future__ import annotations
@@ -74,7 +82,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from tests.chromium import find_chromium, run_headless  # noqa: E402
 
-FORMATS = ("html", "md", "txt", "docx", "pdf", "pdf_fpdf2")
+FORMATS = ("html", "md", "txt", "docx", "pdf", "pdf_fpdf2", "pdf_libreoffice", "pdf_latex")
 LAYOUTS = ("simple", "report")
 NOTE = "\u00b9"  # the footnote marker of ``--layout report``: <sup>1</sup> in HTML
 
@@ -479,12 +487,15 @@ def render_fpdf2(rep: Report, layout: str = "simple") -> bytes:
         pdf.multi_cell(0, 5.5, text, new_x="LMARGIN", new_y="NEXT")
         pdf.ln(2)
     heads, rows = grid(rep, layout)
-    # Headings are set in bold: measure them in bold, or they wrap inside their cells.
-    pdf.set_font("DejaVu", "B", 10)
-    head_widths = [[pdf.get_string_width(row[j]) for j in range(len(rows[0]))] for row in map(_flat, heads)]
+
+    def width(text: str, style: str) -> float:
+        pdf.set_font("DejaVu", style, 10)
+        return pdf.get_string_width(text)
+
+    # header cells are set in bold: measured in bold (else "Growth" wraps into "Growt h")
+    flat = [(r, "B") for r in (_flat(h) for h in heads)] + [(r, "") for r in rows]
+    widths = [max(width(row[j], style) for row, style in flat) + 2.5 for j in range(len(rows[0]))]
     pdf.set_font("DejaVu", "", 10)
-    body_widths = [[pdf.get_string_width(row[j]) for j in range(len(rows[0]))] for row in rows]
-    widths = [max(w[j] for w in head_widths + body_widths) + 2.5 for j in range(len(rows[0]))]
     widths[0] += 4
     align = ["LEFT"] + [
         "LEFT" if all(r[j] in ("€", "$", "%", "") for r in rows) else "RIGHT" for j in range(1, len(widths))
@@ -512,6 +523,109 @@ def render_fpdf2(rep: Report, layout: str = "simple") -> bytes:
     return bytes(pdf.output())
 
 
+def _tex(text: str) -> str:
+    """``text`` with LaTeX's special characters escaped (the footnote marker as a superscript 1)."""
+    special = {
+        "\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_",
+        "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}",
+        "€": r"\texteuro{}", NOTE: r"\textsuperscript{1}",
+    }  # fmt: skip
+    return "".join(special.get(ch, ch) for ch in text)
+
+
+def render_latex(rep: Report, layout: str = "simple") -> str:
+    """The report as a LaTeX article: a ``tabular`` without rulings, figures right-aligned.
+
+    Header cells spanning two columns are ``\\multicolumn{2}{c}``; sign
+    columns (currency, percent) are left-aligned cells of their own, set the
+    default ``\\tabcolsep`` apart like every other column.
+    """
+    heads, rows = grid(rep, layout)
+    spec = "l" + "".join(
+        "l" if all(r[j] in ("€", "$", "%", "") for r in rows) else "r" for j in range(1, len(rows[0]))
+    )
+    lines = []
+    for cells in heads:
+        texts = [_tex(t) if span == 1 else f"\\multicolumn{{{span}}}{{c}}{{{_tex(t)}}}" for t, span in cells]
+        lines.append(" & ".join(texts) + r" \\")
+    lines += [" & ".join(_tex(c) for c in row) + r" \\" for row in rows]
+    before = "\n\n".join(_tex(p) for p in (*rep.paragraphs[: rep.split], rep.caption))
+    after = "\n\n".join(_tex(p) for p in rep.paragraphs[rep.split :])
+    return (
+        "\\documentclass[11pt]{article}\n\\usepackage[T1]{fontenc}\n\\usepackage{lmodern}\n"
+        "\\usepackage{textcomp}\n\\pagestyle{empty}\n\\begin{document}\n"
+        f"\\section*{{{_tex(rep.title)}}}\n\n{before}\n\n\\medskip\\noindent\n"
+        f"\\begin{{tabular}}{{{spec}}}\n" + "\n".join(lines) + "\n\\end{tabular}\n\n\\medskip\n"
+        f"{after}\n\\end{{document}}\n"
+    )
+
+
+def compile_latex(source: str, pdf_file: Path, work: Path) -> None:
+    """Compile a LaTeX source with ``pdflatex`` in ``work`` (its aux files) into ``pdf_file``.
+
+    Raises:
+        RuntimeError: pdflatex failed (the tail of its log in the message).
+    """
+    import subprocess
+
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "report.tex").write_text(source, encoding="utf-8")
+    done = subprocess.run(
+        ["pdflatex", "-interaction=nonstopmode", "-halt-on-error", "report.tex"],
+        cwd=work, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    out = work / "report.pdf"
+    if done.returncode != 0 or not out.exists():
+        raise RuntimeError(f"pdflatex failed for {pdf_file.name}: {done.stdout[-1500:]}")
+    shutil.move(str(out), pdf_file)
+
+
+def convert_libreoffice(docx_files: Sequence[Path], outdir: Path, profile: Path) -> None:
+    """Convert DOCX files to PDF with one headless LibreOffice (``soffice --convert-to pdf``).
+
+    ``profile`` is the LibreOffice user installation of this process, so
+    parallel conversions (and a desktop LibreOffice) do not share one.
+
+    Raises:
+        RuntimeError: soffice failed or did not write every PDF.
+    """
+    import subprocess
+
+    soffice = shutil.which("soffice") or shutil.which("libreoffice")
+    if soffice is None:
+        raise RuntimeError("LibreOffice (soffice) is not installed")
+    done = subprocess.run(
+        [soffice, f"-env:UserInstallation={profile.resolve().as_uri()}", "--headless", "--norestore",
+         "--convert-to", "pdf", "--outdir", str(outdir), *map(str, docx_files)],
+        capture_output=True, text=True, timeout=60 + 30 * len(docx_files), check=False,
+    )  # fmt: skip
+    missing = [f.name for f in docx_files if not (outdir / f"{f.stem}.pdf").exists()]
+    if done.returncode != 0 or missing:
+        raise RuntimeError(f"soffice could not convert {missing[:5]}: {done.stderr[-1500:]}")
+
+
+def producer_missing(fmt: str) -> str | None:
+    """Why a PDF producer cannot run here (its tool is not installed); None when it can."""
+    if fmt == "pdf" and find_chromium() is None:
+        return "Chromium not found (chromium, chromium-browser or google-chrome)"
+    if fmt == "pdf_libreoffice" and not (shutil.which("soffice") or shutil.which("libreoffice")):
+        return "LibreOffice not found (soffice; apt-get install libreoffice-writer-nogui)"
+    if fmt == "pdf_latex":
+        if shutil.which("pdflatex") is None:
+            return "pdflatex not found (apt-get install texlive-latex-base lmodern)"
+        import subprocess
+
+        found = subprocess.run(["kpsewhich", "lmodern.sty"], capture_output=True, text=True, check=False)
+        if not found.stdout.strip():
+            return "the Latin Modern fonts are not installed for pdflatex (apt-get install lmodern)"
+    if fmt == "pdf_fpdf2":
+        try:
+            import fpdf  # noqa: F401
+        except ImportError:
+            return "fpdf2 not installed"
+    return None
+
+
 def print_pdf(browser: str, html_file: Path, pdf_file: Path, profile: Path) -> None:
     """Print ``html_file`` to ``pdf_file`` with headless Chromium (offline, no header or footer).
 
@@ -530,13 +644,15 @@ def render_all(
     """Write every report in every format: ``dest/<format>/<slug>.<format>``.
 
     PDFs are printed by ``workers`` Chromium processes at a time, each with
-    its own profile folder (Chromium locks a profile).
+    its own profile folder (Chromium locks a profile); LibreOffice converts
+    the DOCX renderings in ``workers`` batches (one process and user profile
+    each); ``pdflatex`` runs ``workers`` at a time.
 
     Returns:
         ``{format: folder}``.
 
     Raises:
-        RuntimeError: ``pdf`` is asked for and Chromium is missing or fails.
+        RuntimeError: a PDF producer is asked for and its tool is missing or fails.
         ValueError: a format outside :data:`FORMATS`.
     """
     unknown = sorted(set(formats) - set(FORMATS))
@@ -546,11 +662,15 @@ def render_all(
     for fmt in formats:
         folders[fmt] = dest / fmt
         folders[fmt].mkdir(parents=True, exist_ok=True)
+    for fmt in formats:
+        reason = producer_missing(fmt)
+        if reason is not None:
+            raise RuntimeError(f"{fmt}: {reason}")
     browser = find_chromium() if "pdf" in formats else None
-    if "pdf" in formats and browser is None:
-        raise RuntimeError("Chromium is not installed (apt-get install chromium): the pdf format needs it")
     staging = dest / "_pdf_html"
     pdf_jobs: list[tuple[Path, Path, Path]] = []
+    lo_docx: list[Path] = []
+    tex_jobs: list[tuple[str, Path, Path]] = []
     for rep in reports:
         page = render_html(rep, layout)
         for fmt in formats:
@@ -565,17 +685,34 @@ def render_all(
                 target.write_bytes(render_docx(rep, layout))
             elif fmt == "pdf_fpdf2":
                 target.write_bytes(render_fpdf2(rep, layout))
+            elif fmt == "pdf_libreoffice":
+                src = dest / "_lo_docx" / f"{rep.slug}.docx"
+                src.parent.mkdir(exist_ok=True)
+                src.write_bytes(render_docx(rep, layout))
+                lo_docx.append(src)
+            elif fmt == "pdf_latex":
+                tex_jobs.append((render_latex(rep, layout), target, dest / "_latex" / rep.slug))
             elif fmt == "pdf":
                 staging.mkdir(exist_ok=True)
                 src = staging / f"{rep.slug}.html"
                 src.write_text(page, encoding="utf-8")
                 pdf_jobs.append((src, target, dest / "_chromium" / rep.slug))
-    if pdf_jobs:
-        assert browser is not None
-        with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-            for done in [pool.submit(print_pdf, browser, *job) for job in pdf_jobs]:
-                done.result()
-        shutil.rmtree(dest / "_chromium", ignore_errors=True)
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        futures = []
+        if pdf_jobs:
+            assert browser is not None
+            futures += [pool.submit(print_pdf, browser, *job) for job in pdf_jobs]
+        batches = [lo_docx[k :: max(1, workers)] for k in range(max(1, workers))]
+        futures += [
+            pool.submit(convert_libreoffice, batch, folders["pdf_libreoffice"], dest / "_lo_profile" / str(k))
+            for k, batch in enumerate(batches)
+            if batch
+        ]
+        futures += [pool.submit(compile_latex, *job) for job in tex_jobs]
+        for done in futures:
+            done.result()
+    for tmp in ("_chromium", "_lo_profile", "_lo_docx", "_latex"):
+        shutil.rmtree(dest / tmp, ignore_errors=True)
     return folders
 
 
@@ -630,9 +767,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     reports, questions = generate(args.docs, args.seed)
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="eval_formats_"))
     work.mkdir(parents=True, exist_ok=True)
-    if "pdf" in formats and find_chromium() is None:
-        print("eval_formats: Chromium not found, the pdf format is skipped", file=sys.stderr)
-        formats.remove("pdf")
+    skipped = {fmt: reason for fmt in formats if (reason := producer_missing(fmt)) is not None}
+    for fmt, reason in skipped.items():
+        print(f"eval_formats: {fmt} skipped: {reason}", file=sys.stderr)
+        formats.remove(fmt)
     out: dict[str, Any] = {
         "docs": len(reports),
         "questions": len(questions),
@@ -641,6 +779,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "layout": args.layout,
         "embed_backend": os.environ.get("RAGSYNC_EMBED_BACKEND") or "torch",
         "formats": {},
+        "skipped": skipped,
     }
     try:
         t0 = time.monotonic()
@@ -677,6 +816,8 @@ def markdown(r: dict[str, Any]) -> str:
         "| hybrid, paragraph questions | hybrid − HTML | chunks | indexed / dead | backfill s |",
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
+    for fmt, reason in r.get("skipped", {}).items():
+        lines.append(f"| {fmt} | skipped: {reason} | | | | | | | |")
     for fmt, res in r["formats"].items():
         diff = res.get("minus_html", {}).get("hybrid")
         lines.append(

@@ -2,10 +2,11 @@
 
 Two generated reports are rendered into every format; each file must hold
 every table cell, the DOCX table must have no border, and ragsync must parse
-the table back from HTML, Markdown, DOCX and the Chromium-printed PDF with
-the header row first and every row whole. The PDF needs Chromium: skipped
-without it, except in CI with ``RAGSYNC_WITH_CHROMIUM=1`` (as in
-``tests/test_report.py``).
+the table back from HTML, Markdown, DOCX and every PDF producer's PDF with
+the header row first and every row whole. The Chromium PDF needs Chromium:
+skipped without it, except in CI with ``RAGSYNC_WITH_CHROMIUM=1`` (as in
+``tests/test_report.py``); the LibreOffice and LaTeX PDFs are skipped
+without ``soffice`` or ``pdflatex``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,10 @@ ef = load_benchmark("eval_formats")
 
 
 def _formats() -> tuple[str, ...]:
-    if find_chromium() is not None:
-        return ef.FORMATS
-    fail_if_chromium_required("the PDF rendering must be tested")
-    return tuple(f for f in ef.FORMATS if f != "pdf")
+    if find_chromium() is None:
+        fail_if_chromium_required("the PDF rendering must be tested")
+    # LibreOffice and pdflatex are optional producers: their formats are left out without them.
+    return tuple(f for f in ef.FORMATS if ef.producer_missing(f) is None)
 
 
 def _md_rows(markdown: str) -> list[list[str]]:
@@ -70,7 +71,8 @@ def test_every_rendering_holds_the_table_and_parses_back_header_first(tmp_path: 
     for rep in reports:
         truth = [list(rep.header), *(list(r) for r in rep.rows)]
         for fmt in formats:
-            data = (folders[fmt] / f"{rep.slug}.{ef.extension(fmt)}").read_bytes()
+            name = f"{rep.slug}.{ef.extension(fmt)}"
+            data = (folders[fmt] / name).read_bytes()
             if fmt in ("html", "md", "txt"):
                 text = data.decode("utf-8")
                 for cell in rep.cells():
@@ -84,7 +86,7 @@ def test_every_rendering_holds_the_table_and_parses_back_header_first(tmp_path: 
                 assert len(doc.tables) == 1
                 assert [[c.text for c in row.cells] for row in doc.tables[0].rows] == truth
                 assert b"tblBorders" not in data and b"w:tcBorders" not in data
-            if fmt == "pdf":
+            if fmt.startswith("pdf"):
                 import pypdfium2 as pdfium
 
                 pdf = pdfium.PdfDocument(data)
@@ -94,7 +96,7 @@ def test_every_rendering_holds_the_table_and_parses_back_header_first(tmp_path: 
                     assert cell in page_text, cell
             if fmt == "txt":
                 continue  # plain text has no table markup to parse back
-            result = parse(data, detect_mime(data, f"{rep.slug}.{fmt}"), filename=f"{rep.slug}.{fmt}")
+            result = parse(data, detect_mime(data, name), filename=name)
             tables = [e for e in result.elements if e.type == ElementType.TABLE]
             assert len(tables) == 1, (fmt, [e.type for e in result.elements])
             assert _md_rows(tables[0].text) == truth, fmt

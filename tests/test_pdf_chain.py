@@ -222,6 +222,13 @@ def test_join_line_reads_right_to_left_words_from_the_right() -> None:
     assert join_line(words("ICDAR", "2013", "מבחן")) == "ICDAR 2013 מבחן"  # more Latin letters
 
 
+def test_line_end_hyphen_before_a_capital_is_kept() -> None:
+    from ragsync.parsing.pdf_text import _hard_hyphens
+
+    assert _hard_hyphens("South\ufffeEast") == "South-East"  # a compound broken at its hyphen
+    assert _hard_hyphens("headquar\ufffetered") == "headquar\ufffetered"  # soft: dropped later
+
+
 @corpus_required
 def test_corpus_right_to_left_table_labels_in_reading_order() -> None:
     """ICDAR 2013 / tabula's indictb1h_14 (Bank of Israel): Hebrew row labels."""

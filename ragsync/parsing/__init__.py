@@ -26,7 +26,7 @@ from ragsync.parsing._common import RawParse
 from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
 
 # Change whenever any parser's output changes (it is part of cache keys).
-PARSER_VERSION = "p6"
+PARSER_VERSION = "p7"
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"

@@ -10,7 +10,9 @@ centres, header row first):
 * aligned (borderless): runs of consecutive text lines with two or more runs
   each, whose runs fall into at least two x-columns separated by empty
   gutters. Rows are text lines; a line holding only one cell, set as close
-  under the row above as lines inside a cell are, continues that row's cell. To keep prose out, at
+  under the row above as lines inside a cell are (0.35 line heights, or well
+  under the gap above the table's rows when rows are spaced apart: a wrapped
+  row label of a word processor's table), continues that row's cell. To keep prose out, at
   least two columns must hold short cells (median <= 40 characters), at most
   one may hold long ones, and at least three rows must fill two or more
   cells.
@@ -274,29 +276,54 @@ def _assign(line: list[Item], cols: list[tuple[float, float]]) -> list[str]:
 
 
 def _blocks(lines: list[list[Item]]) -> list[list[list[Item]]]:
-    """Runs of consecutive lines that could form a table (2+ runs; short single runs allowed inside)."""
-    blocks: list[list[list[Item]]] = []
+    """Runs of consecutive lines that could form a table (2+ runs; short single runs allowed inside).
+
+    Header lines cut off from the rows by a gap (an empty header row, spaced
+    as a word processor spaces rows) rejoin them: lines of too few rows to be
+    a table, ending in a line of 2+ runs, right above a block at most one
+    empty row (its line height and two row gaps, plus a fifth) away.
+    """
+    blocks: list[tuple[list[list[Item]], bool]] = []
     cur: list[list[Item]] = []
+    after_gap = False  # cur started right under the previous block, cut off only by a gap
     prev: list[Item] | None = None
     for line in lines:
         size = max(it.size for it in line)
         gap = (min(it.bottom for it in prev) - max(it.top for it in line)) if prev else 0.0
         multi = len(line) >= 2
         short_single = len(line) == 1 and len(line[0].text) <= _SHORT_CELL
+        cut = False
         if cur and (gap > _MAX_LINE_GAP * size or not (multi or short_single)):
-            blocks.append(cur)
+            blocks.append((cur, after_gap))
             cur = []
+            cut = gap > _MAX_LINE_GAP * size
         if multi or (cur and short_single):
+            if not cur:
+                after_gap = cut and multi
             cur.append(line)
         prev = line
     if cur:
-        blocks.append(cur)
+        blocks.append((cur, after_gap))
     out = []
-    for b in blocks:
-        while b and len(b[-1]) < 2 and not _tight(b[-1], b[-2] if len(b) > 1 else None):
+    short: list[list[Item]] | None = None  # the previous block, too few rows to be a table
+    for b, joined in blocks:
+        pitch = _row_gap(b)
+        while b and len(b[-1]) < 2 and not _tight(b[-1], b[-2] if len(b) > 1 else None, pitch):
             b = b[:-1]  # trailing single runs are text after the table (unless they continue a cell)
+        if (
+            joined
+            and short
+            and b
+            and pitch is not None
+            and len(short[-1]) >= 2
+            and _gap(b[0], short[-1]) <= 1.2 * (max(it.size for it in b[0]) + 2 * pitch)
+        ):
+            b = short + b
         if sum(1 for line in b if len(line) >= 2) >= _MIN_ROWS:
             out.append(b)
+            short = None
+        else:
+            short = b
     return out
 
 
@@ -316,9 +343,14 @@ def aligned_tables(runs: Sequence[Item]) -> list[Table]:
             continue
         rows: list[list[str]] = []
         prev_line: list[Item] | None = None
+        pitch = _row_gap(block)
         for line in block:
             cells = _assign(line, cols)
-            col = _continuation(line, prev_line, cells, rows[-1]) if rows and prev_line is not None else -1
+            col = (
+                _continuation(line, prev_line, cells, rows[-1], pitch)
+                if rows and prev_line is not None
+                else -1
+            )
             if col >= 0:
                 rows[-1][col] = join_cell(rows[-1][col], cells[col])
             else:
@@ -338,18 +370,39 @@ def aligned_tables(runs: Sequence[Item]) -> list[Table]:
     return tables
 
 
-def _tight(line: list[Item], prev: list[Item] | None) -> bool:
-    """Whether ``line`` follows ``prev`` at the spacing of lines inside one cell."""
+def _gap(line: list[Item], prev: list[Item]) -> float:
+    """The white space between a line and the line above it."""
+    return min(it.bottom for it in prev) - max(it.top for it in line)
+
+
+def _row_gap(block: list[list[Item]]) -> float | None:
+    """The median white space above the lines of a block that fill two or more cells (row starts).
+
+    None with fewer than two such lines below the first line.
+    """
+    gaps = sorted(_gap(line, prev) for prev, line in zip(block, block[1:], strict=False) if len(line) >= 2)
+    return gaps[len(gaps) // 2] if len(gaps) >= 2 else None
+
+
+def _tight(line: list[Item], prev: list[Item] | None, row_gap: float | None = None) -> bool:
+    """Whether ``line`` follows ``prev`` at the spacing of lines inside one cell.
+
+    That is at most 0.35 line heights apart, or (rows spaced apart, as a word
+    processor's paragraph spacing sets them) at most 0.6 of the gap above the
+    table's rows: the lines of a wrapped cell are set closer than its rows.
+    """
     if prev is None:
         return False
-    gap = min(it.bottom for it in prev) - max(it.top for it in line)
-    return gap <= 0.35 * max(it.size for it in line)
+    gap = _gap(line, prev)
+    return gap <= 0.35 * max(it.size for it in line) or (row_gap is not None and gap <= 0.6 * row_gap)
 
 
-def _continuation(line: list[Item], prev: list[Item], cells: list[str], prev_cells: list[str]) -> int:
+def _continuation(
+    line: list[Item], prev: list[Item], cells: list[str], prev_cells: list[str], row_gap: float | None = None
+) -> int:
     """The column a line continues: one filled cell, right under a row whose cell there is filled; else -1."""
     filled = [j for j, c in enumerate(cells) if c]
-    if len(filled) != 1 or not prev_cells[filled[0]] or not _tight(line, prev):
+    if len(filled) != 1 or not prev_cells[filled[0]] or not _tight(line, prev, row_gap):
         return -1
     return filled[0]
 

@@ -118,9 +118,7 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
         # Runs never continue across PDFium's line breaks: it breaks between the columns of a
         # page even where the gutter is narrower than one em.
         first = len(out)
-        for m in _WORD.finditer(line):
-            a = start + m.start()
-            b = start + m.end() - 1
+        for a, b, word in _words(raw, line, start, rect_p, upright_page=not page_turn):
             get_box(raw, a, rect_p)
             left, right, bottom, top = rect.left, rect.right, rect.bottom, rect.top
             if b != a:
@@ -128,7 +126,7 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
                 if not page_turn and abs(rect.bottom + rect.top - bottom - top) > top - bottom:
                     # hyphenated across a line break (PDFium joins the halves at its soft-hyphen
                     # mark): the box ends at the mark, on the first line
-                    mark = m.group().find("\ufffe")
+                    mark = word.find("\ufffe")
                     get_box(raw, a + mark if mark > 0 else a, rect_p)
                     rect.bottom, rect.top = bottom, top
                 if rect.left < left:
@@ -144,7 +142,8 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
             size = top - bottom
             if size < 0.1:
                 size = 0.1
-            word = m.group()
+            if "\ufffe" in word:
+                word = _hard_hyphens(word)
             if not words and len(out) > first and _extend_run(out[-1], left, right, bottom, top, size):
                 parts.append(word)
                 continue
@@ -157,6 +156,55 @@ def pdfium_items(textpage: Any, *, words: bool = False) -> list[Item]:
         if not exact:
             item.text = _fix_units(item.text)
     return [it for it in out if it.text] if not exact else out
+
+
+def _hard_hyphens(word: str) -> str:
+    """A word joined at PDFium's line-end hyphen mark, the mark kept as a hyphen before a capital.
+
+    PDFium marks every hyphen ending a line as soft (``U+FFFE``, dropped
+    later); one before a capitalised word is a compound's own ("South-East";
+    "CO-BRA", inside a word in capitals, is not).
+    """
+    return "".join(
+        "-" if ch == "\ufffe" and word[i + 1 : i + 2].isupper() and word[i + 2 : i + 3].islower() else ch
+        for i, ch in enumerate(word)
+    )
+
+
+_MARKERS = frozenset("0123456789*\u2020\u2021")  # footnote markers: digits, asterisk, daggers
+
+
+def _words(raw: Any, line: str, start: int, rect_p: Any, *, upright_page: bool) -> list[tuple[int, int, str]]:
+    """``(first, last, text)`` of each word of one PDFium line; a footnote marker is a word of its own.
+
+    A marker (up to two digits, an asterisk or a dagger) set raised and
+    smaller right after a lower-case letter ("tax" + superscript "1", as TeX
+    and word processors set it with no space) would otherwise end the word:
+    "tax1". After a capital or a word of one or two letters it stays (a
+    product name "DB2", an exponent "X2", "a2").
+    """
+    out = []
+    for m in _WORD.finditer(line):
+        a, b, text = start + m.start(), start + m.end() - 1, m.group()
+        k = len(text)
+        while k > 1 and len(text) - k < 2 and text[k - 1] in _MARKERS:
+            k -= 1
+        # not "DB2", "X2", "a2": a name, an exponent (of a capital or a one- or two-letter variable)
+        marked = k >= 3 and k < len(text) and text[k - 1].islower()
+        if marked and upright_page and _raised(raw, a + k - 1, a + k, rect_p):
+            out += [(a, a + k - 1, text[:k]), (a + k, b, text[k:])]
+        else:
+            out.append((a, b, text))
+    return out
+
+
+def _raised(raw: Any, base: int, mark: int, rect_p: Any) -> bool:
+    """Whether character ``mark`` is set smaller than ``base`` and raised above its baseline."""
+    rect = rect_p._obj
+    pdfium_c.FPDFText_GetLooseCharBox(raw, base, rect_p)
+    bottom, height = rect.bottom, rect.top - rect.bottom
+    pdfium_c.FPDFText_GetLooseCharBox(raw, mark, rect_p)
+    return height > 0 and rect.top - rect.bottom < 0.85 * height and rect.bottom > bottom + 0.2 * height
 
 
 def _unit_text(raw: Any, n: int) -> str:
@@ -313,6 +361,12 @@ def cell_runs(words: list[Item]) -> list[Item]:
     A run of words whose spaces are all equally wide is a justified line of
     prose (stretched spaces reach one em), not cells, and stays whole; a run
     of figures and signs is never prose (cells padded alike are as even).
+    "Equally wide": within 0.08 em of the line's median space (loose glyph
+    boxes: an "f" overhangs its space), with two or more such spaces; a space
+    after a word of three or more characters ending a sentence or clause
+    (. ; : ! ?) may be wider by up to half an em (TeX sets a wider space there
+    and stretches it more). A row of words in title case ("Sales Growth
+    Customers") set equally apart is a header's cells, not prose.
 
     Args:
         words: word items in text order.
@@ -322,12 +376,39 @@ def cell_runs(words: list[Item]) -> list[Item]:
     """
     out: list[Item] = []
     for group in _word_groups(words, 1.0):
-        gaps = [b.x0 - a.x1 for a, b in zip(group, group[1:], strict=False)]
-        size = max(w.size for w in group)
         wordy = 2 * sum(1 for w in group if any(ch.isalpha() for ch in w.text)) >= len(group)
-        justified = wordy and len(gaps) >= 2 and max(gaps) - min(gaps) <= 0.05 * size
+        # a header row of capitalised words set equally apart is not a line of prose (title
+        # case only: scripts without case never are, lines in capitals stay prose)
+        title = all(w.text[:1].isupper() for w in group)
+        capitalised = title and any(w.text != w.text.upper() for w in group)
+        justified = wordy and not capitalised and _even_spaces(group)
         out.extend(_run(g) for g in ([group] if justified else _word_groups(group, CELL_GAP)))
     return out
+
+
+_SENTENCE_END = tuple(".;:!?")  # not a comma: its space is hardly wider, and "County, | Texas" are cells
+
+
+def _even_spaces(group: list[Item]) -> bool:
+    """Whether the spaces of a word group (3+ words) are those of one line of prose (see ``cell_runs``)."""
+    if len(group) < 3:
+        return False
+    size = max(w.size for w in group)
+    # a stop after a word, not after a list label or an initial ("E.", "1.")
+    gaps = [
+        (b.x0 - a.x1, len(a.text) >= 3 and a.text.endswith(_SENTENCE_END))
+        for a, b in zip(group, group[1:], strict=False)
+    ]
+    plain = sorted(g for g, after_stop in gaps if not after_stop)
+    if len(plain) < 2:
+        return False  # "C. Ethylène glycol": too few word spaces to tell prose from cells
+    space = plain[len(plain) // 2]
+    for gap, after_stop in gaps:
+        if abs(gap - space) <= 0.08 * size:
+            continue
+        if not (after_stop and space < gap <= space + 0.5 * size):
+            return False
+    return True
 
 
 def _word_groups(words: list[Item], max_gap: float) -> list[list[Item]]:
