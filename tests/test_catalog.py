@@ -65,7 +65,7 @@ ALL_TABLES = {
     "document_tallies",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"]
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
 
 
 @pytest.fixture
