@@ -106,6 +106,46 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _start_ticks(pid: int) -> str:
+    """The process's start time in clock ticks since boot (``/proc/PID/stat``
+    field 22), '' when unreadable: with the pid it names one process even
+    after the pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return ""
+
+
+def run_identity(pid: int | None = None) -> str:
+    """``HOST:PID:START`` of this process (or ``pid``): who holds the leases
+    of the events a stream claims (``events.lease_holder``)."""
+    import socket
+
+    pid = os.getpid() if pid is None else pid
+    return f"{socket.gethostname()}:{pid}:{_start_ticks(pid)}"
+
+
+def holder_gone(holder: str, me: str) -> bool:
+    """True when the process ``holder`` (a ``run_identity``) no longer runs.
+
+    Only a process of this host can be looked at: ``me`` itself is alive; a
+    pid that is not running, is a zombie or was reused (another start time)
+    is gone. A holder on another host, or a malformed one, is not known to be
+    gone (False), so its leases count as before.
+    """
+    parts = holder.rsplit(":", 2)
+    if holder == me or len(parts) != 3:
+        return False
+    host, pid_text, start = parts
+    if host != me.rsplit(":", 2)[0] or not pid_text.isdigit():
+        return False
+    pid = int(pid_text)
+    if not _alive(pid):
+        return True
+    return bool(start) and _start_ticks(pid) not in ("", start)
+
+
 class Stopped(KeyboardInterrupt):
     """Raised in the main thread by SIGTERM (SIGINT raises KeyboardInterrupt)."""
 

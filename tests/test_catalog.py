@@ -65,7 +65,7 @@ ALL_TABLES = {
     "document_tallies",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"]
+ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
 
 
 @pytest.fixture
@@ -376,21 +376,25 @@ def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None
     catalog.record_fetch(fetch("d1", version="v2", content_hash="h1"))
     doc = catalog.get_document("d1")
     assert doc is not None
-    assert (doc.status, doc.source_version, doc.indexed_version) == (STATUS_INDEXED, "v2", "h1@v1")
+    assert (doc.status, doc.source_version, doc.indexed_version) == (STATUS_INDEXED, "v1", "h1@v1")
     assert doc.chunk_count == 3
 
-    # New bytes: the live version (status, hash of the live bytes) stays
-    # searchable until the next flip; the accepted source version moves on.
+    # New bytes: the live version (status, hash of the live bytes, and the
+    # version stamp the gate compares with) stays until the next flip: no
+    # observation of v3 is recorded before v3 is written.
     catalog.record_fetch(fetch("d1", version="v3", content_hash="h2"))
     doc = catalog.get_document("d1")
     assert doc is not None
     assert (doc.status, doc.content_hash, doc.source_version, doc.indexed_version, doc.chunk_count) == (
         STATUS_INDEXED,
         "h1",
-        "v3",
+        "v1",
         "h1@v1",
         3,
     )
+    assert flip(catalog, "d1", version="v3", content_hash="h2", expected_version_guard="v1")
+    doc = catalog.get_document("d1")
+    assert doc is not None and (doc.content_hash, doc.source_version) == ("h2", "v3")
 
 
 def test_record_fetch_accepts_fetched_document(catalog: Catalog) -> None:
@@ -433,13 +437,13 @@ def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
     assert _fields(catalog, "d1", *live) == (STATUS_INDEXED, "h1@v1", "chunker-1", "parser-1")
     assert _fields(catalog, "d1", "chunk_count", "indexed_at", "error_class") == (3, 1000.5, None)
 
-    # A newer fetch (v2) overtakes a slow v1 writer: the v1 flip must be refused.
+    # A newer fetch (v2) records nothing the gate reads before its write.
     catalog.record_fetch(fetch("d1", version="v2", content_hash="h2"))
-    assert not flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
     versions = ("status", "source_version", "content_hash", "indexed_version")
-    assert _fields(catalog, "d1", *versions) == (STATUS_INDEXED, "v2", "h1", "h1@v1")
-    # The v2 writer's flip passes; an unguarded flip always applies.
-    assert flip(catalog, "d1", version="v2", content_hash="h2", expected_version_guard="v2")
+    assert _fields(catalog, "d1", *versions) == (STATUS_INDEXED, "v1", "h1", "h1@v1")
+    # Two writers saw v1 live: the first flip (v2) passes, the slow one is refused.
+    assert flip(catalog, "d1", version="v2", content_hash="h2", expected_version_guard="v1")
+    assert not flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
     assert _fields(catalog, "d1", "indexed_version") == ("h2@v2",)
     assert flip(catalog, "d1", version="v2", content_hash="h2")  # repeated: same end state
     assert catalog.document_counts_by_status() == {STATUS_INDEXED: 1}

@@ -390,3 +390,15 @@ def test_a_tied_acl_event_of_a_higher_revision_applies_and_keeps_its_denials() -
         )
         == GateAction.APPLY
     )
+
+
+def test_a_delivery_lost_with_its_whole_process_is_not_counted() -> None:
+    from ragsync.decisions import Delivery, next_delivery
+
+    assert next_delivery(0, lost_with_process=False, max_deliveries=5) == Delivery(False, 1)
+    assert next_delivery(3, lost_with_process=False, max_deliveries=5) == Delivery(False, 4)
+    assert next_delivery(3, lost_with_process=True, max_deliveries=5) == Delivery(False, 3)
+    assert next_delivery(5, lost_with_process=False, max_deliveries=5) == Delivery(True, 5)
+    assert next_delivery(5, lost_with_process=True, max_deliveries=5) == Delivery(False, 5)
+    assert next_delivery(6, lost_with_process=True, max_deliveries=5) == Delivery(True, 5)
+    assert next_delivery(0, lost_with_process=True, max_deliveries=5) == Delivery(False, 1)

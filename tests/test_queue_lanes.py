@@ -123,3 +123,44 @@ def test_a_scoped_claim_leases_only_its_tenants_source_events(catalog: Catalog) 
     assert catalog.claim_events(now=201.0, scope=scope).claimed == []  # leased: nothing more of its own
     rest = catalog.claim_events(now=201.0)
     assert sorted(_ids(rest.claimed)) == ["a-other-07", "b-delete-02", "b-upsert-01"]
+
+
+def test_a_stream_killed_again_and_again_never_makes_a_crash_loop(catalog: Catalog) -> None:
+    """Leases lost with their whole process (the holder is gone) are not
+    deliveries; leases lost while the holder runs on (a worker died) are."""
+    catalog.enqueue_events([_event("a", 1)], now=0.0)
+    dead_runs = {f"host:{pid}:1" for pid in range(100, 120)}
+    for i, run in enumerate(sorted(dead_runs)):  # 20 kills of the whole stream
+        got = catalog.claim_events(
+            lease_s=5.0, max_deliveries=3, now=10.0 * (i + 1), holder=run, holder_gone=dead_runs.__contains__
+        )
+        assert (_ids(got.claimed), got.claimed[0]["deliveries"], got.crash_looped) == (["a-upsert-01"], 1, [])
+    assert catalog.tenant_event("a", "a-upsert-01")["lease_holder"] == "host:119:1"  # type: ignore[index]
+    # The same run leasing again (its worker died): counted, then set aside.
+    for i in range(2):
+        got = catalog.claim_events(
+            lease_s=5.0,
+            max_deliveries=3,
+            now=500.0 + 10 * i,
+            holder="host:119:1",
+            holder_gone=dead_runs.__contains__,
+        )
+    assert got.claimed[0]["deliveries"] == 3
+    got = catalog.claim_events(
+        lease_s=5.0, max_deliveries=3, now=600.0, holder="host:7:1", holder_gone=lambda h: False
+    )
+    assert (_ids(got.crash_looped), got.claimed) == (["a-upsert-01"], [])
+
+
+def test_a_restart_takes_the_events_a_killed_stream_held_at_once(catalog: Catalog) -> None:
+    catalog.enqueue_events([_event("a", 1), _event("a", 2)], now=0.0)
+    catalog.claim_events(limit=1, lease_s=300.0, now=1.0, holder="host:1:1")  # killed
+    catalog.claim_events(limit=1, lease_s=300.0, now=1.0, holder="host:2:1")  # still running
+    assert catalog.release_orphaned_leases(lambda h: h == "host:1:1", now=2.0) == 1
+    got = catalog.claim_events(now=2.0, holder="host:3:1", holder_gone=lambda h: h == "host:1:1")
+    assert (_ids(got.claimed), got.claimed[0]["deliveries"]) == (["a-upsert-01"], 1)
+    # Acknowledged or retried events are held by no one.
+    catalog.ack_events([("a", "a-upsert-01")])
+    catalog.retry_event_later(("a", "a-upsert-02"), 0.0)
+    rows = [catalog.tenant_event("a", f"a-upsert-0{n}") for n in (1, 2)]
+    assert [r["lease_holder"] for r in rows] == [None, None]  # type: ignore[index]

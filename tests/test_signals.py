@@ -210,3 +210,24 @@ def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
     settings = Settings(home=str(home))
     assert _state(settings) == clean_stream_state
     assert reconcile(settings, DIM).ok
+
+
+def test_a_lease_holder_is_gone_once_its_process_is() -> None:
+    import subprocess
+    import sys
+
+    from ragsync.lifecycle import holder_gone, run_identity
+
+    me = run_identity()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        holder = run_identity(child.pid)
+        assert not holder_gone(holder, me) and not holder_gone(me, me)
+        # The pid taken by another process (another start time) is another holder.
+        host, pid, start = holder.rsplit(":", 2)
+        assert holder_gone(f"{host}:{pid}:{int(start) + 1}", me)
+        assert not holder_gone(f"elsewhere:{pid}:{start}", me)  # another host: not known to be gone
+    finally:
+        child.kill()
+        child.wait()
+    assert holder_gone(holder, me)

@@ -26,7 +26,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from connectors.events import check_content_uri
-from ragsync import ids
+from ragsync import ids, lifecycle
 from ragsync.catalog.queue import LANES, EventKey, EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import (
@@ -123,8 +123,14 @@ class _EventQueueReader(UnboundedReader):
 
     def start(self) -> bool:
         self._catalog = open_catalog(self.source.settings)
+        # Events a killed stream still holds are taken now, not when their
+        # lease runs out; their next delivery is not counted (claim_events).
+        self._catalog.release_orphaned_leases(self._holder_gone)
         self._heartbeat = _LeaseHeartbeat(self.source.settings, self.source.lease_s)
         return self.advance()
+
+    def _holder_gone(self, holder: str) -> bool:
+        return lifecycle.holder_gone(holder, self.source.holder)
 
     def _claim(self) -> list[dict[str, Any]]:
         src = self.source
@@ -134,6 +140,8 @@ class _EventQueueReader(UnboundedReader):
             lanes=src.lanes,
             max_deliveries=src.max_deliveries,
             scope=src.scope,
+            holder=src.holder,
+            holder_gone=self._holder_gone,
         )
         for row in looped:
             # Leased again and again and never finished: the worker died on
@@ -188,10 +196,17 @@ class _EventQueueReader(UnboundedReader):
 
 
 def crash_loop_dead_letter(row: dict[str, Any], max_deliveries: int) -> DeadLetter:
-    """The dead letter of an event whose worker died every time it ran."""
+    """The dead letter of an event whose worker died every time it ran.
+
+    It names the event's document (when the row names its tenant and source),
+    so the document is marked ``dead_letter`` (``stale`` when a version is
+    live) instead of staying ``fetched`` from the attempt that died.
+    """
+    tenant = str(row.get("tenant_id") or "")
+    source_id, object_id = str(row.get("source_id") or ""), str(row.get("doc_id") or "")
     return DeadLetter(
         stage="queue",
-        doc_id="",
+        doc_id=ids.doc_id(tenant, source_id, object_id) if tenant and source_id and object_id else "",
         uri="",
         error_class="crash",
         message=(
@@ -227,6 +242,13 @@ class EventQueueSource(UnboundedSource):
         scope: serve only this tenant's (and source's) events, leaving every
             other event queued (a sync applies its own events); None serves
             the whole queue.
+        holder: who holds the leases it takes (default: this process,
+            ``ragsync.lifecycle.run_identity``, taken where the source is
+            built: the ``ragsync stream`` process, also when a worker process
+            reads). At start, the reader ends the leases of holders whose
+            process is gone, and a delivery lost with its whole process is not
+            counted towards ``max_deliveries``: only a worker that died while
+            its run went on makes a crash loop.
     """
 
     def __init__(
@@ -241,6 +263,7 @@ class EventQueueSource(UnboundedSource):
         max_deliveries: int = 5,
         idle_lanes: tuple[str, ...] = (),
         scope: EventScope | None = None,
+        holder: str = "",
     ) -> None:
         unknown = set(lanes) - set(LANES)
         if unknown or not lanes:
@@ -254,6 +277,7 @@ class EventQueueSource(UnboundedSource):
         self.max_deliveries = max_deliveries
         self.idle_lanes = tuple(idle_lanes) or self.lanes
         self.scope = scope
+        self.holder = holder or lifecycle.run_identity()
 
     def split(self, desired_num_splits: int, options: Any = None) -> list[UnboundedSource]:
         return [self]

@@ -91,6 +91,7 @@ class _WriteFn(CopiesDoFn):
         # before the vanished chunks are deleted.
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
         self._flips = 0
+        self._seen_versions: dict[str, str] = {}
 
     def process(self, batch: list[EmbeddedPlan]) -> Iterator[Any]:
         yield from self._stage.run(self._write_batch, batch, elements=len(batch))
@@ -146,6 +147,10 @@ class _WriteFn(CopiesDoFn):
             return True
         doc = self._catalog.get_document(plan.doc.doc_id)
         held = document_stamp(doc, doc.source_version or None) if doc is not None else None
+        if held is not None:
+            # The flip is guarded by the version seen here: a newer version
+            # flipped meanwhile (another lane's writer) refuses it.
+            self._seen_versions[plan.doc.doc_id] = held.value
         return held is not None and compare_versions(version, held) == Order.OLDER
 
     def _leave_old_content(self, plan: DocumentPlan) -> None:
@@ -205,7 +210,7 @@ class _WriteFn(CopiesDoFn):
             self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
         self._catalog.write_chunks(list(plan.chunks))
         self.count("chunks_written", len(new_ids))
-        self._catalog.flip_indexed_version(
+        flipped = self._catalog.flip_indexed_version(
             doc.doc_id,
             content_hash=doc.content_hash,
             source_version=doc.source.source_version,
@@ -217,7 +222,13 @@ class _WriteFn(CopiesDoFn):
             mime=doc.mime,
             version_domain=doc.source.version_domain or None,
             version_observed_at=doc.source.observed_at or doc.source.event_time or None,
+            expected_version_guard=self._seen_versions.pop(doc.doc_id, None),
         )
+        if not flipped:
+            # Overtaken between the superseded check and here: the event runs
+            # again and is then stale (its chunk rows are the next write's
+            # vanished ones).
+            raise WriteError(f"{doc.doc_id}: a newer version was written meanwhile; retried")
         self._flips += 1
         if self._crash_after_flips and self._flips >= self._crash_after_flips and plan.vanished_ids:
             os.kill(os.getpid(), signal.SIGKILL)

@@ -316,9 +316,13 @@ class DocumentsRepository(Repository):
 
         The status becomes ``fetched`` and ``content_hash`` the new hash,
         except for a document with a live version (``indexed`` or ``stale``):
-        it keeps its status and the hash of the live content until the new
-        version is written, so it stays searchable and a crash before the
-        write leaves a differing hash (the next run redoes it).
+        it keeps its status, the hash of the live content and the live
+        version's stamp (``source_version``, ``version_domain``,
+        ``version_observed_at``) until the new version is written
+        (``flip_indexed_version``), so it stays searchable, a crash before the
+        write leaves a differing hash (the next run redoes it), and no
+        observation of the new version is recorded before its write is done
+        (the version gate never meets a version nothing wrote).
         ``deleted_at`` and ``error_class`` are cleared; the live-version
         fields (``indexed_version``, ``chunk_count``, ...) are left alone.
 
@@ -358,10 +362,16 @@ class DocumentsRepository(Repository):
             # new version is written (flip_indexed_version): it stays
             # searchable meanwhile, and a differing hash tells the next run
             # the new version is still to do.
+            # Likewise its version stamp (source_version, its domain and
+            # observation time), which the gate and the write's superseded
+            # check compare events with: it is the live version's until the
+            # flip records the new one, so a run killed between fetch and
+            # write leaves no observation of a version it never wrote.
             live = and_(t.c.status.in_(LIVE_STATUSES), t.c.indexed_version.is_not(None))
+            kept = ("content_hash", "source_version", "version_domain", "version_observed_at")
             return {
                 "status": case((live, t.c.status), else_=STATUS_FETCHED),
-                "content_hash": case((live, t.c.content_hash), else_=excluded.content_hash),
+                **{c: case((live, t.c[c]), else_=getattr(excluded, c)) for c in kept},
             }
 
         updated = [c for c in row if c not in ("doc_id", "status")]

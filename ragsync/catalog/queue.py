@@ -17,7 +17,7 @@ changes; ``fast`` and ``slow``: content), tenants taking turns within a lane.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any, NamedTuple
 
@@ -25,6 +25,7 @@ from sqlalchemy import and_, case, func, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
+from ragsync.decisions.gate import next_delivery
 
 #: Queue lanes, in the order they are served.
 LANES = ("priority", "fast", "slow")
@@ -220,7 +221,11 @@ class QueueRepository(Repository):
         n = 0
         with self._engine.begin() as conn:
             for batch in _batches(list(dict.fromkeys(keys)), 200):
-                stmt = update(t).where(self._keyed(t, batch)).values(state=state, finished_at=_now())
+                stmt = (
+                    update(t)
+                    .where(self._keyed(t, batch))
+                    .values(state=state, finished_at=_now(), lease_holder=None)
+                )
                 n += conn.execute(stmt).rowcount
         return n
 
@@ -238,7 +243,12 @@ class QueueRepository(Repository):
                 return "missing"
             attempts = int(row[0]) + 1
             state = "dead" if attempts >= max_attempts else "pending"
-            values = {"attempts": attempts, "state": state, "available_at": _now() + delay_s}
+            values = {
+                "attempts": attempts,
+                "state": state,
+                "available_at": _now() + delay_s,
+                "lease_holder": None,
+            }
             if state == "dead":
                 values["finished_at"] = _now()
             conn.execute(update(t).where(where).values(**values))
@@ -252,7 +262,14 @@ class QueueRepository(Repository):
             stmt = (
                 update(t)
                 .where(self._keyed(t, [(tenant_id, event_id)]))
-                .values(state="pending", attempts=0, deliveries=0, available_at=_now(), finished_at=None)
+                .values(
+                    state="pending",
+                    attempts=0,
+                    deliveries=0,
+                    available_at=_now(),
+                    finished_at=None,
+                    lease_holder=None,
+                )
             )
             return conn.execute(stmt).rowcount == 1
 
@@ -268,7 +285,12 @@ class QueueRepository(Repository):
                 stmt = (
                     update(t)
                     .where(self._keyed(t, batch), t.c.state == "pending")
-                    .values(lane=lane, available_at=_now() if now is None else now, deliveries=0)
+                    .values(
+                        lane=lane,
+                        available_at=_now() if now is None else now,
+                        deliveries=0,
+                        lease_holder=None,
+                    )
                 )
                 n += conn.execute(stmt).rowcount
         return n
@@ -375,6 +397,8 @@ class QueueRepository(Repository):
         max_deliveries: int = 5,
         now: float | None = None,
         scope: EventScope | None = None,
+        holder: str = "",
+        holder_gone: Callable[[str], bool] | None = None,
     ) -> ClaimedEvents:
         """Lease up to ``limit`` due pending events of ``lanes`` (of ``scope``
         only, when given: a sync claims its own tenant's and source's events
@@ -391,6 +415,23 @@ class QueueRepository(Repository):
         without being finished (its worker died every time: a poison
         document) is not leased again but marked ``dead`` and returned in
         ``crash_looped`` for a dead letter.
+
+        The lease names its ``holder`` (``events.lease_holder``). A lease that
+        ended because its holder's whole process is gone (``holder_gone``:
+        the stream was killed, not a worker on this event) is not counted
+        as a delivery (``ragsync.decisions.next_delivery``), so restarting a
+        killed stream any number of times never dead-letters its events.
+
+        Args:
+            limit: events to lease at most.
+            lease_s: how long the lease hides them from other readers.
+            lanes: the lanes served.
+            max_deliveries: counted deliveries after which an event is a
+                crash loop.
+            now: the time (tests).
+            holder: who leases (``ragsync.lifecycle.run_identity``; '' for none).
+            holder_gone: whether a previous holder's process no longer runs
+                (None: never known, every delivery counts).
 
         Returns:
             ``ClaimedEvents(claimed, crash_looped)``, rows as dicts.
@@ -425,20 +466,66 @@ class QueueRepository(Repository):
             order = {k: i for i, k in enumerate(keys)}
             rows = [dict(r) for r in conn.execute(select(t).where(self._keyed(t, keys))).mappings()]
             rows.sort(key=lambda r: order[(r["tenant_id"], r["event_id"])])
-            looped = [r for r in rows if int(r.get("deliveries") or 0) >= max_deliveries]
-            claimed = [r for r in rows if int(r.get("deliveries") or 0) < max_deliveries]
+            looped: list[dict[str, Any]] = []
+            claimed: list[dict[str, Any]] = []
+            counts: dict[int, list[EventKey]] = {}
+            gone: dict[str, bool] = {}
+            for r in rows:
+                previous = str(r.get("lease_holder") or "")
+                if previous and previous not in gone:
+                    gone[previous] = previous != holder and holder_gone is not None and holder_gone(previous)
+                delivery = next_delivery(
+                    int(r.get("deliveries") or 0),
+                    lost_with_process=bool(previous) and gone[previous],
+                    max_deliveries=max_deliveries,
+                )
+                r["deliveries"] = delivery.deliveries
+                (looped if delivery.crash_loop else claimed).append(r)
+                if not delivery.crash_loop:
+                    counts.setdefault(delivery.deliveries, []).append((r["tenant_id"], r["event_id"]))
             if looped:
                 dead = [(r["tenant_id"], r["event_id"]) for r in looped]
-                conn.execute(update(t).where(self._keyed(t, dead)).values(state="dead", finished_at=ts))
-            for batch in _batches([(r["tenant_id"], r["event_id"]) for r in claimed], 200):
                 conn.execute(
                     update(t)
-                    .where(self._keyed(t, batch), t.c.state == "pending")
-                    .values(available_at=ts + lease_s, deliveries=t.c.deliveries + 1)
+                    .where(self._keyed(t, dead))
+                    .values(state="dead", finished_at=ts, lease_holder=None)
                 )
-        for r in claimed:
-            r["deliveries"] = int(r.get("deliveries") or 0) + 1
+            for deliveries, keys_at in sorted(counts.items()):
+                for batch in _batches(keys_at, 200):
+                    conn.execute(
+                        update(t)
+                        .where(self._keyed(t, batch), t.c.state == "pending")
+                        .values(available_at=ts + lease_s, deliveries=deliveries, lease_holder=holder or None)
+                    )
         return ClaimedEvents(claimed, looped)
+
+    def release_orphaned_leases(self, holder_gone: Callable[[str], bool], *, now: float | None = None) -> int:
+        """End at once the leases of pending events whose holder process is
+        gone (a killed stream), so a restarted stream takes them without
+        waiting for the lease to run out. The holder stays on the row: the
+        next claim sees the lease was lost with its process and does not count
+        it as a delivery (``claim_events``).
+
+        Args:
+            holder_gone: whether a holder (``ragsync.lifecycle.run_identity``)
+                no longer runs.
+
+        Returns:
+            How many events were released.
+        """
+        t = schema.events
+        ts = _now() if now is None else now
+        leased = and_(t.c.state == "pending", t.c.available_at > ts, t.c.lease_holder.is_not(None))
+        with self._read_engine.connect() as conn:
+            holders = [
+                str(h) for h in conn.execute(select(t.c.lease_holder).where(leased).distinct()).scalars()
+            ]
+        dead = [h for h in holders if holder_gone(h)]
+        if not dead:
+            return 0
+        with self._engine.begin() as conn:
+            stmt = update(t).where(leased, t.c.lease_holder.in_(dead)).values(available_at=ts)
+            return int(conn.execute(stmt).rowcount)
 
     def unfinished_events(self, lanes: Sequence[str] = LANES, *, scope: EventScope | None = None) -> int:
         """Pending events of ``lanes`` (of ``scope`` only, when given), leased

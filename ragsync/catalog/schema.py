@@ -242,6 +242,9 @@ events = Table(
     # Revision 0005: when the event was acknowledged (done, stale, duplicate
     # or dead); the queue's depth at a past instant is counted from it.
     Column("finished_at", Double, nullable=True),
+    # Revision 0011: the stream run holding the lease of a claimed pending
+    # event (``ragsync.lifecycle.run_identity``); None when not leased.
+    Column("lease_holder", String(_ID), nullable=True),
     Index("ix_events_state_available", "state", "available_at"),
     Index("ix_events_lane_state", "lane", "state", "available_at"),
     Index("ix_events_doc", "doc_id"),

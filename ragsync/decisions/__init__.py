@@ -24,6 +24,7 @@ from ragsync.decisions.documents import (
 )
 from ragsync.decisions.gate import (
     VERSION_DOMAINS,
+    Delivery,
     DocVersions,
     GateAction,
     GateVerdict,
@@ -37,6 +38,7 @@ from ragsync.decisions.gate import (
     evidence_predates_delete,
     gate_event,
     gate_verdict,
+    next_delivery,
     version_key,
 )
 from ragsync.decisions.rerun import (
@@ -68,6 +70,7 @@ __all__ = [
     "CopiesPlan",
     "CopyIdentity",
     "CopyLink",
+    "Delivery",
     "DocVersions",
     "FailureOutcome",
     "FetchAction",
@@ -101,6 +104,7 @@ __all__ = [
     "gate_event",
     "gate_verdict",
     "listing_verdict",
+    "next_delivery",
     "next_tenant",
     "plan_copies",
     "plan_repair",

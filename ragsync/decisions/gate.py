@@ -330,3 +330,45 @@ def backoff_delay(attempt: int, *, base_s: float = 2.0, cap_s: float = 300.0, ji
         raise ValueError("attempt is 1-based")
     d = min(cap_s, base_s * 2 ** (attempt - 1))
     return d * (1 - jitter * random.random())
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """What a claim does with one due event of the queue.
+
+    Attributes:
+        crash_loop: the event already had ``max_deliveries`` counted
+            deliveries without finishing: set it aside (a ``crash`` dead
+            letter) instead of leasing it again.
+        deliveries: the event's delivery count after this claim (unchanged
+            when ``crash_loop``).
+    """
+
+    crash_loop: bool
+    deliveries: int
+
+
+def next_delivery(deliveries: int, *, lost_with_process: bool, max_deliveries: int) -> Delivery:
+    """Count a delivery of an event about to be leased (again).
+
+    A delivery counts towards the crash-loop limit when the event's worker may
+    have died on it. When the previous lease was lost with its whole process
+    (the stream that held it no longer runs: SIGKILL, OOM kill of the
+    process, a reboot), that lease says nothing about the event, so it is not
+    counted: the new lease replaces it. A lease lost while its holder still
+    runs (a worker died holding it and the run went on), or whose holder is
+    unknown, counts as before.
+
+    Args:
+        deliveries: the count stored on the event (the lost lease included).
+        lost_with_process: the previous lease's holder process is gone.
+        max_deliveries: counted deliveries after which the event is a crash loop.
+
+    Returns:
+        The ``Delivery``: ``crash_loop`` at ``max_deliveries`` counted
+        deliveries, else the count after this lease.
+    """
+    counted = max(0, deliveries - (1 if lost_with_process and deliveries > 0 else 0))
+    if counted >= max_deliveries:
+        return Delivery(True, counted)
+    return Delivery(False, counted + 1)
