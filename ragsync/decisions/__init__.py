@@ -25,6 +25,7 @@ from ragsync.decisions.documents import (
 from ragsync.decisions.gate import (
     VERSION_DOMAINS,
     DocVersions,
+    FailureRoute,
     GateAction,
     GateVerdict,
     Order,
@@ -35,8 +36,10 @@ from ragsync.decisions.gate import (
     choose_permissions,
     compare_versions,
     evidence_predates_delete,
+    failure_route,
     gate_event,
     gate_verdict,
+    retry_dead_letters,
     version_key,
 )
 from ragsync.decisions.rerun import (
@@ -70,6 +73,7 @@ __all__ = [
     "CopyLink",
     "DocVersions",
     "FailureOutcome",
+    "FailureRoute",
     "FetchAction",
     "GateAction",
     "GateVerdict",
@@ -97,6 +101,7 @@ __all__ = [
     "diff_chunks",
     "due_syncs",
     "evidence_predates_delete",
+    "failure_route",
     "fetch_action",
     "gate_event",
     "gate_verdict",
@@ -105,6 +110,7 @@ __all__ = [
     "plan_copies",
     "plan_repair",
     "plan_sync",
+    "retry_dead_letters",
     "skip_unread",
     "version_key",
 ]
