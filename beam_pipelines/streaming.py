@@ -7,7 +7,8 @@ Graph (the shared chain is the backfill's ``IndexDocuments``)::
                                                            +- acl    -> ApplyAcl -------+-> ack
                                                            +- delete -> Delete ---------+
                                                            +- stale/duplicate ----------+
-    every stage's failures -> dead letters (retryable ones back to the queue)
+    every stage's failures -> dead letters (retryable ones back to the queue;
+    an event read from Pub/Sub or Kafka gets a queue row there)
 
 Event sources: the catalog's ``events`` table (local default, no server),
 Pub/Sub or Kafka (production; see ``event_source``).
@@ -292,17 +293,38 @@ def _lane_pipeline(
         rows = p | "ReadEventQueue" >> beam.io.Read(queue)
     else:
         rows = event_source(p, settings, source=source, until_idle=until_idle, **source_args)
+    handoff = source == "queue" and "slow" not in lanes
+    apply_event_rows(rows, settings, spec, show_progress=show_progress, slow_handoff=handoff)
+    return p
+
+
+def apply_event_rows(
+    rows: beam.PCollection,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    show_progress: bool = False,
+    slow_handoff: bool = False,
+) -> dict[str, list[beam.PCollection]]:
+    """The graph after an event source, the same for every bus: resolve each
+    row (an unknown source or an address outside it: a dead letter), then
+    ``build_streaming_pipeline``.
+
+    Input: event rows as ``event_source`` gives them (dicts with
+    ``payload``, ``event_id``, ``attempts``; a queue row also its
+    ``tenant_id``). Returns ``build_streaming_pipeline``'s outputs. A
+    retryable failure of an event from any bus becomes a queue row
+    (``WriteDeadLetters``), a permanent one a dead letter.
+    """
     resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_exception_handling()
     (
         resolved["bad"]
         | "ResolveDeadLetters" >> ToDeadLetters("resolve")
         | "WriteResolveDeadLetters" >> WriteDeadLetters(settings)
     )
-    handoff = source == "queue" and "slow" not in lanes
-    build_streaming_pipeline(
-        resolved["good"], settings, spec, show_progress=show_progress, slow_handoff=handoff
+    return build_streaming_pipeline(
+        resolved["good"], settings, spec, show_progress=show_progress, slow_handoff=slow_handoff
     )
-    return p
 
 
 def run_stream(

@@ -3,6 +3,7 @@ the dead-letter sink."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -19,13 +20,16 @@ from ragsync.config import Settings
 from ragsync.decisions import (
     CopyIdentity,
     CopyLink,
+    FailureRoute,
     Order,
     backoff_delay,
     compare_versions,
     copy_lost_its_holder,
+    failure_route,
+    retry_dead_letters,
 )
 from ragsync.errors import WriteError, is_retryable
-from ragsync.model import Chunk, DeadLetter, DocumentPlan, FetchedDocument, payload_field
+from ragsync.model import Chunk, DeadLetter, DocumentPlan, Event, FetchedDocument, payload_field
 from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
     CatalogDoFn,
@@ -344,8 +348,16 @@ class _DeadLetterSinkFn(CatalogDoFn):
     replay adds none); the document's status becomes ``dead_letter``.
 
     Work that came from an event and failed in a way that may pass later is
-    not dead-lettered yet: the event goes back to the queue after an
-    exponential backoff with jitter, until ``max_attempts`` deliveries failed.
+    not dead-lettered yet (``ragsync.decisions.failure_route``): the event
+    goes back to the catalog's queue after an exponential backoff with
+    jitter, until ``max_attempts`` deliveries failed. An event read from
+    Pub/Sub or Kafka has no queue row (its message is acknowledged once the
+    stream handled it): the row is written now from the failed work's
+    payload (``Catalog.retry_event_later(replay=...)``), so the retry is
+    durable and served with the queue's lanes and backoff. When no row can
+    run it again (the event cannot be rebuilt, or its attempts are used up)
+    it is a dead letter (``ragsync.decisions.retry_dead_letters``), never
+    only a log line.
     """
 
     def __init__(self, settings: Settings, max_attempts: int) -> None:
@@ -353,25 +365,52 @@ class _DeadLetterSinkFn(CatalogDoFn):
         self.max_attempts = max_attempts
 
     def process(self, dl: DeadLetter) -> Iterator[str]:
-        if dl.event_id and is_retryable(dl.error_class) and dl.attempts < self.max_attempts:
-            self._catalog.retry_event_later(
-                (dl.tenant_id, dl.event_id), backoff_delay(dl.attempts), max_attempts=self.max_attempts
+        route = failure_route(dl.event_id, is_retryable(dl.error_class), dl.attempts, self.max_attempts)
+        if route == FailureRoute.RETRY:
+            state = self._catalog.retry_event_later(
+                (dl.tenant_id, dl.event_id),
+                backoff_delay(dl.attempts),
+                max_attempts=self.max_attempts,
+                replay=replay_event(dl),
+                attempts=dl.attempts,
             )
-            logging.getLogger("ragsync.retry").warning(
-                "event %s: %s failed (%s), retried later: %s",
-                dl.event_id,
-                dl.stage,
-                dl.error_class,
-                dl.message,
-            )
-            self.count("events_retried")
-            return
+            if not retry_dead_letters(state):
+                logging.getLogger("ragsync.retry").warning(
+                    "event %s: %s failed (%s), queued for retry (attempt %d of %d): %s",
+                    dl.event_id,
+                    dl.stage,
+                    dl.error_class,
+                    dl.attempts,
+                    self.max_attempts,
+                    dl.message,
+                )
+                self.count("events_retried")
+                return
         source_id = payload_field(dl.payload, "source_id")
         self._catalog.record_dead_letter(dl, source_id=source_id, parser_version=PARSER_VERSION)
         if dl.event_id:
             self._catalog.ack_events([(dl.tenant_id, dl.event_id)], "dead")
         self.count("dead_lettered")
         yield dl.error_class
+
+
+def replay_event(dl: DeadLetter) -> Event | None:
+    """The event behind a failed piece of work, to queue again.
+
+    Input: a ``DeadLetter`` whose payload is any stage record of event work
+    (the event row, a ``QueuedEvent``, a ``SourceFile`` or a
+    ``FetchedDocument``). Output: the validated event with the dead letter's
+    tenant, or None when the payload holds no event that still validates.
+    Never raises.
+    """
+    from connectors.events import event_or_none
+    from ragsync.catalog.dead_letters import event_of_payload
+
+    data = event_of_payload(dl.payload)
+    event = event_or_none(data) if data is not None else None
+    if event is None or event.event_id != dl.event_id:
+        return None
+    return dataclasses.replace(event, tenant_id=dl.tenant_id or event.tenant_id)
 
 
 class WriteDeadLetters(beam.PTransform):

@@ -76,6 +76,7 @@ def event_of_payload(payload: str) -> dict[str, Any] | None:
         "op": "upsert",
         "source_version": source.get("source_version"),
         "acl_groups": source.get("acl_groups") or [],
+        "deny_groups": source.get("deny_groups") or [],
         "content_uri": source.get("uri"),
         "event_time": source.get("event_time"),
     }

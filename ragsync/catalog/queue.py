@@ -148,25 +148,7 @@ class QueueRepository(Repository):
         with self._engine.begin() as conn:
             tenants = self._event_tenants(conn, events)
             events = self._default_groups(conn, events, tenants)
-            rows = [
-                {
-                    "tenant_id": tenant,
-                    "event_id": e.event_id,
-                    "source_id": e.source_id,
-                    "doc_id": e.doc_id,
-                    "op": e.op,
-                    "source_version": e.source_version,
-                    "payload": replace(e, tenant_id=tenant).to_json(),
-                    "event_time": e.event_time,
-                    "enqueued_at": ts,
-                    "attempts": 0,
-                    "state": "pending",
-                    "available_at": ts,
-                    "lane": lane_of_op(e.op),
-                    "deliveries": 0,
-                }
-                for e, tenant in zip(events, tenants, strict=True)
-            ]
+            rows = [_event_row(e, tenant, ts) for e, tenant in zip(events, tenants, strict=True)]
             existing: set[tuple[str, str]] = set()
             for tenant in sorted(set(tenants)):
                 ids = [r["event_id"] for r in rows if r["tenant_id"] == tenant]
@@ -229,18 +211,53 @@ class QueueRepository(Repository):
                 n += conn.execute(stmt).rowcount
         return n
 
-    def retry_event_later(self, key: EventKey, delay_s: float, *, max_attempts: int = 5) -> str:
+    def retry_event_later(
+        self,
+        key: EventKey,
+        delay_s: float,
+        *,
+        max_attempts: int = 5,
+        replay: Any = None,
+        attempts: int = 1,
+    ) -> str:
         """Count a failed attempt; requeue after ``delay_s`` or mark ``dead``.
 
+        An event read from Pub/Sub or Kafka has no row here: the bus message
+        is acknowledged once the stream has handled it, so with ``replay``
+        (the event, ``ragsync.model.Event``) the retry is written now as a
+        row of this queue - its lane by op, due after ``delay_s``, having
+        failed ``attempts`` times - and whatever serves the queue (``ragsync
+        stream``, the worker of ``ragsync serve``) applies it, with the
+        queue's backoff and attempt limit from then on.
+
+        Args:
+            key: ``(tenant_id, event_id)``.
+            delay_s: backoff before the next attempt.
+            max_attempts: failed attempts after which the event is ``dead``.
+            replay: the event to queue when it has no row (None: none).
+            attempts: failed attempts of ``replay`` so far (its new row's count).
+
         Returns:
-            The event's new state: ``pending``, ``dead`` or ``missing``.
+            The event's new state: ``pending``, ``dead``, or ``missing`` (no
+            row and no ``replay``: nothing retries it, the caller must
+            dead-letter it).
         """
         t = schema.events
         where = self._keyed(t, [key])
         with self._engine.begin() as conn:
             row = conn.execute(select(t.c.attempts).where(where)).first()
-            if row is None:
+            if row is None and replay is None:
                 return "missing"
+            if row is None:
+                ts = _now()
+                fresh = _event_row(replay, key[0], ts)
+                state = "dead" if attempts >= max_attempts else "pending"
+                fresh.update(event_id=key[1], attempts=attempts, state=state, available_at=ts + delay_s)
+                if state == "dead":
+                    fresh["finished_at"] = ts
+                # DO NOTHING: a row another worker wrote meanwhile is the same retry.
+                self._upsert(conn, t, [fresh], ["tenant_id", "event_id"], None)
+                return state
             attempts = int(row[0]) + 1
             state = "dead" if attempts >= max_attempts else "pending"
             values = {
@@ -745,6 +762,26 @@ def _percentile(sorted_values: Sequence[float], q: float) -> float:
         return 0.0
     rank = max(1, int(-(-q * len(sorted_values) // 1)))
     return float(sorted_values[min(rank, len(sorted_values)) - 1])
+
+
+def _event_row(event: Any, tenant: str, ts: float) -> dict[str, Any]:
+    """The ``events`` row of a new, pending ``event`` (``ragsync.model.Event``) of ``tenant``."""
+    return {
+        "tenant_id": tenant,
+        "event_id": event.event_id,
+        "source_id": event.source_id,
+        "doc_id": event.doc_id,
+        "op": event.op,
+        "source_version": event.source_version,
+        "payload": replace(event, tenant_id=tenant).to_json(),
+        "event_time": event.event_time,
+        "enqueued_at": ts,
+        "attempts": 0,
+        "state": "pending",
+        "available_at": ts,
+        "lane": lane_of_op(event.op),
+        "deliveries": 0,
+    }
 
 
 def _needs_groups(event: Any) -> bool:

@@ -26,6 +26,7 @@ from ragsync.decisions.gate import (
     VERSION_DOMAINS,
     Delivery,
     DocVersions,
+    FailureRoute,
     GateAction,
     GateVerdict,
     Order,
@@ -36,9 +37,11 @@ from ragsync.decisions.gate import (
     choose_permissions,
     compare_versions,
     evidence_predates_delete,
+    failure_route,
     gate_event,
     gate_verdict,
     next_delivery,
+    retry_dead_letters,
     version_key,
 )
 from ragsync.decisions.rerun import (
@@ -73,6 +76,7 @@ __all__ = [
     "Delivery",
     "DocVersions",
     "FailureOutcome",
+    "FailureRoute",
     "FetchAction",
     "GateAction",
     "GateVerdict",
@@ -100,6 +104,7 @@ __all__ = [
     "diff_chunks",
     "due_syncs",
     "evidence_predates_delete",
+    "failure_route",
     "fetch_action",
     "gate_event",
     "gate_verdict",
@@ -109,6 +114,7 @@ __all__ = [
     "plan_copies",
     "plan_repair",
     "plan_sync",
+    "retry_dead_letters",
     "skip_unread",
     "version_key",
 ]

@@ -372,3 +372,42 @@ def next_delivery(deliveries: int, *, lost_with_process: bool, max_deliveries: i
     if counted >= max_deliveries:
         return Delivery(True, counted)
     return Delivery(False, counted + 1)
+
+
+class FailureRoute(str, Enum):
+    """Where a failed piece of work goes (``failure_route``)."""
+
+    RETRY = "retry"  # back to the event queue after a backoff (a row there, or one written now)
+    DEAD_LETTER = "dead_letter"  # the dead-letter table (redrive runs it again)
+
+
+def failure_route(event_id: str, retryable: bool, attempts: int, max_attempts: int) -> FailureRoute:
+    """Where a stage failure goes: never only a log line.
+
+    Work from an event (the local queue, Pub/Sub or Kafka alike) that failed
+    in a way that may pass later goes back to the catalog's event queue with
+    a backoff until ``max_attempts`` attempts failed; everything else is
+    dead-lettered. What the queue answers can still turn a retry into a dead
+    letter: see ``retry_dead_letters``.
+
+    Args:
+        event_id: the event behind the work ('' for backfill work).
+        retryable: ``ragsync.errors.is_retryable`` of the failure's class.
+        attempts: failed attempts including this one (1-based).
+        max_attempts: attempts after which the event is given up.
+
+    Returns:
+        ``FailureRoute.RETRY`` or ``FailureRoute.DEAD_LETTER``.
+    """
+    if event_id and retryable and attempts < max_attempts:
+        return FailureRoute.RETRY
+    return FailureRoute.DEAD_LETTER
+
+
+def retry_dead_letters(queue_state: str) -> bool:
+    """Must a retry be dead-lettered after all, given the queue's answer
+    (``Catalog.retry_event_later``)? Only ``pending`` means a row will run
+    the event again; ``dead`` (its attempts are used up) and ``missing`` (a
+    bus event whose event could not be rebuilt) are dead letters, so the
+    failure is kept where ``redrive`` and the dead-letter API see it."""
+    return queue_state != "pending"
