@@ -19,6 +19,7 @@ Swagger UI at ``/docs``), one router module each under ``control_plane.routers``
     GET  /healthz                            (no authentication)           (health)
     GET  /metrics                            Prometheus text (loopback or metrics token) (metrics)
     GET  /v1/sources/{source_id}/status      coverage, freshness, dead letters (sources)
+    POST /v1/query                           hybrid retrieval, permission-filtered (query)
 
 Security: every ``/v1`` and ``/internal`` request needs ``Authorization:
 Bearer <key>`` or ``X-API-Key: <key>`` (see :mod:`control_plane.keys` and
@@ -47,9 +48,20 @@ from control_plane.errors import install_error_handlers
 from control_plane.keys import ApiKeys
 from control_plane.limits import DEFAULT_MAX_PENDING_SYNCS, DEFAULT_MAX_SOURCES, TenantBudget
 from control_plane.middleware import BodySizeLimitMiddleware
-from control_plane.routers import backfills, dead_letters, docs, events, health, metrics, sources, webhooks
+from control_plane.routers import (
+    backfills,
+    dead_letters,
+    docs,
+    events,
+    health,
+    metrics,
+    query,
+    sources,
+    webhooks,
+)
 from control_plane.worker import Worker
 from ragsync.catalog import Catalog
+from ragsync.config import Settings
 
 #: Routers in the order their paths appear in the OpenAPI document.
 ROUTERS = (
@@ -60,6 +72,7 @@ ROUTERS = (
     docs.router,
     backfills.router,
     dead_letters.router,
+    query.router,
     metrics.router,
 )
 
@@ -78,6 +91,7 @@ def create_app(
     metrics_token: str = "",
     max_pending_syncs: int = DEFAULT_MAX_PENDING_SYNCS,
     max_sources: int = DEFAULT_MAX_SOURCES,
+    settings: Settings | None = None,
 ) -> FastAPI:
     """Build the control-plane app over a catalog database.
 
@@ -107,6 +121,8 @@ def create_app(
         max_pending_syncs: syncs a tenant may have queued or running; a
             request for another gets 429.
         max_sources: sources a tenant may register; another gets 403.
+        settings: the stores ``POST /v1/query`` searches (the catalog of
+            ``settings`` should be ``catalog_url``); None: it answers 503.
 
     Returns:
         The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
@@ -150,6 +166,7 @@ def create_app(
     app.state.metrics_token = metrics_token
     app.state.max_pending_syncs = max_pending_syncs
     app.state.max_sources = max_sources
+    app.state.settings = settings
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=max_body_bytes,

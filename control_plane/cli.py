@@ -160,6 +160,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         metrics_token=args.metrics_token or os.environ.get("RAGSYNC_METRICS_TOKEN", ""),
         max_pending_syncs=args.max_pending_syncs_per_tenant,
         max_sources=args.max_sources_per_tenant,
+        settings=settings,
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
     return 0

@@ -9,10 +9,22 @@ missed an ACL update cannot leak a chunk.
 Results are deterministic: each store's hits are ordered by score then chunk
 id before fusion (stores return tied scores in no fixed order), and fused
 ties are broken by chunk id, so identical inputs give identical rankings.
+
+Filters (:class:`QueryFilters`: source ids, formats, modified-date range) are
+applied in this same path. The stores hold only tenant, ACL ids and text per
+chunk, so the filters are checked against the catalog's document rows after
+fusion (a post-filter); to still fill ``k`` results, a filtered query
+over-fetches: it asks each store for more hits (x4 each round, up to
+:data:`MAX_FILTER_DEPTH`) until ``k`` hits pass or the stores run out. A
+filter that matches few documents of a large tenant may therefore return
+fewer than ``k`` hits; pushing the filters into the stores needs their
+schemas to carry source id, format and date (not done yet).
 """
 
 from __future__ import annotations
 
+import html
+import re
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -23,6 +35,9 @@ from ragsync.config import Settings, open_catalog, open_keyword_index, open_vect
 from ragsync.embedding import ModelSpec
 
 RRF_K = 60
+
+MAX_FILTER_DEPTH = 4096
+"""The most hits a filtered query asks each store for (over-fetch cap)."""
 
 
 def page_link(uri: str) -> str:
@@ -51,9 +66,123 @@ class QueryResult:
     score: float
     text: str
     parent_doc_id: str | None = None  # a child document's container (e-mail, archive)
+    source_id: str = ""
+    mime: str = ""
+    modified_at: float | None = None  # see document_modified_at
+    parent_uri: str | None = None  # the container's link, when the reader may read it
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def document_modified_at(doc: Any) -> float | None:
+    """When a document was last modified, as far as the catalog knows (epoch
+    seconds): its source version when the source versions by timestamp (a
+    file's mtime), else when the source showed that version (a change event's
+    time or the listing's time: an upper bound), else None (unknown)."""
+    if getattr(doc, "version_domain", None) == "timestamp" and doc.source_version:
+        try:
+            return float(doc.source_version)
+        except ValueError:
+            pass
+    observed = getattr(doc, "version_observed_at", None)
+    return float(observed) if observed else None
+
+
+@dataclass(frozen=True)
+class QueryFilters:
+    """Optional restrictions of a query to some documents (all given ones
+    must hold; an empty tuple or None means no restriction).
+
+    Attributes:
+        source_ids: the document's source is one of these.
+        mimes: the document's detected content type is one of these
+            (compared without parameters, case-insensitively).
+        modified_after: :func:`document_modified_at` >= this (epoch seconds).
+        modified_before: :func:`document_modified_at` < this (epoch seconds).
+            With either bound, a document of unknown modification time is
+            left out.
+    """
+
+    source_ids: tuple[str, ...] = ()
+    mimes: tuple[str, ...] = ()
+    modified_after: float | None = None
+    modified_before: float | None = None
+
+    @property
+    def active(self) -> bool:
+        return (
+            bool(self.source_ids or self.mimes)
+            or self.modified_after is not None
+            or (self.modified_before is not None)
+        )
+
+    def matches(self, doc: Any) -> bool:
+        """Whether a catalog document row passes every filter."""
+        if self.source_ids and doc.source_id not in self.source_ids:
+            return False
+        if self.mimes:
+            mime = (doc.mime or "").split(";")[0].strip().lower()
+            if mime not in {m.split(";")[0].strip().lower() for m in self.mimes}:
+                return False
+        if self.modified_after is not None or self.modified_before is not None:
+            when = document_modified_at(doc)
+            if when is None:
+                return False
+            if self.modified_after is not None and when < self.modified_after:
+                return False
+            if self.modified_before is not None and when >= self.modified_before:
+                return False
+        return True
+
+
+_WORD = re.compile(r"\w+", re.UNICODE)
+_SUFFIXES = ("ing", "ed", "es", "s")
+
+
+def _stem(word: str) -> str:
+    w = word.lower()
+    for suffix in _SUFFIXES:
+        if w.endswith(suffix) and len(w) - len(suffix) >= 3:
+            return w[: -len(suffix)]
+    return w
+
+
+def highlight(
+    text: str, query: str, *, width: int = 300, mark: tuple[str, str] = ("<mark>", "</mark>")
+) -> str:
+    """A snippet of ``text`` with the query's words marked, safe to put in HTML.
+
+    The text is HTML-escaped, then each word whose crude stem (a trailing
+    ``s``/``es``/``ed``/``ing`` dropped) equals a query word's is wrapped in
+    ``mark``; nothing else is added. The snippet is a ``width``-character
+    window starting a little before the first marked word (``…`` where it
+    was cut), or the start of the text when no word matches.
+
+    Args:
+        text: the chunk text (untrusted).
+        query: the query text (untrusted; words only are used).
+        width: the snippet's length in characters of ``text``.
+        mark: opening and closing tags around a matched word.
+    """
+    terms = {_stem(w) for w in _WORD.findall(query) if len(w) >= 2}
+    spans = [m.span() for m in _WORD.finditer(text) if _stem(m.group()) in terms]
+    start = max(0, spans[0][0] - width // 5) if spans else 0
+    if start:  # start at a word boundary
+        space = text.find(" ", start, spans[0][0])
+        start = space + 1 if space != -1 else start
+    end = min(len(text), start + width)
+    out: list[str] = ["…" if start else ""]
+    pos = start
+    for a, b in spans:
+        if a < start or b > end:
+            continue
+        out.append(html.escape(text[pos:a]))
+        out.append(mark[0] + html.escape(text[a:b]) + mark[1])
+        pos = b
+    out.append(html.escape(text[pos:end]))
+    out.append("…" if end < len(text) else "")
+    return "".join(out)
 
 
 def reciprocal_rank_fusion(rankings: Sequence[Sequence[str]], k: int = RRF_K) -> list[tuple[str, float]]:
@@ -86,13 +215,31 @@ def hybrid_query(
     tenant_id: str = "default",
     k: int = 10,
     spec: ModelSpec | None = None,
+    filters: QueryFilters | None = None,
 ) -> list[QueryResult]:
     """Top ``k`` chunks for ``text`` that a member of ``groups`` may read.
 
-    Returns [] when the groups grant nothing (fail closed).
+    Args:
+        settings: the stores.
+        text: the query.
+        groups: the reader's groups; a chunk is returned only when one of
+            them is allowed by the chunk's ACL and none is denied by it.
+        tenant_id: the reader's tenant: nothing of another tenant is returned.
+        k: the most hits returned.
+        spec: the embedding model (default: the live index version's).
+        filters: restrict to some sources, formats or a modified-date range
+            (post-filtered with over-fetch: see the module's docstring).
+
+    Returns:
+        Hits, best first; [] when the groups grant nothing (fail closed).
+
+    Raises:
+        ValueError: ``k`` is not positive.
     """
     if k <= 0:
         raise ValueError("k must be positive")
+    if filters is not None and not filters.active:
+        filters = None
     if spec is None:
         from ragsync.index_versions import live_spec
 
@@ -106,61 +253,102 @@ def hybrid_query(
         vectors = open_vector_index(settings, spec.dim)
         keywords = open_keyword_index(settings)
         try:
+            vector = embed_query(spec, text)
             depth = max(k * 4, 20)
-            vhits = vectors.search(tenant_id, embed_query(spec, text), acl_ids, depth, deny_acl_ids=denied)
-            khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied)
+            while True:
+                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied)
+                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied)
+                results = _assemble(catalog, tenant_id, vhits, khits, acl_ids, denied, k, filters)
+                exhausted = len(vhits) < depth and len(khits) < depth
+                if filters is None or len(results) >= k or exhausted or depth >= MAX_FILTER_DEPTH:
+                    return results
+                depth = min(depth * 4, MAX_FILTER_DEPTH)
         finally:
             keywords.close()
             vectors.close()
-        fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
-        rows = catalog.chunks_by_ids([cid for cid, _ in fused])
-        allowed, refused = set(acl_ids), set(denied)
-        # Near duplicates (drafts of one file): only the newest of a group.
-        newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), acl_ids)
-        docs: dict[str, Any] = {}
-        results: list[QueryResult] = []
-        for cid, score in fused:
-            chunk = rows.get(cid)
-            if chunk is None or chunk.tenant_id != tenant_id or not allowed.intersection(chunk.acl_ids):
-                continue
-            if refused.intersection(chunk.acl_ids):
-                continue
-            if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
-                continue
-            if chunk.doc_id not in docs:
-                docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), allowed)
-            doc = docs[chunk.doc_id]
-            if doc is None:
-                continue
-            results.append(
-                QueryResult(
-                    doc_id=doc.doc_id,
-                    chunk_id=cid,
-                    uri=page_link(doc.uri),
-                    heading_path=list(chunk.heading_path),
-                    page=chunk.page,
-                    score=round(score, 6),
-                    text=chunk.text,
-                    parent_doc_id=doc.parent_doc_id,
-                )
-            )
-            if len(results) >= k:
-                break
-        return results
     finally:
         catalog.close()
 
 
-def _shown_copy(catalog: Any, holder: Any, allowed: set[str]) -> Any:
+def _assemble(
+    catalog: Any,
+    tenant_id: str,
+    vhits: Sequence[Any],
+    khits: Sequence[Any],
+    acl_ids: Sequence[str],
+    denied: Sequence[str],
+    k: int,
+    filters: QueryFilters | None,
+) -> list[QueryResult]:
+    """The first ``k`` fused hits that pass the catalog's checks (tenant,
+    ACL ids, deny entries, newest of near duplicates, a live readable copy)
+    and ``filters``."""
+    fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
+    rows = catalog.chunks_by_ids([cid for cid, _ in fused])
+    allowed, refused = set(acl_ids), set(denied)
+    # Near duplicates (drafts of one file): only the newest of a group.
+    newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), list(acl_ids))
+    docs: dict[str, Any] = {}
+    parents: dict[str, str | None] = {}
+    results: list[QueryResult] = []
+    for cid, score in fused:
+        chunk = rows.get(cid)
+        if chunk is None or chunk.tenant_id != tenant_id or not allowed.intersection(chunk.acl_ids):
+            continue
+        if refused.intersection(chunk.acl_ids):
+            continue
+        if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
+            continue
+        if chunk.doc_id not in docs:
+            docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), allowed, filters)
+        doc = docs[chunk.doc_id]
+        if doc is None:
+            continue
+        parent = doc.parent_doc_id
+        if parent and parent not in parents:
+            parents[parent] = _parent_link(catalog, parent, tenant_id, allowed)
+        results.append(
+            QueryResult(
+                doc_id=doc.doc_id,
+                chunk_id=cid,
+                uri=page_link(doc.uri),
+                heading_path=list(chunk.heading_path),
+                page=chunk.page,
+                score=round(score, 6),
+                text=chunk.text,
+                parent_doc_id=parent,
+                source_id=doc.source_id,
+                mime=doc.mime,
+                modified_at=document_modified_at(doc),
+                parent_uri=parents.get(parent) if parent else None,
+            )
+        )
+        if len(results) >= k:
+            break
+    return results
+
+
+def _parent_link(catalog: Any, parent_doc_id: str, tenant_id: str, allowed: set[str]) -> str | None:
+    """A child document's container's link, when the reader may read the
+    container itself (else None: its address is not shown)."""
+    parent = catalog.get_document(parent_doc_id)
+    if parent is None or parent.tenant_id != tenant_id or parent.acl_id not in allowed:
+        return None
+    return page_link(parent.uri)
+
+
+def _shown_copy(catalog: Any, holder: Any, allowed: set[str], filters: QueryFilters | None = None) -> Any:
     """The document a hit on ``holder``'s chunks is shown as: None when the
     holder has no live version; else, of the holder and its exact copies
     (``transforms.copies``), the smallest doc id the reader may read through
-    its own permissions, so a reader never sees the path of a copy they may
-    not read and the answer does not depend on which copy holds the chunks.
-    None too when no live copy lets the reader in (chunks whose ACL ids lag
-    behind a permission change: fail closed).
+    its own permissions (and that passes ``filters``), so a reader never sees
+    the path of a copy they may not read and the answer does not depend on
+    which copy holds the chunks. None too when no live copy lets the reader
+    in (chunks whose ACL ids lag behind a permission change: fail closed).
     """
     if holder is None or holder.status not in LIVE_STATUSES or holder.deleted_at:
         return None
     readable = [d for d in [holder, *catalog.duplicates_of(holder.doc_id)] if d.acl_id in allowed]
+    if filters is not None:
+        readable = [d for d in readable if filters.matches(d)]
     return min(readable, key=lambda d: d.doc_id) if readable else None

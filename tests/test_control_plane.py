@@ -165,6 +165,7 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
         ("/v1/dead-letters", "get"),
         ("/v1/dead-letters/{event_id}/retry", "post"),
         ("/v1/events/stale", "get"),
+        ("/v1/query", "post"),
     }
     assert set(doc["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     assert "swagger-ui" in httpx.get(api.base_url + "/docs").text

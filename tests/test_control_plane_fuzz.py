@@ -1,6 +1,8 @@
 """Property-based fuzzing of the control plane from its own OpenAPI document:
 whatever schemathesis sends (valid and invalid bodies, paths, queries), the API
-never answers 5xx. SQLite; 25 examples per operation."""
+never answers 5xx. SQLite; 25 examples per operation. The app serves queries over a small
+home (Milvus Lite, tantivy, the packaged model) so ``POST /v1/query`` is
+fuzzed on real stores too."""
 
 from __future__ import annotations
 
@@ -19,13 +21,21 @@ from hypothesis import HealthCheck, settings  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 
 from control_plane.app import create_app  # noqa: E402
+from tests.query_home import Doc, QueryHome  # noqa: E402
 
 # The schema must exist when pytest collects the module (schemathesis's lazy
 # ``from_fixture`` does not work with this pytest), so the app is built here on a
 # temporary SQLite file that the module fixture below removes.
 _DIR = Path(tempfile.mkdtemp(prefix="ragsync-fuzz-"))
-_APP = create_app(f"sqlite:///{_DIR / 'catalog.db'}", max_body_bytes=64 * 1024)
+_HOME = QueryHome(_DIR / "home")
+_APP = create_app(_HOME.settings.catalog_url, max_body_bytes=64 * 1024, settings=_HOME.settings)
 _, _KEY = _APP.state.keys.create_tenant("fuzz")
+_HOME.write(
+    [
+        Doc("fuzz", "wiki-eng", "a.txt", "Deploy the service with the blue green runbook.", ("eng",)),
+        Doc("fuzz", "wiki-eng", "b.txt", "Holiday calendar and office hours.", ("everyone",), mime="text/html"),
+    ]
+)
 _APP.state.catalog.create_source(
     "fuzz",
     source_id="wiki-eng",

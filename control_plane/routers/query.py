@@ -1,0 +1,199 @@
+"""``POST /v1/query``: hybrid retrieval with the CLI's permission rules.
+
+The one query path is :func:`ragsync.query.hybrid_query` (what ``ragsync
+query`` runs): vector + BM25 fused, the stores filtered by the ACL ids the
+reader's groups resolve to, deny entries honoured (a deny wins over any
+allow), every hit checked again against the catalog (tenant, ACL ids, a live
+version, the newest of near duplicates, a readable copy). This router only
+validates the body, takes the tenant from the API key (never from the body)
+and shapes the answer.
+
+Identity: for now the caller names the reader's ``groups`` (as the CLI
+does). A later change syncs users and memberships from the sources; a body
+will then name a ``user`` instead. ``user`` is reserved: sending it answers
+422 (not yet supported), so a client cannot believe it was honoured.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Request
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
+
+from control_plane.deps import Tenant
+from control_plane.errors import ERRORS, ApiError, ErrorOut
+from ragsync.query import QueryFilters, QueryResult, hybrid_query
+from ragsync.query import highlight as mark_terms
+
+router = APIRouter()
+
+MAX_K = 100
+MAX_GROUPS = 1000
+MAX_TEXT = 4000
+
+_Name = Annotated[str, StringConstraints(min_length=1, max_length=1024)]
+
+
+class QueryFiltersIn(BaseModel):
+    """Restrict the hits to some documents (every given filter must hold)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    source_ids: list[_Name] | None = Field(
+        None, max_length=100, description="only documents of these sources (the caller's source ids)"
+    )
+    formats: list[Annotated[str, StringConstraints(min_length=1, max_length=255)]] | None = Field(
+        None,
+        max_length=50,
+        description="only documents of these detected content types (MIME, e.g. application/pdf, text/html)",
+    )
+    modified_after: datetime | None = Field(
+        None,
+        description=(
+            "only documents modified at or after this time (ISO 8601 or epoch seconds; no zone = UTC). "
+            "Modified = the file's mtime for timestamp-versioned sources, else when the source showed "
+            "the version; documents of unknown time are left out when a date bound is given"
+        ),
+    )
+    modified_before: datetime | None = Field(None, description="only documents modified before this time")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> QueryFiltersIn:
+        if (
+            self.modified_after
+            and self.modified_before
+            and _epoch(self.modified_after) >= _epoch(self.modified_before)
+        ):
+            raise ValueError("modified_after must be before modified_before")
+        return self
+
+
+class QueryIn(BaseModel):
+    """A query: the text, how many hits, who reads, and optional filters."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(min_length=1, max_length=MAX_TEXT, description="the question or keywords")
+    k: int = Field(10, ge=1, le=MAX_K, description=f"hits wanted, 1..{MAX_K}")
+    groups: list[_Name] = Field(
+        max_length=MAX_GROUPS,
+        description="the reader's groups (caller-supplied); an empty list reads nothing (fail closed)",
+    )
+    user: str | None = Field(
+        None, description="reserved: a user synced from the sources, instead of groups (not yet supported)"
+    )
+    filters: QueryFiltersIn | None = None
+
+    @field_validator("user")
+    @classmethod
+    def _no_user_yet(cls, value: str | None) -> str | None:
+        if value is not None:
+            raise ValueError("not yet supported: name the reader's groups instead")
+        return value
+
+    @field_validator("text")
+    @classmethod
+    def _has_words(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("must not be blank")
+        return value
+
+
+class ParentOut(BaseModel):
+    """The document a child document (attachment, archive member) came from."""
+
+    doc_id: str
+    link: str | None = Field(description="the container's link; null when the reader may not read it")
+
+
+class HitOut(BaseModel):
+    """One retrieved chunk."""
+
+    chunk_id: str
+    doc_id: str
+    source_id: str
+    score: float = Field(description="reciprocal-rank-fusion score (higher is better)")
+    text: str
+    highlight: str = Field(
+        description="a snippet of the text, HTML-escaped, the query's words wrapped in <mark>...</mark>"
+    )
+    link: str = Field(description="where a reader opens the document (a wiki page's own address)")
+    heading_path: list[str]
+    page: int
+    format: str = Field(description="the document's detected content type")
+    modified_at: datetime | None
+    parent: ParentOut | None = Field(description="for a child document: its container")
+
+
+class QueryOut(BaseModel):
+    """The hits, best first (at most ``k``)."""
+
+    hits: list[HitOut]
+
+
+@router.post(
+    "/v1/query",
+    response_model=QueryOut,
+    tags=["query"],
+    responses={**ERRORS, 503: {"model": ErrorOut, "description": "query serving not configured"}},
+    summary="Hybrid retrieval over the caller's tenant, permission-filtered",
+)
+def query(body: QueryIn, tenant_id: Tenant, request: Request) -> QueryOut:
+    """The top ``k`` chunks for ``text`` that a member of ``groups`` may read.
+
+    Inputs: the API key (the tenant); the body (:class:`QueryIn`): ``text``,
+    ``k`` (1..100, default 10), ``groups``, optional ``filters``
+    (``source_ids``, ``formats``, ``modified_after``, ``modified_before``).
+
+    Outputs: ``{"hits": [...]}`` best first, each with chunk, document and
+    source ids, score, text, highlight, link, format, modified time and the
+    parent document of a child document. Only the tenant's chunks readable
+    by ``groups`` (allowed by an ACL, denied by none) of live versions.
+    No groups, or groups that grant nothing: ``{"hits": []}``.
+
+    Failures: 401 no or bad key; 422 a bad body (the field named in the
+    message; ``user`` is not yet supported); 413 a body too large; 503 the
+    server was started without stores to query.
+    """
+    settings = request.app.state.settings
+    if settings is None:
+        raise ApiError(503, "query serving is not configured on this server (no stores)")
+    filters = None
+    if body.filters is not None:
+        f = body.filters
+        filters = QueryFilters(
+            source_ids=tuple(f.source_ids or ()),
+            mimes=tuple(f.formats or ()),
+            modified_after=_epoch(f.modified_after) if f.modified_after else None,
+            modified_before=_epoch(f.modified_before) if f.modified_before else None,
+        )
+    results = hybrid_query(
+        settings, body.text, groups=body.groups, tenant_id=tenant_id, k=body.k, filters=filters
+    )
+    return QueryOut(hits=[_hit(r, body.text) for r in results])
+
+
+def _hit(r: QueryResult, text: str) -> HitOut:
+    parent = ParentOut(doc_id=r.parent_doc_id, link=r.parent_uri) if r.parent_doc_id else None
+    modified = datetime.fromtimestamp(r.modified_at, UTC) if r.modified_at is not None else None
+    return HitOut(
+        chunk_id=r.chunk_id,
+        doc_id=r.doc_id,
+        source_id=r.source_id,
+        score=r.score,
+        text=r.text,
+        highlight=mark_terms(r.text, text),
+        link=r.uri,
+        heading_path=r.heading_path,
+        page=r.page,
+        format=r.mime,
+        modified_at=modified,
+        parent=parent,
+    )
+
+
+def _epoch(when: datetime) -> float:
+    """Epoch seconds; a time without a zone is UTC."""
+    return (when if when.tzinfo else when.replace(tzinfo=UTC)).timestamp()

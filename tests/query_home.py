@@ -1,0 +1,155 @@
+"""A tiny ragsync home for query tests and the query benchmark: documents
+written straight into the catalog, Milvus Lite and tantivy (the rows the
+pipeline's write step makes: an ACL row, a fetched-then-flipped document,
+one chunk per document in all three stores), without running a pipeline (a
+backfill takes ~25 s here)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ragsync import ids
+from ragsync.catalog import FetchRecord, make_indexed_version
+from ragsync.model import Chunk
+
+CHUNKER = "chunker-test"
+PARSER = "parser-test"
+
+
+@dataclass(frozen=True)
+class Doc:
+    """One document of one chunk."""
+
+    tenant: str
+    source: str
+    object_id: str
+    text: str
+    groups: tuple[str, ...]
+    deny: tuple[str, ...] = ()
+    mime: str = "text/plain"
+    mtime: float = 1_700_000_000.0
+    uri: str = ""
+    parent: str | None = None  # the parent's object id (same tenant and source)
+
+    @property
+    def doc_id(self) -> str:
+        return ids.doc_id(self.tenant, self.source, self.object_id)
+
+    @property
+    def acl_id(self) -> str:
+        return ids.acl_id(self.tenant, self.groups, self.deny)
+
+
+@dataclass
+class QueryHome:
+    """A home with its stores prepared; ``write`` adds documents."""
+
+    home: Path
+    settings: Any = field(init=False)
+    chunk_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> chunk id
+
+    def __post_init__(self) -> None:
+        from beam_pipelines.backfill import prepare_stores
+        from ragsync.config import Settings
+        from ragsync.embedding import default_model
+
+        self.settings = Settings(home=str(self.home))
+        prepare_stores(self.settings, default_model())
+
+    def embedder(self) -> Callable[[Sequence[str]], list[list[float]]]:
+        """The live index's model, as the query path embeds with it."""
+        from ragsync.embedding import model_for
+        from ragsync.index_versions import live_spec
+
+        model = model_for(live_spec(self.settings))
+        return lambda texts: [[float(x) for x in v] for v in model.encode_passages(list(texts))]
+
+    def write(
+        self,
+        docs: Sequence[Doc],
+        vectors: Sequence[Sequence[float]] | None = None,
+        batch: int = 2000,
+    ) -> None:
+        """Write ``docs`` (one chunk each) to the catalog and both indexes.
+
+        Args:
+            docs: the documents.
+            vectors: one per document; None: embedded by the live model.
+            batch: store writes per call.
+        """
+        from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+        from ragsync.index_versions import live_spec
+
+        spec = live_spec(self.settings)
+        vecs = list(vectors) if vectors is not None else self.embedder()([d.text for d in docs])
+        cat = open_catalog(self.settings)
+        vindex = open_vector_index(self.settings, spec.dim)
+        kindex = open_keyword_index(self.settings)
+        try:
+            chunks: list[Chunk] = []
+            for d in docs:
+                cat.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
+                chash = ids.content_hash(d.text.encode())
+                version = f"{d.mtime:.6f}"
+                parent = ids.doc_id(d.tenant, d.source, d.parent) if d.parent else None
+                cat.record_fetch(
+                    FetchRecord(
+                        doc_id=d.doc_id,
+                        source_id=d.source,
+                        tenant_id=d.tenant,
+                        source_object_id=d.object_id,
+                        uri=d.uri or f"file:///{d.tenant}/{d.source}/{d.object_id}",
+                        size=len(d.text),
+                        source_version=version,
+                        content_hash=chash,
+                        acl_id=d.acl_id,
+                        canonical_doc_id=d.doc_id,
+                        mime=d.mime,
+                        version_domain="timestamp",
+                        version_observed_at=d.mtime,
+                        parent_doc_id=parent,
+                    )
+                )
+                th = ids.text_hash(d.text)
+                chunk = Chunk(
+                    ids.chunk_id(d.doc_id, CHUNKER, th),
+                    d.doc_id,
+                    d.tenant,
+                    th,
+                    0,
+                    (),
+                    0,
+                    d.text,
+                    12,
+                    (d.acl_id,),
+                )
+                chunks.append(chunk)
+                self.chunk_ids[d.doc_id] = chunk.chunk_id
+            for start in range(0, len(chunks), batch):
+                part = chunks[start : start + batch]
+                vindex.upsert(part, vecs[start : start + batch])
+                kindex.upsert(part)
+                cat.write_chunks(part)
+            for d in docs:
+                chash = ids.content_hash(d.text.encode())
+                version = f"{d.mtime:.6f}"
+                cat.flip_indexed_version(
+                    d.doc_id,
+                    content_hash=chash,
+                    source_version=version,
+                    indexed_version=make_indexed_version(chash, version),
+                    chunker_id=CHUNKER,
+                    parser_version=PARSER,
+                    chunk_count=1,
+                    indexed_at=d.mtime,
+                    mime=d.mime,
+                    version_domain="timestamp",
+                    version_observed_at=d.mtime,
+                )
+        finally:
+            kindex.close()
+            vindex.close()
+            cat.close()
