@@ -66,6 +66,41 @@ def test_aligned_short_cells_are_a_table_with_empty_cells_kept() -> None:
     assert read.table == tuple(tuple(r) for r in grid) and read.confidence == 95.0
 
 
+def test_a_header_spanning_two_columns_does_not_merge_the_columns_below_it() -> None:
+    words = [_w(10, 20, "Gene"), _w(110, 20, "Counts in pathway", width=100)]
+    for r, (gene, up, down) in enumerate([("TP53", "12", "30"), ("BRCA1", "9", "7"), ("MYC", "15", "21")]):
+        y = 50 + 30 * r
+        words += [_w(10, y, gene), _w(110, y, up, width=30), _w(170, y, down, width=30)]
+    assert table_rows(group_lines(words)) == [
+        ["Gene", "Counts in pathway", ""],
+        ["TP53", "12", "30"],
+        ["BRCA1", "9", "7"],
+        ["MYC", "15", "21"],
+    ]
+
+
+def test_a_wrapped_cell_stays_one_cell_and_a_short_line_below_a_short_cell_is_a_row() -> None:
+    words = [
+        _w(10, 20, "Treatment", width=60),
+        _w(200, 20, "Odds"),
+        _w(300, 20, "P", width=20),
+        _w(10, 50, "Antipsychotic drugs carry a", width=150),
+        _w(200, 50, "1.8", width=30),
+        _w(300, 50, "0.01", width=30),
+        _w(10, 62, "high risk", width=55),  # right below, and "high" did not fit above: a wrap
+        _w(10, 92, "Placebo", width=45),
+        _w(200, 92, "1.0", width=30),
+        _w(300, 92, "0.50", width=30),
+        _w(10, 104, "arm", width=20),  # right below, but "arm" fitted after "Placebo": a row
+    ]
+    assert table_rows(group_lines(words)) == [
+        ["Treatment", "Odds", "P"],
+        ["Antipsychotic drugs carry a high risk", "1.8", "0.01"],
+        ["Placebo", "1.0", "0.50"],
+        ["arm", "", ""],
+    ]
+
+
 def test_prose_in_two_columns_is_not_a_table() -> None:
     left = "the committee met on tuesday to review the annual budget proposal"
     right = "members agreed that the travel policy needs a simpler approval path"

@@ -407,12 +407,14 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     tesseract_path()
     text = page_text_ink(gray, threshold, page.dpi)
     best = _attempt(page, gray, ink_frac, text, 3, opts, page.source)
+    upright = gray
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
         cleaned = denoise(gray)
         angle = _orientation(gray, page.dpi, opts) if best.words >= 5 else 0
         if angle:  # np.rot90 turns counter-clockwise
             cleaned = np.ascontiguousarray(np.rot90(cleaned, -angle // 90))
             text = (np.rot90(text[0], -angle // 90), text[1])
+            upright = np.ascontiguousarray(np.rot90(gray, -angle // 90))
         # --psm 6 reads the whole page as one block: it rescues pages where layout analysis
         # dropped regions, but turns a page with no text found at all (noise, a photo) into
         # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
@@ -421,14 +423,16 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         second = _replace(second, retried=True, rotation=angle)
         best = second if _score(second) > _score(best) else _replace(best, retried=True)
     if not best.passed and opts.second_engine and not best.error.startswith("tesseract ran past"):
-        best = _second_engine(best, gray, text)
+        best = _second_engine(best, upright, text)
     return _replace(best, seconds=time.monotonic() - started)
 
 
 def _second_engine(best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int]) -> PageOcr:
     """``best`` (Tesseract's failing result) or the second engine's reading of
     the page when it meets that engine's bar (``ocr_second.choose``); both
-    confidences are kept either way."""
+    confidences are kept either way. ``gray`` is the page turned upright when
+    Tesseract's orientation detection found it rotated (the second engine
+    runs without its per-box angle classifier)."""
     from ragsync.parsing import ocr_second
 
     words = ocr_second.read_words(gray)

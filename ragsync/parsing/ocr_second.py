@@ -32,12 +32,12 @@ from ragsync.errors import ConfigurationError
 # Tesseract result. Its scores run high (~90-99 on text it reads), so the bar
 # is higher than Tesseract's.
 MIN_CONFIDENCE = 85.0
-# A table: at least this many rows and columns, and short cells (prose in two
-# columns is not a table).
+# A table: at least this many rows and columns, and short cells (a median of at
+# most MAX_MEDIAN_CELL_WORDS words; prose in two columns is not a table).
 MIN_TABLE_ROWS = 2
 MIN_TABLE_COLUMNS = 2
 MAX_TABLE_COLUMNS = 16
-MAX_MEAN_CELL_WORDS = 4.0
+MAX_MEDIAN_CELL_WORDS = 4.0
 
 
 @dataclass(frozen=True)
@@ -81,6 +81,25 @@ class SecondRead:
     table: tuple[tuple[str, ...], ...] = ()
 
 
+# RapidOCR's options (measured on the 20 PubTabNet crops, benchmarks/README.md):
+# one ONNX thread per engine (the pipeline runs one OCR worker per core, and
+# idle-spinning pool threads only burn CPU); detection at the image's own size
+# ("max": only images past 960/1500/2000 px are scaled down) instead of the
+# default "min 736", which scaled a 59 x 238 crop up to 736 x 2969.
+ENGINE_OPTIONS: dict[str, Any] = {
+    "intra_op_num_threads": 1,
+    "inter_op_num_threads": 1,
+    "det_limit_type": "max",
+}
+# Small images are scaled up (cubic) to this many times their size, at most to
+# MAX_SIDE pixels, before reading: the recogniser reads small print better.
+UPSCALE = 2.0
+MAX_SIDE = 2000
+# A box is cut where the gap between two of its words is wider than this many
+# times its height (split_at_gaps).
+SPLIT_GAP = 1.0
+
+
 @functools.lru_cache(maxsize=1)
 def _engine() -> Any:
     try:
@@ -89,22 +108,77 @@ def _engine() -> Any:
         raise ConfigurationError(
             "the second OCR engine needs rapidocr-onnxruntime (in requirements.txt)"
         ) from exc
-    return RapidOCR()
+    return RapidOCR(**ENGINE_OPTIONS)
 
 
-def read_words(gray: np.ndarray) -> list[Word]:
+def read_words(gray: np.ndarray, classify: bool = False) -> list[Word]:
     """Run RapidOCR on an 8-bit grayscale page.
+
+    Args:
+        gray: the page, upright.
+        classify: run RapidOCR's per-box 0/180 degree classifier. Off by
+            default: on upright table crops it turned right-way-up numbers
+            upside down (cell recall 0.745 with it, 0.805 without, same
+            words otherwise); an upside-down page is turned by the caller.
+
+    Returns:
+        The words, in the coordinates of ``gray``.
 
     Raises:
         ConfigurationError: the engine is not installed.
     """
-    result, _ = _engine()(np.ascontiguousarray(np.stack([gray] * 3, axis=-1)))
+    import cv2
+
+    scale = min(UPSCALE, max(1.0, MAX_SIDE / max(gray.shape[:2])))
+    image = gray
+    if scale > 1.0:
+        image = cv2.resize(gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    result, _ = _engine()(
+        np.ascontiguousarray(np.stack([image] * 3, axis=-1)), use_cls=classify, return_word_box=True
+    )
     words: list[Word] = []
-    for box, text, score in result or ():
-        xs, ys = [float(p[0]) for p in box], [float(p[1]) for p in box]
-        if str(text).strip():
-            words.append(Word(min(xs), min(ys), max(xs), max(ys), str(text).strip(), 100.0 * float(score)))
+    for box, text, score, *chars in result or ():
+        xs, ys = [float(p[0]) / scale for p in box], [float(p[1]) / scale for p in box]
+        whole = Word(min(xs), min(ys), max(xs), max(ys), str(text).strip(), 100.0 * float(score))
+        if whole.text:
+            char_boxes = [
+                [(float(p[0]) / scale, float(p[1]) / scale) for p in c] for c in (chars[0] if chars else [])
+            ]
+            words.extend(split_at_gaps(whole, str(text), char_boxes))
     return words
+
+
+def split_at_gaps(word: Word, text: str, char_boxes: Sequence[Sequence[tuple[float, float]]]) -> list[Word]:
+    """A box cut where its text jumps a gap wider than ``SPLIT_GAP`` times its
+    height: RapidOCR at times reads two neighbouring table cells as one box.
+
+    Args:
+        word: the whole box.
+        text: its text as recognised (spaces included).
+        char_boxes: one box per character, or per non-space character
+            (RapidOCR's ``return_word_box``), in the same order; when their
+            number matches neither, ``word`` is returned whole.
+    """
+    glyphs = [i for i, ch in enumerate(text) if not ch.isspace()]
+    if len(char_boxes) == len(text):  # a box for every character, spaces too
+        char_boxes = [char_boxes[i] for i in glyphs]
+    if len(glyphs) != len(char_boxes) or len(glyphs) < 2:
+        return [word]
+    lefts = [min(p[0] for p in b) for b in char_boxes]
+    rights = [max(p[0] for p in b) for b in char_boxes]
+    cuts = [
+        k
+        for k in range(1, len(glyphs))
+        if text[glyphs[k - 1] + 1 : glyphs[k]].isspace()
+        and lefts[k] - rights[k - 1] > SPLIT_GAP * word.height
+    ]
+    if not cuts:
+        return [word]
+    parts: list[Word] = []
+    for a, b in zip([0, *cuts], [*cuts, len(glyphs)], strict=True):
+        piece = text[glyphs[a] : glyphs[b - 1] + 1].strip()
+        parts.append(Word(lefts[a], word.y0, rights[b - 1], word.y1, piece, word.score))
+    return parts
 
 
 def group_lines(words: Sequence[Word]) -> list[list[Word]]:
@@ -127,44 +201,107 @@ def group_lines(words: Sequence[Word]) -> list[list[Word]]:
 
 
 def _column_bands(lines: Sequence[Sequence[Word]]) -> list[tuple[float, float]]:
-    """The x-ranges no word crosses the gaps between: the union of every
-    word's horizontal extent, merged where they overlap."""
-    spans = sorted((w.x0, w.x1) for line in lines for w in line)
-    bands: list[list[float]] = []
-    for x0, x1 in spans:
-        if bands and x0 <= bands[-1][1]:
-            bands[-1][1] = max(bands[-1][1], x1)
+    """The table's columns as x-ranges, left to right.
+
+    A column boundary is a run of x that at most a few lines cross with a
+    word (``max(1, lines // 8)`` from four lines up, else none): a header
+    spanning several columns, or one long cell, does not merge the columns of
+    the body below it. A band no word starts in is dropped (it holds only
+    the overhang of a wider word)."""
+    width = int(max(w.x1 for line in lines for w in line)) + 2
+    cover = np.zeros(width, dtype=np.int32)
+    for line in lines:
+        hit = np.zeros(width, dtype=bool)
+        for w in line:
+            hit[max(int(w.x0), 0) : int(np.ceil(w.x1)) + 1] = True
+        cover += hit
+    allowed = max(1, len(lines) // 8) if len(lines) >= 4 else 0
+    inside = cover > allowed
+    bands: list[tuple[float, float]] = []
+    x = 0
+    while x < width:
+        if inside[x]:
+            end = x
+            while end + 1 < width and inside[end + 1]:
+                end += 1
+            bands.append((float(x), float(end)))
+            x = end + 1
         else:
-            bands.append([x0, x1])
-    return [(a, b) for a, b in bands]
+            x += 1
+    # Words starting in a gap belong to the band on their right (or the last).
+    used = {_column_of(w.x0, bands) for line in lines for w in line}
+    return [b for i, b in enumerate(bands) if i in used]
+
+
+def _column_of(x0: float, bands: Sequence[tuple[float, float]]) -> int:
+    """The index of the band a word starting at ``x0`` belongs to: the first
+    band whose right edge lies at or past ``x0`` (else the last)."""
+    return next((i for i, (_, b) in enumerate(bands) if x0 <= b), len(bands) - 1)
+
+
+def _first_word_width(word: Word) -> float:
+    """The width of a box's first word and the space before it, estimated
+    from the box's width per character."""
+    first = word.text.split()[0]
+    return (word.x1 - word.x0) * (len(first) + 1) / max(len(word.text), 1)
 
 
 def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
     """The lines as table rows when their words stand in aligned columns.
 
-    Columns are the bands of x no word crosses (:func:`_column_bands`); a
-    table needs ``MIN_TABLE_ROWS`` rows with two or more cells, between
-    ``MIN_TABLE_COLUMNS`` and ``MAX_TABLE_COLUMNS`` columns, and short cells
-    (at most ``MAX_MEAN_CELL_WORDS`` words on average). Otherwise ``[]``.
+    Columns come from :func:`_column_bands`; a word goes to the column it
+    starts in. A line that follows the previous row closely (a gap under a
+    quarter of the line height) and fills only cells that row has already
+    filled, and at most half as many, continues it: a cell wrapped over two or more
+    lines (a long row label, a two-line header) stays one cell. Such a line
+    also has to be a wrap: its first word would not have fitted after the
+    text above it within the column's width.
+
+    A table needs ``MIN_TABLE_ROWS`` rows with two or more cells (and at
+    least half the rows so), between ``MIN_TABLE_COLUMNS`` and
+    ``MAX_TABLE_COLUMNS`` columns, and short cells (a median of at most
+    ``MAX_MEDIAN_CELL_WORDS`` words). Otherwise ``[]``.
     """
     if len(lines) < MIN_TABLE_ROWS:
         return []
     bands = _column_bands(lines)
     if not MIN_TABLE_COLUMNS <= len(bands) <= MAX_TABLE_COLUMNS:
         return []
-    rows: list[list[str]] = []
-    for line in lines:
-        cells: list[list[str]] = [[] for _ in bands]
-        for w in line:
-            index = next(i for i, (a, b) in enumerate(bands) if a <= w.x0 <= b)
-            cells[index].append(w.text)
-        rows.append([" ".join(c) for c in cells])
-    multi = sum(1 for r in rows if sum(1 for c in r if c) >= 2)
-    filled = [c for r in rows for c in r if c]
-    mean_words = sum(len(c.split()) for c in filled) / max(len(filled), 1)
-    if multi < MIN_TABLE_ROWS or multi < len(rows) / 2 or mean_words > MAX_MEAN_CELL_WORDS:
+    columns = [[_column_of(w.x0, bands) for w in line] for line in lines]
+    right = [0.0] * len(bands)  # the right end of each column's text
+    for line, cols in zip(lines, columns, strict=True):
+        for w, i in zip(line, cols, strict=True):
+            right[i] = max(right[i], w.x1)
+    rows: list[list[list[str]]] = []
+    ends: list[float] = []  # the right end of the last line of each cell of the row above
+    previous_bottom = 0.0
+    for line, cols in zip(lines, columns, strict=True):
+        cells: list[list[Word]] = [[] for _ in bands]
+        for w, i in zip(line, cols, strict=True):
+            cells[i].append(w)
+        filled = [i for i, c in enumerate(cells) if c]
+        top = statistics.median(w.y0 for w in line)
+        if rows and top - previous_bottom < statistics.median(w.height for w in line) / 4:
+            above = [i for i, c in enumerate(rows[-1]) if c]
+            if (
+                set(filled) <= set(above)
+                and 2 * len(filled) <= len(above)
+                and all(ends[i] + _first_word_width(cells[i][0]) > right[i] for i in filled)
+            ):
+                for i in filled:
+                    rows[-1][i].extend(w.text for w in cells[i])
+                    ends[i] = cells[i][-1].x1
+                previous_bottom = statistics.median(w.y1 for w in line)
+                continue
+        rows.append([[w.text for w in c] for c in cells])
+        ends = [c[-1].x1 if c else 0.0 for c in cells]
+        previous_bottom = statistics.median(w.y1 for w in line)
+    table = [[" ".join(c) for c in row] for row in rows]
+    multi = sum(1 for r in table if sum(1 for c in r if c) >= 2)
+    words = [len(c.split()) for r in table for c in r if c]
+    if multi < MIN_TABLE_ROWS or multi < len(table) / 2 or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
         return []
-    return rows
+    return table
 
 
 def second_read(words: Sequence[Word]) -> SecondRead:
