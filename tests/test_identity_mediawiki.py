@@ -4,14 +4,20 @@ enforced at the next identity sync."""
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from beam_pipelines.cli import main
 from connectors.base import SourceSpec
 from connectors.mediawiki import MediaWikiConnector
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync.catalog import Catalog
+from ragsync.config import Settings, open_catalog
 from tests.mediawiki import MediaWiki
 
 
@@ -69,4 +75,52 @@ def test_a_membership_removed_at_the_wiki_is_gone_after_one_sync(
         )
     finally:
         wiki.close()
+        catalog.close()
+
+
+def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> Any:
+    capsys.readouterr()
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.slow
+def test_sync_refreshes_identities_and_query_by_user_reads_through_them(
+    mediawiki: MediaWiki, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    mediawiki.edit("Alpha", "== Animals ==\nAlpacas graze on the high plateau of the Andes every summer.")
+    mediawiki.add_user("Alice", "staff")
+    home = str(tmp_path / "home")
+    assert main(["sources", "add", "wiki", "--tenant", "acme", "--type", "wiki", "--uri", mediawiki.api_url,
+                 "--acl-groups", "staff", "--home", home]) == 0  # fmt: skip
+    synced = _cli(capsys, "sync", "wiki", "--tenant", "acme", "--home", home, "--json", "--quiet")
+    assert synced["identities"]["users"] >= 3  # Admin, Alice, MediaWiki default
+    hits = _cli(
+        capsys, "query", "alpacas andes", "--user", "Alice", "--tenant", "acme", "--home", home, "--json"
+    )
+    assert "Alpacas graze" in hits[0]["text"]  # public pages, read through everyone
+    assert (
+        _cli(
+            capsys, "query", "alpacas andes", "--user", "Nobody", "--tenant", "acme", "--home", home, "--json"
+        )
+        == []
+    )
+    assert (
+        _cli(
+            capsys, "query", "alpacas andes", "--user", "Alice", "--tenant", "other", "--home", home, "--json"
+        )
+        == []
+    )
+
+    catalog = open_catalog(Settings(home=home))
+    try:
+        assert "staff" in catalog.groups_of_user("acme", "Alice")
+        mediawiki.remove_from_group("Alice", "staff")
+        out = _cli(
+            capsys, "identities", "sync", "--source", "wiki", "--tenant", "acme", "--home", home, "--json"
+        )
+        assert out["source_id"] == "wiki" and out["tenant_id"] == "acme"
+        assert "staff" not in catalog.groups_of_user("acme", "Alice")
+        assert "everyone" in catalog.groups_of_user("acme", "Alice")
+    finally:
         catalog.close()
