@@ -18,7 +18,9 @@ from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
+from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki
+from tests.query_home import Doc, QueryHome
 
 
 def _connector(wiki: MediaWiki) -> MediaWikiConnector:
@@ -123,4 +125,42 @@ def test_sync_refreshes_identities_and_query_by_user_reads_through_them(
         assert "staff" not in catalog.groups_of_user("acme", "Alice")
         assert "everyone" in catalog.groups_of_user("acme", "Alice")
     finally:
+        catalog.close()
+
+
+def test_a_wiki_member_reads_restricted_chunks_until_removed_at_the_wiki(
+    mediawiki: MediaWiki, tmp_path: Path
+) -> None:
+    """Restricted chunks (ACL ``staff``) in the real stores; who is in staff comes from the real wiki."""
+    home = QueryHome(tmp_path / "home")
+    home.write(
+        [Doc("acme", "wiki-test", "Secret", "Hotel nights for staff are capped at 150 EUR.", ("staff",))]
+    )
+    mediawiki.add_user("Alice", "staff")
+    mediawiki.add_user("Bob")
+    catalog = open_catalog(home.settings)
+    wiki = _connector(mediawiki)
+    try:
+        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())
+
+        def read(user: str, tenant: str = "acme") -> list[str]:
+            return [
+                r.text for r in hybrid_query(home.settings, "hotel nights", user=user, tenant_id=tenant, k=5)
+            ]
+
+        assert read("Alice") == ["Hotel nights for staff are capped at 150 EUR."]
+        assert read("Bob") == []
+        assert read("Nobody") == []
+        assert read("Alice", tenant="other") == []
+
+        removed = time.monotonic()
+        mediawiki.remove_from_group("Alice", "staff")
+        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())  # one identity sync
+        assert read("Alice") == []
+        print(
+            f"\nrestricted chunks hidden from Alice {time.monotonic() - removed:.2f}s "
+            "after the removal at the wiki"
+        )
+    finally:
+        wiki.close()
         catalog.close()
