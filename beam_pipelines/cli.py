@@ -162,14 +162,17 @@ def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str]
 def cmd_query(args: argparse.Namespace) -> int:
     from ragsync.query import hybrid_query
 
+    groups = split_list(args.groups) if args.groups is not None else None
     results = hybrid_query(
-        settings_from_args(args), args.text, groups=split_list(args.groups), tenant_id=args.tenant, k=args.k
+        settings_from_args(args), args.text, groups=groups, user=args.user, tenant_id=args.tenant, k=args.k
     )
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
         return 0
     if not results:
-        print("no results (check --groups and --tenant: results are limited to what those groups may read)")
+        print(
+            "no results (check --groups/--user and --tenant: results are limited to what the reader may read)"
+        )
     for i, r in enumerate(results, 1):
         where = " > ".join(r.heading_path) or "(no heading)"
         page = f" p.{r.page}" if r.page else ""
@@ -439,7 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     q = sub.add_parser("query", parents=[common], help="hybrid, permission-filtered search (operator check)")
     q.add_argument("text")
-    q.add_argument("--groups", required=True, help="comma-separated groups of the user asking")
+    reader = q.add_mutually_exclusive_group(required=True)
+    reader.add_argument("--groups", help="comma-separated groups of the user asking")
+    reader.add_argument("--user", help="a user synced from the tenant's sources (`ragsync identities sync`)")
     q.add_argument("--tenant", default="default")
     q.add_argument("-k", type=int, default=10, help="results (default 10)")
     q.set_defaults(func=cmd_query)

@@ -191,6 +191,19 @@ def cmd_sync(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_identities_sync(args: argparse.Namespace) -> int:
+    """Refresh one source's users, groups and memberships (see ``beam_pipelines.sync.run_identity_sync``)."""
+    from beam_pipelines.sync import run_identity_sync
+
+    d = run_identity_sync(args.source, settings_from_args(args), tenant_id=args.tenant)
+    text = (
+        f"identities of {d['source_id']} (tenant {d['tenant_id']}): {d['users']} users, "
+        f"{d['groups']} groups, {d['memberships']} memberships in {d['seconds']:.1f}s"
+    )
+    emit(args, d, text)
+    return 0
+
+
 _TENANT_HELP = "the source's tenant (needed when several tenants have a source of this id)"
 
 
@@ -270,3 +283,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     )
     add_run_flags(sy, beam_help="after --: Beam options for the listing pipeline")
     sy.set_defaults(func=cmd_sync)
+
+    ids = sub.add_parser("identities", help="users and group memberships synced from the sources")
+    ids_sub = ids.add_subparsers(dest="identities_command", required=True)
+    isync = ids_sub.add_parser(
+        "sync", parents=[common], help="refresh a source's users and memberships now (also part of `sync`)"
+    )
+    isync.add_argument("--source", required=True, help="the source id")
+    isync.add_argument("--tenant", help=_TENANT_HELP)
+    isync.set_defaults(func=cmd_identities_sync)

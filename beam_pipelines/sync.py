@@ -58,6 +58,7 @@ from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError
+from ragsync.identity import Identities
 from ragsync.model import Event
 from transforms.listing import connector_for
 
@@ -93,6 +94,8 @@ class SyncResult:
         feed: what reading the change feed did (incremental syncs).
         applied: the streaming run that applied the queue, when one ran.
         seconds: wall time.
+        identities: counts of the identity refresh (:func:`sync_identities`);
+            None when the connector lists no identities.
     """
 
     source_id: str
@@ -102,6 +105,7 @@ class SyncResult:
     feed: dict[str, Any] | None
     applied: dict[str, Any] | None
     seconds: float
+    identities: dict[str, int] | None = None
 
     def totals(self) -> dict[str, int]:
         """The counts an operator asks for first, over every part of the sync."""
@@ -233,6 +237,7 @@ def run_sync(
                     p, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread
                 ),
             )
+            identities = sync_identities(catalog, connector, spec)
         except Exception as exc:
             if lifecycle.stop_signal() is not None:
                 raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
@@ -267,7 +272,85 @@ def run_sync(
         feed=asdict(feed) if feed is not None else None,
         applied=applied,
         seconds=round(time.monotonic() - start, 3),
+        identities=identities,
     )
+
+
+def sync_identities(catalog: Any, connector: Any, spec: SourceSpec) -> dict[str, int] | None:
+    """Replace the source's users, groups and memberships in the catalog with what it lists now.
+
+    Part of every sync of a source whose connector has ``list_identities()``
+    (and of ``ragsync identities sync``). The listing goes through the
+    connector's own client: the source's credentials, its rate-limit and
+    backoff handling. The replacement is one transaction, so a membership
+    removed at the source is gone once this returns.
+
+    Args:
+        catalog: the catalog.
+        connector: the source's open connector.
+        spec: the source.
+
+    Returns:
+        ``{"users", "groups", "memberships"}`` counts, or None when the
+        connector lists no identities (nothing is changed).
+
+    Raises:
+        Whatever the connector's listing raises; the catalog is then unchanged.
+    """
+    lister = getattr(connector, "list_identities", None)
+    if lister is None:
+        return None
+    found: Identities = lister()
+    catalog.replace_identities(spec.tenant_id, spec.source_id, found)
+    return {
+        "users": len(found.users),
+        "groups": len(found.groups),
+        "memberships": len(found.user_groups) + len(found.group_groups),
+    }
+
+
+def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | None = None) -> dict[str, Any]:
+    """``ragsync identities sync``: refresh one source's identities only (no documents).
+
+    Args:
+        source_id: a registered source.
+        settings: the catalog and limits.
+        tenant_id: the source's tenant (needed when several tenants have this id).
+
+    Returns:
+        ``{"source_id", "tenant_id", "users", "groups", "memberships", "seconds"}``.
+
+    Raises:
+        ConfigurationError: unknown source, no location, bad credentials, or a
+            connector that lists no identities.
+    """
+    start = time.monotonic()
+    catalog = open_catalog(settings)
+    try:
+        state = catalog.source_state(source_id, tenant_id)
+        if state is None:
+            raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
+        if not state.uri:
+            raise ConfigurationError(
+                f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
+            )
+        source_location(state.uri, reserved=settings.reserved_locations)
+        spec = SourceSpec.from_row(state.__dict__)
+        connector = connector_for(spec, settings)
+        try:
+            counts = sync_identities(catalog, connector, spec)
+        finally:
+            connector.close()
+        if counts is None:
+            raise ConfigurationError(f"source {source_id!r} ({spec.type}) lists no identities")
+    finally:
+        catalog.close()
+    return {
+        "source_id": source_id,
+        "tenant_id": state.tenant_id,
+        **counts,
+        "seconds": round(time.monotonic() - start, 3),
+    }
 
 
 def _read_source(

@@ -24,6 +24,11 @@ content read goes to that URL only (``LocatedHttpClient``).
   (``intestactions=read`` asked without credentials) is visible to
   ``everyone``; any other page gets the source's ``acl_groups`` option, or no
   group (not indexed: fail closed) when none is configured.
+- **Identities** (``list_identities``): every registered user
+  (``list=allusers&auprop=groups``) with their MediaWiki groups, by name
+  (``sysop``, ``staff``, implicit ``user``/``autoconfirmed``; never ``*``),
+  and ``everyone``. A restricted page's ACL is the ``acl_groups`` option, so
+  that option names MediaWiki groups for a query by ``user`` to match it.
 - **Webhooks**: EventBus notifications carry no recent-changes id, so they
   only trigger a read of the change feed.
 """
@@ -42,6 +47,7 @@ from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFac
 from connectors.base import ChangePage, CursorExpiredError, SourceSpec, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 
 EVERYONE = "everyone"
@@ -196,6 +202,40 @@ class MediaWikiConnector(ApiConnector):
             for pid, info in out.items():
                 info.setdefault("actions", {})["read"] = pid in readable
         return out
+
+    # -- identities -----------------------------------------------------------------
+
+    def list_identities(self) -> Identities:
+        """Every registered user of the wiki and the groups they are in.
+
+        One ``list=allusers&auprop=groups`` listing, paged with ``continue``
+        (through the source's credentialed client, with its rate-limit
+        handling). MediaWiki has no nested groups. Each user is also in
+        ``everyone``, the group of the pages anonymous readers see.
+
+        Returns:
+            The complete set (a partial listing raises instead).
+
+        Raises:
+            FetchError, AccessDeniedError, RateLimitedError: as for any call.
+        """
+        users: set[str] = set()
+        pairs: set[tuple[str, str]] = set()
+        params: dict[str, Any] = {"action": "query", "list": "allusers", "auprop": "groups", "aulimit": "500"}
+        while True:
+            data = self._query(params)
+            for row in data.get("query", {}).get("allusers", []):
+                name = str(row["name"])
+                users.add(name)
+                pairs.add((name, EVERYONE))
+                pairs.update((name, str(g)) for g in row.get("groups", []) if g != "*")
+            more = data.get("continue")
+            if not isinstance(more, dict):
+                break
+            params = {**params, **{str(k): str(v) for k, v in more.items()}}
+        return Identities(
+            users=frozenset(users), groups=frozenset(g for _, g in pairs), user_groups=frozenset(pairs)
+        )
 
     # -- listing --------------------------------------------------------------------
 

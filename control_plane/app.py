@@ -92,6 +92,7 @@ def create_app(
     max_pending_syncs: int = DEFAULT_MAX_PENDING_SYNCS,
     max_sources: int = DEFAULT_MAX_SOURCES,
     settings: Settings | None = None,
+    allow_caller_groups: bool = False,
 ) -> FastAPI:
     """Build the control-plane app over a catalog database.
 
@@ -123,6 +124,9 @@ def create_app(
         max_sources: sources a tenant may register; another gets 403.
         settings: the stores ``POST /v1/query`` searches (the catalog of
             ``settings`` should be ``catalog_url``); None: it answers 503.
+        allow_caller_groups: ``POST /v1/query`` may name the reader's
+            ``groups``; False (default): only a synced ``user``, and a body
+            naming groups gets 422.
 
     Returns:
         The FastAPI app; ``app.state.catalog`` and ``app.state.keys`` are
@@ -167,6 +171,7 @@ def create_app(
     app.state.max_pending_syncs = max_pending_syncs
     app.state.max_sources = max_sources
     app.state.settings = settings
+    app.state.allow_caller_groups = allow_caller_groups
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=max_body_bytes,

@@ -161,6 +161,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_pending_syncs=args.max_pending_syncs_per_tenant,
         max_sources=args.max_sources_per_tenant,
         settings=settings,
+        allow_caller_groups=args.allow_caller_groups
+        or os.environ.get("RAGSYNC_ALLOW_CALLER_GROUPS", "") == "1",
     )
     uvicorn.run(app, host=args.host, port=args.port, log_level="info", server_header=False)
     return 0
@@ -290,6 +292,12 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
         type=int,
         default=DEFAULT_MAX_SOURCES,
         help=f"sources a tenant may register (default {DEFAULT_MAX_SOURCES}; then 403)",
+    )
+    serve.add_argument(
+        "--allow-caller-groups",
+        action="store_true",
+        help="POST /v1/query may name the reader's groups instead of a synced user "
+        "(also RAGSYNC_ALLOW_CALLER_GROUPS=1); off: only `user`",
     )
     serve.add_argument(
         "--metrics-token",

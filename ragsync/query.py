@@ -211,19 +211,24 @@ def hybrid_query(
     settings: Settings,
     text: str,
     *,
-    groups: Sequence[str],
+    groups: Sequence[str] | None = None,
+    user: str | None = None,
     tenant_id: str = "default",
     k: int = 10,
     spec: ModelSpec | None = None,
     filters: QueryFilters | None = None,
 ) -> list[QueryResult]:
-    """Top ``k`` chunks for ``text`` that a member of ``groups`` may read.
+    """Top ``k`` chunks for ``text`` that a member of ``groups`` (or ``user``) may read.
 
     Args:
         settings: the stores.
         text: the query.
         groups: the reader's groups; a chunk is returned only when one of
             them is allowed by the chunk's ACL and none is denied by it.
+        user: instead of ``groups``: a user synced from the tenant's sources
+            (``ragsync identities sync``); their groups are the catalog's
+            memberships, nested groups expanded
+            (``Catalog.groups_of_user``). A user no sync listed reads nothing.
         tenant_id: the reader's tenant: nothing of another tenant is returned.
         k: the most hits returned.
         spec: the embedding model (default: the live index version's).
@@ -234,10 +239,13 @@ def hybrid_query(
         Hits, best first; [] when the groups grant nothing (fail closed).
 
     Raises:
-        ValueError: ``k`` is not positive.
+        ValueError: ``k`` is not positive, or not exactly one of ``groups``
+            and ``user`` is given.
     """
     if k <= 0:
         raise ValueError("k must be positive")
+    if (groups is None) == (user is None):
+        raise ValueError("give exactly one of groups and user")
     if filters is not None and not filters.active:
         filters = None
     if spec is None:
@@ -246,6 +254,9 @@ def hybrid_query(
         spec = live_spec(settings)
     catalog = open_catalog(settings)
     try:
+        if user is not None:
+            groups = sorted(catalog.groups_of_user(tenant_id, user))
+        assert groups is not None
         acl_ids = catalog.acl_ids_for_groups(tenant_id, list(groups))
         if not acl_ids:
             return []

@@ -14,6 +14,7 @@ the way an editor's change reaches the database.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -168,6 +169,29 @@ class MediaWiki:
     def edit(self, title: str, text: str, summary: str = "test edit") -> None:
         """Create or replace a page's wikitext as user Admin."""
         self._maintenance("edit.php", "-u", "Admin", "-s", summary, title, stdin=text)
+
+    def add_user(self, name: str, *groups: str) -> None:
+        """Create a user (``createAndPromote.php``) in ``groups``; a group the
+        wiki does not know yet is declared in its settings first (a group
+        with the ``read`` right)."""
+        settings = self.conf.read_text(encoding="utf-8")
+        with self.conf.open("a", encoding="utf-8") as fh:
+            for group in groups:
+                line = f"$wgGroupPermissions[{json.dumps(group)}]['read'] = true;"
+                if line not in settings:
+                    fh.write(f"\n{line}\n")
+        custom = ["--custom-groups", ",".join(groups)] if groups else []
+        self._maintenance("createAndPromote.php", *custom, name, "ragsync-test-pass-7d1e")
+
+    def remove_from_group(self, name: str, group: str) -> None:
+        """Take ``name`` out of ``group`` (MediaWiki's UserGroupManager, through ``eval.php``)."""
+        code = (
+            "$u = MediaWiki\\MediaWikiServices::getInstance()->getUserFactory()->newFromName("
+            f"{json.dumps(name)});\n"
+            "MediaWiki\\MediaWikiServices::getInstance()->getUserGroupManager()"
+            f"->removeUserFromGroup($u, {json.dumps(group)});\n"
+        )
+        self._maintenance("eval.php", stdin=code)
 
     def delete(self, title: str) -> None:
         listing = self.root / "delete.txt"

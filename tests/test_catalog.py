@@ -63,9 +63,26 @@ ALL_TABLES = {
     "pipeline_runs",
     # precomputed counts (revision 0010)
     "document_tallies",
+    # identities (revision 0012)
+    "identity_users",
+    "identity_groups",
+    "identity_memberships",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = ["0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010", "0011"]
+ALL_VERSIONS = [
+    "0001",
+    "0002",
+    "0003",
+    "0004",
+    "0005",
+    "0006",
+    "0007",
+    "0008",
+    "0009",
+    "0010",
+    "0011",
+    "0012",
+]
 
 
 @pytest.fixture

@@ -28,7 +28,9 @@ from tests.query_home import Doc, QueryHome  # noqa: E402
 # temporary SQLite file that the module fixture below removes.
 _DIR = Path(tempfile.mkdtemp(prefix="ragsync-fuzz-"))
 _HOME = QueryHome(_DIR / "home")
-_APP = create_app(_HOME.settings.catalog_url, max_body_bytes=64 * 1024, settings=_HOME.settings)
+_APP = create_app(
+    _HOME.settings.catalog_url, max_body_bytes=64 * 1024, settings=_HOME.settings, allow_caller_groups=True
+)
 _, _KEY = _APP.state.keys.create_tenant("fuzz")
 _HOME.write(
     [

@@ -17,6 +17,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from control_plane.app import create_app  # noqa: E402
+from ragsync.identity import Identities  # noqa: E402
 from ragsync.query import QueryFilters, highlight, hybrid_query  # noqa: E402
 from tests.query_home import Doc, QueryHome  # noqa: E402
 from tests.serving import served  # noqa: E402
@@ -87,7 +88,7 @@ def home(tmp_path_factory: pytest.TempPathFactory) -> QueryHome:
 
 @pytest.fixture(scope="module")
 def api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
-    app = create_app(home.settings.catalog_url, settings=home.settings)
+    app = create_app(home.settings.catalog_url, settings=home.settings, allow_caller_groups=True)
     _, key_a = app.state.keys.create_tenant("tenant-a")
     _, key_b = app.state.keys.create_tenant("tenant-b")
     with served(app) as port:
@@ -174,13 +175,14 @@ def test_k_bounds_the_hits(api: tuple[Any, Any]) -> None:
     [
         ({"groups": ["staff"]}, "text"),
         ({"text": "  ", "groups": ["staff"]}, "text"),
-        ({"text": "x"}, "groups"),
+        ({"text": "x"}, "body"),
+        ({"text": "x", "user": ""}, "user"),
         ({"text": "x", "groups": ["staff"], "k": 0}, "k"),
         ({"text": "x", "groups": ["staff"], "k": 101}, "k"),
         ({"text": "x", "groups": ["staff"], "k": "many"}, "k"),
         ({"text": "x", "groups": "staff"}, "groups"),
         ({"text": "x", "groups": [""]}, "groups.0"),
-        ({"text": "x", "groups": ["staff"], "user": "alice"}, "user"),
+        ({"text": "x", "groups": ["staff"], "user": "alice"}, "body"),
         ({"text": "x", "groups": ["staff"], "tenant_id": "tenant-b"}, "tenant_id"),
         ({"text": "x", "groups": ["staff"], "filters": {"formats": "pdf"}}, "filters.formats"),
         ({"text": "x", "groups": ["staff"], "filters": {"modified_after": "now"}}, "filters.modified_after"),
@@ -201,8 +203,65 @@ def test_bad_bodies_get_422_naming_the_field(api: tuple[Any, Any], body: dict[st
     err = r.json()["error"]
     assert err["code"] == "validation_error"
     assert err["message"].split(":")[0] == field, err
-    if field == "user":
-        assert "not yet supported" in err["message"]
+    if field == "body":
+        assert "exactly one of user and groups" in err["message"]
+
+
+# ------------------------------------------------------------ readers named as users
+
+STAFF_ONLY = Identities(
+    users=frozenset({"alice", "bob", "carol"}),
+    groups=frozenset({"staff", "managers", "team", "cycle"}),
+    user_groups=frozenset({("alice", "team"), ("bob", "managers"), ("carol", "cycle")}),
+    group_groups=frozenset({("team", "staff"), ("cycle", "team"), ("staff", "cycle")}),
+)
+
+
+@pytest.fixture(scope="module")
+def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
+    """A server with the default (no caller groups), identities synced for tenant-a only."""
+    app = create_app(home.settings.catalog_url, settings=home.settings)
+    key_a = _key(app, "tenant-a")
+    key_b = _key(app, "tenant-b")
+    app.state.catalog.replace_identities("tenant-a", "wiki-a", STAFF_ONLY)
+    with served(app) as port:
+        base = f"http://127.0.0.1:{port}"
+        with (
+            httpx.Client(base_url=base, headers={"X-API-Key": key_a}, timeout=60) as a,
+            httpx.Client(base_url=base, headers={"X-API-Key": key_b}, timeout=60) as b,
+        ):
+            yield a, b
+    app.state.catalog.replace_identities("tenant-a", "wiki-a", Identities())
+    app.state.catalog.close()
+
+
+def _key(app: Any, tenant_id: str) -> str:
+    """An API key of the tenant, creating the tenant when the module's other app has not."""
+    if tenant_id not in {t.tenant_id for t in app.state.catalog.list_tenants()}:
+        return str(app.state.keys.create_tenant(tenant_id)[1])
+    return str(app.state.keys.create_api_key(tenant_id)[1])
+
+
+def test_a_user_reads_through_synced_memberships_nested_and_cyclic(users_api: tuple[Any, Any]) -> None:
+    a, _ = users_api
+    assert _names(a, user="alice") == {"a1", "a2", "a3"}  # team -> staff
+    assert _names(a, user="bob") == {"a4"}
+    assert _names(a, user="carol") == {"a1", "a2", "a3"}  # cycle -> team -> staff -> cycle
+
+
+def test_unknown_user_and_another_tenants_user_read_nothing(users_api: tuple[Any, Any]) -> None:
+    a, b = users_api
+    assert _names(a, user="mallory") == set()
+    assert _names(a, user="Alice") == set()
+    assert _names(b, user="alice") == set()  # tenant-b has no synced alice: b1 (staff) stays hidden
+
+
+def test_caller_groups_are_off_by_default(users_api: tuple[Any, Any]) -> None:
+    a, _ = users_api
+    r = a.post("/v1/query", json={"text": "hotel nights", "groups": ["staff"]})
+    assert r.status_code == 422, r.text
+    assert "--allow-caller-groups" in r.json()["error"]["message"]
+    assert "RAGSYNC_ALLOW_CALLER_GROUPS" in r.json()["error"]["message"]
 
 
 def test_no_key_gets_401_and_a_server_without_stores_503(home: QueryHome) -> None:
@@ -210,7 +269,7 @@ def test_no_key_gets_401_and_a_server_without_stores_503(home: QueryHome) -> Non
     _, key = app.state.keys.create_tenant("tenant-c")
     with served(app) as port:
         url = f"http://127.0.0.1:{port}/v1/query"
-        body = {"text": "hotel", "groups": ["staff"]}
+        body = {"text": "hotel", "user": "alice"}
         assert httpx.post(url, json=body).status_code == 401
         r = httpx.post(url, json=body, headers={"X-API-Key": key})
         assert r.status_code == 503 and r.json()["error"]["code"] == "unavailable"

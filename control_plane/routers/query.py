@@ -8,10 +8,12 @@ version, the newest of near duplicates, a readable copy). This router only
 validates the body, takes the tenant from the API key (never from the body)
 and shapes the answer.
 
-Identity: for now the caller names the reader's ``groups`` (as the CLI
-does). A later change syncs users and memberships from the sources; a body
-will then name a ``user`` instead. ``user`` is reserved: sending it answers
-422 (not yet supported), so a client cannot believe it was honoured.
+Identity: a body names the reader as ``user``, a user synced from the
+tenant's sources (``ragsync identities sync``); the groups are the catalog's
+memberships of that user, nested groups expanded; a user no sync listed reads
+nothing. Naming the reader's ``groups`` directly is trusting the caller: it
+is off unless the server runs with ``--allow-caller-groups``
+(``RAGSYNC_ALLOW_CALLER_GROUPS=1``); without it such a body gets 422.
 """
 
 from __future__ import annotations
@@ -77,21 +79,24 @@ class QueryIn(BaseModel):
 
     text: str = Field(min_length=1, max_length=MAX_TEXT, description="the question or keywords")
     k: int = Field(10, ge=1, le=MAX_K, description=f"hits wanted, 1..{MAX_K}")
-    groups: list[_Name] = Field(
+    groups: list[_Name] | None = Field(
+        None,
         max_length=MAX_GROUPS,
-        description="the reader's groups (caller-supplied); an empty list reads nothing (fail closed)",
+        description="the reader's groups (caller-supplied; only when the server runs with "
+        "--allow-caller-groups); an empty list reads nothing (fail closed)",
     )
-    user: str | None = Field(
-        None, description="reserved: a user synced from the sources, instead of groups (not yet supported)"
+    user: _Name | None = Field(
+        None,
+        description="the reader: a user id synced from the tenant's sources (wiki user name, e-mail, "
+        "accountId); an unknown user reads nothing",
     )
     filters: QueryFiltersIn | None = None
 
-    @field_validator("user")
-    @classmethod
-    def _no_user_yet(cls, value: str | None) -> str | None:
-        if value is not None:
-            raise ValueError("not yet supported: name the reader's groups instead")
-        return value
+    @model_validator(mode="after")
+    def _one_reader(self) -> QueryIn:
+        if (self.groups is None) == (self.user is None):
+            raise ValueError("name the reader: exactly one of user and groups")
+        return self
 
     @field_validator("text")
     @classmethod
@@ -154,12 +159,18 @@ def query(body: QueryIn, tenant_id: Tenant, request: Request) -> QueryOut:
     No groups, or groups that grant nothing: ``{"hits": []}``.
 
     Failures: 401 no or bad key; 422 a bad body (the field named in the
-    message; ``user`` is not yet supported); 413 a body too large; 503 the
+    message; ``groups`` while caller groups are off); 413 a body too large; 503 the
     server was started without stores to query.
     """
     settings = request.app.state.settings
     if settings is None:
         raise ApiError(503, "query serving is not configured on this server (no stores)")
+    if body.groups is not None and not request.app.state.allow_caller_groups:
+        raise ApiError(
+            422,
+            "groups: caller-supplied groups are off on this server; name the reader as `user`, or start "
+            "the server with --allow-caller-groups (RAGSYNC_ALLOW_CALLER_GROUPS=1)",
+        )
     filters = None
     if body.filters is not None:
         f = body.filters
@@ -170,7 +181,13 @@ def query(body: QueryIn, tenant_id: Tenant, request: Request) -> QueryOut:
             modified_before=_epoch(f.modified_before) if f.modified_before else None,
         )
     results = hybrid_query(
-        settings, body.text, groups=body.groups, tenant_id=tenant_id, k=body.k, filters=filters
+        settings,
+        body.text,
+        groups=body.groups,
+        user=body.user,
+        tenant_id=tenant_id,
+        k=body.k,
+        filters=filters,
     )
     return QueryOut(hits=[_hit(r, body.text) for r in results])
 

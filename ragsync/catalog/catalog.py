@@ -17,7 +17,8 @@ combines one repository per concern, so call sites read
 * :mod:`~ragsync.catalog.syncs` -- source sync state (cursor, pause,
   failures) and sync runs;
 * :mod:`~ragsync.catalog.index_versions` -- the index-version registry;
-* :mod:`~ragsync.catalog.runs` -- pipeline runs and per-source outcomes.
+* :mod:`~ragsync.catalog.runs` -- pipeline runs and per-source outcomes;
+* :mod:`~ragsync.catalog.identities` -- users, groups and memberships synced from sources.
 
 Every write method is idempotent (an upsert keyed by the row's identity, or
 an update/delete that gives the same end state when repeated) unless its
@@ -42,6 +43,7 @@ from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.copies import CopiesRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
 from ragsync.catalog.documents import DocumentsRepository
+from ragsync.catalog.identities import IdentitiesRepository
 from ragsync.catalog.index_versions import IndexVersionsRepository
 from ragsync.catalog.migrations import migrate
 from ragsync.catalog.queue import QueueRepository
@@ -63,6 +65,7 @@ class Catalog(
     SyncsRepository,
     IndexVersionsRepository,
     RunsRepository,
+    IdentitiesRepository,
 ):
     """Typed access to every catalog table.
 

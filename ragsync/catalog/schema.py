@@ -463,3 +463,46 @@ pipeline_runs = Table(
     Column("counters", Text, nullable=False),  # JSON object
     Index("ix_pipeline_runs_finished", "finished_at"),
 )
+
+# ---------------------------------------------------------------- identities
+
+# Revision 0012: who is in which group, synced per (tenant, source) from the
+# source itself (``ragsync.catalog.identities``). A query by ``user`` reads
+# the user's memberships here and expands nested groups
+# (``ragsync.identity.expand_groups``). Group ids are the names the source's
+# connector writes into document ACLs.
+identity_users = Table(
+    "identity_users",
+    metadata,
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_id", String(_ID), nullable=False),
+    Column("user_id", String(512), nullable=False),  # source-local: wiki name, e-mail, accountId
+    Column("synced_at", Double, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "source_id", "user_id", name="pk_identity_users"),
+    Index("ix_identity_users_user", "tenant_id", "user_id"),
+)
+
+identity_groups = Table(
+    "identity_groups",
+    metadata,
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_id", String(_ID), nullable=False),
+    Column("group_id", String(512), nullable=False),
+    Column("synced_at", Double, nullable=False),
+    PrimaryKeyConstraint("tenant_id", "source_id", "group_id", name="pk_identity_groups"),
+)
+
+# ``member_kind``: ``user`` (member_id is a user id) or ``group`` (a nested group).
+identity_memberships = Table(
+    "identity_memberships",
+    metadata,
+    Column("tenant_id", String(_ID), nullable=False),
+    Column("source_id", String(_ID), nullable=False),
+    Column("member_kind", String(8), nullable=False),
+    Column("member_id", String(512), nullable=False),
+    Column("group_id", String(512), nullable=False),
+    PrimaryKeyConstraint(
+        "tenant_id", "source_id", "member_kind", "member_id", "group_id", name="pk_identity_memberships"
+    ),
+    Index("ix_identity_memberships_member", "tenant_id", "member_kind", "member_id"),
+)

@@ -1,0 +1,136 @@
+"""Identities synced from the sources: users, groups and memberships.
+
+Tables: ``identity_users``, ``identity_groups``, ``identity_memberships``.
+A source's identities are replaced whole, in one transaction, by each
+identity sync: a membership removed at the source is gone after the next one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import delete, insert, select
+
+from ragsync.catalog import schema
+from ragsync.catalog.base import Repository, _batches, _now
+from ragsync.identity import Identities, expand_groups
+
+_TABLES = (schema.identity_memberships, schema.identity_groups, schema.identity_users)
+
+
+class IdentitiesRepository(Repository):
+    """Users, groups and memberships per (tenant, source)."""
+
+    def replace_identities(self, tenant_id: str, source_id: str, identities: Identities) -> None:
+        """Make ``identities`` the whole of what the catalog knows of this source's identities.
+
+        One transaction: a reader sees the old set or the new one, never a mix.
+
+        Args:
+            tenant_id: the source's tenant.
+            source_id: the source.
+            identities: what the source listed (complete; anything absent is removed).
+        """
+        now = _now()
+        users: list[dict[str, Any]] = [
+            {"tenant_id": tenant_id, "source_id": source_id, "user_id": u, "synced_at": now}
+            for u in sorted(identities.users)
+        ]
+        groups: list[dict[str, Any]] = [
+            {"tenant_id": tenant_id, "source_id": source_id, "group_id": g, "synced_at": now}
+            for g in sorted(identities.groups)
+        ]
+        members: list[dict[str, Any]] = [
+            {
+                "tenant_id": tenant_id,
+                "source_id": source_id,
+                "member_kind": kind,
+                "member_id": m,
+                "group_id": g,
+            }
+            for kind, pairs in (("user", identities.user_groups), ("group", identities.group_groups))
+            for m, g in sorted(pairs)
+        ]
+        with self._engine.begin() as conn:
+            for table in _TABLES:
+                conn.execute(
+                    delete(table).where(table.c.tenant_id == tenant_id, table.c.source_id == source_id)
+                )
+            for table, rows in (
+                (schema.identity_users, users),
+                (schema.identity_groups, groups),
+                (schema.identity_memberships, members),
+            ):
+                for batch in _batches(rows):
+                    conn.execute(insert(table), list(batch))
+
+    def get_identities(self, tenant_id: str, source_id: str) -> Identities:
+        """What the last identity sync stored for this source (empty when none ran)."""
+        t, m = schema.identity_users, schema.identity_memberships
+        g = schema.identity_groups
+        with self._read_engine.connect() as conn:
+            users = conn.execute(
+                select(t.c.user_id).where(t.c.tenant_id == tenant_id, t.c.source_id == source_id)
+            )
+            groups = conn.execute(
+                select(g.c.group_id).where(g.c.tenant_id == tenant_id, g.c.source_id == source_id)
+            )
+            user_set = frozenset(str(u) for u in users.scalars())
+            group_set = frozenset(str(x) for x in groups.scalars())
+            rows = conn.execute(
+                select(m.c.member_kind, m.c.member_id, m.c.group_id).where(
+                    m.c.tenant_id == tenant_id, m.c.source_id == source_id
+                )
+            ).all()
+        return Identities(
+            users=user_set,
+            groups=group_set,
+            user_groups=frozenset((str(a), str(b)) for k, a, b in rows if k == "user"),
+            group_groups=frozenset((str(a), str(b)) for k, a, b in rows if k == "group"),
+        )
+
+    def groups_of_user(self, tenant_id: str, user_id: str, *, source_id: str | None = None) -> frozenset[str]:
+        """The groups ``user_id`` reads as in ``tenant_id``, nested groups expanded.
+
+        Only this tenant's rows are read: another tenant's user of the same
+        name gives nothing. A user no identity sync listed has no groups
+        (fail closed). Nesting is followed within the source that holds the
+        membership (``ragsync.identity.expand_groups``, cycle-safe and
+        depth-limited).
+
+        Args:
+            tenant_id: the reader's tenant.
+            user_id: the source-local user id.
+            source_id: only this source's memberships; None: every source of the tenant.
+
+        Returns:
+            The group ids, empty for an unknown user.
+        """
+        m = schema.identity_memberships
+        where = [m.c.tenant_id == tenant_id]
+        if source_id is not None:
+            where.append(m.c.source_id == source_id)
+        with self._read_engine.connect() as conn:
+            direct = conn.execute(
+                select(m.c.source_id, m.c.group_id).where(
+                    *where, m.c.member_kind == "user", m.c.member_id == user_id
+                )
+            ).all()
+            sources = sorted({str(s) for s, _ in direct})
+            nested = (
+                conn.execute(
+                    select(m.c.source_id, m.c.member_id, m.c.group_id).where(
+                        m.c.tenant_id == tenant_id, m.c.member_kind == "group", m.c.source_id.in_(sources)
+                    )
+                ).all()
+                if sources
+                else []
+            )
+        found: set[str] = set()
+        for src in sources:
+            parents: dict[str, list[str]] = {}
+            for s, child, parent in nested:
+                if s == src:
+                    parents.setdefault(str(child), []).append(str(parent))
+            found |= expand_groups((str(g) for s, g in direct if s == src), parents)
+        return frozenset(found)

@@ -1,0 +1,96 @@
+"""Identities: nested-group expansion (pure) and the catalog's per-source memberships."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from ragsync.catalog import Catalog
+from ragsync.identity import Identities, expand_groups
+
+
+@pytest.fixture
+def catalog(catalog_url: str) -> Iterator[Catalog]:
+    cat = Catalog.open(catalog_url)
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+# ------------------------------------------------------------------ expand_groups
+
+
+def test_expand_follows_nesting_transitively() -> None:
+    parents = {"eng": ["staff"], "staff": ["all"], "other": ["x"]}
+    assert expand_groups(["eng"], parents) == {"eng", "staff", "all"}
+
+
+def test_expand_without_parents_is_the_direct_groups() -> None:
+    assert expand_groups(["a", "b"], {}) == {"a", "b"}
+    assert expand_groups([], {"a": ["b"]}) == frozenset()
+
+
+def test_expand_stops_on_cycles() -> None:
+    parents = {"a": ["b"], "b": ["c"], "c": ["a", "d"]}
+    assert expand_groups(["a"], parents) == {"a", "b", "c", "d"}
+    assert expand_groups(["self"], {"self": ["self"]}) == {"self"}
+
+
+def test_expand_is_depth_limited() -> None:
+    chain = {f"g{i}": [f"g{i + 1}"] for i in range(20)}
+    assert expand_groups(["g0"], chain, max_depth=0) == {"g0"}
+    assert expand_groups(["g0"], chain, max_depth=3) == {"g0", "g1", "g2", "g3"}
+    assert len(expand_groups(["g0"], chain)) == 11  # MAX_GROUP_DEPTH = 10 levels above g0
+    with pytest.raises(ValueError, match="max_depth"):
+        expand_groups(["g0"], chain, max_depth=-1)
+
+
+# ------------------------------------------------------------------------ catalog
+
+WIKI = Identities(
+    users=frozenset({"Alice", "Bob", "Carol"}),
+    groups=frozenset({"sysop", "staff", "all", "loop1", "loop2"}),
+    user_groups=frozenset({("Alice", "sysop"), ("Bob", "staff"), ("Carol", "loop1")}),
+    group_groups=frozenset({("sysop", "staff"), ("staff", "all"), ("loop1", "loop2"), ("loop2", "loop1")}),
+)
+
+
+def test_groups_of_user_expands_nesting_from_the_catalog(catalog: Catalog) -> None:
+    catalog.replace_identities("t1", "wiki", WIKI)
+    assert catalog.get_identities("t1", "wiki") == WIKI
+    assert catalog.groups_of_user("t1", "Alice") == {"sysop", "staff", "all"}
+    assert catalog.groups_of_user("t1", "Bob") == {"staff", "all"}
+    assert catalog.groups_of_user("t1", "Carol") == {"loop1", "loop2"}
+
+
+def test_unknown_user_and_other_tenant_get_no_groups(catalog: Catalog) -> None:
+    catalog.replace_identities("t1", "wiki", WIKI)
+    assert catalog.groups_of_user("t1", "Mallory") == frozenset()
+    assert catalog.groups_of_user("t2", "Alice") == frozenset()
+    assert catalog.groups_of_user("t1", "alice") == frozenset()  # ids are exact
+
+
+def test_replace_removes_memberships_gone_at_the_source(catalog: Catalog) -> None:
+    catalog.replace_identities("t1", "wiki", WIKI)
+    catalog.replace_identities("t2", "wiki", WIKI)
+    smaller = Identities(
+        users=WIKI.users,
+        groups=WIKI.groups,
+        user_groups=frozenset({("Bob", "staff")}),
+        group_groups=frozenset({("staff", "all")}),
+    )
+    catalog.replace_identities("t1", "wiki", smaller)
+    assert catalog.groups_of_user("t1", "Alice") == frozenset()
+    assert catalog.groups_of_user("t1", "Bob") == {"staff", "all"}
+    assert catalog.get_identities("t1", "wiki") == smaller
+    assert catalog.groups_of_user("t2", "Alice") == {"sysop", "staff", "all"}  # the other tenant's copy stays
+
+
+def test_nesting_stays_within_the_source_that_holds_the_membership(catalog: Catalog) -> None:
+    catalog.replace_identities("t1", "wiki", Identities(user_groups=frozenset({("u", "eng")})))
+    catalog.replace_identities("t1", "drive", Identities(group_groups=frozenset({("eng", "secret")})))
+    assert catalog.groups_of_user("t1", "u") == {"eng"}
+    assert catalog.groups_of_user("t1", "u", source_id="drive") == frozenset()
+    assert catalog.groups_of_user("t1", "u", source_id="wiki") == {"eng"}
