@@ -153,3 +153,78 @@ class QueryHome:
             kindex.close()
             vindex.close()
             cat.close()
+
+    def write_copy(self, copy: Doc, holder: Doc) -> None:
+        """Record ``copy`` (same text as ``holder``, its own ACL) as an exact
+        copy served by ``holder``'s chunk, the way ``transforms.copies`` does:
+        a ``duplicate`` document row, and the holder's chunk carrying the ACL
+        ids of both in the catalog and both stores."""
+        from ragsync.config import open_catalog
+
+        assert copy.text == holder.text and copy.tenant == holder.tenant
+        chash = ids.content_hash(copy.text.encode())
+        cat = open_catalog(self.settings)
+        try:
+            cat.upsert_acl(copy.acl_id, copy.tenant, list(copy.groups), list(copy.deny))
+            cat.record_fetch(
+                FetchRecord(
+                    doc_id=copy.doc_id,
+                    source_id=copy.source,
+                    tenant_id=copy.tenant,
+                    source_object_id=copy.object_id,
+                    uri=copy.uri or f"file:///{copy.tenant}/{copy.source}/{copy.object_id}",
+                    size=len(copy.text),
+                    source_version=f"{copy.mtime:.6f}",
+                    content_hash=chash,
+                    acl_id=copy.acl_id,
+                    canonical_doc_id=holder.doc_id,
+                    mime=copy.mime,
+                    version_domain="timestamp",
+                    version_observed_at=copy.mtime,
+                )
+            )
+            cat.mark_duplicate(copy.doc_id, holder.doc_id, content_hash=chash)
+            chunk = cat.chunks_by_ids([self.chunk_ids[holder.doc_id]])[self.chunk_ids[holder.doc_id]]
+            acl_ids = tuple(sorted({*chunk.acl_ids, copy.acl_id}))
+        finally:
+            cat.close()
+        self.set_chunk_acls(holder, acl_ids)
+
+    def set_chunk_acls(self, doc: Doc, acl_ids: Sequence[str]) -> None:
+        """Replace the ACL ids of ``doc``'s chunk in the catalog and both stores."""
+        from dataclasses import replace
+
+        from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+        from ragsync.index_versions import live_spec
+
+        cid = self.chunk_ids[doc.doc_id]
+        cat = open_catalog(self.settings)
+        vindex = open_vector_index(self.settings, live_spec(self.settings).dim)
+        kindex = open_keyword_index(self.settings)
+        try:
+            chunk = cat.chunks_by_ids([cid])[cid]
+            cat.set_chunk_acl_ids(doc.doc_id, list(acl_ids), tenant_id=doc.tenant)
+            vindex.set_acl_ids(doc.tenant, [cid], list(acl_ids))
+            kindex.set_acl_ids(doc.tenant, [replace(chunk, acl_ids=tuple(acl_ids))])
+        finally:
+            kindex.close()
+            vindex.close()
+            cat.close()
+
+    def change_acl(self, doc: Doc, groups: Sequence[str], deny: Sequence[str], *, stores: bool) -> str:
+        """A permission change of ``doc`` after indexing: its document row
+        maps to a new ACL; with ``stores`` its chunk's ACL ids follow (an
+        applied change), else they lag behind (a change not yet applied).
+        Returns the new ACL id."""
+        from ragsync.config import open_catalog
+
+        acl_id = ids.acl_id(doc.tenant, tuple(groups), tuple(deny))
+        cat = open_catalog(self.settings)
+        try:
+            cat.upsert_acl(acl_id, doc.tenant, list(groups), list(deny))
+            cat.set_document_acl(doc.doc_id, acl_id)
+        finally:
+            cat.close()
+        if stores:
+            self.set_chunk_acls(doc, (acl_id,))
+        return acl_id
