@@ -212,7 +212,9 @@ class _WriteFn(CopiesDoFn):
             self._vectors.set_acl_ids(tenant, [c.chunk_id for c in moved], list(plan.acl_ids))
             self._keywords.set_acl_ids(tenant, moved)
             self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
-        self._catalog.write_chunks(list(plan.chunks))
+        # New chunk rows stay pending (unseen by queries) until the flip
+        # names the new version's chunk ids, in its own transaction.
+        self._catalog.write_chunks(list(plan.chunks), pending=True)
         self.count("chunks_written", len(new_ids))
         flipped = self._catalog.flip_indexed_version(
             doc.doc_id,
@@ -227,6 +229,7 @@ class _WriteFn(CopiesDoFn):
             version_domain=doc.source.version_domain or None,
             version_observed_at=doc.source.observed_at or doc.source.event_time or None,
             expected_version_guard=self._seen_versions.pop(doc.doc_id, None),
+            live_chunk_ids=[c.chunk_id for c in plan.chunks],
         )
         if not flipped:
             # Overtaken between the superseded check and here: the event runs
