@@ -148,16 +148,16 @@ def test_a_crash_between_write_and_flip_leaves_only_the_old_version_searchable(
 def test_after_the_flip_the_replaced_chunks_are_hidden_before_their_deletion(
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ragsync.catalog.chunks import ChunksRepository
+    from ragsync.catalog.copies import CopiesRepository
 
     _write(settings, V1)
 
-    def crash(self: Any, chunk_ids: Any, **kw: Any) -> Any:
-        raise RuntimeError("stopped before the old chunk rows went")
+    def crash(self: Any, *args: Any, **kw: Any) -> Any:
+        raise RuntimeError("stopped right after the flip")
 
-    # The flip happens; the old chunk stays in the catalog (and, deleted
-    # from the indexes just before, would be back in a store that lagged).
-    monkeypatch.setattr(ChunksRepository, "delete_chunks", crash)
+    # The flip happens; the old chunk stays in both indexes and the catalog
+    # (the next step after the flip fails, so nothing is deleted).
+    monkeypatch.setattr(CopiesRepository, "set_near_dup", crash)
     _write(settings, V2)
     monkeypatch.undo()
     catalog = open_catalog(settings)
@@ -165,5 +165,6 @@ def test_after_the_flip_the_replaced_chunks_are_hidden_before_their_deletion(
         assert catalog.get_document(DOC_ID).source_version == "v2"  # type: ignore[union-attr]
     finally:
         catalog.close()
-    assert _everywhere(settings)[2] == {KEEP.chunk_id, OLD.chunk_id, NEW.chunk_id}
+    every = {KEEP.chunk_id, OLD.chunk_id, NEW.chunk_id}
+    assert _everywhere(settings) == (every, every, every)
     assert _query(settings) == sorted([KEEP.chunk_id, NEW.chunk_id])
