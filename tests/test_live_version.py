@@ -9,7 +9,7 @@ their deletion. A chunk both versions share is shown exactly once.
 
 Real stores (Milvus Lite, tantivy, SQLite), the real write stage on the
 FnApiRunner, and the query path's catalog checks (``ragsync.query._assemble``;
-the query vector is a fixed one since the stores' dimension is small).
+the query vector is a fixed one).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from transforms.embed import EmbeddedPlan
 from transforms.write import WriteIndexes
 
-DIM = 8
+DIM = 384  # the live model's: repair checks it
 DOC_ID = ids.doc_id("t", "s", "policy")
 
 
@@ -104,6 +104,13 @@ def _query(settings: Settings) -> list[str]:
         catalog.close()
 
 
+def _repair(settings: Settings) -> list[tuple[str, str, str, int]]:
+    """``ragsync reconcile --repair``'s actions, as tuples."""
+    from ragsync.reconcile import repair
+
+    return [(a.action, a.store, a.tenant_id, a.chunks) for a in repair(settings, DIM).actions]
+
+
 def _everywhere(settings: Settings) -> tuple[set[str], set[str], set[str]]:
     """Chunk ids in the vector index, the keyword index and the catalog."""
     vectors, keywords, catalog = (
@@ -138,6 +145,10 @@ def test_a_crash_between_write_and_flip_leaves_only_the_old_version_searchable(
     assert _everywhere(settings) == (every, every, every)
     # Only the old version is searchable; the shared chunk exactly once.
     assert _query(settings) == sorted([KEEP.chunk_id, OLD.chunk_id])
+    # Repair agrees: the unflipped chunk is a dead row, removed everywhere.
+    assert _repair(settings) == [("delete_dead_rows", "catalog", "t", 1)]
+    assert _everywhere(settings) == ({KEEP.chunk_id, OLD.chunk_id},) * 3
+    assert _query(settings) == sorted([KEEP.chunk_id, OLD.chunk_id])
 
     # The replay flips it: only the new version, the shared chunk once.
     _write(settings, V2)
@@ -167,4 +178,8 @@ def test_after_the_flip_the_replaced_chunks_are_hidden_before_their_deletion(
         catalog.close()
     every = {KEEP.chunk_id, OLD.chunk_id, NEW.chunk_id}
     assert _everywhere(settings) == (every, every, every)
+    assert _query(settings) == sorted([KEEP.chunk_id, NEW.chunk_id])
+    # Repair agrees: the replaced chunk is a dead row, removed everywhere.
+    assert _repair(settings) == [("delete_dead_rows", "catalog", "t", 1)]
+    assert _everywhere(settings) == ({KEEP.chunk_id, NEW.chunk_id},) * 3
     assert _query(settings) == sorted([KEEP.chunk_id, NEW.chunk_id])

@@ -146,6 +146,14 @@ class ChunksRepository(Repository):
         with self._read_engine.connect() as conn:
             return {r for (r,) in conn.execute(select(t.c.chunk_id).where(t.c.tenant_id == tenant_id)).all()}
 
+    def pending_chunk_ids(self, tenant_id: str) -> set[str]:
+        """Chunk ids of a tenant's pending rows (of no live version: see
+        ``write_chunks``), for repair."""
+        t = schema.chunks
+        query = select(t.c.chunk_id).where(t.c.tenant_id == tenant_id, t.c.pending.is_(True))
+        with self._read_engine.connect() as conn:
+            return set(conn.execute(query).scalars())
+
     def present_chunk_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> set[str]:
         """Of ``chunk_ids`` (one page: the orphan sweep's), those with a
         chunk row of ``tenant_id``. One query per 500 ids."""
