@@ -160,6 +160,31 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         engine.dispose()
 
 
+def test_revision_0012_keeps_existing_chunks_live(catalog_url: str) -> None:
+    """A home upgraded from 0011: its chunk rows are its live versions'
+    (not pending), so queries keep answering with them."""
+    engine = create_catalog_engine(catalog_url)
+    try:
+        cfg = alembic_config()
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0011")
+            conn.execute(
+                text(
+                    "INSERT INTO chunks (chunk_id, doc_id, tenant_id, text_hash, ordinal, heading_path,"
+                    " page, text, token_count, acl_ids)"
+                    " VALUES (:c, 'd1', 't1', :h, 0, '[]', 0, 'x', 1, '[\"a\"]')"
+                ),
+                [{"c": "c1", "h": "h1"}, {"c": "c2", "h": "h2"}],
+            )
+        assert migrate(engine) == ["0012"]
+        cat = Catalog(engine, catalog_url)
+        assert sorted(cat.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
+        assert cat.pending_chunk_ids("t1") == set()
+    finally:
+        engine.dispose()
+
+
 def _plan(cat: Catalog, statement: str, params: Any) -> str:
     """The engine's query plan of one captured statement, as one string."""
     raw = cat.engine.raw_connection()
