@@ -69,7 +69,7 @@ class ChunksRepository(Repository):
                 "text": c.text,
                 "token_count": c.token_count,
                 "acl_ids": _json_list(c.acl_ids),
-                "pending": pending,
+                **({"pending": True} if pending else {}),  # else the column's default (live)
             }
         if not by_id:
             return 0

@@ -207,7 +207,7 @@ chunks = Table(
     # True from the write of a new version's chunk until the flip that makes
     # it live (and again for a replaced version's chunks between the flip and
     # their deletion): queries never show a pending chunk.
-    Column("pending", Boolean, nullable=False, default=False, server_default=false()),
+    Column("pending", Boolean, nullable=False, server_default=false()),
     Index("ix_chunks_doc", "doc_id"),
     Index("ix_chunks_text_hash", "text_hash"),
 )
