@@ -10,6 +10,15 @@ Results are deterministic: each store's hits are ordered by score then chunk
 id before fusion (stores return tied scores in no fixed order), and fused
 ties are broken by chunk id, so identical inputs give identical rankings.
 
+Only chunks of each document's live version are returned: a new version's
+chunks are written to the stores and the catalog as *pending* and become
+visible in the same catalog transaction that flips the document's version
+(``flip_indexed_version``), which also hides the replaced version's chunks
+until they are deleted. So a query never mixes two versions of a document,
+and a crash between the write and the flip (or before the old chunks are
+deleted) leaves nothing extra searchable, even before ``reconcile --repair``.
+A chunk both versions share keeps its id and is shown once throughout.
+
 Filters (:class:`QueryFilters`: source ids, formats, modified-date range) are
 applied in this same path. The stores hold only tenant, ACL ids and text per
 chunk, so the filters are checked against the catalog's document rows after
@@ -291,11 +300,11 @@ def _assemble(
     k: int,
     filters: QueryFilters | None,
 ) -> list[QueryResult]:
-    """The first ``k`` fused hits that pass the catalog's checks (tenant,
-    ACL ids, deny entries, newest of near duplicates, a live readable copy)
-    and ``filters``."""
+    """The first ``k`` fused hits that pass the catalog's checks (a chunk of
+    the live version, tenant, ACL ids, deny entries, newest of near
+    duplicates, a live readable copy) and ``filters``."""
     fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
-    rows = catalog.chunks_by_ids([cid for cid, _ in fused])
+    rows = catalog.chunks_by_ids([cid for cid, _ in fused], live_only=True)
     allowed, refused = set(acl_ids), set(denied)
     # Near duplicates (drafts of one file): only the newest of a group.
     newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), list(acl_ids))

@@ -65,7 +65,8 @@ class RepairAction:
     Attributes:
         action: ``rewrite`` (chunks written again from the catalog),
             ``delete_orphans`` (store rows with no catalog chunk row) or
-            ``delete_dead_rows`` (chunks of deleted documents, everywhere).
+            ``delete_dead_rows`` (chunks of deleted documents, and pending
+            chunks of no live version, everywhere).
         store: ``vector``, ``keyword`` or ``catalog``.
         tenant_id: the tenant.
         chunks: number of chunks.
@@ -145,7 +146,8 @@ def repair(settings: Settings, dim: int) -> RepairReport:
             ids = catalog.chunk_ids_for_tenant(tenant)
             rows = {cid: all_rows[cid] for cid in ids if cid in all_rows}
             gone = catalog.gone_doc_ids(sorted(set(rows.values())))
-            plan = plan_repair(rows, gone, {name: s.chunk_ids(tenant) for name, s in stores.items()})
+            stored = {name: s.chunk_ids(tenant) for name, s in stores.items()}
+            plan = plan_repair(rows, gone, stored, catalog.pending_chunk_ids(tenant))
             if plan.dead_rows:
                 dead = list(plan.dead_rows)
                 for store in stores.values():

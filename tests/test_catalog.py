@@ -69,20 +69,7 @@ ALL_TABLES = {
     "identity_memberships",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = [
-    "0001",
-    "0002",
-    "0003",
-    "0004",
-    "0005",
-    "0006",
-    "0007",
-    "0008",
-    "0009",
-    "0010",
-    "0011",
-    "0012",
-]
+ALL_VERSIONS = [f"{n:04d}" for n in range(1, 14)]
 
 
 @pytest.fixture

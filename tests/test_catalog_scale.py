@@ -149,13 +149,38 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         for i in range(4):
             _record(cat, f"d{i}")
         cat.set_status("d0", "dead_letter", "corrupt")
-        assert migrate(engine) == ["0010", "0011", "0012"]
+        assert migrate(engine) == ["0010", "0011", "0012", "0013"]
         assert sorted(cat.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),
         ]
         cat.set_status("d1", "indexed")  # and the triggers run from then on
         assert cat.document_counts_by_status() == {"dead_letter": 1, "fetched": 2, "indexed": 1}
+    finally:
+        engine.dispose()
+
+
+def test_revision_0013_keeps_existing_chunks_live(catalog_url: str) -> None:
+    """A home upgraded from 0012: its chunk rows are its live versions'
+    (not pending), so queries keep answering with them."""
+    engine = create_catalog_engine(catalog_url)
+    try:
+        cfg = alembic_config()
+        with engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            command.upgrade(cfg, "0012")
+            conn.execute(
+                text(
+                    "INSERT INTO chunks (chunk_id, doc_id, tenant_id, text_hash, ordinal, heading_path,"
+                    " page, text, token_count, acl_ids)"
+                    " VALUES (:c, 'd1', 't1', :h, 0, '[]', 0, 'x', 1, '[\"a\"]')"
+                ),
+                [{"c": "c1", "h": "h1"}, {"c": "c2", "h": "h2"}],
+            )
+        assert migrate(engine) == ["0013"]
+        cat = Catalog(engine, catalog_url)
+        assert sorted(cat.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
+        assert cat.pending_chunk_ids("t1") == set()
     finally:
         engine.dispose()
 

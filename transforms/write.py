@@ -60,16 +60,20 @@ class _WriteFn(CopiesDoFn):
     replay of the same plan converge):
       1. upsert the new chunks into the vector index, then the keyword index
          (one upsert and one commit for all documents of the batch);
-      2. write every chunk row to the catalog;
-      3. flip the document's indexed version (one transaction) - from here a
-         query sees the new version complete;
+      2. write every chunk row to the catalog (a new row is pending: queries
+         do not show it; a kept chunk's row stays live);
+      3. flip the document's indexed version (one transaction, which makes
+         exactly the new version's chunk rows live and the replaced ones
+         pending) - from here a query sees the new version complete, and
+         before it only the old one;
       4. delete the vanished chunks from both indexes, then their rows.
     Steps 2-4 run document by document once step 1 is done for the batch, so
     every document is still indexed before it is flipped and flipped before
-    its old chunks go. A crash after 1 leaves index rows with no catalog row;
-    the next run writes the same ids again (or the end-of-run sweep removes
-    them). Documents of one batch are as independent as documents written
-    by two workers at once, which Beam may always do.
+    its old chunks go. A crash after 1 leaves index rows with no catalog row,
+    after 2 pending rows; neither is searchable, and the next run writes the
+    same ids again (or the end-of-run sweep and repair remove them).
+    Documents of one batch are as independent as documents written by two
+    workers at once, which Beam may always do.
     """
 
     metrics_stage = "write"
@@ -212,7 +216,9 @@ class _WriteFn(CopiesDoFn):
             self._vectors.set_acl_ids(tenant, [c.chunk_id for c in moved], list(plan.acl_ids))
             self._keywords.set_acl_ids(tenant, moved)
             self.shadow_set_acl(tenant, moved, list(plan.acl_ids))
-        self._catalog.write_chunks(list(plan.chunks))
+        # New chunk rows stay pending (unseen by queries) until the flip
+        # names the new version's chunk ids, in its own transaction.
+        self._catalog.write_chunks(list(plan.chunks), pending=True)
         self.count("chunks_written", len(new_ids))
         flipped = self._catalog.flip_indexed_version(
             doc.doc_id,
@@ -227,6 +233,7 @@ class _WriteFn(CopiesDoFn):
             version_domain=doc.source.version_domain or None,
             version_observed_at=doc.source.observed_at or doc.source.event_time or None,
             expected_version_guard=self._seen_versions.pop(doc.doc_id, None),
+            live_chunk_ids=[c.chunk_id for c in plan.chunks],
         )
         if not flipped:
             # Overtaken between the superseded check and here: the event runs

@@ -41,13 +41,17 @@ class ChunksRepository(Repository):
             rows = conn.execute(select(t).where(t.c.doc_id == doc_id).order_by(t.c.ordinal, t.c.chunk_id))
             return [_chunk_from_row(r) for r in rows.mappings()]
 
-    def write_chunks(self, chunks: Sequence[Chunk]) -> int:
+    def write_chunks(self, chunks: Sequence[Chunk], *, pending: bool = False) -> int:
         """Insert or update chunks by chunk_id, in one transaction.
 
-        ``near_dup_group`` of an existing row is kept.
+        ``near_dup_group`` and ``pending`` of an existing row are kept.
 
         Args:
             chunks: chunks to store; for a repeated chunk_id the last one wins.
+            pending: new rows are not shown by queries until a
+                ``flip_indexed_version(live_chunk_ids=...)`` names them (a new
+                version's chunks); an existing row (a chunk the live version
+                already has) stays as it is.
 
         Returns:
             Number of distinct chunk ids written.
@@ -65,10 +69,11 @@ class ChunksRepository(Repository):
                 "text": c.text,
                 "token_count": c.token_count,
                 "acl_ids": _json_list(c.acl_ids),
+                **({"pending": True} if pending else {}),  # else the column's default (live)
             }
         if not by_id:
             return 0
-        columns = [name for name in next(iter(by_id.values())) if name != "chunk_id"]
+        columns = [name for name in next(iter(by_id.values())) if name not in ("chunk_id", "pending")]
         with self._engine.begin() as conn:
             self._upsert(conn, schema.chunks, list(by_id.values()), ["chunk_id"], columns)
         return len(by_id)
@@ -94,14 +99,22 @@ class ChunksRepository(Repository):
                 deleted += conn.execute(stmt).rowcount
         return deleted
 
-    def chunks_by_ids(self, chunk_ids: Sequence[str]) -> dict[str, Chunk]:
-        """Stored chunks by id; ids not stored are absent from the result."""
+    def chunks_by_ids(self, chunk_ids: Sequence[str], *, live_only: bool = False) -> dict[str, Chunk]:
+        """Stored chunks by id; ids not stored are absent from the result.
+
+        ``live_only``: also leave out pending chunks (written for a version
+        not yet flipped live, or of a replaced version not yet deleted): what
+        a query may show. One indexed lookup per 500 ids.
+        """
         t = schema.chunks
         ids = sorted(set(chunk_ids))
         out: dict[str, Chunk] = {}
         with self._read_engine.connect() as conn:
             for batch in _batches(ids):
-                for row in conn.execute(select(t).where(t.c.chunk_id.in_(batch))).mappings():
+                query = select(t).where(t.c.chunk_id.in_(batch))
+                if live_only:
+                    query = query.where(t.c.pending.is_(False))
+                for row in conn.execute(query).mappings():
                     out[row["chunk_id"]] = _chunk_from_row(row)
         return out
 
@@ -132,6 +145,14 @@ class ChunksRepository(Repository):
         t = schema.chunks
         with self._read_engine.connect() as conn:
             return {r for (r,) in conn.execute(select(t.c.chunk_id).where(t.c.tenant_id == tenant_id)).all()}
+
+    def pending_chunk_ids(self, tenant_id: str) -> set[str]:
+        """Chunk ids of a tenant's pending rows (of no live version: see
+        ``write_chunks``), for repair."""
+        t = schema.chunks
+        query = select(t.c.chunk_id).where(t.c.tenant_id == tenant_id, t.c.pending.is_(True))
+        with self._read_engine.connect() as conn:
+            return set(conn.execute(query).scalars())
 
     def present_chunk_ids(self, tenant_id: str, chunk_ids: Sequence[str]) -> set[str]:
         """Of ``chunk_ids`` (one page: the orphan sweep's), those with a

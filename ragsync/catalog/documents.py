@@ -404,6 +404,7 @@ class DocumentsRepository(Repository):
         mime: str | None = None,
         version_domain: str | None = None,
         version_observed_at: float | None = None,
+        live_chunk_ids: Sequence[str] | None = None,
     ) -> bool:
         """Make a new version of a document live, in one transaction.
 
@@ -426,6 +427,11 @@ class DocumentsRepository(Repository):
             mime: detected content type to record (None keeps the stored one).
             version_domain: domain of ``source_version`` (None: undeclared).
             version_observed_at: when the source showed it (None: unknown).
+            live_chunk_ids: the new version's chunk ids: in the same
+                transaction they stop being pending (queries show them) and
+                every other chunk row of the document becomes pending (the
+                replaced version's, hidden until deleted). None leaves the
+                chunk rows as they are.
 
         Returns:
             True if the row was updated; False if the document does not exist
@@ -450,8 +456,17 @@ class DocumentsRepository(Repository):
             version_observed_at=version_observed_at,
             **({"mime": mime} if mime is not None else {}),
         )
+        c = schema.chunks
         with self._engine.begin() as conn:
-            return conn.execute(stmt).rowcount == 1
+            if conn.execute(stmt).rowcount != 1:
+                return False
+            if live_chunk_ids is not None:
+                conn.execute(update(c).where(c.c.doc_id == doc_id).values(pending=True))
+                for batch in _batches(sorted(set(live_chunk_ids))):
+                    conn.execute(
+                        update(c).where(c.c.doc_id == doc_id, c.c.chunk_id.in_(batch)).values(pending=False)
+                    )
+            return True
 
     def documents_for_source(self, source_id: str) -> list[DocumentRow]:
         """All documents of a source (deleted ones included), ordered by doc_id."""

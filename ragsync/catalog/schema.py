@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     Double,
     Index,
@@ -31,6 +32,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
     text,
 )
 
@@ -202,6 +204,10 @@ chunks = Table(
     Column("token_count", Integer, nullable=False, default=0),
     Column("acl_ids", Text, nullable=False, default="[]"),  # JSON list of str
     Column("near_dup_group", String(_ID), nullable=True),
+    # True from the write of a new version's chunk until the flip that makes
+    # it live (and again for a replaced version's chunks between the flip and
+    # their deletion): queries never show a pending chunk.
+    Column("pending", Boolean, nullable=False, server_default=false()),
     Index("ix_chunks_doc", "doc_id"),
     Index("ix_chunks_text_hash", "text_hash"),
 )

@@ -279,7 +279,10 @@ class RepairPlan:
 
 
 def plan_repair(
-    catalog_chunks: Mapping[str, str], gone_docs: Collection[str], stores: Mapping[str, Collection[str]]
+    catalog_chunks: Mapping[str, str],
+    gone_docs: Collection[str],
+    stores: Mapping[str, Collection[str]],
+    pending: Collection[str] = (),
 ) -> RepairPlan:
     """Compare chunk ids, not just counts, between the catalog and each store.
 
@@ -287,12 +290,15 @@ def plan_repair(
         catalog_chunks: ``{chunk_id: doc_id}`` of the catalog's chunk rows.
         gone_docs: documents that are deleted or unknown to the catalog.
         stores: ``{store name: chunk ids it holds}``.
+        pending: chunk ids of rows no live version holds (written for a
+            version whose flip never came, or replaced by a flip and not yet
+            deleted): dead rows too, as queries already ignore them.
 
     Returns:
         The plan; every id list is sorted, so a replay repairs the same ids.
     """
     gone = set(gone_docs)
-    dead = {cid for cid, doc in catalog_chunks.items() if doc in gone}
+    dead = {cid for cid, doc in catalog_chunks.items() if doc in gone} | (set(pending) & set(catalog_chunks))
     wanted = set(catalog_chunks) - dead
     rewrite = {name: tuple(sorted(wanted - set(ids))) for name, ids in stores.items()}
     orphans = {name: tuple(sorted(set(ids) - set(catalog_chunks))) for name, ids in stores.items()}
