@@ -33,7 +33,9 @@ _, _KEY = _APP.state.keys.create_tenant("fuzz")
 _HOME.write(
     [
         Doc("fuzz", "wiki-eng", "a.txt", "Deploy the service with the blue green runbook.", ("eng",)),
-        Doc("fuzz", "wiki-eng", "b.txt", "Holiday calendar and office hours.", ("everyone",), mime="text/html"),
+        Doc(
+            "fuzz", "wiki-eng", "b.txt", "Holiday calendar and office hours.", ("everyone",), mime="text/html"
+        ),
     ]
 )
 _APP.state.catalog.create_source(
