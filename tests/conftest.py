@@ -154,7 +154,11 @@ def postgres_url() -> Iterator[str]:
                 "--no-sync",
             ]
         )
-        options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
+        # max_connections: a stream's DoFns each hold a catalog pool (test_cluster exceeded 100).
+        options = (
+            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
+            "-c max_connections=400"
+        )
         run(
             [
                 str(bindir / "pg_ctl"),

@@ -18,17 +18,36 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
+from beam_pipelines.backfill import prepare_stores, register_source
 from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.streaming import run_stream
 from beam_pipelines.sync import run_backfill
 from ragsync.config import Settings, open_catalog
+from ragsync.embedding import default_model
 from ragsync.errors import ConfigurationError
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.queue_events import change_event, push_events
 from tests.store_state import chunk_ids_by_store
 from tests.test_backfill import _make_corpus
 from tests.test_stores_servers import milvus_uri  # noqa: F401 - the session's milvus-lite server
 
 MULTI = ("--direct_running_mode=multi_processing", "--direct_num_workers=2")
+LOOPBACK = ("--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=LOOPBACK")
+"""Beam's embedded job service (the PortableRunner path Flink takes) with the
+SDK worker in this process."""
+RUNNERS = [
+    pytest.param(MULTI, id="multi_processing"),
+    pytest.param(LOOPBACK, id="portable_loopback"),
+    pytest.param(
+        ("--runner=PortableRunner", "--job_endpoint=embed", "--environment_type=PROCESS"),
+        id="portable_process",
+        marks=pytest.mark.skip(
+            reason="PROCESS environment fails on the embedded job service (KeyError "
+            "beam:env:process:v1): it needs a Java job server (Flink), see docs/flink.md"
+        ),
+    ),
+]
 GROUPS = ("staff",)
 DIM = 384
 
@@ -99,7 +118,9 @@ def _ranks(settings: Settings, text: str, groups: tuple[str, ...]) -> list[str]:
     return [hit.chunk_id for hit in hybrid_query(settings, text, groups=list(groups), k=5)]
 
 
-def test_multi_process_backfill_equals_single_process(
+@pytest.mark.parametrize("runner", RUNNERS)
+def test_backfill_on_another_runner_equals_single_process(
+    runner: tuple[str, ...],
     corpus: Path,
     tmp_path: Path,
     single: Settings,
@@ -107,7 +128,7 @@ def test_multi_process_backfill_equals_single_process(
     milvus_uri: str,  # noqa: F811
 ) -> None:
     multi = _cluster_settings(tmp_path, postgres_url, milvus_uri)
-    first = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=MULTI, show_progress=False)
+    first = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=runner, show_progress=False)
     assert (first.documents_seen, first.documents_indexed, first.dead_lettered) == (6, 4, 2)
     expected, got = _state(single), _state(multi)
     ids = got["ids"]
@@ -122,7 +143,7 @@ def test_multi_process_backfill_equals_single_process(
         assert _ranks(multi, text, ("other",)) == []
     assert reconcile(multi, DIM).ok
 
-    again = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=MULTI, show_progress=False)
+    again = run_backfill(str(corpus), multi, acl_groups=GROUPS, beam_args=runner, show_progress=False)
     assert (again.documents_unchanged, again.chunks_embedded, again.chunks_written) == (6, 0, 0)
     assert _state(multi) == expected
 
@@ -164,3 +185,91 @@ def test_single_process_stores_are_refused_on_several_workers(tmp_path: Path, co
         assert cat.document_counts_by_status() == {}
     finally:
         cat.close()
+
+
+STREAM_TENANT, STREAM_SOURCE = "acme", "share"
+STREAM_DOCS = {
+    "a.md": "# Travel\n\nThe hotel limit is 180 pounds per night in London.\n",
+    "b.md": "# Badges\n\nLost badges are reported to the front desk the same day.\n",
+    "c.md": "# Laptops\n\nLost laptops are reported to security within one hour.\n",
+}
+
+
+def _stream_state(settings: Settings) -> dict[str, object]:
+    """The stream's stores: chunk ids per store, documents by status, each
+    chunk's ACL, dead letters (tenant ``acme``)."""
+    cat = open_catalog(settings)
+    try:
+        ids = sorted(cat.chunk_ids_for_tenant(STREAM_TENANT))
+        return {
+            "ids": chunk_ids_by_store(settings),
+            "documents": cat.document_counts_by_status(),
+            "dead_letters": cat.dead_letter_counts(),
+            "acl": {cid: tuple(sorted(c.acl_ids)) for cid, c in cat.chunks_by_ids(ids).items()},
+        }
+    finally:
+        cat.close()
+
+
+def _stream_run(tmp: Path, settings: Settings, args: tuple[str, ...]) -> tuple[tuple[int, ...], ...]:
+    """Three upserts, then an edit of a.md, a delete of b.md and an ACL
+    change of c.md, each round streamed until idle under ``args``; the
+    rounds' (applied, indexed, deleted, acl updated, dead lettered)."""
+    src = tmp / "src"
+    src.mkdir(parents=True)
+    prepare_stores(settings, default_model())
+    register_source(settings, STREAM_SOURCE, STREAM_TENANT, "object_store", str(src))
+
+    def event(doc: str, op: str, version: int, groups: list[str], uri: str = "") -> dict[str, object]:
+        return change_event(STREAM_SOURCE, doc, op, version, groups, uri, tenant_id=STREAM_TENANT)
+
+    def stream() -> tuple[int, ...]:
+        s = run_stream(settings, until_idle=True, show_progress=False, beam_args=args)
+        return (
+            s.events_applied,
+            s.documents_indexed,
+            s.documents_deleted,
+            s.documents_acl_updated,
+            s.dead_lettered,
+        )
+
+    for name, text in STREAM_DOCS.items():
+        (src / name).write_text(text)
+    push_events(settings, [event(n, "upsert", 1, ["staff"], str(src / n)) for n in STREAM_DOCS])
+    first = stream()
+    (src / "a.md").write_text("# Travel\n\nThe hotel limit is 210 pounds per night in London.\n")
+    (src / "b.md").unlink()
+    push_events(
+        settings,
+        [
+            event("a.md", "upsert", 2, ["staff"], str(src / "a.md")),
+            event("b.md", "delete", 2, ["staff"]),
+            event("c.md", "acl", 2, ["contractors"]),
+        ],
+    )
+    return first, stream()
+
+
+@pytest.mark.parametrize("runner", RUNNERS[:2])
+def test_stream_on_another_runner_equals_single_process(
+    runner: tuple[str, ...],
+    tmp_path: Path,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    """Upsert, edit, delete and ACL events applied by two worker processes
+    (or the portable LOOPBACK path) to shared stores end where one process
+    ends."""
+    one = _cluster_settings(tmp_path / "one", postgres_url, milvus_uri)
+    assert _stream_run(tmp_path / "one", one, ()) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    other = _cluster_settings(tmp_path / "other", postgres_url, milvus_uri)
+    assert _stream_run(tmp_path / "other", other, runner) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    expected, got = _stream_state(one), _stream_state(other)
+    assert got == expected
+    ids, acl = got["ids"], got["acl"]
+    # chunk_ids_by_store's catalog side is tenant "default"; this stream's tenant is acme.
+    assert isinstance(ids, dict) and isinstance(acl, dict)
+    assert ids["vector"] == ids["keyword"] == set(acl) and len(acl) == 2
+    assert got["dead_letters"] == {}
+    assert len(set(acl.values())) == 2  # a.md staff, c.md contractors
+    assert reconcile(other, DIM).ok
