@@ -288,3 +288,50 @@ def test_a_parse_whose_stored_elements_were_deleted_parses_the_bytes_again(tmp_p
         assert os.path.exists(settings.parsed_uri(chash, PARSER_VERSION))  # stored again
     finally:
         fn.teardown()
+
+
+def test_a_parse_child_whose_setup_failed_opens_the_catalog_at_its_next_document(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression (found by tests/test_cluster.py on a PostgreSQL out of
+    connections): Beam's subprocess wrapper keeps a DoFn whose ``setup()``
+    raised and calls ``process`` on it without another ``setup()``; every
+    later document then failed with ``'NoneType' object has no attribute
+    'get_parsed'`` even after the catalog was back."""
+    import transforms.common
+    from ragsync.detect import detect_mime
+    from ragsync.model import FetchedDocument, SourceFile
+    from transforms.common import CatalogDoFn
+    from transforms.io import write_bytes_once
+    from transforms.parse import _ParseFn
+
+    settings = Settings(home=str(tmp_path / "home"))
+    data = _handbook(PARAS).encode()
+    chash = ids.content_hash(data)
+    raw = settings.raw_uri(chash)
+    write_bytes_once(raw, data)
+    src = SourceFile(TENANT, SOURCE, "handbook.md", str(tmp_path / "handbook.md"), len(data), ("g",), "1")
+    mime = detect_mime(data, "handbook.md")
+    doc = FetchedDocument("d1", src, chash, raw, len(data), "acl", "d1", mime=mime)
+    real_open = transforms.common.open_catalog
+    calls = {"n": 0}
+
+    def open_twice_down(s: Settings) -> object:
+        calls["n"] += 1
+        if calls["n"] <= 2:
+            raise ConnectionError("FATAL: sorry, too many clients already")
+        return real_open(s)
+
+    monkeypatch.setattr(transforms.common, "open_catalog", open_twice_down)
+    fn = _ParseFn(settings)
+    with pytest.raises(ConnectionError):
+        CatalogDoFn.setup(fn)  # what the child's setup() met (its rlimits left out here)
+    with pytest.raises(ConnectionError, match="too many clients"):
+        list(fn.process(doc))  # still down: the real cause, not an AttributeError
+    try:
+        parsed = list(fn.process(doc))  # back: parsed
+        assert [type(p).__name__ for p in parsed] == ["ParsedDocument"]
+        assert parsed[0].elements
+        assert calls["n"] == 3
+    finally:
+        fn.teardown()

@@ -167,6 +167,12 @@ class _ParseFn(CatalogDoFn):
         super().setup()
 
     def process(self, doc: FetchedDocument) -> Iterator[Any]:
+        if self._catalog is None:
+            # Beam's subprocess wrapper keeps a DoFn whose setup() raised (the
+            # catalog was unreachable) and sends it the next elements without
+            # calling setup() again: open the catalog now, so that each element
+            # fails with the real cause until the catalog is back, then parses.
+            CatalogDoFn.setup(self)
         # Beam metrics do not leave the isolated child process: the parse
         # reports its own CPU and wall time on the record, and
         # ``_CountParsedFn`` in the parent records them.
