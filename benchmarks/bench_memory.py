@@ -50,8 +50,13 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CISI = ROOT.parent.parent / "shared" / "corpus" / "retrieval_golden" / "cisi" / "CISI.ALL"
-if not DEFAULT_CISI.exists():
-    DEFAULT_CISI = Path("/work/shared/corpus/retrieval_golden/cisi/CISI.ALL")
+if not DEFAULT_CISI.exists():  # the corpus beside the checkout, or where RAGSYNC_CORPUS says
+    DEFAULT_CISI = (
+        Path(os.environ.get("RAGSYNC_CORPUS", ROOT.parent / "shared" / "corpus"))
+        / "retrieval_golden"
+        / "cisi"
+        / "CISI.ALL"
+    )
 
 #: Runs the command in argv[2:], then writes RUSAGE_CHILDREN's ru_maxrss (KiB) to argv[1].
 WRAPPER = (

@@ -3,7 +3,7 @@
 ```
 .venv/bin/python benchmarks/bench_near_dup.py            # Markdown table
 .venv/bin/python benchmarks/bench_near_dup.py --json     # one JSON object
-.venv/bin/python benchmarks/bench_near_dup.py --repeat 5 --corpus /work/shared/corpus
+.venv/bin/python benchmarks/bench_near_dup.py --repeat 5 --corpus ../shared/corpus
 ```
 
 Needs ``../shared/corpus`` (exits with a message otherwise). Texts: the 18F

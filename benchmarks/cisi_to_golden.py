@@ -1,6 +1,6 @@
 """Convert the CISI test collection into a folder of documents and a golden file.
 
-    python benchmarks/cisi_to_golden.py /work/shared/corpus/retrieval_golden/cisi OUT [--max-queries N]
+    python benchmarks/cisi_to_golden.py ../shared/corpus/retrieval_golden/cisi OUT [--max-queries N]
 
 Writes ``OUT/docs/cisi_0001.txt`` ... (title, then abstract; one file per
 CISI document) and ``OUT/golden.jsonl``, one line per query that has

@@ -51,8 +51,8 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_CORPUS = ROOT.parent.parent / "shared" / "corpus"
-if not DEFAULT_CORPUS.exists():
-    DEFAULT_CORPUS = Path("/work/shared/corpus")
+if not DEFAULT_CORPUS.exists():  # the corpus beside the checkout, or where RAGSYNC_CORPUS says
+    DEFAULT_CORPUS = Path(os.environ.get("RAGSYNC_CORPUS", ROOT.parent / "shared" / "corpus"))
 
 #: What a check reads from its script's JSON: (measured text, met or None when only reported).
 Verdict = tuple[str, bool | None]

@@ -11,6 +11,7 @@ serverInfo) and, for Jira, real issues of the shared corpus.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -34,8 +35,9 @@ JIRA = "https://issues.example.org/jira"
 CORPUS = (
     Path(__file__).resolve().parents[2] / "shared" / "corpus" / "documents" / "tickets-jira-apache-lucene"
 )
-if not CORPUS.exists():
-    CORPUS = Path("/work/shared/corpus/documents/tickets-jira-apache-lucene")
+if not CORPUS.exists():  # the corpus beside the checkout, or where RAGSYNC_CORPUS says
+    CORPUS = Path(os.environ.get("RAGSYNC_CORPUS", "../shared/corpus"))
+    CORPUS = CORPUS / "documents" / "tickets-jira-apache-lucene"
 
 Handler = Callable[[httpx.Request], httpx.Response]
 
