@@ -256,26 +256,34 @@ def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None
     assert reconcile(settings, DIM).ok
 
 
-def test_a_parse_whose_stored_elements_were_deleted_parses_the_bytes_again(tmp_path: Path) -> None:
-    """Regression (found by tests/test_interleavings_property.py): a file
-    deleted and re-created with the same bytes was dead-lettered
-    ``fetch_failed``: the delete removed the stored elements, the catalog
-    still named them, and the parse read them instead of parsing."""
+def _fetched_handbook(settings: Settings, tmp_path: Path) -> Any:
+    """A fetched handbook (its bytes stored under the home's raw objects), as
+    the parse step receives it."""
     from ragsync.detect import detect_mime
     from ragsync.model import FetchedDocument, SourceFile
-    from transforms.common import CatalogDoFn
-    from transforms.io import delete_if_exists, write_bytes_once
-    from transforms.parse import _ParseFn
+    from transforms.io import write_bytes_once
 
-    settings = Settings(home=str(tmp_path / "home"))
     data = _handbook(PARAS).encode()
     chash = ids.content_hash(data)
     raw = settings.raw_uri(chash)
     write_bytes_once(raw, data)
     src = SourceFile(TENANT, SOURCE, "handbook.md", str(tmp_path / "handbook.md"), len(data), ("g",), "1")
-    doc = FetchedDocument(
-        "d1", src, chash, raw, len(data), "acl", "d1", mime=detect_mime(data, "handbook.md")
-    )
+    mime = detect_mime(data, "handbook.md")
+    return FetchedDocument("d1", src, chash, raw, len(data), "acl", "d1", mime=mime)
+
+
+def test_a_parse_whose_stored_elements_were_deleted_parses_the_bytes_again(tmp_path: Path) -> None:
+    """Regression (found by tests/test_interleavings_property.py): a file
+    deleted and re-created with the same bytes was dead-lettered
+    ``fetch_failed``: the delete removed the stored elements, the catalog
+    still named them, and the parse read them instead of parsing."""
+    from transforms.common import CatalogDoFn
+    from transforms.io import delete_if_exists
+    from transforms.parse import _ParseFn
+
+    settings = Settings(home=str(tmp_path / "home"))
+    doc = _fetched_handbook(settings, tmp_path)
+    chash = doc.content_hash
     fn = _ParseFn(settings)
     CatalogDoFn.setup(fn)  # the catalog only: no child-process limits on the test process
     try:
@@ -299,20 +307,11 @@ def test_a_parse_child_whose_setup_failed_opens_the_catalog_at_its_next_document
     later document then failed with ``'NoneType' object has no attribute
     'get_parsed'`` even after the catalog was back."""
     import transforms.common
-    from ragsync.detect import detect_mime
-    from ragsync.model import FetchedDocument, SourceFile
     from transforms.common import CatalogDoFn
-    from transforms.io import write_bytes_once
     from transforms.parse import _ParseFn
 
     settings = Settings(home=str(tmp_path / "home"))
-    data = _handbook(PARAS).encode()
-    chash = ids.content_hash(data)
-    raw = settings.raw_uri(chash)
-    write_bytes_once(raw, data)
-    src = SourceFile(TENANT, SOURCE, "handbook.md", str(tmp_path / "handbook.md"), len(data), ("g",), "1")
-    mime = detect_mime(data, "handbook.md")
-    doc = FetchedDocument("d1", src, chash, raw, len(data), "acl", "d1", mime=mime)
+    doc = _fetched_handbook(settings, tmp_path)
     real_open = transforms.common.open_catalog
     calls = {"n": 0}
 
