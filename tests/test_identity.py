@@ -94,3 +94,12 @@ def test_nesting_stays_within_the_source_that_holds_the_membership(catalog: Cata
     assert catalog.groups_of_user("t1", "u") == {"eng"}
     assert catalog.groups_of_user("t1", "u", source_id="drive") == frozenset()
     assert catalog.groups_of_user("t1", "u", source_id="wiki") == {"eng"}
+
+
+def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog) -> None:
+    from ragsync.identity import MAX_GROUP_DEPTH
+
+    chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(MAX_GROUP_DEPTH + 2))
+    nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain)
+    catalog.replace_identities("t1", "wiki", nested)
+    assert catalog.groups_of_user("t1", "u") == {f"g{i}" for i in range(MAX_GROUP_DEPTH + 1)}

@@ -13,7 +13,7 @@ from sqlalchemy import delete, insert, select
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.identity import Identities, expand_groups
+from ragsync.identity import MAX_GROUP_DEPTH, Identities, expand_groups
 
 _TABLES = (schema.identity_memberships, schema.identity_groups, schema.identity_users)
 
@@ -117,20 +117,30 @@ class IdentitiesRepository(Repository):
                 )
             ).all()
             sources = sorted({str(s) for s, _ in direct})
-            nested = (
-                conn.execute(
+            # Only the groups reachable from the user's, a level per query by
+            # the member index (never a whole source's group graph).
+            parents: dict[str, dict[str, list[str]]] = {src: {} for src in sources}
+            frontier = {(str(s), str(g)) for s, g in direct}
+            seen = set(frontier)
+            for _ in range(MAX_GROUP_DEPTH):
+                if not frontier:
+                    break
+                rows = conn.execute(
                     select(m.c.source_id, m.c.member_id, m.c.group_id).where(
-                        m.c.tenant_id == tenant_id, m.c.member_kind == "group", m.c.source_id.in_(sources)
+                        m.c.tenant_id == tenant_id,
+                        m.c.member_kind == "group",
+                        m.c.member_id.in_(sorted({g for _, g in frontier})),
+                        m.c.source_id.in_(sources),
                     )
                 ).all()
-                if sources
-                else []
-            )
+                reached: set[tuple[str, str]] = set()
+                for s, child, parent in rows:
+                    if (str(s), str(child)) in frontier:
+                        parents[str(s)].setdefault(str(child), []).append(str(parent))
+                        reached.add((str(s), str(parent)))
+                frontier = reached - seen
+                seen |= frontier
         found: set[str] = set()
         for src in sources:
-            parents: dict[str, list[str]] = {}
-            for s, child, parent in nested:
-                if s == src:
-                    parents.setdefault(str(child), []).append(str(parent))
-            found |= expand_groups((str(g) for s, g in direct if s == src), parents)
+            found |= expand_groups((str(g) for s, g in direct if s == src), parents[src])
         return frozenset(found)
