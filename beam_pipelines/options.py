@@ -65,11 +65,15 @@ def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> Non
 
     if not worker_processes(options):
         return
-    if settings.keyword_backend == "tantivy":
+    from ragsync.stores.backends import keyword_backend
+
+    backend = keyword_backend(settings)
+    if backend.one_process:
         raise ConfigurationError(
-            "the tantivy keyword index takes one process, but this runner runs steps in several worker "
-            "processes: use --keyword-index milvus (RAGSYNC_KEYWORD_INDEX=milvus, BM25 in the vectors' "
-            "Milvus server) or elasticsearch (--es-url), or run on one process (--runner=FnApiRunner)"
+            f"the {backend.name} keyword index takes one process, but this runner runs steps in several "
+            "worker processes: use --keyword-index milvus (RAGSYNC_KEYWORD_INDEX=milvus, BM25 in the "
+            "vectors' Milvus server) or elasticsearch (--es-url), or run on one process "
+            "(--runner=FnApiRunner)"
         )
     if "://" not in settings.milvus_uri:
         raise ConfigurationError(

@@ -30,7 +30,8 @@ from ragsync.errors import ConfigurationError
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.catalog import Catalog
     from ragsync.parsing.archive import ArchiveLimits
-    from ragsync.stores.base import KeywordIndex, VectorIndex
+    from ragsync.stores.base import KeywordIndex
+    from ragsync.stores.milvus import MilvusVectorIndex
 
 DEFAULT_HOME = "./ragsync-data"
 
@@ -40,9 +41,8 @@ EMBED_BACKENDS = ("torch", "onnx", "onnx-int8")
 NEW_HOME_BACKEND = "onnx-int8"
 """The backend a home without an index is built with when none is set."""
 
-KEYWORD_INDEXES = ("tantivy", "milvus", "elasticsearch")
-"""Keyword backends (``Settings.keyword_index``); empty = ``elasticsearch``
-when ``es_url`` is set, else ``tantivy``."""
+# Keyword backends (``Settings.keyword_index``; empty = ``elasticsearch`` when
+# ``es_url`` is set, else ``tantivy``) are registered in ragsync.stores.backends.
 
 LEGACY_BACKEND = "torch"
 """The backend of an index whose version row names none (built before backends were recorded)."""
@@ -193,10 +193,10 @@ class Settings:
             raise ConfigurationError(
                 f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
             )
-        if self.keyword_index and self.keyword_index not in KEYWORD_INDEXES:
-            raise ConfigurationError(
-                f"keyword_index must be one of {', '.join(KEYWORD_INDEXES)}, got {self.keyword_index!r}"
-            )
+        if self.keyword_index:
+            from ragsync.stores.backends import keyword_backend
+
+            keyword_backend(self)  # raises ConfigurationError naming the registered backends
         if self.keyword_index == "elasticsearch" and not self.es_url:
             raise ConfigurationError("keyword_index elasticsearch needs es_url")
         if self.embed_max_tokens < 0:
@@ -259,6 +259,8 @@ class Settings:
         """The live tantivy directory: ``HOME/keyword`` unless ``HOME/keyword.alias``
         names another directory under ``home`` (read on every call, so a flip is
         seen by the next open)."""
+        from ragsync.stores.backends import resolve_keyword_alias
+
         return resolve_keyword_alias(self.home)
 
     @property
@@ -278,31 +280,6 @@ class Settings:
         os.makedirs(self.home, exist_ok=True)
 
 
-KEYWORD_ALIAS_FILE = "keyword.alias"
-"""File under ``home`` naming the live keyword index directory (one line)."""
-
-
-def resolve_keyword_alias(home: str) -> str:
-    """Directory the keyword alias file under ``home`` points to.
-
-    Returns ``home/keyword`` when the file is missing or empty. Only a plain
-    directory name under ``home`` is followed.
-
-    Raises:
-        ConfigurationError: the file names something outside ``home``.
-    """
-    try:
-        with open(os.path.join(home, KEYWORD_ALIAS_FILE), encoding="utf-8") as fh:
-            name = fh.read().strip()
-    except FileNotFoundError:
-        name = ""
-    if not name:
-        return os.path.join(home, "keyword")
-    if os.sep in name or name in (".", "..") or (os.altsep and os.altsep in name):
-        raise ConfigurationError(f"{KEYWORD_ALIAS_FILE} must name a directory under {home}, got {name!r}")
-    return os.path.join(home, name)
-
-
 def _join(root: str, *parts: str) -> str:
     if "://" in root:
         return root.rstrip("/") + "/" + "/".join(parts)
@@ -318,50 +295,42 @@ def open_catalog(settings: Settings) -> Catalog:
     return Catalog.open(settings.catalog_url)
 
 
-def open_vector_index(settings: Settings, dim: int, *, create: bool = False) -> VectorIndex:
-    """Milvus Lite under ``home`` or a Milvus server."""
+def open_vector_index(
+    settings: Settings, dim: int, *, create: bool = False, physical: str | None = None
+) -> MilvusVectorIndex:
+    """Milvus Lite under ``home`` or a Milvus server: the collection behind
+    the alias ``settings.collection`` (what the pipeline and queries use), or
+    the physical collection ``physical`` of one index version.
+
+    Raises:
+        ConfigurationError: it does not exist and ``create`` is False.
+    """
     from ragsync.stores.milvus import MilvusVectorIndex
 
     if "://" not in settings.milvus_uri:
         settings.ensure_home()
     return MilvusVectorIndex(
         settings.milvus_uri,
-        settings.collection,
+        settings.collection if physical is None else physical,
         dim,
         create=create,
         token=settings.milvus_token,
+        alias=physical is None,
         database=settings.milvus_database,
     )
 
 
-def open_keyword_index(settings: Settings, *, create: bool = False) -> KeywordIndex:
-    """The keyword index of ``settings.keyword_backend``: tantivy under
-    ``home``, Milvus BM25 in the vectors' Milvus, or Elasticsearch."""
-    backend = settings.keyword_backend
-    if backend == "milvus":
-        from ragsync.stores.milvus_keyword import MilvusKeywordIndex
+def open_keyword_index(
+    settings: Settings, *, create: bool = False, physical: str | None = None
+) -> KeywordIndex:
+    """The keyword index of ``settings.keyword_backend`` (tantivy under
+    ``home``, Milvus BM25 in the vectors' Milvus, Elasticsearch, or a
+    registered sink: ``ragsync.stores.backends``): behind its alias, or the
+    physical index ``physical`` of one index version.
 
-        if "://" not in settings.milvus_uri:
-            settings.ensure_home()
-        return MilvusKeywordIndex(
-            settings.milvus_uri,
-            settings.keyword_collection,
-            create=create,
-            token=settings.milvus_token,
-            database=settings.milvus_database,
-        )
-    if backend == "elasticsearch":
-        from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
+    Raises:
+        ConfigurationError: it does not exist and ``create`` is False.
+    """
+    from ragsync.stores.backends import keyword_backend
 
-        return ElasticsearchKeywordIndex(
-            settings.es_url,
-            settings.es_index,
-            create=create,
-            api_key=settings.es_api_key,
-            basic_auth=(settings.es_username, settings.es_password) if settings.es_username else None,
-        )
-    from ragsync.stores.tantivy_index import TantivyKeywordIndex
-
-    if create:
-        os.makedirs(settings.keyword_path, exist_ok=True)
-    return TantivyKeywordIndex(settings.keyword_path, create=create)
+    return keyword_backend(settings).open(settings, physical, create=create)

@@ -1,26 +1,28 @@
 """Index versions: blue/green vector + keyword indexes behind an alias.
 
-An index version is one physical Milvus collection plus one tantivy
-directory, built for one embedding model, and a row in the catalog table
+An index version is one physical Milvus collection plus one physical
+keyword index, built for one embedding model, and a row in the catalog table
 ``index_versions``. The pipeline reads and writes through names that follow
 the *live* version:
 
 * Milvus: the alias ``{collection}`` (``Settings.collection``) points to the
   physical collection ``{collection}_v{n}``; version 1 is the
   ``{collection}_v1`` every backfill creates.
-* tantivy: ``HOME/keyword.alias`` names the live directory
-  (``Settings.keyword_path`` follows it); version 1 is ``HOME/keyword``,
-  later versions are ``HOME/keyword_v{n}``.
-* Elasticsearch (``Settings.es_url``): the alias ``{es_index}`` points to
-  the physical index ``{es_index}_v{n}``, moved in one ``_aliases`` request.
+* the keyword index, whichever backend holds it (tantivy, Milvus BM25,
+  Elasticsearch or a registered sink): its own alias, named, moved and
+  dropped by its backend (``ragsync.stores.backends``, which has the table
+  of names).
+
+Stores are opened only through ``ragsync.config.open_vector_index`` and
+``open_keyword_index`` (with ``physical=`` for one version's store).
 
 States: ``building`` (being filled by a re-embedding), ``live`` (the aliases
 point to it; exactly one), ``retired`` (was live; kept ``retention_s`` for
 rollback), ``refused`` (failed its gate; kept the same time for a look),
 ``dropped`` (removed by :func:`gc`).
 
-A flip moves the Milvus alias, then the keyword alias (the file's atomic
-rename, or the Elasticsearch alias), then the catalog rows: both stores
+A flip moves the Milvus alias, then the keyword alias (atomic in each
+backend), then the catalog rows: both stores
 flip (and roll back) together. It is idempotent: if it fails half-way,
 running the same flip again finishes it. Indexes opened before a flip keep
 using the version they opened; new opens see the new one.
@@ -31,24 +33,23 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 from dataclasses import replace
 from typing import Any
 
 from ragsync.catalog import Catalog, IndexVersion
 from ragsync.config import (
-    KEYWORD_ALIAS_FILE,
     NEW_HOME_BACKEND,
     Settings,
     open_catalog,
-    resolve_keyword_alias,
+    open_keyword_index,
+    open_vector_index,
 )
 from ragsync.embedding import ModelSpec, backend_of, spec_for
 from ragsync.errors import ConfigurationError
+from ragsync.stores.backends import keyword_backend
 from ragsync.stores.base import KeywordIndex
 from ragsync.stores.milvus import MilvusVectorIndex
-from ragsync.stores.tantivy_index import TantivyKeywordIndex
 
 BUILDING = "building"
 LIVE = "live"
@@ -59,30 +60,8 @@ DROPPED = "dropped"
 DEFAULT_RETENTION_S = 7 * 24 * 3600.0
 """How long a retired or refused version is kept before :func:`gc` drops it."""
 
-V1_KEYWORD_DIR = "keyword"
-
 
 __all__ = ["IndexVersion"]  # the row type lives with its table in ragsync.catalog
-
-
-def _open_es(settings: Settings, name: str, *, create: bool = False, alias: bool = True) -> Any:
-    from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
-
-    basic = (settings.es_username, settings.es_password) if settings.es_username else None
-    return ElasticsearchKeywordIndex(
-        settings.es_url, name, create=create, api_key=settings.es_api_key, basic_auth=basic, alias=alias
-    )
-
-
-def _live_keyword_index(settings: Settings) -> str:
-    """Name of the keyword index the alias points to now (v1's when nothing moved it)."""
-    if not settings.es_url:
-        return os.path.basename(resolve_keyword_alias(settings.home))
-    es = _open_es(settings, settings.es_index)
-    try:
-        return str(es.physical_index)
-    finally:
-        es.close()
 
 
 def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = None) -> None:
@@ -95,13 +74,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
         return
     spec = spec or spec_for("", settings)
     try:
-        index = MilvusVectorIndex(
-            settings.milvus_uri,
-            settings.collection,
-            spec.dim,
-            token=settings.milvus_token,
-            database=settings.milvus_database,
-        )
+        index = open_vector_index(settings, spec.dim)
     except ConfigurationError:
         return  # no index yet
     physical = index.physical_collection
@@ -112,7 +85,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
         model_version=spec.version,
         dim=spec.dim,
         vector_collection=physical,
-        keyword_index=_live_keyword_index(settings),
+        keyword_index=keyword_backend(settings).live_name(settings),
         state=LIVE,
         created_at=time.time(),
         flipped_at=None,
@@ -194,11 +167,6 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         existing = catalog.list_index_versions()
         if not any(v.state == LIVE for v in existing):
             raise ConfigurationError("no live index version: run `ragsync backfill` first")
-        if settings.keyword_backend == "milvus":
-            raise ConfigurationError(
-                "a new index version (re-embedding) is not supported with keyword_index milvus yet: "
-                "re-embed with keyword_index tantivy or elasticsearch"
-            )
         n = max(v.version for v in existing) + 1
         new = IndexVersion(
             version=n,
@@ -206,7 +174,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
             model_version=model_version,
             dim=dim,
             vector_collection=f"{settings.collection}_v{n}",
-            keyword_index=f"{settings.es_index}_v{n}" if settings.es_url else f"{V1_KEYWORD_DIR}_v{n}",
+            keyword_index=keyword_backend(settings).version_name(settings, n),
             state=BUILDING,
             created_at=time.time(),
             flipped_at=None,
@@ -225,32 +193,12 @@ def open_version_vector(
     settings: Settings, version: IndexVersion, *, create: bool = False
 ) -> MilvusVectorIndex:
     """The version's physical collection (not the alias)."""
-    return MilvusVectorIndex(
-        settings.milvus_uri,
-        version.vector_collection,
-        version.dim,
-        create=create,
-        token=settings.milvus_token,
-        alias=False,
-        database=settings.milvus_database,
-    )
+    return open_vector_index(settings, version.dim, create=create, physical=version.vector_collection)
 
 
 def open_version_keyword(settings: Settings, version: IndexVersion, *, create: bool = False) -> KeywordIndex:
-    """The version's tantivy directory or Elasticsearch index (not the alias)."""
-    if settings.es_url:
-        return _open_es(settings, version.keyword_index, create=create, alias=False)  # type: ignore[no-any-return]
-    return TantivyKeywordIndex(version.keyword_path(settings), create=create)
-
-
-def _write_keyword_alias(settings: Settings, directory: str) -> None:
-    path = os.path.join(settings.home, KEYWORD_ALIAS_FILE)
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(directory + "\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    """The version's physical keyword index (not the alias)."""
+    return open_keyword_index(settings, create=create, physical=version.keyword_index)
 
 
 def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETENTION_S) -> IndexVersion:
@@ -271,14 +219,7 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
         index.point_alias(settings.collection)
     finally:
         index.close()
-    if settings.es_url:
-        es = _open_es(settings, target.keyword_index, alias=False)
-        try:
-            es.point_alias(settings.es_index)
-        finally:
-            es.close()
-    else:
-        _write_keyword_alias(settings, target.keyword_index)
+    keyword_backend(settings).point_alias(settings, target.keyword_index)
     now = time.time()
     catalog = open_catalog(settings)
     try:
@@ -328,7 +269,7 @@ def set_note(settings: Settings, version: int, note: str) -> None:
 def gc(settings: Settings, *, now: float | None = None) -> list[int]:
     """Drop retired and refused versions whose retention has passed: their
     Milvus collection and tantivy directory are deleted, the row stays as
-    ``dropped``. Version 1's ``HOME/keyword`` is deleted the same way.
+    ``dropped``. Version 1's keyword index is deleted the same way.
 
     Returns:
         The versions dropped.
@@ -337,23 +278,16 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
         WriteError: Milvus refused to drop a collection (that version stays).
     """
     now = time.time() if now is None else now
-    live_dir = _live_keyword_index(settings)
+    backend = keyword_backend(settings)
+    live_keyword = backend.live_name(settings)
     dropped: list[int] = []
     for v in list_versions(settings):
         if v.state not in (RETIRED, REFUSED) or v.retire_after is None or v.retire_after > now:
             continue
         with contextlib.suppress(ConfigurationError):  # already gone
             open_version_vector(settings, v).drop_physical()
-        if v.keyword_index != live_dir:
-            if settings.es_url:
-                with contextlib.suppress(ConfigurationError):  # already gone
-                    es = _open_es(settings, v.keyword_index, alias=False)
-                    try:
-                        es.drop_physical()
-                    finally:
-                        es.close()
-            else:
-                shutil.rmtree(v.keyword_path(settings), ignore_errors=True)
+        if v.keyword_index != live_keyword:
+            backend.drop(settings, v.keyword_index)
         catalog = open_catalog(settings)
         try:
             catalog.update_index_version(v.version, state=DROPPED)

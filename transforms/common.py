@@ -527,8 +527,6 @@ class StoresDoFn(CatalogDoFn):
         self._shadows = self._open_shadows()
 
     def _open_shadows(self) -> list[tuple[Any, Any, Any]]:
-        if self.settings.keyword_backend != "tantivy":
-            return []  # Elasticsearch and Milvus keyword indexes are not versioned yet
         from ragsync import index_versions as iv
         from ragsync.errors import ConfigurationError
 

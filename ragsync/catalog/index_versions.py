@@ -7,9 +7,8 @@ states and the stores; this module only reads and writes the rows).
 
 from __future__ import annotations
 
-import os
 from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from sqlalchemy import func, select, update
 
@@ -17,14 +16,6 @@ from ragsync.catalog import schema
 from ragsync.catalog.base import Repository
 
 _UPDATABLE = frozenset({"state", "note", "flipped_at", "retire_after"})
-
-
-class _HasHome(Protocol):
-    """What :meth:`IndexVersion.keyword_path` reads of ``ragsync.config.Settings``
-    (typed structurally: the catalog does not import the configuration)."""
-
-    @property
-    def home(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -37,8 +28,9 @@ class IndexVersion:
         model_version: the model's cache-key version.
         dim: vector dimension.
         vector_collection: physical Milvus collection.
-        keyword_index: tantivy directory name under ``home``, or the
-            physical Elasticsearch index (``{es_index}_v{n}``).
+        keyword_index: the physical keyword index, named by its backend
+            (``ragsync.stores.backends``: a tantivy directory under ``home``,
+            a Milvus collection, an Elasticsearch index).
         state: building | live | retired | refused | dropped.
         created_at, flipped_at, retire_after: epoch seconds (``flipped_at``:
             when it last became live; ``retire_after``: when gc may drop it).
@@ -59,10 +51,6 @@ class IndexVersion:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-    def keyword_path(self, settings: _HasHome) -> str:
-        """Absolute tantivy directory of this version."""
-        return os.path.join(settings.home, self.keyword_index)
 
 
 class IndexVersionsRepository(Repository):

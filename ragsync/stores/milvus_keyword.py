@@ -59,6 +59,9 @@ class MilvusKeywordIndex(MilvusCollection):
         create: create ``{collection}_v1`` and the alias when missing.
         token: server auth token; ignored by Milvus Lite.
         database: Milvus database; empty = ``default``.
+        alias: with ``create``, False creates the collection under exactly
+            ``collection`` with no alias (an index version built beside the
+            live one).
 
     Raises:
         ConfigurationError: as ``MilvusVectorIndex``, or the collection has no
@@ -66,9 +69,16 @@ class MilvusKeywordIndex(MilvusCollection):
     """
 
     def __init__(
-        self, uri: str, collection: str, *, create: bool = False, token: str = "", database: str = ""
+        self,
+        uri: str,
+        collection: str,
+        *,
+        create: bool = False,
+        token: str = "",
+        database: str = "",
+        alias: bool = True,
     ) -> None:
-        super().__init__(uri, collection, create=create, token=token, database=database)
+        super().__init__(uri, collection, create=create, token=token, alias=alias, database=database)
 
     def _create_collection(self) -> None:
         from pymilvus import DataType, Function, FunctionType
