@@ -71,12 +71,20 @@ def register_source(
     Raises:
         ConfigurationError: ``uri`` is not a usable location or overlaps
             ragsync's own home or object store.
+        ValueError: the id, type, sync kind, poll interval or version domain
+            is out of its domain (``check_source_definition``).
     """
     if uri:
         uri = register_location(uri, reserved=settings.reserved_locations).uri
     catalog = open_catalog(settings)
     try:
-        catalog.ensure_source(source_id, tenant_id, type_, uri)
+        catalog.create_source(
+            tenant_id,
+            source_id=source_id,
+            type=type_,
+            uri=uri,
+            if_exists="update",
+        )
         catalog.configure_source(
             source_id,
             tenant_id=tenant_id,

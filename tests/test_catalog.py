@@ -17,6 +17,7 @@ from ragsync.catalog import (
     STATUS_FETCHED,
     STATUS_INDEXED,
     Catalog,
+    ConflictError,
     DocumentRow,
     FetchRecord,
     LegacyCatalogError,
@@ -181,7 +182,7 @@ def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_
         '    batch.add_column(sa.Column("region", sa.String(32), nullable=True))',
     )
     with Catalog.open(catalog_url) as cat:
-        cat.ensure_source("s1", "t1", "filesystem", "file:///data")
+        cat.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
         cat.upsert_acl("a1", "t1", ["eng", "hr"])
     engine = create_catalog_engine(catalog_url)
     try:
@@ -190,7 +191,7 @@ def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_
         cat = Catalog(engine, catalog_url)
         source = cat.get_source("s1", tenant_id="t1")
         assert source is not None and (source.type, source.uri, source.sync) == (
-            "filesystem",
+            "object_store",
             "file:///data",
             None,
         )
@@ -271,7 +272,7 @@ def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
     assert normalize_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
     with Catalog.open(path) as cat:
         assert cat.url == f"sqlite:///{path}"
-        cat.ensure_source("s1", "t1", "filesystem")
+        cat.create_source("t1", source_id="s1", type="object_store", if_exists="update")
         with cat.engine.connect() as conn:
             assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
 
@@ -279,21 +280,23 @@ def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------ sources
 
 
-def test_ensure_source_is_idempotent_and_scoped_per_tenant(catalog: Catalog) -> None:
-    catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
-    catalog.ensure_source("s1", "t1", "filesystem", "file:///data")
+def test_registering_again_updates_and_is_scoped_per_tenant(catalog: Catalog) -> None:
+    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
+    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
     with catalog.engine.connect() as conn:
         rows = conn.execute(select(schema.sources)).mappings().all()
     assert len(rows) == 1
-    assert (rows[0]["tenant_id"], rows[0]["type"], rows[0]["uri"]) == ("t1", "filesystem", "file:///data")
+    assert (rows[0]["tenant_id"], rows[0]["type"], rows[0]["uri"]) == ("t1", "object_store", "file:///data")
     assert rows[0]["created_at"] > 0
     # Another tenant's "s1" is its own source: t1's is untouched.
-    catalog.ensure_source("s1", "t2", "wiki", "https://wiki.example.com/w")
+    catalog.create_source(
+        "t2", source_id="s1", type="wiki", uri="https://wiki.example.com/w", if_exists="update"
+    )
     one = catalog.get_source("s1", tenant_id="t1")
     two = catalog.get_source("s1", tenant_id="t2")
     assert one is not None and two is not None
     assert (one.type, one.uri, two.type, two.uri) == (
-        "filesystem",
+        "object_store",
         "file:///data",
         "wiki",
         "https://wiki.example.com/w",
@@ -302,10 +305,21 @@ def test_ensure_source_is_idempotent_and_scoped_per_tenant(catalog: Catalog) -> 
     with pytest.raises(AmbiguousSourceError):
         catalog.get_source("s1")
     # The operator may move a source's location (an empty uri keeps it).
-    catalog.ensure_source("s1", "t1", "filesystem", "file:///data2")
-    catalog.ensure_source("s1", "t1", "filesystem")
+    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data2", if_exists="update")
+    catalog.create_source("t1", source_id="s1", type="object_store", if_exists="update")
     moved = catalog.get_source("s1", tenant_id="t1")
     assert moved is not None and moved.uri == "file:///data2"
+    # The API's registration refuses a taken id; both paths refuse the same bad definitions.
+    with pytest.raises(ConflictError):
+        catalog.create_source("t1", source_id="s1", type="object_store")
+    for if_exists in ("fail", "update"):
+        with pytest.raises(ValueError, match="source type 'filesystem' must be one of"):
+            catalog.create_source("t1", source_id="s9", type="filesystem", if_exists=if_exists)
+        with pytest.raises(ValueError, match="source id '../x' must match"):
+            catalog.create_source("t1", source_id="../x", type="wiki", if_exists=if_exists)
+        with pytest.raises(ValueError, match="sync must be one of webhook, poll, got 'push'"):
+            catalog.create_source("t1", source_id="s9", type="wiki", sync="push", if_exists=if_exists)
+    assert catalog.get_source("s9", tenant_id="t1") is None
 
 
 # ---------------------------------------------------------------------------- ACLs
@@ -663,7 +677,7 @@ def test_dead_letters_list_counts_and_resolve(catalog: Catalog) -> None:
 
 def test_close_is_safe_twice(catalog_url: str) -> None:
     cat = Catalog.open(catalog_url)
-    cat.ensure_source("s1", "t1", "filesystem")
+    cat.create_source("t1", source_id="s1", type="object_store", if_exists="update")
     cat.close()
     cat.close()
     with Catalog.open(catalog_url) as again, again.engine.connect() as conn:  # data persisted

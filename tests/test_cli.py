@@ -87,6 +87,16 @@ def test_backfill_of_a_missing_folder_says_what_to_do(
     assert "does not exist" in capsys.readouterr().err
 
 
+def test_sources_add_refuses_what_the_api_refuses(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One registration path, one validation: an id the API refuses is refused here too."""
+    home = str(tmp_path / "home")
+    code = main(["sources", "add", "../wiki", "--tenant", "acme", "--type", "wiki", "--home", home])
+    assert code == 2
+    assert "source id '../wiki' must match" in capsys.readouterr().err
+    code, out = _run(capsys, "sources", "list", "--tenant", "acme", "--home", home, "--json")
+    assert code == 0 and json.loads(out) == []
+
+
 def test_sources_add_help_explains_every_option(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as stop:
         main(["sources", "add", "--help"])

@@ -101,7 +101,7 @@ EXPECTED_GROUPS = {
 
 
 def _record(cat: Catalog, doc_id: str, tenant: str) -> None:
-    cat.ensure_source("s1", tenant, "filesystem", "file:///src")
+    cat.create_source(tenant, source_id="s1", type="object_store", uri="file:///src", if_exists="update")
     cat.record_fetch(
         FetchRecord(
             doc_id=doc_id,

@@ -16,7 +16,9 @@ from ragsync.model import Event
 def catalog(catalog_url: str) -> Iterator[Catalog]:
     cat = Catalog.open(catalog_url)
     for tenant in ("a", "b"):
-        cat.ensure_source("docs", tenant, "object_store", f"/srv/{tenant}")
+        cat.create_source(
+            tenant, source_id="docs", type="object_store", uri=f"/srv/{tenant}", if_exists="update"
+        )
     try:
         yield cat
     finally:
@@ -112,7 +114,7 @@ def test_a_heartbeat_lets_go_of_events_requeued_or_handed_to_the_slow_lane(catal
 def test_a_scoped_claim_leases_only_its_tenants_source_events(catalog: Catalog) -> None:
     from ragsync.catalog.queue import EventScope
 
-    catalog.ensure_source("other", "a", "object_store", "/srv/a-other")
+    catalog.create_source("a", source_id="other", type="object_store", uri="/srv/a-other", if_exists="update")
     other = Event(**{**_event("a", 7).__dict__, "event_id": "a-other-07", "source_id": "other"})
     catalog.enqueue_events([_event("a", 1), _event("b", 1), _event("b", 2, "delete"), other], now=100.0)
     scope = EventScope("a", "docs")

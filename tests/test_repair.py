@@ -142,7 +142,7 @@ def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pyt
     vec = open_vector_index(settings, DIM, create=True)
     kw = open_keyword_index(settings, create=True)
     try:
-        cat.ensure_source("s1", "t1", "object_store", "")
+        cat.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
         assert cat.write_chunks(kept) == 5
         vec.upsert(kept + ghosts, [vector_for(c.chunk_id, DIM) for c in kept + ghosts])
         kw.upsert(kept + ghosts)

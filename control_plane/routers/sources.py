@@ -28,6 +28,7 @@ from connectors.registry import connector_class, default_uri
 from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, LimitReachedError, SourceState, SyncRun, new_id
+from ragsync.decisions import VERSION_DOMAINS
 from ragsync.errors import ConfigurationError
 from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
@@ -70,8 +71,9 @@ class SourceIn(_Model):
     )
     source_id: str | None = Field(default=None, pattern=ID_PATTERN, description="default: a new random id")
     tenant_id: str | None = Field(default=None, description="optional; must be the API key's tenant")
-    version_domain: Literal["revision", "timestamp", "etag"] | None = Field(
+    version_domain: str | None = Field(
         default=None,
+        json_schema_extra={"enum": list(VERSION_DOMAINS)},
         description="how the source's event versions compare: revision numbers, timestamps or opaque "
         "etags; versions of another domain are ordered by when the source showed them",
     )
@@ -95,6 +97,13 @@ class SourceIn(_Model):
     def _known_sync(cls, value: str) -> str:
         if value not in SYNC_KINDS:
             raise ValueError(f"must be one of {', '.join(SYNC_KINDS)}")
+        return value
+
+    @field_validator("version_domain")
+    @classmethod
+    def _known_domain(cls, value: str | None) -> str | None:
+        if value is not None and value not in VERSION_DOMAINS:
+            raise ValueError(f"must be one of {', '.join(VERSION_DOMAINS)}")
         return value
 
     @field_validator("options")

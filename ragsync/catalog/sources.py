@@ -57,36 +57,41 @@ def _source_from_row(row: Any) -> SourceRow:
     return row_to(SourceRow, row, credentials_ref_set=bool(row["credentials_ref"]), uri=row["uri"] or "")
 
 
+def check_source_definition(
+    source_id: str, type: str, sync: str | None = None, poll_interval_s: int | None = None
+) -> None:
+    """The one validation of a source's definition, whoever registers it.
+
+    Raises:
+        ValueError: the id is not ``ID_PATTERN``, the type not one of
+            :data:`SOURCE_TYPES`, ``sync`` not one of :data:`SYNC_KINDS` (None
+            allowed), or the poll interval is not positive.
+    """
+    if not ID_RE.match(source_id):
+        raise ValueError(f"source id {source_id!r} must match {ID_RE.pattern}")
+    if type not in SOURCE_TYPES:
+        raise ValueError(f"source type {type!r} must be one of {', '.join(SOURCE_TYPES)}")
+    check_sync_settings(sync, poll_interval_s)
+
+
+def check_sync_settings(sync: str | None, poll_interval_s: int | None) -> None:
+    """How a source syncs: ``sync`` one of :data:`SYNC_KINDS` (None: unset),
+    a positive poll interval (None: unset).
+
+    Raises:
+        ValueError: naming the value out of its domain.
+    """
+    if sync is not None and sync not in SYNC_KINDS:
+        raise ValueError(f"sync must be one of {', '.join(SYNC_KINDS)}, got {sync!r}")
+    if poll_interval_s is not None and poll_interval_s < 1:
+        raise ValueError("poll_interval_s must be positive")
+
+
 # --------------------------------------------------------------------- repository
 
 
 class SourcesRepository(Repository):
     """Sources."""
-
-    def ensure_source(self, source_id: str, tenant_id: str, type: str, uri: str = "") -> None:
-        """Register a tenant's source, or update its type and location
-        (operator tools: ``ragsync sources add``, a backfill's folder).
-
-        Args:
-            source_id: id of the source (unique within the tenant).
-            tenant_id: owner tenant.
-            type: connector type (``drive``, ``wiki``, ``object_store``, ...).
-            uri: the source's location ('' keeps the stored one).
-        """
-        t = schema.sources
-        with self._engine.begin() as conn:
-            row = {
-                "source_id": source_id,
-                "tenant_id": tenant_id,
-                "type": type,
-                "uri": uri,
-                "created_at": _now(),
-            }
-            self._upsert(conn, t, [row], ["tenant_id", "source_id"], ["type"])
-            if uri:
-                conn.execute(
-                    update(t).where(t.c.tenant_id == tenant_id, t.c.source_id == source_id).values(uri=uri)
-                )
 
     def create_source(
         self,
@@ -94,48 +99,63 @@ class SourcesRepository(Repository):
         *,
         source_id: str,
         type: str,
-        credentials_ref: str | None,
-        sync: str,
-        poll_interval_s: int | None,
+        credentials_ref: str | None = None,
+        sync: str | None = None,
+        poll_interval_s: int | None = None,
         uri: str = "",
-    ) -> SourceRow:
-        """Register a source for a tenant.
+        if_exists: str = "fail",
+    ) -> None:
+        """Register a source for a tenant: the one registration path (the
+        API's ``POST /v1/sources``, the CLI's ``sources add`` and a backfill's
+        folder), with one validation (:func:`check_source_definition`).
+        Connector settings (options, an operator's credentials, version
+        domain) are set afterwards with ``configure_source``.
 
         Args:
             tenant_id: owner.
             source_id: id, unique within the tenant (``ID_PATTERN``).
             type: one of :data:`SOURCE_TYPES`.
-            credentials_ref: a reference to the secret (``secretmanager://...``),
-                stored as given and never returned; None for a public source.
-            sync: one of :data:`SYNC_KINDS`.
+            credentials_ref: a tenant's reference to its secret
+                (``secretmanager://...``), stored as given and never
+                returned; None for a public source.
+            sync: one of :data:`SYNC_KINDS`, or None (not served by ``ragsync serve``).
             poll_interval_s: seconds between polls when ``sync == "poll"``.
             uri: the source's location, already checked by the caller
                 (``connectors.location.source_location``).
-
-        Returns:
-            The new source.
+            if_exists: ``fail`` (the API: the id is taken) or ``update``
+                (operator tools: an existing source gets the new type, and
+                the new location when ``uri`` is given; nothing else changes).
 
         Raises:
             ValueError: an argument is out of its domain.
-            ConflictError: the tenant already has a source with this id
-                (another tenant's ids are neither seen nor in the way).
+            ConflictError: ``if_exists="fail"`` and the tenant already has a
+                source with this id (another tenant's ids are neither seen nor
+                in the way).
         """
-        if type not in SOURCE_TYPES or sync not in SYNC_KINDS or not ID_RE.match(source_id):
-            raise ValueError(f"invalid source definition: {source_id!r} {type!r} {sync!r}")
-        now = _now()
-        row = {
+        check_source_definition(source_id, type, sync, poll_interval_s)
+        if if_exists not in ("fail", "update"):
+            raise ValueError("if_exists must be 'fail' or 'update'")
+        row: dict[str, Any] = {
             "source_id": source_id,
             "tenant_id": tenant_id,
             "type": type,
             "uri": uri,
-            "credentials_ref": credentials_ref,
-            "credentials_by": "tenant",
-            "created_at": now,
-            "sync": sync,
-            "poll_interval_s": poll_interval_s,
+            "created_at": _now(),
         }
-        self._insert_new(schema.sources, row, f"source_id {source_id!r} is already taken")
-        return _source_from_row(row)
+        # Only the columns given are written, so a catalog of any revision takes the row.
+        extra = {"credentials_ref": credentials_ref, "sync": sync, "poll_interval_s": poll_interval_s}
+        row.update({k: v for k, v in extra.items() if v is not None})
+        if credentials_ref is not None:
+            row["credentials_by"] = "tenant"
+        if if_exists == "fail":
+            self._insert_new(schema.sources, row, f"source_id {source_id!r} is already taken")
+            return
+        t = schema.sources
+        with self._engine.begin() as conn:
+            self._upsert(conn, t, [row], ["tenant_id", "source_id"], ["type"])
+            if uri:
+                where = (t.c.tenant_id == tenant_id) & (t.c.source_id == source_id)
+                conn.execute(update(t).where(where).values(uri=uri))
 
     def get_source(self, source_id: str, *, tenant_id: str | None = None) -> SourceRow | None:
         """A registered source.

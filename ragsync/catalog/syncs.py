@@ -27,9 +27,9 @@ from sqlalchemy import and_, case, func, select, update
 from ragsync.catalog import schema
 from ragsync.catalog.base import LimitReachedError, Repository, _batches, new_id
 from ragsync.catalog.documents import LIVE_STATUSES
+from ragsync.catalog.sources import check_sync_settings
 from ragsync.decisions.sync import next_tenant
 from ragsync.errors import AmbiguousSourceError
-from ragsync.source_types import SYNC_KINDS
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
 SYNC_MODES = ("incremental", "full")
@@ -250,13 +250,10 @@ class SyncsRepository(Repository):
             # tenant's in create_source): it may name any secret of the server.
             values["credentials_ref"] = credentials_ref or None
             values["credentials_by"] = "operator"
+        check_sync_settings(sync, poll_interval_s)
         if sync is not None:
-            if sync not in SYNC_KINDS:
-                raise ValueError("sync must be 'poll' or 'webhook'")
             values["sync"] = sync
         if poll_interval_s is not None:
-            if poll_interval_s < 1:
-                raise ValueError("poll_interval_s must be positive")
             values["poll_interval_s"] = poll_interval_s
         if not values:
             return self.source_state(source_id, tenant_id) is not None
