@@ -480,11 +480,6 @@ class DeadLettersRepository(Repository):
                     out.append((int(dl_id), payload))
         return out
 
-    def open_file_dead_letter(self, tenant_id: str, dead_letter_id: int) -> bool:
-        """Whether an open dead letter with this row id is the tenant's and not event-backed."""
-        payload = self._open_payload(tenant_id, dead_letter_id)
-        return payload is not None and not event_id_of_payload(payload)
-
     def record_retry(
         self, tenant_id: str, *, kind: str, state: str, event_id: str | None, dead_letter_id: int | None
     ) -> str:
