@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import multiprocessing
 import threading
@@ -297,8 +298,9 @@ def test_a_process_shares_one_bounded_engine_per_server_catalog(
     catalog_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """PostgreSQL: every catalog a process opens on one URL shares one engine
-    (pool 3 + 3 overflow here), the last close disposes it, and a forked
-    child opens its own instead of using its parent's connections. SQLite:
+    (pool 3 + 3 overflow here), the last close disposes it, a forked child
+    opens its own instead of using its parent's connections, and catalogs
+    dropped unclosed do not keep it alive. SQLite:
     an engine per catalog, as before."""
     monkeypatch.setenv(POOL_SIZE_ENV, "3")
     first, second = Catalog.open(catalog_url), Catalog.open(catalog_url)
@@ -329,6 +331,11 @@ def test_a_process_shares_one_bounded_engine_per_server_catalog(
     assert shared_engine_users()[url] == 1
     second.ping()
     second.close()
+    assert url not in shared_engine_users()
+    dropped = Catalog.open(catalog_url)  # never closed: its engine goes with it, as before the sharing
+    assert shared_engine_users()[url] == 1
+    del dropped
+    gc.collect()
     assert url not in shared_engine_users()
 
 

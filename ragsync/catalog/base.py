@@ -30,6 +30,7 @@ import secrets
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -211,9 +212,11 @@ def catalog_pool_size(env: Mapping[str, str]) -> int:
 # the process opens: a Beam worker sets up one catalog per step instance, and
 # an engine (a pool) each opened more than 100 PostgreSQL connections from one
 # process. Keyed by pid, and forgotten in a forked child, so a child never
-# uses its parent's connections. Process-wide by nature: that is the point.
+# uses its parent's connections. Held weakly: catalogs dropped without
+# close() let their engine (and its connections) go, as before the sharing.
+# Process-wide by nature: that is the point.
 _shared_lock = threading.Lock()
-_shared: dict[tuple[int, str], tuple[Engine, int]] = {}
+_shared: dict[tuple[int, str], tuple[weakref.ref[Engine], int]] = {}
 
 
 def acquire_engine(url: str) -> Engine:
@@ -235,8 +238,11 @@ def acquire_engine(url: str) -> Engine:
         return create_catalog_engine(url)
     key = (os.getpid(), url)
     with _shared_lock:
-        engine, users = _shared.get(key) or (create_catalog_engine(url), 0)
-        _shared[key] = (engine, users + 1)
+        ref, users = _shared.get(key) or (None, 0)
+        engine = ref() if ref is not None else None
+        if engine is None:
+            engine, users = create_catalog_engine(url), 0
+        _shared[key] = (weakref.ref(engine), users + 1)
         return engine
 
 
@@ -245,10 +251,10 @@ def release_engine(engine: Engine) -> None:
     shared engine (or the only user of a SQLite one, or an engine this
     process did not share) closes its pooled connections."""
     with _shared_lock:
-        for key, (held, users) in list(_shared.items()):
-            if held is engine and key[0] == os.getpid():
+        for key, (ref, users) in list(_shared.items()):
+            if ref() is engine and key[0] == os.getpid():
                 if users > 1:
-                    _shared[key] = (held, users - 1)
+                    _shared[key] = (ref, users - 1)
                     return
                 del _shared[key]
                 break
@@ -259,7 +265,9 @@ def shared_engine_users() -> dict[str, int]:
     """This process's shared catalog engines: users per URL (tests, status)."""
     pid = os.getpid()
     with _shared_lock:
-        return {url: users for (owner, url), (_, users) in _shared.items() if owner == pid}
+        return {
+            url: users for (owner, url), (ref, users) in _shared.items() if owner == pid and ref() is not None
+        }
 
 
 def _forget_shared_after_fork() -> None:
@@ -268,8 +276,10 @@ def _forget_shared_after_fork() -> None:
     open their own."""
     global _shared_lock
     _shared_lock = threading.Lock()
-    for engine, _ in _shared.values():
-        engine.dispose(close=False)
+    for ref, _ in _shared.values():
+        engine = ref()
+        if engine is not None:
+            engine.dispose(close=False)
     _shared.clear()
 
 
