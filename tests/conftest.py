@@ -154,11 +154,9 @@ def postgres_url() -> Iterator[str]:
                 "--no-sync",
             ]
         )
-        # max_connections: a stream's DoFns each hold a catalog pool (test_cluster exceeded 100).
-        options = (
-            f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
-            "-c max_connections=400"
-        )
+        # PostgreSQL's default max_connections (100), as scripts/pg_throwaway.sh: a process shares
+        # one bounded catalog pool (ragsync.catalog.base), test_cluster asserts the bound.
+        options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off"
         run(
             [
                 str(bindir / "pg_ctl"),

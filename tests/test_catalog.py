@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import multiprocessing
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,6 +30,7 @@ from ragsync.catalog import (
     normalize_url,
     schema,
 )
+from ragsync.catalog.base import POOL_SIZE_ENV, catalog_pool_size, shared_engine_users
 from ragsync.errors import AmbiguousSourceError
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
 from tests.catalog_rows import flip
@@ -275,6 +278,66 @@ def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
         cat.create_source("t1", source_id="s1", type="object_store", if_exists="update")
         with cat.engine.connect() as conn:
             assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
+
+
+def test_catalog_pool_size_from_the_environment() -> None:
+    assert catalog_pool_size({}) == catalog_pool_size({POOL_SIZE_ENV: " "}) == 4
+    assert catalog_pool_size({POOL_SIZE_ENV: "12"}) == 12
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match=POOL_SIZE_ENV):
+            catalog_pool_size({POOL_SIZE_ENV: bad})
+
+
+def _open_in_forked_child(url: str, out: multiprocessing.queues.SimpleQueue) -> None:  # type: ignore[name-defined]
+    before = shared_engine_users()
+    with Catalog.open(url) as cat:
+        cat.ping()
+        out.put((before, shared_engine_users()))
+
+
+def test_a_process_shares_one_bounded_engine_per_server_catalog(
+    catalog_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """PostgreSQL: every catalog a process opens on one URL shares one engine
+    (pool 3 + 3 overflow here), the last close disposes it, a forked child
+    opens its own instead of using its parent's connections, and catalogs
+    dropped unclosed do not keep it alive. SQLite:
+    an engine per catalog, as before."""
+    monkeypatch.setenv(POOL_SIZE_ENV, "3")
+    first, second = Catalog.open(catalog_url), Catalog.open(catalog_url)
+    url = first.url
+    if catalog_url.startswith("sqlite"):
+        assert first.engine is not second.engine and url not in shared_engine_users()
+        first.close()
+        second.ping()
+        second.close()
+        return
+    assert first.engine is second.engine and shared_engine_users()[url] == 2
+    pool = first.engine.pool
+    assert (pool.size(), pool._max_overflow) == (3, 3)  # type: ignore[attr-defined]
+    held = [first.engine.connect() for _ in range(6)]
+    assert (pool.checkedout(), pool.overflow()) == (6, 3)  # type: ignore[attr-defined]  # a 7th waits
+    for conn in held:
+        conn.close()
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.SimpleQueue()
+    child = ctx.Process(target=_open_in_forked_child, args=(url, out))
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    assert out.get() == ({}, {url: 1})  # the parent's engine was not the child's
+    second.ping()  # the child closed none of the parent's connections
+    first.close()
+    first.close()  # twice: counted once
+    assert shared_engine_users()[url] == 1
+    second.ping()
+    second.close()
+    assert url not in shared_engine_users()
+    dropped = Catalog.open(catalog_url)  # never closed: its engine goes with it, as before the sharing
+    assert shared_engine_users()[url] == 1
+    del dropped
+    gc.collect()
+    assert url not in shared_engine_users()
 
 
 # ------------------------------------------------------------------------ sources

@@ -11,8 +11,11 @@ must equal a single-process run's exactly.
 from __future__ import annotations
 
 import os
+import signal
+import threading
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -22,11 +25,13 @@ from beam_pipelines.backfill import prepare_stores, register_source
 from beam_pipelines.options import refuse_single_process_stores, worker_processes
 from beam_pipelines.streaming import run_stream
 from beam_pipelines.sync import run_backfill
-from ragsync.config import Settings, open_catalog
+from ragsync.catalog.base import catalog_pool_size
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
 from ragsync.errors import ConfigurationError
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.proc import ROOT, cli, run_json, run_until_killed
 from tests.queue_events import change_event, push_events
 from tests.store_state import chunk_ids_by_store
 from tests.test_backfill import _make_corpus
@@ -148,6 +153,109 @@ def test_backfill_on_another_runner_equals_single_process(
     assert _state(multi) == expected
 
 
+def _server_activity(catalog_url: str) -> tuple[int, int]:
+    """(server connections, locks) on the catalog's database other than this query's own."""
+    from sqlalchemy import create_engine, text
+
+    name = catalog_url.rsplit("/", 1)[1]
+    admin = create_engine(catalog_url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    try:
+        with admin.connect() as conn:
+            backends = conn.execute(
+                text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d AND pid <> pg_backend_pid()"),
+                {"d": name},
+            ).scalar()
+            locks = conn.execute(
+                text(
+                    "SELECT count(*) FROM pg_locks l JOIN pg_database d ON l.database = d.oid "
+                    "WHERE d.datname = :d AND l.pid <> pg_backend_pid()"
+                ),
+                {"d": name},
+            ).scalar()
+    finally:
+        admin.dispose()
+    return int(backends or 0), int(locks or 0)
+
+
+def _index_rows(settings: Settings) -> tuple[int, int]:
+    """Rows in the vector and the keyword collection (a duplicate would count twice)."""
+    vec, kw = open_vector_index(settings, DIM), open_keyword_index(settings)
+    try:
+        return vec.count(), kw.count()  # type: ignore[attr-defined]
+    finally:
+        kw.close()
+        vec.close()
+
+
+def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
+    corpus: Path,
+    tmp_path: Path,
+    single: Settings,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    """SIGKILL of the SDK worker in the write stage, after its index upsert
+    and before any catalog row of its batch (the fault hook, once: the first
+    worker to create the marker dies). Under PortableRunner LOOPBACK the SDK
+    worker runs in the launcher, so the job dies visibly (-9) and nothing
+    retries the bundle; under multi_processing the FnApiRunner does not retry
+    either and waits forever for the dead worker's bundle (docs/flink.md). A
+    plain re-run of the same command (same environment: the marker now
+    exists) must end where a clean run ends."""
+    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
+    cmd = cli(
+        "backfill",
+        str(corpus),
+        "--acl-groups",
+        ",".join(GROUPS),
+        "--home",
+        settings.home,
+        "--catalog-url",
+        settings.catalog_url,
+        "--milvus-uri",
+        settings.milvus_uri,
+        "--milvus-database",
+        settings.milvus_database,
+        "--keyword-index",
+        "milvus",
+        "--quiet",
+        "--json",
+        "--",
+        *LOOPBACK,
+    )
+    marker = tmp_path / "worker-killed"
+    env = dict(
+        os.environ,
+        RAGSYNC_CRASH_AFTER_INDEX_WRITES="1",
+        RAGSYNC_CRASH_ONCE=str(marker),
+        HF_HUB_OFFLINE="1",
+    )
+    log = tmp_path / "killed.log"
+    assert run_until_killed(cmd, env, log, timeout_s=300) == -signal.SIGKILL, log.read_text()[-2000:]
+    assert marker.exists() and "[fault] sending SIGKILL" in log.read_text()
+    partial = chunk_ids_by_store(settings)
+    # Killed mid-write: index rows whose catalog rows were never written.
+    assert partial["vector"] - partial["catalog"] and partial["keyword"] - partial["catalog"]
+
+    summary = run_json(cmd, env, ROOT, timeout_s=300)
+    assert (summary["documents_seen"], summary["documents_indexed"]) == (6, 4)
+    expected, got = _state(single), _state(settings)
+    assert got == expected
+    ids = got["ids"]
+    assert isinstance(ids, dict)
+    assert ids["catalog"] == ids["vector"] == ids["keyword"]  # no orphans either way
+    assert _index_rows(settings) == (len(ids["catalog"]), len(ids["catalog"]))  # no duplicates
+    cat = open_catalog(settings)
+    try:
+        assert cat.unfinished_events() == 0
+        source = cat.source_states("default")
+        assert [(s.paused, s.failures) for s in source] == [(False, 0)]
+    finally:
+        cat.close()
+    assert _server_activity(settings.catalog_url) == (0, 0)  # no session, lock or transaction left
+    assert reconcile(settings, DIM).ok
+
+
 @pytest.mark.parametrize(
     "args, several",
     [
@@ -250,6 +358,37 @@ def _stream_run(tmp: Path, settings: Settings, args: tuple[str, ...]) -> tuple[t
     return first, stream()
 
 
+@contextmanager
+def _peak_connections(catalog_url: str) -> Iterator[list[int]]:
+    """Sample the server connections to the catalog's database (from a
+    thread, every 20 ms) while the block runs; the one-element list holds
+    the largest count seen. A pool keeps its connections open, so a pool
+    that grew is seen."""
+    from sqlalchemy import create_engine, text
+
+    name = catalog_url.rsplit("/", 1)[1]
+    admin = create_engine(catalog_url.rsplit("/", 1)[0] + "/postgres", isolation_level="AUTOCOMMIT")
+    peak = [0]
+    stop = threading.Event()
+
+    def sample() -> None:
+        with admin.connect() as conn:
+            while not stop.wait(0.02):
+                found = conn.execute(
+                    text("SELECT count(*) FROM pg_stat_activity WHERE datname = :d"), {"d": name}
+                ).scalar()
+                peak[0] = max(peak[0], int(found or 0))
+
+    thread = threading.Thread(target=sample, name="peak-connections", daemon=True)
+    thread.start()
+    try:
+        yield peak
+    finally:
+        stop.set()
+        thread.join()
+        admin.dispose()
+
+
 @pytest.mark.parametrize("runner", RUNNERS[:2])
 def test_stream_on_another_runner_equals_single_process(
     runner: tuple[str, ...],
@@ -259,11 +398,19 @@ def test_stream_on_another_runner_equals_single_process(
 ) -> None:
     """Upsert, edit, delete and ACL events applied by two worker processes
     (or the portable LOOPBACK path) to shared stores end where one process
-    ends."""
+    ends. Each process shares one catalog engine, so the catalog's server
+    connections stay within processes x 2 x pool size (one engine per step
+    instance opened more than 100 from one process)."""
+    per_process = 2 * catalog_pool_size(os.environ)  # pool_size + max_overflow
     one = _cluster_settings(tmp_path / "one", postgres_url, milvus_uri)
-    assert _stream_run(tmp_path / "one", one, ()) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    with _peak_connections(one.catalog_url) as peak:
+        assert _stream_run(tmp_path / "one", one, ()) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    assert 0 < peak[0] <= per_process
     other = _cluster_settings(tmp_path / "other", postgres_url, milvus_uri)
-    assert _stream_run(tmp_path / "other", other, runner) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    processes = 1 + (2 if runner == MULTI else 0)  # the launcher and its SDK workers
+    with _peak_connections(other.catalog_url) as peak:
+        assert _stream_run(tmp_path / "other", other, runner) == ((3, 3, 0, 0, 0), (3, 1, 1, 1, 0))
+    assert 0 < peak[0] <= processes * per_process
     expected, got = _stream_state(one), _stream_state(other)
     assert got == expected
     ids, acl = got["ids"], got["acl"]

@@ -47,6 +47,30 @@ upsert and one keyword-index commit (a commit syncs files to disk: ~10 ms,
 more than the rest of a small document's write)."""
 
 
+def first_to_crash(marker: str) -> bool:
+    """Whether this process may fire a fault hook (tests only).
+
+    Args:
+        marker: '' (every process fires), or the path of a file that the
+            first process to reach a hook creates (``O_EXCL``, atomic across
+            processes): only that process fires, once; every later process
+            and run goes on.
+
+    Returns:
+        True when the hook fires here.
+
+    Raises:
+        OSError: the marker cannot be created for another reason than existing.
+    """
+    if not marker:
+        return True
+    try:
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
 def _write_size(embedded: EmbeddedPlan) -> int:
     return max(1, len(embedded.plan.new_ids))
 
@@ -95,6 +119,9 @@ class _WriteFn(CopiesDoFn):
         after, _, signame = os.environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "").partition(":")
         self._crash_after = int(after or 0)
         self._crash_signal = getattr(signal, signame or "SIGKILL")
+        # RAGSYNC_CRASH_ONCE=PATH: only the first process to create PATH
+        # fires that hook (one worker of many, and a re-run goes through).
+        self._crash_once = os.environ.get("RAGSYNC_CRASH_ONCE", "")
         # RAGSYNC_CRASH_AFTER_FLIPS=N: SIGKILL after the N-th version flip,
         # before the vanished chunks are deleted.
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
@@ -125,7 +152,11 @@ class _WriteFn(CopiesDoFn):
                 yield batch_item_failure(embedded, exc)
         indexed = yield from self._index(ready)
         self._docs_written += len(indexed)
-        if self._crash_after and self._docs_written >= self._crash_after > self._docs_written - len(indexed):
+        if (
+            self._crash_after
+            and self._docs_written >= self._crash_after > self._docs_written - len(indexed)
+            and first_to_crash(self._crash_once)
+        ):
             print(f"[fault] sending {self._crash_signal.name}", file=sys.stderr, flush=True)
             os.kill(os.getpid(), self._crash_signal)
             # The run is stopped right here, whatever else this thread's

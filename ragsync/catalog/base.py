@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import re
 import secrets
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -151,7 +154,8 @@ def create_catalog_engine(url: str) -> Engine:
     """
     url = normalize_url(url)
     if not url.startswith("sqlite"):
-        return create_engine(url, pool_pre_ping=True)
+        size = catalog_pool_size(os.environ)
+        return create_engine(url, pool_pre_ping=True, pool_size=size, max_overflow=size)
 
     database = url.split(":///", 1)[1] if ":///" in url else ""
     if database and database != ":memory:" and not database.startswith("file:"):
@@ -174,6 +178,112 @@ def create_catalog_engine(url: str) -> Engine:
         conn.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+POOL_SIZE_ENV = "RAGSYNC_CATALOG_POOL_SIZE"
+DEFAULT_POOL_SIZE = 4
+"""Connections a process keeps open to a PostgreSQL catalog; as many more
+may be opened for a burst (SQLAlchemy's ``max_overflow``), so one process
+holds at most ``2 x`` this many."""
+
+
+def catalog_pool_size(env: Mapping[str, str]) -> int:
+    """The pool size of a server catalog's engine.
+
+    Args:
+        env: the environment (``RAGSYNC_CATALOG_POOL_SIZE``; unset or empty
+            means :data:`DEFAULT_POOL_SIZE`).
+
+    Returns:
+        A size >= 1.
+
+    Raises:
+        ValueError: the variable is not a whole number >= 1.
+    """
+    text = env.get(POOL_SIZE_ENV, "").strip()
+    if not text:
+        return DEFAULT_POOL_SIZE
+    if not text.isdigit() or int(text) < 1:
+        raise ValueError(f"{POOL_SIZE_ENV}={text!r}: give a whole number >= 1")
+    return int(text)
+
+
+# One engine per (process, URL) for server catalogs, shared by every Catalog
+# the process opens: a Beam worker sets up one catalog per step instance, and
+# an engine (a pool) each opened more than 100 PostgreSQL connections from one
+# process. Keyed by pid, and forgotten in a forked child, so a child never
+# uses its parent's connections. Held weakly: catalogs dropped without
+# close() let their engine (and its connections) go, as before the sharing.
+# Process-wide by nature: that is the point.
+_shared_lock = threading.Lock()
+_shared: dict[tuple[int, str], tuple[weakref.ref[Engine], int]] = {}
+
+
+def acquire_engine(url: str) -> Engine:
+    """The catalog engine for ``url`` in this process.
+
+    A server URL (PostgreSQL) returns the one engine this process shares for
+    it (created on first use, its pool bounded by
+    :func:`catalog_pool_size`) and counts one more user; a SQLite URL gets a
+    new engine of its own, as before. Give it back with
+    :func:`release_engine`.
+
+    Args:
+        url: a normalized catalog URL.
+
+    Returns:
+        The engine (no connection is opened yet).
+    """
+    if url.startswith("sqlite"):
+        return create_catalog_engine(url)
+    key = (os.getpid(), url)
+    with _shared_lock:
+        ref, users = _shared.get(key) or (None, 0)
+        engine = ref() if ref is not None else None
+        if engine is None:
+            engine, users = create_catalog_engine(url), 0
+        _shared[key] = (weakref.ref(engine), users + 1)
+        return engine
+
+
+def release_engine(engine: Engine) -> None:
+    """Give back an engine from :func:`acquire_engine`: the last user of a
+    shared engine (or the only user of a SQLite one, or an engine this
+    process did not share) closes its pooled connections."""
+    with _shared_lock:
+        for key, (ref, users) in list(_shared.items()):
+            if ref() is engine and key[0] == os.getpid():
+                if users > 1:
+                    _shared[key] = (ref, users - 1)
+                    return
+                del _shared[key]
+                break
+    engine.dispose()
+
+
+def shared_engine_users() -> dict[str, int]:
+    """This process's shared catalog engines: users per URL (tests, status)."""
+    pid = os.getpid()
+    with _shared_lock:
+        return {
+            url: users for (owner, url), (ref, users) in _shared.items() if owner == pid and ref() is not None
+        }
+
+
+def _forget_shared_after_fork() -> None:
+    """In a forked child: drop the parent's engines without closing the
+    parent's connections (``dispose(close=False)``); the child's catalogs
+    open their own."""
+    global _shared_lock
+    _shared_lock = threading.Lock()
+    for ref, _ in _shared.values():
+        engine = ref()
+        if engine is not None:
+            engine.dispose(close=False)
+    _shared.clear()
+
+
+os.register_at_fork(after_in_child=_forget_shared_after_fork)
 
 
 def read_only(engine: Engine) -> Engine:

@@ -38,7 +38,7 @@ from sqlalchemy import Engine, func, select, text
 
 from ragsync.catalog import schema
 from ragsync.catalog.backfills import BackfillsRepository
-from ragsync.catalog.base import create_catalog_engine, normalize_url
+from ragsync.catalog.base import acquire_engine, normalize_url, release_engine
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.copies import CopiesRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
@@ -79,6 +79,7 @@ class Catalog(
         """Wrap an engine whose schema is already migrated; prefer :meth:`open`."""
         super().__init__(engine)
         self._url = url
+        self._closed = False
 
     @classmethod
     def open(cls, url: str) -> Catalog:
@@ -96,11 +97,11 @@ class Catalog(
                 migration fails.
         """
         url = normalize_url(url)
-        engine = create_catalog_engine(url)
+        engine = acquire_engine(url)
         try:
             migrate(engine)
         except Exception:
-            engine.dispose()
+            release_engine(engine)
             raise
         return cls(engine, url)
 
@@ -134,8 +135,12 @@ class Catalog(
             conn.execute(text("SELECT 1"))
 
     def close(self) -> None:
-        """Close every pooled connection. Safe to call twice."""
-        self._engine.dispose()
+        """Give the engine back: SQLite closes its connections; a server
+        catalog's engine, shared by the catalogs of this process, closes them
+        when its last catalog closes. Safe to call twice."""
+        if not self._closed:
+            self._closed = True
+            release_engine(self._engine)
 
     def __enter__(self) -> Catalog:
         return self
