@@ -2,10 +2,19 @@
 ``rapidocr-onnxruntime`` wheel) against Tesseract alone, on the corpus's OCR
 ground truth.
 
-* ``tesseract-test`` pages with transcriptions: character error rate of the
-  Tesseract-only path (``ocr_page`` with ``second_engine=False``), of the
-  combined path (the default: the second engine reads pages Tesseract leaves
-  below the bar), and of RapidOCR alone; CPU seconds of each;
+* every scanned page of the corpus with a transcription, in three sets:
+  ``tesseract-test`` (the four human-transcribed pages and the phototest page
+  turned 90/180/270 degrees and skewed, ``phototestrot.tif``), ``docling-ocr``
+  (``ocr_test.pdf`` and its 90/180/270 degree variants rendered at 300 dpi)
+  ``docling-webp`` (``webp-test.webp``), and ``low-resolution``: the four
+  human-transcribed pages scanned again at 150 and 100 dpi (scaled down,
+  JPEG quality 75: what an office scanner at a low setting writes). The docling pages' truth is the
+  one sentence every engine snapshot in ``parse_groundtruth`` agrees on (an
+  engine output, not a human transcription). Per page and per set:
+  character error rate and word recall of raw Tesseract (``ocr_page``
+  with ``second_engine=False, normalise_resolution=False``), of the combined path (the
+  default: the second engine reads pages Tesseract leaves below the bar),
+  and of RapidOCR alone; CPU seconds of each;
 * the PubTabNet table crops with structure truth (``--tables N``, default 20):
   token recall of the human cell text (order-free) for each path, whether
   the combined path kept the page (it met a bar) and emitted a table, and
@@ -30,15 +39,67 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from ragsync.parsing.ocr import OcrOptions, iter_image_pages, ocr_page  # noqa: E402
+from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page, render_pdf_page  # noqa: E402
 from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ocr import DEFAULT_CORPUS, IMAGES  # noqa: E402
 
-# The tesseract-test pages that have a transcription, upright (bench_ocr's first four).
-PAGES = IMAGES[:4]
+# Every scanned page with a transcription: (set, file under the corpus, truth file under the corpus).
+_TT = "ocr_groundtruth/tesseract-test"
+_DOCLING_TRUTH = (
+    "parse_groundtruth/docling/ocr/groundtruth/tesseract/full_page/ocr_test.tesseract.full_page.md"
+)
+PAGES: list[tuple[str, str, str]] = [
+    *((("tesseract-test", f"{_TT}/{image}", f"{_TT}/{truth}") for image, truth in IMAGES[:4])),
+    *(
+        ("tesseract-test", f"{_TT}/{image}", f"{_TT}/phototest.txt")
+        for image in (
+            "phototest-rotated-L.png",
+            "phototest-rotated-R.png",
+            "phototest-rotated-180.png",
+            "phototestrot.tif",
+        )
+    ),
+    *(
+        ("docling-ocr", f"documents/docling/ocr/sources/ocr_test{tail}.pdf", _DOCLING_TRUTH)
+        for tail in ("", "_rotated_90", "_rotated_180", "_rotated_270")
+    ),
+    ("docling-webp", "documents/docling/webp/sources/webp-test.webp", _DOCLING_TRUTH),
+    *(
+        (f"low-resolution@{dpi}", f"{_TT}/{image}@{dpi}", f"{_TT}/{truth}")
+        for dpi in (150, 100)
+        for image, truth in IMAGES[:4]
+    ),
+]
+
+
+def degraded(page: PageImage, dpi: int) -> PageImage:
+    """``page`` (a 300 dpi scan) as scanned at ``dpi``: scaled down, stored as JPEG quality 75."""
+    import cv2
+
+    factor = dpi / 300
+    small = cv2.resize(page.gray, None, fx=factor, fy=factor, interpolation=cv2.INTER_AREA)
+    ok, encoded = cv2.imencode(".jpg", small, [cv2.IMWRITE_JPEG_QUALITY, 75])
+    return PageImage(page.page, cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE), dpi)
+
+
+def load_page(path: Path) -> PageImage:
+    """The first page of an image file, or of a PDF rendered as the OCR path renders it;
+    ``file@dpi``: the page as scanned at that dpi (``degraded``)."""
+    name, _, dpi = path.name.partition("@")
+    if dpi:
+        return degraded(load_page(path.with_name(name)), int(dpi))
+    if path.suffix.lower() != ".pdf":
+        return next(iter_image_pages(path.read_bytes()))
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(path.read_bytes())
+    try:
+        return render_pdf_page(doc, 0, OcrOptions())
+    finally:
+        doc.close()
 
 
 def _rapid_text(engine: Any, gray: np.ndarray) -> tuple[str, float]:
@@ -56,6 +117,12 @@ def _rapid_text(engine: Any, gray: np.ndarray) -> tuple[str, float]:
             lines.append((y, [(x, text)]))
     joined = "\n".join(" ".join(t for _, t in sorted(words)) for _, words in lines)
     return joined, 100 * float(np.mean([s for *_, s in items]))
+
+
+# Typographic quotes and dashes as the ASCII the UNLV transcriptions use ("folded" CER).
+_FOLD = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2014": "-", "\u2013": "-"}
+)
 
 
 def _tokens(text: str) -> list[str]:
@@ -84,7 +151,7 @@ def _cell_recall(truth: list[str], rows: tuple[tuple[str, ...], ...]) -> float:
 
 
 def _page_text(result: Any) -> str:
-    rows = "\n".join(" ".join(r) for r in result.table)
+    rows = "\n".join(" ".join(r) for t in result.tables for r in t)
     return "\n".join([rows, *result.paragraph_texts()]) if rows else "\n".join(result.paragraph_texts())
 
 
@@ -96,32 +163,35 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from ragsync.parsing.ocr_second import read_words, second_read
 
-    alone = OcrOptions(second_engine=False)
+    alone = OcrOptions(second_engine=False, normalise_resolution=False)
     combined = OcrOptions()
-    base = args.corpus / "ocr_groundtruth" / "tesseract-test"
     rows: list[dict[str, Any]] = []
-    for image, truth in PAGES:
-        page = next(iter_image_pages((base / image).read_bytes()))
-        ref = (base / truth).read_text(encoding="utf-8").replace("-\n", "")
+    for name, image, truth in PAGES:
+        page = load_page(args.corpus / image)
+        ref = (args.corpus / truth).read_text(encoding="utf-8").replace("-\n", "")
         t0 = _cpu()
         tess = ocr_page(page, alone)
         t1 = _cpu()
         both = ocr_page(page, combined)
         t2 = _cpu()
-        rapid = second_read(read_words(page.gray))
+        rapid = "\n".join(" ".join(li) for li in second_read(read_words(page.gray)).lines)
         t3 = _cpu()
-        rows.append(
-            {
-                "page": image,
-                "tesseract_cer": round(char_error_rate(_page_text(tess), ref), 4),
-                "combined_cer": round(char_error_rate(_page_text(both), ref), 4),
-                "combined_engine": both.engine,
-                "rapid_cer": round(char_error_rate("\n".join(" ".join(li) for li in rapid.lines), ref), 4),
-                "tesseract_cpu_s": round(t1 - t0, 2),
-                "combined_cpu_s": round(t2 - t1, 2),
-                "rapid_cpu_s": round(t3 - t2, 2),
-            }
+        texts = {"tesseract": _page_text(tess), "combined": _page_text(both), "rapid": rapid}
+        row: dict[str, Any] = {
+            "set": name,
+            "page": Path(image).name,
+            "combined_engine": both.engine,
+            "combined_scale": both.scale,
+            "combined_tables": len(both.tables),
+        }
+        for key, text in texts.items():
+            row[f"{key}_cer"] = round(char_error_rate(text, ref), 4)
+            row[f"{key}_cer_folded"] = round(char_error_rate(text.translate(_FOLD), ref.translate(_FOLD)), 4)
+            row[f"{key}_recall"] = round(_recall(_tokens(ref), _tokens(text)), 4)
+        row.update(
+            tesseract_cpu_s=round(t1 - t0, 2), combined_cpu_s=round(t2 - t1, 2), rapid_cpu_s=round(t3 - t2, 2)
         )
+        rows.append(row)
     tables: list[dict[str, Any]] = []
     folder = args.corpus / "parse_groundtruth" / "pubtabnet" / "examples"
     records = (folder / "PubTabNet_Examples.jsonl").read_text(encoding="utf-8").splitlines()
@@ -149,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
                 "combined_recall": round(_recall(truth_tokens, _tokens(_page_text(both))), 3)
                 if both.passed
                 else 0.0,
-                "table_emitted": bool(both.table),
-                "cell_recall": round(_cell_recall(cells, both.table), 3),
+                "table_emitted": bool(both.tables),
+                "cell_recall": round(_cell_recall(cells, tuple(r for t in both.tables for r in t)), 3),
                 "confidences": dict(both.confidences),
                 "tesseract_cpu_s": round(t1 - t0, 2),
                 "combined_cpu_s": round(t2 - t1, 2),
@@ -161,9 +231,20 @@ def main(argv: list[str] | None = None) -> int:
         return round(float(np.mean([r[key] for r in items])), 4) if items else 0.0
 
     summary = {
-        "pages_cer_tesseract": mean("tesseract_cer", rows),
-        "pages_cer_combined": mean("combined_cer", rows),
-        "pages_cer_rapid": mean("rapid_cer", rows),
+        "pages": {
+            name: {
+                f"{key}_{measure}": mean(f"{key}_{measure}", [r for r in rows if r["set"] == name])
+                for key in ("tesseract", "combined", "rapid")
+                for measure in ("cer", "cer_folded", "recall")
+            }
+            for name in dict.fromkeys(r["set"] for r in rows)
+        },
+        "pages_per_cpu_minute_tesseract": round(
+            60 * len(rows) / max(sum(r["tesseract_cpu_s"] for r in rows), 1e-9), 1
+        ),
+        "pages_per_cpu_minute_combined": round(
+            60 * len(rows) / max(sum(r["combined_cpu_s"] for r in rows), 1e-9), 1
+        ),
         "tables": len(tables),
         "tables_kept_tesseract": sum(1 for t in tables if t["tesseract_passed"]),
         "tables_kept_combined": sum(1 for t in tables if t["combined_passed"]),

@@ -90,8 +90,8 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
         if not r.passed:
             review.append(r.page)
             continue
-        if r.table:
-            table = table_to_markdown(r.table)
+        for rows in r.tables:
+            table = table_to_markdown(rows)
             elements.append(RawElement(ElementType.TABLE, table, 0, r.page, round(r.confidence, 1)))
         for text, conf in r.paragraph_items():
             elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
