@@ -162,6 +162,8 @@ class PageOcr:
             of cell strings (emitted as Markdown tables; their words are not
             in ``paragraphs``): from Tesseract's words (``ocr_tables``), or
             the second engine's reading of a page Tesseract failed.
+        table_positions: for each table, how many of ``paragraphs`` come
+            before it in reading order (none given: the tables come first).
         scale: how much the page was scaled up before OCR (resolution
             normalisation), 1.0 when it was read as it came.
     """
@@ -183,6 +185,7 @@ class PageOcr:
     engine: str = "tesseract"
     confidences: tuple[tuple[str, float], ...] = ()
     tables: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    table_positions: tuple[int, ...] = ()
     scale: float = 1.0
 
     @property
@@ -339,7 +342,9 @@ def _run_tesseract_file(
 # --------------------------------------------------------------------------- one page
 
 
-def _tables(image: GrayImage, words: list[TsvWord], letter: float) -> tuple[list[list[list[str]]], set[int]]:
+def _tables(
+    image: GrayImage, words: list[TsvWord], letter: float
+) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among Tesseract's words of ``image`` (``ocr_tables.page_tables``,
     ruled regions found on ``image``) and the indices of the words they took."""
     from ragsync.parsing.ocr_second import Word
@@ -369,11 +374,13 @@ def _attempt(
     conf = float(np.mean(tsv.confs)) if words else 0.0
     cov = coverage(text[0], tsv.boxes, text[1])
     passed = words > 0 and conf >= options.min_confidence and cov >= options.min_coverage
-    tables: list[list[list[str]]] = []
+    tables: list[tuple[float, list[list[str]]]] = []
+    positions: tuple[int, ...] = ()
     if options.tables and passed and letter > 0:
         tables, used = _tables(image, tsv.words, letter)
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
+            positions = table_positions([top for top, _ in tables], tsv.words)
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
     para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
     return PageOcr(
@@ -386,8 +393,19 @@ def _attempt(
         passed,
         psm=psm,
         paragraph_confidences=para_confs,
-        tables=tuple(tuple(tuple(r) for r in t) for t in tables),
+        tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
+        table_positions=positions,
     )
+
+
+def table_positions(tops: list[float], words: list[TsvWord]) -> tuple[int, ...]:
+    """Where each table goes among the page's paragraphs (pure): the number
+    of paragraphs (of ``words``, by their ``paragraph`` index in reading
+    order) whose first line starts above the table's top edge."""
+    starts: dict[int, float] = {}
+    for w in words:
+        starts[w.paragraph] = min(starts.get(w.paragraph, w.box[1]), w.box[1])
+    return tuple(sum(1 for y in starts.values() if y < top) for top in tops)
 
 
 def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:

@@ -165,7 +165,9 @@ def _inside(word: Word, box: Box) -> bool:
     return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
 
 
-def page_tables(words: Sequence[Word], regions: Sequence[Box]) -> tuple[list[list[list[str]]], set[int]]:
+def page_tables(
+    words: Sequence[Word], regions: Sequence[Box]
+) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
     Words whose centre lies in a ruled region (``ruled_regions``) are read
@@ -178,7 +180,8 @@ def page_tables(words: Sequence[Word], regions: Sequence[Box]) -> tuple[list[lis
         regions: ruled table regions on the page.
 
     Returns:
-        ``(tables, used)``: the tables top to bottom (rows of cell strings)
+        ``(tables, used)``: the tables top to bottom, each as its top edge
+        in pixels and its rows of cell strings,
         and the indices in ``words`` of the words they took.
     """
     found: list[tuple[float, list[list[str]], set[int]]] = []
@@ -198,4 +201,4 @@ def page_tables(words: Sequence[Word], regions: Sequence[Box]) -> tuple[list[lis
             found.append((min(w.y0 for line in run for w in line), rows, members))
             taken.update(members)
     found.sort(key=lambda f: f[0])
-    return [rows for _, rows, _ in found], taken
+    return [(top, rows) for top, rows, _ in found], taken
