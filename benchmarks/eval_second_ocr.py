@@ -12,7 +12,7 @@ ground truth.
   one sentence every engine snapshot in ``parse_groundtruth`` agrees on (an
   engine output, not a human transcription). Per page and per set:
   character error rate and word recall of raw Tesseract (``ocr_page``
-  with ``second_engine=False, normalise_resolution=False``), of the combined path (the
+  with ``second_engine=False, normalise_resolution=False, tables=False``), of the combined path (the
   default: the second engine reads pages Tesseract leaves below the bar),
   and of RapidOCR alone; CPU seconds of each;
 * the PubTabNet table crops with structure truth (``--tables N``, default 20):
@@ -244,7 +244,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from ragsync.parsing.ocr_second import read_words, second_read
 
-    alone = OcrOptions(second_engine=False, normalise_resolution=False)
+    alone = OcrOptions(second_engine=False, normalise_resolution=False, tables=False)
     combined = OcrOptions()
     rows: list[dict[str, Any]] = []
     for name, image, truth in [] if args.no_pages else PAGES:

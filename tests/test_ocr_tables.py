@@ -15,7 +15,7 @@ from ragsync.model import ElementType
 from ragsync.parsing import parse
 from ragsync.parsing.ocr_engine import table_positions
 from ragsync.parsing.ocr_layout import TsvWord
-from ragsync.parsing.ocr_second import Word, group_lines
+from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_regions
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -179,3 +179,12 @@ def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(layout: str) 
     assert [e.type for e in scan.elements] == [e.type for e in layer.elements]
     assert scan.elements[1].text == layer.elements[1].text
     assert [e.text for e in scan.elements[::2]] == [BEFORE, AFTER]
+
+
+def test_lines_whose_word_gaps_line_up_by_chance_are_not_an_unruled_table() -> None:
+    """Two text columns of identical short-word lines: the word gaps line up,
+    so table_rows alone would make 8 one-word columns; the lines have only 2
+    wide-gap segments, so it is text."""
+    words = _words([[*_set("aa bb cc dd", 10), *_set("ee ff gg hh", 700)] for _ in range(4)])
+    assert len(table_rows(group_lines(words))[0]) == 8
+    assert page_tables(words, []) == ([], set())

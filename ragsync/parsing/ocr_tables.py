@@ -173,7 +173,13 @@ def page_tables(
     Words whose centre lies in a ruled region (``ruled_regions``) are read
     as that region's table; the other words' lines are searched for unruled
     tables (``aligned_runs``). Each candidate goes through
-    ``ocr_second.table_rows``; one it refuses leaves its words as text.
+    ``ocr_second.table_rows``; an unruled one also may have no more columns
+    than its widest line has segments (``line_segments``): the columns of a
+    table are the wide gaps of its lines, where a run of prose lines whose
+    word gaps line up by chance splits into many narrow columns (on the
+    magazine page 8071_093.3B, a headline over two text columns made 15
+    columns from lines of at most 5 segments). A candidate refused leaves
+    its words as text.
 
     Args:
         words: the page's words (Tesseract's, in any order).
@@ -196,7 +202,7 @@ def page_tables(
     rest = [w for i, w in enumerate(words) if i not in taken]
     for run in aligned_runs(group_lines(rest)):
         rows = table_rows(run)
-        if rows:
+        if rows and len(rows[0]) <= max(line_segments(line) for line in run):
             members = {index[id(w)] for line in run for w in line}
             found.append((min(w.y0 for line in run for w in line), rows, members))
             taken.update(members)
