@@ -164,13 +164,14 @@ def test_a_low_resolution_scan_is_scaled_up_before_tesseract_reads_it() -> None:
     low = next(iter_image_pages(_text_png(PAGE_A, dpi=75)))
     assert glyph_height(ink_mask(low.gray)) == 7.0
     raw = ocr_page(low, OcrOptions(second_engine=False, normalise_resolution=False))
-    scaled = ocr_page(low, OcrOptions(second_engine=False))
+    scaled = ocr_page(low, OcrOptions(second_engine=False, normalise_resolution=True))
     assert (raw.scale, scaled.scale) == (1.0, 2.857)
     assert char_error_rate(" ".join(raw.paragraph_texts()), " ".join(PAGE_A)) > 0.03
     assert char_error_rate(" ".join(scaled.paragraph_texts()), " ".join(PAGE_A)) < 0.02
     assert scaled.passed and scaled.words == len(" ".join(PAGE_A).split())
     full = next(iter_image_pages(_text_png(PAGE_A, dpi=300)))
-    assert ocr_page(full, OcrOptions(second_engine=False)).scale == 1.0
+    assert ocr_page(full, OcrOptions(second_engine=False, normalise_resolution=True)).scale == 1.0
+    assert ocr_page(low, OcrOptions(second_engine=False)).scale == 1.0  # off by default
 
 
 # --------------------------------------------------------------------------- OCR

@@ -93,7 +93,13 @@ class OcrOptions:
             when it meets that engine's bar.
         normalise_resolution: scale a page with small glyphs (a low
             resolution scan) up before Tesseract reads it
-            (``ocr_quality.upscale_factor``).
+            (``ocr_quality.upscale_factor``). Off by default: on 150 and
+            100 dpi rescans of the transcribed pages it raised word recall
+            (0.929 -> 0.958 at 100 dpi) but not CER on most pages (reading
+            order of captions moved), and table crops it scaled up passed
+            Tesseract's bar, so the second engine, which reads them far
+            better, no longer ran (cell recall 0.829 -> 0.339;
+            benchmarks/README.md).
         tables: find tables on a page Tesseract read (ruled, or aligned
             columns: ``ocr_tables``) and emit them as tables, not text.
     """
@@ -107,7 +113,7 @@ class OcrOptions:
     workers: int | None = None
     retry: bool = True
     second_engine: bool = True
-    normalise_resolution: bool = True
+    normalise_resolution: bool = False
     tables: bool = True
 
 
@@ -442,7 +448,7 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     with no text and Tesseract is not run. A page that meets the bar costs
     exactly one Tesseract run (on ``page.source`` when set), as the raw CLI.
     A page whose letters are small (a scan at 150 dpi or less) is first
-    scaled up (``options.normalise_resolution``, see ``normalised``).
+    scaled up when ``options.normalise_resolution`` is on (see ``normalised``).
 
     Args:
         page: the page image.

@@ -79,9 +79,8 @@ def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
 # at a height of ~20 px or more (a 10-12 pt body text at 300 dpi gives 15-23 px,
 # measured on the corpus's tesseract-test pages). A page whose median glyph is
 # under MIN_GLYPH_PX (a 150 dpi or coarser scan) is scaled up so that it reaches
-# TARGET_GLYPH_PX, by at most MAX_UPSCALE. On the four human-transcribed pages
-# scanned at 100 dpi word recall went 0.929 -> 0.962 and CER 0.089 -> 0.050
-# (benchmarks/README.md, eval_second_ocr.py).
+# TARGET_GLYPH_PX, by at most MAX_UPSCALE, when ``OcrOptions.normalise_resolution``
+# is on (off by default: see there and benchmarks/README.md, eval_second_ocr.py).
 MIN_GLYPH_PX = 12.0
 TARGET_GLYPH_PX = 20.0
 MAX_UPSCALE = 4.0
