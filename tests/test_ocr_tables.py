@@ -164,10 +164,15 @@ def _scan(data: bytes) -> bytes:
 
 @needs_tesseract
 @pytest.mark.parametrize("layout", ["ALL", "HORIZONTAL_LINES", "NONE"])
-def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(layout: str) -> None:
-    """Ruled grid, rules between rows only, no rules: the scan's table equals
-    the table ragsync reads from the PDF's own text layer (every cell), in
-    the same place between the two paragraphs."""
+def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(
+    layout: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ruled grid, rules between rows only, no rules (unruled tables on:
+    ``RAGSYNC_OCR_UNRULED_TABLES=1``): the scan's table equals the table
+    ragsync reads from the PDF's own text layer (every cell), in the same
+    place between the two paragraphs."""
+    if layout == "NONE":
+        monkeypatch.setenv("RAGSYNC_OCR_UNRULED_TABLES", "1")
     data = _pdf(layout)
     layer = parse(data, "application/pdf")
     scan = parse(_scan(data), "image/png")
@@ -179,6 +184,14 @@ def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(layout: str) 
     assert [e.type for e in scan.elements] == [e.type for e in layer.elements]
     assert scan.elements[1].text == layer.elements[1].text
     assert [e.text for e in scan.elements[::2]] == [BEFORE, AFTER]
+
+
+@needs_tesseract
+def test_unruled_tables_are_off_by_default() -> None:
+    """Without RAGSYNC_OCR_UNRULED_TABLES=1 a scan's rule-less table stays text."""
+    scan = parse(_scan(_pdf("NONE")), "image/png")
+    assert ElementType.TABLE not in [e.type for e in scan.elements]
+    assert page_tables(_words([[*_set("a b", 10)]]), [], unruled=False) == ([], set())
 
 
 def test_lines_whose_word_gaps_line_up_by_chance_are_not_an_unruled_table() -> None:

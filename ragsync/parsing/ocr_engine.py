@@ -69,6 +69,10 @@ _TESSERACT_LOCK = threading.Lock()
 _tesseract_path: str | None = None
 
 
+UNRULED_TABLES_ENV = "RAGSYNC_OCR_UNRULED_TABLES"
+"""Set to ``1`` to read unruled (aligned-column) tables on scanned pages."""
+
+
 @dataclass(frozen=True)
 class OcrOptions:
     """Settings of the OCR path.
@@ -100,8 +104,14 @@ class OcrOptions:
             Tesseract's bar, so the second engine, which reads them far
             better, no longer ran (cell recall 0.829 -> 0.339;
             benchmarks/README.md).
-        tables: find tables on a page Tesseract read (ruled, or aligned
-            columns: ``ocr_tables``) and emit them as tables, not text.
+        tables: find ruled tables on a page Tesseract read
+            (``ocr_tables``) and emit them as tables, not text.
+        unruled_tables: also take runs of lines with aligned columns and no
+            rules as tables. Off by default (``RAGSYNC_OCR_UNRULED_TABLES=1``
+            turns it on): on real scans it read a headline over two text
+            columns as a table (8071_093.3B at 150 dpi: CER 0.041 -> 0.136)
+            and found few of the real pages' unruled tables
+            (benchmarks/README.md).
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -115,6 +125,7 @@ class OcrOptions:
     second_engine: bool = True
     normalise_resolution: bool = False
     tables: bool = True
+    unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") == "1")
 
 
 @dataclass(frozen=True)
@@ -349,7 +360,7 @@ def _run_tesseract_file(
 
 
 def _tables(
-    image: GrayImage, words: list[TsvWord], letter: float
+    image: GrayImage, words: list[TsvWord], letter: float, unruled: bool
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among Tesseract's words of ``image`` (``ocr_tables.page_tables``,
     ruled regions found on ``image``) and the indices of the words they took."""
@@ -357,7 +368,7 @@ def _tables(
     from ragsync.parsing.ocr_tables import page_tables, ruled_regions
 
     regions = ruled_regions(image < ink_threshold(image)[0], letter)
-    return page_tables([Word(*w.box, w.text, w.conf) for w in words], regions)
+    return page_tables([Word(*w.box, w.text, w.conf) for w in words], regions, unruled=unruled)
 
 
 def _attempt(
@@ -383,7 +394,7 @@ def _attempt(
     tables: list[tuple[float, list[list[str]]]] = []
     positions: tuple[int, ...] = ()
     if options.tables and passed and letter > 0:
-        tables, used = _tables(image, tsv.words, letter)
+        tables, used = _tables(image, tsv.words, letter, options.unruled_tables)
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)

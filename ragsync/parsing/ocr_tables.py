@@ -166,7 +166,7 @@ def _inside(word: Word, box: Box) -> bool:
 
 
 def page_tables(
-    words: Sequence[Word], regions: Sequence[Box]
+    words: Sequence[Word], regions: Sequence[Box], *, unruled: bool = True
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
@@ -184,6 +184,7 @@ def page_tables(
     Args:
         words: the page's words (Tesseract's, in any order).
         regions: ruled table regions on the page.
+        unruled: also search the other words for unruled tables.
 
     Returns:
         ``(tables, used)``: the tables top to bottom, each as its top edge
@@ -200,7 +201,7 @@ def page_tables(
             found.append((box[1], rows, set(inside)))
             taken.update(inside)
     rest = [w for i, w in enumerate(words) if i not in taken]
-    for run in aligned_runs(group_lines(rest)):
+    for run in aligned_runs(group_lines(rest)) if unruled else []:
         rows = table_rows(run)
         if rows and len(rows[0]) <= max(line_segments(line) for line in run):
             members = {index[id(w)] for line in run for w in line}
