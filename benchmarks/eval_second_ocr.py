@@ -2,17 +2,32 @@
 ``rapidocr-onnxruntime`` wheel) against Tesseract alone, on the corpus's OCR
 ground truth.
 
-* ``tesseract-test`` pages with transcriptions: character error rate of the
-  Tesseract-only path (``ocr_page`` with ``second_engine=False``), of the
-  combined path (the default: the second engine reads pages Tesseract leaves
-  below the bar), and of RapidOCR alone; CPU seconds of each;
+* every scanned page of the corpus with a transcription, in three sets:
+  ``tesseract-test`` (the four human-transcribed pages and the phototest page
+  turned 90/180/270 degrees and skewed, ``phototestrot.tif``), ``docling-ocr``
+  (``ocr_test.pdf`` and its 90/180/270 degree variants rendered at 300 dpi)
+  ``docling-webp`` (``webp-test.webp``), and ``low-resolution``: the four
+  human-transcribed pages scanned again at 150 and 100 dpi (scaled down,
+  JPEG quality 75: what an office scanner at a low setting writes). The docling pages' truth is the
+  one sentence every engine snapshot in ``parse_groundtruth`` agrees on (an
+  engine output, not a human transcription). Per page and per set:
+  character error rate and word recall of raw Tesseract (``ocr_page``
+  with ``second_engine=False, normalise_resolution=False, tables=False``), of the combined path (the
+  default: the second engine reads pages Tesseract leaves below the bar),
+  and of RapidOCR alone; CPU seconds of each;
 * the PubTabNet table crops with structure truth (``--tables N``, default 20):
   token recall of the human cell text (order-free) for each path, whether
   the combined path kept the page (it met a bar) and emitted a table, and
   the strict cell recall of that table (a truth cell counts when an emitted
-  cell has the same text, blanks and case ignored).
+  cell has the same text, blanks and case ignored);
+* full scanned pages with tables (``--pages-with-tables``, on by default):
+  the first page of text-layer PDFs from the pdfplumber test files
+  (``SCANNED_TABLES``) rendered at 300 dpi and OCR'd with table detection
+  on and off; truth is the table(s) ragsync reads from the same page's text
+  layer. Strict cell recall (as above) of the OCR'd tables, token recall of
+  the truth cells inside emitted tables, tables found, CPU seconds.
 
-Usage: ``python benchmarks/eval_second_ocr.py [--corpus PATH] [--tables 20] [--json]``
+Usage: ``python benchmarks/eval_second_ocr.py [--corpus PATH] [--tables 20] [--no-pages-with-tables]``
 """
 
 from __future__ import annotations
@@ -30,15 +45,138 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from ragsync.parsing.ocr import OcrOptions, iter_image_pages, ocr_page  # noqa: E402
+from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page, render_pdf_page  # noqa: E402
 from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_ocr import DEFAULT_CORPUS, IMAGES  # noqa: E402
 
-# The tesseract-test pages that have a transcription, upright (bench_ocr's first four).
-PAGES = IMAGES[:4]
+# Every scanned page with a transcription: (set, file under the corpus, truth file under the corpus).
+_TT = "ocr_groundtruth/tesseract-test"
+_DOCLING_TRUTH = (
+    "parse_groundtruth/docling/ocr/groundtruth/tesseract/full_page/ocr_test.tesseract.full_page.md"
+)
+PAGES: list[tuple[str, str, str]] = [
+    *((("tesseract-test", f"{_TT}/{image}", f"{_TT}/{truth}") for image, truth in IMAGES[:4])),
+    *(
+        ("tesseract-test", f"{_TT}/{image}", f"{_TT}/phototest.txt")
+        for image in (
+            "phototest-rotated-L.png",
+            "phototest-rotated-R.png",
+            "phototest-rotated-180.png",
+            "phototestrot.tif",
+        )
+    ),
+    *(
+        ("docling-ocr", f"documents/docling/ocr/sources/ocr_test{tail}.pdf", _DOCLING_TRUTH)
+        for tail in ("", "_rotated_90", "_rotated_180", "_rotated_270")
+    ),
+    ("docling-webp", "documents/docling/webp/sources/webp-test.webp", _DOCLING_TRUTH),
+    *(
+        (f"low-resolution@{dpi}", f"{_TT}/{image}@{dpi}", f"{_TT}/{truth}")
+        for dpi in (150, 100)
+        for image, truth in IMAGES[:4]
+    ),
+]
+
+
+# Text-layer PDFs whose first page holds a table ragsync's text-layer path reads (pdfplumber's test files).
+SCANNED_TABLES = [
+    "150109DSP-Milw-505-90D.pdf",
+    "cupertino_usd_4-6-16.pdf",
+    "issue-13-151201DSP-Fond-581-90D.pdf",
+    "issue-140-example.pdf",
+    "issue-192-example.pdf",
+    "issue-461-example.pdf",
+    "issue-466-example.pdf",
+    "issue-90-example.pdf",
+    "la-precinct-bulletin-2014-p1.pdf",
+    "nics-background-checks-2015-11.pdf",
+    "pr-138-example.pdf",
+    "senate-expenditures.pdf",
+    "table-curves-example.pdf",
+]
+
+
+def _markdown_cells(markdown: str) -> list[str]:
+    """The cells of a Markdown table (``table_to_markdown``), separator row left out."""
+    cells: list[str] = []
+    for line in markdown.splitlines():
+        parts = [c.strip() for c in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if parts and not all(re.fullmatch(r"-{3,}", c) for c in parts):
+            cells.extend(c.replace("\\|", "|") for c in parts)
+    return cells
+
+
+def scanned_tables(corpus: Path) -> list[dict[str, Any]]:
+    """Table detection on full scanned pages (see the module docstring)."""
+    from ragsync.model import ElementType
+    from ragsync.parsing import parse
+
+    out: list[dict[str, Any]] = []
+    for name in SCANNED_TABLES:
+        path = corpus / "documents" / "pdfplumber" / name
+        layer = parse(path.read_bytes(), "application/pdf")
+        truth = [
+            c
+            for e in layer.elements
+            if e.page == 1 and e.type == ElementType.TABLE
+            for c in _markdown_cells(e.text)
+        ]
+        page = load_page(path)
+        t0 = _cpu()
+        plain = ocr_page(page, OcrOptions(tables=False))
+        t1 = _cpu()
+        found = ocr_page(page, OcrOptions())
+        t2 = _cpu()
+        rows = tuple(r for t in found.tables for r in t)
+        out.append(
+            {
+                "pdf": name,
+                "truth_cells": sum(1 for c in truth if c.strip()),
+                "tables_found": len(found.tables),
+                "engine": found.engine,
+                "cell_recall": round(_cell_recall(truth, rows), 3),
+                "token_recall_in_tables": round(
+                    _recall(_tokens(" ".join(truth)), _tokens(" ".join(" ".join(r) for r in rows))), 3
+                ),
+                "token_recall_page": round(_recall(_tokens(" ".join(truth)), _tokens(_page_text(found))), 3),
+                "token_recall_page_without_tables": round(
+                    _recall(_tokens(" ".join(truth)), _tokens(_page_text(plain))), 3
+                ),
+                "cpu_s_without_tables": round(t1 - t0, 2),
+                "cpu_s": round(t2 - t1, 2),
+            }
+        )
+    return out
+
+
+def degraded(page: PageImage, dpi: int) -> PageImage:
+    """``page`` (a 300 dpi scan) as scanned at ``dpi``: scaled down, stored as JPEG quality 75."""
+    import cv2
+
+    factor = dpi / 300
+    small = cv2.resize(page.gray, None, fx=factor, fy=factor, interpolation=cv2.INTER_AREA)
+    ok, encoded = cv2.imencode(".jpg", small, [cv2.IMWRITE_JPEG_QUALITY, 75])
+    return PageImage(page.page, cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE), dpi)
+
+
+def load_page(path: Path) -> PageImage:
+    """The first page of an image file, or of a PDF rendered as the OCR path renders it;
+    ``file@dpi``: the page as scanned at that dpi (``degraded``)."""
+    name, _, dpi = path.name.partition("@")
+    if dpi:
+        return degraded(load_page(path.with_name(name)), int(dpi))
+    if path.suffix.lower() != ".pdf":
+        return next(iter_image_pages(path.read_bytes()))
+    import pypdfium2 as pdfium
+
+    doc = pdfium.PdfDocument(path.read_bytes())
+    try:
+        return render_pdf_page(doc, 0, OcrOptions())
+    finally:
+        doc.close()
 
 
 def _rapid_text(engine: Any, gray: np.ndarray) -> tuple[str, float]:
@@ -56,6 +194,12 @@ def _rapid_text(engine: Any, gray: np.ndarray) -> tuple[str, float]:
             lines.append((y, [(x, text)]))
     joined = "\n".join(" ".join(t for _, t in sorted(words)) for _, words in lines)
     return joined, 100 * float(np.mean([s for *_, s in items]))
+
+
+# Typographic quotes and dashes as the ASCII the UNLV transcriptions use ("folded" CER).
+_FOLD = str.maketrans(
+    {"\u2018": "'", "\u2019": "'", "\u201c": '"', "\u201d": '"', "\u201e": '"', "\u2014": "-", "\u2013": "-"}
+)
 
 
 def _tokens(text: str) -> list[str]:
@@ -84,7 +228,7 @@ def _cell_recall(truth: list[str], rows: tuple[tuple[str, ...], ...]) -> float:
 
 
 def _page_text(result: Any) -> str:
-    rows = "\n".join(" ".join(r) for r in result.table)
+    rows = "\n".join(" ".join(r) for t in result.tables for r in t)
     return "\n".join([rows, *result.paragraph_texts()]) if rows else "\n".join(result.paragraph_texts())
 
 
@@ -93,35 +237,42 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--tables", type=int, default=20, help="PubTabNet crops to score (default 20)")
+    ap.add_argument(
+        "--no-pages-with-tables", action="store_true", help="skip the full scanned pages with tables"
+    )
+    ap.add_argument("--no-pages", action="store_true", help="skip the transcribed pages (CER)")
     args = ap.parse_args(argv)
     from ragsync.parsing.ocr_second import read_words, second_read
 
-    alone = OcrOptions(second_engine=False)
+    alone = OcrOptions(second_engine=False, normalise_resolution=False, tables=False)
     combined = OcrOptions()
-    base = args.corpus / "ocr_groundtruth" / "tesseract-test"
     rows: list[dict[str, Any]] = []
-    for image, truth in PAGES:
-        page = next(iter_image_pages((base / image).read_bytes()))
-        ref = (base / truth).read_text(encoding="utf-8").replace("-\n", "")
+    for name, image, truth in [] if args.no_pages else PAGES:
+        page = load_page(args.corpus / image)
+        ref = (args.corpus / truth).read_text(encoding="utf-8").replace("-\n", "")
         t0 = _cpu()
         tess = ocr_page(page, alone)
         t1 = _cpu()
         both = ocr_page(page, combined)
         t2 = _cpu()
-        rapid = second_read(read_words(page.gray))
+        rapid = "\n".join(" ".join(li) for li in second_read(read_words(page.gray)).lines)
         t3 = _cpu()
-        rows.append(
-            {
-                "page": image,
-                "tesseract_cer": round(char_error_rate(_page_text(tess), ref), 4),
-                "combined_cer": round(char_error_rate(_page_text(both), ref), 4),
-                "combined_engine": both.engine,
-                "rapid_cer": round(char_error_rate("\n".join(" ".join(li) for li in rapid.lines), ref), 4),
-                "tesseract_cpu_s": round(t1 - t0, 2),
-                "combined_cpu_s": round(t2 - t1, 2),
-                "rapid_cpu_s": round(t3 - t2, 2),
-            }
+        texts = {"tesseract": _page_text(tess), "combined": _page_text(both), "rapid": rapid}
+        row: dict[str, Any] = {
+            "set": name,
+            "page": Path(image).name,
+            "combined_engine": both.engine,
+            "combined_scale": both.scale,
+            "combined_tables": len(both.tables),
+        }
+        for key, text in texts.items():
+            row[f"{key}_cer"] = round(char_error_rate(text, ref), 4)
+            row[f"{key}_cer_folded"] = round(char_error_rate(text.translate(_FOLD), ref.translate(_FOLD)), 4)
+            row[f"{key}_recall"] = round(_recall(_tokens(ref), _tokens(text)), 4)
+        row.update(
+            tesseract_cpu_s=round(t1 - t0, 2), combined_cpu_s=round(t2 - t1, 2), rapid_cpu_s=round(t3 - t2, 2)
         )
+        rows.append(row)
     tables: list[dict[str, Any]] = []
     folder = args.corpus / "parse_groundtruth" / "pubtabnet" / "examples"
     records = (folder / "PubTabNet_Examples.jsonl").read_text(encoding="utf-8").splitlines()
@@ -149,8 +300,8 @@ def main(argv: list[str] | None = None) -> int:
                 "combined_recall": round(_recall(truth_tokens, _tokens(_page_text(both))), 3)
                 if both.passed
                 else 0.0,
-                "table_emitted": bool(both.table),
-                "cell_recall": round(_cell_recall(cells, both.table), 3),
+                "table_emitted": bool(both.tables),
+                "cell_recall": round(_cell_recall(cells, tuple(r for t in both.tables for r in t)), 3),
                 "confidences": dict(both.confidences),
                 "tesseract_cpu_s": round(t1 - t0, 2),
                 "combined_cpu_s": round(t2 - t1, 2),
@@ -161,9 +312,20 @@ def main(argv: list[str] | None = None) -> int:
         return round(float(np.mean([r[key] for r in items])), 4) if items else 0.0
 
     summary = {
-        "pages_cer_tesseract": mean("tesseract_cer", rows),
-        "pages_cer_combined": mean("combined_cer", rows),
-        "pages_cer_rapid": mean("rapid_cer", rows),
+        "pages": {
+            name: {
+                f"{key}_{measure}": mean(f"{key}_{measure}", [r for r in rows if r["set"] == name])
+                for key in ("tesseract", "combined", "rapid")
+                for measure in ("cer", "cer_folded", "recall")
+            }
+            for name in dict.fromkeys(r["set"] for r in rows)
+        },
+        "pages_per_cpu_minute_tesseract": round(
+            60 * len(rows) / max(sum(r["tesseract_cpu_s"] for r in rows), 1e-9), 1
+        ),
+        "pages_per_cpu_minute_combined": round(
+            60 * len(rows) / max(sum(r["combined_cpu_s"] for r in rows), 1e-9), 1
+        ),
         "tables": len(tables),
         "tables_kept_tesseract": sum(1 for t in tables if t["tesseract_passed"]),
         "tables_kept_combined": sum(1 for t in tables if t["combined_passed"]),
@@ -178,7 +340,22 @@ def main(argv: list[str] | None = None) -> int:
             60 * len(tables) / max(sum(t["combined_cpu_s"] for t in tables), 1e-9), 1
         ),
     }
-    print(json.dumps({"summary": summary, "cer_pages": rows, "pubtabnet": tables}, indent=1))
+    full = [] if args.no_pages_with_tables else scanned_tables(args.corpus)
+    summary["pages_with_tables"] = {
+        "pages": len(full),
+        "tables_found": sum(r["tables_found"] for r in full),
+        "cell_recall": mean("cell_recall", full),
+        "token_recall_in_tables": mean("token_recall_in_tables", full),
+        "pages_per_cpu_minute_without_tables": round(
+            60 * len(full) / max(sum(r["cpu_s_without_tables"] for r in full), 1e-9), 1
+        ),
+        "pages_per_cpu_minute": round(60 * len(full) / max(sum(r["cpu_s"] for r in full), 1e-9), 1),
+    }
+    print(
+        json.dumps(
+            {"summary": summary, "cer_pages": rows, "pubtabnet": tables, "pages_with_tables": full}, indent=1
+        )
+    )
     return 0
 
 

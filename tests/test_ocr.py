@@ -17,7 +17,14 @@ from ragsync.errors import CorruptDocumentError, OcrBelowBarError, TooLargeError
 from ragsync.parsing import parse
 from ragsync.parsing.ocr import OcrOptions, PageImage, ocr_page
 from ragsync.parsing.ocr_layout import parse_tsv
-from ragsync.parsing.ocr_quality import char_error_rate, coverage, ink_mask, text_ink
+from ragsync.parsing.ocr_quality import (
+    char_error_rate,
+    coverage,
+    glyph_height,
+    ink_mask,
+    text_ink,
+    upscale_factor,
+)
 from tests.corpus import CORPUS, CORPUS_MISSING
 from tests.fixtures_gen import text_pdf_bytes
 
@@ -125,6 +132,46 @@ def test_text_ink_ignores_pictures() -> None:
     assert int(text.sum()) == 300
     assert coverage(text, [(100, 100, 130, 110)], factor) == 1.0
     assert coverage(ink, [(100, 100, 130, 110)], factor) == pytest.approx(300 / (300 + 260 * 260))
+
+
+@pytest.mark.parametrize(
+    ("height", "factor"),
+    [(0.0, 1.0), (12.0, 1.0), (23.0, 1.0), (10.0, 2.0), (8.0, 2.5), (5.0, 4.0), (3.0, 4.0)],
+)
+def test_upscale_factor_brings_small_glyphs_to_twenty_pixels_at_most_four_times(
+    height: float, factor: float
+) -> None:
+    assert upscale_factor(height) == factor
+
+
+def test_glyph_height_is_the_median_letter_leaving_out_rules_and_specks() -> None:
+    ink = np.zeros((400, 600), dtype=bool)
+    for i, h in enumerate([9, 10, 10, 11, 10]):  # five letters, median 10
+        ink[100 : 100 + h, 20 + 15 * i : 28 + 15 * i] = True
+    ink[300:303, 10:590] = True  # a rule: far wider than tall
+    ink[50, 50] = True  # a speck
+    ink[20:380, 550:560] = True  # a frame edge taller than 5 % of the page
+    assert glyph_height(ink) == 10.0
+    assert glyph_height(np.zeros((10, 10), dtype=bool)) == 0.0
+
+
+@needs_tesseract
+def test_a_low_resolution_scan_is_scaled_up_before_tesseract_reads_it() -> None:
+    """A 75 dpi scan: 7 px letters; read as it is, CER > 0.03; scaled up to
+    ~20 px letters, under 0.02. A 300 dpi scan is read as it came."""
+    from ragsync.parsing.ocr import iter_image_pages
+
+    low = next(iter_image_pages(_text_png(PAGE_A, dpi=75)))
+    assert glyph_height(ink_mask(low.gray)) == 7.0
+    raw = ocr_page(low, OcrOptions(second_engine=False, normalise_resolution=False))
+    scaled = ocr_page(low, OcrOptions(second_engine=False, normalise_resolution=True))
+    assert (raw.scale, scaled.scale) == (1.0, 2.857)
+    assert char_error_rate(" ".join(raw.paragraph_texts()), " ".join(PAGE_A)) > 0.03
+    assert char_error_rate(" ".join(scaled.paragraph_texts()), " ".join(PAGE_A)) < 0.02
+    assert scaled.passed and scaled.words == len(" ".join(PAGE_A).split())
+    full = next(iter_image_pages(_text_png(PAGE_A, dpi=300)))
+    assert ocr_page(full, OcrOptions(second_engine=False, normalise_resolution=True)).scale == 1.0
+    assert ocr_page(low, OcrOptions(second_engine=False)).scale == 1.0  # off by default
 
 
 # --------------------------------------------------------------------------- OCR

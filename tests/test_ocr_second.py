@@ -145,7 +145,7 @@ def test_a_table_image_tesseract_fails_is_read_as_a_table_by_the_second_engine()
     assert (result.passed, result.engine) == (True, "rapidocr")
     assert [name for name, _ in result.confidences] == ["tesseract", "rapidocr"]
     assert result.confidences[1][1] >= 85.0
-    assert result.table == tuple(tuple(r) for r in grid)
+    assert result.tables == (tuple(tuple(r) for r in grid),)
     elements, review, _ = assemble([result])
     assert review == ()
     assert [e.type for e in elements] == [ElementType.TABLE]

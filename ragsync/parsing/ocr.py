@@ -40,6 +40,7 @@ from ragsync.parsing.ocr_engine import (
     ocr_page,
     ocr_pages,
 )
+from ragsync.parsing.ocr_layout import join_lines
 from ragsync.parsing.ocr_quality import char_error_rate, ink_mask
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -76,7 +77,8 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
 
     Returns:
         ``(elements, pages_for_review, ocr_confidence)``: a paragraph element
-        per paragraph of each passing page, in page order, carrying the mean
+        per paragraph of each passing page and a table element per table
+        (where ``table_positions`` puts it), in page order, carrying the mean
         confidence of its words; sorted pages below the bar; the mean
         confidence over non-blank pages (``None`` if all blank).
     """
@@ -90,11 +92,15 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
         if not r.passed:
             review.append(r.page)
             continue
-        if r.table:
-            table = table_to_markdown(r.table)
-            elements.append(RawElement(ElementType.TABLE, table, 0, r.page, round(r.confidence, 1)))
-        for text, conf in r.paragraph_items():
-            elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
+        positions = r.table_positions or (0,) * len(r.tables)
+        for i, lines in enumerate([*r.paragraphs, ()]):
+            for rows, at in zip(r.tables, positions, strict=True):
+                if at == i or (i == len(r.paragraphs) and at > i):
+                    table = table_to_markdown(rows)
+                    elements.append(RawElement(ElementType.TABLE, table, 0, r.page, round(r.confidence, 1)))
+            conf = r.paragraph_confidences[i] if i < len(r.paragraph_confidences) else r.confidence
+            for text in join_lines([lines]):
+                elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
     return elements, tuple(review), (float(np.mean(confs)) if confs else None)
 
 

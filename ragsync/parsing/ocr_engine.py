@@ -38,15 +38,17 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ragsync.errors import ConfigurationError
-from ragsync.parsing.ocr_layout import join_lines, parse_tsv
+from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, parse_tsv
 from ragsync.parsing.ocr_quality import (
     BLANK_INK,
     SPECK_INK,
     GrayImage,
     coverage,
     denoise,
+    glyph_height,
     ink_threshold,
     page_text_ink,
+    upscale_factor,
 )
 
 DEFAULT_MIN_CONFIDENCE = 60.0
@@ -65,6 +67,10 @@ RENDER_DPI = 300.0
 
 _TESSERACT_LOCK = threading.Lock()
 _tesseract_path: str | None = None
+
+
+UNRULED_TABLES_ENV = "RAGSYNC_OCR_UNRULED_TABLES"
+"""Set to ``1`` to read unruled (aligned-column) tables on scanned pages."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,23 @@ class OcrOptions:
         second_engine: read a page Tesseract leaves below the bar with the
             second engine (``ragsync.parsing.ocr_second``) and keep its text
             when it meets that engine's bar.
+        normalise_resolution: scale a page with small glyphs (a low
+            resolution scan) up before Tesseract reads it
+            (``ocr_quality.upscale_factor``). Off by default: on 150 and
+            100 dpi rescans of the transcribed pages it raised word recall
+            (0.929 -> 0.958 at 100 dpi) but not CER on most pages (reading
+            order of captions moved), and table crops it scaled up passed
+            Tesseract's bar, so the second engine, which reads them far
+            better, no longer ran (cell recall 0.829 -> 0.339;
+            benchmarks/README.md).
+        tables: find ruled tables on a page Tesseract read
+            (``ocr_tables``) and emit them as tables, not text.
+        unruled_tables: also take runs of lines with aligned columns and no
+            rules as tables. Off by default (``RAGSYNC_OCR_UNRULED_TABLES=1``
+            turns it on): on real scans it read a headline over two text
+            columns as a table (8071_093.3B at 150 dpi: CER 0.041 -> 0.136)
+            and found few of the real pages' unruled tables
+            (benchmarks/README.md).
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -100,6 +123,9 @@ class OcrOptions:
     workers: int | None = None
     retry: bool = True
     second_engine: bool = True
+    normalise_resolution: bool = False
+    tables: bool = True
+    unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") == "1")
 
 
 @dataclass(frozen=True)
@@ -149,8 +175,14 @@ class PageOcr:
             engine, when Tesseract failed the bar) or ``none``.
         confidences: each engine that read the page and its mean confidence,
             e.g. ``(("tesseract", 41.7), ("rapidocr", 98.5))``.
-        table: rows of a table the second engine found on the page (emitted
-            as one Markdown table instead of ``paragraphs``).
+        tables: the tables found on the page, top to bottom, each its rows
+            of cell strings (emitted as Markdown tables; their words are not
+            in ``paragraphs``): from Tesseract's words (``ocr_tables``), or
+            the second engine's reading of a page Tesseract failed.
+        table_positions: for each table, how many of ``paragraphs`` come
+            before it in reading order (none given: the tables come first).
+        scale: how much the page was scaled up before OCR (resolution
+            normalisation), 1.0 when it was read as it came.
     """
 
     page: int
@@ -169,7 +201,9 @@ class PageOcr:
     paragraph_confidences: tuple[float, ...] = ()
     engine: str = "tesseract"
     confidences: tuple[tuple[str, float], ...] = ()
-    table: tuple[tuple[str, ...], ...] = ()
+    tables: tuple[tuple[tuple[str, ...], ...], ...] = ()
+    table_positions: tuple[int, ...] = ()
+    scale: float = 1.0
 
     @property
     def text(self) -> str:
@@ -325,6 +359,18 @@ def _run_tesseract_file(
 # --------------------------------------------------------------------------- one page
 
 
+def _tables(
+    image: GrayImage, words: list[TsvWord], letter: float, unruled: bool
+) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
+    """The tables among Tesseract's words of ``image`` (``ocr_tables.page_tables``,
+    ruled regions found on ``image``) and the indices of the words they took."""
+    from ragsync.parsing.ocr_second import Word
+    from ragsync.parsing.ocr_tables import page_tables, ruled_regions
+
+    regions = ruled_regions(image < ink_threshold(image)[0], letter)
+    return page_tables([Word(*w.box, w.text, w.conf) for w in words], regions, unruled=unruled)
+
+
 def _attempt(
     page: PageImage,
     image: GrayImage,
@@ -333,6 +379,7 @@ def _attempt(
     psm: int,
     options: OcrOptions,
     source: bytes | None = None,
+    letter: float = 0.0,
 ) -> PageOcr:
     try:
         tsv = parse_tsv(_run_tesseract(image, psm, page.dpi, options, source=source))
@@ -344,11 +391,38 @@ def _attempt(
     conf = float(np.mean(tsv.confs)) if words else 0.0
     cov = coverage(text[0], tsv.boxes, text[1])
     passed = words > 0 and conf >= options.min_confidence and cov >= options.min_coverage
+    tables: list[tuple[float, list[list[str]]]] = []
+    positions: tuple[int, ...] = ()
+    if options.tables and passed and letter > 0:
+        tables, used = _tables(image, tsv.words, letter, options.unruled_tables)
+        if tables:
+            tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
+            positions = table_positions([top for top, _ in tables], tsv.words)
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
     para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
     return PageOcr(
-        page.page, paragraphs, conf, cov, words, ink_frac, passed, psm=psm, paragraph_confidences=para_confs
+        page.page,
+        paragraphs,
+        conf,
+        cov,
+        words,
+        ink_frac,
+        passed,
+        psm=psm,
+        paragraph_confidences=para_confs,
+        tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
+        table_positions=positions,
     )
+
+
+def table_positions(tops: list[float], words: list[TsvWord]) -> tuple[int, ...]:
+    """Where each table goes among the page's paragraphs (pure): the number
+    of paragraphs (of ``words``, by their ``paragraph`` index in reading
+    order) whose first line starts above the table's top edge."""
+    starts: dict[int, float] = {}
+    for w in words:
+        starts[w.paragraph] = min(starts.get(w.paragraph, w.box[1]), w.box[1])
+    return tuple(sum(1 for y in starts.values() if y < top) for top in tops)
 
 
 def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:
@@ -384,6 +458,8 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     confidence x coverage). A page with (almost) no ink is blank: it passes
     with no text and Tesseract is not run. A page that meets the bar costs
     exactly one Tesseract run (on ``page.source`` when set), as the raw CLI.
+    A page whose letters are small (a scan at 150 dpi or less) is first
+    scaled up when ``options.normalise_resolution`` is on (see ``normalised``).
 
     Args:
         page: the page image.
@@ -405,8 +481,14 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     if ink_frac < BLANK_INK:
         return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
     tesseract_path()
+    letter = glyph_height(gray < threshold)
+    scale = upscale_factor(letter) if opts.normalise_resolution else 1.0
+    if scale > 1.0:
+        page = normalised(page, scale)
+        gray = page.gray
+        letter *= scale
     text = page_text_ink(gray, threshold, page.dpi)
-    best = _attempt(page, gray, ink_frac, text, 3, opts, page.source)
+    best = _attempt(page, gray, ink_frac, text, 3, opts, page.source, letter)
     upright = gray
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
         cleaned = denoise(gray)
@@ -419,12 +501,22 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         # dropped regions, but turns a page with no text found at all (noise, a photo) into
         # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
         psm = 6 if best.words >= 20 else 3
-        second = _attempt(page, cleaned, ink_frac, text, psm, opts)
+        second = _attempt(page, cleaned, ink_frac, text, psm, opts, letter=letter)
         second = _replace(second, retried=True, rotation=angle)
         best = second if _score(second) > _score(best) else _replace(best, retried=True)
     if not best.passed and opts.second_engine and not best.error.startswith("tesseract ran past"):
         best = _second_engine(best, upright, text)
-    return _replace(best, seconds=time.monotonic() - started)
+    return _replace(best, seconds=time.monotonic() - started, scale=round(scale, 3))
+
+
+def normalised(page: PageImage, scale: float) -> PageImage:
+    """``page`` scaled up by ``scale`` (bicubic), its dpi scaled with it (0
+    stays 0: Tesseract estimates it) and no ``source`` (the file's bytes are
+    no longer the pixels read)."""
+    import cv2
+
+    gray = cv2.resize(page.gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
+    return PageImage(page.page, np.ascontiguousarray(gray), int(round(page.dpi * scale)))
 
 
 def _second_engine(best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int]) -> PageOcr:
@@ -452,7 +544,7 @@ def _second_engine(best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_]
         paragraph_confidences=(read.confidence,),
         engine="rapidocr",
         confidences=confidences,
-        table=read.table,
+        tables=(read.table,) if read.table else (),
     )
 
 

@@ -15,14 +15,34 @@ from dataclasses import dataclass, field
 _WS = re.compile(r"\s+")
 
 
+@dataclass(frozen=True)
+class TsvWord:
+    """One word Tesseract read.
+
+    Attributes:
+        box: ``(left, top, right, bottom)`` in pixels.
+        text: the word.
+        conf: its confidence 0-100.
+        paragraph: index of its paragraph on the page (reading order).
+        line: index of its line on the page (reading order).
+    """
+
+    box: tuple[int, int, int, int]
+    text: str
+    conf: float
+    paragraph: int
+    line: int
+
+
 @dataclass
 class Tsv:
-    """Words of one page: paragraphs (lists of lines), word confidences and boxes."""
+    """Words of one page: paragraphs (lists of lines), word confidences and boxes, and the words."""
 
     paragraphs: list[list[str]] = field(default_factory=list)
     paragraph_confs: list[list[float]] = field(default_factory=list)
     confs: list[float] = field(default_factory=list)
     boxes: list[tuple[int, int, int, int]] = field(default_factory=list)
+    words: list[TsvWord] = field(default_factory=list)
 
 
 def parse_tsv(tsv: str) -> Tsv:
@@ -34,18 +54,11 @@ def parse_tsv(tsv: str) -> Tsv:
     Returns:
         Paragraphs (lists of lines) with their words' confidences, all word
         confidences and word boxes ``(left, top, right, bottom)`` of
-        non-empty words.
+        non-empty words, and the words themselves (``group_words``).
     """
-    out = Tsv()
-    para_key: tuple[str, str, str] | None = None
-    line_key: tuple[str, str, str, str] | None = None
-    line_words: list[str] = []
-
-    def flush_line() -> None:
-        if line_words:
-            out.paragraphs[-1].append(" ".join(line_words))
-            line_words.clear()
-
+    words: list[TsvWord] = []
+    keys: dict[tuple[str, str, str], int] = {}
+    line_keys: dict[tuple[str, str, str, str], int] = {}
     for row in tsv.splitlines()[1:]:
         f = row.split("\t")
         if len(f) < 12 or f[0] != "5":
@@ -57,24 +70,40 @@ def parse_tsv(tsv: str) -> Tsv:
             continue
         if not text or conf < 0:
             continue
-        pkey = (f[1], f[2], f[3])
-        lkey = (f[1], f[2], f[3], f[4])
-        if lkey != line_key:
-            flush_line()
-            line_key = lkey
-        if pkey != para_key:
+        para = keys.setdefault((f[1], f[2], f[3]), len(keys))
+        line = line_keys.setdefault((f[1], f[2], f[3], f[4]), len(line_keys))
+        left, top, width, height = (int(v) for v in f[6:10])
+        words.append(TsvWord((left, top, left + width, top + height), text, conf, para, line))
+    return group_words(words)
+
+
+def group_words(words: Sequence[TsvWord]) -> Tsv:
+    """Words (in reading order) grouped into lines and paragraphs by their indices.
+
+    Args:
+        words: a page's words, possibly with some left out (those of a
+            table read apart).
+
+    Returns:
+        A ``Tsv`` of exactly these words: a paragraph or line none of whose
+        words is left is gone.
+    """
+    out = Tsv(words=list(words))
+    para: int | None = None
+    line: int | None = None
+    for w in words:
+        if w.paragraph != para:
             out.paragraphs.append([])
             out.paragraph_confs.append([])
-            para_key = pkey
-        line_words.append(text)
-        out.confs.append(conf)
-        out.paragraph_confs[-1].append(conf)
-        left, top, width, height = (int(v) for v in f[6:10])
-        out.boxes.append((left, top, left + width, top + height))
-    flush_line()
-    kept = [i for i, p in enumerate(out.paragraphs) if p]
-    out.paragraphs = [out.paragraphs[i] for i in kept]
-    out.paragraph_confs = [out.paragraph_confs[i] for i in kept]
+            para, line = w.paragraph, None
+        if w.line != line:
+            out.paragraphs[-1].append(w.text)
+            line = w.line
+        else:
+            out.paragraphs[-1][-1] += " " + w.text
+        out.confs.append(w.conf)
+        out.paragraph_confs[-1].append(w.conf)
+        out.boxes.append(w.box)
     return out
 
 

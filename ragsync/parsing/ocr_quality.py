@@ -75,6 +75,54 @@ def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
     return gray < ink_threshold(gray)[0]
 
 
+# Resolution normalisation (``upscale_factor``): Tesseract reads letters best
+# at a height of ~20 px or more (a 10-12 pt body text at 300 dpi gives 15-23 px,
+# measured on the corpus's tesseract-test pages). A page whose median glyph is
+# under MIN_GLYPH_PX (a 150 dpi or coarser scan) is scaled up so that it reaches
+# TARGET_GLYPH_PX, by at most MAX_UPSCALE, when ``OcrOptions.normalise_resolution``
+# is on (off by default: see there and benchmarks/README.md, eval_second_ocr.py).
+MIN_GLYPH_PX = 12.0
+TARGET_GLYPH_PX = 20.0
+MAX_UPSCALE = 4.0
+
+
+def glyph_height(ink: NDArray[np.bool_]) -> float:
+    """Median height in pixels of the page's letter-like ink components.
+
+    A component counts when it is 3 px or more tall, at most 5 % of the page
+    height, at most four times as wide as tall and has 4 or more pixels
+    (rules, photos, specks and joined words are left out).
+
+    Args:
+        ink: the page's ink mask.
+
+    Returns:
+        The median height, 0.0 when no component counts.
+    """
+    import cv2
+
+    _, _, stats, _ = cv2.connectedComponentsWithStats(ink.astype(np.uint8), connectivity=8)
+    h = stats[1:, cv2.CC_STAT_HEIGHT]
+    w = stats[1:, cv2.CC_STAT_WIDTH]
+    keep = (h >= 3) & (h <= 0.05 * ink.shape[0]) & (w <= 4 * h) & (stats[1:, cv2.CC_STAT_AREA] >= 4)
+    return float(np.median(h[keep])) if keep.any() else 0.0
+
+
+def upscale_factor(height: float) -> float:
+    """How much to scale a page up before OCR, from its median glyph height (pure).
+
+    Args:
+        height: ``glyph_height`` of the page (0.0: unknown).
+
+    Returns:
+        1.0 when the height is unknown or at least ``MIN_GLYPH_PX``, else
+        ``TARGET_GLYPH_PX / height`` capped at ``MAX_UPSCALE``.
+    """
+    if height <= 0.0 or height >= MIN_GLYPH_PX:
+        return 1.0
+    return min(TARGET_GLYPH_PX / height, MAX_UPSCALE)
+
+
 def _pool_factor(pixels: int, dpi: int) -> int:
     if pixels > 4_000_000 and (dpi or 300) >= 250:
         return 4  # letters of a 300 dpi page stay ~8 px tall; words stay apart

@@ -1,0 +1,211 @@
+"""Tables on a full scanned page: where they are, and their words as rows.
+
+Two kinds of table are found on a page Tesseract has read:
+
+* ruled tables (:func:`ruled_regions`): a stack of horizontal rules of the
+  same extent, found by morphological opening of the page's ink (a fully
+  ruled grid, or rules between rows only); the region runs from the first
+  rule to the last, and one row pitch beyond each when no vertical rule
+  frames it (a header above the first rule, a last row below the last);
+* unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
+  apart at wide gaps (two or more segments per line).
+
+Either way the region's words go through ``ocr_second.table_rows`` (the path
+table crops take), which keeps only aligned columns of short cells: two
+columns of prose are not a table, and their words stay text.
+
+Pure functions on ink masks and word boxes; nothing here runs an engine.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+
+import numpy as np
+from numpy.typing import NDArray
+
+from ragsync.parsing.ocr_second import Word, group_lines, table_rows
+
+Box = tuple[float, float, float, float]
+
+# A horizontal rule is at least this share of the page width long.
+MIN_RULE_WIDTH = 1 / 15
+# Rules stack (one table) when their ends lie within this many letter heights
+# of each other and the gap between two is at most MAX_RULE_GAP letter heights.
+RULE_END_SLACK = 2.0
+MAX_RULE_GAP = 25.0
+# Words fall into two cells of a line where the gap between them is wider
+# than this many times the line's median word height.
+COLUMN_GAP = 1.5
+# An unruled table has at least this many lines of two or more segments.
+MIN_ALIGNED_LINES = 3
+
+
+def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
+    """Bounding boxes ``(x0, y0, x1, y1)`` of the connected runs in a rule mask."""
+    import cv2
+
+    n, _, stats, _ = cv2.connectedComponentsWithStats(mask.astype(np.uint8), connectivity=8)
+    out = []
+    for i in range(1, n):
+        x, y, w, h = (int(v) for v in stats[i, :4])
+        out.append((x, y, x + w, y + h))
+    return sorted(out, key=(lambda b: (b[1], b[0])) if horizontal else (lambda b: (b[0], b[1])))
+
+
+def rule_masks(ink: NDArray[np.bool_], letter: float) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+    """Horizontal and vertical rules of a page: its ink opened with a long
+    thin kernel (``MIN_RULE_WIDTH`` of the page wide; three letter heights
+    tall, at least 15 px).
+
+    Args:
+        ink: the page's ink mask.
+        letter: the page's median glyph height (``ocr_quality.glyph_height``).
+    """
+    import cv2
+
+    img = ink.astype(np.uint8)
+    h_len = max(int(ink.shape[1] * MIN_RULE_WIDTH), 15)
+    v_len = max(int(3 * letter), 15)
+    horizontal = cv2.morphologyEx(img, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (h_len, 1)))
+    vertical = cv2.morphologyEx(img, cv2.MORPH_OPEN, cv2.getStructuringElement(cv2.MORPH_RECT, (1, v_len)))
+    return horizontal.astype(bool), vertical.astype(bool)
+
+
+def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
+    """Regions of a page that ruled tables occupy, top to bottom.
+
+    Horizontal rules (``rule_masks``) whose ends agree within
+    ``RULE_END_SLACK`` letter heights and follow each other within
+    ``MAX_RULE_GAP`` letter heights form a stack. A stack is a table when
+    it has three or more rules, or two with two or more vertical rules
+    between them spanning half its height. Without such vertical rules the
+    region reaches one row pitch (the median gap between its rules, at most
+    four letter heights) above the first rule and below the last.
+
+    Args:
+        ink: the page's ink mask.
+        letter: the page's median glyph height in pixels (> 0).
+
+    Returns:
+        ``(x0, y0, x1, y1)`` boxes in pixels.
+    """
+    if letter <= 0:
+        return []
+    hmask, vmask = rule_masks(ink, letter)
+    rules = _segments(hmask, horizontal=True)
+    slack = RULE_END_SLACK * letter
+    stacks: list[list[tuple[int, int, int, int]]] = []
+    for rule in rules:
+        for stack in stacks:
+            last = stack[-1]
+            if (
+                abs(rule[0] - last[0]) <= slack
+                and abs(rule[2] - last[2]) <= slack
+                and 0 < rule[1] - last[3] <= MAX_RULE_GAP * letter
+            ):
+                stack.append(rule)
+                break
+        else:
+            stacks.append([rule])
+    verticals = _segments(vmask, horizontal=False)
+    regions: list[Box] = []
+    for stack in stacks:
+        if len(stack) < 2:
+            continue
+        x0, x1 = min(r[0] for r in stack), max(r[2] for r in stack)
+        y0, y1 = float(stack[0][1]), float(stack[-1][3])
+        framed = sum(
+            1
+            for v in verticals
+            if x0 - slack <= v[0] <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2
+        )
+        if len(stack) < 3 and framed < 2:
+            continue
+        if framed < 2:
+            pitch = min(
+                statistics.median(b[1] - a[1] for a, b in zip(stack, stack[1:], strict=False)), 4 * letter
+            )
+            y0, y1 = max(y0 - pitch, 0), min(y1 + pitch, ink.shape[0])
+        regions.append((float(x0), float(y0), float(x1), float(y1)))
+    return sorted(regions, key=lambda b: b[1])
+
+
+def line_segments(line: Sequence[Word]) -> int:
+    """How many segments a line's words (left to right) fall into: a new one
+    starts at a gap wider than ``COLUMN_GAP`` times the line's median word height."""
+    if not line:
+        return 0
+    gap = COLUMN_GAP * statistics.median(w.height for w in line)
+    return 1 + sum(1 for a, b in zip(line, line[1:], strict=False) if b.x0 - a.x1 > gap)
+
+
+def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
+    """Runs of ``MIN_ALIGNED_LINES`` or more consecutive lines of two or more
+    segments each (``line_segments``): the candidates for an unruled table.
+
+    Args:
+        lines: a page's lines top to bottom (``ocr_second.group_lines``).
+    """
+    runs: list[list[Sequence[Word]]] = []
+    current: list[Sequence[Word]] = []
+    for line in [*lines, []]:
+        if line and line_segments(line) >= 2:
+            current.append(line)
+            continue
+        if len(current) >= MIN_ALIGNED_LINES:
+            runs.append(current)
+        current = []
+    return runs
+
+
+def _inside(word: Word, box: Box) -> bool:
+    cx = (word.x0 + word.x1) / 2
+    return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
+
+
+def page_tables(
+    words: Sequence[Word], regions: Sequence[Box], *, unruled: bool = True
+) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
+    """The tables among a page's words.
+
+    Words whose centre lies in a ruled region (``ruled_regions``) are read
+    as that region's table; the other words' lines are searched for unruled
+    tables (``aligned_runs``). Each candidate goes through
+    ``ocr_second.table_rows``; an unruled one also may have no more columns
+    than its widest line has segments (``line_segments``): the columns of a
+    table are the wide gaps of its lines, where a run of prose lines whose
+    word gaps line up by chance splits into many narrow columns (on the
+    magazine page 8071_093.3B, a headline over two text columns made 15
+    columns from lines of at most 5 segments). A candidate refused leaves
+    its words as text.
+
+    Args:
+        words: the page's words (Tesseract's, in any order).
+        regions: ruled table regions on the page.
+        unruled: also search the other words for unruled tables.
+
+    Returns:
+        ``(tables, used)``: the tables top to bottom, each as its top edge
+        in pixels and its rows of cell strings,
+        and the indices in ``words`` of the words they took.
+    """
+    found: list[tuple[float, list[list[str]], set[int]]] = []
+    taken: set[int] = set()
+    index = {id(w): i for i, w in enumerate(words)}
+    for box in regions:
+        inside = [i for i, w in enumerate(words) if i not in taken and _inside(w, box)]
+        rows = table_rows(group_lines([words[i] for i in inside]))
+        if rows:
+            found.append((box[1], rows, set(inside)))
+            taken.update(inside)
+    rest = [w for i, w in enumerate(words) if i not in taken]
+    for run in aligned_runs(group_lines(rest)) if unruled else []:
+        rows = table_rows(run)
+        if rows and len(rows[0]) <= max(line_segments(line) for line in run):
+            members = {index[id(w)] for line in run for w in line}
+            found.append((min(w.y0 for line in run for w in line), rows, members))
+            taken.update(members)
+    found.sort(key=lambda f: f[0])
+    return [(top, rows) for top, rows, _ in found], taken
