@@ -1,0 +1,167 @@
+"""The README's walkthroughs, run exactly as written.
+
+Each fenced block after a ``<!-- walkthrough:NAME -->`` comment in README.md
+is extracted from the README at test time (no copy of its commands here) and
+run with ``bash -e`` in an empty directory that holds what a clone's root
+holds for it (``scripts/`` and ``.venv``, linked to this checkout's), with
+``.venv/bin`` first on ``PATH`` as after ``source .venv/bin/activate``. The
+ports come from ``$RAGSYNC_PORT`` and ``$RAGSYNC_WIKI_PORT`` (free ones here),
+which the blocks read. Asserted: the exact counts, hits and documents the
+README's text says they print.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import signal
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import mediawiki
+from tests.mediawiki import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+MARKER = re.compile(r"<!-- walkthrough:([\w-]+) -->\n```(?:bash)?\n(.*?)```", re.DOTALL)
+
+
+def walkthroughs(readme: str) -> dict[str, str]:
+    """Each marked block of ``readme`` by name.
+
+    Raises:
+        AssertionError: a name is marked twice (one block per walkthrough).
+    """
+    found: dict[str, str] = {}
+    for name, block in MARKER.findall(readme):
+        assert name not in found, f"walkthrough {name!r} is marked twice in README.md"
+        found[name] = block
+    return found
+
+
+def _block(name: str) -> str:
+    blocks = walkthroughs((ROOT / "README.md").read_text(encoding="utf-8"))
+    assert name in blocks, f"README.md has no block marked <!-- walkthrough:{name} -->"
+    return blocks[name]
+
+
+def test_every_walkthrough_is_found_once() -> None:
+    assert sorted(walkthroughs((ROOT / "README.md").read_text(encoding="utf-8"))) == [
+        "api",
+        "quickstart",
+        "then-try",
+        "wiki",
+    ]
+    with pytest.raises(AssertionError, match="marked twice"):
+        walkthroughs("<!-- walkthrough:a -->\n```bash\ntrue\n```\n<!-- walkthrough:a -->\n```\nfalse\n```\n")
+
+
+def _directory(tmp_path: Path) -> Path:
+    """An empty directory with a clone's ``scripts`` and ``.venv``."""
+    cwd = tmp_path / "clone"
+    cwd.mkdir()
+    (cwd / "scripts").symlink_to(ROOT / "scripts")
+    (cwd / ".venv").symlink_to(ROOT / ".venv")
+    return cwd
+
+
+def _run(block: str, cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``block`` with ``bash -e`` in ``cwd``; on return nothing it started
+    is left running (its whole process group is ended)."""
+    environ = {
+        **os.environ,
+        "PATH": f"{ROOT / '.venv' / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",
+        "HF_HUB_OFFLINE": "1",
+        **env,
+    }
+    environ.pop("RAGSYNC_HOME", None)
+    proc = subprocess.Popen(
+        ["bash", "-e", "-c", block],
+        cwd=cwd,
+        env=environ,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=900)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait()
+    result = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    assert result.returncode == 0, f"exit {result.returncode}\n{out[-4000:]}\n{err[-4000:]}"
+    return result
+
+
+def _counter(text: str, name: str) -> list[int]:
+    """The values of summary line ``name`` in ``text``, in order."""
+    return [int(v) for v in re.findall(rf"^\s+{name}\s+(\d+)$", text, re.MULTILINE)]
+
+
+def test_quick_start_then_try(tmp_path: Path) -> None:
+    cwd = _directory(tmp_path)
+    first = _run(_block("quickstart"), cwd)
+    out = first.stdout
+    assert _counter(out, "documents_seen") == [26]
+    assert _counter(out, "documents_indexed") == [24]
+    assert _counter(out, "dead_lettered") == [2]
+    assert _counter(out, "chunks_embedded") == [79]
+    query = out[out.index("Example query:") :].splitlines()
+    assert query[1].startswith(" 1. ") and query[1].endswith("/sample-corpus/intranet/travel-policy.html")
+    assert "180 EUR per night" in "\n".join(query[2:6])
+    assert (cwd / "sample-corpus").is_dir() and (cwd / "ragsync-data").is_dir()
+
+    then = _run(_block("then-try"), cwd).stdout
+    # The unchanged re-run (`backfill --json`): nothing embedded or written again.
+    rerun = json.loads(then[then.index("\n{") : then.index("\n}\n") + 2])
+    assert (rerun["documents_unchanged"], rerun["chunks_embedded"], rerun["chunks_written"]) == (24, 0, 0)
+    # `parse --json` of the two-column newsletter: one JSON document, the last one printed.
+    parsed = json.loads(then[then.rindex("\n{") :])
+    assert parsed["lane"] == "fast" and parsed["elements"]
+
+
+def _wiki_skip() -> None:
+    if not mediawiki.available():
+        if os.environ.get("CI"):
+            pytest.fail(mediawiki.MISSING)
+        pytest.skip(mediawiki.MISSING)
+
+
+def test_wiki(tmp_path: Path) -> None:
+    _wiki_skip()
+    cwd = _directory(tmp_path)
+    port = free_port()
+    try:
+        out = _run(_block("wiki"), cwd, RAGSYNC_WIKI_PORT=str(port)).stdout
+    finally:
+        subprocess.run([str(ROOT / "scripts" / "mediawiki.sh"), "stop", str(cwd / "wiki")], check=False)
+    assert _counter(out, "documents_listed") == [2]
+    assert _counter(out, "documents_indexed") == [2, 1]
+    assert _counter(out, "changes_read") == [2]
+    assert _counter(out, "documents_deleted") == [1]
+    hits = re.findall(r"^ *\d+\. [\d.]+ +(\S+)$", out, re.MULTILINE)
+    assert hits == [f"http://127.0.0.1:{port}/index.php?title=Alpacas"]
+    assert "Alpacas are shorn once a year, in spring." in out
+    assert not (cwd / "wiki" / "server.pid").exists()  # the block's last line stopped the wiki
+
+
+def test_api_with_curl(tmp_path: Path) -> None:
+    cwd = _directory(tmp_path)
+    out = _run(_block("api"), cwd, RAGSYNC_PORT=str(free_port())).stdout
+    source, receipt, status, answer = (json.loads(line) for line in out.splitlines())
+    assert (source["source_id"], source["type"], source["sync"]) == ("handbook", "object_store", "webhook")
+    assert receipt["accepted"] == 1, receipt
+    coverage: dict[str, Any] = status["coverage"]
+    assert (coverage["seen"], coverage["indexed"], coverage["coverage"]) == (1, 1, 1.0)
+    assert status["source"]["last_full_at"] is None  # indexed by the event, not by a listing
+    hits = answer["hits"]
+    assert [(h["source_id"], h["link"], h["heading_path"]) for h in hits] == [
+        ("handbook", str(cwd / "handbook" / "parking.md"), ["Parking"])
+    ]
+    assert hits[0]["text"] == "The parking garage closes for repairs in May."
