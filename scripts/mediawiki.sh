@@ -61,9 +61,10 @@ case "$cmd" in
       exit 0
     fi
     # In a session of its own (php -S forks workers): `stop` ends the whole group.
-    (cd "$MW" && MW_CONFIG_FILE="$conf" PHP_CLI_SERVER_WORKERS=4 setsid bash -c \
-      'echo $$ >"$1/server.pid"; exec php -S "127.0.0.1:$2" -t "$3"' _ "$dir" "$PORT" "$MW" \
-      >>"$dir/server.log" 2>&1 </dev/null &)
+    # Its output goes to server.log, none to this script's (a caller's $(...) would wait for it).
+    (cd "$MW" && exec env MW_CONFIG_FILE="$conf" PHP_CLI_SERVER_WORKERS=4 setsid bash -c \
+      'echo $$ >"$1/server.pid"; exec php -S "127.0.0.1:$2" -t "$3"' _ "$dir" "$PORT" "$MW") \
+      >>"$dir/server.log" 2>&1 </dev/null &
     for _ in $(seq 1 300); do
       if curl -sf "$api?action=query&meta=siteinfo&format=json" >/dev/null; then
         echo "$api"
