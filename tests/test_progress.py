@@ -143,3 +143,21 @@ def test_listing_shows_the_count_so_far_then_its_total(
         "[list] 6 listed so far 1.0/s",
         "[list] listing complete: 7 objects in 8.0s (0.9/s)",
     ]
+
+
+def test_the_rate_counts_from_the_first_item_not_from_setup(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clock = _Clock()
+    monkeypatch.setattr(common.time, "monotonic", clock)
+    progress = Progress("write", "docs", every_s=2.0)  # made at setup, 100 s
+    for now in (130.0, 131.0, 132.0):  # 30 s of model loading before the first document
+        clock.now = now
+        progress.add()
+    clock.now = 134.0
+    progress.finish()
+    assert capsys.readouterr().err.splitlines() == [
+        "[write] 1 docs",
+        "[write] 3 docs 1.5 docs/s",
+        "[write] done: 3 docs in 4.0s (0.8 docs/s)",
+    ]

@@ -146,17 +146,25 @@ def test_wiki(tmp_path: Path) -> None:
     cwd = _directory(tmp_path)
     port = free_port()
     try:
-        out = _run(_block("wiki"), cwd, RAGSYNC_WIKI_PORT=str(port)).stdout
+        done = _run(_block("wiki"), cwd, RAGSYNC_WIKI_PORT=str(port))
     finally:
         subprocess.run([str(ROOT / "scripts" / "mediawiki.sh"), "stop", str(cwd / "wiki")], check=False)
-    assert _counter(out, "documents_listed") == [2]
+    out, err = done.stdout, done.stderr
+    # The first sync (a full listing), then the incremental one.
+    assert _counter(out, "documents_listed") == [2, 0]
     assert _counter(out, "documents_indexed") == [2, 1]
-    assert _counter(out, "changes_read") == [2]
-    assert _counter(out, "documents_deleted") == [1]
+    assert _counter(out, "changes_read") == [0, 2]
+    assert _counter(out, "documents_deleted") == [0, 1]
     hits = re.findall(r"^ *\d+\. [\d.]+ +(\S+)$", out, re.MULTILINE)
-    assert hits == [f"http://127.0.0.1:{port}/index.php?title=Alpacas"]
+    assert hits == [f"http://127.0.0.1:{port}/index.php?curid=2"]  # the page Alpacas
     assert "Alpacas are shorn once a year, in spring." in out
     assert not (cwd / "wiki" / "server.pid").exists()  # the block's last line stopped the wiki
+    # Progress: the listing's total, then the steps' lines with it; the change feed's rate.
+    assert "[list] listing complete: 2 objects in " in err
+    assert "[write] 1/2 docs 50% " in err and "[write] done: 2 docs in " in err
+    assert re.search(
+        r"^\[sync\] wiki-eng: 2 changes in 1 pages, 2 queued, [\d.]+s \([\d.]+ changes/s\)$", err, re.M
+    )
 
 
 def test_api_with_curl(tmp_path: Path) -> None:

@@ -390,13 +390,17 @@ class Progress:
         self.enabled = enabled
         self.every_s = every_s
         self.done = 0
-        self._start = time.monotonic()
+        # The clock starts at the first item, not at setup: loading a model
+        # or opening stores before it is not the phase's rate.
+        self._start: float | None = None
         self._last = 0.0
         self._finished = False
 
     def add(self, n: int = 1) -> None:
         self.done += n
         now = time.monotonic()
+        if self._start is None:
+            self._start = now
         if not self.enabled or now - self._last < self.every_s:
             return
         self._last = now
@@ -408,7 +412,7 @@ class Progress:
         """Print the phase's last line (count, time, rate), once, when it
         counted anything: the periodic lines alone end wherever the last
         interval fell, not at the phase's real end."""
-        if not self.enabled or self.done <= 0 or self._finished:
+        if not self.enabled or self.done <= 0 or self._finished or self._start is None:
             return
         self._finished = True
         elapsed = max(time.monotonic() - self._start, 1e-6)
