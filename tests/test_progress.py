@@ -128,6 +128,13 @@ def test_listing_shows_the_count_so_far_then_its_total(
 
     monkeypatch.setattr(listing.time, "monotonic", Ticking())
     tally = ListingTally(str(tmp_path / "tally"), shards=1)
+    quiet = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=False)  # --quiet
+    quiet.setup()
+    try:
+        assert len(list(quiet.process(shards[0]))) == 7
+    finally:
+        quiet.teardown()
+    assert capsys.readouterr().err == ""
     fn = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=True, tally=tally)
     fn.setup()
     try:
@@ -136,7 +143,8 @@ def test_listing_shows_the_count_so_far_then_its_total(
         fn.teardown()
     assert len(listed) == 7
     assert tally.total() == 7
-    # Clock readings: the start 101, item n at 101 + n (a line every 2 s), the end 109.
+    # Clock readings (after the quiet run's): the start, item n one second per
+    # item after it (a line every 2 s), the end 8 s after the start.
     assert capsys.readouterr().err.splitlines() == [
         "[list] 2 listed so far 1.0/s",
         "[list] 4 listed so far 1.0/s",

@@ -305,7 +305,9 @@ class ListingTally:
     when the shard's listing completed); ``unread`` gets one line per batch
     of listed objects that ``SkipUnread`` dropped. Progress is advisory: a
     directory that cannot be written or read (a worker on another machine)
-    leaves the total unknown, never fails a step.
+    leaves the total unknown, never fails a step, and a retried bundle of
+    ``SkipUnread`` may count its objects twice (a lower total; a listed
+    shard counts once whatever its retries).
 
     Args:
         directory: a directory of this run only (made on first write).
