@@ -81,16 +81,22 @@ def progress_line(phase: str, unit: str, done: int, elapsed_s: float, total: int
     return f"{line} {percent}% {rate:.1f} {unit}/s ETA {eta:.0f}s"
 
 
-def listing_line(listed: int, elapsed_s: float, *, complete: bool) -> str:
-    """The progress line of a listing: while it runs the count so far and the
-    rate (its total is what it is finding out), once complete the total.
+def listing_line(listed: int, elapsed_s: float, *, complete: bool, shard: str | None = None) -> str:
+    """The progress line of a listing (or of one of its ``shard``s, when it
+    has several): while it runs the count so far and the rate (its total is
+    what it is finding out), once complete the total.
 
     >>> listing_line(40, 2.0, complete=False)
     '[list] 40 listed so far 20.0/s'
     >>> listing_line(55, 2.5, complete=True)
     '[list] listing complete: 55 objects in 2.5s (22.0/s)'
+    >>> listing_line(12, 2.0, complete=True, shard="kb/a")
+    '[list] shard kb/a listed: 12 objects in 2.0s (6.0/s)'
     """
     rate = listed / max(elapsed_s, 1e-6)
+    if complete and shard is not None:
+        return f"[list] shard {shard or '-'} listed: {listed} objects in {elapsed_s:.1f}s ({rate:.1f}/s)"
     if complete:
         return f"[list] listing complete: {listed} objects in {elapsed_s:.1f}s ({rate:.1f}/s)"
-    return f"[list] {listed} listed so far {rate:.1f}/s"
+    where = f" (shard {shard or '-'})" if shard is not None else ""
+    return f"[list] {listed} listed so far {rate:.1f}/s{where}"

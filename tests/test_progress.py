@@ -169,3 +169,41 @@ def test_the_rate_counts_from_the_first_item_not_from_setup(
         "[write] 3 docs 1.5 docs/s",
         "[write] done: 3 docs in 4.0s (0.8 docs/s)",
     ]
+
+
+def test_a_listing_of_several_shards_names_each_and_totals_when_the_last_is_listed(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(7):
+        (folder / f"{i}.txt").write_text(f"text {i}")
+    settings = Settings(home=str(tmp_path / "home"))
+    spec = SourceSpec("kb", "acme", "object_store", str(folder), options={"acl_groups": ["staff"]})
+
+    class Ticking(_Clock):
+        def __call__(self) -> float:
+            self.now += 1.0
+            return self.now
+
+    tally = ListingTally(str(tmp_path / "tally"), shards=2, started=90.0)
+    tally.shard_listed("other", 5)  # another worker listed the other shard
+    monkeypatch.setattr(listing.time, "monotonic", Ticking())
+    fn = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=True, tally=tally, shards=2)
+    fn.setup()
+    try:
+        assert len(list(fn.process(""))) == 7
+    finally:
+        fn.teardown()
+    assert (tally.listed(), tally.total()) == (12, 12)
+    assert capsys.readouterr().err.splitlines() == [
+        "[list] 2 listed so far 1.0/s (shard -)",
+        "[list] 4 listed so far 1.0/s (shard -)",
+        "[list] 6 listed so far 1.0/s (shard -)",
+        "[list] shard - listed: 7 objects in 8.0s (0.9/s)",
+        "[list] listing complete: 12 objects in 19.0s (0.6/s)",  # since the listing started (90)
+    ]
+    assert (
+        listing_line(12, 2.0, complete=True, shard="kb/a")
+        == "[list] shard kb/a listed: 12 objects in 2.0s (6.0/s)"
+    )

@@ -312,13 +312,16 @@ class ListingTally:
     Args:
         directory: a directory of this run only (made on first write).
         shards: how many shards the listing has.
+        started: ``time.monotonic()`` when the listing started (a clock
+            every process of this machine shares); default now.
     """
 
-    def __init__(self, directory: str, shards: int) -> None:
+    def __init__(self, directory: str, shards: int, started: float | None = None) -> None:
         if shards <= 0:
             raise ValueError("a listing has at least one shard")
         self.directory = directory
         self.shards = shards
+        self.started = time.monotonic() if started is None else started
 
     def shard_listed(self, shard: str, count: int) -> None:
         """Record that ``shard`` is listed completely with ``count`` objects."""
@@ -343,22 +346,32 @@ class ListingTally:
         except OSError:
             pass
 
+    def listed(self) -> int | None:
+        """Objects listed, once every shard is listed; None before (or when
+        the directory cannot be read)."""
+        try:
+            names = [n for n in os.listdir(self.directory) if n.startswith("listed-")]
+            if len(names) < self.shards:
+                return None
+            found = 0
+            for name in names:
+                with open(os.path.join(self.directory, name), encoding="ascii") as f:
+                    found += int(f.read() or 0)
+        except (OSError, ValueError):
+            return None
+        return found
+
     def total(self) -> int | None:
         """Objects listed minus those not read, once every shard is listed;
         None before (or when the directory cannot be read)."""
+        found = self.listed()
+        if found is None:
+            return None
         try:
-            names = os.listdir(self.directory)
-            listed = [n for n in names if n.startswith("listed-")]
-            if len(listed) < self.shards:
-                return None
-            found = 0
-            for name in listed:
-                with open(os.path.join(self.directory, name), encoding="ascii") as f:
-                    found += int(f.read() or 0)
+            with open(os.path.join(self.directory, "unread"), encoding="ascii") as f:
+                unread = sum(int(line) for line in f if line.strip())
+        except FileNotFoundError:
             unread = 0
-            if "unread" in names:
-                with open(os.path.join(self.directory, "unread"), encoding="ascii") as f:
-                    unread = sum(int(line) for line in f if line.strip())
         except (OSError, ValueError):
             return None
         return max(found - unread, 0)

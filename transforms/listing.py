@@ -72,12 +72,14 @@ class _ListShardFn(beam.DoFn):
         timeout_s: float,
         show_progress: bool,
         tally: ListingTally | None = None,
+        shards: int = 1,
     ) -> None:
         self.spec = spec
         self.settings = settings
         self.timeout_s = timeout_s
         self.show_progress = show_progress
         self.tally = tally
+        self.shards = shards
         self._connector: Connector | None = None
 
     def setup(self) -> None:
@@ -100,6 +102,7 @@ class _ListShardFn(beam.DoFn):
         listed_at = time.time()
         current = bool(getattr(self._connector, "permissions_current", True))
         cpu0, n = time.thread_time(), 0
+        label = shard if self.shards > 1 else None  # lines name the shard when there are several
         for n, item in enumerate(self._connector.list_shard(shard), start=1):
             self._listed.inc()
             if not item.observed_at or (current and not item.acl_observed_at):
@@ -117,14 +120,24 @@ class _ListShardFn(beam.DoFn):
                 )
             if self.show_progress and now - last >= 2.0:
                 last = now
-                print(listing_line(n, now - started, complete=False), file=sys.stderr, flush=True)
+                print(
+                    listing_line(n, now - started, complete=False, shard=label), file=sys.stderr, flush=True
+                )
         # One latency sample per shard (its records are streamed on as they come).
-        wall = time.monotonic() - started
+        now = time.monotonic()
+        wall = now - started
         self._stage.record(elements=n, cpu_s=time.thread_time() - cpu0, wall_s=wall)
         if self.tally is not None:
             self.tally.shard_listed(shard, n)
-        if self.show_progress:
+        if not self.show_progress:
+            return
+        if self.shards == 1:
             print(listing_line(n, wall, complete=True), file=sys.stderr, flush=True)
+            return
+        print(listing_line(n, wall, complete=True, shard=label), file=sys.stderr, flush=True)
+        listed = self.tally.listed() if self.tally is not None else None
+        if listed is not None and self.tally is not None:  # this was the last shard to finish
+            print(listing_line(listed, now - self.tally.started, complete=True), file=sys.stderr, flush=True)
 
 
 class ListSource(beam.PTransform):
@@ -167,7 +180,9 @@ class ListSource(beam.PTransform):
         self.tally = tally
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        fn = _ListShardFn(self.spec, self.settings, self.timeout_s, self.show_progress, self.tally)
+        fn = _ListShardFn(
+            self.spec, self.settings, self.timeout_s, self.show_progress, self.tally, len(self.shards)
+        )
         return (
             pbegin
             | "Shards" >> beam.Create(self.shards)
