@@ -113,10 +113,10 @@ def test_quick_start_then_try(tmp_path: Path) -> None:
     assert _counter(out, "dead_lettered") == [2]
     assert _counter(out, "chunks_embedded") == [79]
     query = out[out.index("Example query:") :]
-    # The same travel policy in three formats, tied: their order follows their
-    # ids, which hash the folder's path (a README's run and this one differ).
+    # The same travel policy in three formats, first; their order (and the
+    # scores' last digits) follows their ids, which hash the folder's path.
     hits = re.findall(r"^ (\d)\. ([\d.]+) +\S+/sample-corpus/(\S+)$", query, re.MULTILINE)
-    assert [rank for rank, _, _ in hits] == ["1", "2", "3"] and len({score for _, score, _ in hits}) == 1
+    assert [rank for rank, _, _ in hits] == ["1", "2", "3"]
     assert sorted(path for _, _, path in hits) == [
         "intranet/travel-policy.html",
         "policies/travel-policy.docx",
