@@ -12,6 +12,7 @@ vanished-document deletes; ``run_listing`` runs it and returns its counters.
 from __future__ import annotations
 
 import itertools
+import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -30,7 +31,7 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
 from ragsync.index_versions import register_first_version
 from transforms.chain import IndexDocuments
-from transforms.common import counter_value
+from transforms.common import ListingTally, counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
 from transforms.parse import warm_up_fork_server
 from transforms.write import WriteDeadLetters
@@ -104,7 +105,7 @@ def build_pipeline(
     settings: Settings,
     spec: ModelSpec,
     *,
-    total: int = 0,
+    total: int | ListingTally = 0,
     show_progress: bool = False,
 ) -> dict[str, list[beam.PCollection]]:
     """Wire the shared stage chain onto ``files`` (a PCollection of SourceFile)
@@ -131,19 +132,27 @@ def build_listing_pipeline(
     max_delete_share: float,
     show_progress: bool = False,
     reread: bool = False,
+    tally_dir: str = "",
 ) -> dict[str, Any]:
     """A full listing of ``source`` inside the pipeline, the stage chain on
     what it lists (objects whose listing metadata shows them unchanged are
     skipped unread unless ``reread``: ``transforms.listing.SkipUnread``), and
     delete events for what it no longer holds (behind the partial-listing
-    guard), queued for the streaming pipeline.
+    guard), queued for the streaming pipeline. With ``show_progress`` and a
+    ``tally_dir`` (an empty directory of this run), the listing leaves its
+    counts there (``transforms.common.ListingTally``), so the later steps'
+    progress lines show count and rate while it lists, then total, percent
+    and ETA.
 
     Returns:
         ``listed`` (the listing) and the chain's outputs under ``indexed``.
     """
-    listed = p | "ListSource" >> ListSource(source, settings, shards, show_progress=show_progress)
-    to_read = listed | "SkipUnread" >> SkipUnread(settings, reread=reread)
-    indexed = build_pipeline(p, to_read, settings, spec, show_progress=show_progress)
+    tally = ListingTally(tally_dir, len(shards)) if show_progress and tally_dir else None
+    listed = p | "ListSource" >> ListSource(
+        source, settings, shards, show_progress=show_progress, tally=tally
+    )
+    to_read = listed | "SkipUnread" >> SkipUnread(settings, reread=reread, tally=tally)
+    indexed = build_pipeline(p, to_read, settings, spec, total=tally or 0, show_progress=show_progress)
     deletes = listed | "FindVanished" >> FindVanished(
         source, settings, listing_started_at=listing_started_at, max_delete_share=max_delete_share
     )
@@ -205,6 +214,9 @@ def run_listing(
         # imports the parsers) on the other core while the graph is built.
         warm_up_fork_server()
     p = beam.Pipeline(runner=runner, options=options)
+    # The listing's counts for the progress lines: a directory on this
+    # machine (workers elsewhere cannot reach it and show count and rate only).
+    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-")
     build_listing_pipeline(
         p,
         source,
@@ -215,10 +227,12 @@ def run_listing(
         max_delete_share=max_delete_share,
         show_progress=show_progress,
         reread=reread,
+        tally_dir=tally_dir.name,
     )
     try:
-        result = p.run()
-        result.wait_until_finish()
+        with tally_dir:
+            result = p.run()
+            result.wait_until_finish()
     except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
         if lifecycle.stop_signal() is not None:
             raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing

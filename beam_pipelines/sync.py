@@ -365,6 +365,7 @@ def _read_source(
     for a full plan or when the feed's cursor expired; returns (listing
     counters, feed result, the plan run)."""
     if plan.mode == SyncMode.INCREMENTAL:
+        started = time.monotonic()
         try:
             feed = read_feed(
                 connector,
@@ -373,12 +374,13 @@ def _read_source(
                 lambda c: catalog.save_cursor(spec.source_id, c, tenant_id=spec.tenant_id),
             )
             if show_progress:
-                print(
+                elapsed = time.monotonic() - started
+                rate = feed.events_read / max(elapsed, 1e-6)
+                line = (
                     f"[sync] {spec.source_id}: {feed.events_read} changes in {feed.pages} pages, "
-                    f"{feed.events_queued} queued",
-                    file=sys.stderr,
-                    flush=True,
+                    f"{feed.events_queued} queued, {elapsed:.1f}s ({rate:.1f} changes/s)"
                 )
+                print(safe_text(line), file=sys.stderr, flush=True)
             return None, feed, plan
         except CursorExpiredError as exc:
             plan = replace(

@@ -237,7 +237,12 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
 
     serve = subparsers.add_parser("serve", parents=[common], help="run the control-plane HTTP API")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=8080, help="port (default 8080)")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("RAGSYNC_PORT") or 8080),
+        help="port (default $RAGSYNC_PORT, else 8080)",
+    )
     serve.add_argument(
         "--allow-remote", action="store_true", help="allow a non-loopback --host (put TLS in front of it)"
     )

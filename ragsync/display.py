@@ -51,3 +51,52 @@ def host_free(text: object) -> str:
     "cannot open Milvus Lite at '<path>': <process> hold it"
     """
     return _PIDS.sub("<process>", _HOST_PATH.sub("<path>", str(text)))
+
+
+def progress_line(phase: str, unit: str, done: int, elapsed_s: float, total: int | None) -> str:
+    """The progress line of a phase that has ``done`` items after ``elapsed_s``.
+
+    Args:
+        phase, unit: shown as ``[phase] N unit``.
+        done: items counted so far.
+        elapsed_s: seconds since the phase started.
+        total: the items expected, or None (or 0) while not known (a backfill's
+            listing has not finished).
+
+    Returns:
+        Under a second in, only the count (``[write] 3/10 docs``: too early
+        for a rate). Then, with a total: count, percent (floored, at most 100),
+        rate and ETA (``[write] 3/10 docs 30% 1.5 docs/s ETA 5s``); without
+        one, count and rate (``[write] 3 docs 1.5 docs/s``).
+    """
+    count = f"{done}/{total}" if total else f"{done}"
+    line = f"[{phase}] {count} {unit}"
+    if elapsed_s < 1.0:
+        return line
+    rate = done / elapsed_s
+    if not total:
+        return f"{line} {rate:.1f} {unit}/s"
+    percent = min(100, done * 100 // total)
+    eta = max(total - done, 0) / rate if rate > 0 else 0.0
+    return f"{line} {percent}% {rate:.1f} {unit}/s ETA {eta:.0f}s"
+
+
+def listing_line(listed: int, elapsed_s: float, *, complete: bool, shard: str | None = None) -> str:
+    """The progress line of a listing (or of one of its ``shard``s, when it
+    has several): while it runs the count so far and the rate (its total is
+    what it is finding out), once complete the total.
+
+    >>> listing_line(40, 2.0, complete=False)
+    '[list] 40 listed so far 20.0/s'
+    >>> listing_line(55, 2.5, complete=True)
+    '[list] listing complete: 55 objects in 2.5s (22.0/s)'
+    >>> listing_line(12, 2.0, complete=True, shard="kb/a")
+    '[list] shard kb/a listed: 12 objects in 2.0s (6.0/s)'
+    """
+    rate = listed / max(elapsed_s, 1e-6)
+    if complete and shard is not None:
+        return f"[list] shard {shard or '-'} listed: {listed} objects in {elapsed_s:.1f}s ({rate:.1f}/s)"
+    if complete:
+        return f"[list] listing complete: {listed} objects in {elapsed_s:.1f}s ({rate:.1f}/s)"
+    where = f" (shard {shard or '-'})" if shard is not None else ""
+    return f"[list] {listed} listed so far {rate:.1f}/s{where}"

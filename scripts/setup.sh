@@ -2,9 +2,10 @@
 # Installs everything ragsync needs on Debian/Ubuntu with Python 3.11:
 # system packages (Tesseract, Poppler, libmagic, PostgreSQL for the tests)
 # and a virtualenv at .venv with the project and its extras.
-# Idempotent: a second run only checks.
+# Idempotent: a second run only checks (the Python packages are installed
+# again only when the locks, setup.py or pyproject.toml changed, or with --force).
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$(readlink -f "$0")")/.."
 
 SUDO=""
 if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
@@ -50,17 +51,23 @@ if [ ! -x .venv/bin/python ]; then
   echo "[setup] creating .venv with $PY" >&2
   "$PY" -m venv .venv
 fi
+TORCH="torch==2.13.0"
+stamp="$(cat requirements.txt requirements-dev.txt setup.py pyproject.toml | sha256sum | cut -d' ' -f1) $TORCH"
+if [ "${1:-}" != "--force" ] && [ -x .venv/bin/ragsync ] && [ "$(cat .venv/.ragsync-setup 2>/dev/null)" = "$stamp" ]; then
+  echo "[setup] .venv is up to date (scripts/setup.sh --force reinstalls)" >&2
+  exit 0
+fi
 echo "[setup] installing Python packages into .venv (first run: several minutes)" >&2
 quiet .venv/bin/python -m pip install -q --upgrade pip
 # torch is pinned to the CPU build and kept out of the locks: install it first
 # so nothing pulls a CUDA build, then the locks (requirements.txt: runtime,
 # requirements-dev.txt: tests and lint; scripts/lock.sh makes them) with the
 # pin as a constraint, so they cannot replace it.
-TORCH="torch==2.13.0"
 quiet .venv/bin/python -m pip install -q "$TORCH"
 torch_pin="$(mktemp)"
 echo "$TORCH" >"$torch_pin"
 quiet .venv/bin/python -m pip install -q -r requirements.txt -r requirements-dev.txt -c "$torch_pin"
 rm -f "$torch_pin"
 quiet .venv/bin/python -m pip install -q --no-deps -e .
+echo "$stamp" >.venv/.ragsync-setup
 echo "[setup] ready: .venv/bin/ragsync" >&2

@@ -3,7 +3,7 @@
 ``scripts/setup.sh`` installs ``mediawiki php-cli php-sqlite3 php-intl
 php-mbstring php-xml`` when ``RAGSYNC_WITH_MEDIAWIKI=1`` (``scripts/test.sh``
 sets it). The session installs one wiki into a temp directory with
-``maintenance/install.php --dbtype=sqlite`` and warms it; each test gets a
+``scripts/mediawiki.sh install`` (``install.php --dbtype=sqlite``) and warms it; each test gets a
 copy of its SQLite files and its own ``php -S`` server on a free port
 (``MW_CONFIG_FILE`` points MediaWiki at the copy's ``LocalSettings.php``), so
 tests never see each other's pages. Pages change through MediaWiki's own
@@ -25,6 +25,7 @@ import urllib.request
 from pathlib import Path
 
 MEDIAWIKI_DIR = Path("/usr/share/mediawiki")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "mediawiki.sh"
 ADMIN_PASSWORD = "ragsync-test-Admin-9f3c"
 MISSING = (
     "MediaWiki is not installed: run RAGSYNC_WITH_MEDIAWIKI=1 scripts/setup.sh "
@@ -82,28 +83,17 @@ class MediaWiki:
     def install(cls, root: Path) -> MediaWiki:
         """Install a fresh wiki under ``root`` (about 3 s) and warm its caches."""
         port = free_port()
-        (root / "db").mkdir(parents=True)
-        (root / "conf").mkdir()
-        _run(
-            [
-                "php",
-                "maintenance/install.php",
-                "--dbtype=sqlite",
-                f"--dbpath={root / 'db'}",
-                "--dbname=wiki",
-                f"--server=http://127.0.0.1:{port}",
-                "--scriptpath=",
-                f"--confpath={root / 'conf'}",
-                f"--pass={ADMIN_PASSWORD}",
-                "--lang=en",
-                "Test Wiki",
-                "Admin",
-            ],
-            env=dict(os.environ),
+        # The install is scripts/mediawiki.sh's, the one the README's wiki walkthrough runs.
+        proc = subprocess.run(
+            [str(SCRIPT), "install", str(root)],
+            capture_output=True,
+            text=True,
+            timeout=180,
+            env={**os.environ, "RAGSYNC_WIKI_PORT": str(port)},
         )
+        if proc.returncode != 0:
+            raise RuntimeError(f"scripts/mediawiki.sh install failed ({proc.returncode}):\n{proc.stderr}")
         wiki = cls(root, port)
-        with wiki.conf.open("a", encoding="utf-8") as fh:
-            fh.write("\n$wgShowExceptionDetails = true;\n$wgJobRunRate = 0;\n")
         wiki.start()
         wiki.stop()
         return wiki

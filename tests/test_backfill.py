@@ -98,9 +98,7 @@ def _chunk_ids(settings: Settings) -> dict[str, set[str]]:
     return chunk_ids_by_store(settings)
 
 
-@pytest.fixture
-def corpus(tmp_path: Path) -> Path:
-    src = tmp_path / "src"
+def _aged_corpus(src: Path) -> Path:
     _make_corpus(src)
     # Written an hour ago: no file lies in the racy window of the first
     # listing, so a re-run skips every unchanged one unread (skip_unread).
@@ -110,9 +108,28 @@ def corpus(tmp_path: Path) -> Path:
     return src
 
 
-def test_backfill_indexes_dead_letters_and_rerun_is_idempotent(corpus: Path, tmp_path: Path) -> None:
-    settings = Settings(home=str(tmp_path / "home"))
-    first = _run(corpus, settings)
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """The corpus of one test, which may change it."""
+    return _aged_corpus(tmp_path / "src")
+
+
+@pytest.fixture(scope="module")
+def clean(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Settings, BackfillSummary]:
+    """One backfill of a corpus no test changes: (corpus, its home, the
+    summary). The first test checks that run and re-runs it unchanged; the
+    crash test compares a killed-then-resumed run of the same corpus with it
+    (one backfill for both instead of one each)."""
+    root = tmp_path_factory.mktemp("clean")
+    src = _aged_corpus(root / "src")
+    settings = Settings(home=str(root / "home"))
+    return src, settings, _run(src, settings)
+
+
+def test_backfill_indexes_dead_letters_and_rerun_is_idempotent(
+    clean: tuple[Path, Settings, BackfillSummary],
+) -> None:
+    corpus, settings, first = clean
     assert first.documents_seen == 6
     assert first.documents_indexed == 4
     assert first.dead_lettered == 2
@@ -220,9 +237,10 @@ def test_exact_duplicates_are_indexed_once_with_both_permissions(corpus: Path, t
         assert "Revenue grew" in hits[0].text, groups
 
 
-def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(corpus: Path, tmp_path: Path) -> None:
-    clean = Settings(home=str(tmp_path / "clean"))
-    _run(corpus, clean)
+def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(
+    clean: tuple[Path, Settings, BackfillSummary], tmp_path: Path
+) -> None:
+    corpus, clean_settings, _ = clean
     crashed_home = tmp_path / "crashed"
     env = dict(os.environ, RAGSYNC_CRASH_AFTER_INDEX_WRITES="2", HF_HUB_OFFLINE="1")
     cmd = cli("backfill", str(corpus), "--home", str(crashed_home), "--quiet")
@@ -238,7 +256,7 @@ def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(corpus: Path, 
     assert proc.returncode == 0, proc.stderr.decode()[-2000:]
     summary = json.loads(proc.stdout.decode().strip().splitlines()[-1])
     assert summary["documents_indexed"] >= 2
-    assert _chunk_ids(crashed) == _chunk_ids(clean)
+    assert _chunk_ids(crashed) == _chunk_ids(clean_settings)
     assert reconcile(crashed, DIM).ok
     cat = open_catalog(crashed)
     try:

@@ -34,4 +34,8 @@ def test_each_file_shows_progress_and_the_run_ends_with_the_grand_total(tmp_path
     ]
     (total,) = [line for line in lines if line.startswith("TOTAL:")]
     assert re.fullmatch(r"TOTAL: 2 files in \d+m\d+s: 2 passed, 1 failed, 1 skipped", total)
+    (slowest,) = [line for line in lines if line.startswith("slowest files:")]
+    ranked = re.fullmatch(r"slowest files: (\d+)s (\S+), (\d+)s (\S+)", slowest)
+    assert ranked is not None, slowest
+    assert {ranked[2], ranked[4]} == {str(good), str(bad)} and int(ranked[1]) >= int(ranked[3])
     assert f"FAILED test files: {bad}" in done.stderr

@@ -19,6 +19,7 @@ from ragsync.embedding import ModelSpec
 from ragsync.model import Lane
 from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
+from transforms.common import ListingTally
 from transforms.copies import RefreshCopies
 from transforms.delete import DeleteStaleChildren
 from transforms.embed import EmbedChunks
@@ -83,7 +84,8 @@ class IndexDocuments(beam.PTransform):
         group_duplicates: bounded input: link copies within one run
             (GroupByKey). False for unbounded input: link against the catalog
             only. Either way embeddings are batched within a bundle.
-        total: expected documents, for progress lines.
+        total: expected documents, for progress lines (a ``ListingTally``
+            while a backfill lists: the total once the listing is complete).
         show_progress: print progress to stderr.
         slow_handoff: event-driven work only: a document found to need the
             slow lane is not parsed here; its event moves to the queue's
@@ -97,7 +99,7 @@ class IndexDocuments(beam.PTransform):
         spec: ModelSpec,
         *,
         group_duplicates: bool = True,
-        total: int = 0,
+        total: int | ListingTally = 0,
         show_progress: bool = False,
         slow_handoff: bool = False,
     ) -> None:

@@ -13,7 +13,7 @@ from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import GuardedStep, ProgressDoFn
+from transforms.common import GuardedStep, ListingTally, ProgressDoFn
 
 
 class _ChunkAndDiffFn(ProgressDoFn):
@@ -86,7 +86,9 @@ class ChunkDocuments(GuardedStep):
 
     label_, output, stage, dead_label = "ChunkAndDiff", "plans", "chunk", "ChunkDeadLetters"
 
-    def __init__(self, settings: Settings, *, total: int = 0, show_progress: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, *, total: int | ListingTally = 0, show_progress: bool = False
+    ) -> None:
         super().__init__(settings)
         self.total = total
         self.show_progress = show_progress

@@ -33,10 +33,11 @@ from connectors.registry import open_connector
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.decisions import ListingVerdict, listing_verdict, skip_unread
+from ragsync.display import listing_line
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import CatalogDoFn, StageMetrics, counter
+from transforms.common import CatalogDoFn, ListingTally, StageMetrics, counter
 from transforms.io import BeamFileSystem
 
 DEFAULT_LISTING_TIMEOUT_S = 6 * 3600.0
@@ -64,11 +65,21 @@ class _ListShardFn(beam.DoFn):
     listing is never used), or ``FetchTimeoutError`` past ``timeout_s``.
     """
 
-    def __init__(self, spec: SourceSpec, settings: Settings, timeout_s: float, show_progress: bool) -> None:
+    def __init__(
+        self,
+        spec: SourceSpec,
+        settings: Settings,
+        timeout_s: float,
+        show_progress: bool,
+        tally: ListingTally | None = None,
+        shards: int = 1,
+    ) -> None:
         self.spec = spec
         self.settings = settings
         self.timeout_s = timeout_s
         self.show_progress = show_progress
+        self.tally = tally
+        self.shards = shards
         self._connector: Connector | None = None
 
     def setup(self) -> None:
@@ -91,6 +102,7 @@ class _ListShardFn(beam.DoFn):
         listed_at = time.time()
         current = bool(getattr(self._connector, "permissions_current", True))
         cpu0, n = time.thread_time(), 0
+        label = shard if self.shards > 1 else None  # lines name the shard when there are several
         for n, item in enumerate(self._connector.list_shard(shard), start=1):
             self._listed.inc()
             if not item.observed_at or (current and not item.acl_observed_at):
@@ -108,10 +120,24 @@ class _ListShardFn(beam.DoFn):
                 )
             if self.show_progress and now - last >= 2.0:
                 last = now
-                rate = n / max(now - started, 1e-6)
-                print(f"[list] {n} objects {rate:.0f}/s (shard {shard or '-'})", file=sys.stderr, flush=True)
+                print(
+                    listing_line(n, now - started, complete=False, shard=label), file=sys.stderr, flush=True
+                )
         # One latency sample per shard (its records are streamed on as they come).
-        self._stage.record(elements=n, cpu_s=time.thread_time() - cpu0, wall_s=time.monotonic() - started)
+        now = time.monotonic()
+        wall = now - started
+        self._stage.record(elements=n, cpu_s=time.thread_time() - cpu0, wall_s=wall)
+        if self.tally is not None:
+            self.tally.shard_listed(shard, n)
+        if not self.show_progress:
+            return
+        if self.shards == 1:
+            print(listing_line(n, wall, complete=True), file=sys.stderr, flush=True)
+            return
+        print(listing_line(n, wall, complete=True, shard=label), file=sys.stderr, flush=True)
+        listed = self.tally.listed() if self.tally is not None else None
+        if listed is not None and self.tally is not None:  # this was the last shard to finish
+            print(listing_line(listed, now - self.tally.started, complete=True), file=sys.stderr, flush=True)
 
 
 class ListSource(beam.PTransform):
@@ -125,7 +151,10 @@ class ListSource(beam.PTransform):
         settings: read limits (and the file systems' configuration).
         shards: from :func:`listing_shards` (the launcher's only listing work).
         timeout_s: longest time one shard may take.
-        show_progress: print a listing rate line to stderr.
+        show_progress: print the count listed so far and the rate to stderr,
+            and each shard's total when it is listed.
+        tally: where each listed shard's count goes (for the later steps'
+            totals), or None.
     """
 
     def __init__(
@@ -136,6 +165,7 @@ class ListSource(beam.PTransform):
         *,
         timeout_s: float = DEFAULT_LISTING_TIMEOUT_S,
         show_progress: bool = False,
+        tally: ListingTally | None = None,
     ) -> None:
         super().__init__()
         if not shards:
@@ -147,9 +177,12 @@ class ListSource(beam.PTransform):
         self.shards = list(shards)
         self.timeout_s = timeout_s
         self.show_progress = show_progress
+        self.tally = tally
 
     def expand(self, pbegin: beam.pvalue.PBegin) -> beam.PCollection:
-        fn = _ListShardFn(self.spec, self.settings, self.timeout_s, self.show_progress)
+        fn = _ListShardFn(
+            self.spec, self.settings, self.timeout_s, self.show_progress, self.tally, len(self.shards)
+        )
         return (
             pbegin
             | "Shards" >> beam.Create(self.shards)
@@ -164,14 +197,16 @@ class _SkipUnreadFn(CatalogDoFn):
     count as seen and unchanged (and ``documents_unread``) and stop here.
     One catalog query per batch."""
 
-    def __init__(self, settings: Settings, reread: bool) -> None:
+    def __init__(self, settings: Settings, reread: bool, tally: ListingTally | None = None) -> None:
         super().__init__(settings)
         self.reread = reread
+        self.tally = tally
 
     def process(self, batch: list[SourceFile]) -> Iterator[SourceFile]:
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
         known = {} if self.reread else self._catalog.unread_states(doc_ids)
         chunker_id = self.settings.chunker.config_id
+        skipped = 0
         for item, doc_id in zip(batch, doc_ids, strict=True):
             listed = stamp_listed(item)
             if skip_unread(
@@ -183,8 +218,11 @@ class _SkipUnreadFn(CatalogDoFn):
             ):
                 for name in ("documents_seen", "documents_unchanged", "documents_unread"):
                     self.count(name)
+                skipped += 1
             else:
                 yield item
+        if self.tally is not None:
+            self.tally.add_unread(skipped)
 
 
 class SkipUnread(beam.PTransform):
@@ -197,18 +235,23 @@ class SkipUnread(beam.PTransform):
     Args:
         settings: where the catalog is; the chunker's id.
         reread: read every object (``--reread``).
+        tally: where the count of objects not read goes (they leave the
+            backfill's total), or None.
     """
 
-    def __init__(self, settings: Settings, *, reread: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, *, reread: bool = False, tally: ListingTally | None = None
+    ) -> None:
         super().__init__()
         self.settings = settings
         self.reread = reread
+        self.tally = tally
 
     def expand(self, listed: beam.PCollection) -> beam.PCollection:
         return (
             listed
             | "Batch" >> beam.BatchElements(min_batch_size=1, max_batch_size=500)
-            | "Skip" >> beam.ParDo(_SkipUnreadFn(self.settings, self.reread))
+            | "Skip" >> beam.ParDo(_SkipUnreadFn(self.settings, self.reread, self.tally))
         )
 
 

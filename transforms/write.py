@@ -34,6 +34,7 @@ from ragsync.parsing import PARSER_VERSION
 from transforms.common import (
     CatalogDoFn,
     GuardedStep,
+    ListingTally,
     Progress,
     ToDeadLetters,
     batch_item_failure,
@@ -102,7 +103,7 @@ class _WriteFn(CopiesDoFn):
 
     metrics_stage = "write"
 
-    def __init__(self, settings: Settings, dim: int, total: int, show_progress: bool) -> None:
+    def __init__(self, settings: Settings, dim: int, total: int | ListingTally, show_progress: bool) -> None:
         super().__init__(settings, dim)
         self.total = total
         self.show_progress = show_progress
@@ -299,7 +300,9 @@ class WriteIndexes(beam.PTransform):
     PCollections, left unflattened: see ``transforms/chain.py``).
     """
 
-    def __init__(self, settings: Settings, dim: int, *, total: int = 0, show_progress: bool = False) -> None:
+    def __init__(
+        self, settings: Settings, dim: int, *, total: int | ListingTally = 0, show_progress: bool = False
+    ) -> None:
         super().__init__()
         if dim <= 0:
             raise ValueError("dim must be positive")
