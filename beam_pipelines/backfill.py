@@ -27,6 +27,7 @@ from connectors.base import SourceSpec
 from connectors.location import register_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
 from ragsync.index_versions import register_first_version
@@ -160,27 +161,6 @@ def build_listing_pipeline(
     return {"listed": listed, "indexed": indexed}
 
 
-#: Counters of a listing run, reported by ``run_listing``.
-LISTING_COUNTERS = (
-    "documents_listed",
-    "documents_seen",
-    "documents_indexed",
-    "documents_unchanged",
-    "documents_unread",
-    "documents_duplicate",
-    "documents_acl_updated",
-    "dead_lettered",
-    "chunks_embedded",
-    "embedding_cache_hits",
-    "chunks_written",
-    "chunks_deleted",
-    "documents_known",
-    "documents_vanished",
-    "events_queued",
-    "listing_guard_tripped",
-)
-
-
 class ListingFailedError(FetchError):
     """The listing pipeline failed (a shard could not be listed, timed out,
     or a store failed): nothing was deleted."""
@@ -198,7 +178,7 @@ def run_listing(
     reread: bool = False,
 ) -> dict[str, Any]:
     """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
-    another runner) and return its counters (:data:`LISTING_COUNTERS`) and
+    another runner) and return its counters (``ragsync.counters.LISTING``) and
     ``cost`` (``ragsync.cost.cost_report``; the run is recorded in the
     catalog's ``pipeline_runs``).
 
@@ -237,7 +217,7 @@ def run_listing(
         if lifecycle.stop_signal() is not None:
             raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
         raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
-    counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING_COUNTERS}
+    counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING}
     counters["cost"] = record_run(
         "listing",
         [result],

@@ -53,6 +53,7 @@ from beam_pipelines.options import refuse_single_process_stores
 from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
+from ragsync.counters import REEMBED
 from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
@@ -325,10 +326,7 @@ def _run_pipeline(
     )
     result = p.run()
     result.wait_until_finish()
-    return {
-        name: counter_value(result, name)
-        for name in ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed")
-    }
+    return {name: counter_value(result, name) for name in REEMBED}
 
 
 def run_reembed(

@@ -17,6 +17,7 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.counters import declared
 from ragsync.display import progress_line, safe_text
 from ragsync.errors import classify
 from ragsync.model import (
@@ -34,8 +35,12 @@ _TRACEBACK_CHARS = 4000
 
 
 def counter(name: str) -> Any:
-    """A counter in the ragsync namespace (exact in batch runs)."""
-    return Metrics.counter(NAMESPACE, name)
+    """A counter in the ragsync namespace (exact in batch runs).
+
+    Raises:
+        ValueError: ``name`` is not declared in ``ragsync.counters.COUNTERS``.
+    """
+    return Metrics.counter(NAMESPACE, declared(name))
 
 
 #: Namespace of the per-stage metrics (``StageMetrics``): on Dataflow they

@@ -80,11 +80,12 @@ class _DetectFn(beam.DoFn):
         data = read_bytes(doc.raw_uri)
         mime = detect_mime(data, os.path.basename(doc.source.source_object_id))
         lane = choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime))
-        counter(f"lane_{lane}").inc()
         out = replace(doc, mime=mime, lane=lane)
         if lane == Lane.SLOW.value:
+            counter("lane_slow").inc()
             yield beam.pvalue.TaggedOutput(Lane.SLOW.value, out)
         else:
+            counter("lane_fast").inc()
             yield out
 
 
