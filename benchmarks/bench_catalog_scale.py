@@ -275,7 +275,11 @@ def main(argv: list[str] | None = None) -> int:
             built = 0.0 if args.no_build else build(cat, args.docs, args.chunks_per_doc)
             print(f"built {args.docs} documents x {args.chunks_per_doc} chunks in {built:.1f} s", flush=True)
             figures = measure(
-                cat, args.docs, args.chunks_per_doc, args.reads.split(","), trace=not args.no_trace
+                cat,
+                args.docs,
+                args.chunks_per_doc,
+                [r for r in args.reads.split(",") if r],
+                trace=not args.no_trace,
             )
         finally:
             cat.close()
