@@ -18,20 +18,23 @@ Reads measured (each once, after the build):
 * ``coverage``: ``coverage_by_source(document_outcomes())``;
 * ``scrape``: one ``/metrics`` body (``ragsync.metrics.render``);
 * ``reconcile_catalog``: the catalog's part of ``ragsync reconcile``
-  (``chunk_counts_by_doc``; the stores' counts are not built here);
+  (``iter_chunk_counts_by_doc``, 5,000 documents a page; the stores' counts
+  are not built here);
 * ``sync_diff``: a full listing's catalog side, ``iter_source_documents``
   read to the end;
 * ``orphan_sweep_catalog``: the sweep's catalog side, ``present_chunk_ids``
   for every chunk id 1,000 at a time (``beam_pipelines.backfill``).
 
 Peak memory is ``tracemalloc``'s peak of Python allocations during the read
-(the times include its overhead; ``--no-trace`` times without it).
+(the times include its overhead; ``--no-trace`` times without it), and the
+process's RSS high water (``ru_maxrss``) before and after it; with ``--rss``
+each read runs in its own child process, so that high water is the read's.
 
 With ``--engine postgres`` and no ``--url`` a throwaway PostgreSQL starts
 (``scripts/pg_throwaway.sh``) and stops at the end.
 
 Usage: ``python benchmarks/bench_catalog_scale.py --docs 100000 --chunks-per-doc 10
---engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--no-trace] [--json]``
+--engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--no-trace] [--rss] [--json]``
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -195,7 +199,7 @@ def scrape(cat: Catalog, n: int, chunks: int) -> int:
 
 def reconcile_catalog(cat: Catalog, n: int, chunks: int) -> int:
     """Chunk rows the catalog reports per document, summed."""
-    return sum(cat.chunk_counts_by_doc().values())
+    return sum(n for _, n in cat.iter_chunk_counts_by_doc())
 
 
 def sync_diff(cat: Catalog, n: int, chunks: int) -> int:
@@ -232,14 +236,47 @@ def measure(
     for name in names:
         if trace:
             tracemalloc.start()
+        base = rss_high_water_mib()
         start = time.perf_counter()
         result = READS[name](cat, n, chunks)
         seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1] if trace else 0
         if trace:
             tracemalloc.stop()
-        out[name] = {"s": round(seconds, 3), "peak_mib": round(peak / 2**20, 2), "result": result}
-        print(f"{name:22s} {seconds:9.3f} s {peak / 2**20:9.2f} MiB  result {result}", flush=True)
+        rss = rss_high_water_mib()
+        out[name] = {
+            "s": round(seconds, 3),
+            "peak_mib": round(peak / 2**20, 2),
+            "rss_base_mib": base,
+            "rss_peak_mib": rss,
+            "result": result,
+        }
+        print(
+            f"{name:22s} {seconds:9.3f} s {peak / 2**20:9.2f} MiB traced, RSS high water {base} -> {rss} MiB"
+            f"  result {result}",
+            flush=True,
+        )
+    return out
+
+
+def rss_high_water_mib() -> float:
+    """This process's peak resident set so far (``ru_maxrss``), MiB."""
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def measure_in_children(args: argparse.Namespace, url: str, names: list[str]) -> dict[str, dict[str, float]]:
+    """Each read in a fresh child process of this script (``--no-build``,
+    ``--no-trace``), so the child's RSS high water is that read's alone:
+    ``rss_base_mib`` after imports and ``Catalog.open``, ``rss_peak_mib``
+    after the read."""
+    out = {}
+    for name in names:
+        cmd = [sys.executable, __file__, "--url", url, "--no-build", "--no-trace", "--json", "--reads", name]
+        cmd += ["--docs", str(args.docs), "--chunks-per-doc", str(args.chunks_per_doc)]
+        cmd += ["--engine", args.engine]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        out[name] = json.loads(done.stdout.strip().splitlines()[-1])["reads"][name]
+        print(f"{name:22s} {out[name]}", flush=True)
     return out
 
 
@@ -260,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reads", default=",".join(READS), help="comma-separated reads to measure")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     ap.add_argument("--no-trace", action="store_true", help="time only (no tracemalloc)")
+    ap.add_argument("--rss", action="store_true", help="each read in a child process: its RSS high water")
     ap.add_argument(
         "--no-build", action="store_true", help="measure a catalog this script built before (--url)"
     )
@@ -274,15 +312,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             built = 0.0 if args.no_build else build(cat, args.docs, args.chunks_per_doc)
             print(f"built {args.docs} documents x {args.chunks_per_doc} chunks in {built:.1f} s", flush=True)
-            figures = measure(
-                cat,
-                args.docs,
-                args.chunks_per_doc,
-                [r for r in args.reads.split(",") if r],
-                trace=not args.no_trace,
-            )
+            names = [r for r in args.reads.split(",") if r]
+            if not args.rss:
+                figures = measure(cat, args.docs, args.chunks_per_doc, names, trace=not args.no_trace)
         finally:
             cat.close()
+        if args.rss:
+            figures = measure_in_children(args, url, names)
         print(f"load after: {os.getloadavg()}", flush=True)
     finally:
         if started_pg:
