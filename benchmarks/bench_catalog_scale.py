@@ -27,7 +27,7 @@ Reads measured (each once, after the build):
 
 Peak memory is ``tracemalloc``'s peak of Python allocations during the read
 (the times include its overhead; ``--no-trace`` times without it), and the
-process's RSS high water (``ru_maxrss``) before and after it; with ``--rss``
+process's RSS high water (``VmHWM``) before and after it; with ``--rss``
 each read runs in its own child process, so that high water is the read's.
 
 With ``--engine postgres`` and no ``--url`` a throwaway PostgreSQL starts
@@ -202,6 +202,12 @@ def reconcile_catalog(cat: Catalog, n: int, chunks: int) -> int:
     return sum(n for _, n in cat.iter_chunk_counts_by_doc())
 
 
+def reconcile_catalog_dict(cat: Catalog, n: int, chunks: int) -> int:
+    """The same counts as one ``{doc_id: count}`` dict (reconcile's catalog
+    side before it was streamed), for comparison."""
+    return sum(cat.chunk_counts_by_doc().values())
+
+
 def sync_diff(cat: Catalog, n: int, chunks: int) -> int:
     """Documents a full listing is compared with."""
     return sum(1 for _ in cat.iter_source_documents(SOURCE, TENANT, updated_before=float("inf")))
@@ -222,7 +228,16 @@ def orphan_sweep_catalog(cat: Catalog, n: int, chunks: int) -> int:
 
 READS: dict[str, Callable[[Catalog, int, int], int]] = {
     f.__name__: f
-    for f in (rerun_check, status, coverage, scrape, reconcile_catalog, sync_diff, orphan_sweep_catalog)
+    for f in (
+        rerun_check,
+        status,
+        coverage,
+        scrape,
+        reconcile_catalog,
+        reconcile_catalog_dict,
+        sync_diff,
+        orphan_sweep_catalog,
+    )
 }
 
 
@@ -260,7 +275,17 @@ def measure(
 
 
 def rss_high_water_mib() -> float:
-    """This process's peak resident set so far (``ru_maxrss``), MiB."""
+    """This process's peak resident set so far, MiB: ``VmHWM`` of
+    ``/proc/self/status`` (Linux; ``ru_maxrss`` elsewhere, which on Linux
+    keeps the parent's high water across fork and exec, so a child started by
+    a larger parent would report the parent's)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
     return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
 
 
