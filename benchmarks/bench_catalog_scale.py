@@ -3,7 +3,8 @@ documents (and N x C chunk rows) written straight into the catalog, then each
 read operations make, timed with its peak Python memory.
 
 The catalog is built by bulk inserts (SQLite: ``executemany`` in batches;
-PostgreSQL: ``COPY``), not through the pipeline: one tenant, one source;
+PostgreSQL: ``COPY``; a commit per batch, 1,000 documents or 20,000 other
+rows), not through the pipeline: one tenant, one source;
 97 % of documents indexed, 2 % dead letters (with an open dead-letter row),
 1 % deleted; a ``parsed_docs`` row per document (0.1 % with pages for review);
 50 recorded runs. The migrations (and so any triggers) are in place while it
@@ -18,20 +19,23 @@ Reads measured (each once, after the build):
 * ``coverage``: ``coverage_by_source(document_outcomes())``;
 * ``scrape``: one ``/metrics`` body (``ragsync.metrics.render``);
 * ``reconcile_catalog``: the catalog's part of ``ragsync reconcile``
-  (``chunk_counts_by_doc``; the stores' counts are not built here);
+  (``iter_chunk_counts_by_doc``, 5,000 documents a page; the stores' counts
+  are not built here);
 * ``sync_diff``: a full listing's catalog side, ``iter_source_documents``
   read to the end;
 * ``orphan_sweep_catalog``: the sweep's catalog side, ``present_chunk_ids``
   for every chunk id 1,000 at a time (``beam_pipelines.backfill``).
 
 Peak memory is ``tracemalloc``'s peak of Python allocations during the read
-(the times include its overhead; ``--no-trace`` times without it).
+(the times include its overhead; ``--no-trace`` times without it), and the
+process's RSS high water (``VmHWM``) before and after it; with ``--rss``
+each read runs in its own child process, so that high water is the read's.
 
 With ``--engine postgres`` and no ``--url`` a throwaway PostgreSQL starts
 (``scripts/pg_throwaway.sh``) and stops at the end.
 
 Usage: ``python benchmarks/bench_catalog_scale.py --docs 100000 --chunks-per-doc 10
---engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--no-trace] [--json]``
+--engine sqlite|postgres [--url URL [--no-build]] [--dir DIR] [--reads a,b] [--no-trace] [--rss] [--json]``
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -58,6 +63,11 @@ from ragsync.metrics import render  # noqa: E402
 TENANT, SOURCE = "t1", "s1"
 PARSER, CHUNKER = "p1", "c1"
 BATCH = 20_000
+# Documents are committed 1,000 at a time: the tally trigger updates one
+# ``document_tallies`` row per document, and on PostgreSQL each update in one
+# transaction leaves a row version the next update walks past (quadratic in
+# the batch: a 1M-document build in one transaction did not finish).
+DOC_BATCH = 1_000
 
 
 def doc_id(i: int) -> str:
@@ -136,11 +146,12 @@ def build(cat: Catalog, n: int, chunks: int) -> float:
             else:
                 marks = ", ".join("?" * len(batch[0]))
                 cur.executemany(f"INSERT INTO {table} ({COLUMNS[table]}) VALUES ({marks})", batch)
+            raw.commit()
             batch.clear()
 
         for table, values in rows(n, chunks):
             buffers[table].append(values)
-            if len(buffers[table]) >= BATCH:
+            if len(buffers[table]) >= (DOC_BATCH if table == "documents" else BATCH):
                 flush(table)
         for table in COLUMNS:
             flush(table)
@@ -195,6 +206,12 @@ def scrape(cat: Catalog, n: int, chunks: int) -> int:
 
 def reconcile_catalog(cat: Catalog, n: int, chunks: int) -> int:
     """Chunk rows the catalog reports per document, summed."""
+    return sum(n for _, n in cat.iter_chunk_counts_by_doc())
+
+
+def reconcile_catalog_dict(cat: Catalog, n: int, chunks: int) -> int:
+    """The same counts as one ``{doc_id: count}`` dict (reconcile's catalog
+    side before it was streamed), for comparison."""
     return sum(cat.chunk_counts_by_doc().values())
 
 
@@ -218,7 +235,16 @@ def orphan_sweep_catalog(cat: Catalog, n: int, chunks: int) -> int:
 
 READS: dict[str, Callable[[Catalog, int, int], int]] = {
     f.__name__: f
-    for f in (rerun_check, status, coverage, scrape, reconcile_catalog, sync_diff, orphan_sweep_catalog)
+    for f in (
+        rerun_check,
+        status,
+        coverage,
+        scrape,
+        reconcile_catalog,
+        reconcile_catalog_dict,
+        sync_diff,
+        orphan_sweep_catalog,
+    )
 }
 
 
@@ -232,14 +258,57 @@ def measure(
     for name in names:
         if trace:
             tracemalloc.start()
+        base = rss_high_water_mib()
         start = time.perf_counter()
         result = READS[name](cat, n, chunks)
         seconds = time.perf_counter() - start
         peak = tracemalloc.get_traced_memory()[1] if trace else 0
         if trace:
             tracemalloc.stop()
-        out[name] = {"s": round(seconds, 3), "peak_mib": round(peak / 2**20, 2), "result": result}
-        print(f"{name:22s} {seconds:9.3f} s {peak / 2**20:9.2f} MiB  result {result}", flush=True)
+        rss = rss_high_water_mib()
+        out[name] = {
+            "s": round(seconds, 3),
+            "peak_mib": round(peak / 2**20, 2),
+            "rss_base_mib": base,
+            "rss_peak_mib": rss,
+            "result": result,
+        }
+        print(
+            f"{name:22s} {seconds:9.3f} s {peak / 2**20:9.2f} MiB traced, RSS high water {base} -> {rss} MiB"
+            f"  result {result}",
+            flush=True,
+        )
+    return out
+
+
+def rss_high_water_mib() -> float:
+    """This process's peak resident set so far, MiB: ``VmHWM`` of
+    ``/proc/self/status`` (Linux; ``ru_maxrss`` elsewhere, which on Linux
+    keeps the parent's high water across fork and exec, so a child started by
+    a larger parent would report the parent's)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return round(int(line.split()[1]) / 1024, 1)
+    except OSError:
+        pass
+    return round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+
+
+def measure_in_children(args: argparse.Namespace, url: str, names: list[str]) -> dict[str, dict[str, float]]:
+    """Each read in a fresh child process of this script (``--no-build``,
+    ``--no-trace``), so the child's RSS high water is that read's alone:
+    ``rss_base_mib`` after imports and ``Catalog.open``, ``rss_peak_mib``
+    after the read."""
+    out = {}
+    for name in names:
+        cmd = [sys.executable, __file__, "--url", url, "--no-build", "--no-trace", "--json", "--reads", name]
+        cmd += ["--docs", str(args.docs), "--chunks-per-doc", str(args.chunks_per_doc)]
+        cmd += ["--engine", args.engine]
+        done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+        out[name] = json.loads(done.stdout.strip().splitlines()[-1])["reads"][name]
+        print(f"{name:22s} {out[name]}", flush=True)
     return out
 
 
@@ -260,6 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reads", default=",".join(READS), help="comma-separated reads to measure")
     ap.add_argument("--json", action="store_true", help="print the figures as JSON at the end")
     ap.add_argument("--no-trace", action="store_true", help="time only (no tracemalloc)")
+    ap.add_argument("--rss", action="store_true", help="each read in a child process: its RSS high water")
     ap.add_argument(
         "--no-build", action="store_true", help="measure a catalog this script built before (--url)"
     )
@@ -274,11 +344,13 @@ def main(argv: list[str] | None = None) -> int:
         try:
             built = 0.0 if args.no_build else build(cat, args.docs, args.chunks_per_doc)
             print(f"built {args.docs} documents x {args.chunks_per_doc} chunks in {built:.1f} s", flush=True)
-            figures = measure(
-                cat, args.docs, args.chunks_per_doc, args.reads.split(","), trace=not args.no_trace
-            )
+            names = [r for r in args.reads.split(",") if r]
+            if not args.rss:
+                figures = measure(cat, args.docs, args.chunks_per_doc, names, trace=not args.no_trace)
         finally:
             cat.close()
+        if args.rss:
+            figures = measure_in_children(args, url, names)
         print(f"load after: {os.getloadavg()}", flush=True)
     finally:
         if started_pg:

@@ -3,6 +3,7 @@ index and the catalog's chunks table must agree."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,26 +37,63 @@ class ReconcileReport:
         }
 
 
-def reconcile(settings: Settings, dim: int) -> ReconcileReport:
-    """Compare per-document chunk counts across the three stores."""
+def reconcile(settings: Settings, dim: int, *, page: int = 5000) -> ReconcileReport:
+    """Compare per-document chunk counts across the three stores.
+
+    The catalog's counts are streamed (:meth:`Catalog.iter_chunk_counts_by_doc`,
+    ``page`` documents at a time), so the catalog side holds at most ``page``
+    documents' counts, plus the mismatches found. Each index's counts are one
+    ``{doc_id: count}`` dict (O(documents in that index)): the stores cannot
+    list counts in doc_id order.
+    """
     catalog = open_catalog(settings)
     vectors = open_vector_index(settings, dim)
     keywords = open_keyword_index(settings)
     try:
         v = vectors.count_by_doc()
         kw = keywords.count_by_doc()
-        c = catalog.chunk_counts_by_doc()
+        return compare_counts(catalog.iter_chunk_counts_by_doc(page=page), v, kw)
     finally:
         keywords.close()
         vectors.close()
         catalog.close()
-    docs = sorted(set(v) | set(kw) | set(c))
-    bad = [
-        Mismatch(d, v.get(d, 0), kw.get(d, 0), c.get(d, 0))
-        for d in docs
-        if not v.get(d, 0) == kw.get(d, 0) == c.get(d, 0)
+
+
+def compare_counts(
+    catalog: Iterable[tuple[str, int]], vector: dict[str, int], keyword: dict[str, int]
+) -> ReconcileReport:
+    """The reconciliation of per-document chunk counts.
+
+    Args:
+        catalog: (doc_id, chunk rows) of every document the catalog has
+            chunks for, each doc_id once, in any order; consumed once, one
+            pair at a time (never held whole).
+        vector: chunk rows per doc_id in the vector index. Emptied: each
+            catalog document's entry is taken out as it is compared.
+        keyword: the same for the keyword index; emptied likewise.
+
+    Returns:
+        Documents in any of the three, the catalog's chunk total, and the
+        documents whose three counts differ (a missing document counts 0),
+        sorted by doc_id.
+    """
+    bad: list[Mismatch] = []
+    documents = chunks = 0
+    for doc, n in catalog:
+        documents += 1
+        chunks += n
+        vn, kn = vector.pop(doc, 0), keyword.pop(doc, 0)
+        if not vn == kn == n:
+            bad.append(Mismatch(doc, vn, kn, n))
+    rest = set(vector) | set(keyword)  # in an index, not in the catalog
+    documents += len(rest)
+    bad += [
+        Mismatch(d, vector.get(d, 0), keyword.get(d, 0), 0)
+        for d in rest
+        if vector.get(d, 0) or keyword.get(d, 0)
     ]
-    return ReconcileReport(documents=len(docs), chunks=sum(c.values()), mismatches=bad)
+    bad.sort(key=lambda m: m.doc_id)
+    return ReconcileReport(documents=documents, chunks=chunks, mismatches=bad)
 
 
 @dataclass(frozen=True)

@@ -271,3 +271,29 @@ def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog
     plan = _plan(cat, statement, params)
     assert "ix_parsed_docs_review" in plan
     assert "ix_documents_content" in plan
+
+
+def test_reconciles_chunk_counts_come_in_pages_along_the_chunk_doc_index(catalog_url: str) -> None:
+    """``iter_chunk_counts_by_doc`` (reconcile's catalog side) reads keyset
+    pages in ``ix_chunks_doc`` order (no sort of the whole table), each page
+    at most ``page`` documents; the counts equal the unpaged ones."""
+    from ragsync.model import Chunk
+
+    with Catalog.open(catalog_url) as cat:
+        chunks = [
+            Chunk(f"c{d}-{j}", f"d{d}", "t1" if d % 3 else "t2", f"h{d}-{j}", j, (), 0, "x", 1, ("a",))
+            for d in range(7)
+            for j in range(d % 3 + 1)
+        ]
+        cat.write_chunks(chunks)
+        expected = {f"d{d}": d % 3 + 1 for d in range(7)}
+        assert list(cat.iter_chunk_counts_by_doc(page=2)) == sorted(expected.items())
+        assert dict(cat.iter_chunk_counts_by_doc("t2", page=1)) == {"d0": 1, "d3": 1, "d6": 1}
+        assert cat.chunk_counts_by_doc() == expected
+        statement, params = _captured(cat, lambda: list(cat.iter_chunk_counts_by_doc(page=2)))
+        assert " LIMIT " in " ".join(statement.split()).upper()
+        plan = _plan(cat, statement, params)
+        assert "ix_chunks_doc" in plan
+        assert "TEMP B-TREE" not in plan and "Sort" not in plan  # pages come in index order
+        with pytest.raises(ValueError):
+            next(cat.iter_chunk_counts_by_doc(page=0))

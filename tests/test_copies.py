@@ -415,3 +415,53 @@ def _state_of(settings: object) -> dict[str, int]:
         return {cat.get_document(d).uri.rsplit("/", 1)[1]: n for d, n in counts.items()}
     finally:
         cat.close()
+
+
+@pytest.mark.slow
+def test_a_failed_promotion_leaves_no_half_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The promotion's live chunk rows and the copy becoming the holder are one
+    catalog transaction: a failure injected between the rows' write and the
+    document's update (inside ``promote_copy``) leaves the copy a duplicate
+    with no rows of its own (never rows under a copy still marked duplicate);
+    the next run promotes it, nothing embedded again."""
+    import ragsync.catalog.copies as catalog_copies
+    from ragsync.config import Settings, open_catalog
+
+    src = tmp_path / "src"
+    for folder in ("a", "b"):
+        (src / folder).mkdir(parents=True)
+        (src / folder / "notes.txt").write_text(NOTES)
+    settings = Settings(home=str(tmp_path / "home"))
+    first = _run(src, settings)
+    assert (first.documents_indexed, first.documents_duplicate) == (1, 1)  # type: ignore[attr-defined]
+    holder = next(iter(_state(settings)["owners"]))  # type: ignore[call-overload]
+    copy = "b/notes.txt" if holder == "a/notes.txt" else "a/notes.txt"
+
+    real = catalog_copies.document_update
+    failed: list[str] = []
+
+    def failing(doc_id: str, **values: object) -> object:
+        if values.get("status") == "indexed" and values.get("canonical_doc_id") == doc_id:
+            failed.append(doc_id)
+            raise RuntimeError("injected: the catalog went away during the promotion")
+        return real(doc_id, **values)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(catalog_copies, "document_update", failing)
+    (src / holder).unlink()
+    _run(src, settings)  # the event's delete fails and is queued for retry
+    assert len(failed) >= 1
+    cat = open_catalog(settings)
+    try:
+        docs = {d.uri.split("/src/", 1)[1]: d for d in cat.documents_for_source(_source_id(cat))}
+        rows = cat.chunk_counts_by_doc()
+    finally:
+        cat.close()
+    assert docs[copy].status == "duplicate"
+    assert rows.get(docs[copy].doc_id, 0) == 0  # no rows of a copy that is not the holder
+
+    monkeypatch.setattr(catalog_copies, "document_update", real)
+    again = _run(src, settings)
+    assert again.chunks_embedded == 0  # type: ignore[attr-defined]
+    state = _state(settings)
+    # (The deleted holder's own delete waits in the retry queue with its backoff.)
+    assert state["statuses"][copy] == "indexed" and state["owners"][copy] == 1 and state["ok"]  # type: ignore[index]

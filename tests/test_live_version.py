@@ -183,3 +183,135 @@ def test_after_the_flip_the_replaced_chunks_are_hidden_before_their_deletion(
     assert _repair(settings) == [("delete_dead_rows", "catalog", "t", 1)]
     assert _everywhere(settings) == ({KEEP.chunk_id, NEW.chunk_id},) * 3
     assert _query(settings) == sorted([KEEP.chunk_id, NEW.chunk_id])
+
+
+HOTELS_V1 = "# Hotels\n\nIn London the nightly hotel limit is 250 EUR.\n\n## Oslo\n\nIn Oslo it is 210 EUR.\n"
+HOTELS_V2 = (
+    "# Hotels\n\nIn Lisbon the nightly hotel limit is 999 EUR.\n\n## Porto\n\nIn Porto it is 180 EUR.\n"
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "hook",
+    [
+        "RAGSYNC_CRASH_AFTER_INDEX_WRITES",  # new chunks in both indexes, no catalog row yet
+        "RAGSYNC_CRASH_BEFORE_FLIPS",  # new chunks in both indexes and pending in the catalog
+    ],
+)
+def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None:
+    """A real SIGKILL of the backfill process (the fault hook ``hook=1``)
+    between the edited document's index write and its flip: while crashed,
+    a query (``hybrid_query``, real model, Milvus Lite, tantivy, SQLite)
+    returns exactly the old version's chunks of that document, never the new
+    ones that are already in the indexes; a re-run converges to the state of
+    a clean run of the edited files, reconcile passes, no pending row left."""
+    import os
+    import signal
+
+    from beam_pipelines.sync import run_backfill
+    from ragsync.query import hybrid_query
+    from ragsync.reconcile import reconcile
+    from tests.proc import cli, run_json, run_until_killed
+
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "hotels.md").write_text(HOTELS_V1)
+    (src / "notes.txt").write_text("Notes from the quarterly meeting.\n\nRevenue grew by twelve percent.\n")
+    settings = Settings(home=str(tmp_path / "home"))
+    run_backfill(str(src), settings, show_progress=False)
+
+    def hotel_rows() -> tuple[str, set[str], set[str]]:
+        """(doc id, live chunk ids, pending chunk ids) of hotels.md."""
+        catalog = open_catalog(settings)
+        try:
+            doc = next(
+                d for d in catalog.documents_for_source(_source(catalog)) if d.uri.endswith("hotels.md")
+            )
+            rows = catalog.chunk_ids_for_doc(doc.doc_id)
+            pending = catalog.pending_chunk_ids("default") & rows
+            return doc.doc_id, rows - pending, pending
+        finally:
+            catalog.close()
+
+    def hotel_hits() -> set[str]:
+        hits: set[str] = set()
+        for question in ("nightly hotel limit London Oslo", "nightly hotel limit Lisbon Porto 999"):
+            hits |= {h.chunk_id for h in hybrid_query(settings, question, groups=["everyone"], k=20)
+                     if h.doc_id == doc_id}  # fmt: skip
+        return hits
+
+    doc_id, old_ids, pending = hotel_rows()
+    assert old_ids and not pending
+    assert hotel_hits() == old_ids
+
+    (src / "hotels.md").write_text(HOTELS_V2)
+    env = dict(os.environ, HF_HUB_OFFLINE="1", **{hook: "1"})
+    cmd = cli("backfill", str(src), "--home", settings.home, "--quiet")
+    log = tmp_path / "crash.log"
+    assert run_until_killed(cmd, env, log) == -signal.SIGKILL, log.read_text()[-2000:]
+
+    # Crashed inside the window: the new chunks are in both indexes (and,
+    # before the flip, pending in the catalog), the old version still live.
+    vectors, keywords = open_vector_index(settings, DIM), open_keyword_index(settings)
+    try:
+        in_vectors, in_keywords = set(vectors.chunk_ids("default")), set(keywords.chunk_ids("default"))
+    finally:
+        keywords.close()
+        vectors.close()
+    _, live, pending = hotel_rows()
+    assert live == old_ids
+    new_in_index = (in_vectors & in_keywords) - live - _all_catalog_ids(settings, exclude=pending)
+    assert new_in_index, "the kill should leave the new version's chunks in both indexes"
+    if hook == "RAGSYNC_CRASH_BEFORE_FLIPS":
+        assert pending and pending <= new_in_index
+    else:
+        assert not pending
+    hits = hotel_hits()
+    assert hits == old_ids and not hits & new_in_index
+    assert not [
+        h for h in hybrid_query(settings, "Lisbon Porto 999", groups=["everyone"], k=20) if "Lisbon" in h.text
+    ]
+
+    # The re-run converges: the state of a clean run of the edited files.
+    env.pop(hook)
+    run_json(cmd + ["--json"], env, Path(__file__).resolve().parents[1])
+    clean = Settings(home=str(tmp_path / "clean"))
+    run_backfill(str(src), clean, show_progress=False)
+    _, live, pending = hotel_rows()
+    assert not pending and live != old_ids
+    assert _all_catalog_ids(settings) == _all_catalog_ids(clean)
+    vectors, keywords = open_vector_index(settings, DIM), open_keyword_index(settings)
+    try:
+        assert (
+            set(vectors.chunk_ids("default")) == set(keywords.chunk_ids("default")) == _all_catalog_ids(clean)
+        )
+    finally:
+        keywords.close()
+        vectors.close()
+    assert reconcile(settings, DIM).ok
+    catalog = open_catalog(settings)
+    try:
+        assert catalog.pending_chunk_ids("default") == set()
+    finally:
+        catalog.close()
+    assert hotel_hits() == live
+    assert any("Lisbon" in h.text for h in hybrid_query(settings, "Lisbon nightly", groups=["everyone"], k=5))
+
+
+def _source(catalog: Any) -> str:
+    from sqlalchemy import select
+
+    from ragsync.catalog import schema
+
+    with catalog.engine.connect() as conn:
+        return str(conn.execute(select(schema.sources.c.source_id)).scalar_one())
+
+
+def _all_catalog_ids(settings: Settings, exclude: set[str] | None = None) -> set[str]:
+    """Every chunk id the catalog holds for the tenant ``default``, less ``exclude``."""
+    catalog = open_catalog(settings)
+    try:
+        return catalog.chunk_ids_for_tenant("default") - (exclude or set())
+    finally:
+        catalog.close()

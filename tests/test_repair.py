@@ -160,3 +160,58 @@ def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pyt
         kw.close()
         vec.close()
     assert backfill.sweep_orphans(settings, DIM) == 0
+
+
+def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
+    """Reconcile's catalog side is streamed: every chunk-count query it runs
+    is one keyset page of at most ``page`` documents (the statement's LIMIT),
+    never the whole table at once; the report is the same as the unpaged
+    comparison (a chunk lost by the vector index, a document only in the
+    indexes, the rest in agreement)."""
+    from sqlalchemy import event
+    from sqlalchemy.engine import Engine
+
+    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from ragsync.reconcile import Mismatch, reconcile
+    from tests.store_contract import make_chunk, vector_for
+
+    settings = Settings(home=str(tmp_path / "home"))
+    chunks = [make_chunk(i, tenant="t1", doc=f"d{i // 2}") for i in range(14)]  # d0..d6, 2 chunks each
+    ghost = make_chunk(99, tenant="t1", doc="ghost")
+    cat = open_catalog(settings)
+    vec = open_vector_index(settings, DIM, create=True)
+    kw = open_keyword_index(settings, create=True)
+    try:
+        cat.ensure_source("s1", "t1", "object_store", "")
+        assert cat.write_chunks(chunks) == 14
+        stored = [c for c in chunks if c.chunk_id != chunks[5].chunk_id] + [ghost]  # d2 lost one
+        vec.upsert(stored, [vector_for(c.chunk_id, DIM) for c in stored])
+        kw.upsert(chunks + [ghost])
+    finally:
+        kw.close()
+        vec.close()
+        cat.close()
+
+    pages: list[tuple[str, object]] = []
+
+    def seen(
+        conn: object, cursor: object, statement: str, params: object, context: object, many: bool
+    ) -> None:
+        flat = " ".join(statement.split()).lower()
+        if "from chunks" in flat and "group by chunks.doc_id" in flat:
+            pages.append((flat, params))
+
+    event.listen(Engine, "before_cursor_execute", seen)
+    try:
+        report = reconcile(settings, DIM, page=2)
+    finally:
+        event.remove(Engine, "before_cursor_execute", seen)
+
+    assert report.documents == 8 and report.chunks == 14
+    assert report.mismatches == [Mismatch("d2", 1, 2, 2), Mismatch("ghost", 1, 1, 0)]
+    # 7 documents in pages of 2: 2, 2, 2, 1 -> four queries, each with LIMIT 2.
+    assert len(pages) == 4, pages
+    for flat, params in pages:
+        assert " limit " in flat, flat
+        assert 2 in (params.values() if isinstance(params, dict) else params), params  # type: ignore[union-attr]
+    assert reconcile(settings, DIM, page=2).to_dict() == reconcile(settings, DIM, page=5000).to_dict()

@@ -123,14 +123,15 @@ def _promote(step: Any, owner: Any, plan: CopiesPlan, chunks: list[Chunk]) -> No
         step._vectors.upsert(rekeyed, [vectors[c.text_hash] for c in rekeyed])
         step._keywords.upsert(rekeyed)
         step.shadow_upsert(rekeyed)
-        catalog.write_chunks(rekeyed)
+    # The live rows and the promotion commit together: never rows of a copy
+    # still marked duplicate, nor an indexed holder without its rows.
     catalog.promote_copy(
         holder,
         from_doc_id=owner.doc_id,
         chunker_id=chunker_id,
         parser_version=owner.parser_version or "",
-        chunk_count=len(rekeyed),
         indexed_at=time.time(),
+        chunks=rekeyed,
     )
     if rekeyed:
         sig = near_dup.signature("\n\n".join(c.text for c in rekeyed))

@@ -126,6 +126,10 @@ class _WriteFn(CopiesDoFn):
         # RAGSYNC_CRASH_AFTER_FLIPS=N: SIGKILL after the N-th version flip,
         # before the vanished chunks are deleted.
         self._crash_after_flips = int(os.environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "0") or 0)
+        # RAGSYNC_CRASH_BEFORE_FLIPS=N: SIGKILL before the N-th version flip,
+        # once that document's new chunks are in both indexes and its chunk
+        # rows in the catalog (pending): inside the write -> flip window.
+        self._crash_before_flips = int(os.environ.get("RAGSYNC_CRASH_BEFORE_FLIPS", "0") or 0)
         self._flips = 0
         self._seen_versions: dict[str, str] = {}
 
@@ -252,6 +256,9 @@ class _WriteFn(CopiesDoFn):
         # names the new version's chunk ids, in its own transaction.
         self._catalog.write_chunks(list(plan.chunks), pending=True)
         self.count("chunks_written", len(new_ids))
+        if self._crash_before_flips and self._flips + 1 >= self._crash_before_flips:
+            print("[fault] sending SIGKILL before the flip", file=sys.stderr, flush=True)
+            os.kill(os.getpid(), signal.SIGKILL)
         flipped = self._catalog.flip_indexed_version(
             doc.doc_id,
             content_hash=doc.content_hash,

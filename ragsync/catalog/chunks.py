@@ -6,11 +6,11 @@ Tables: ``chunks`` (rows are :class:`~ragsync.model.Chunk`) and
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, select, update
+from sqlalchemy import Connection, func, select, update
 from sqlalchemy.engine import RowMapping
 
 from ragsync.catalog import schema
@@ -56,6 +56,13 @@ class ChunksRepository(Repository):
         Returns:
             Number of distinct chunk ids written.
         """
+        with self._engine.begin() as conn:
+            return self._write_chunk_rows(conn, chunks, pending=pending)
+
+    def _write_chunk_rows(self, conn: Connection, chunks: Sequence[Chunk], *, pending: bool = False) -> int:
+        """:meth:`write_chunks` inside the caller's transaction ``conn`` (so
+        another write can commit or fail with it). Returns the number of
+        distinct chunk ids written."""
         by_id: dict[str, dict[str, Any]] = {}
         for c in chunks:
             by_id[c.chunk_id] = {
@@ -74,8 +81,7 @@ class ChunksRepository(Repository):
         if not by_id:
             return 0
         columns = [name for name in next(iter(by_id.values())) if name not in ("chunk_id", "pending")]
-        with self._engine.begin() as conn:
-            self._upsert(conn, schema.chunks, list(by_id.values()), ["chunk_id"], columns)
+        self._upsert(conn, schema.chunks, list(by_id.values()), ["chunk_id"], columns)
         return len(by_id)
 
     def delete_chunks(self, chunk_ids: Sequence[str], *, tenant_id: str | None = None) -> int:
@@ -119,8 +125,42 @@ class ChunksRepository(Repository):
         return out
 
     def chunk_counts_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
-        """Number of stored chunks per doc_id, for one tenant or all."""
-        return self._count_by(schema.chunks.c.doc_id, tenant_id=tenant_id)
+        """Number of stored chunks per doc_id, for one tenant or all, as one
+        dict (O(documents) memory: for tests and small catalogs; reconcile
+        reads :meth:`iter_chunk_counts_by_doc`)."""
+        return dict(self.iter_chunk_counts_by_doc(tenant_id))
+
+    def iter_chunk_counts_by_doc(
+        self, tenant_id: str | None = None, *, page: int = 5000
+    ) -> Iterator[tuple[str, int]]:
+        """(doc_id, number of stored chunk rows) of every document with chunk
+        rows, for one tenant or all, in the database's doc_id order.
+
+        Read in keyset pages of at most ``page`` documents (``doc_id >
+        last ... GROUP BY doc_id ORDER BY doc_id LIMIT page``, along
+        ``ix_chunks_doc``), each on its own short connection: at most ``page``
+        documents' counts are held at once, whatever the catalog's size.
+        Pending rows count like live ones (they are in the stores too).
+
+        Raises:
+            ValueError: ``page`` is below 1.
+        """
+        if page < 1:
+            raise ValueError(f"page must be at least 1, not {page}")
+        t = schema.chunks
+        after: str | None = None
+        while True:
+            query = select(t.c.doc_id, func.count()).group_by(t.c.doc_id).order_by(t.c.doc_id).limit(page)
+            if after is not None:
+                query = query.where(t.c.doc_id > after)
+            if tenant_id is not None:
+                query = query.where(t.c.tenant_id == tenant_id)
+            with self._read_engine.connect() as conn:
+                rows = [(str(doc), int(n)) for doc, n in conn.execute(query)]
+            yield from rows
+            if len(rows) < page:
+                return
+            after = rows[-1][0]
 
     def set_chunk_acl_ids(self, doc_id: str, acl_ids: Sequence[str], *, tenant_id: str | None = None) -> int:
         """Replace the ACL ids of every chunk of a document (permission change).

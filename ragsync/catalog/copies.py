@@ -12,11 +12,13 @@ import numpy as np
 from sqlalchemy import Connection, and_, bindparam, or_, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _batches, _now
+from ragsync.catalog.base import _batches, _now
+from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row, document_update
+from ragsync.model import Chunk
 
 
-class CopiesRepository(Repository):
+class CopiesRepository(ChunksRepository):
     """Exact copies (which document holds the chunks of shared bytes) and
     near-duplicate groups (MinHash signatures and LSH bands)."""
 
@@ -55,21 +57,25 @@ class CopiesRepository(Repository):
         from_doc_id: str,
         chunker_id: str,
         parser_version: str,
-        chunk_count: int,
         indexed_at: float,
+        chunks: Sequence[Chunk] = (),
     ) -> int:
         """Make the exact copy ``doc_id`` the holder of the chunks that
-        ``from_doc_id`` held (after its chunk rows were re-keyed to it), in
-        one transaction: it becomes ``indexed`` and its own canonical copy,
-        and every live copy linked to ``from_doc_id`` is linked to it.
+        ``from_doc_id`` held, in one transaction: its re-keyed chunk rows
+        ``chunks`` are written (live), it becomes ``indexed`` with
+        ``chunk_count = len(chunks)`` and its own canonical copy, and every
+        live copy linked to ``from_doc_id`` is linked to it. A failure at any
+        point leaves none of it: never rows of a copy still marked
+        ``duplicate``, nor an ``indexed`` holder without its rows.
 
         Args:
             doc_id: the promoted copy.
             from_doc_id: the previous holder (deleted, or now other content).
             chunker_id: chunker config of the re-keyed chunks.
             parser_version: parser of the re-keyed chunks.
-            chunk_count: number of re-keyed chunks.
             indexed_at: epoch seconds.
+            chunks: ``from_doc_id``'s chunks re-keyed to ``doc_id`` (already
+                in both indexes).
 
         Returns:
             Number of other copies re-linked to ``doc_id``.
@@ -77,6 +83,7 @@ class CopiesRepository(Repository):
         t = schema.documents
         now = _now()
         with self._engine.begin() as conn:
+            self._write_chunk_rows(conn, chunks)
             row = conn.execute(select(t.c.source_version).where(t.c.doc_id == doc_id)).first()
             conn.execute(
                 document_update(
@@ -86,7 +93,7 @@ class CopiesRepository(Repository):
                     error_class=None,
                     chunker_id=chunker_id,
                     parser_version=parser_version,
-                    chunk_count=chunk_count,
+                    chunk_count=len(chunks),
                     indexed_version=row[0] if row is not None else None,
                     indexed_at=indexed_at,
                     updated_at=now,
