@@ -222,8 +222,10 @@ def test_stream_lanes_from_flag_pipeline_option_or_env(monkeypatch: pytest.Monke
 
 
 def _readme_commands() -> list[str]:
-    """Every ``ragsync ...`` command line in the README's bash blocks (continuations joined)."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """Every ``ragsync ...`` command line in the bash blocks of the README and
+    docs/ (continuations joined)."""
+    root = Path(__file__).resolve().parents[1]
+    text = "\n".join(p.read_text() for p in [root / "README.md", *sorted((root / "docs").glob("*.md"))])
     commands: list[str] = []
     in_bash = False
     pending = ""
