@@ -35,6 +35,7 @@ from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
+from ragsync.identity import Identities
 
 DEFAULT_RETRY_CAP_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 5
@@ -297,6 +298,11 @@ class ApiConnector:
         adds the ``User-Agent``) and the source's credential headers (empty
         when anonymous)."""
         raise NotImplementedError
+
+    def list_identities(self) -> Identities | None:
+        """None: this API's users and groups are not listed (a subclass that
+        lists them overrides this; see ``connectors.base.Connector``)."""
+        return None
 
     def close(self) -> None:
         self.api.close()
