@@ -6,6 +6,13 @@ of the groups: a deny entry wins over any allow), and every hit is checked
 again against the catalog's chunk row before it is shown, so a store that
 missed an ACL update cannot leak a chunk.
 
+A reader is caller groups (valid in every source) or a user named in the
+query, whose groups are per source (``ragsync.identity.Reader``): the
+stores filter by every ACL id the user's groups allow in some source, and
+the catalog check then shows a document only when its ACL is allowed by the
+groups the user holds in the document's own source (or the source its
+``identities_from`` option names), over-fetching like a filter to fill ``k``.
+
 Results are deterministic: each store's hits are ordered by score then chunk
 id before fusion (stores return tied scores in no fixed order), and fused
 ties are broken by chunk id, so identical inputs give identical rankings.
