@@ -27,14 +27,18 @@ deleted) leaves nothing extra searchable, even before ``reconcile --repair``.
 A chunk both versions share keeps its id and is shown once throughout.
 
 Filters (:class:`QueryFilters`: source ids, formats, modified-date range) are
-applied in this same path. The stores hold only tenant, ACL ids and text per
-chunk, so the filters are checked against the catalog's document rows after
-fusion (a post-filter); to still fill ``k`` results, a filtered query
-over-fetches: it asks each store for more hits (x4 each round, up to
+applied in this same path. The stores hold tenant, ACL ids, doc id and text
+per chunk. A source filter whose sources hold at most
+:data:`MAX_PUSHED_DOCS` live documents is pushed into both stores' search as
+a filter on those documents' ids (and the holders of their exact copies'
+chunks), so a rare source fills ``k`` from its own chunks. Every filter is
+also checked against the catalog's document rows after fusion (a
+post-filter); to still fill ``k`` results, a filtered query over-fetches: it
+asks each store for more hits (x4 each round, up to
 :data:`MAX_FILTER_DEPTH`) until ``k`` hits pass or the stores run out. A
-filter that matches few documents of a large tenant may therefore return
-fewer than ``k`` hits; pushing the filters into the stores needs their
-schemas to carry source id, format and date (not done yet).
+format or date filter, or a source filter over more documents, that matches
+few documents of a large tenant may therefore return fewer than ``k`` hits
+(the stores do not carry source, format or date).
 """
 
 from __future__ import annotations
@@ -55,6 +59,10 @@ RRF_K = 60
 
 MAX_FILTER_DEPTH = 4096
 """The most hits a filtered query asks each store for (over-fetch cap)."""
+
+MAX_PUSHED_DOCS = 2000
+"""A source filter matching at most this many documents is pushed into the
+stores' search (a ``doc_id`` filter); a larger one is post-filtered."""
 
 
 def page_link(uri: str) -> str:
@@ -283,9 +291,13 @@ def hybrid_query(
         try:
             vector = embed_query(spec, text)
             depth = max(k * 4, 20)
+            pushed = None
+            if filters is not None and filters.source_ids:
+                # A source of few documents: the stores search only its documents.
+                pushed = catalog.doc_ids_in_sources(tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS)
             while True:
-                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied)
-                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied)
+                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
+                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
                 results = _assemble(catalog, tenant_id, vhits, khits, reader, k, filters)
                 exhausted = len(vhits) < depth and len(khits) < depth
                 # A user's grant is per source (a post-filter too): over-fetch as for filters.

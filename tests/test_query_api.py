@@ -384,3 +384,48 @@ def _row(d: Doc) -> Any:
         source_version=f"{d.mtime:.6f}",
         version_domain="timestamp",
     )
+
+
+# ------------------------------------------------- a rare source: the filter pushed into the stores
+
+
+@pytest.fixture(scope="module")
+def rare_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[QueryHome, list[Doc]]:
+    """150 documents of source ``big`` that both stores rank first for "hotel nights"
+    (the query's own vector; the words repeated in a short text), and 3 of source
+    ``rare`` that they rank last (the opposite vector; the words once in a long
+    text), one of them an exact copy whose chunk a ``big`` document holds."""
+    from ragsync.index_versions import live_spec
+    from ragsync.query import embed_query
+
+    home = QueryHome(tmp_path_factory.mktemp("rare-source"))
+    query = embed_query(live_spec(home.settings), "hotel nights")
+    far = [-x for x in query]
+    filler = "unrelated words about budgets vendors quarters meetings and approvals " * 3
+    big = [Doc("t", "big", f"b{i:03d}", "hotel nights hotel nights hotel", ("staff",)) for i in range(150)]
+    rare = [Doc("t", "rare", f"r{i}", f"hotel nights {filler} number {i}", ("staff",)) for i in range(2)]
+    holder = Doc("t", "big", "holder", f"hotel nights {filler} held", ("staff",))
+    home.write(big + rare + [holder], [query] * len(big) + [far] * (len(rare) + 1))
+    copy = Doc("t", "rare", "r-copy", holder.text, ("staff",))
+    home.write_copy(copy, holder)
+    return home, [*rare, copy]
+
+
+def test_a_source_filter_is_pushed_into_the_stores_so_a_rare_source_fills_k(
+    rare_home: tuple[QueryHome, list[Doc]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, rare = rare_home
+    monkeypatch.setattr("ragsync.query.MAX_FILTER_DEPTH", 64)  # over-fetch stops well before the rare ones
+    rare_only = QueryFilters(source_ids=("rare",))
+
+    def read() -> list[str]:
+        hits = hybrid_query(
+            home.settings, "hotel nights", groups=["staff"], tenant_id="t", k=3, filters=rare_only
+        )
+        return sorted(h.doc_id for h in hits)
+
+    assert read() == sorted(d.doc_id for d in rare)  # k hits, the copy shown as itself
+    # Without the push-down (a source of more documents than MAX_PUSHED_DOCS), the post-filter
+    # over-fetch reaches its cap among the big source's hits and returns fewer than k.
+    monkeypatch.setattr("ragsync.query.MAX_PUSHED_DOCS", 2)
+    assert read() == []
