@@ -341,7 +341,10 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
         finally:
             connector.close()
         if counts is None:
-            raise ConfigurationError(f"source {source_id!r} ({spec.type}) lists no identities")
+            raise ConfigurationError(
+                f"source {source_id!r} ({spec.type}) lists no identities (a drive or tickets source "
+                "lists them with option identities=true)"
+            )
     finally:
         catalog.close()
     return {
