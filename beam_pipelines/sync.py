@@ -48,7 +48,7 @@ from beam_pipelines.backfill import (
 )
 from beam_pipelines.quick import BackfillSummary
 from connectors.api import RateLimitedError
-from connectors.base import CursorExpiredError, SourceSpec
+from connectors.base import Connector, CursorExpiredError, SourceSpec
 from connectors.location import source_location
 from connectors.sync import FeedResult, read_feed
 from ragsync import lifecycle
@@ -58,7 +58,6 @@ from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError
-from ragsync.identity import Identities
 from ragsync.model import Event
 from transforms.listing import connector_for
 
@@ -276,11 +275,12 @@ def run_sync(
     )
 
 
-def sync_identities(catalog: Any, connector: Any, spec: SourceSpec) -> dict[str, int] | None:
+def sync_identities(catalog: Any, connector: Connector, spec: SourceSpec) -> dict[str, int] | None:
     """Replace the source's users, groups and memberships in the catalog with what it lists now.
 
-    Part of every sync of a source whose connector has ``list_identities()``
-    (and of ``ragsync identities sync``). The listing goes through the
+    Part of every sync of a source whose connector lists identities
+    (``Connector.list_identities()`` is not None), and of ``ragsync
+    identities sync``. The listing goes through the
     connector's own client: the source's credentials, its rate-limit and
     backoff handling. The replacement is one transaction, so a membership
     removed at the source is gone once this returns.
@@ -297,10 +297,9 @@ def sync_identities(catalog: Any, connector: Any, spec: SourceSpec) -> dict[str,
     Raises:
         Whatever the connector's listing raises; the catalog is then unchanged.
     """
-    lister = getattr(connector, "list_identities", None)
-    if lister is None:
+    found = connector.list_identities()
+    if found is None:
         return None
-    found: Identities = lister()
     catalog.replace_identities(spec.tenant_id, spec.source_id, found)
     return {
         "users": len(found.users),
@@ -342,7 +341,10 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
         finally:
             connector.close()
         if counts is None:
-            raise ConfigurationError(f"source {source_id!r} ({spec.type}) lists no identities")
+            raise ConfigurationError(
+                f"source {source_id!r} ({spec.type}) lists no identities (a drive or tickets source "
+                "lists them with option identities=true)"
+            )
     finally:
         catalog.close()
     return {

@@ -35,6 +35,7 @@ from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
+from ragsync.identity import Identities
 
 DEFAULT_RETRY_CAP_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 5
@@ -282,21 +283,29 @@ class ApiConnector:
         refresh = refresh_credentials(auth.get("Authorization", "")) if cls.oauth_refresh else None
         token = RefreshingToken(refresh, transport=transport) if refresh is not None else None
 
-        def client(headers: Mapping[str, str], **options: Any) -> ApiClient:
+        def client(headers: Mapping[str, str], *, uri: str = "", **options: Any) -> ApiClient:
             sent = {"User-Agent": cls.user_agent, **headers}
             if token is not None:
                 sent.pop("Authorization", None)  # set from the token before each request
-            http = LocatedHttpClient(location, limits, sent, transport)
+            where = Location.parse(uri) if uri else location
+            http = LocatedHttpClient(where, limits, sent, transport)
             return ApiClient(http, sleep=sleep, token=token, **options)
 
         return cls.from_clients(spec, client, auth)
 
     @classmethod
     def from_clients(cls, spec: Any, client: ClientFactory, auth: dict[str, str]) -> Self:
-        """The connector, given ``client(headers, **ApiClient options)`` (which
-        adds the ``User-Agent``) and the source's credential headers (empty
-        when anonymous)."""
+        """The connector, given ``client(headers, *, uri="", **ApiClient options)``
+        (which adds the ``User-Agent``; ``uri``, a fixed address of the
+        service's other API, confines that client there instead of the
+        source's location) and the source's credential headers (empty when
+        anonymous)."""
         raise NotImplementedError
+
+    def list_identities(self) -> Identities | None:
+        """None: this API's users and groups are not listed (a subclass that
+        lists them overrides this; see ``connectors.base.Connector``)."""
+        return None
 
     def close(self) -> None:
         self.api.close()

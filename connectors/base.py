@@ -25,6 +25,7 @@ from typing import Any, BinaryIO, ClassVar, Protocol
 from ragsync import ids
 from ragsync.decisions import ListedObject
 from ragsync.errors import ConfigurationError, FetchError
+from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 
 
@@ -203,6 +204,20 @@ class Connector(Protocol):
 
         Raises:
             InvalidEventError: the payload is not one this source sends.
+        """
+        ...
+
+    def list_identities(self) -> Identities | None:
+        """The source's users, groups and memberships, for queries by user.
+
+        An optional capability: a connector whose source has no identities
+        (a folder, a bucket) returns None, and identity sync leaves the
+        catalog unchanged. One that has them returns the complete set, ids as
+        its ACLs write them (a partial listing raises instead: it would
+        remove memberships it missed).
+
+        Raises:
+            FetchError (and subclasses): the listing could not be completed.
         """
         ...
 

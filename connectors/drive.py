@@ -28,6 +28,19 @@ and nowhere else: links in file metadata (``webContentLink``,
   it expires (``connectors.oauth``).
 - **Webhooks**: push notifications (``changes.watch``) carry no change, only
   ``X-Goog-Resource-State``: they trigger a read of the change feed.
+- **Identities** (``list_identities``, with option ``identities: true``; the
+  credentials must be a Workspace admin's): the Admin SDK Directory API at
+  ``https://admin.googleapis.com/admin/directory/v1`` (a second client
+  confined there; the Drive client stays under the Drive API): ``users``
+  and ``groups`` of ``customer=my_customer``, and each group's ``members``,
+  all paged by ``nextPageToken``. Ids are as the permissions write them: a
+  user ``alice@example.com`` holds ``user:alice@example.com``,
+  ``domain:example.com`` and ``everyone``, and ``group:EMAIL`` of each group
+  they are a member of; a member of type ``GROUP`` is a nested group
+  (expanded through ``ragsync.identity``), ``CUSTOMER`` makes every listed
+  user a member. Suspended and archived users, and members whose status is
+  not ``ACTIVE``, are left out (fail closed). Without the option the source
+  lists no identities.
 """
 
 from __future__ import annotations
@@ -44,10 +57,12 @@ from connectors.base import ChangePage, SourceSpec, as_object, make_event
 from connectors.location import _refuse
 from connectors.reader import HttpStatusError
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 
 EVERYONE = "everyone"
 DRIVE_API = "https://www.googleapis.com/drive/v3"
+DIRECTORY_API = "https://admin.googleapis.com/admin/directory/v1"
 FOLDER = "application/vnd.google-apps.folder"
 #: Google types exported, and the format they are exported as.
 _OOXML = "application/vnd.openxmlformats-officedocument"
@@ -123,16 +138,27 @@ class DriveConnector(ApiConnector):
     default_uri: ClassVar[str] = DRIVE_API
     oauth_refresh: ClassVar[bool] = True
 
-    def __init__(self, spec: SourceSpec, api: ApiClient) -> None:
+    def __init__(self, spec: SourceSpec, api: ApiClient, directory: ApiClient | None = None) -> None:
         super().__init__(spec, api)
         drive_ids = spec.options.get("drive_ids", [])
         if not isinstance(drive_ids, list) or not all(isinstance(d, str) and _ID.match(d) for d in drive_ids):
             raise ConfigurationError("option 'drive_ids' must be a list of shared drive ids")
         self.drive_ids = tuple(drive_ids)
+        if not isinstance(spec.options.get("identities", False), bool):
+            raise ConfigurationError("option 'identities' must be true or false")
+        self.directory = directory if spec.options.get("identities", False) else None
 
     @classmethod
     def from_clients(cls, spec: SourceSpec, client: ClientFactory, auth: dict[str, str]) -> Self:
-        return cls(spec, client(auth, is_rate_limited=_is_rate_limited))
+        directory = None
+        if spec.options.get("identities", False) is True:
+            directory = client(auth, uri=DIRECTORY_API, is_rate_limited=_is_rate_limited)
+        return cls(spec, client(auth, is_rate_limited=_is_rate_limited), directory)
+
+    def close(self) -> None:
+        super().close()
+        if self.directory is not None:
+            self.directory.close()
 
     # -- addresses ------------------------------------------------------------------
 
@@ -302,6 +328,78 @@ class DriveConnector(ApiConnector):
 
     def permissions(self, item: SourceFile) -> tuple[str, ...]:
         return self._file_groups(self._file_id(item))
+
+    # -- identities -------------------------------------------------------------------
+
+    def _directory_pages(self, path: str, key: str, params: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        """Every entry of list ``key`` of a Directory API collection, page by page.
+
+        Raises:
+            FetchError (and subclasses): a page could not be read (through the
+                connector's client policy: 429 and rate-limit 403 waited out).
+        """
+        assert self.directory is not None
+        url = f"{self.directory.base_url}/{path}"
+        token = ""
+        while True:
+            data = as_object(
+                self.directory.get_json(url, {**params, **({"pageToken": token} if token else {})})
+            )
+            entries = data.get(key) or []
+            if not isinstance(entries, list):
+                raise FetchError(f"Directory API answered a {key!r} that is not a list")
+            yield from (e for e in entries if isinstance(e, dict))
+            token = str(data.get("nextPageToken") or "")
+            if not token:
+                return
+
+    def list_identities(self) -> Identities | None:
+        """The Workspace's users, groups and memberships (see the module
+        docstring); None without option ``identities``.
+
+        Returns:
+            The complete set; a page that cannot be read raises instead.
+
+        Raises:
+            FetchError, AccessDeniedError (not an admin), RateLimitedError.
+        """
+        if self.directory is None:
+            return None
+        users: set[str] = set()
+        pairs: set[tuple[str, str]] = set()
+        nested: set[tuple[str, str]] = set()
+        for row in self._directory_pages("users", "users", {"customer": "my_customer", "maxResults": "500"}):
+            email = str(row.get("primaryEmail", "")).lower()
+            if "@" not in email or row.get("suspended") or row.get("archived"):
+                continue
+            users.add(email)
+            pairs.update({(email, f"user:{email}"), (email, f"domain:{email.rpartition('@')[2]}")})
+            pairs.add((email, EVERYONE))
+        groups: set[str] = set()
+        for group in self._directory_pages(
+            "groups", "groups", {"customer": "my_customer", "maxResults": "200"}
+        ):
+            key, email = str(group.get("id", "")), str(group.get("email", "")).lower()
+            if not _ID.match(key) or "@" not in email:
+                raise FetchError("Directory API answered a group without an id or e-mail")
+            parent = f"group:{email}"
+            groups.add(parent)
+            for member in self._directory_pages(f"groups/{key}/members", "members", {"maxResults": "200"}):
+                if member.get("status", "ACTIVE") != "ACTIVE":
+                    continue
+                kind, address = member.get("type"), str(member.get("email", "")).lower()
+                if kind == "USER" and "@" in address:
+                    pairs.add((address, parent))
+                elif kind == "GROUP" and "@" in address:
+                    nested.add((f"group:{address}", parent))
+                elif kind == "CUSTOMER":
+                    pairs.update((u, parent) for u in users)
+        return Identities(
+            users=frozenset(users),
+            groups=frozenset(groups | {g for _, g in pairs} | {g for g, _ in nested}),
+            user_groups=frozenset(pairs),
+            group_groups=frozenset(nested),
+        )
 
     # -- webhooks ---------------------------------------------------------------------
 

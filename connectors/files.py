@@ -56,6 +56,7 @@ from connectors.base import ChangePage, FileSystem, SourceSpec, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
 from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
+from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 
 ACL_SIDECAR = ".ragsync-acl.json"
@@ -174,6 +175,11 @@ class FolderConnector:
         return cls(spec, fs, limits)
 
     def close(self) -> None:
+        return None
+
+    def list_identities(self) -> Identities | None:
+        """None: a folder or bucket has no users or groups to list (its ACLs
+        come from sidecars and options)."""
         return None
 
     # -- listing ------------------------------------------------------------------

@@ -30,6 +30,16 @@ attachment whose ``content`` link points elsewhere is refused when fetched
   (none: fail closed).
 - **Webhooks**: ``jira:issue_created``/``jira:issue_updated``/comment events
   become upserts, ``jira:issue_deleted`` a delete.
+- **Identities** (``list_identities``, with option ``identities: true``; the
+  credentials need the *Browse users and groups* permission): Jira Cloud's
+  ``GET /rest/api/3/users/search`` (paged by ``startAt``/``maxResults``,
+  read until an empty page), ``/rest/api/3/group/bulk`` and
+  ``/rest/api/3/group/member?groupId=`` (paged until ``isLast``). A user id
+  is the ``accountId``; only active ``atlassian`` accounts are kept (apps
+  and customers are not readers). Groups are named as ``security_levels``
+  and ``acl_groups`` name them (the group's ``name``); each user is also in
+  ``everyone``. Jira has no nested groups. Without the option the source
+  lists no identities.
 """
 
 from __future__ import annotations
@@ -46,6 +56,7 @@ from connectors.api import ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, SourceSpec, as_object, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 
 EVERYONE = "everyone"
@@ -121,6 +132,9 @@ class JiraConnector(ApiConnector):
         self.security_levels = {str(k): tuple(sorted(str(g) for g in v)) for k, v in levels.items()}
         self.groups = spec.option_groups()
         self.attachments = bool(opts.get("attachments", True))
+        if not isinstance(opts.get("identities", False), bool):
+            raise ConfigurationError("option 'identities' must be true or false")
+        self.identities = bool(opts.get("identities", False))
         self._tz: tzinfo | None = None
 
     @classmethod
@@ -337,6 +351,64 @@ class JiraConnector(ApiConnector):
         issue_id = item.source_object_id.partition("/")[0]
         issue = self.api.get_json(self._url(f"rest/api/2/issue/{issue_id}"), {"fields": "security"})
         return self._issue_groups(issue.get("fields") or {})
+
+    # -- identities -------------------------------------------------------------------
+
+    def _accounts(self, path: str, params: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+        """Entries of a paged v3 listing: ``users/search`` answers a bare list
+        (read until an empty page), the others a page bean (until ``isLast``).
+
+        Raises:
+            FetchError (and subclasses): a page could not be read.
+        """
+        start = 0
+        while True:
+            data = self.api.get_json(
+                self._url(path), {**params, "startAt": str(start), "maxResults": str(_PAGE)}
+            )
+            page = data if isinstance(data, list) else as_object(data).get("values")
+            if not isinstance(page, list):
+                raise FetchError(f"Jira answered no list of values for {path}")
+            yield from (v for v in page if isinstance(v, dict))
+            start += len(page)
+            last = not page if isinstance(data, list) else bool(data.get("isLast", not page))
+            if last:
+                return
+
+    def list_identities(self) -> Identities | None:
+        """The site's active users, groups and memberships (see the module
+        docstring); None without option ``identities``.
+
+        Returns:
+            The complete set; a page that cannot be read raises instead.
+
+        Raises:
+            FetchError, AccessDeniedError, RateLimitedError: as for any call.
+        """
+        if not self.identities:
+            return None
+
+        def person(row: dict[str, Any]) -> str:
+            ok = row.get("accountType", "atlassian") == "atlassian" and row.get("active", True) is True
+            return str(row.get("accountId", "")) if ok else ""
+
+        users = {u for u in map(person, self._accounts("rest/api/3/users/search", {})) if u}
+        pairs = {(u, EVERYONE) for u in users}
+        groups: set[str] = set()
+        for group in self._accounts("rest/api/3/group/bulk", {}):
+            name, group_id = str(group.get("name", "")), str(group.get("groupId", ""))
+            if not name or not group_id:
+                raise FetchError("Jira answered a group without a name or groupId")
+            groups.add(name)
+            members = self._accounts(
+                "rest/api/3/group/member", {"groupId": group_id, "includeInactiveUsers": "false"}
+            )
+            pairs.update((u, name) for u in map(person, members) if u)
+        return Identities(
+            users=frozenset(users),
+            groups=frozenset(groups | {g for _, g in pairs}),
+            user_groups=frozenset(pairs),
+        )
 
     # -- webhooks ---------------------------------------------------------------------
 

@@ -6,6 +6,13 @@ of the groups: a deny entry wins over any allow), and every hit is checked
 again against the catalog's chunk row before it is shown, so a store that
 missed an ACL update cannot leak a chunk.
 
+A reader is caller groups (valid in every source) or a user named in the
+query, whose groups are per source (``ragsync.identity.Reader``): the
+stores filter by every ACL id the user's groups allow in some source, and
+the catalog check then shows a document only when its ACL is allowed by the
+groups the user holds in the document's own source (or the source its
+``identities_from`` option names), over-fetching like a filter to fill ``k``.
+
 Results are deterministic: each store's hits are ordered by score then chunk
 id before fusion (stores return tied scores in no fixed order), and fused
 ties are broken by chunk id, so identical inputs give identical rankings.
@@ -20,14 +27,18 @@ deleted) leaves nothing extra searchable, even before ``reconcile --repair``.
 A chunk both versions share keeps its id and is shown once throughout.
 
 Filters (:class:`QueryFilters`: source ids, formats, modified-date range) are
-applied in this same path. The stores hold only tenant, ACL ids and text per
-chunk, so the filters are checked against the catalog's document rows after
-fusion (a post-filter); to still fill ``k`` results, a filtered query
-over-fetches: it asks each store for more hits (x4 each round, up to
+applied in this same path. The stores hold tenant, ACL ids, doc id and text
+per chunk. A source filter whose sources hold at most
+:data:`MAX_PUSHED_DOCS` live documents is pushed into both stores' search as
+a filter on those documents' ids (and the holders of their exact copies'
+chunks), so a rare source fills ``k`` from its own chunks. Every filter is
+also checked against the catalog's document rows after fusion (a
+post-filter); to still fill ``k`` results, a filtered query over-fetches: it
+asks each store for more hits (x4 each round, up to
 :data:`MAX_FILTER_DEPTH`) until ``k`` hits pass or the stores run out. A
-filter that matches few documents of a large tenant may therefore return
-fewer than ``k`` hits; pushing the filters into the stores needs their
-schemas to carry source id, format and date (not done yet).
+format or date filter, or a source filter over more documents, that matches
+few documents of a large tenant may therefore return fewer than ``k`` hits
+(the stores do not carry source, format or date).
 """
 
 from __future__ import annotations
@@ -42,11 +53,16 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import ModelSpec
+from ragsync.identity import Reader, ReadGrant
 
 RRF_K = 60
 
 MAX_FILTER_DEPTH = 4096
 """The most hits a filtered query asks each store for (over-fetch cap)."""
+
+MAX_PUSHED_DOCS = 2000
+"""A source filter matching at most this many documents is pushed into the
+stores' search (a ``doc_id`` filter); a larger one is post-filtered."""
 
 
 def page_link(uri: str) -> str:
@@ -236,8 +252,11 @@ def hybrid_query(
             them is allowed by the chunk's ACL and none is denied by it.
         user: instead of ``groups``: a user synced from the tenant's sources
             (``ragsync identities sync``); their groups are the catalog's
-            memberships, nested groups expanded
-            (``Catalog.groups_of_user``). A user no sync listed reads nothing.
+            memberships, nested groups expanded, per source
+            (``Catalog.groups_of_user_by_source``): a document is read only
+            through the groups the user holds in its source (or the source
+            its ``identities_from`` option names). A user no sync listed
+            reads nothing.
         tenant_id: the reader's tenant: nothing of another tenant is returned.
         k: the most hits returned.
         spec: the embedding model (default: the live index version's).
@@ -254,7 +273,7 @@ def hybrid_query(
     if k <= 0:
         raise ValueError("k must be positive")
     if (groups is None) == (user is None):
-        raise ValueError("give exactly one of groups and user")
+        raise ValueError("give exactly one of groups and user")  # before loading the model
     if filters is not None and not filters.active:
         filters = None
     if spec is None:
@@ -263,24 +282,27 @@ def hybrid_query(
         spec = live_spec(settings)
     catalog = open_catalog(settings)
     try:
-        if user is not None:
-            groups = sorted(catalog.groups_of_user(tenant_id, user))
-        assert groups is not None
-        acl_ids = catalog.acl_ids_for_groups(tenant_id, list(groups))
+        reader = reader_of(catalog, tenant_id, groups=groups, user=user)
+        acl_ids, denied = sorted(reader.any_allowed), sorted(reader.any_denied)
         if not acl_ids:
             return []
-        denied = catalog.acl_ids_denying(tenant_id, list(groups))
         vectors = open_vector_index(settings, spec.dim)
         keywords = open_keyword_index(settings)
         try:
             vector = embed_query(spec, text)
             depth = max(k * 4, 20)
+            pushed = None
+            if filters is not None and filters.source_ids:
+                # A source of few documents: the stores search only its documents.
+                pushed = catalog.doc_ids_in_sources(tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS)
             while True:
-                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied)
-                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied)
-                results = _assemble(catalog, tenant_id, vhits, khits, acl_ids, denied, k, filters)
+                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
+                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
+                results = _assemble(catalog, tenant_id, vhits, khits, reader, k, filters)
                 exhausted = len(vhits) < depth and len(khits) < depth
-                if filters is None or len(results) >= k or exhausted or depth >= MAX_FILTER_DEPTH:
+                # A user's grant is per source (a post-filter too): over-fetch as for filters.
+                post_filtered = filters is not None or reader.everywhere is None
+                if not post_filtered or len(results) >= k or exhausted or depth >= MAX_FILTER_DEPTH:
                     return results
                 depth = min(depth * 4, MAX_FILTER_DEPTH)
         finally:
@@ -290,24 +312,52 @@ def hybrid_query(
         catalog.close()
 
 
+def reader_of(
+    catalog: Any, tenant_id: str, *, groups: Sequence[str] | None = None, user: str | None = None
+) -> Reader:
+    """The reader of a query: caller ``groups`` (every source) or a ``user``
+    (their groups per source, through the sources' ``identities_from``
+    links; see ``ragsync.identity.Reader``).
+
+    Raises:
+        ValueError: not exactly one of ``groups`` and ``user``.
+    """
+    if (groups is None) == (user is None):
+        raise ValueError("give exactly one of groups and user")
+
+    def grant(held: Sequence[str]) -> ReadGrant:
+        return ReadGrant(
+            frozenset(catalog.acl_ids_for_groups(tenant_id, list(held))),
+            frozenset(catalog.acl_ids_denying(tenant_id, list(held))),
+        )
+
+    if groups is not None:
+        return Reader(everywhere=grant(sorted(set(groups))))
+    assert user is not None
+    per_source = catalog.groups_of_user_by_source(tenant_id, user)
+    return Reader(
+        by_source={src: grant(sorted(held)) for src, held in per_source.items()},
+        links=catalog.identity_links(tenant_id) if per_source else {},
+    )
+
+
 def _assemble(
     catalog: Any,
     tenant_id: str,
     vhits: Sequence[Any],
     khits: Sequence[Any],
-    acl_ids: Sequence[str],
-    denied: Sequence[str],
+    reader: Reader,
     k: int,
     filters: QueryFilters | None,
 ) -> list[QueryResult]:
     """The first ``k`` fused hits that pass the catalog's checks (a chunk of
     the live version, tenant, ACL ids, deny entries, newest of near
-    duplicates, a live readable copy) and ``filters``."""
+    duplicates, a live copy ``reader`` may read in its source) and ``filters``."""
     fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
     rows = catalog.chunks_by_ids([cid for cid, _ in fused], live_only=True)
-    allowed, refused = set(acl_ids), set(denied)
+    allowed, refused = reader.any_allowed, reader.any_denied
     # Near duplicates (drafts of one file): only the newest of a group.
-    newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), list(acl_ids))
+    newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), sorted(allowed))
     docs: dict[str, Any] = {}
     parents: dict[str, str | None] = {}
     results: list[QueryResult] = []
@@ -320,13 +370,13 @@ def _assemble(
         if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
             continue
         if chunk.doc_id not in docs:
-            docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), allowed, filters)
+            docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), reader, filters)
         doc = docs[chunk.doc_id]
         if doc is None:
             continue
         parent = doc.parent_doc_id
         if parent and parent not in parents:
-            parents[parent] = _parent_link(catalog, parent, tenant_id, allowed)
+            parents[parent] = _parent_link(catalog, parent, tenant_id, reader)
         results.append(
             QueryResult(
                 doc_id=doc.doc_id,
@@ -348,27 +398,30 @@ def _assemble(
     return results
 
 
-def _parent_link(catalog: Any, parent_doc_id: str, tenant_id: str, allowed: set[str]) -> str | None:
+def _parent_link(catalog: Any, parent_doc_id: str, tenant_id: str, reader: Reader) -> str | None:
     """A child document's container's link, when the reader may read the
     container itself (else None: its address is not shown)."""
     parent = catalog.get_document(parent_doc_id)
-    if parent is None or parent.tenant_id != tenant_id or parent.acl_id not in allowed:
+    if parent is None or parent.tenant_id != tenant_id:
+        return None
+    if not reader.may_read(parent.source_id, parent.acl_id):
         return None
     return page_link(parent.uri)
 
 
-def _shown_copy(catalog: Any, holder: Any, allowed: set[str], filters: QueryFilters | None = None) -> Any:
+def _shown_copy(catalog: Any, holder: Any, reader: Reader, filters: QueryFilters | None = None) -> Any:
     """The document a hit on ``holder``'s chunks is shown as: None when the
     holder has no live version; else, of the holder and its exact copies
     (``transforms.copies``), the smallest doc id the reader may read through
-    its own permissions (and that passes ``filters``), so a reader never sees
+    its own permissions in its own source (and that passes ``filters``), so a reader never sees
     the path of a copy they may not read and the answer does not depend on
     which copy holds the chunks. None too when no live copy lets the reader
     in (chunks whose ACL ids lag behind a permission change: fail closed).
     """
     if holder is None or holder.status not in LIVE_STATUSES or holder.deleted_at:
         return None
-    readable = [d for d in [holder, *catalog.duplicates_of(holder.doc_id)] if d.acl_id in allowed]
+    copies = [holder, *catalog.duplicates_of(holder.doc_id)]
+    readable = [d for d in copies if reader.may_read(d.source_id, d.acl_id)]
     if filters is not None:
         readable = [d for d in readable if filters.matches(d)]
     return min(readable, key=lambda d: d.doc_id) if readable else None

@@ -90,8 +90,9 @@ class QueryHome:
         kindex = open_keyword_index(self.settings)
         try:
             chunks: list[Chunk] = []
-            for d in docs:
+            for d in {d.acl_id: d for d in docs}.values():  # each ACL once (100k docs share a few)
                 cat.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
+            for d in docs:
                 chash = ids.content_hash(d.text.encode())
                 version = f"{d.mtime:.6f}"
                 parent = ids.doc_id(d.tenant, d.source, d.parent) if d.parent else None

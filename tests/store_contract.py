@@ -99,8 +99,10 @@ class Harness:
         acl: Sequence[str],
         k: int = 10,
         deny: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
-        return list(store.search(tenant, self.query_for(target), acl, k, deny_acl_ids=deny))
+        query = self.query_for(target)
+        return list(store.search(tenant, query, acl, k, deny_acl_ids=deny, doc_ids=doc_ids))
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         raise NotImplementedError
@@ -314,9 +316,27 @@ def deny_acl_ids_hide_rows(h: Harness) -> None:
         store.close()
 
 
+def doc_ids_restrict_rows(h: Harness) -> None:
+    """``doc_ids`` (a query's source filter pushed down) returns only rows of
+    those documents; an empty list returns nothing; None does not restrict."""
+    store = h.open()
+    try:
+        a, b = make_chunk(1, doc="d-a"), make_chunk(2, doc="d-b")
+        other_tenant = make_chunk(3, tenant="t2", doc="d-b")
+        h.write(store, [a, b, other_tenant])
+        assert a.chunk_id in _ids(h.search_for(store, "t1", a, ["acl-a"]))
+        assert set(_ids(h.search_for(store, "t1", a, ["acl-a"], doc_ids=["d-b"]))) <= {b.chunk_id}
+        assert _ids(h.search_for(store, "t1", b, ["acl-a"], doc_ids=["d-b", "d-x"])) == [b.chunk_id]
+        assert h.search_for(store, "t1", a, ["acl-a"], doc_ids=[]) == []
+        assert h.search_for(store, "t1", b, ["acl-other"], doc_ids=["d-b"]) == []  # ACLs still apply
+    finally:
+        store.close()
+
+
 CONTRACT: list[Callable[[Harness], None]] = [
     idempotent_upsert,
     deny_acl_ids_hide_rows,
+    doc_ids_restrict_rows,
     delete_scoped_by_tenant,
     acl_and_tenant_filtering,
     set_acl_ids_changes_visibility,

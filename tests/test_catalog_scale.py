@@ -149,7 +149,7 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         for i in range(4):
             _record(cat, f"d{i}")
         cat.set_status("d0", "dead_letter", "corrupt")
-        assert migrate(engine) == ["0010", "0011", "0012", "0013"]
+        assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014"]
         assert sorted(cat.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),
@@ -177,7 +177,7 @@ def test_revision_0013_keeps_existing_chunks_live(catalog_url: str) -> None:
                 ),
                 [{"c": "c1", "h": "h1"}, {"c": "c2", "h": "h2"}],
             )
-        assert migrate(engine) == ["0013"]
+        assert migrate(engine) == ["0013", "0014"]
         cat = Catalog(engine, catalog_url)
         assert sorted(cat.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
         assert cat.pending_chunk_ids("t1") == set()
@@ -244,6 +244,13 @@ def test_the_rerun_check_finds_open_dead_letters_through_the_doc_index(small_cat
     assert (known["d03"].open_dead_letter, known["d04"].open_dead_letter) == (True, False)
     statement, params = _captured(cat, lambda: cat.unread_states(["d03", "d04"]))
     assert "ix_dead_letters_doc" in _plan(cat, statement, params)
+
+
+def test_a_query_hits_copies_are_found_through_the_canonical_index(small_catalog: Catalog) -> None:
+    cat = small_catalog
+    assert cat.duplicates_of("d01") == []
+    statement, params = _captured(cat, lambda: cat.duplicates_of("d01"))
+    assert "ix_documents_canonical" in _plan(cat, statement, params)
 
 
 def test_the_tally_triggers_do_not_fire_on_columns_they_do_not_count(catalog_url: str) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from ragsync.catalog import Catalog
-from ragsync.identity import Identities, expand_groups
+from ragsync.identity import Identities, Reader, ReadGrant, expand_groups
 
 
 @pytest.fixture
@@ -103,3 +103,51 @@ def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog
     nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain)
     catalog.replace_identities("t1", "wiki", nested)
     assert catalog.groups_of_user("t1", "u") == {f"g{i}" for i in range(MAX_GROUP_DEPTH + 1)}
+
+
+def test_same_user_id_in_two_sources_keeps_each_sources_groups(catalog: Catalog) -> None:
+    catalog.replace_identities("t1", "wiki", Identities(user_groups=frozenset({("alice", "staff")})))
+    catalog.replace_identities("t1", "jira", Identities(user_groups=frozenset({("alice", "admins")})))
+    assert catalog.groups_of_user_by_source("t1", "alice") == {"wiki": {"staff"}, "jira": {"admins"}}
+    assert catalog.groups_of_user_by_source("t1", "alice", source_id="jira") == {"jira": {"admins"}}
+    assert catalog.groups_of_user_by_source("t1", "nobody") == {}
+
+
+def test_identity_links_are_read_from_the_tenants_source_options(catalog: Catalog) -> None:
+    catalog.ensure_source("files", "t1", "object_store")
+    catalog.ensure_source("wiki", "t1", "wiki")
+    catalog.ensure_source("files", "t2", "object_store")
+    assert catalog.identity_links("t1") == {}
+    options = {"identities_from": "wiki", "acl_groups": ["x"]}
+    catalog.configure_source("files", tenant_id="t1", options=options)
+    catalog.configure_source("files", tenant_id="t2", options={"identities_from": "elsewhere"})
+    assert catalog.identity_links("t1") == {"files": "wiki"}
+    assert catalog.identity_links("t2") == {"files": "elsewhere"}
+
+
+# ------------------------------------------------------------------------- Reader
+
+STAFF = ReadGrant(frozenset({"acl-staff", "acl-staff-not-x"}), frozenset({"acl-staff-not-x"}))
+ADMINS = ReadGrant(frozenset({"acl-admins"}))
+
+
+def test_a_user_reads_each_source_only_through_that_sources_grant() -> None:
+    reader = Reader(by_source={"wiki": STAFF, "jira": ADMINS}, links={"files": "wiki"})
+    assert reader.may_read("wiki", "acl-staff")
+    assert not reader.may_read("wiki", "acl-admins")  # admins is jira's, not the wiki's
+    assert reader.may_read("jira", "acl-admins")
+    assert not reader.may_read("jira", "acl-staff")
+    assert reader.may_read("files", "acl-staff")  # linked to the wiki's identities
+    assert not reader.may_read("files", "acl-admins")
+    assert not reader.may_read("drive", "acl-staff")  # no identities, no link: nothing
+    assert not reader.may_read("wiki", "acl-staff-not-x")  # deny wins
+    assert reader.any_allowed == {"acl-staff", "acl-staff-not-x", "acl-admins"}
+    assert reader.any_denied == {"acl-staff-not-x"}
+
+
+def test_caller_groups_hold_in_every_source() -> None:
+    reader = Reader(everywhere=STAFF, by_source={"jira": ADMINS})
+    assert reader.may_read("anything", "acl-staff") and reader.may_read("jira", "acl-staff")
+    assert not reader.may_read("jira", "acl-admins")  # by_source is ignored for caller groups
+    assert not reader.may_read("anything", "acl-staff-not-x")
+    assert Reader().any_allowed == frozenset() and not Reader().may_read("s", "acl-staff")

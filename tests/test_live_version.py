@@ -87,6 +87,7 @@ def _write(settings: Settings, embedded: EmbeddedPlan) -> None:
 
 def _query(settings: Settings) -> list[str]:
     """Chunk ids a reader of ``acl`` gets for a query every chunk matches."""
+    from ragsync.identity import Reader, ReadGrant
     from ragsync.query import _assemble
 
     vectors, keywords, catalog = (
@@ -97,7 +98,8 @@ def _query(settings: Settings) -> list[str]:
     try:
         vhits = vectors.search("t", [0.1] * DIM, ["acl"], 50)
         khits = keywords.search("t", "policy text", ["acl"], 50)
-        return sorted(r.chunk_id for r in _assemble(catalog, "t", vhits, khits, ["acl"], [], 50, None))
+        reader = Reader(everywhere=ReadGrant(frozenset({"acl"})))
+        return sorted(r.chunk_id for r in _assemble(catalog, "t", vhits, khits, reader, 50, None))
     finally:
         keywords.close()
         vectors.close()

@@ -17,6 +17,7 @@ pytest.importorskip("fastapi")
 httpx = pytest.importorskip("httpx")
 
 from control_plane.app import create_app  # noqa: E402
+from ragsync.catalog import Catalog  # noqa: E402
 from ragsync.identity import Identities  # noqa: E402
 from ragsync.query import QueryFilters, highlight, hybrid_query  # noqa: E402
 from tests.query_home import Doc, QueryHome  # noqa: E402
@@ -216,6 +217,10 @@ STAFF_ONLY = Identities(
     group_groups=frozenset({("team", "staff"), ("cycle", "team"), ("staff", "cycle")}),
 )
 
+OTHER_BOB = Identities(
+    users=frozenset({"bob"}), groups=frozenset({"staff"}), user_groups=frozenset({("bob", "staff")})
+)
+
 
 @pytest.fixture(scope="module")
 def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
@@ -224,6 +229,11 @@ def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
     key_a = _key(app, "tenant-a")
     key_b = _key(app, "tenant-b")
     app.state.catalog.replace_identities("tenant-a", "wiki-a", STAFF_ONLY)
+    # Another source of tenant-a where a different person is also called bob, in staff.
+    app.state.catalog.replace_identities("tenant-a", "wiki-x", OTHER_BOB)
+    # files-a's ACLs name wiki-a's groups: an explicit link, not a pooling of every source.
+    app.state.catalog.ensure_source("files-a", "tenant-a", "object_store")
+    app.state.catalog.configure_source("files-a", tenant_id="tenant-a", options={"identities_from": "wiki-a"})
     with served(app) as port:
         base = f"http://127.0.0.1:{port}"
         with (
@@ -232,6 +242,8 @@ def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
         ):
             yield a, b
     app.state.catalog.replace_identities("tenant-a", "wiki-a", Identities())
+    app.state.catalog.replace_identities("tenant-a", "wiki-x", Identities())
+    app.state.catalog.configure_source("files-a", tenant_id="tenant-a", options={})
     app.state.catalog.close()
 
 
@@ -247,6 +259,24 @@ def test_a_user_reads_through_synced_memberships_nested_and_cyclic(users_api: tu
     assert _names(a, user="alice") == {"a1", "a2", "a3"}  # team -> staff
     assert _names(a, user="bob") == {"a4"}
     assert _names(a, user="carol") == {"a1", "a2", "a3"}  # cycle -> team -> staff -> cycle
+
+
+def test_a_same_named_user_of_another_source_reads_only_that_sources_documents(
+    users_api: tuple[Any, Any], home: QueryHome
+) -> None:
+    a, _ = users_api
+    # wiki-x's bob is in staff there; wiki-a's staff documents (a1) and files-a's (a2, a3, whose ACLs
+    # name wiki-a's groups) are not read through it: bob reads what wiki-a's bob (managers) may.
+    assert _names(a, user="bob") == {"a4"}
+    catalog = Catalog.open(home.settings.catalog_url)
+    try:
+        assert catalog.groups_of_user_by_source("tenant-a", "bob") == {
+            "wiki-a": {"managers"},
+            "wiki-x": {"staff"},
+        }
+        assert catalog.identity_links("tenant-a") == {"files-a": "wiki-a"}
+    finally:
+        catalog.close()
 
 
 def test_unknown_user_and_another_tenants_user_read_nothing(users_api: tuple[Any, Any]) -> None:
@@ -354,3 +384,48 @@ def _row(d: Doc) -> Any:
         source_version=f"{d.mtime:.6f}",
         version_domain="timestamp",
     )
+
+
+# ------------------------------------------------- a rare source: the filter pushed into the stores
+
+
+@pytest.fixture(scope="module")
+def rare_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[QueryHome, list[Doc]]:
+    """150 documents of source ``big`` that both stores rank first for "hotel nights"
+    (the query's own vector; the words repeated in a short text), and 3 of source
+    ``rare`` that they rank last (the opposite vector; the words once in a long
+    text), one of them an exact copy whose chunk a ``big`` document holds."""
+    from ragsync.index_versions import live_spec
+    from ragsync.query import embed_query
+
+    home = QueryHome(tmp_path_factory.mktemp("rare-source"))
+    query = embed_query(live_spec(home.settings), "hotel nights")
+    far = [-x for x in query]
+    filler = "unrelated words about budgets vendors quarters meetings and approvals " * 3
+    big = [Doc("t", "big", f"b{i:03d}", "hotel nights hotel nights hotel", ("staff",)) for i in range(150)]
+    rare = [Doc("t", "rare", f"r{i}", f"hotel nights {filler} number {i}", ("staff",)) for i in range(2)]
+    holder = Doc("t", "big", "holder", f"hotel nights {filler} held", ("staff",))
+    home.write(big + rare + [holder], [query] * len(big) + [far] * (len(rare) + 1))
+    copy = Doc("t", "rare", "r-copy", holder.text, ("staff",))
+    home.write_copy(copy, holder)
+    return home, [*rare, copy]
+
+
+def test_a_source_filter_is_pushed_into_the_stores_so_a_rare_source_fills_k(
+    rare_home: tuple[QueryHome, list[Doc]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    home, rare = rare_home
+    monkeypatch.setattr("ragsync.query.MAX_FILTER_DEPTH", 64)  # over-fetch stops well before the rare ones
+    rare_only = QueryFilters(source_ids=("rare",))
+
+    def read() -> list[str]:
+        hits = hybrid_query(
+            home.settings, "hotel nights", groups=["staff"], tenant_id="t", k=3, filters=rare_only
+        )
+        return sorted(h.doc_id for h in hits)
+
+    assert read() == sorted(d.doc_id for d in rare)  # k hits, the copy shown as itself
+    # Without the push-down (a source of more documents than MAX_PUSHED_DOCS), the post-filter
+    # over-fetch reaches its cap among the big source's hits and returns fewer than k.
+    monkeypatch.setattr("ragsync.query.MAX_PUSHED_DOCS", 2)
+    assert read() == []

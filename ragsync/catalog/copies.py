@@ -14,7 +14,13 @@ from sqlalchemy import Connection, and_, bindparam, or_, select, update
 from ragsync.catalog import schema
 from ragsync.catalog.base import _batches, _now
 from ragsync.catalog.chunks import ChunksRepository
-from ragsync.catalog.documents import STATUS_INDEXED, DocumentRow, _document_from_row, document_update
+from ragsync.catalog.documents import (
+    LIVE_STATUSES,
+    STATUS_INDEXED,
+    DocumentRow,
+    _document_from_row,
+    document_update,
+)
 from ragsync.model import Chunk
 
 
@@ -124,6 +130,36 @@ class CopiesRepository(ChunksRepository):
         )
         with self._read_engine.connect() as conn:
             return [_document_from_row(r) for r in conn.execute(query).mappings()]
+
+    def doc_ids_in_sources(
+        self, tenant_id: str, source_ids: Sequence[str], *, limit: int
+    ) -> list[str] | None:
+        """The documents whose chunks serve ``source_ids``' live documents: each
+        live document's own id, and for an exact copy the holder of its chunks.
+
+        For pushing a query's source filter into the stores (their rows carry
+        the holder's doc id).
+
+        Args:
+            tenant_id: the tenant.
+            source_ids: the sources filtered on.
+            limit: the most ids returned.
+
+        Returns:
+            Sorted doc ids; None when there are more than ``limit`` (post-filter instead).
+        """
+        t = schema.documents
+        query = (
+            select(t.c.doc_id, t.c.status, t.c.canonical_doc_id)
+            .where(t.c.tenant_id == tenant_id, t.c.source_id.in_(sorted(set(source_ids))))
+            .where(t.c.deleted_at.is_(None), t.c.status.in_([*LIVE_STATUSES, "duplicate"]))
+            .limit(limit + 1)
+        )
+        with self._read_engine.connect() as conn:
+            rows = conn.execute(query).all()
+        if len(rows) > limit:
+            return None
+        return sorted({str(c) if status == "duplicate" and c else str(d) for d, status, c in rows})
 
     # -- near duplicates -------------------------------------------------------------
 

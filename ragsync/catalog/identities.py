@@ -7,13 +7,14 @@ identity sync: a membership removed at the source is gone after the next one.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.identity import MAX_GROUP_DEPTH, Identities, expand_groups
+from ragsync.identity import IDENTITIES_FROM, MAX_GROUP_DEPTH, Identities, expand_groups
 
 _TABLES = (schema.identity_memberships, schema.identity_groups, schema.identity_users)
 
@@ -90,13 +91,28 @@ class IdentitiesRepository(Repository):
         )
 
     def groups_of_user(self, tenant_id: str, user_id: str, *, source_id: str | None = None) -> frozenset[str]:
-        """The groups ``user_id`` reads as in ``tenant_id``, nested groups expanded.
+        """The groups ``user_id`` holds in ``tenant_id``'s sources (or in one), pooled.
 
-        Only this tenant's rows are read: another tenant's user of the same
-        name gives nothing. A user no identity sync listed has no groups
-        (fail closed). Nesting is followed within the source that holds the
-        membership (``ragsync.identity.expand_groups``, cycle-safe and
-        depth-limited).
+        For display and operator checks; a query reads per source
+        (:meth:`groups_of_user_by_source`, ``ragsync.identity.Reader``).
+
+        Returns:
+            The union of :meth:`groups_of_user_by_source`, empty for an unknown user.
+        """
+        found = self.groups_of_user_by_source(tenant_id, user_id, source_id=source_id)
+        return frozenset().union(*found.values())
+
+    def groups_of_user_by_source(
+        self, tenant_id: str, user_id: str, *, source_id: str | None = None
+    ) -> dict[str, frozenset[str]]:
+        """The groups ``user_id`` reads as in each of ``tenant_id``'s sources, nested groups expanded.
+
+        Identities are keyed by (source, user id): the same id in two sources
+        gets each source's groups under that source, never pooled. Only this
+        tenant's rows are read: another tenant's user of the same name gives
+        nothing. A user no identity sync listed has no groups (fail closed).
+        Nesting is followed within the source that holds the membership
+        (``ragsync.identity.expand_groups``, cycle-safe and depth-limited).
 
         Args:
             tenant_id: the reader's tenant.
@@ -104,7 +120,7 @@ class IdentitiesRepository(Repository):
             source_id: only this source's memberships; None: every source of the tenant.
 
         Returns:
-            The group ids, empty for an unknown user.
+            source id -> the user's groups there; sources where the user holds none are absent.
         """
         m = schema.identity_memberships
         where = [m.c.tenant_id == tenant_id]
@@ -140,7 +156,28 @@ class IdentitiesRepository(Repository):
                         reached.add((str(s), str(parent)))
                 frontier = reached - seen
                 seen |= frontier
-        found: set[str] = set()
-        for src in sources:
-            found |= expand_groups((str(g) for s, g in direct if s == src), parents[src])
-        return frozenset(found)
+        return {src: expand_groups((str(g) for s, g in direct if s == src), parents[src]) for src in sources}
+
+    def identity_links(self, tenant_id: str) -> dict[str, str]:
+        """Sources of ``tenant_id`` whose ACLs name another source's identities.
+
+        Read from each source's option ``identities_from``
+        (``ragsync.identity.IDENTITIES_FROM``); a link to a source the tenant
+        does not have is kept (it grants nothing: that source has no
+        memberships of this tenant).
+
+        Returns:
+            source id -> the linked source id.
+        """
+        t = schema.sources
+        with self._read_engine.connect() as conn:
+            rows = conn.execute(select(t.c.source_id, t.c.options).where(t.c.tenant_id == tenant_id)).all()
+        links: dict[str, str] = {}
+        for source_id, options in rows:
+            try:
+                value = json.loads(options or "{}").get(IDENTITIES_FROM)
+            except (ValueError, AttributeError):
+                value = None  # unreadable options: no link (the source's own identities)
+            if isinstance(value, str) and value:
+                links[str(source_id)] = value
+        return links

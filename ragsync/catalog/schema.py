@@ -119,6 +119,8 @@ documents = Table(
     # Revision 0010: the documents holding some bytes, whatever the tenant
     # (pages for review join the parses on content_hash).
     Index("ix_documents_content", "content_hash"),
+    # Revision 0014: a query hit's exact copies (``duplicates_of``) without a table scan.
+    Index("ix_documents_canonical", "canonical_doc_id"),
 )
 
 # Revision 0010: documents counted by (tenant, source, status, error class),

@@ -90,9 +90,11 @@ class VectorIndex(Protocol):
         k: int,
         *,
         deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """Top k rows of the tenant whose acl_ids intersect ``acl_ids`` and
-        hold none of ``deny_acl_ids``."""
+        hold none of ``deny_acl_ids`` (and, unless ``doc_ids`` is None,
+        whose doc_id is one of ``doc_ids``: a source filter pushed down)."""
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
@@ -128,10 +130,17 @@ class KeywordIndex(Protocol):
         ...
 
     def search(
-        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+        self,
+        tenant_id: str,
+        text: str,
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 top k of the tenant within ``acl_ids``, never a chunk holding
-        one of ``deny_acl_ids``."""
+        one of ``deny_acl_ids``; only rows of ``doc_ids`` unless it is None."""
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...

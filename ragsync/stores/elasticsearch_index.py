@@ -370,11 +370,19 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
     # -- reads -----------------------------------------------------------------------
 
     def search(
-        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+        self,
+        tenant_id: str,
+        text: str,
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 (``multi_match`` over text and heading) within the tenant and
         the caller's ACLs, never a chunk carrying one of ``deny_acl_ids``
-        (``must_not``). The text is not parsed as query syntax.
+        (``must_not``), only of ``doc_ids`` (a ``terms`` filter) unless it is
+        None. The text is not parsed as query syntax.
 
         Returns:
             Up to k hits (at most 10,000), best first; empty ``acl_ids``
@@ -382,12 +390,14 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
         """
         es = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
-        if not acl or k <= 0 or not text.strip():
+        if not acl or k <= 0 or not text.strip() or (doc_ids is not None and not doc_ids):
             return []
         query: dict[str, Any] = {
             "must": [{"multi_match": {"query": text, "fields": ["text", "heading"]}}],
             "filter": [{"term": {"tenant_id": tenant_id}}, {"terms": {"acl_ids": acl}}],
         }
+        if doc_ids is not None:
+            query["filter"].append({"terms": {"doc_id": list(dict.fromkeys(doc_ids))}})
         deny = list(dict.fromkeys(deny_acl_ids))
         if deny:
             query["must_not"] = [{"terms": {"acl_ids": deny}}]

@@ -293,13 +293,22 @@ class MilvusCollection(ClosesOnExit):
         if self._alias:
             client.create_alias(physical, self.collection)
 
-    def _acl_filter(self, tenant_id: str, acl: Sequence[str], deny_acl_ids: Sequence[str]) -> str:
-        """The search filter: the tenant's rows sharing an ACL id with ``acl``
-        and holding none of ``deny_acl_ids``."""
+    def _acl_filter(
+        self,
+        tenant_id: str,
+        acl: Sequence[str],
+        deny_acl_ids: Sequence[str],
+        doc_ids: Sequence[str] | None = None,
+    ) -> str:
+        """The search filter: the tenant's rows sharing an ACL id with ``acl``,
+        holding none of ``deny_acl_ids`` and, unless ``doc_ids`` is None, of
+        one of those documents."""
         expr = f"tenant_id == {_literal(tenant_id)} and array_contains_any(acl_ids, {_list_literal(acl)})"
         deny = list(dict.fromkeys(deny_acl_ids))
         if deny:
             expr += f" and not array_contains_any(acl_ids, {_list_literal(deny)})"
+        if doc_ids is not None:
+            expr += f" and doc_id in {_list_literal(list(dict.fromkeys(doc_ids)))}"
         return expr
 
     def _check_schema(self, described: dict[str, Any]) -> None:
@@ -642,6 +651,7 @@ class MilvusVectorIndex(MilvusCollection):
         k: int,
         *,
         deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``
         and hold none of ``deny_acl_ids``.
@@ -654,6 +664,8 @@ class MilvusVectorIndex(MilvusCollection):
             k: number of hits wanted (capped at 16384).
             deny_acl_ids: ACL ids that deny one of the caller's groups: a row
                 carrying any of them is never returned.
+            doc_ids: None, or only rows of these documents (the query's
+                source filter pushed down; empty returns ``[]``).
 
         Returns:
             Up to k hits, best first; ``score`` is the cosine similarity.
@@ -664,13 +676,13 @@ class MilvusVectorIndex(MilvusCollection):
         """
         client = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
-        if not acl or k <= 0:
+        if not acl or k <= 0 or (doc_ids is not None and not doc_ids):
             return []
         query = [float(x) for x in vector]
         if len(query) != self.dim or not all(math.isfinite(x) for x in query):
             raise ValueError(f"query vector must have {self.dim} finite values")
         limit = min(k, MAX_TOP_K)
-        expr = self._acl_filter(tenant_id, acl, deny_acl_ids)
+        expr = self._acl_filter(tenant_id, acl, deny_acl_ids, doc_ids)
         result = client.search(
             self.collection,
             data=[query],

@@ -163,7 +163,14 @@ class MilvusKeywordIndex(MilvusCollection):
     # -- reads -------------------------------------------------------------------
 
     def search(
-        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+        self,
+        tenant_id: str,
+        text: str,
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 over heading and text, within the tenant and the caller's ACLs.
 
@@ -173,6 +180,8 @@ class MilvusKeywordIndex(MilvusCollection):
             acl_ids: the caller's ACL ids; empty returns ``[]`` (fail closed).
             k: number of hits wanted (capped at 16384).
             deny_acl_ids: a row carrying any of these is never returned.
+            doc_ids: None, or only rows of these documents (the query's
+                source filter pushed down; empty returns ``[]``).
 
         Returns:
             Up to k hits, best first; ``score`` is the BM25 score (Milvus Lite
@@ -181,13 +190,13 @@ class MilvusKeywordIndex(MilvusCollection):
         """
         client = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
-        if not acl or k <= 0 or not _WORD.search(text):
+        if not acl or k <= 0 or not _WORD.search(text) or (doc_ids is not None and not doc_ids):
             return []
         result = client.search(
             self.collection,
             data=[text],
             anns_field="sparse",
-            filter=self._acl_filter(tenant_id, acl, deny_acl_ids),
+            filter=self._acl_filter(tenant_id, acl, deny_acl_ids, doc_ids),
             limit=min(k, MAX_TOP_K),
             output_fields=["doc_id"],
             search_params={"metric_type": "BM25"},

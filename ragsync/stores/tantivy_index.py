@@ -296,7 +296,14 @@ class TantivyKeywordIndex(ClosesOnExit):
     # -- reads -----------------------------------------------------------------------
 
     def search(
-        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+        self,
+        tenant_id: str,
+        text: str,
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         """BM25 over text and heading, within the tenant and the caller's ACLs.
 
@@ -307,17 +314,22 @@ class TantivyKeywordIndex(ClosesOnExit):
             k: number of hits wanted.
             deny_acl_ids: ACL ids that deny one of the caller's groups: a
                 chunk carrying any of them is never returned.
+            doc_ids: None, or only rows of these documents (the query's
+                source filter pushed down; empty returns ``[]``).
 
         Returns:
             Up to k hits, best first; ``score`` is the BM25 score.
         """
         acl = list(dict.fromkeys(acl_ids))
         words = _user_query_text(text)
-        if not acl or k <= 0 or not words:
+        if not acl or k <= 0 or not words or (doc_ids is not None and not doc_ids):
             return []
         searcher = self._searcher()
         query, _errors = self._index.parse_query_lenient(words, ["text", "heading"])
-        allowed = self._all_of(self._term("tenant_id", tenant_id), self._terms("acl_ids", acl))
+        scope = [self._term("tenant_id", tenant_id), self._terms("acl_ids", acl)]
+        if doc_ids is not None:
+            scope.append(self._terms("doc_id", list(dict.fromkeys(doc_ids))))
+        allowed = self._all_of(*scope)
         Query = self._tantivy.Query
         occur = self._tantivy.Occur
         clauses = [(occur.Must, query), (occur.Must, Query.const_score_query(allowed, 0.0))]
