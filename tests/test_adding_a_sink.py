@@ -51,7 +51,14 @@ class MemoryKeywordIndex(ClosesOnExit):
         self.upsert(chunks)
 
     def search(
-        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, deny_acl_ids: Sequence[str] = ()
+        self,
+        tenant_id: str,
+        text: str,
+        acl_ids: Sequence[str],
+        k: int,
+        *,
+        deny_acl_ids: Sequence[str] = (),
+        doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         MemoryKeywordIndex.searches.append(text)
         words = set(text.lower().split())
@@ -59,6 +66,8 @@ class MemoryKeywordIndex(ClosesOnExit):
         for chunk in self.rows.values():
             acl = set(chunk.acl_ids)
             if chunk.tenant_id != tenant_id or not acl & set(acl_ids) or acl & set(deny_acl_ids):
+                continue
+            if doc_ids is not None and chunk.doc_id not in doc_ids:
                 continue
             score = sum(1 for w in chunk.text.lower().split() if w in words)
             if score:
