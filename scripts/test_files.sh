@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run test files one process each (default: every tests/test_*.py; or the
 # files in $RAGSYNC_TEST_FILES, space-separated), $RAGSYNC_TEST_JOBS at a time
-# (default 2 on a machine of 2 cores or more): one progress line per file
+# (default 1): one progress line per file
 # (file k of N ended, elapsed time), the running totals of tests after it, a
 # grand total line and the ten slowest files. Exit 1 when any file failed (the failed files named).
 set -euo pipefail
@@ -21,10 +21,10 @@ count() {  # count WORD LINE: the number before WORD in pytest's summary line (0
   echo "${n:-0}"
 }
 durations=()  # "SECONDS FILE" per file, for the slowest-files line
-# Files run $RAGSYNC_TEST_JOBS at a time (default: the machine's cores, at most 2;
-# 1 runs them one after another). Each file's output is printed, with its line,
+# Files run $RAGSYNC_TEST_JOBS at a time (default 1: one after another, what CI
+# runs; 2 runs two at once on a machine with the cores for it). Each file's output is printed, with its line,
 # when it ends; "k of N" counts the files ended so far.
-jobs_max=${RAGSYNC_TEST_JOBS:-$(($(nproc) < 2 ? $(nproc) : 2))}
+jobs_max=${RAGSYNC_TEST_JOBS:-1}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 launch() {  # launch INDEX: run that file's tests in the background; INDEX.rc appears when it ends
