@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run test files one process each (default: every tests/test_*.py; or the
-# files in $RAGSYNC_TEST_FILES, space-separated): one progress line per file
-# (file k of N, elapsed time), the running totals of tests after it, a
+# files in $RAGSYNC_TEST_FILES, space-separated), $RAGSYNC_TEST_JOBS at a time
+# (default 1): one progress line per file
+# (file k of N ended, elapsed time), the running totals of tests after it, a
 # grand total line and the ten slowest files. Exit 1 when any file failed (the failed files named).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,25 +21,54 @@ count() {  # count WORD LINE: the number before WORD in pytest's summary line (0
   echo "${n:-0}"
 }
 durations=()  # "SECONDS FILE" per file, for the slowest-files line
-for f in "${files[@]}"; do
+# Files run $RAGSYNC_TEST_JOBS at a time (default 1: one after another, what CI
+# runs; 2 runs two at once on a machine with the cores for it). Each file's output is printed, with its line,
+# when it ends; "k of N" counts the files ended so far.
+jobs_max=${RAGSYNC_TEST_JOBS:-1}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+launch() {  # launch INDEX: run that file's tests in the background; INDEX.rc appears when it ends
+  local i=$1
+  (
+    t0=$SECONDS
+    set +e
+    .venv/bin/python -m pytest -q -p no:cacheprovider "${files[$i]}" >"$work/$i.out" 2>&1
+    rc=$?
+    echo $((SECONDS - t0)) >"$work/$i.secs"
+    echo "$rc" >"$work/$i.rc.tmp" && mv "$work/$i.rc.tmp" "$work/$i.rc"
+  ) &
+}
+report() {  # report INDEX: print an ended file's line, output and the running totals
+  local i=$1 f=${files[$1]} rc summary
   k=$((k + 1))
-  file_start=$SECONDS
   echo "== [$k/$total] $f (elapsed $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s)"
-  out=$(mktemp)
-  set +e
-  .venv/bin/python -m pytest -q -p no:cacheprovider "$f" 2>&1 | tee "$out"
-  rc=${PIPESTATUS[0]}
-  set -e
-  summary=$(tail -1 "$out")
-  rm -f "$out"
+  cat "$work/$i.out"
+  summary=$(tail -1 "$work/$i.out")
+  rc=$(cat "$work/$i.rc")
   passed_n=$((passed_n + $(count passed "$summary")))
   failed_n=$((failed_n + $(count failed "$summary") + $(count error "$summary")))
   skipped_n=$((skipped_n + $(count skipped "$summary")))
   # 5: nothing collected (every test skipped or deselected) is not a failure.
   if [ "$rc" -ne 0 ] && [ "$rc" -ne 5 ]; then failed+=("$f"); fi
   echo "   so far: $passed_n passed, $failed_n failed, $skipped_n skipped; ${#failed[@]} of $k files failed"
-  durations+=("$((SECONDS - file_start)) $f")
+  durations+=("$(cat "$work/$i.secs") $f")
+}
+next=0
+running=()  # indices of the files running now
+while [ "$next" -lt "$total" ] || [ ${#running[@]} -gt 0 ]; do
+  while [ ${#running[@]} -lt "$jobs_max" ] && [ "$next" -lt "$total" ]; do
+    launch "$next"
+    running+=("$next")
+    next=$((next + 1))
+  done
+  sleep 0.2
+  still=()
+  for i in "${running[@]}"; do
+    if [ -e "$work/$i.rc" ]; then report "$i"; else still+=("$i"); fi
+  done
+  running=("${still[@]}")
 done
+wait
 elapsed="$(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s"
 echo "TOTAL: $total files in $elapsed: $passed_n passed, $failed_n failed, $skipped_n skipped"
 # The ten slowest files (where cutting the suite's time pays most).
