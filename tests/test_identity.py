@@ -114,9 +114,9 @@ def test_same_user_id_in_two_sources_keeps_each_sources_groups(catalog: Catalog)
 
 
 def test_identity_links_are_read_from_the_tenants_source_options(catalog: Catalog) -> None:
-    catalog.ensure_source("files", "t1", "object_store")
-    catalog.ensure_source("wiki", "t1", "wiki")
-    catalog.ensure_source("files", "t2", "object_store")
+    catalog.create_source("t1", source_id="files", type="object_store", if_exists="update")
+    catalog.create_source("t1", source_id="wiki", type="wiki", if_exists="update")
+    catalog.create_source("t2", source_id="files", type="object_store", if_exists="update")
     assert catalog.identity_links("t1") == {}
     options = {"identities_from": "wiki", "acl_groups": ["x"]}
     catalog.configure_source("files", tenant_id="t1", options=options)

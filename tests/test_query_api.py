@@ -232,7 +232,7 @@ def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
     # Another source of tenant-a where a different person is also called bob, in staff.
     app.state.catalog.replace_identities("tenant-a", "wiki-x", OTHER_BOB)
     # files-a's ACLs name wiki-a's groups: an explicit link, not a pooling of every source.
-    app.state.catalog.ensure_source("files-a", "tenant-a", "object_store")
+    app.state.catalog.create_source("tenant-a", source_id="files-a", type="object_store", if_exists="update")
     app.state.catalog.configure_source("files-a", tenant_id="tenant-a", options={"identities_from": "wiki-a"})
     with served(app) as port:
         base = f"http://127.0.0.1:{port}"

@@ -182,7 +182,7 @@ def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
     vec = open_vector_index(settings, DIM, create=True)
     kw = open_keyword_index(settings, create=True)
     try:
-        cat.ensure_source("s1", "t1", "object_store", "")
+        cat.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
         assert cat.write_chunks(chunks) == 14
         stored = [c for c in chunks if c.chunk_id != chunks[5].chunk_id] + [ghost]  # d2 lost one
         vec.upsert(stored, [vector_for(c.chunk_id, DIM) for c in stored])

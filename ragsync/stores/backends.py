@@ -154,11 +154,58 @@ class TantivyBackend:
         shutil.rmtree(_under_home(settings.home, physical), ignore_errors=True)
 
 
-class MilvusBM25Backend:
+class _ServerAliasBackend:
+    """What the server backends share: a physical index per version behind
+    a named alias the store itself moves (``point_alias``, ``drop_physical``,
+    the physical name read through the alias). Subclasses give ``open``, the
+    alias name and the attribute holding the physical name."""
+
+    name = ""
+    one_process = False
+    _physical_attr = ""
+
+    def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
+        raise NotImplementedError
+
+    def alias(self, settings: Settings) -> str:
+        raise NotImplementedError
+
+    def version_name(self, settings: Settings, version: int) -> str:
+        return f"{self.alias(settings)}_v{version}"
+
+    def live_name(self, settings: Settings) -> str:
+        index = self.open(settings, None, create=False)
+        try:
+            return str(getattr(index, self._physical_attr))
+        finally:
+            index.close()
+
+    def point_alias(self, settings: Settings, physical: str) -> None:
+        index = self.open(settings, physical, create=False)
+        try:
+            index.point_alias(self.alias(settings))  # type: ignore[attr-defined]
+        finally:
+            index.close()
+
+    def drop(self, settings: Settings, physical: str) -> None:
+        try:
+            index = self.open(settings, physical, create=False)
+        except ConfigurationError:
+            return  # already gone
+        try:
+            index.drop_physical()  # type: ignore[attr-defined]
+        finally:
+            index.close()
+
+
+class MilvusBM25Backend(_ServerAliasBackend):
     """Milvus' BM25 full-text search in the vectors' Milvus (Lite or server)."""
 
     name = "milvus"
-    one_process = False
+    _physical_attr = "physical_collection"
+
+    def alias(self, settings: Settings) -> str:
+        return settings.keyword_collection
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
         from ragsync.stores.milvus_keyword import MilvusKeywordIndex
@@ -174,36 +221,15 @@ class MilvusBM25Backend:
             alias=physical is None,
         )
 
-    def version_name(self, settings: Settings, version: int) -> str:
-        return f"{settings.keyword_collection}_v{version}"
 
-    def live_name(self, settings: Settings) -> str:
-        index = self.open(settings, None, create=False)
-        try:
-            return str(index.physical_collection)  # type: ignore[attr-defined]
-        finally:
-            index.close()
-
-    def point_alias(self, settings: Settings, physical: str) -> None:
-        index = self.open(settings, physical, create=False)
-        try:
-            index.point_alias(settings.keyword_collection)  # type: ignore[attr-defined]
-        finally:
-            index.close()
-
-    def drop(self, settings: Settings, physical: str) -> None:
-        try:
-            index = self.open(settings, physical, create=False)
-        except ConfigurationError:
-            return  # already gone
-        index.drop_physical()  # type: ignore[attr-defined]
-
-
-class ElasticsearchBackend:
+class ElasticsearchBackend(_ServerAliasBackend):
     """Elasticsearch (production): indexes behind an alias."""
 
     name = "elasticsearch"
-    one_process = False
+    _physical_attr = "physical_index"
+
+    def alias(self, settings: Settings) -> str:
+        return settings.es_index
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
         from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
@@ -216,33 +242,6 @@ class ElasticsearchBackend:
             basic_auth=(settings.es_username, settings.es_password) if settings.es_username else None,
             alias=physical is None,
         )
-
-    def version_name(self, settings: Settings, version: int) -> str:
-        return f"{settings.es_index}_v{version}"
-
-    def live_name(self, settings: Settings) -> str:
-        index = self.open(settings, None, create=False)
-        try:
-            return str(index.physical_index)  # type: ignore[attr-defined]
-        finally:
-            index.close()
-
-    def point_alias(self, settings: Settings, physical: str) -> None:
-        index = self.open(settings, physical, create=False)
-        try:
-            index.point_alias(settings.es_index)  # type: ignore[attr-defined]
-        finally:
-            index.close()
-
-    def drop(self, settings: Settings, physical: str) -> None:
-        try:
-            index = self.open(settings, physical, create=False)
-        except ConfigurationError:
-            return  # already gone
-        try:
-            index.drop_physical()  # type: ignore[attr-defined]
-        finally:
-            index.close()
 
 
 KEYWORD_BACKENDS: dict[str, KeywordBackend] = {
