@@ -124,6 +124,25 @@ def groups_from_permissions(permissions: list[dict[str, Any]]) -> tuple[str, ...
     return tuple(sorted(out))
 
 
+def _token_pages(client: ApiClient, url: str, params: Mapping[str, str]) -> Iterator[dict[str, Any]]:
+    """Each page of a Google list call, following ``nextPageToken`` (files,
+    permissions, the Directory API's users, groups and members).
+
+    Raises:
+        FetchError (and subclasses): a page could not be read, or is not a
+            JSON object (a listing is never partial).
+    """
+    token = ""
+    while True:
+        data = client.get_json(url, {**params, **({"pageToken": token} if token else {})})
+        if not isinstance(data, dict):
+            raise FetchError("Google answered a page that is not a JSON object")
+        yield data
+        token = str(data.get("nextPageToken") or "")
+        if not token:
+            return
+
+
 class DriveConnector(ApiConnector):
     """Files of one Google Drive account (and the shared drives it names).
 
@@ -210,19 +229,12 @@ class DriveConnector(ApiConnector):
             params.update(corpora="drive", driveId=shard[6:])
         else:
             raise ValueError(f"{shard!r} is not one of this source's corpora")
-        token = ""
-        while True:
-            data = self.api.get_json(
-                self._url("files"), {**params, **({"pageToken": token} if token else {})}
-            )
+        for data in _token_pages(self.api, self._url("files"), params):
             for f in data.get("files", []):
                 if not isinstance(f, dict) or not _ID.match(str(f.get("id", ""))) or f.get("trashed"):
                     continue
                 if self.is_document(str(f.get("mimeType", ""))):
                     yield self._item(f, str(f.get("modifiedTime", "")))
-            token = str(data.get("nextPageToken") or "")
-            if not token:
-                return
 
     # -- change feed ------------------------------------------------------------------
 
@@ -308,20 +320,10 @@ class DriveConnector(ApiConnector):
 
     def _file_groups(self, file_id: str) -> tuple[str, ...]:
         permissions: list[dict[str, Any]] = []
-        token = ""
+        params = {"pageSize": "100", "supportsAllDrives": "true", "fields": _PERMISSION_FIELDS}
         try:
-            while True:
-                params = {
-                    "pageSize": "100",
-                    "supportsAllDrives": "true",
-                    "fields": _PERMISSION_FIELDS,
-                    **({"pageToken": token} if token else {}),
-                }
-                data = self.api.get_json(self._url(f"files/{file_id}/permissions"), params)
+            for data in _token_pages(self.api, self._url(f"files/{file_id}/permissions"), params):
                 permissions.extend(p for p in data.get("permissions", []) if isinstance(p, dict))
-                token = str(data.get("nextPageToken") or "")
-                if not token:
-                    break
         except (AccessDeniedError, HttpStatusError):
             return ()  # permissions we may not read: fail closed
         return groups_from_permissions(permissions)
@@ -339,19 +341,11 @@ class DriveConnector(ApiConnector):
                 connector's client policy: 429 and rate-limit 403 waited out).
         """
         assert self.directory is not None
-        url = f"{self.directory.base_url}/{path}"
-        token = ""
-        while True:
-            data = as_object(
-                self.directory.get_json(url, {**params, **({"pageToken": token} if token else {})})
-            )
+        for data in _token_pages(self.directory, f"{self.directory.base_url}/{path}", params):
             entries = data.get(key) or []
             if not isinstance(entries, list):
                 raise FetchError(f"Directory API answered a {key!r} that is not a list")
             yield from (e for e in entries if isinstance(e, dict))
-            token = str(data.get("nextPageToken") or "")
-            if not token:
-                return
 
     def list_identities(self) -> Identities | None:
         """The Workspace's users, groups and memberships (see the module
