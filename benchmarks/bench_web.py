@@ -23,7 +23,7 @@ Page sets:
   snapshots). Pass ``--articles DIR`` with a folder in the layout of scrapinghub's
   public article-extraction-benchmark (``html/<id>.html.gz`` plus
   ``ground-truth.json`` with ``articleBody`` per id; 181 news and blog pages,
-  bodies marked by people): the set FINDINGS quotes trafilatura's 0.983 / 0.933 on.
+  bodies marked by people): the set on which trafilatura's published figures (0.983 / 0.933) were measured.
 * ``corpus-docling``: the 32 HTML pages of the shared corpus with an expected text,
   ``documents/docling/html/sources`` against ``parse_groundtruth/docling/html/groundtruth/*.md``.
   Nature: **tool-regression snapshot** (docling's output accepted by its

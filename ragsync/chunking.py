@@ -1,4 +1,4 @@
-"""Structure-first chunking (DESIGN section 5, stage 7).
+"""Structure-first chunking: a parsed document's elements into chunks.
 
 Input: a document's elements in reading order. Output: chunks that
 - never cross a heading (the heading path is kept with each chunk),

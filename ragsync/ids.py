@@ -1,4 +1,4 @@
-"""Identity derivation (DESIGN section 4). Decided once and versioned.
+"""Identity derivation: every id ragsync derives, decided once and versioned.
 
 Every id is a hash over typed fields separated by a 0x1f byte, so that no two
 different field tuples can produce the same input bytes.
