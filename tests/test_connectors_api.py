@@ -531,13 +531,26 @@ def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
 def test_one_list_of_source_types_for_the_registry_the_catalog_the_cli_and_the_api() -> None:
     """``ragsync.source_types`` is the one list: every type has a connector,
     and the API's schema offers exactly those types and sync kinds."""
-    from connectors.registry import CONNECTORS
+    from connectors.drive import DriveConnector
+    from connectors.registry import connector_class
     from control_plane.routers.sources import SourceIn
-    from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+    from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
-    assert sorted(CONNECTORS) == sorted(SOURCE_TYPES)
+    assert source_types()[:4] == ("object_store", "wiki", "drive", "tickets")
+    classes = {
+        t: connector_class(SourceSpec("s", "t", t, "/srv/docs" if t == "object_store" else JIRA)).__name__
+        for t in source_types()[:4]
+    }
+    assert classes == {
+        "object_store": "FolderConnector",
+        "wiki": "MediaWikiConnector",
+        "drive": "DriveConnector",
+        "tickets": "JiraConnector",
+    }
+    assert default_uri("drive") == DriveConnector.default_uri == DRIVE
+    assert [default_uri(t) for t in ("object_store", "wiki", "tickets", "nope")] == ["", "", "", ""]
     schema = SourceIn.model_json_schema()["properties"]
-    assert schema["type"]["enum"] == list(SOURCE_TYPES)
+    assert schema["type"]["enum"] == list(source_types())
     assert schema["sync"]["enum"] == list(SYNC_KINDS)
     with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets"):
         SourceIn.model_validate({"type": "sharepoint", "sync": "poll"})
