@@ -483,13 +483,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def plugins_named(argv: Sequence[str]) -> str:
+    """The ``plugins`` setting as a command line gives it, read before the
+    parser is built (the plug-ins' source types are ``sources add --type``
+    choices): ``--plugins``, then ``--plugins=`` after ``--``, then
+    ``RAGSYNC_PLUGINS`` (the precedence of every setting, ``ragsync.options``)."""
+    early = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
+    early.add_argument("--plugins")
+    cmd, beam = split_beam_args(argv)
+    for part in (cmd, beam or []):
+        try:
+            named = early.parse_known_args(part)[0].plugins
+        except argparse.ArgumentError:
+            continue  # `--plugins` without a value: the command's own parser says so
+        if named is not None:
+            return str(named)
+    return os.environ.get("RAGSYNC_PLUGINS", "")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Ctrl-C (SIGINT) and SIGTERM stop it within seconds with
-    exit code 130 / 143; helper processes never outlive it (``ragsync.lifecycle``)."""
+    exit code 130 / 143; helper processes never outlive it (``ragsync.lifecycle``).
+
+    The plug-ins the command names (setting ``plugins``) are imported first.
+    """
     from ragsync import lifecycle
 
     quiet_environment()
-    args = parse_command(build_parser(), sys.argv[1:] if argv is None else argv)
+    words = sys.argv[1:] if argv is None else list(argv)
+    plugins = plugins_named(words)
+    if plugins:
+        from ragsync.plugins import load_plugins
+
+        try:
+            load_plugins(plugins)
+        except ConfigurationError as exc:
+            return fail(f"configuration error: {exc}", 2)
+    args = parse_command(build_parser(), words)
     lifecycle.install_child_watch()
     try:
         with lifecycle.graceful_signals():

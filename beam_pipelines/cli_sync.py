@@ -14,7 +14,7 @@ from typing import Any
 
 from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
 from ragsync.decisions import VERSION_DOMAINS
-from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
 
 def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | None:
@@ -40,7 +40,6 @@ def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | No
 def cmd_sources_add(args: argparse.Namespace) -> int:
     """Register a source with its location (``--uri``) and connector settings."""
     from beam_pipelines.backfill import register_source
-    from connectors.registry import default_uri
 
     uri = args.uri or default_uri(args.type)
     try:
@@ -214,7 +213,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add = src_sub.add_parser("add", parents=[common], help="register a source (same as POST /v1/sources)")
     add.add_argument("source_id")
     add.add_argument("--tenant", required=True, help="the tenant that owns the source")
-    add.add_argument("--type", required=True, choices=SOURCE_TYPES)
+    # The types registered when the parser is built: the built-in ones and those
+    # of the plug-ins the command line loaded first (``beam_pipelines.cli.main``).
+    add.add_argument("--type", required=True, choices=source_types())
     add.add_argument(
         "--uri",
         help="the source's location: a folder, gs:// or s3:// prefix, or the API URL "

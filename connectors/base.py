@@ -11,7 +11,8 @@ every API answer it reads, goes through ``connectors.reader`` (bounded, under
 the source's location).
 
 Adding a connector: one module with a class implementing :class:`Connector`
-and a ``from_spec`` constructor, registered in ``connectors.registry``.
+and a ``from_spec`` constructor, registered with
+``ragsync.source_types.register_source_type`` (README "Adding a connector").
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ class SourceSpec:
     Attributes:
         source_id: the source's id (unique within its tenant).
         tenant_id: the tenant that owns it.
-        type: one of ``ragsync.source_types.SOURCE_TYPES``.
+        type: a registered type (``ragsync.source_types.source_types()``).
         uri: its location (folder, ``gs://``/``s3://`` prefix, API base URL);
             '' when none was declared (such a source takes no ``content_uri``).
         credentials_ref: reference to a secret ('' for public sources); see

@@ -40,6 +40,9 @@ attachment whose ``content`` link points elsewhere is refused when fetched
   and ``acl_groups`` name them (the group's ``name``); each user is also in
   ``everyone``. Jira has no nested groups. Without the option the source
   lists no identities.
+- **Paging**: every paged call (search, comments, users, groups, members)
+  reads its pages through :func:`_pages`; a page that is not the JSON object
+  (or array) the call answers is a ``FetchError``: a listing is never partial.
 """
 
 from __future__ import annotations
@@ -49,7 +52,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from datetime import datetime, timedelta, timezone, tzinfo
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Literal, Self
 from urllib.parse import urlencode
 
 from connectors.api import ApiClient, ApiConnector, ClientFactory
@@ -94,6 +97,92 @@ def millis(text: str) -> str:
         return str(int(jira_time(text).timestamp() * 1000))
     except ValueError:
         raise FetchError(f"Jira answered a record with an unreadable time {text[:40]!r}") from None
+
+
+Paging = Literal["total", "isLast", "empty", "token"]
+
+
+def _pages(
+    client: ApiClient,
+    url: str,
+    params: Mapping[str, str],
+    key: str,
+    *,
+    paging: Paging,
+    position: str = "",
+) -> Iterator[tuple[list[Any], str]]:
+    """Each page of a paged Jira call, from ``position`` on: (the page's
+    entries, the position of the next page, '' after the last). Every search,
+    comment and identity listing reads its pages here.
+
+    Args:
+        client: the source's API client.
+        url: the call.
+        params: its query (the paging parameters are added).
+        key: the member holding the page's entries (``issues``, ``comments``,
+            ``values``); for ``paging="empty"`` only named in errors.
+        paging: how Jira pages this call and says it is done:
+            ``total``: ``startAt``/``maxResults`` until an empty page or
+            ``total`` entries (``search``, an issue's ``comment``);
+            ``isLast``: ``startAt``/``maxResults`` page beans until ``isLast``
+            (an empty page when it is missing: ``group/bulk``, ``group/member``);
+            ``empty``: ``startAt``/``maxResults`` answering a bare JSON array,
+            until an empty one (``users/search``);
+            ``token``: ``nextPageToken`` until ``isLast`` or no token (``search/jql``).
+        position: where to start: a ``startAt`` offset or a page token ('' = the first page).
+
+    Raises:
+        FetchError (and subclasses): a page could not be read, is not a JSON
+            object (a JSON array for ``empty``), or holds no list of entries:
+            a listing is never partial.
+    """
+    while True:
+        query = {**params, "maxResults": str(_PAGE)}
+        if paging == "token":
+            if position:
+                query["nextPageToken"] = position
+        else:
+            start = int(position or 0)
+            query["startAt"] = str(start)
+        data = client.get_json(url, query)
+        if paging == "empty":
+            if not isinstance(data, list):
+                raise FetchError(f"Jira answered a page of {key} that is not a JSON array")
+            entries = data
+        else:
+            if not isinstance(data, dict):
+                raise FetchError(f"Jira answered a page of {key} that is not a JSON object")
+            found = data.get(key)
+            if not isinstance(found, list):
+                raise FetchError(f"Jira answered a page without a list of {key}")
+            entries = found
+        if paging == "token":
+            token = str(data.get("nextPageToken") or "")
+            position = "" if data.get("isLast", not token) else token
+        else:
+            start += len(entries)
+            if paging == "total":
+                last = not entries or start >= _total(data)
+            elif paging == "isLast":
+                last = bool(data.get("isLast", not entries))
+            else:
+                last = not entries
+            position = "" if last else str(start)
+        yield entries, position
+        if not position:
+            return
+
+
+def _total(page: Any) -> int:
+    """A page's ``total``.
+
+    Raises:
+        FetchError: it is not a number.
+    """
+    try:
+        return int(page.get("total", 0))
+    except (TypeError, ValueError):
+        raise FetchError("Jira answered a page whose total is not a number") from None
 
 
 class JiraConnector(ApiConnector):
@@ -197,27 +286,13 @@ class JiraConnector(ApiConnector):
 
     # -- search -----------------------------------------------------------------------
 
-    def _search_page(self, jql: str, position: str, fields: str) -> tuple[list[Any], str]:
-        """One page of a search: (issues, next position or '' at the end)."""
-        if self.search_api == "jql":
-            params = {"jql": jql, "maxResults": str(_PAGE), "fields": fields}
-            if position:
-                params["nextPageToken"] = position
-            data = self.api.get_json(self._url("rest/api/3/search/jql"), params)
-            issues = data.get("issues", [])
-            token = str(data.get("nextPageToken") or "")
-            return issues, ("" if data.get("isLast", not token) else token)
-        start = int(position or 0)
-        data = self.api.get_json(
-            self._url("rest/api/2/search"),
-            {"jql": jql, "startAt": str(start), "maxResults": str(_PAGE), "fields": fields},
-        )
-        issues = data.get("issues", [])
-        if not isinstance(issues, list):
-            raise FetchError("Jira search answered no issue list")
-        nxt = start + len(issues)
-        total = int(data.get("total", 0))
-        return issues, (str(nxt) if issues and nxt < total else "")
+    def _search(self, jql: str, fields: str, position: str = "") -> Iterator[tuple[list[Any], str]]:
+        """The pages of a search from ``position``: (issues, next position or '' at the end)."""
+        jql_api = self.search_api == "jql"
+        path = "rest/api/3/search/jql" if jql_api else "rest/api/2/search"
+        paging: Paging = "token" if jql_api else "total"
+        params = {"jql": jql, "fields": fields}
+        return _pages(self.api, self._url(path), params, "issues", paging=paging, position=position)
 
     def _scope(self, project: str = "") -> str:
         """JQL of the source's issues: one project, else every configured
@@ -247,13 +322,9 @@ class JiraConnector(ApiConnector):
             raise ValueError(f"{shard!r} is not one of this source's projects")
         scope = self._scope(shard)
         jql = (f"{scope} " if scope else "") + "ORDER BY created ASC, key ASC"
-        position = ""
-        while True:
-            issues, position = self._search_page(jql, position, _LIST_FIELDS)
+        for issues, _ in self._search(jql, _LIST_FIELDS):
             for issue in issues:
                 yield from self._items(issue)
-            if not position:
-                return
 
     # -- change feed ------------------------------------------------------------------
 
@@ -287,7 +358,7 @@ class JiraConnector(ApiConnector):
         jql = (
             f"({scope}) AND " if scope else ""
         ) + f'updated >= "{local:%Y/%m/%d %H:%M}" ORDER BY updated ASC, key ASC'
-        issues, position = self._search_page(jql, str(state.get("position", "")), ISSUE_FIELDS)
+        issues, position = next(self._search(jql, ISSUE_FIELDS, str(state.get("position", ""))))
         newest = datetime.fromisoformat(str(state.get("newest", since.isoformat())))
         events: list[Event] = []
         for issue in issues:
@@ -334,17 +405,9 @@ class JiraConnector(ApiConnector):
         return json.dumps(issue, ensure_ascii=False).encode("utf-8")
 
     def _all_comments(self, issue_id: str) -> Iterator[Any]:
-        start = 0
-        while True:
-            data = self.api.get_json(
-                self._url(f"rest/api/2/issue/{issue_id}/comment"),
-                {"startAt": str(start), "maxResults": str(_PAGE), "orderBy": "created"},
-            )
-            comments = data.get("comments", [])
+        url = self._url(f"rest/api/2/issue/{issue_id}/comment")
+        for comments, _ in _pages(self.api, url, {"orderBy": "created"}, "comments", paging="total"):
             yield from comments
-            start += len(comments)
-            if not comments or start >= int(data.get("total", 0)):
-                return
 
     def permissions(self, item: SourceFile) -> tuple[str, ...]:
         self._check(item)
@@ -359,21 +422,16 @@ class JiraConnector(ApiConnector):
         (read until an empty page), the others a page bean (until ``isLast``).
 
         Raises:
-            FetchError (and subclasses): a page could not be read.
+            FetchError (and subclasses): a page could not be read, or is not
+                the JSON array or object the call answers.
         """
-        start = 0
-        while True:
-            data = self.api.get_json(
-                self._url(path), {**params, "startAt": str(start), "maxResults": str(_PAGE)}
-            )
-            page = data if isinstance(data, list) else as_object(data).get("values")
-            if not isinstance(page, list):
-                raise FetchError(f"Jira answered no list of values for {path}")
+        url = self._url(path)
+        if path.endswith("users/search"):
+            pages = _pages(self.api, url, params, "users", paging="empty")
+        else:
+            pages = _pages(self.api, url, params, "values", paging="isLast")
+        for page, _ in pages:
             yield from (v for v in page if isinstance(v, dict))
-            start += len(page)
-            last = not page if isinstance(data, list) else bool(data.get("isLast", not page))
-            if last:
-                return
 
     def list_identities(self) -> Identities | None:
         """The site's active users, groups and memberships (see the module

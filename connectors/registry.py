@@ -1,8 +1,9 @@
-"""Which connector serves which source type, and how one is opened.
+"""Which connector serves a source, and how one is opened.
 
-Adding a connector: write ``connectors/<name>.py`` with a class that
-implements ``connectors.base.Connector`` and a ``from_spec`` class method
-taking the keyword arguments below, then add it to :data:`CONNECTORS`.
+The class of each source type is registered in ``ragsync.source_types``
+(``register_source_type``: the built-in types and plug-ins' own); this module
+imports it when a source is opened. Adding a connector: README "Adding a
+connector".
 """
 
 from __future__ import annotations
@@ -16,15 +17,7 @@ from connectors.base import Connector, FileSystem, SourceSpec
 from connectors.location import Location
 from connectors.reader import FetchLimits
 from ragsync.errors import ConfigurationError
-
-#: source type -> "module:Class" (imported on first use); the keys are
-#: ``ragsync.source_types.SOURCE_TYPES``.
-CONNECTORS: dict[str, str] = {
-    "object_store": "connectors.files:FolderConnector",
-    "wiki": "connectors.mediawiki:MediaWikiConnector",
-    "drive": "connectors.drive:DriveConnector",
-    "tickets": "connectors.jira:JiraConnector",
-}
+from ragsync.source_types import source_type
 
 
 def connector_class(spec: SourceSpec) -> Any:
@@ -33,7 +26,8 @@ def connector_class(spec: SourceSpec) -> Any:
     The location decides how content is read: a folder or ``gs://``/``s3://``
     prefix is always read by the folder connector (whatever the source's
     type: a wiki exported to a bucket is a prefix of files); an HTTP(S)
-    location by the API connector of the source's type.
+    location by the API connector of the source's type (its registered
+    ``"module:Class"``, imported now).
 
     Raises:
         ConfigurationError: no location, or no connector for the type and location.
@@ -44,18 +38,12 @@ def connector_class(spec: SourceSpec) -> Any:
             "`ragsync sources add ID --type TYPE --uri LOCATION`"
         )
     scheme = Location.parse(spec.uri).scheme
-    source_type = "object_store" if scheme in ("file", "gs", "s3") else spec.type
-    target = CONNECTORS.get(source_type)
-    if target is None or (scheme not in ("file", "gs", "s3") and source_type == "object_store"):
+    kind = "object_store" if scheme in ("file", "gs", "s3") else spec.type
+    registered = source_type(kind)
+    if registered is None or (scheme not in ("file", "gs", "s3") and kind == "object_store"):
         raise ConfigurationError(f"no connector reads a {spec.type!r} source at a {scheme}:// location")
-    module, _, name = target.partition(":")
+    module, _, name = registered.target.partition(":")
     return getattr(importlib.import_module(module), name)
-
-
-def default_uri(source_type: str) -> str:
-    """The location a source of this type has when none is given ('' when
-    it must be given): Google Drive's API is at one address."""
-    return "https://www.googleapis.com/drive/v3" if source_type == "drive" else ""
 
 
 def open_connector(

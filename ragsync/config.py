@@ -145,6 +145,9 @@ class Settings:
             nothing changed (``beam_pipelines.quick``); a source with more
             known documents, or a prefix with more objects, goes straight to
             the pipeline. 0 = never list an object store on the launcher.
+        plugins: comma-separated modules imported when the settings are
+            made or unpickled in a worker (``ragsync.plugins``): they
+            register source types and keyword backends.
     """
 
     home: str = field(default_factory=default_home)
@@ -185,8 +188,14 @@ class Settings:
     vcpu_hour_usd: float = 0.056
     gpu_hour_usd: float = 0.35
     quick_check_max_objects: int = 100_000
+    plugins: str = ""
 
     def __post_init__(self) -> None:
+        if self.plugins:
+            # First: a plug-in may register the keyword backend checked below.
+            from ragsync.plugins import load_plugins
+
+            load_plugins(self.plugins)
         home = os.path.abspath(self.home)
         object.__setattr__(self, "home", home)
         if self.embed_backend and self.embed_backend not in EMBED_BACKENDS:
@@ -230,6 +239,15 @@ class Settings:
             raise ConfigurationError("quick_check_max_objects must be >= 0 (0 = never)")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        """A copy unpickled in a pipeline worker imports the plug-ins too
+        (``__post_init__`` does not run there) before any step uses it."""
+        self.__dict__.update(state)
+        if self.plugins:
+            from ragsync.plugins import load_plugins
+
+            load_plugins(self.plugins)
 
     def archive_limits(self) -> ArchiveLimits:
         """The archive expansion limits to pass to ``ragsync.parsing.parse``."""

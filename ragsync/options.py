@@ -152,6 +152,12 @@ SETTING_OPTIONS: tuple[Option, ...] = (
         "most objects of a gs:// or s3:// prefix a backfill lists on the launcher to find it unchanged "
         "and skip the pipeline; 0 = never (default 100000)",
     ),
+    _o(
+        "plugins",
+        str,
+        "comma-separated Python modules imported at start (and by every pipeline worker) that register "
+        "source types or keyword backends when imported (default none)",
+    ),
 )
 
 JOB_OPTIONS: tuple[Option, ...] = (

@@ -1,16 +1,102 @@
-"""The kinds of source ragsync knows, defined once for every layer.
+"""The kinds of source ragsync knows, registered once for every layer.
 
-``SOURCE_TYPES`` names the connector families (``connectors.registry``
-maps each to its class; the catalog, the CLI's ``sources add --type`` and
-the API's ``POST /v1/sources`` accept exactly these). ``SYNC_KINDS`` says
-how ``ragsync serve`` keeps a source current: ``webhook`` (changes arrive as
-events) or ``poll`` (listed every ``poll_interval_s``).
+A source type names a connector family and the class that serves it, as a
+``"module:Class"`` path imported on first use (this module imports no
+connector). :func:`register_source_type` is the one way a type is declared:
+the built-in four below, and a plug-in's own when its module is imported
+(setting ``plugins``, ``ragsync.plugins``). Every reader asks this registry
+when it needs the list, so a registered type is accepted everywhere at once:
+the catalog (``ragsync.catalog.sources``), ``ragsync sources add --type``,
+``POST /v1/sources`` and ``connectors.registry`` (which opens the class).
 
-Adding a connector: add its type here and its class to
-``connectors.registry.CONNECTORS`` (a test checks the two agree).
+``SYNC_KINDS`` says how ``ragsync serve`` keeps a source current:
+``webhook`` (changes arrive as events) or ``poll`` (listed every
+``poll_interval_s``).
+
+Adding a connector: README "Adding a connector"; ``tests/test_adding_a_connector.py``
+follows it with a fake ticket system.
 """
 
 from __future__ import annotations
 
-SOURCE_TYPES: tuple[str, ...] = ("object_store", "wiki", "drive", "tickets")
+import re
+from dataclasses import dataclass
+
 SYNC_KINDS: tuple[str, ...] = ("webhook", "poll")
+
+_NAME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+_TARGET = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class SourceType:
+    """One registered type.
+
+    Attributes:
+        name: the type sources declare (``--type``, ``"type"``).
+        target: ``"module:Class"`` of its connector class.
+        default_uri: the location a source of this type has when none is
+            given ('' when one must be given).
+    """
+
+    name: str
+    target: str
+    default_uri: str = ""
+
+
+_TYPES: dict[str, SourceType] = {}
+
+
+def register_source_type(name: str, target: str, *, default_uri: str = "") -> None:
+    """Declare source type ``name``, served by the class at ``target``.
+
+    Registering the same type again with the same target and default is a
+    no-op (a module imported twice).
+
+    Args:
+        name: a lowercase identifier (``[a-z][a-z0-9_]*``, at most 40 characters).
+        target: ``"package.module:Class"``; the class implements
+            ``connectors.base.Connector`` and has ``from_spec``. Not imported here.
+        default_uri: the location of a source declared without one.
+
+    Raises:
+        ValueError: a malformed name or target, or ``name`` is already
+            registered with another target or default.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise ValueError(f"source type {name!r} must be a lowercase identifier ([a-z][a-z0-9_]*)")
+    if not isinstance(target, str) or not _TARGET.match(target):
+        raise ValueError(f"source type {name!r}: target {target!r} must be 'package.module:Class'")
+    new = SourceType(name, target, default_uri)
+    current = _TYPES.get(name)
+    if current is not None and current != new:
+        raise ValueError(
+            f"source type {name!r} is already registered as {current.target!r} "
+            f"(default uri {current.default_uri!r}); refusing {target!r}"
+        )
+    _TYPES[name] = new
+
+
+def source_types() -> tuple[str, ...]:
+    """Every registered type, in registration order (the built-in four first)."""
+    return tuple(_TYPES)
+
+
+def source_type(name: str) -> SourceType | None:
+    """The registered type ``name``, or None."""
+    return _TYPES.get(name)
+
+
+def default_uri(name: str) -> str:
+    """The location a source of type ``name`` has when none is given ('' when
+    it must be given, or for an unknown type): Google Drive's API is at one address."""
+    registered = _TYPES.get(name)
+    return registered.default_uri if registered is not None else ""
+
+
+register_source_type("object_store", "connectors.files:FolderConnector")
+register_source_type("wiki", "connectors.mediawiki:MediaWikiConnector")
+register_source_type(
+    "drive", "connectors.drive:DriveConnector", default_uri="https://www.googleapis.com/drive/v3"
+)
+register_source_type("tickets", "connectors.jira:JiraConnector")

@@ -27,7 +27,7 @@ from connectors.drive import groups_from_permissions
 from connectors.location import Location
 from connectors.reader import FetchLimits, LocatedHttpClient
 from connectors.registry import open_connector
-from ragsync.errors import InvalidEventError, OutsideLocationError, TooLargeError
+from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError, TooLargeError
 from ragsync.model import SourceFile
 
 DRIVE = "https://www.googleapis.com/drive/v3"
@@ -500,6 +500,50 @@ def test_jira_rate_limit_answer_is_honoured() -> None:
     assert sleeps == [5.0]
 
 
+def _list(jira: Any) -> Any:
+    return list(list_all(jira))
+
+
+def _changes(jira: Any) -> Any:
+    return jira.changes(json.dumps({"since": "2019-03-14T12:00:00+00:00"}))
+
+
+def _comments(jira: Any) -> Any:
+    return jira.fetch(SourceFile("acme", "tickets-1", "102", jira.issue_uri("102")))
+
+
+@pytest.mark.parametrize(
+    ("path", "options", "read"),
+    [
+        ("/jira/rest/api/2/search", {}, _list),
+        ("/jira/rest/api/3/search/jql", {"search_api": "jql"}, _list),
+        ("/jira/rest/api/2/search", {}, _changes),
+        ("/jira/rest/api/3/search/jql", {"search_api": "jql"}, _changes),
+        ("/jira/rest/api/2/issue/102/comment", {}, _comments),
+    ],
+    ids=["listing", "listing-jql", "changes", "changes-jql", "comments"],
+)
+@pytest.mark.parametrize(
+    ("page", "error"),
+    [
+        ([{"id": "101"}], "Jira answered a page of .* that is not a JSON object"),
+        ({"startAt": 0, "total": 3}, "Jira answered a page without a list of"),
+    ],
+    ids=["array", "no-list"],
+)
+def test_a_malformed_jira_page_fails_the_read_in_every_paging_loop(
+    path: str, options: dict[str, Any], read: Callable[[Any], Any], page: Any, error: str
+) -> None:
+    """Issues (both search APIs), changes and comments are paged by one
+    helper: a page that is not a JSON object, or holds no list, is a
+    FetchError (a listing taken as complete without it would delete)."""
+    rec = Recorder(lambda r: _json(page) if r.url.path == path else _jira_answer([])(r))
+    jira = _open("tickets", JIRA, rec, [], **options)
+    with pytest.raises(FetchError, match=error):
+        read(jira)
+    assert rec.paths().count(path) == 1  # not retried, not skipped
+
+
 @pytest.mark.skipif(not CORPUS.exists(), reason="the shared corpus (../shared/corpus) is absent")
 def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
     from ragsync.parsing import parse
@@ -531,13 +575,26 @@ def test_jira_replay_of_real_lucene_issues_through_search_and_fetch() -> None:
 def test_one_list_of_source_types_for_the_registry_the_catalog_the_cli_and_the_api() -> None:
     """``ragsync.source_types`` is the one list: every type has a connector,
     and the API's schema offers exactly those types and sync kinds."""
-    from connectors.registry import CONNECTORS
+    from connectors.drive import DriveConnector
+    from connectors.registry import connector_class
     from control_plane.routers.sources import SourceIn
-    from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+    from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
-    assert sorted(CONNECTORS) == sorted(SOURCE_TYPES)
+    assert source_types()[:4] == ("object_store", "wiki", "drive", "tickets")
+    classes = {
+        t: connector_class(SourceSpec("s", "t", t, "/srv/docs" if t == "object_store" else JIRA)).__name__
+        for t in source_types()[:4]
+    }
+    assert classes == {
+        "object_store": "FolderConnector",
+        "wiki": "MediaWikiConnector",
+        "drive": "DriveConnector",
+        "tickets": "JiraConnector",
+    }
+    assert default_uri("drive") == DriveConnector.default_uri == DRIVE
+    assert [default_uri(t) for t in ("object_store", "wiki", "tickets", "nope")] == ["", "", "", ""]
     schema = SourceIn.model_json_schema()["properties"]
-    assert schema["type"]["enum"] == list(SOURCE_TYPES)
+    assert schema["type"]["enum"] == list(source_types())
     assert schema["sync"]["enum"] == list(SYNC_KINDS)
     with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets"):
         SourceIn.model_validate({"type": "sharepoint", "sync": "poll"})

@@ -24,7 +24,7 @@ import pytest
 from beam_pipelines.sync import sync_identities
 from connectors.api import AccessDeniedError
 from ragsync.catalog import Catalog
-from ragsync.errors import OutsideLocationError
+from ragsync.errors import FetchError, OutsideLocationError
 from ragsync.identity import Identities
 from ragsync.query import hybrid_query
 from tests.query_home import Doc, QueryHome
@@ -299,6 +299,26 @@ def test_jira_identities_page_users_groups_and_members_and_wait_out_a_429() -> N
         ("group/member", SEC, "0"),
         ("group/member", SEC, "1"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("path", "page", "error"),
+    [
+        ("/jira/rest/api/3/users/search", {"values": JIRA_USERS}, "a page of users that is not a JSON array"),
+        ("/jira/rest/api/3/group/bulk", GROUP_PAGES, "a page of values that is not a JSON object"),
+        ("/jira/rest/api/3/group/member", "members", "a page of values that is not a JSON object"),
+    ],
+    ids=["users", "groups", "members"],
+)
+def test_a_malformed_jira_identity_page_fails_the_listing(path: str, page: Any, error: str) -> None:
+    """Users, groups and members are paged by the same helper as issues:
+    a page of the wrong JSON shape fails the listing (the catalog keeps its
+    memberships) instead of ending it early."""
+    rec = Recorder(lambda r: _json(page) if r.url.path == path else _jira_identity_answer(r))
+    jira = _open("tickets", JIRA, rec, [], identities=True)
+    with pytest.raises(FetchError, match=f"Jira answered {error}"):
+        jira.list_identities()
+    assert rec.paths().count(path) == 1
 
 
 def test_jira_lists_no_identities_without_the_option() -> None:

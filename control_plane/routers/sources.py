@@ -24,13 +24,13 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from connectors.base import SourceSpec
 from connectors.credentials import CREDENTIALS_REFUSED, tenant_may_use
 from connectors.location import allowed_for_tenant, real_location, register_location
-from connectors.registry import connector_class, default_uri
+from connectors.registry import connector_class
 from control_plane.deps import CatalogDep, Tenant, path_id
 from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, LimitReachedError, SourceState, SyncRun, new_id
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.errors import ConfigurationError
-from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
 _CREDENTIALS_REF = r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"
 _MAX_OPTIONS_BYTES = 16 * 1024
@@ -42,10 +42,17 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def _type_enum(schema: dict[str, Any]) -> None:
+    """The schema of ``type`` offers the types registered when the schema is
+    made (``/openapi.json`` is made on its first request, after every plug-in
+    the server loaded at start has registered its types)."""
+    schema["enum"] = list(source_types())
+
+
 class SourceIn(_Model):
     """``POST /v1/sources`` body."""
 
-    type: str = Field(json_schema_extra={"enum": list(SOURCE_TYPES)}, description="the connector family")
+    type: str = Field(json_schema_extra=_type_enum, description="the connector family")
     uri: str | None = Field(
         default=None,
         min_length=1,
@@ -88,8 +95,9 @@ class SourceIn(_Model):
     @field_validator("type")
     @classmethod
     def _known_type(cls, value: str) -> str:
-        if value not in SOURCE_TYPES:
-            raise ValueError(f"must be one of {', '.join(SOURCE_TYPES)}")
+        known = source_types()  # read now: plug-ins' types included
+        if value not in known:
+            raise ValueError(f"must be one of {', '.join(known)}")
         return value
 
     @field_validator("sync")

@@ -23,7 +23,7 @@ from sqlalchemy import func, select, update
 from ragsync.catalog import schema
 from ragsync.catalog.base import ID_RE, Repository, _batches, _now, row_to
 from ragsync.errors import AmbiguousSourceError
-from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
+from ragsync.source_types import SYNC_KINDS, source_types
 
 # --------------------------------------------------------------------------- rows
 
@@ -64,13 +64,15 @@ def check_source_definition(
 
     Raises:
         ValueError: the id is not ``ID_PATTERN``, the type not one of
-            :data:`SOURCE_TYPES`, ``sync`` not one of :data:`SYNC_KINDS` (None
+            ``ragsync.source_types.source_types()`` (read now: plug-ins'
+            types included), ``sync`` not one of :data:`SYNC_KINDS` (None
             allowed), or the poll interval is not positive.
     """
     if not ID_RE.match(source_id):
         raise ValueError(f"source id {source_id!r} must match {ID_RE.pattern}")
-    if type not in SOURCE_TYPES:
-        raise ValueError(f"source type {type!r} must be one of {', '.join(SOURCE_TYPES)}")
+    known = source_types()
+    if type not in known:
+        raise ValueError(f"source type {type!r} must be one of {', '.join(known)}")
     check_sync_settings(sync, poll_interval_s)
 
 
@@ -114,7 +116,7 @@ class SourcesRepository(Repository):
         Args:
             tenant_id: owner.
             source_id: id, unique within the tenant (``ID_PATTERN``).
-            type: one of :data:`SOURCE_TYPES`.
+            type: one of ``ragsync.source_types.source_types()``.
             credentials_ref: a tenant's reference to its secret
                 (``secretmanager://...``), stored as given and never
                 returned; None for a public source.

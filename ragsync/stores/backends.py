@@ -20,9 +20,9 @@ Adding a sink (a keyword store): write a class implementing
 :class:`ragsync.stores.base.KeywordIndex`, and a backend object with the
 methods of :class:`KeywordBackend` below; call
 :func:`register_keyword_backend` at import of your module (a plug-in's
-``__init__``); then ``--keyword-index NAME`` / ``RAGSYNC_KEYWORD_INDEX=NAME``
-selects it. ``tests/test_adding_a_sink.py`` follows these steps with an
-in-memory store.
+``__init__``, named in the ``plugins`` setting: ``ragsync.plugins``); then
+``--keyword-index NAME`` / ``RAGSYNC_KEYWORD_INDEX=NAME`` selects it.
+``tests/test_adding_a_sink.py`` follows these steps with an in-memory store.
 """
 
 from __future__ import annotations
