@@ -105,40 +105,35 @@ def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpa
 
 
 def cmd_backfill(args: argparse.Namespace) -> int:
-    from beam_pipelines.quick import quick_backfill
+    from beam_pipelines.backfill import run_backfill
+    from ragsync.change_plan import ChangePlan
+    from ragsync.errors import SyncError
     from ragsync.options import option_values
 
     settings = settings_from_args(args)
     groups = split_list(args.acl_groups)
     reread = bool(args.reread or option_values(getattr(args, "pipeline_values", None)).get("reread"))
-    # Where the documents go and who may read them: the same for every path below.
-    target: dict[str, Any] = {"tenant_id": args.tenant, "source_id": args.source_id or ""}
-    target["acl_groups"] = groups
-    if not args.dry_run:
-        # An unchanged folder or prefix needs no pipeline (a folder not even Beam): beam_pipelines.quick.
-        quick = quick_backfill(args.source, settings, **target, reread=reread, beam_args=args.beam_args or ())
-        if quick is not None:
-            return _backfill_summary(args, settings, groups, quick)
-    from beam_pipelines.sync import SyncError, run_backfill
-
-    if args.dry_run:
-        from beam_pipelines.dry_run import emit_plan, plan_backfill
-
-        plan = plan_backfill(args.source, settings, **target, max_delete_share=args.max_delete_share)
-        return emit_plan(args, plan)
     try:
-        summary = run_backfill(
+        # The dry run's plan, the no-pipeline summary of an unchanged folder or the pipeline's.
+        result = run_backfill(
             args.source,
             settings,
-            **target,
-            beam_args=args.beam_args,
+            tenant_id=args.tenant,
+            source_id=args.source_id or "",
+            acl_groups=groups,
+            reread=reread,
+            dry_run=args.dry_run,
+            beam_args=args.beam_args or (),
             show_progress=not args.quiet,
             max_delete_share=args.max_delete_share,
-            reread=reread,
         )
     except SyncError as exc:
         return fail(exc, 1)
-    return _backfill_summary(args, settings, groups, summary)
+    if isinstance(result, ChangePlan):
+        from beam_pipelines.dry_run import emit_plan
+
+        return emit_plan(args, result)
+    return _backfill_summary(args, settings, groups, result)
 
 
 def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str], summary: Any) -> int:

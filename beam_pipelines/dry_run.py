@@ -20,8 +20,8 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.backfill import source_id_for
 from beam_pipelines.cli_common import emit
+from beam_pipelines.quick import source_id_for
 from connectors.base import SourceSpec, list_all
 from connectors.location import register_location, source_location
 from ragsync import ids
@@ -54,7 +54,8 @@ def plan_backfill(
     acl_groups: Sequence[str] = ("everyone",),
     max_delete_share: float | None = None,
 ) -> ChangePlan:
-    """The plan of ``ragsync backfill URI`` (a full listing), written nowhere.
+    """The plan of ``ragsync backfill URI`` (a full listing), written nowhere
+    (``beam_pipelines.backfill.run_backfill`` with ``dry_run`` returns it).
 
     Raises:
         ConfigurationError: the folder does not exist or the location is unusable.

@@ -10,8 +10,9 @@ object that would be read. When every listed object would be skipped unread
 and the listing holds as many objects as the catalog holds live documents of
 the source (so none vanished), it records the full listing on the source and
 returns the summary with ``pipeline_skipped`` 1: no model, no stores opened,
-no pipeline. Otherwise it returns None and the caller runs the normal
-pipeline (which still skips the unchanged objects unread).
+no pipeline. Otherwise it returns None and its caller
+(``beam_pipelines.backfill.run_backfill``, the one entry point of a backfill)
+runs the normal pipeline (which still skips the unchanged objects unread).
 
 A local folder is checked without importing Beam. An object store needs
 Beam's file systems (the import costs seconds, not a pipeline's minutes) and
@@ -168,7 +169,8 @@ def quick_backfill(
     """The backfill of an unchanged folder or object-store prefix, without a pipeline.
 
     Args:
-        uri: the folder or ``gs://``/``s3://`` prefix (as ``run_backfill`` takes it).
+        uri: the folder or ``gs://``/``s3://`` prefix (as
+            ``beam_pipelines.backfill.run_backfill`` takes it).
         settings: where the catalog is; the chunker's id;
             ``quick_check_max_objects`` (object stores only).
         tenant_id, source_id, acl_groups: as ``run_backfill`` takes them; the

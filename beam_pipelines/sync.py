@@ -1,6 +1,7 @@
 """One sync of one source: ``ragsync sync SOURCE_ID``, the control plane's
-worker, and ``ragsync backfill`` (:func:`run_backfill`: a full sync of a
-folder or prefix registered as an ``object_store`` source) all run this.
+worker, and ``ragsync backfill`` (``beam_pipelines.backfill.run_backfill``: a
+full sync of a folder or prefix registered as an ``object_store`` source) all
+run this.
 
 1. Plan (``ragsync.decisions.plan_sync``): a full listing when asked for,
    when the source has no change feed or no cursor yet; otherwise the
@@ -9,7 +10,7 @@ folder or prefix registered as an ``object_store`` source) all run this.
    push`` uses), then its cursor saved (``connectors.sync.read_feed``). A
    cursor the source no longer reaches back to falls back to a full listing.
 3. Full: the change feed's position is taken first; the listing pipeline
-   (``beam_pipelines.backfill.run_listing``) lists on workers, indexes what
+   (``beam_pipelines.listing.run_listing``) lists on workers, indexes what
    it lists and queues deletes for what vanished, unless the partial-listing
    guard trips: then nothing is deleted, the source is paused with the
    reason and the sync fails. The feed position is saved after a complete
@@ -30,23 +31,13 @@ source is not synced until ``ragsync sources resume``.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from beam_pipelines.backfill import (
-    ListingFailedError,
-    prepare_stores,
-    register_source,
-    root_cause,
-    run_listing,
-    source_id_for,
-    sweep_orphans,
-)
-from beam_pipelines.quick import BackfillSummary
+from beam_pipelines.listing import ListingFailedError, prepare_stores, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError, SourceSpec
 from connectors.location import source_location
@@ -57,18 +48,12 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
-from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError
+from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
 from ragsync.model import Event
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
 DEFAULT_PAUSE_AFTER = 5
-
-
-class SyncError(RagsyncError):
-    """A sync did not complete; the message says why and what to do."""
-
-    error_class = "fetch_failed"
 
 
 class SourcePausedError(SyncError):
@@ -526,83 +511,3 @@ def _as_sync_error(source_id: str, exc: BaseException) -> BaseException:
     if isinstance(exc, RagsyncError):
         return SyncError(f"sync of {source_id} failed: [{exc.error_class}] {exc}")
     return SyncError(f"sync of {source_id} failed: {_message(exc)}")
-
-
-def run_backfill(
-    uri: str,
-    settings: Settings,
-    *,
-    tenant_id: str = "default",
-    source_id: str = "",
-    acl_groups: Sequence[str] = ("everyone",),
-    beam_args: Sequence[str] = (),
-    show_progress: bool = True,
-    spec: ModelSpec | None = None,
-    max_delete_share: float | None = None,
-    reread: bool = False,
-) -> BackfillSummary:
-    """Backfill ``uri`` into the stores named by ``settings``: register it as
-    an ``object_store`` source (its location and groups) and run a full sync
-    (``reread``: read every object, even those the listing shows unchanged).
-
-    Raises:
-        ConfigurationError: the source is missing or a store cannot be opened.
-        SyncError: the listing failed, the source is paused, or the
-            partial-listing guard held deletes back (the source is paused).
-    """
-    start = time.monotonic()
-    lifecycle.install_child_watch()  # parse children never outlive this process
-    if "://" not in uri:
-        if not os.path.isdir(uri):
-            raise ConfigurationError(
-                f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
-            )
-        uri = os.path.abspath(uri)
-    if spec is None:
-        from ragsync.index_versions import live_spec
-
-        spec = live_spec(settings)
-    source_id = source_id or source_id_for(uri)
-    # The folder becomes the source's location before anything is read:
-    # every fetch is confined to it.
-    prepare_stores(settings, spec)
-    register_source(
-        settings,
-        source_id,
-        tenant_id,
-        "object_store",
-        uri,
-        options={"acl_groups": [g for g in acl_groups if g]},
-    )
-    result = run_sync(
-        source_id,
-        settings,
-        full=True,
-        beam_args=beam_args,
-        show_progress=show_progress,
-        model_spec=spec,
-        max_delete_share=max_delete_share,
-        reread=reread,
-        tenant_id=tenant_id,
-    )
-    listing = result.listing or {}
-    applied = result.applied or {}
-    orphans = sweep_orphans(settings, spec.dim)
-    return BackfillSummary(
-        documents_listed=listing.get("documents_listed", 0),
-        documents_seen=listing.get("documents_seen", 0),
-        documents_indexed=listing.get("documents_indexed", 0),
-        documents_unchanged=listing.get("documents_unchanged", 0),
-        documents_duplicate=listing.get("documents_duplicate", 0),
-        documents_acl_updated=listing.get("documents_acl_updated", 0),
-        documents_deleted=applied.get("documents_deleted", 0),
-        dead_lettered=listing.get("dead_lettered", 0) + applied.get("dead_lettered", 0),
-        chunks_embedded=listing.get("chunks_embedded", 0),
-        embedding_cache_hits=listing.get("embedding_cache_hits", 0),
-        chunks_written=listing.get("chunks_written", 0),
-        chunks_deleted=listing.get("chunks_deleted", 0) + applied.get("chunks_deleted", 0),
-        orphans_removed=orphans,
-        seconds=round(time.monotonic() - start, 3),
-        cost=listing.get("cost") or {},
-        documents_unread=listing.get("documents_unread", 0),
-    )

@@ -72,7 +72,10 @@ def _check_model(settings: Any, expected: str) -> Any:
 
 
 def run(argv: Sequence[str] | None = None) -> int:
-    """Backfill ``--source`` as the launcher asks; prints the summary as JSON.
+    """Backfill ``--source`` as the launcher asks
+    (``beam_pipelines.backfill.run_backfill``: an unchanged folder or prefix
+    runs no pipeline, its summary says ``pipeline_skipped`` 1); prints the
+    summary as JSON.
 
     Args:
         argv: the launcher's flags (default ``sys.argv[1:]``).
@@ -80,10 +83,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code (see the module docstring).
     """
+    from beam_pipelines.backfill import run_backfill
     from beam_pipelines.cli import quiet_environment
     from beam_pipelines.cli_common import fail
-    from beam_pipelines.sync import SyncError, run_backfill
     from ragsync import lifecycle
+    from ragsync.errors import SyncError
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()

@@ -36,7 +36,8 @@ One run of this script measures, in one process:
 
    ratio = embed stage chunks/s / raw encode chunks/s (target >= 0.9).
 3. **unchanged re-run**: ``run_backfill`` again on the same folder and home
-   (in process; the model is never loaded), and the same through the CLI in a
+   (in process; the model is never loaded, and like the CLI it starts no
+   pipeline for an unchanged folder), and the same through the CLI in a
    fresh process (``python -m beam_pipelines.cli backfill``, imports included).
    ratio = re-run wall / cold wall (target <= 0.05); chunks_embedded and
    chunks_written must be 0.
@@ -386,7 +387,7 @@ def children_cpu() -> float:
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Stage the files, run cold, compare with raw encode, re-run; returns every figure."""
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
     from ragsync.config import Settings
 
     corpus = Path(args.corpus).resolve()

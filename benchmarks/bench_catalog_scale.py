@@ -24,7 +24,7 @@ Reads measured (each once, after the build):
 * ``sync_diff``: a full listing's catalog side, ``iter_source_documents``
   read to the end;
 * ``orphan_sweep_catalog``: the sweep's catalog side, ``present_chunk_ids``
-  for every chunk id 1,000 at a time (``beam_pipelines.backfill``).
+  for every chunk id 1,000 at a time (``beam_pipelines.listing``).
 
 Peak memory is ``tracemalloc``'s peak of Python allocations during the read
 (the times include its overhead; ``--no-trace`` times without it), and the

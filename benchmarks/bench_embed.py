@@ -144,8 +144,8 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
     """Recall@10 of each backend on CISI (module docstring, step 2)."""
     import cisi_to_golden
 
+    from beam_pipelines.backfill import run_backfill
     from beam_pipelines.reembed import run_reembed
-    from beam_pipelines.sync import run_backfill
     from ragsync import index_versions as iv
     from ragsync.config import Settings
     from ragsync.embedding import DEFAULT_MODEL, backend_of

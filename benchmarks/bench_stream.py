@@ -299,7 +299,7 @@ def write_scans(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
-    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.listing import prepare_stores, register_source
     from ragsync.config import Settings, open_catalog
     from ragsync.index_versions import live_spec
 

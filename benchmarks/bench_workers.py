@@ -115,7 +115,7 @@ def _start_servers(tmp: Path) -> tuple[str, str, list[Any]]:
 
 
 def _run(src: Path, tmp: Path, pg: str, milvus: str, workers: int) -> dict[str, Any]:
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
     from tests.test_cluster import _cluster_settings
 
     settings = _cluster_settings(tmp, pg, milvus)

@@ -728,7 +728,7 @@ def evaluate_format(
         ``{"recall": {mode: r}, "by_target": {target: {mode: r}}, "missed": {mode: [question]},
         "indexed", "dead_letters", "chunks", "backfill_s", "eval_s"}``.
     """
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
     from ragsync.config import Settings
     from ragsync.eval_retrieval import GoldenQuery, evaluate
 

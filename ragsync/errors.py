@@ -181,6 +181,12 @@ def _all_subclasses(cls: type) -> list[type]:
     return out
 
 
+class SyncError(RagsyncError, error_class="fetch_failed"):
+    """A sync of a source (``beam_pipelines.sync.run_sync``, a backfill's too)
+    did not complete; the message says why and what to do. Here, not beside
+    the sync, so that callers catch it without importing the pipelines."""
+
+
 class AmbiguousSourceError(ConfigurationError):
     """A source id given without its tenant names sources of several tenants."""
 

@@ -52,7 +52,7 @@ class QueryHome:
     chunk_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> chunk id
 
     def __post_init__(self) -> None:
-        from beam_pipelines.backfill import prepare_stores
+        from beam_pipelines.listing import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
 

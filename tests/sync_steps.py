@@ -36,7 +36,7 @@ def register_folder(
     """Create the stores and register ``folder`` as source ``source_id`` of
     ``tenant`` whose versions (file times) are ``domain`` values, before any
     event names it."""
-    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.listing import prepare_stores, register_source
     from ragsync.embedding import default_model
 
     prepare_stores(settings, default_model())

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_pipelines.sync import run_backfill
+from beam_pipelines.backfill import run_backfill
 from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index
 from ragsync.errors import ConfigurationError

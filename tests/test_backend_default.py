@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_pipelines.backfill import prepare_stores
+from beam_pipelines.listing import prepare_stores
 from ragsync import embedding_onnx
 from ragsync.config import Settings, default_model_cache_dir, open_catalog, open_vector_index
 from ragsync.embedding import backend_of, spec_for

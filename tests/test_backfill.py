@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from docx import Document
 
-from beam_pipelines.sync import BackfillSummary, run_backfill
+from beam_pipelines.backfill import run_backfill
+from beam_pipelines.quick import BackfillSummary
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile

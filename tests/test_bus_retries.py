@@ -17,7 +17,7 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.streaming import GuardBusMessages, apply_event_rows
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_vector_index

@@ -190,8 +190,8 @@ def _without_attachment(data: bytes, name: str) -> bytes:
 @corpus_required
 @pytest.mark.slow
 def test_backfill_indexes_attachments_and_members_as_children(tmp_path: Path) -> None:
-    from beam_pipelines.backfill import source_id_for
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
+    from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
     from ragsync.reconcile import reconcile
 
@@ -270,8 +270,8 @@ def test_backfill_indexes_attachments_and_members_as_children(tmp_path: Path) ->
 @corpus_required
 @pytest.mark.slow
 def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> None:
-    from beam_pipelines.backfill import source_id_for
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
+    from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
 
     src = tmp_path / "src"
@@ -297,7 +297,7 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
 @corpus_required
 @pytest.mark.slow
 def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> None:
-    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.listing import prepare_stores, register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.reconcile import reconcile

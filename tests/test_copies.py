@@ -96,7 +96,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     a vanished holder and its content disappeared from search. The link step
     now raises a retryable error, so the event runs again (b.txt is then
     processed on its own)."""
-    from beam_pipelines.backfill import prepare_stores
+    from beam_pipelines.listing import prepare_stores
     from ragsync import ids
     from ragsync.config import Settings
     from ragsync.embedding import default_model
@@ -192,7 +192,7 @@ def _acl(src: Path, rules: dict[str, list[str]]) -> None:
 
 
 def _run(src: Path, settings: object) -> object:
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
 
     return run_backfill(str(src), settings, show_progress=False, acl_groups=["everyone"])  # type: ignore[arg-type]
 
@@ -361,7 +361,7 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
 def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     """The same rules hold for change events (streaming pipeline, catalog queue)."""
 
-    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.listing import prepare_stores, register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.query import hybrid_query

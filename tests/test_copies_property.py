@@ -49,7 +49,7 @@ class _Harness:
     """One StoresDoFn-like step over a shared home (see ``transforms.copies``)."""
 
     def __init__(self, home: Path) -> None:
-        from beam_pipelines.backfill import prepare_stores
+        from beam_pipelines.listing import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
         from transforms.delete import _DeleteFn

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_pipelines.sync import run_backfill
+from beam_pipelines.backfill import run_backfill
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ERROR_CLASSES
 from ragsync.reconcile import reconcile

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from beam_pipelines.backfill import run_backfill
 from beam_pipelines.cli import main
-from beam_pipelines.sync import run_backfill
 from ragsync.change_plan import ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 
@@ -149,6 +149,9 @@ def test_dry_runs_write_nothing_and_the_real_run_does_what_they_planned(
     plan = _cli(capsys, "backfill", str(src), "--home", home, "--tenant", TENANT, "--source-id", SOURCE,
                 "--dry-run", "--json")  # fmt: skip
     synced = _cli(capsys, "sync", SOURCE, "--tenant", TENANT, "--home", home, "--dry-run", "--json")
+    # The command line prints what the backfill's one entry point returns.
+    returned = run_backfill(str(src), settings, tenant_id=TENANT, source_id=SOURCE, dry_run=True)
+    assert isinstance(returned, ChangePlan) and returned.to_dict() == plan
     assert _snapshot(settings) == before  # nothing written anywhere
     expected = {
         "adds": {"epsilon.md"},

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from beam_pipelines.sync import run_backfill
+from beam_pipelines.backfill import run_backfill
 from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import get_model

@@ -18,9 +18,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.backfill import run_backfill
+from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.streaming import run_stream
-from beam_pipelines.sync import run_backfill
 from connectors.events import parse_event
 from control_plane.app import create_app
 from ragsync import ids

@@ -40,8 +40,8 @@ def _status(home: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]
 def test_failed_update_keeps_the_last_good_version(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from beam_pipelines.backfill import source_id_for
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
+    from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
     from ragsync.query import hybrid_query
     from ragsync.reconcile import reconcile
@@ -101,7 +101,7 @@ def test_failed_update_keeps_the_last_good_version(
 def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> None:
     """The same through change events (streaming pipeline, catalog queue)."""
 
-    from beam_pipelines.backfill import prepare_stores, register_source
+    from beam_pipelines.listing import prepare_stores, register_source
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model

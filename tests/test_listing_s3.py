@@ -17,10 +17,12 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.backfill import register_source, source_id_for
-from beam_pipelines.sync import SyncError, run_sync
+from beam_pipelines.listing import register_source
+from beam_pipelines.quick import source_id_for
+from beam_pipelines.sync import run_sync
 from connectors.base import SourceSpec
 from ragsync.config import Settings, open_catalog
+from ragsync.errors import SyncError
 from tests.object_store import ObjectStore, object_store
 from tests.proc import run_json
 from transforms.common import counter_value

@@ -211,7 +211,7 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
     import os
     import signal
 
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
     from ragsync.query import hybrid_query
     from ragsync.reconcile import reconcile
     from tests.proc import cli, run_json, run_until_killed

@@ -19,8 +19,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from beam_pipelines.backfill import run_backfill
 from beam_pipelines.reembed import CRASH_ENV, _target_state, backfill_progress, run_reembed
-from beam_pipelines.sync import run_backfill
 from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import EmbeddingModel, get_model, register_model

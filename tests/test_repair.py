@@ -48,7 +48,7 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str,
 
 @pytest.mark.slow
 def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from beam_pipelines.sync import run_backfill
+    from beam_pipelines.backfill import run_backfill
     from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
     from ragsync.model import Chunk
     from ragsync.query import hybrid_query
@@ -130,11 +130,11 @@ def _source_id(cat: object) -> str:
 def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The end-of-backfill sweep removes exactly the index rows without a
     chunk row, comparing the stores with the catalog a page at a time."""
-    import beam_pipelines.backfill as backfill
+    import beam_pipelines.listing as listing
     from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
     from tests.store_contract import make_chunk, vector_for
 
-    monkeypatch.setattr(backfill, "SWEEP_PAGE", 2)
+    monkeypatch.setattr(listing, "SWEEP_PAGE", 2)
     settings = Settings(home=str(tmp_path / "home"))
     kept = [make_chunk(i, tenant="t1") for i in range(5)]
     ghosts = [make_chunk(i, tenant="t1", doc="gone") for i in range(5, 8)]
@@ -152,14 +152,14 @@ def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pyt
         vec.close()
         cat.close()
 
-    assert backfill.sweep_orphans(settings, DIM) == 6  # 3 per index
+    assert listing.sweep_orphans(settings, DIM) == 6  # 3 per index
     vec, kw = open_vector_index(settings, DIM), open_keyword_index(settings)
     try:
         assert vec.chunk_ids("t1") == kw.chunk_ids("t1") == {c.chunk_id for c in kept}
     finally:
         kw.close()
         vec.close()
-    assert backfill.sweep_orphans(settings, DIM) == 0
+    assert listing.sweep_orphans(settings, DIM) == 0
 
 
 def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from beam_pipelines.backfill import run_backfill
 from beam_pipelines.streaming import run_stream
-from beam_pipelines.sync import run_backfill
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.reconcile import reconcile
 from tests.proc import kill_group, live_members

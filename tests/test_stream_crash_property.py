@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.listing import prepare_stores, register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from PIL import Image, ImageDraw, ImageFont
 
-from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.streaming import run_stream
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.backfill import prepare_stores, register_source
+from beam_pipelines.listing import prepare_stores, register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model

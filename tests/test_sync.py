@@ -19,10 +19,12 @@ from typing import Any
 import httpx
 import pytest
 
-from beam_pipelines.backfill import source_id_for
+from beam_pipelines.backfill import run_backfill
 from beam_pipelines.cli import main
-from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError, run_backfill, run_sync
+from beam_pipelines.quick import source_id_for
+from beam_pipelines.sync import ListingGuardError, SourcePausedError, run_sync
 from ragsync.config import Settings, open_catalog
+from ragsync.errors import SyncError
 from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki
 from tests.serving import wait_until_healthy

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,34 @@ def test_main_py_as_the_launcher_runs_it_indexes_the_folder(tmp_path: Path) -> N
         catalog.close()
 
 
+def test_main_reports_an_unchanged_folder_without_a_pipeline(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The template runs the backfill as ``ragsync backfill`` does: a second
+    run over the unchanged folder lists it on the launcher and starts no
+    pipeline (``pipeline_skipped`` 1); ``reread`` runs the pipeline again."""
+    src = _corpus(tmp_path)
+    hour_ago = time.time() - 3600  # outside the racy window of the first listing
+    for f in (src / "a.txt", src / "b.md", src / "sub" / "c.txt"):
+        os.utime(f, (hour_ago, hour_ago))
+    argv = [f"--home={tmp_path / 'home'}", f"--source={src}", "--tenant=T", "--acl_groups=staff"]
+    argv += ["--runner=DirectRunner"]
+
+    def summary(*extra: str) -> dict[str, int]:
+        assert run([*argv, *extra]) == 0
+        out: dict[str, int] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        return out
+
+    first = summary()
+    assert (first["documents_indexed"], first["pipeline_skipped"]) == (3, 0)
+    again = summary()
+    assert (again["pipeline_skipped"], again["documents_listed"], again["documents_unread"]) == (1, 3, 3)
+    assert (again["documents_indexed"], again["chunks_embedded"], again["chunks_written"]) == (0, 0, 0)
+    reread = summary("--reread=1")
+    assert (reread["pipeline_skipped"], reread["documents_unread"], reread["documents_seen"]) == (0, 0, 3)
+    assert reread["documents_unchanged"] == 3
+
+
 def test_missing_source_and_foreign_model_are_configuration_errors(tmp_path: Path) -> None:
     home = f"--home={tmp_path / 'home'}"
     assert run([home, "--tenant=T", "--runner=DirectRunner"]) == 2
@@ -118,7 +147,7 @@ def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) 
     """The quick start's home may hold the same folder under another tenant:
     ``--tenant`` names which one the template syncs (it failed with "source
     exists for several tenants")."""
-    from beam_pipelines.backfill import register_source
+    from beam_pipelines.listing import register_source
     from beam_pipelines.quick import source_id_for
 
     src = _corpus(tmp_path)
@@ -138,7 +167,7 @@ def test_stream_main_py_as_the_launcher_runs_it_applies_queued_events(tmp_path: 
     """The stream template's main, started the way the launcher starts it,
     with the local queue as its bus (Pub/Sub and Kafka cannot run here; their
     read path is tested in tests/test_event_sources.py) until the queue is idle."""
-    from beam_pipelines.backfill import register_source
+    from beam_pipelines.listing import register_source
     from tests.queue_events import change_event, push_events
 
     src = _corpus(tmp_path)

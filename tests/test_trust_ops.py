@@ -23,10 +23,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from beam_pipelines.backfill import register_source
-from beam_pipelines.sync import SyncError, run_sync
+from beam_pipelines.listing import register_source
+from beam_pipelines.sync import run_sync
 from ragsync.config import Settings, open_catalog
-from ragsync.errors import ConfigurationError
+from ragsync.errors import ConfigurationError, SyncError
 from ragsync.lifecycle import descendants
 from ragsync.model import Event
 from tests.mediawiki import free_port

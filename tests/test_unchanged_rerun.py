@@ -46,13 +46,26 @@ def _set_mtime(path: Path, when: float) -> None:
 
 
 def _backfill(src: Path, home: Path, *extra: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(src), "--home", str(home)]
-    cmd += ["--quiet", "--json", *extra]
+    summary, _ = _backfill_imports(src, home, *extra)
+    return summary
+
+
+def _backfill_imports(src: Path, home: Path, *extra: str) -> tuple[dict[str, Any], set[str]]:
+    """``ragsync backfill`` of ``src`` in a fresh process: its ``--json``
+    summary and the top-level packages it imported (``python -X importtime``
+    lists every import on stderr)."""
+    cmd = [sys.executable, "-X", "importtime", "-m", "beam_pipelines.cli", "backfill", str(src)]
+    cmd += ["--home", str(home), "--quiet", "--json", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
-    return summary
+    imported = {
+        line.rsplit("|", 1)[-1].strip().split(".")[0]
+        for line in proc.stderr.splitlines()
+        if line.startswith("import time:")
+    }
+    return summary, imported
 
 
 def _stores(home: Path) -> dict[str, Any]:
@@ -91,8 +104,9 @@ def test_unchanged_reruns_skip_unread_through_the_cli(tmp_path: Path) -> None:
     for f in src.iterdir():
         _set_mtime(f, hour_ago)
 
-    cold = _backfill(src, home)
+    cold, cold_imports = _backfill_imports(src, home)
     assert (cold["documents_indexed"], cold["dead_lettered"], cold["pipeline_skipped"]) == (4, 1, 0)
+    assert "apache_beam" in cold_imports  # the pipeline ran
     before = _stores(home)
     assert before["catalog"] == before["vector"] == before["keyword"]
     assert len(before["catalog"]) == cold["chunks_written"] > 0
@@ -106,9 +120,11 @@ def test_unchanged_reruns_skip_unread_through_the_cli(tmp_path: Path) -> None:
     assert page0.stat().st_size == len(original)
     _set_mtime(page0, hour_ago)
 
-    # 1. Nothing changed (to the listing): no pipeline, nothing read or retried.
-    rerun = _backfill(src, home)
+    # 1. Nothing changed (to the listing): no pipeline, nothing read or
+    #    retried, and Beam is not even imported (a quick command).
+    rerun, rerun_imports = _backfill_imports(src, home)
     assert rerun["pipeline_skipped"] == 1
+    assert "apache_beam" not in rerun_imports and "ragsync" in rerun_imports
     assert rerun["documents_listed"] == rerun["documents_seen"] == rerun["documents_unread"] == 5
     assert rerun["documents_unchanged"] == 5
     assert rerun["documents_indexed"] == rerun["dead_lettered"] == rerun["chunks_embedded"] == 0

@@ -1,0 +1,289 @@
+"""The bounded pipeline: a full listing of any source, read by workers, then
+the shared stage chain (fetch, route, parse, chunk, diff, embed, write), and
+the documents the listing no longer holds queued as deletes.
+
+``build_pipeline`` wires the stage chain onto any PCollection of
+``SourceFile`` (tests call it with their own pipeline);
+``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
+vanished-document deletes; ``run_listing`` runs it and returns its counters.
+``prepare_stores`` and ``register_source`` set a home up before a run;
+``sweep_orphans`` cleans up after a backfill. A full sync
+(``beam_pipelines.sync.run_sync``) runs the listing; ``ragsync backfill`` is
+one (``beam_pipelines.backfill.run_backfill``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import apache_beam as beam
+from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+
+from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.runstats import record_run
+from connectors.base import SourceSpec
+from connectors.location import register_location
+from ragsync import lifecycle
+from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.counters import LISTING
+from ragsync.embedding import ModelSpec
+from ragsync.errors import FetchError, RagsyncError
+from ragsync.index_versions import register_first_version
+from transforms.chain import IndexDocuments
+from transforms.common import ListingTally, counter_value
+from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
+from transforms.parse import warm_up_fork_server
+from transforms.write import WriteDeadLetters
+
+
+def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
+    """Create the catalog, vector collection and keyword index if missing,
+    and record a new home's index version 1 with ``spec``'s model and
+    backend (``ragsync.index_versions.register_first_version``).
+
+    Creation is this explicit step; the writers themselves fail fast on a
+    missing collection.
+    """
+    open_catalog(settings).close()
+    open_vector_index(settings, spec.dim, create=True).close()
+    open_keyword_index(settings, create=True).close()
+    register_first_version(settings, spec)  # the backend it is built with, on record
+
+
+def register_source(
+    settings: Settings,
+    source_id: str,
+    tenant_id: str,
+    type_: str,
+    uri: str = "",
+    *,
+    options: Mapping[str, Any] | None = None,
+    credentials_ref: str | None = None,
+    sync: str | None = None,
+    poll_interval_s: int | None = None,
+    version_domain: str | None = None,
+) -> None:
+    """Register a source (idempotent) with its location ``uri`` ('' for a
+    source that takes no ``content_uri``), then set the connector settings
+    given (options, credentials reference, how it syncs, how its versions
+    compare: ``revision``, ``timestamp`` or ``etag``).
+
+    Raises:
+        ConfigurationError: ``uri`` is not a usable location or overlaps
+            ragsync's own home or object store.
+        ValueError: the id, type, sync kind, poll interval or version domain
+            is out of its domain (``check_source_definition``).
+    """
+    if uri:
+        uri = register_location(uri, reserved=settings.reserved_locations).uri
+    catalog = open_catalog(settings)
+    try:
+        catalog.create_source(
+            tenant_id,
+            source_id=source_id,
+            type=type_,
+            uri=uri,
+            if_exists="update",
+        )
+        catalog.configure_source(
+            source_id,
+            tenant_id=tenant_id,
+            options=options,
+            credentials_ref=credentials_ref,
+            sync=sync,
+            poll_interval_s=poll_interval_s,
+            version_domain=version_domain,
+        )
+    finally:
+        catalog.close()
+
+
+def build_pipeline(
+    p: beam.Pipeline,
+    files: beam.PCollection,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    total: int | ListingTally = 0,
+    show_progress: bool = False,
+) -> dict[str, list[beam.PCollection]]:
+    """Wire the shared stage chain onto ``files`` (a PCollection of SourceFile)
+    and write its dead letters.
+
+    Returns the outputs of ``IndexDocuments`` (lists of PCollections).
+    """
+    out = files | "IndexDocuments" >> IndexDocuments(
+        settings, spec, group_duplicates=True, total=total, show_progress=show_progress
+    )
+    for i, dead in enumerate(out["dead"]):
+        dead | f"WriteDeadLetters{i}" >> WriteDeadLetters(settings)
+    return out
+
+
+def build_listing_pipeline(
+    p: beam.Pipeline,
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    listing_started_at: float,
+    max_delete_share: float,
+    show_progress: bool = False,
+    reread: bool = False,
+    tally_dir: str = "",
+) -> dict[str, Any]:
+    """A full listing of ``source`` inside the pipeline, the stage chain on
+    what it lists (objects whose listing metadata shows them unchanged are
+    skipped unread unless ``reread``: ``transforms.listing.SkipUnread``), and
+    delete events for what it no longer holds (behind the partial-listing
+    guard), queued for the streaming pipeline. With ``show_progress`` and a
+    ``tally_dir`` (an empty directory of this run), the listing leaves its
+    counts there (``transforms.common.ListingTally``), so the later steps'
+    progress lines show count and rate while it lists, then total, percent
+    and ETA.
+
+    Returns:
+        ``listed`` (the listing) and the chain's outputs under ``indexed``.
+    """
+    tally = ListingTally(tally_dir, len(shards)) if show_progress and tally_dir else None
+    listed = p | "ListSource" >> ListSource(
+        source, settings, shards, show_progress=show_progress, tally=tally
+    )
+    to_read = listed | "SkipUnread" >> SkipUnread(settings, reread=reread, tally=tally)
+    indexed = build_pipeline(p, to_read, settings, spec, total=tally or 0, show_progress=show_progress)
+    deletes = listed | "FindVanished" >> FindVanished(
+        source, settings, listing_started_at=listing_started_at, max_delete_share=max_delete_share
+    )
+    deletes | "QueueDeletes" >> QueueEvents(settings)
+    return {"listed": listed, "indexed": indexed}
+
+
+class ListingFailedError(FetchError):
+    """The listing pipeline failed (a shard could not be listed, timed out,
+    or a store failed): nothing was deleted."""
+
+
+def run_listing(
+    source: SourceSpec,
+    settings: Settings,
+    spec: ModelSpec,
+    *,
+    shards: list[str],
+    max_delete_share: float,
+    beam_args: Sequence[str] = (),
+    show_progress: bool = True,
+    reread: bool = False,
+) -> dict[str, Any]:
+    """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
+    another runner) and return its counters (``ragsync.counters.LISTING``) and
+    ``cost`` (``ragsync.cost.cost_report``; the run is recorded in the
+    catalog's ``pipeline_runs``).
+
+    Raises:
+        ListingFailedError: the pipeline failed; the message names the cause.
+    """
+    started = time.time()
+    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    refuse_single_process_stores(settings, options)
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    if runner in ("FnApiRunner", "DirectRunner") and not worker_processes(options):
+        # This process parses: its parse children's fork server starts (and
+        # imports the parsers) on the other core while the graph is built.
+        warm_up_fork_server()
+    p = beam.Pipeline(runner=runner, options=options)
+    # The listing's counts for the progress lines: a directory on this
+    # machine (workers elsewhere cannot reach it and show count and rate only).
+    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-")
+    build_listing_pipeline(
+        p,
+        source,
+        settings,
+        spec,
+        shards=shards,
+        listing_started_at=started,
+        max_delete_share=max_delete_share,
+        show_progress=show_progress,
+        reread=reread,
+        tally_dir=tally_dir.name,
+    )
+    try:
+        with tally_dir:
+            result = p.run()
+            result.wait_until_finish()
+    except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
+        if lifecycle.stop_signal() is not None:
+            raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
+        raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
+    counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING}
+    counters["cost"] = record_run(
+        "listing",
+        [result],
+        settings,
+        started_at=started,
+        documents=counters["documents_seen"],
+        counters=counters,
+        tenant_id=source.tenant_id,
+        source_id=source.source_id,
+    )
+    return counters
+
+
+def root_cause(exc: BaseException) -> str:
+    """A one-line cause of a pipeline failure: the innermost ragsync error's
+    class and message when there is one (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):
+        if isinstance(e, RagsyncError):
+            return f"[{e.error_class}] {e}"[:1000]
+    text = str(seen[-1]) or type(seen[-1]).__name__
+    for line in reversed(text.splitlines()):
+        if "Error:" in line:
+            return line.strip()[:1000]
+    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
+
+
+#: Chunk ids compared with the catalog (and deleted) per step of the orphan sweep.
+SWEEP_PAGE = 1000
+
+
+def sweep_orphans(settings: Settings, dim: int) -> int:
+    """Delete index rows that have no chunk row in the catalog; returns how
+    many rows were removed over both indexes.
+
+    Only safe when no writer runs (the end of a backfill): a crash between
+    writing the indexes and the catalog leaves such rows behind.
+    """
+    catalog = open_catalog(settings)
+    vectors = open_vector_index(settings, dim)
+    keywords = open_keyword_index(settings)
+    try:
+        removed = 0
+        for tenant in catalog.tenant_ids():
+            for store in (vectors, keywords):
+                # Page by page: only the orphans found are kept, never every id.
+                orphans: list[str] = []
+                page: list[str] = []
+                for chunk_id in itertools.chain(store.iter_chunk_ids(tenant), [None]):
+                    if chunk_id is not None:
+                        page.append(chunk_id)
+                    if page and (chunk_id is None or len(page) == SWEEP_PAGE):
+                        present = catalog.present_chunk_ids(tenant, page)
+                        orphans += [c for c in page if c not in present]
+                        page = []
+                for i in range(0, len(orphans), SWEEP_PAGE):
+                    removed += len(orphans[i : i + SWEEP_PAGE])
+                    store.delete(tenant, orphans[i : i + SWEEP_PAGE])
+        return removed
+    finally:
+        keywords.close()
+        vectors.close()
+        catalog.close()
