@@ -18,7 +18,7 @@
 4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
    left, which picks up documents the live pipeline changed meanwhile.
    Pipelines that run while the version is ``building`` write every change
-   to it too (dual write, ``transforms.common.StoresDoFn``), so it does not
+   to it too (dual write, ``ragsync.writer.IndexWriter``), so it does not
    fall behind before the flip.
 5. The gate: the catalog, the target vector collection and the target
    keyword index hold exactly the same chunk ids with no duplicate rows, and

@@ -157,7 +157,7 @@ class QueryHome:
 
     def write_copy(self, copy: Doc, holder: Doc) -> None:
         """Record ``copy`` (same text as ``holder``, its own ACL) as an exact
-        copy served by ``holder``'s chunk, the way ``transforms.copies`` does:
+        copy served by ``holder``'s chunk, the way ``ragsync.writer`` does:
         a ``duplicate`` document row, and the holder's chunk carrying the ACL
         ids of both in the catalog and both stores."""
         from ragsync.config import open_catalog

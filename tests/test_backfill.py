@@ -22,6 +22,7 @@ from beam_pipelines.quick import BackfillSummary
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.crash_hooks import crash_env
 from tests.proc import cli, run_until_killed
 from tests.store_state import chunk_ids_by_store
 
@@ -243,7 +244,7 @@ def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(
 ) -> None:
     corpus, clean_settings, _ = clean
     crashed_home = tmp_path / "crashed"
-    env = dict(os.environ, RAGSYNC_CRASH_AFTER_INDEX_WRITES="2", HF_HUB_OFFLINE="1")
+    env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="2")
     cmd = cli("backfill", str(corpus), "--home", str(crashed_home), "--quiet")
     log = tmp_path / "crash.log"
     code = run_until_killed(cmd, env, log)

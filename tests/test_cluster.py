@@ -31,6 +31,7 @@ from ragsync.embedding import default_model
 from ragsync.errors import ConfigurationError
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.crash_hooks import crash_env
 from tests.proc import ROOT, cli, run_json, run_until_killed
 from tests.queue_events import change_event, push_events
 from tests.store_state import chunk_ids_by_store
@@ -224,12 +225,7 @@ def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
         *LOOPBACK,
     )
     marker = tmp_path / "worker-killed"
-    env = dict(
-        os.environ,
-        RAGSYNC_CRASH_AFTER_INDEX_WRITES="1",
-        RAGSYNC_CRASH_ONCE=str(marker),
-        HF_HUB_OFFLINE="1",
-    )
+    env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="1", RAGSYNC_CRASH_ONCE=str(marker))
     log = tmp_path / "killed.log"
     assert run_until_killed(cmd, env, log, timeout_s=300) == -signal.SIGKILL, log.read_text()[-2000:]
     assert marker.exists() and "[fault] sending SIGKILL" in log.read_text()

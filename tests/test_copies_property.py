@@ -5,7 +5,7 @@ Each example is a random sequence of operations on a few paths that hold one
 of a few contents with one of a few groups: put (add, edit, copy or
 re-permission), delete, replay (the same put again). Each operation runs the
 same catalog and store calls the pipeline steps make (the fetch decision
-``transforms.fetch.fetch_decision``, exact-copy linking, ``transforms.copies``,
+``transforms.fetch.fetch_decision``, exact-copy linking, ``ragsync.writer``,
 the write's flip and ``transforms.delete.delete_document``), without Beam: a
 backfill run takes ~25 s on this machine, too slow for many examples. After
 every sequence, what each group finds must be what the final source grants: a
@@ -46,25 +46,23 @@ _tenants = itertools.count()
 
 
 class _Harness:
-    """One StoresDoFn-like step over a shared home (see ``transforms.copies``)."""
+    """One ``IndexWriter`` over a shared home (see ``ragsync.writer``)."""
 
     def __init__(self, home: Path) -> None:
         from beam_pipelines.listing import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
-        from transforms.delete import _DeleteFn
+        from ragsync.writer import IndexWriter
 
         self.settings = Settings(home=str(home))
         prepare_stores(self.settings, default_model())
-        # The delete step: a CopiesDoFn with the stores and counters that
-        # apply_document_acl, sync_copies and delete_document use.
-        self.step = _DeleteFn(self.settings, DIM)
-        self.step.setup()
-        self.cat = self.step._catalog
+        # The writer the acl, copies and delete steps call.
+        self.writer = IndexWriter.open(self.settings, DIM)
+        self.cat = self.writer.catalog
         self.vectors: dict[str, list[float]] = {}
 
     def close(self) -> None:
-        self.step.teardown()
+        self.writer.close()
 
     def vector(self, text: str) -> list[float]:
         if text not in self.vectors:
@@ -76,10 +74,7 @@ class _Harness:
     # -- what the pipeline steps do, in their order ---------------------------------
 
     def put(self, tenant: str, path: str, content: int, group: str) -> None:
-        from transforms.acl import apply_document_acl
-        from transforms.copies import retire_holder, sync_copies
-
-        cat, step = self.cat, self.step
+        cat, writer = self.cat, self.writer
         data = CONTENTS[content]
         chash = ids.content_hash(data.encode())
         doc_id = ids.doc_id(tenant, SOURCE, path)
@@ -92,36 +87,34 @@ class _Harness:
         if action == FetchAction.UNCHANGED:
             return
         if action == FetchAction.ACL_ONLY:
-            apply_document_acl(step, doc_id, tenant, acl)
+            writer.apply_document_acl(doc_id, tenant, acl)
             return
         src = SourceFile(tenant, SOURCE, path, f"file:///src/{path}", len(data), (group,), "1")
         doc = FetchedDocument(doc_id, src, chash, "mem://raw", len(data), acl, doc_id)
         cat.record_fetch(doc)
         if stored is not None and stored.status in ("indexed", "stale") and stored.acl_id != acl:
-            apply_document_acl(step, doc_id, tenant, acl)
+            writer.apply_document_acl(doc_id, tenant, acl)
         if (
             stored is not None
             and stored.status == "duplicate"
             and stored.canonical_doc_id not in (None, doc_id)
         ):
-            sync_copies(step, str(stored.canonical_doc_id))
+            writer.sync_copies(str(stored.canonical_doc_id))
         found = cat.find_indexed_by_content(tenant, chash, "")
         if found is not None and found.doc_id != doc_id:
             now = cat.get_document(doc_id)
             if now is not None and (now.canonical_doc_id or doc_id) == doc_id:
-                retire_holder(step, doc_id)
+                writer.retire_holder(doc_id)
             cat.mark_duplicate(doc_id, found.doc_id, content_hash=chash)
-            sync_copies(step, found.doc_id)
+            writer.sync_copies(found.doc_id)
             return
         self._write(tenant, doc, data)
 
     def _write(self, tenant: str, doc: FetchedDocument, text: str) -> None:
-        from transforms.copies import sync_copies
-
-        cat, step = self.cat, self.step
+        cat, writer = self.cat, self.writer
         stored = cat.get_document(doc.doc_id)
         if stored is not None and stored.content_hash not in (None, doc.content_hash):
-            sync_copies(step, doc.doc_id, leaving=True)
+            writer.sync_copies(doc.doc_id, leaving=True)
         th = ids.text_hash(text)
         chunk = Chunk(
             ids.chunk_id(doc.doc_id, CHUNKER, th), doc.doc_id, tenant, th, 0, (), 0, text, 12, (doc.acl_id,)
@@ -129,8 +122,8 @@ class _Harness:
         old = cat.chunk_ids_for_doc(doc.doc_id) - {chunk.chunk_id}
         spec_version = _live_version(self.settings)
         cat.put_embeddings({th: self.vector(text)}, spec_version)
-        step._vectors.upsert([chunk], [self.vector(text)])
-        step._keywords.upsert([chunk])
+        writer.vectors.upsert([chunk], [self.vector(text)])
+        writer.keywords.upsert([chunk])
         cat.write_chunks([chunk])
         cat.flip_indexed_version(
             doc.doc_id,
@@ -143,15 +136,15 @@ class _Harness:
             indexed_at=1.0,
         )
         if old:
-            step._vectors.delete(tenant, sorted(old))
-            step._keywords.delete(tenant, sorted(old))
+            writer.vectors.delete(tenant, sorted(old))
+            writer.keywords.delete(tenant, sorted(old))
             cat.delete_chunks(sorted(old))
-        sync_copies(step, doc.doc_id)
+        writer.sync_copies(doc.doc_id)
 
     def delete(self, tenant: str, path: str) -> None:
         from transforms.delete import delete_document
 
-        delete_document(self.step, ids.doc_id(tenant, SOURCE, path), tenant, "2")
+        delete_document(self.writer, ids.doc_id(tenant, SOURCE, path), tenant, "2")
 
 
 def _live_version(settings: Any) -> str:
@@ -215,6 +208,6 @@ def test_random_interleavings_end_in_the_state_the_final_source_grants(harness: 
     # One set of chunks per live content, in all three stores.
     rows = harness.cat.chunk_counts_by_doc(tenant)
     assert sum(rows.values()) == len({c for c, _ in source.values()}), ops
-    vec = harness.step._vectors.count_by_doc(tenant)
-    kw = harness.step._keywords.count_by_doc(tenant)
+    vec = harness.writer.vectors.count_by_doc(tenant)
+    kw = harness.writer.keywords.count_by_doc(tenant)
     assert rows == vec == kw, ops

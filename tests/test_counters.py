@@ -1,6 +1,7 @@
-"""Counters are declared once (``ragsync.counters``): every name a step counts
-is declared, every declared name is counted by some step, and the run
-summaries report exactly the declared counters of their run."""
+"""Counters are declared once (``ragsync.counters``): every name a step (or
+the writer the steps call, ``ragsync/writer.py``) counts is declared, every
+declared name is counted by some step, and the run summaries report exactly
+the declared counters of their run."""
 
 from __future__ import annotations
 
@@ -16,7 +17,11 @@ from ragsync.counters import COUNTERS, LISTING, REEMBED, STREAM
 from transforms.common import counter
 
 ROOT = Path(__file__).resolve().parents[1]
-STEPS = [*(ROOT / "transforms").glob("*.py"), ROOT / "beam_pipelines" / "reembed.py"]
+STEPS = [
+    *(ROOT / "transforms").glob("*.py"),
+    ROOT / "beam_pipelines" / "reembed.py",
+    ROOT / "ragsync" / "writer.py",
+]
 
 
 def _counted_names() -> set[str]:

@@ -24,7 +24,7 @@ import pytest
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
-from transforms.embed import EmbeddedPlan
+from ragsync.writer import EmbeddedPlan
 from transforms.write import WriteIndexes
 
 DIM = 384  # the live model's: repair checks it
@@ -208,12 +208,12 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
     returns exactly the old version's chunks of that document, never the new
     ones that are already in the indexes; a re-run converges to the state of
     a clean run of the edited files, reconcile passes, no pending row left."""
-    import os
     import signal
 
     from beam_pipelines.backfill import run_backfill
     from ragsync.query import hybrid_query
     from ragsync.reconcile import reconcile
+    from tests.crash_hooks import crash_env
     from tests.proc import cli, run_json, run_until_killed
 
     src = tmp_path / "src"
@@ -248,7 +248,7 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
     assert hotel_hits() == old_ids
 
     (src / "hotels.md").write_text(HOTELS_V2)
-    env = dict(os.environ, HF_HUB_OFFLINE="1", **{hook: "1"})
+    env = crash_env(**{hook: "1"})
     cmd = cli("backfill", str(src), "--home", settings.home, "--quiet")
     log = tmp_path / "crash.log"
     assert run_until_killed(cmd, env, log) == -signal.SIGKILL, log.read_text()[-2000:]

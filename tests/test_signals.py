@@ -4,9 +4,10 @@ the same state as a run that was never interrupted.
 
 The signal is sent by the process to itself at the worst moment (after a
 document's index upsert, before its catalog rows exist) through the
-``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N:SIGNAL`` fault hook in
-``transforms/write.py``, so every run is stopped at the same point; the
-handlers that react to it are the real ones (``ragsync.lifecycle``).
+``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N:SIGNAL`` fault hook of
+``tests/crash_hooks.py`` (loaded by the writer through ``RAGSYNC_WRITE_HOOKS``),
+so every run is stopped at the same point; the handlers that react to it are
+the real ones (``ragsync.lifecycle``).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from beam_pipelines.backfill import run_backfill
 from beam_pipelines.streaming import run_stream
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.reconcile import reconcile
+from tests.crash_hooks import crash_env
 from tests.proc import kill_group, live_members
 
 pytestmark = pytest.mark.slow
@@ -92,7 +94,7 @@ def _sigint_as_at_a_terminal() -> None:
 def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, float, str]:
     """Run ``cmd`` in its own session until the fault hook sends ``signame``;
     returns (exit code, seconds from the signal to exit, log text)."""
-    env = _env(RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", **extra_env)
+    env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", **extra_env)
     with open(log, "wb") as fh:
         proc = subprocess.Popen(
             cmd,

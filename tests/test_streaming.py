@@ -19,6 +19,7 @@ from ragsync.embedding import default_model
 from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
+from tests.crash_hooks import crash_env
 from tests.proc import cli, run_until_killed
 from tests.queue_events import change_event, push_events, stream_until_idle
 from tests.store_state import chunk_ids_by_store
@@ -204,7 +205,7 @@ def test_crash_between_flip_and_delete_leaves_no_orphans(tmp_path: Path) -> None
 
     cmd = cli("stream", "--until-idle", "--quiet", "--lease-s", "1")
     cmd += ["--home", settings.home]
-    env = dict(os.environ, RAGSYNC_CRASH_AFTER_FLIPS="1", HF_HUB_OFFLINE="1")
+    env = crash_env(RAGSYNC_CRASH_AFTER_FLIPS="1")
     log = tmp_path / "crash.log"
     code = run_until_killed(cmd, env, log)
     assert code == -signal.SIGKILL, log.read_text()[-2000:]

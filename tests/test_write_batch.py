@@ -20,7 +20,7 @@ from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from ragsync.stores.tantivy_index import TantivyKeywordIndex
-from transforms.embed import EmbeddedPlan
+from ragsync.writer import EmbeddedPlan
 from transforms.write import WRITE_BATCH_CHUNKS, WriteIndexes
 
 DIM = 8

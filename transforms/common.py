@@ -16,7 +16,7 @@ import apache_beam as beam
 from apache_beam.metrics import Metrics
 
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.counters import declared
 from ragsync.display import progress_line, safe_text
 from ragsync.errors import classify
@@ -29,6 +29,7 @@ from ragsync.model import (
     QueuedEvent,
     SourceFile,
 )
+from ragsync.writer import IndexWriter, hooks_from_environment
 
 NAMESPACE = "ragsync"
 _TRACEBACK_CHARS = 4000
@@ -597,99 +598,33 @@ class CatalogStep(beam.PTransform):
         return pcoll | self.label_ >> beam.ParDo(self.fn(self.settings))
 
 
-class StoresDoFn(CatalogDoFn):
-    """Base for steps that write the catalog and both indexes: opens one
-    client of each in ``setup()`` and closes them in ``teardown()``
-    (keyword index first, so its writer lock is released early; the catalog
-    last).
+class WriterDoFn(CatalogDoFn):
+    """Base for steps that write the catalog and both indexes: they call one
+    ``ragsync.writer.IndexWriter`` (``self.writer``), opened in ``setup()``
+    (with the hooks ``$RAGSYNC_WRITE_HOOKS`` names, and this step's counters)
+    and closed in ``teardown()``. ``self._catalog`` is the writer's catalog.
 
-    It also opens every index version that is being built beside the live
-    one (a re-embedding, ``ragsync reembed``): the ``shadow_*`` methods write
-    the same changes there, embedded with that version's model, so the new
-    version never falls behind the live one while it is built. Versions are
-    read at setup; with the embedded stores a re-embedding and a pipeline
-    cannot run at once anyway (one process per Milvus Lite file).
+    Args:
+        settings: the home.
+        dim: the live vectors' dimension.
     """
+
+    writer: IndexWriter  # set by setup()
 
     def __init__(self, settings: Settings, dim: int) -> None:
         super().__init__(settings)
         self.dim = dim
-        self._stores: list[Any] = []
-        self._shadows: list[tuple[Any, Any, Any]] = []
 
     def setup(self) -> None:
-        super().setup()
-        self._vectors = open_vector_index(self.settings, self.dim)
-        self._keywords = open_keyword_index(self.settings)
-        self._stores = [self._keywords, self._vectors]
-        self._shadows = self._open_shadows()
-
-    def _open_shadows(self) -> list[tuple[Any, Any, Any]]:
-        from ragsync import index_versions as iv
-        from ragsync.errors import ConfigurationError
-
-        try:
-            building = [v for v in iv.list_versions(self.settings) if v.state == iv.BUILDING]
-        except ConfigurationError:
-            return []
-        shadows = []
-        for v in building:
-            vec = iv.open_version_vector(self.settings, v)
-            kw = iv.open_version_keyword(self.settings, v)
-            self._stores[:0] = [kw, vec]
-            shadows.append((v, vec, kw))
-        return shadows
-
-    def shadow_upsert(self, chunks: list[Any]) -> None:
-        """Write ``chunks`` to every building version, embedded with its
-        model through the shared embedding path
-        (``ragsync.embedding.embed_with_cache``: cache first, batches of
-        ``embed_batch_size``).
-
-        Raises:
-            EmbedFailedError: that model gave no vector for a chunk (the
-                step's exception handling dead-letters the document).
-        """
-        if not chunks:
-            return
-        from ragsync.embedding import embed_failure, embed_with_cache, get_model
-        from ragsync.index_versions import settings_for_version
-
-        for version, vec, kw in self._shadows:
-            # The version's own backend (recorded in its model version), not the setting's.
-            model = get_model(version.model_name, settings_for_version(self.settings, version))
-            got = embed_with_cache(
-                self._catalog,
-                model,
-                chunks,
-                batch_size=self.settings.embed_batch_size,
-                version=version.model_version,
-            )
-            if got.failures:
-                raise embed_failure(got.failures)
-            vec.upsert(chunks, [got.vectors[c.text_hash].tolist() for c in chunks])
-            kw.upsert(chunks)
-
-    def shadow_delete(self, tenant_id: str, chunk_ids: list[str]) -> None:
-        """Delete ``chunk_ids`` from every building version."""
-        if not chunk_ids:
-            return
-        for _, vec, kw in self._shadows:
-            vec.delete(tenant_id, chunk_ids)
-            kw.delete(tenant_id, chunk_ids)
-
-    def shadow_set_acl(self, tenant_id: str, chunks: list[Any], acl_ids: list[str]) -> None:
-        """Give ``chunks`` (already carrying ``acl_ids``) their new ACL in
-        every building version."""
-        if not chunks:
-            return
-        for _, vec, kw in self._shadows:
-            vec.set_acl_ids(tenant_id, [c.chunk_id for c in chunks], acl_ids)
-            kw.set_acl_ids(tenant_id, chunks)
+        if self.metrics_stage:
+            self._stage = StageMetrics(self.metrics_stage)
+        self.writer = IndexWriter.open(
+            self.settings, self.dim, hooks=hooks_from_environment(), count=self.count
+        )
+        self._catalog = self.writer.catalog
 
     def teardown(self) -> None:
-        for store in self._stores:
-            store.close()
-        self._stores = []
-        self._shadows = []
-        super().teardown()
+        writer = self.__dict__.pop("writer", None)
+        if writer is not None:
+            writer.close()  # its catalog too
+        self._catalog = None

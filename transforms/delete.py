@@ -9,13 +9,13 @@ from ragsync import ids
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import GuardedStep
-from transforms.copies import CopiesDoFn, sync_copies
+from ragsync.writer import IndexWriter
+from transforms.common import GuardedStep, WriterDoFn
 from transforms.io import delete_if_exists
 
 
 def delete_document(
-    step: Any,
+    writer: IndexWriter,
     doc_id: str,
     tenant_id: str,
     source_version: str,
@@ -27,7 +27,7 @@ def delete_document(
     archive members) the same way, with the same version.
 
     Order: tombstone (blocks older upserts at once), the exact copies
-    (``transforms.copies``: a copy's groups leave its holder's chunks; a
+    (``IndexWriter.sync_copies``: a copy's groups leave its holder's chunks; a
     holder's chunks are first re-keyed to a live copy), chunks from the vector
     index, the keyword index and the chunks table, then the parsed elements
     and the raw copy (unless another live document has the same bytes).
@@ -35,7 +35,7 @@ def delete_document(
     nothing of the document.
 
     Args:
-        step: the ``CopiesDoFn`` running the delete (catalog and indexes).
+        writer: the stores' writer (``ragsync.writer.IndexWriter``).
         doc_id: the document.
         tenant_id: its tenant.
         source_version: the delete's version (the tombstone's).
@@ -49,7 +49,7 @@ def delete_document(
         WriteError: a store still holds chunks of a deleted document (the
             caller retries; every step is idempotent).
     """
-    cat = step._catalog
+    cat = writer.catalog
     doc = cat.get_document(doc_id)
     children = cat.children_of(doc_id)  # before the tombstone; a retry finds them deleted
     cat.put_tombstone(
@@ -57,23 +57,20 @@ def delete_document(
     )
     if doc is not None and (doc.canonical_doc_id or doc_id) != doc_id:
         # An exact copy: its holder's chunks lose its groups.
-        sync_copies(step, str(doc.canonical_doc_id))
+        writer.sync_copies(str(doc.canonical_doc_id))
     else:
         # A holder: a live copy left takes over its chunks (no re-embedding).
-        sync_copies(step, doc_id)
+        writer.sync_copies(doc_id)
     chunk_ids = sorted(cat.chunk_ids_for_doc(doc_id))
     if chunk_ids:
-        step._vectors.delete(tenant_id, chunk_ids)
-        step._keywords.delete(tenant_id, chunk_ids)
-        step.shadow_delete(tenant_id, chunk_ids)
-        cat.delete_chunks(chunk_ids)
-        step.count("chunks_deleted", len(chunk_ids))
+        writer.remove_chunks(tenant_id, chunk_ids)
+        writer.count("chunks_deleted", len(chunk_ids))
     if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, doc_id):
-        delete_if_exists(step.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
-        delete_if_exists(step.settings.raw_uri(doc.content_hash))
+        delete_if_exists(writer.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
+        delete_if_exists(writer.settings.raw_uri(doc.content_hash))
     left = {
-        "vector": step._vectors.count_ids(tenant_id, chunk_ids),
-        "keyword": step._keywords.count_ids(tenant_id, chunk_ids),
+        "vector": writer.vectors.count_ids(tenant_id, chunk_ids),
+        "keyword": writer.keywords.count_ids(tenant_id, chunk_ids),
         "catalog": len(cat.chunk_ids_for_doc(doc_id)),
     }
     if any(left.values()):
@@ -82,7 +79,7 @@ def delete_document(
     deleted = 1
     for child in children:
         deleted += delete_document(
-            step,
+            writer,
             child.doc_id,
             tenant_id,
             source_version,
@@ -93,7 +90,7 @@ def delete_document(
     return deleted
 
 
-class _DeleteFn(CopiesDoFn):
+class _DeleteFn(WriterDoFn):
     """QueuedEvent (delete) -> the event once the document and its child
     documents are gone everywhere (``delete_document``); otherwise the event
     is retried."""
@@ -105,7 +102,7 @@ class _DeleteFn(CopiesDoFn):
 
     def _delete(self, qe: QueuedEvent) -> Iterator[Any]:
         delete_document(
-            self,
+            self.writer,
             qe.doc_id,
             qe.tenant_id,
             qe.event.source_version,
@@ -125,7 +122,7 @@ class _DeleteStaleChildFn(_DeleteFn):
     def _delete_child(self, child: SourceFile) -> Iterator[Any]:
         doc_id = ids.doc_id(child.tenant_id, child.source_id, child.source_object_id)
         delete_document(
-            self,
+            self.writer,
             doc_id,
             child.tenant_id,
             child.source_version,

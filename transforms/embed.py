@@ -41,6 +41,7 @@ from ragsync.embedding import (
 )
 from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
+from ragsync.writer import EmbeddedPlan
 from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
 from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters, batch_item_failure
 
@@ -75,19 +76,6 @@ class PlanToEmbed:
     plan: DocumentPlan
     cached: dict[str, np.ndarray]
     misses: tuple[tuple[str, str, str], ...]
-
-
-@dataclass(frozen=True)
-class EmbeddedPlan:
-    """A plan with a vector for each of its new chunks.
-
-    Attributes:
-        plan: the document plan.
-        vectors: chunk id -> vector, for every id in ``plan.new_ids``.
-    """
-
-    plan: DocumentPlan
-    vectors: dict[str, np.ndarray]
 
 
 class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyModel]):

@@ -36,8 +36,11 @@ from ragsync.decisions import (
     PermissionEvidence,
     Stamp,
     compare_versions,
+    document_stamp,
+    event_stamp,
     evidence_predates_delete,
     gate_verdict,
+    row_stamp,
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
@@ -331,30 +334,6 @@ class _ResolveFn(CatalogDoFn):
 
 
 # -- the version gate ------------------------------------------------------------
-
-
-def event_stamp(qe: QueuedEvent) -> Stamp:
-    """An event's version, in its source's domain, observed at its event time."""
-    return Stamp(qe.event.source_version, qe.version_domain, qe.event.event_time or 0.0)
-
-
-def source_file_stamp(item: SourceFile) -> Stamp:
-    """A work item's version (a listing's or an event's)."""
-    return Stamp(item.source_version, item.version_domain, item.observed_at or item.event_time or 0.0)
-
-
-def document_stamp(doc: Any, version: str | None) -> Stamp | None:
-    """A version the document row holds (its domain and observation time)."""
-    if version is None:
-        return None
-    return Stamp(version, doc.version_domain or "", doc.version_observed_at or 0.0)
-
-
-def row_stamp(row: dict[str, Any] | None, column: str) -> Stamp | None:
-    """The version of a tombstone or permission-version row."""
-    if row is None:
-        return None
-    return Stamp(str(row[column] or ""), row.get("version_domain") or "", row.get("observed_at") or 0.0)
 
 
 def known_versions(catalog: Any, doc_id: str) -> DocVersions:

@@ -32,7 +32,7 @@ from ragsync.errors import (
 from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.acl import apply_document_acl
+from ragsync.writer import IndexWriter
 from transforms.common import CatalogDoFn, ToDeadLetters
 from transforms.events import held_permissions, item_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
@@ -105,7 +105,7 @@ class _FetchFn(CatalogDoFn):
     def setup(self) -> None:
         super().setup()
         self._connectors: dict[tuple[str, str], Connector] = {}
-        self._acl_step: Any = None
+        self._writer: IndexWriter | None = None
         self._domains: dict[tuple[str, str], str] = {}
 
     def _connector(self, item: SourceFile) -> Connector:
@@ -142,9 +142,9 @@ class _FetchFn(CatalogDoFn):
         for connector in self._connectors.values():
             connector.close()
         self._connectors = {}
-        if self._acl_step is not None:
-            self._acl_step.teardown()
-            self._acl_step = None
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
@@ -210,23 +210,19 @@ class _FetchFn(CatalogDoFn):
             # New bytes and new permissions: the permissions apply to the live
             # version now, whether or not the new bytes parse (here, before
             # this document's write can touch the same rows).
-            apply_document_acl(self._stores(), doc_id, item.tenant_id, acl)
+            self._index_writer().apply_document_acl(doc_id, item.tenant_id, acl)
         was_copy = stored is not None and stored.status == "duplicate"
         if was_copy and stored.canonical_doc_id not in (None, doc_id):
             # A copy changed: its old holder's chunks lose its groups.
             yield beam.pvalue.TaggedOutput(LEFT_COPY, (str(stored.canonical_doc_id), doc))
         yield doc
 
-    def _stores(self) -> Any:
-        """The indexes, opened on first use (only a document whose bytes and
-        permissions both changed needs them here)."""
-        if self._acl_step is None:
-            from transforms.acl import AclStep
-
-            step = AclStep(self.settings, live_spec(self.settings).dim)
-            step.setup()
-            self._acl_step = step
-        return self._acl_step
+    def _index_writer(self) -> IndexWriter:
+        """The writer of the indexes, opened on first use (only a document
+        whose bytes and permissions both changed needs them here)."""
+        if self._writer is None:
+            self._writer = IndexWriter.open(self.settings, live_spec(self.settings).dim, count=self.count)
+        return self._writer
 
     def _permissions(self, doc_id: str, item: SourceFile) -> SourceFile:
         """Weigh the item's permissions against the evidence the catalog holds

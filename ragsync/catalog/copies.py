@@ -292,9 +292,9 @@ def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts
     would have: run by catalog revisions that change the signature format.
 
     * Text: the document's stored chunk texts in ordinal order joined by
-      ``"\\n\\n"``, which is what the pipeline signs (``transforms/write.py``
-      signs the chunks it stores; a promoted copy, ``transforms/copies.py``,
-      the chunks re-keyed to it; child documents are documents with chunks
+      ``"\\n\\n"``, which is what the pipeline signs (``ragsync/writer.py``
+      signs the chunks it stores and, for a promoted copy, the chunks
+      re-keyed to it; child documents are documents with chunks
       of their own).
     * Groups: all band keys are dropped first, then documents are signed in
       their original signing order (``updated_at``, then doc id), each

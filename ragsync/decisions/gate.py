@@ -6,6 +6,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from ragsync.model import QueuedEvent, SourceFile
+
 
 class GateAction(str, Enum):
     """What the version gate does with an event."""
@@ -411,3 +413,30 @@ def retry_dead_letters(queue_state: str) -> bool:
     bus event whose event could not be rebuilt) are dead letters, so the
     failure is kept where ``redrive`` and the dead-letter API see it."""
     return queue_state != "pending"
+
+
+# -- stamps of what the catalog and the work items hold ---------------------------
+
+
+def event_stamp(qe: QueuedEvent) -> Stamp:
+    """An event's version, in its source's domain, observed at its event time."""
+    return Stamp(qe.event.source_version, qe.version_domain, qe.event.event_time or 0.0)
+
+
+def source_file_stamp(item: SourceFile) -> Stamp:
+    """A work item's version (a listing's or an event's)."""
+    return Stamp(item.source_version, item.version_domain, item.observed_at or item.event_time or 0.0)
+
+
+def document_stamp(doc: Any, version: str | None) -> Stamp | None:
+    """A version the document row holds (its domain and observation time)."""
+    if version is None:
+        return None
+    return Stamp(version, doc.version_domain or "", doc.version_observed_at or 0.0)
+
+
+def row_stamp(row: dict[str, Any] | None, column: str) -> Stamp | None:
+    """The version of a tombstone or permission-version row."""
+    if row is None:
+        return None
+    return Stamp(str(row[column] or ""), row.get("version_domain") or "", row.get("observed_at") or 0.0)
