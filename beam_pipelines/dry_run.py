@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipelines.backfill import source_id_for
-from beam_pipelines.cli_common import emit
+from cli.common import emit
 from connectors.base import SourceSpec, list_all
 from connectors.location import register_location, source_location
 from ragsync import ids

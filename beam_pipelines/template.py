@@ -80,9 +80,9 @@ def run(argv: Sequence[str] | None = None) -> int:
     Returns:
         The exit code (see the module docstring).
     """
-    from beam_pipelines.cli import quiet_environment
-    from beam_pipelines.cli_common import fail
     from beam_pipelines.sync import SyncError, run_backfill
+    from cli.common import fail
+    from cli.main import quiet_environment
     from ragsync import lifecycle
     from ragsync.options import settings_from_pipeline_args
 
@@ -134,9 +134,9 @@ def run_stream_template(argv: Sequence[str] | None = None) -> int:
         ``--event_source``, a bus option missing, ``until_idle`` with a bus,
         a ``model`` that is not the live index version's).
     """
-    from beam_pipelines.cli import quiet_environment
-    from beam_pipelines.cli_common import fail
     from beam_pipelines.streaming import run_stream
+    from cli.common import fail
+    from cli.main import quiet_environment
     from ragsync import lifecycle
     from ragsync.options import settings_from_pipeline_args
 

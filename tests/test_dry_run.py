@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.cli import main
 from beam_pipelines.sync import run_backfill
+from cli.main import main
 from ragsync.change_plan import ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 

@@ -59,7 +59,7 @@ def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------- SQL in one place
 
-PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane")
+PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane", "cli")
 SQL_FREE = (*PRODUCT, "benchmarks", "templates", "scripts")
 
 

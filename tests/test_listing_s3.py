@@ -81,7 +81,7 @@ def test_backfill_of_a_prefix_as_the_readme_runs_it(store: ObjectStore, tmp_path
     process: every object under the prefix is indexed and read once, nothing else."""
     home = tmp_path / "home"
     prefix = store.uri("kb")
-    argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", prefix, "--tenant", "acme"]
+    argv = [sys.executable, "-m", "cli.main", "backfill", prefix, "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **store.env)
     store.clear()

@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.cli import build_parser, parse_command, settings_from_args
 from beam_pipelines.options import RagsyncOptions
+from cli.main import build_parser, parse_command, settings_from_args
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
@@ -211,7 +211,7 @@ def test_setting_flags_rebuild_the_settings_in_a_child(tmp_path: Path) -> None:
 
 
 def test_stream_lanes_from_flag_pipeline_option_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from beam_pipelines.cli_stream import _lanes
+    from cli.stream import _lanes
 
     parser = build_parser()
     assert _lanes(parse_command(parser, ["stream"])) == "all"

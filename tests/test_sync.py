@@ -20,8 +20,8 @@ import httpx
 import pytest
 
 from beam_pipelines.backfill import source_id_for
-from beam_pipelines.cli import main
 from beam_pipelines.sync import ListingGuardError, SourcePausedError, SyncError, run_backfill, run_sync
+from cli.main import main
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
 from tests.mediawiki import MediaWiki
@@ -249,7 +249,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
     home = str(tmp_path / "home")
-    cli = [sys.executable, "-m", "beam_pipelines.cli"]
+    cli = [sys.executable, "-m", "cli.main"]
     made = subprocess.run(
         [*cli, "tenants", "create", TENANT, "--home", home, "--json"],
         capture_output=True,

@@ -46,7 +46,7 @@ def _set_mtime(path: Path, when: float) -> None:
 
 
 def _backfill(src: Path, home: Path, *extra: str) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(src), "--home", str(home)]
+    cmd = [sys.executable, "-m", "cli.main", "backfill", str(src), "--home", str(home)]
     cmd += ["--quiet", "--json", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)

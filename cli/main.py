@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.cli_common import (
+from cli.common import (
     RagsyncArgumentParser,
     add_run_flags,
     emit,
@@ -34,10 +34,10 @@ from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
-    "beam_pipelines.cli_sync",
-    "beam_pipelines.cli_stream",
-    "beam_pipelines.cli_reembed",
-    "control_plane.cli",
+    "cli.sources",
+    "cli.stream",
+    "cli.reembed",
+    "cli.control_plane",
 ]
 
 

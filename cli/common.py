@@ -1,5 +1,5 @@
-"""Plumbing the ``ragsync`` command modules share (``beam_pipelines.cli`` and
-its plugins ``cli_sync``, ``cli_stream``, ``cli_reembed``): settings from the
+"""Plumbing the ``ragsync`` command modules share (``cli.main`` and its
+plugins ``cli.sources``, ``cli.stream``, ``cli.reembed``, ``cli.control_plane``): settings from the
 flags, the output of a command, comma-separated lists.
 
 It imports no command module, so every one of them can import it.

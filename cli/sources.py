@@ -12,7 +12,7 @@ import json
 import time
 from typing import Any
 
-from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
+from cli.common import add_run_flags, emit, fail, settings_from_args, split_list
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
