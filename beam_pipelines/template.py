@@ -81,9 +81,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         The exit code (see the module docstring).
     """
     from beam_pipelines.sync import SyncError, run_backfill
-    from cli.common import fail
-    from cli.main import quiet_environment
     from ragsync import lifecycle
+    from ragsync.console import fail, quiet_environment
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()
@@ -135,9 +134,8 @@ def run_stream_template(argv: Sequence[str] | None = None) -> int:
         a ``model`` that is not the live index version's).
     """
     from beam_pipelines.streaming import run_stream
-    from cli.common import fail
-    from cli.main import quiet_environment
     from ragsync import lifecycle
+    from ragsync.console import fail, quiet_environment
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()

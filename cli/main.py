@@ -13,7 +13,6 @@ import argparse
 import gc
 import importlib
 import json
-import logging
 import os
 import signal
 import sys
@@ -24,11 +23,11 @@ from cli.common import (
     RagsyncArgumentParser,
     add_run_flags,
     emit,
-    fail,
     settings_from_args,
     shared_parser,
     split_list,
 )
+from ragsync.console import fail, quiet_environment
 from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
@@ -39,28 +38,6 @@ PLUGIN_MODULES: list[str] = [
     "cli.reembed",
     "cli.control_plane",
 ]
-
-
-def quiet_environment() -> None:
-    """Offline model loading and no third-party log noise on the console.
-
-    Beam, gRPC (used by Milvus Lite), pymilvus and transformers log warnings
-    about optional features this tool does not use; ragsync's own progress
-    and errors still print.
-    """
-    for key, value in (
-        ("HF_HUB_OFFLINE", "1"),
-        ("TOKENIZERS_PARALLELISM", "false"),
-        ("TRANSFORMERS_VERBOSITY", "error"),
-        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-        ("GRPC_VERBOSITY", "NONE"),
-        ("OMP_THREAD_LIMIT", "1"),
-    ):
-        os.environ.setdefault(key, value)
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.ERROR)
-    for noisy in ("apache_beam", "absl", "grpc", "grpc._server", "pymilvus", "transformers", "root"):
-        logging.getLogger(noisy).setLevel(logging.CRITICAL)
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -122,7 +99,8 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     from beam_pipelines.sync import SyncError, run_backfill
 
     if args.dry_run:
-        from beam_pipelines.dry_run import emit_plan, plan_backfill
+        from beam_pipelines.dry_run import plan_backfill
+        from cli.common import emit_plan
 
         plan = plan_backfill(args.source, settings, **target, max_delete_share=args.max_delete_share)
         return emit_plan(args, plan)

@@ -12,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from cli.common import add_run_flags, emit, fail, settings_from_args, split_list
+from cli.common import add_run_flags, emit, settings_from_args, split_list
+from ragsync.console import fail
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.source_types import SOURCE_TYPES, SYNC_KINDS
 
@@ -156,7 +157,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from beam_pipelines.sync import SyncError, run_sync
 
     if args.dry_run:
-        from beam_pipelines.dry_run import emit_plan, plan_source_sync
+        from beam_pipelines.dry_run import plan_source_sync
+        from cli.common import emit_plan
 
         plan = plan_source_sync(
             args.source_id,
