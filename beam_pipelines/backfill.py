@@ -32,9 +32,10 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
 from ragsync.index_versions import register_first_version
 from transforms.chain import IndexDocuments
-from transforms.common import ListingTally, counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
+from transforms.metrics import counter_value
 from transforms.parse import warm_up_fork_server
+from transforms.progress import ListingTally
 from transforms.write import WriteDeadLetters
 
 
@@ -141,7 +142,7 @@ def build_listing_pipeline(
     delete events for what it no longer holds (behind the partial-listing
     guard), queued for the streaming pipeline. With ``show_progress`` and a
     ``tally_dir`` (an empty directory of this run), the listing leaves its
-    counts there (``transforms.common.ListingTally``), so the later steps'
+    counts there (``transforms.progress.ListingTally``), so the later steps'
     progress lines show count and rate while it lists, then total, percent
     and ETA.
 

@@ -18,7 +18,7 @@
 4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
    left, which picks up documents the live pipeline changed meanwhile.
    Pipelines that run while the version is ``building`` write every change
-   to it too (dual write, ``transforms.common.StoresDoFn``), so it does not
+   to it too (dual write, ``transforms.steps.StoresDoFn``), so it does not
    fall behind before the flip.
 5. The gate: the catalog, the target vector collection and the target
    keyword index hold exactly the same chunk ids with no duplicate rows, and
@@ -58,7 +58,8 @@ from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
-from transforms.common import CatalogDoFn, counter, counter_value
+from transforms.metrics import counter, counter_value
+from transforms.steps import CatalogDoFn
 
 CATCH_UP_PASSES = 3
 CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"

@@ -37,7 +37,7 @@ from ragsync.errors import ConfigurationError
 from transforms.ack import AckEvents, outcome_of
 from transforms.acl import ApplyAclChanges
 from transforms.chain import IndexDocuments
-from transforms.common import ToDeadLetters, counters_of
+from transforms.dead_letters import ToDeadLetters
 from transforms.delete import DeleteDocuments
 from transforms.events import (
     ACL,
@@ -51,6 +51,7 @@ from transforms.events import (
     _ResolveFn,
 )
 from transforms.fetch import UNCHANGED
+from transforms.metrics import counters_of
 from transforms.write import WriteDeadLetters
 
 

@@ -23,8 +23,8 @@ from connectors.base import SourceSpec
 from ragsync.config import Settings, open_catalog
 from tests.object_store import ObjectStore, object_store
 from tests.proc import run_json
-from transforms.common import counter_value
 from transforms.listing import ListSource, listing_shards
+from transforms.metrics import counter_value
 
 KEYS = ["kb/a.txt", "kb/sub/b.md", "kb/_notes.txt", "kb/9.txt", "kb/.hidden", "other/x.txt"]
 

@@ -10,8 +10,8 @@ import apache_beam as beam
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import GuardedStep
 from transforms.copies import CopiesDoFn, sync_copies
+from transforms.dead_letters import GuardedStep
 
 
 def apply_document_acl(step: Any, doc_id: str, tenant_id: str, acl_id: str) -> int:

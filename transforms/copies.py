@@ -24,7 +24,9 @@ from typing import Any
 from ragsync import ids, near_dup
 from ragsync.decisions import CopiesPlan, CopyIdentity, plan_copies
 from ragsync.model import Chunk, FetchedDocument
-from transforms.common import GuardedStep, StoresDoFn, counter
+from transforms.dead_letters import GuardedStep
+from transforms.metrics import counter
+from transforms.steps import StoresDoFn
 
 
 def copy_identities(

@@ -9,8 +9,8 @@ from ragsync import ids
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import GuardedStep
 from transforms.copies import CopiesDoFn, sync_copies
+from transforms.dead_letters import GuardedStep
 from transforms.io import delete_if_exists
 
 

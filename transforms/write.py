@@ -31,16 +31,11 @@ from ragsync.decisions import (
 from ragsync.errors import WriteError, is_retryable
 from ragsync.model import Chunk, DeadLetter, DocumentPlan, Event, FetchedDocument, payload_field
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import (
-    CatalogDoFn,
-    GuardedStep,
-    ListingTally,
-    Progress,
-    ToDeadLetters,
-    batch_item_failure,
-)
 from transforms.copies import CopiesDoFn, retire_holder, sync_copies
+from transforms.dead_letters import GuardedStep, ToDeadLetters, batch_item_failure
 from transforms.embed import EmbeddedPlan
+from transforms.progress import ListingTally, Progress
+from transforms.steps import CatalogDoFn
 
 WRITE_BATCH_CHUNKS = 256
 """New chunks per write batch: the documents of one batch share one vector
