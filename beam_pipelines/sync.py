@@ -6,7 +6,7 @@ folder or prefix registered as an ``object_store`` source) all run this.
    when the source has no change feed or no cursor yet; otherwise the
    changes since the stored cursor.
 2. Incremental: every page of changes is queued (the queue ``ragsync events
-   push`` uses), then its cursor saved (``connectors.sync.read_feed``). A
+   push`` uses), then its cursor saved (``connectors.feed.read_feed``). A
    cursor the source no longer reaches back to falls back to a full listing.
 3. Full: the change feed's position is taken first; the listing pipeline
    (``beam_pipelines.backfill.run_listing``) lists on workers, indexes what
@@ -49,8 +49,8 @@ from beam_pipelines.backfill import (
 from beam_pipelines.quick import BackfillSummary
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError, SourceSpec
+from connectors.feed import FeedResult, read_feed
 from connectors.location import source_location
-from connectors.sync import FeedResult, read_feed
 from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
@@ -129,7 +129,7 @@ class SyncResult:
 
 
 class _QueueSink:
-    """``connectors.sync.EventSink`` on the catalog's event queue (the
+    """``connectors.feed.EventSink`` on the catalog's event queue (the
     events are the source's tenant's)."""
 
     def __init__(self, catalog: Any, tenant_id: str) -> None:
