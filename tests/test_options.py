@@ -12,7 +12,6 @@ from typing import Any
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.options import RagsyncOptions
 from cli.main import build_parser, parse_command, settings_from_args
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
@@ -27,6 +26,7 @@ from ragsync.options import (
     settings_from,
     settings_from_pipeline_args,
 )
+from tests.pipeline_options import RagsyncOptions
 
 DEFAULTS = Settings(home="/tmp/ragsync-defaults")
 
@@ -267,7 +267,7 @@ def test_every_readme_command_line_parses() -> None:
 
 
 def test_settings_from_a_pipeline_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from beam_pipelines.options import settings_from_pipeline_options
+    from tests.pipeline_options import settings_from_pipeline_options
 
     monkeypatch.setenv("RAGSYNC_FETCH_TIMEOUT_S", "12.5")
     options = PipelineOptions([f"--home={tmp_path}", "--es_url=http://es:9200", "--runner=DirectRunner"])
