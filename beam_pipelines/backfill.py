@@ -20,8 +20,8 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.options import refuse_single_process_stores, worker_processes
 from beam_pipelines.quick import source_id_for as source_id_for  # re-exported: its callers import it here
+from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
 from connectors.location import register_location

@@ -49,7 +49,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.options import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores
 from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog

@@ -27,7 +27,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.options import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope

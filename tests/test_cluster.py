@@ -22,7 +22,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.backfill import prepare_stores, register_source
-from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.streaming import run_stream
 from beam_pipelines.sync import run_backfill
 from ragsync.catalog.base import catalog_pool_size
