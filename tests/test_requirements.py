@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane")
+PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane", "cli")
 TORCH_PIN = re.compile(r'^TORCH="torch==([^"]+)"$', re.M)
 
 
