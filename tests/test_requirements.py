@@ -126,6 +126,15 @@ def test_torch_stays_out_of_the_locks_and_setup_installs_its_pin_first() -> None
     assert "-r requirements.txt" in docker and "requirements-dev" not in docker
 
 
+def test_the_dataflow_image_copies_every_product_package() -> None:
+    """The image installs the project from its copied folders: a package left
+    out (cli/ when it moved there) would be missing from the launcher."""
+    dockerfile = (ROOT / "templates" / "dataflow" / "Dockerfile").read_text(encoding="utf-8")
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert [p for p in PRODUCT if f"COPY {p} {p}\n" not in dockerfile] == []
+    assert [p for p in PRODUCT if f'"{p}*"' not in setup] == []
+
+
 def test_the_inputs_and_the_locks_agree() -> None:
     """Every input is pinned in its lock at a version it allows (the dev lock
     may rely on the runtime lock for shared packages), the two locks never pin
