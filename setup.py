@@ -86,12 +86,12 @@ setup(
     description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
     python_requires=">=3.10",
     packages=find_packages(
-        include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*"]
+        include=["ragsync*", "connectors*", "transforms*", "beam_pipelines*", "control_plane*", "cli*"]
     ),
     # The catalog's Alembic environment travels with the package (revisions are
     # modules; the template and ini file are data), so an installed ragsync migrates.
     package_data={"ragsync.catalog.migrations": ["script.py.mako", "alembic.ini"]},
     install_requires=CORE,
     extras_require=EXTRAS,
-    entry_points={"console_scripts": ["ragsync=beam_pipelines.cli:main"]},
+    entry_points={"console_scripts": ["ragsync=cli.main:main"]},
 )

@@ -1,7 +1,7 @@
 """``ragsync backfill``: index a folder or an object-store prefix.
 
 :func:`run_backfill` is the one way a backfill runs: the command line
-(``beam_pipelines.cli``), the Dataflow Flex Template
+(``cli.main``), the Dataflow Flex Template
 (``beam_pipelines.template``), tests and benchmarks all call it and only
 format what it returns. It decides between three outcomes:
 

@@ -20,7 +20,6 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.cli_common import emit
 from beam_pipelines.quick import source_id_for
 from connectors.base import SourceSpec, list_all
 from connectors.location import register_location, source_location
@@ -202,12 +201,6 @@ def _plan_feed(spec: SourceSpec, connector: Any, catalog: Any, cursor: str) -> C
         if not page.more or page.cursor == cursor:
             return plan
         cursor = page.cursor
-
-
-def emit_plan(args: Any, plan: ChangePlan) -> int:
-    """Print a dry run's plan for the command line (``--json``: its dict); exit code 0."""
-    emit(args, plan.to_dict(), format_plan(plan))
-    return 0
 
 
 def format_plan(plan: ChangePlan, *, limit: int = 200) -> str:

@@ -23,7 +23,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
 from connectors.base import SourceSpec
 from connectors.location import register_location
@@ -34,9 +34,10 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
 from ragsync.index_versions import register_first_version
 from transforms.chain import IndexDocuments
-from transforms.common import ListingTally, counter_value
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
+from transforms.metrics import counter_value
 from transforms.parse import warm_up_fork_server
+from transforms.progress import ListingTally
 from transforms.write import WriteDeadLetters
 
 
@@ -143,7 +144,7 @@ def build_listing_pipeline(
     delete events for what it no longer holds (behind the partial-listing
     guard), queued for the streaming pipeline. With ``show_progress`` and a
     ``tally_dir`` (an empty directory of this run), the listing leaves its
-    counts there (``transforms.common.ListingTally``), so the later steps'
+    counts there (``transforms.progress.ListingTally``), so the later steps'
     progress lines show count and rate while it lists, then total, percent
     and ETA.
 

@@ -49,7 +49,7 @@ import apache_beam as beam
 import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.options import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores
 from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
@@ -58,7 +58,8 @@ from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
-from transforms.common import CatalogDoFn, counter, counter_value
+from transforms.metrics import counter, counter_value
+from transforms.steps import CatalogDoFn
 
 CATCH_UP_PASSES = 3
 CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"

@@ -1,6 +1,6 @@
 """What a finished pipeline run cost, recorded in the catalog.
 
-``record_run`` sums the stage metrics (``transforms.common.StageMetrics``)
+``record_run`` sums the stage metrics (``transforms.metrics.StageMetrics``)
 over the run's pipelines, computes the cost figures (``ragsync.cost``) and
 stores one ``pipeline_runs`` row, which ``ragsync status``, ``/metrics``
 and ``ragsync report`` read.
@@ -14,7 +14,7 @@ from typing import Any
 
 from ragsync.config import Settings, open_catalog
 from ragsync.cost import Prices, cost_report, sum_stages
-from transforms.common import counter_value, stage_metrics_of
+from transforms.metrics import counter_value, stage_metrics_of
 
 log = logging.getLogger(__name__)
 

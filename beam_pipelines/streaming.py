@@ -27,7 +27,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.options import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
@@ -37,7 +37,7 @@ from ragsync.errors import ConfigurationError
 from transforms.ack import AckEvents, outcome_of
 from transforms.acl import ApplyAclChanges
 from transforms.chain import IndexDocuments
-from transforms.common import ToDeadLetters, counters_of
+from transforms.dead_letters import ToDeadLetters
 from transforms.delete import DeleteDocuments
 from transforms.events import (
     ACL,
@@ -51,6 +51,7 @@ from transforms.events import (
     _ResolveFn,
 )
 from transforms.fetch import UNCHANGED
+from transforms.metrics import counters_of
 from transforms.write import WriteDeadLetters
 
 

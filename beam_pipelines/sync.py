@@ -7,7 +7,7 @@ run this.
    when the source has no change feed or no cursor yet; otherwise the
    changes since the stored cursor.
 2. Incremental: every page of changes is queued (the queue ``ragsync events
-   push`` uses), then its cursor saved (``connectors.sync.read_feed``). A
+   push`` uses), then its cursor saved (``connectors.feed.read_feed``). A
    cursor the source no longer reaches back to falls back to a full listing.
 3. Full: the change feed's position is taken first; the listing pipeline
    (``beam_pipelines.listing.run_listing``) lists on workers, indexes what
@@ -40,8 +40,8 @@ from typing import Any
 from beam_pipelines.listing import ListingFailedError, prepare_stores, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError, SourceSpec
+from connectors.feed import FeedResult, read_feed
 from connectors.location import source_location
-from connectors.sync import FeedResult, read_feed
 from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
@@ -114,7 +114,7 @@ class SyncResult:
 
 
 class _QueueSink:
-    """``connectors.sync.EventSink`` on the catalog's event queue (the
+    """``connectors.feed.EventSink`` on the catalog's event queue (the
     events are the source's tenant's)."""
 
     def __init__(self, catalog: Any, tenant_id: str) -> None:

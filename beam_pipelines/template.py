@@ -84,9 +84,8 @@ def run(argv: Sequence[str] | None = None) -> int:
         The exit code (see the module docstring).
     """
     from beam_pipelines.backfill import run_backfill
-    from beam_pipelines.cli import quiet_environment
-    from beam_pipelines.cli_common import fail
     from ragsync import lifecycle
+    from ragsync.console import fail, quiet_environment
     from ragsync.errors import SyncError
     from ragsync.options import settings_from_pipeline_args
 
@@ -138,10 +137,9 @@ def run_stream_template(argv: Sequence[str] | None = None) -> int:
         ``--event_source``, a bus option missing, ``until_idle`` with a bus,
         a ``model`` that is not the live index version's).
     """
-    from beam_pipelines.cli import quiet_environment
-    from beam_pipelines.cli_common import fail
     from beam_pipelines.streaming import run_stream
     from ragsync import lifecycle
+    from ragsync.console import fail, quiet_environment
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()

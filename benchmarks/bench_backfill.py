@@ -38,7 +38,7 @@ One run of this script measures, in one process:
 3. **unchanged re-run**: ``run_backfill`` again on the same folder and home
    (in process; the model is never loaded, and like the CLI it starts no
    pipeline for an unchanged folder), and the same through the CLI in a
-   fresh process (``python -m beam_pipelines.cli backfill``, imports included).
+   fresh process (``python -m cli.main backfill``, imports included).
    ratio = re-run wall / cold wall (target <= 0.05); chunks_embedded and
    chunks_written must be 0.
 
@@ -346,7 +346,7 @@ def cli_backfill(
         RuntimeError: the command failed (the end of its stderr).
         subprocess.TimeoutExpired: it ran longer than ``timeout`` seconds.
     """
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
+    cmd = [sys.executable, "-m", "cli.main", "backfill", str(folder), "--home", str(home)]
     cmd += ["--quiet", "--json"]
     if beam_args:
         cmd += ["--", *beam_args]

@@ -15,7 +15,7 @@ Reads measured (each once, after the build):
 * ``rerun_check``: the unchanged re-run's catalog side, ``unread_states`` of
   the whole listing 500 documents at a time (``beam_pipelines.quick``);
 * ``status``: the catalog reads of ``ragsync status`` (the same calls as
-  ``beam_pipelines.cli.cmd_status``);
+  ``cli.main.cmd_status``);
 * ``coverage``: ``coverage_by_source(document_outcomes())``;
 * ``scrape``: one ``/metrics`` body (``ragsync.metrics.render``);
 * ``reconcile_catalog``: the catalog's part of ``ragsync reconcile``

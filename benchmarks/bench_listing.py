@@ -96,7 +96,7 @@ def measure(mode: str, root: Path, home: Path) -> dict[str, Any]:
 
     import transforms.listing  # noqa: F401
     from ragsync.config import Settings
-    from transforms.common import counter_value
+    from transforms.metrics import counter_value
 
     settings = Settings(home=str(home))
     out: dict[str, Any] = {"mode": mode}

@@ -11,7 +11,7 @@ Each round runs, interleaved (ragsync, LlamaIndex, ragsync, LlamaIndex, ...),
 every side in a fresh process timed from outside (imports and model load
 included):
 
-* **ragsync**: ``python -m beam_pipelines.cli backfill FOLDER --home HOME
+* **ragsync**: ``python -m cli.main backfill FOLDER --home HOME
   --quiet --json`` into an empty temporary home (cold), then the same command
   again (unchanged re-run). Documents indexed and chunks come from its JSON
   summary (``documents_indexed``, ``chunks_written``). ``--ragsync-backends``

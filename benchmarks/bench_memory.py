@@ -5,7 +5,7 @@ The documents are the CISI abstracts of the shared corpus
 (``retrieval_golden/cisi/CISI.ALL``, 1,460 records; title and abstract, one
 text file each, as ``benchmarks/cisi_to_golden.py`` writes them), with their
 modification times set one hour back. Each size is backfilled into a fresh
-home by ``python -m beam_pipelines.cli backfill FOLDER --home HOME --quiet
+home by ``python -m cli.main backfill FOLDER --home HOME --quiet
 --json`` in its own process.
 
 Memory, three ways:
@@ -158,7 +158,7 @@ class TreeSampler(threading.Thread):
 
 def measure(folder: Path, home: Path, interval: float) -> dict[str, Any]:
     """One cold backfill of ``folder`` into ``home``: summary, wall, peaks."""
-    cli = [sys.executable, "-m", "beam_pipelines.cli", "backfill", str(folder), "--home", str(home)]
+    cli = [sys.executable, "-m", "cli.main", "backfill", str(folder), "--home", str(home)]
     cli += ["--quiet", "--json"]
     maxrss_file = home.parent / f"{home.name}.maxrss"
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))

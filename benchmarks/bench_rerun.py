@@ -5,7 +5,7 @@ The files are the fixed set of ``bench_backfill.select_files`` (wiki Markdown,
 HTML, DOCX and text-layer PDFs from the shared corpus, in fixed proportions),
 copied into a temporary folder with their modification times set one hour
 back (so no file lies in the racy window of ``ragsync.decisions.skip_unread``).
-Every run is ``python -m beam_pipelines.cli backfill FOLDER --home HOME
+Every run is ``python -m cli.main backfill FOLDER --home HOME
 --quiet --json`` in a fresh process, timed from outside (imports included).
 
 ratio = median re-run wall / cold wall (target <= 0.05). The re-run must

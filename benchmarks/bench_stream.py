@@ -8,8 +8,8 @@ Steps, all in a temporary home:
 
 1. **base load**: ``--base`` generated Markdown documents (4-8 paragraphs in
    2-4 sections, deterministic from ``--seed``) are enqueued as upsert events
-   and applied by ``python -m beam_pipelines.cli stream --until-idle``.
-2. **live stream**: a long-running ``python -m beam_pipelines.cli stream --quiet``
+   and applied by ``python -m cli.main stream --until-idle``.
+2. **live stream**: a long-running ``python -m cli.main stream --quiet``
    (no ``--until-idle``) is started in its own process group. One warm-up
    upsert is pushed and waited for, so the model load and runner start-up are
    outside the measured window (a restarted worker pays them once).
@@ -200,7 +200,7 @@ def chunks_of(catalog: Any, names: list[str]) -> int:
 
 def stream_cmd(home: Path, until_idle: bool) -> list[str]:
     """The ``ragsync stream`` command line."""
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "stream", "--home", str(home), "--quiet", "--json"]
+    cmd = [sys.executable, "-m", "cli.main", "stream", "--home", str(home), "--quiet", "--json"]
     return cmd + (["--until-idle"] if until_idle else [])
 
 

@@ -5,7 +5,7 @@ A connector translates one source (a folder or bucket prefix, a wiki, a drive,
 a ticket system) into ragsync's records: listings (``SourceFile``), change
 events (``Event``) and bytes. It never imports Beam; ``transforms.listing``
 turns any connector into a bounded source (a full listing listed by workers,
-shard by shard) and ``connectors.sync`` feeds its change events to the queue
+shard by shard) and ``connectors.feed`` feeds its change events to the queue
 the streaming pipeline reads. Every byte of content a connector returns, and
 every API answer it reads, goes through ``connectors.reader`` (bounded, under
 the source's location).

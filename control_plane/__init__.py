@@ -7,7 +7,7 @@
   :mod:`control_plane.deps` the shared dependencies (tenant, catalog),
   :mod:`control_plane.errors` the error shape, :mod:`control_plane.middleware`
   the body size limit;
-* :mod:`control_plane.cli` -- ``ragsync tenants ...`` and ``ragsync serve``.
+* its commands (``ragsync tenants ...``, ``serve``, ``worker``) are in :mod:`cli.control_plane`.
 
 Plain Python: nothing here imports Apache Beam.
 """

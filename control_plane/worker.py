@@ -93,7 +93,7 @@ class Worker:
         full_every_s: float = 86_400.0,
         poll_s: float = DEFAULT_POLL_S,
         timeout_s: float = DEFAULT_TIMEOUT_S,
-        command: Sequence[str] = (sys.executable, "-m", "beam_pipelines.cli"),
+        command: Sequence[str] = (sys.executable, "-m", "cli.main"),
     ) -> None:
         if poll_s <= 0 or timeout_s <= 0 or full_every_s <= 0:
             raise ValueError("poll_s, timeout_s and full_every_s must be positive")

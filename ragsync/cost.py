@@ -2,7 +2,7 @@
 the embedding-cache hit rate, and an estimated cost per 1,000 documents on
 Dataflow from vCPU-hour and GPU-hour prices.
 
-Pure functions over a run's counters (``transforms.common.stage_metrics_of``
+Pure functions over a run's counters (``transforms.metrics.stage_metrics_of``
 collects them; ``pipeline_runs`` stores them). The estimate prices the CPU
 the stages measured (the thread's CPU for most stages, the whole process's
 for the embedding model, whose library runs its own threads; the parse

@@ -1,7 +1,7 @@
 """Every counter a run reports, declared once: its name and what it counts.
 
 The pipeline's steps count into Beam counters of these names
-(``transforms.common.counter``, which refuses a name not declared here);
+(``transforms.metrics.counter``, which refuses a name not declared here);
 the run summaries (``ragsync backfill|sync|stream|reembed --json``) and the
 catalog's run records read them back by the same names. The tuples below
 say which counters each kind of run reports; the summary dataclasses'

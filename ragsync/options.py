@@ -6,10 +6,10 @@ fields flattened as ``chunk_*``); ``JOB_OPTIONS`` the job's own parameters
 (what to index and for whom); ``STREAM_OPTIONS`` the stream's (which event
 bus). From that table:
 
-* ``beam_pipelines.options.RagsyncOptions`` (a Beam ``PipelineOptions``;
-  this module stays free of Beam) takes ``--catalog_url=...`` (the form Beam,
-  the Dataflow Flex Template launcher and ``ragsync CMD -- BEAM_ARGS`` use);
-  ``add_pipeline_flags`` adds the same to any parser;
+* ``parse_pipeline_args`` takes ``--catalog_url=...`` (the form Beam, the
+  Dataflow Flex Template launcher and ``ragsync CMD -- BEAM_ARGS`` use) and
+  leaves Beam's own options for ``PipelineOptions``; ``add_pipeline_flags``
+  adds the same flags to any parser (this module stays free of Beam);
 * ``add_setting_flags`` gives the ``ragsync`` command line ``--catalog-url``
   (and the ``--catalog_url`` spelling);
 * the environment variable is ``RAGSYNC_`` + the upper-cased name
@@ -220,7 +220,7 @@ def setting_names() -> list[str]:
 
 def add_pipeline_flags(parser: Any) -> None:
     """Add ``--name`` (underscores, Beam's style) for every option, default
-    None: ``RagsyncOptions`` and ``parse_pipeline_args`` use it."""
+    None: ``parse_pipeline_args`` uses it."""
     for opt in ALL_OPTIONS:
         parser.add_argument(f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]")
 

@@ -10,7 +10,7 @@ are imported:
   ``ragsync serve`` before it builds its app, a pipeline's launcher) and when
   a pipeline worker unpickles its copy (``Settings.__setstate__``), so every
   process that holds the settings holds the registrations;
-* by ``ragsync`` before it builds its parser (``beam_pipelines.cli.main``), so
+* by ``ragsync`` before it builds its parser (``cli.main.main``), so
   ``sources add --type`` offers the plug-ins' types.
 
 Importing a module twice is a no-op (Python keeps it in ``sys.modules``).

@@ -8,7 +8,7 @@ RAGSYNC_WITH_POSTGRES=1 RAGSYNC_WITH_MEDIAWIKI=1 scripts/setup.sh
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false OMP_THREAD_LIMIT=1
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy ragsync connectors transforms beam_pipelines control_plane
+.venv/bin/mypy ragsync connectors transforms beam_pipelines control_plane cli
 if [ $# -gt 0 ]; then
   exec .venv/bin/python -m pytest -q "$@"
 fi

@@ -41,7 +41,7 @@ def kill_group(pgid: int, timeout_s: float = 30.0) -> None:
 
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "beam_pipelines.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 """The ``ragsync`` command as a subprocess of the test's interpreter."""
 
 

@@ -48,7 +48,7 @@ def _cli(settings: Any, *argv: str) -> dict[str, Any]:
     summary. Pipelines run out of process: a parse worker forked from a test
     process that already holds gRPC threads (Milvus Lite's client, earlier
     pipelines) can crash, a flake that has nothing to do with the product."""
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", *argv, "--home", settings.home, "--json"]
+    cmd = [sys.executable, "-m", "cli.main", *argv, "--home", settings.home, "--json"]
     env = {**os.environ, "RAGSYNC_EVENT_LEASE_S": str(settings.event_lease_s)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (argv, proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from fastapi.testclient import TestClient
 
-from beam_pipelines.cli import main, plugins_named
+from cli.main import main, plugins_named
 from connectors.base import SourceSpec
 from connectors.registry import connector_class
 from control_plane.app import create_app

@@ -123,7 +123,7 @@ def test_exports_are_kept_per_user(tmp_path: Path, monkeypatch: pytest.MonkeyPat
 def test_the_pipeline_modules_import_neither_torch_nor_sentence_transformers() -> None:
     code = (
         "import json, sys\n"
-        "import beam_pipelines.cli, beam_pipelines.sync, beam_pipelines.streaming, transforms.embed\n"
+        "import cli.main, beam_pipelines.sync, beam_pipelines.streaming, transforms.embed\n"
         "import ragsync.embedding_onnx, ragsync.query\n"
         "from apache_beam.ml.inference import base\n"
         "print(json.dumps([m in sys.modules for m in ('torch', 'sentence_transformers', 'transformers')]"

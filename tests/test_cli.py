@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from beam_pipelines.cli import main
+from cli.main import main
 
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
@@ -114,7 +114,7 @@ def test_help_loads_no_heavy_module() -> None:
 
     heavy = ("apache_beam", "torch", "sqlalchemy", "pydantic")
     probe = (
-        "import sys\nfrom beam_pipelines.cli import main\n"
+        "import sys\nfrom cli.main import main\n"
         "for argv in (['--help'], ['sources', 'add', '--help'], ['tenants', 'create', '--help']):\n"
         "    try:\n        main(argv)\n    except SystemExit as stop:\n        assert stop.code == 0\n"
         f"print(sorted(m for m in {heavy!r} if m in sys.modules))\n"

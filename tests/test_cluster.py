@@ -23,7 +23,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.listing import prepare_stores, register_source
-from beam_pipelines.options import refuse_single_process_stores, worker_processes
+from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.streaming import run_stream
 from ragsync.catalog.base import catalog_pool_size
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index

@@ -18,9 +18,9 @@ pytest.importorskip("fastapi", reason="control plane needs fastapi (pip install 
 httpx = pytest.importorskip("httpx")
 pytest.importorskip("uvicorn")
 
+from cli.control_plane import is_loopback  # noqa: E402
 from connectors.events import parse_event  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
-from control_plane.cli import is_loopback  # noqa: E402
 from control_plane.keys import ApiKeys  # noqa: E402
 from control_plane.worker import Worker  # noqa: E402
 from ragsync import ids  # noqa: E402
@@ -868,7 +868,7 @@ def test_adopted_legacy_catalog_serves_sources_registered_before_the_api(catalog
 
 
 def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    from beam_pipelines.cli import main
+    from cli.main import main
 
     home = str(tmp_path / "home")
     assert main(["tenants", "create", "acme", "--home", home, "--json"]) == 0

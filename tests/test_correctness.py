@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.cli import main
+from cli.main import main
 
 TENANT = "acme"
 SOURCE = "docs"

@@ -14,7 +14,7 @@ import pytest
 from beam_pipelines.quick import BackfillSummary
 from beam_pipelines.streaming import StreamSummary
 from ragsync.counters import COUNTERS, LISTING, REEMBED, STREAM
-from transforms.common import counter
+from transforms.metrics import counter
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = [

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from beam_pipelines.cli import main
+from cli.main import main
 from ragsync.change_plan import ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 

@@ -13,7 +13,7 @@ from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import EmbeddingModel, ModelSpec, embed_failure, embed_with_cache, register_model
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
-from transforms.common import dead_letters_from_beam
+from transforms.dead_letters import dead_letters_from_beam
 from transforms.embed import EmbedChunks
 
 POISON = "poison-test"

@@ -125,7 +125,7 @@ def test_backend_versions_are_distinct_cache_keys(tmp_path: Path) -> None:
 def test_backend_setting_from_env_flag_and_validation(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from beam_pipelines.cli import build_parser, settings_from_args
+    from cli.main import build_parser, settings_from_args
 
     monkeypatch.setenv("RAGSYNC_EMBED_BACKEND", "onnx-int8")
     assert Settings(home=str(tmp_path)).embed_backend == "onnx-int8"

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.cli import main
+from cli.main import main
 from connectors.base import SourceSpec
 from connectors.mediawiki import MediaWikiConnector
 from connectors.reader import FetchLimits

@@ -30,7 +30,7 @@ def _docx(title: str, text: str) -> bytes:
 
 
 def _status(home: Path, capsys: pytest.CaptureFixture[str]) -> dict[str, object]:
-    from beam_pipelines.cli import main
+    from cli.main import main
 
     capsys.readouterr()
     assert main(["status", "--home", str(home), "--json"]) == 0

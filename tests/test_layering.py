@@ -1,5 +1,6 @@
 """Layers point one way: connectors/ and ragsync/ never import Apache Beam;
-beam_pipelines/ is the only layer that builds pipelines."""
+beam_pipelines/ is the only layer that builds pipelines; cli/ (the ``ragsync``
+command line) is the top layer, imported by nothing but the tests."""
 
 from __future__ import annotations
 
@@ -51,6 +52,21 @@ def test_connectors_do_not_import_transforms() -> None:
     assert offenders == []
 
 
+@pytest.mark.parametrize(
+    "package",
+    ["ragsync", "connectors", "transforms", "beam_pipelines", "control_plane", "benchmarks", "templates"],
+)
+def test_nothing_imports_the_command_line(package: str) -> None:
+    """cli/ is the top layer: what it shares with other entry points (the
+    Dataflow templates' launchers) lives below it (``ragsync.console``)."""
+    offenders = {
+        str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "cli")
+        for p in (ROOT / package).rglob("*.py")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
+    assert len(list((ROOT / package).rglob("*.py"))) >= 1
+
+
 def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
     bad = tmp_path / "bad.py"
     bad.write_text("import apache_beam as beam\nfrom apache_beam.io import fileio\n")
@@ -59,7 +75,7 @@ def test_layering_check_detects_a_violation(tmp_path: Path) -> None:
 
 # ----------------------------------------------------------------- SQL in one place
 
-PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane")
+PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane", "cli")
 SQL_FREE = (*PRODUCT, "benchmarks", "templates", "scripts")
 
 

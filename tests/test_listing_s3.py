@@ -25,8 +25,8 @@ from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
 from tests.object_store import ObjectStore, object_store
 from tests.proc import run_json
-from transforms.common import counter_value
 from transforms.listing import ListSource, listing_shards
+from transforms.metrics import counter_value
 
 KEYS = ["kb/a.txt", "kb/sub/b.md", "kb/_notes.txt", "kb/9.txt", "kb/.hidden", "other/x.txt"]
 
@@ -83,7 +83,7 @@ def test_backfill_of_a_prefix_as_the_readme_runs_it(store: ObjectStore, tmp_path
     process: every object under the prefix is indexed and read once, nothing else."""
     home = tmp_path / "home"
     prefix = store.uri("kb")
-    argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", prefix, "--tenant", "acme"]
+    argv = [sys.executable, "-m", "cli.main", "backfill", prefix, "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1", **store.env)
     store.clear()

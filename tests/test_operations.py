@@ -24,7 +24,7 @@ from ragsync.coverage import coverage_by_source
 from tests.mediawiki import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
-CLI = [sys.executable, "-m", "beam_pipelines.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 TENANT = "acme"
 SOURCE = "docs"
 

@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.cli import build_parser, parse_command, settings_from_args
-from beam_pipelines.options import RagsyncOptions
+from cli.main import build_parser, parse_command, settings_from_args
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
@@ -27,6 +26,7 @@ from ragsync.options import (
     settings_from,
     settings_from_pipeline_args,
 )
+from tests.pipeline_options import RagsyncOptions
 
 DEFAULTS = Settings(home="/tmp/ragsync-defaults")
 
@@ -213,7 +213,7 @@ def test_setting_flags_rebuild_the_settings_in_a_child(tmp_path: Path) -> None:
 
 
 def test_stream_lanes_from_flag_pipeline_option_or_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    from beam_pipelines.cli_stream import _lanes
+    from cli.stream import _lanes
 
     parser = build_parser()
     assert _lanes(parse_command(parser, ["stream"])) == "all"
@@ -269,7 +269,7 @@ def test_every_readme_command_line_parses() -> None:
 
 
 def test_settings_from_a_pipeline_options_object(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from beam_pipelines.options import settings_from_pipeline_options
+    from tests.pipeline_options import settings_from_pipeline_options
 
     monkeypatch.setenv("RAGSYNC_FETCH_TIMEOUT_S", "12.5")
     options = PipelineOptions([f"--home={tmp_path}", "--es_url=http://es:9200", "--runner=DirectRunner"])

@@ -78,7 +78,7 @@ def test_a_parse_past_its_time_limit_is_a_timeout_dead_letter_the_rest_indexed(t
         "RAGSYNC_SLOW_PARSE_TIMEOUT_S": "2",
     }
     home = tmp_path / "home"
-    ragsync = [sys.executable, "-m", "beam_pipelines.cli"]
+    ragsync = [sys.executable, "-m", "cli.main"]
     t0 = time.monotonic()
     run = subprocess.run(
         [*ragsync, "backfill", str(src), "--home", str(home), "--acl-groups", "everyone", "--json"],

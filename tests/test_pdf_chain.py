@@ -328,7 +328,7 @@ def test_cli_parse_json_shows_page_parsers_and_confidence(tmp_path: Path) -> Non
     path = tmp_path / "doc.pdf"
     path.write_bytes(text_pdf_bytes(["A page of text that the command line shows as parsed by PDFium."]))
     out = subprocess.run(
-        [sys.executable, "-m", "beam_pipelines.cli", "parse", str(path), "--json"],
+        [sys.executable, "-m", "cli.main", "parse", str(path), "--json"],
         capture_output=True,
         text=True,
         env=os.environ,

@@ -10,12 +10,13 @@ from pathlib import Path
 
 import pytest
 
+import transforms.progress
 from connectors.base import SourceSpec
 from ragsync.config import Settings
 from ragsync.display import listing_line, progress_line
-from transforms import common, listing
-from transforms.common import ListingTally, Progress
+from transforms import listing
 from transforms.listing import _ListShardFn, listing_shards
+from transforms.progress import ListingTally, Progress
 
 
 class _Clock:
@@ -30,7 +31,7 @@ def test_lines_at_the_first_item_each_interval_and_once_at_the_end(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(common.time, "monotonic", clock)
+    monkeypatch.setattr(transforms.progress.time, "monotonic", clock)
     progress = Progress("write", "docs", total=10, every_s=2.0)
     for step in range(10):
         clock.now = 100.0 + step  # one item per second
@@ -89,7 +90,7 @@ def test_phase_lines_switch_to_total_when_the_listing_completes(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(common.time, "monotonic", clock)
+    monkeypatch.setattr(transforms.progress.time, "monotonic", clock)
     tally = ListingTally(str(tmp_path / "tally"), shards=1)
     progress = Progress("write", "docs", tally, every_s=2.0)
     for step in range(8):
@@ -157,7 +158,7 @@ def test_the_rate_counts_from_the_first_item_not_from_setup(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     clock = _Clock()
-    monkeypatch.setattr(common.time, "monotonic", clock)
+    monkeypatch.setattr(transforms.progress.time, "monotonic", clock)
     progress = Progress("write", "docs", every_s=2.0)  # made at setup, 100 s
     for now in (130.0, 131.0, 132.0):  # 30 s of model loading before the first document
         clock.now = now

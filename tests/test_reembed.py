@@ -231,7 +231,7 @@ def test_reembed_flips_to_new_model_and_rolls_back(state: tuple[Settings, str]) 
 def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings, str]) -> None:
     settings, golden = state
     total = len(_catalog_ids(settings))
-    cmd = [sys.executable, "-m", "beam_pipelines.cli", "reembed", "--model", E5, "--home", settings.home]
+    cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", E5, "--home", settings.home]
     cmd += ["--golden", golden, "--batch-size", "2", "--json", "--quiet"]
     env = dict(os.environ, **{CRASH_ENV: "4"}, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE)

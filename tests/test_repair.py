@@ -39,7 +39,7 @@ def test_plan_repair_nothing_to_do() -> None:
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str, object]]:
-    from beam_pipelines.cli import main
+    from cli.main import main
 
     capsys.readouterr()
     code = main(list(args))

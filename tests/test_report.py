@@ -18,7 +18,7 @@ import pytest
 from PIL import Image
 from sqlalchemy import insert
 
-from beam_pipelines.cli import main
+from cli.main import main
 from ragsync.catalog import Catalog, schema
 from ragsync.report import queue_depth_series, write_report
 from tests.chromium import CHROMIUM_MISSING, fail_if_chromium_required, find_chromium, run_headless

@@ -17,7 +17,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane")
+PRODUCT = ("ragsync", "connectors", "transforms", "beam_pipelines", "control_plane", "cli")
 TORCH_PIN = re.compile(r'^TORCH="torch==([^"]+)"$', re.M)
 
 
@@ -124,6 +124,15 @@ def test_torch_stays_out_of_the_locks_and_setup_installs_its_pin_first() -> None
     docker = "\n".join(line for line in dockerfile.splitlines() if not line.startswith("#"))
     assert f'pip install --no-cache-dir "torch=={_torch_pin()}"' in docker
     assert "-r requirements.txt" in docker and "requirements-dev" not in docker
+
+
+def test_the_dataflow_image_copies_every_product_package() -> None:
+    """The image installs the project from its copied folders: a package left
+    out (cli/ when it moved there) would be missing from the launcher."""
+    dockerfile = (ROOT / "templates" / "dataflow" / "Dockerfile").read_text(encoding="utf-8")
+    setup = (ROOT / "setup.py").read_text(encoding="utf-8")
+    assert [p for p in PRODUCT if f"COPY {p} {p}\n" not in dockerfile] == []
+    assert [p for p in PRODUCT if f'"{p}*"' not in setup] == []
 
 
 def test_the_inputs_and_the_locks_agree() -> None:

@@ -18,7 +18,7 @@ from ragsync.config import Settings, open_catalog
 from tests.mediawiki import free_port
 from tests.serving import wait_until_healthy
 
-CLI = [sys.executable, "-m", "beam_pipelines.cli"]
+CLI = [sys.executable, "-m", "cli.main"]
 
 
 def _statuses(home: str) -> dict[str, str]:

@@ -134,7 +134,7 @@ def test_backfill_stopped_by_a_signal_then_rerun_matches_a_clean_run(
     cmd = [
         sys.executable,
         "-m",
-        "beam_pipelines.cli",
+        "cli.main",
         "backfill",
         str(corpus),
         "--home",
@@ -175,7 +175,7 @@ def _stream_home(tmp_path: Path, corpus: Path) -> Path:
     home = tmp_path / "home"
     events = tmp_path / "events.jsonl"
     events.write_text(_events(corpus))
-    base = [sys.executable, "-m", "beam_pipelines.cli"]
+    base = [sys.executable, "-m", "cli.main"]
     for args in (
         ["sources", "add", "docs", "--tenant", "default", "--type", "object_store", "--uri", str(corpus)],
         ["events", "push", str(events)],
@@ -199,7 +199,7 @@ def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
     signame: str, corpus: Path, clean_stream_state: dict[str, object], tmp_path: Path
 ) -> None:
     home = _stream_home(tmp_path, corpus)
-    base = [sys.executable, "-m", "beam_pipelines.cli"]
+    base = [sys.executable, "-m", "cli.main"]
     # A long-running stream (no --until-idle), as an operator runs it; short
     # leases so the resumed run gets the unacknowledged events back quickly.
     cmd = [*base, "stream", "--home", str(home), "--lease-s", "2", "--quiet"]

@@ -278,9 +278,9 @@ def test_a_parse_whose_stored_elements_were_deleted_parses_the_bytes_again(tmp_p
     deleted and re-created with the same bytes was dead-lettered
     ``fetch_failed``: the delete removed the stored elements, the catalog
     still named them, and the parse read them instead of parsing."""
-    from transforms.common import CatalogDoFn
     from transforms.io import delete_if_exists
     from transforms.parse import _ParseFn
+    from transforms.steps import CatalogDoFn
 
     settings = Settings(home=str(tmp_path / "home"))
     doc = _fetched_handbook(settings, tmp_path)
@@ -307,13 +307,13 @@ def test_a_parse_child_whose_setup_failed_opens_the_catalog_at_its_next_document
     raised and calls ``process`` on it without another ``setup()``; every
     later document then failed with ``'NoneType' object has no attribute
     'get_parsed'`` even after the catalog was back."""
-    import transforms.common
-    from transforms.common import CatalogDoFn
+    import transforms.steps
     from transforms.parse import _ParseFn
+    from transforms.steps import CatalogDoFn
 
     settings = Settings(home=str(tmp_path / "home"))
     doc = _fetched_handbook(settings, tmp_path)
-    real_open = transforms.common.open_catalog
+    real_open = transforms.steps.open_catalog
     calls = {"n": 0}
 
     def open_twice_down(s: Settings) -> object:
@@ -322,7 +322,7 @@ def test_a_parse_child_whose_setup_failed_opens_the_catalog_at_its_next_document
             raise ConnectionError("FATAL: sorry, too many clients already")
         return real_open(s)
 
-    monkeypatch.setattr(transforms.common, "open_catalog", open_twice_down)
+    monkeypatch.setattr(transforms.steps, "open_catalog", open_twice_down)
     fn = _ParseFn(settings)
     with pytest.raises(ConnectionError):
         CatalogDoFn.setup(fn)  # what the child's setup() met (its rlimits left out here)

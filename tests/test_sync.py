@@ -20,9 +20,9 @@ import httpx
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from beam_pipelines.cli import main
 from beam_pipelines.quick import source_id_for
 from beam_pipelines.sync import ListingGuardError, SourcePausedError, run_sync
+from cli.main import main
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
 from ragsync.query import hybrid_query
@@ -251,7 +251,7 @@ def test_a_sync_requested_through_the_api_runs_in_serve_and_is_searchable(
 
     mediawiki.edit("Alpha", f"== Animals ==\n{ALPHA_OLD}")
     home = str(tmp_path / "home")
-    cli = [sys.executable, "-m", "beam_pipelines.cli"]
+    cli = [sys.executable, "-m", "cli.main"]
     made = subprocess.run(
         [*cli, "tenants", "create", TENANT, "--home", home, "--json"],
         capture_output=True,

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from connectors.base import ChangePage, SourceSpec, make_event
+from connectors.feed import CollectingSink, read_feed
 from connectors.files import FolderConnector
-from connectors.sync import CollectingSink, read_feed
 from ragsync.decisions import (
     SourceSchedule,
     SyncMode,

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.options import RagsyncOptions
 from beam_pipelines.template import main, run, run_stream_template, template_metadata
 from ragsync.config import Settings, open_catalog
 from ragsync.options import ALL_OPTIONS, SETTING_OPTIONS, STREAM_OPTIONS, template_parameters
+from tests.pipeline_options import RagsyncOptions
 from tests.proc import run_json
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -54,7 +54,7 @@ def _backfill_imports(src: Path, home: Path, *extra: str) -> tuple[dict[str, Any
     """``ragsync backfill`` of ``src`` in a fresh process: its ``--json``
     summary and the top-level packages it imported (``python -X importtime``
     lists every import on stderr)."""
-    cmd = [sys.executable, "-X", "importtime", "-m", "beam_pipelines.cli", "backfill", str(src)]
+    cmd = [sys.executable, "-X", "importtime", "-m", "cli.main", "backfill", str(src)]
     cmd += ["--home", str(home), "--quiet", "--json", *extra]
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     proc = subprocess.run(cmd, env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)

@@ -53,7 +53,7 @@ def _past_racy_window() -> None:
 
 
 def _backfill(s3: S3Store, home: Path, tmp_path: Path) -> dict[str, Any]:
-    argv = [sys.executable, "-m", "beam_pipelines.cli", "backfill", PREFIX, "--tenant", "acme"]
+    argv = [sys.executable, "-m", "cli.main", "backfill", PREFIX, "--tenant", "acme"]
     argv += ["--acl-groups", "staff", "--home", str(home), "--json", "--quiet", "--", "--runner=DirectRunner"]
     env = dict(os.environ, PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
     s3.clear()

@@ -340,7 +340,7 @@ def test_a_source_whose_connector_cannot_be_opened_is_503_with_a_configuration_d
 def test_the_cli_makes_a_token_the_endpoint_accepts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from beam_pipelines.cli import main
+    from cli.main import main
 
     home = str(tmp_path / "home")
     add = ["sources", "add", "gcs-docs", "--tenant", "acme", "--type", "object_store"]

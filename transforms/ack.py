@@ -9,7 +9,7 @@ from typing import Any
 
 from ragsync.catalog.queue import lane_of_op
 from ragsync.model import DocumentPlan, FetchedDocument, Lane, QueuedEvent
-from transforms.common import CatalogDoFn, CatalogStep
+from transforms.steps import CatalogDoFn, CatalogStep
 
 
 @dataclass(frozen=True)

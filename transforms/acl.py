@@ -10,7 +10,8 @@ import apache_beam as beam
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.model import FetchedDocument, QueuedEvent
-from transforms.common import GuardedStep, WriterDoFn
+from transforms.dead_letters import GuardedStep
+from transforms.steps import WriterDoFn
 
 
 class _AclFnBase(WriterDoFn):

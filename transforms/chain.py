@@ -19,13 +19,13 @@ from ragsync.embedding import ModelSpec
 from ragsync.model import Lane
 from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
-from transforms.common import ListingTally
 from transforms.copies import RefreshCopies
 from transforms.delete import DeleteStaleChildren
 from transforms.embed import EmbedChunks
 from transforms.fetch import ACL_ONLY, DUPLICATE, LEFT_COPY, UNCHANGED, FetchDocuments
 from transforms.lanes import HandToSlowLane
 from transforms.parse import STALE_CHILDREN, ParseDocuments, RouteByType
+from transforms.progress import ListingTally
 from transforms.write import RecordDuplicates, WriteIndexes
 
 

@@ -13,7 +13,8 @@ from ragsync.decisions import diff_chunks
 from ragsync.embedding import default_model, load_tokenizer
 from ragsync.errors import NoTextError
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
-from transforms.common import GuardedStep, ListingTally, ProgressDoFn
+from transforms.dead_letters import GuardedStep
+from transforms.progress import ListingTally, ProgressDoFn
 
 
 class _ChunkAndDiffFn(ProgressDoFn):

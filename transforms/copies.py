@@ -7,7 +7,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from ragsync.model import FetchedDocument
-from transforms.common import GuardedStep, WriterDoFn
+from transforms.dead_letters import GuardedStep
+from transforms.steps import WriterDoFn
 
 
 class _RefreshCopiesFn(WriterDoFn):

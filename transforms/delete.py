@@ -10,8 +10,9 @@ from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import IndexWriter
-from transforms.common import GuardedStep, WriterDoFn
+from transforms.dead_letters import GuardedStep
 from transforms.io import delete_if_exists
+from transforms.steps import WriterDoFn
 
 
 def delete_document(

@@ -43,7 +43,10 @@ from ragsync.errors import EmbedFailedError
 from ragsync.model import DocumentPlan
 from ragsync.writer import EmbeddedPlan
 from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
-from transforms.common import CatalogDoFn, ProgressDoFn, StageMetrics, ToDeadLetters, batch_item_failure
+from transforms.dead_letters import ToDeadLetters, batch_item_failure
+from transforms.metrics import StageMetrics
+from transforms.progress import ProgressDoFn
+from transforms.steps import CatalogDoFn
 
 #: New chunks whose cached vectors one catalog query looks up.
 _LOOKUP_BATCH = 256

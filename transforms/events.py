@@ -44,7 +44,7 @@ from ragsync.decisions import (
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
-from transforms.common import CatalogDoFn, CatalogStep
+from transforms.steps import CatalogDoFn, CatalogStep
 
 _log = logging.getLogger("ragsync.gate")
 

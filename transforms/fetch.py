@@ -33,9 +33,10 @@ from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import IndexWriter
-from transforms.common import CatalogDoFn, ToDeadLetters
+from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
+from transforms.steps import CatalogDoFn
 
 #: The version domain of permission evidence read by a listing (compared by time only).
 LISTING_EVIDENCE = "listing"

@@ -16,7 +16,8 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.model import FetchedDocument
-from transforms.common import CatalogDoFn, GuardedStep
+from transforms.dead_letters import GuardedStep
+from transforms.steps import CatalogDoFn
 
 SLOW = "slow"
 

@@ -37,8 +37,10 @@ from ragsync.display import listing_line
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from transforms.common import CatalogDoFn, ListingTally, StageMetrics, counter
 from transforms.io import BeamFileSystem
+from transforms.metrics import StageMetrics, counter
+from transforms.progress import ListingTally
+from transforms.steps import CatalogDoFn
 
 DEFAULT_LISTING_TIMEOUT_S = 6 * 3600.0
 

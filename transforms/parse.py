@@ -20,8 +20,10 @@ from ragsync.errors import FetchError
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import PARSER_VERSION, is_container, parse
 from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
-from transforms.common import CatalogDoFn, StageMetrics, ToDeadLetters, counter
+from transforms.dead_letters import ToDeadLetters
 from transforms.io import read_bytes, write_bytes_once
+from transforms.metrics import StageMetrics, counter
+from transforms.steps import CatalogDoFn
 
 
 def start_parse_children_from_a_fork_server() -> None:

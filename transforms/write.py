@@ -16,15 +16,9 @@ from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, Event, FetchedDocument, payload_field
 from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import EmbeddedPlan
-from transforms.common import (
-    CatalogDoFn,
-    GuardedStep,
-    ListingTally,
-    Progress,
-    ToDeadLetters,
-    WriterDoFn,
-    batch_item_failure,
-)
+from transforms.dead_letters import GuardedStep, ToDeadLetters, batch_item_failure
+from transforms.progress import ListingTally, Progress
+from transforms.steps import CatalogDoFn, WriterDoFn
 
 WRITE_BATCH_CHUNKS = 256
 """New chunks per write batch: the documents of one batch share one vector

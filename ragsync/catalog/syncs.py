@@ -5,7 +5,7 @@ pause and failure bookkeeping) and :class:`SyncRun` (a ``sync_requests``
 row: ``queued -> running -> succeeded | failed`` with its counts and error).
 
 The cursor is written by :meth:`SyncsRepository.save_cursor` only after the
-events read up to it are durably queued (``connectors.sync``), so a crash
+events read up to it are durably queued (``connectors.feed``), so a crash
 re-reads changes instead of losing them.
 
 Claiming a run (:meth:`SyncsRepository.claim_sync_run`) is one conditional

@@ -13,54 +13,31 @@ import argparse
 import gc
 import importlib
 import json
-import logging
 import os
 import signal
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from beam_pipelines.cli_common import (
+from cli.common import (
     RagsyncArgumentParser,
     add_run_flags,
     emit,
-    fail,
     settings_from_args,
     shared_parser,
     split_list,
 )
+from ragsync.console import fail, quiet_environment
 from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
-    "beam_pipelines.cli_sync",
-    "beam_pipelines.cli_stream",
-    "beam_pipelines.cli_reembed",
-    "control_plane.cli",
+    "cli.sources",
+    "cli.stream",
+    "cli.reembed",
+    "cli.control_plane",
 ]
-
-
-def quiet_environment() -> None:
-    """Offline model loading and no third-party log noise on the console.
-
-    Beam, gRPC (used by Milvus Lite), pymilvus and transformers log warnings
-    about optional features this tool does not use; ragsync's own progress
-    and errors still print.
-    """
-    for key, value in (
-        ("HF_HUB_OFFLINE", "1"),
-        ("TOKENIZERS_PARALLELISM", "false"),
-        ("TRANSFORMERS_VERBOSITY", "error"),
-        ("HF_HUB_DISABLE_PROGRESS_BARS", "1"),
-        ("GRPC_VERBOSITY", "NONE"),
-        ("OMP_THREAD_LIMIT", "1"),
-    ):
-        os.environ.setdefault(key, value)
-    logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(logging.ERROR)
-    for noisy in ("apache_beam", "absl", "grpc", "grpc._server", "pymilvus", "transformers", "root"):
-        logging.getLogger(noisy).setLevel(logging.CRITICAL)
 
 
 def split_beam_args(argv: Sequence[str]) -> tuple[list[str], list[str] | None]:
@@ -130,7 +107,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
     except SyncError as exc:
         return fail(exc, 1)
     if isinstance(result, ChangePlan):
-        from beam_pipelines.dry_run import emit_plan
+        from cli.common import emit_plan
 
         return emit_plan(args, result)
     return _backfill_summary(args, settings, groups, result)

@@ -1,6 +1,6 @@
 """``ragsync reembed``, ``ragsync index-versions`` and ``ragsync eval-retrieval``.
 
-Registered through ``PLUGIN_MODULES`` in :mod:`beam_pipelines.cli`. Exit
+Registered through ``PLUGIN_MODULES`` in :mod:`cli.main`. Exit
 codes: 0 success (``reembed``: the new version went live, or was built
 without a golden set), 1 the gate refused the new version, 2 usage or
 configuration error.
@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from beam_pipelines.cli_common import add_run_flags, emit, settings_from_args, split_list
+from cli.common import add_run_flags, emit, settings_from_args, split_list
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:

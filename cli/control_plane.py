@@ -1,6 +1,6 @@
 """``ragsync tenants ...`` and ``ragsync serve``: the control plane's commands.
 
-Registered through ``beam_pipelines.cli.PLUGIN_MODULES``. Handlers return the
+Registered through ``cli.main.PLUGIN_MODULES``. Handlers return the
 exit code: 0 success, 2 usage or configuration error (a taken tenant name, a
 non-loopback ``--host`` without ``--allow-remote``). FastAPI and uvicorn are
 imported only by ``serve``, so the other commands work without them.

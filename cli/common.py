@@ -1,5 +1,5 @@
-"""Plumbing the ``ragsync`` command modules share (``beam_pipelines.cli`` and
-its plugins ``cli_sync``, ``cli_stream``, ``cli_reembed``): settings from the
+"""Plumbing the ``ragsync`` command modules share (``cli.main`` and its
+plugins ``cli.sources``, ``cli.stream``, ``cli.reembed``, ``cli.control_plane``): settings from the
 flags, the output of a command, comma-separated lists.
 
 It imports no command module, so every one of them can import it.
@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragsync.display import safe_text
+
+if TYPE_CHECKING:  # loaded by the dry runs only
+    from ragsync.change_plan import ChangePlan
 
 SHARED_TITLE = "settings shared by every command (also pipeline options after --, and RAGSYNC_* variables)"
 
@@ -81,16 +83,18 @@ def emit(args: argparse.Namespace, data: Any, human: str) -> None:
         print(safe_text(human, keep_newlines=True))
 
 
+def emit_plan(args: argparse.Namespace, plan: ChangePlan) -> int:
+    """Print a dry run's plan (``--dry-run`` of backfill and sync; ``--json``:
+    its dict, else ``beam_pipelines.dry_run.format_plan``); exit code 0."""
+    from beam_pipelines.dry_run import format_plan
+
+    emit(args, plan.to_dict(), format_plan(plan))
+    return 0
+
+
 def split_list(text: str) -> list[str]:
     """``"a, b,,c"`` -> ``["a", "b", "c"]`` (a comma-separated flag)."""
     return [g.strip() for g in text.split(",") if g.strip()]
-
-
-def fail(message: object, code: int, *, prog: str = "ragsync") -> int:
-    """Print ``prog: message`` to stderr (control characters made visible);
-    returns ``code``, the command's exit code."""
-    print(safe_text(f"{prog}: {message}"), file=sys.stderr)
-    return code
 
 
 def add_run_flags(

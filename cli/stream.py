@@ -1,5 +1,5 @@
 """Commands of the streaming side: events, stream, dead letters (sources and
-sync are in ``beam_pipelines.cli_sync``)."""
+sync are in ``cli.sources``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from beam_pipelines.cli_common import add_run_flags, emit, settings_from_args
+from cli.common import add_run_flags, emit, settings_from_args
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:

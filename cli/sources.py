@@ -12,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from beam_pipelines.cli_common import add_run_flags, emit, fail, settings_from_args, split_list
+from cli.common import add_run_flags, emit, settings_from_args, split_list
+from ragsync.console import fail
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
@@ -155,7 +156,8 @@ def cmd_sync(args: argparse.Namespace) -> int:
     from beam_pipelines.sync import SyncError, run_sync
 
     if args.dry_run:
-        from beam_pipelines.dry_run import emit_plan, plan_source_sync
+        from beam_pipelines.dry_run import plan_source_sync
+        from cli.common import emit_plan
 
         plan = plan_source_sync(
             args.source_id,
@@ -214,7 +216,7 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add.add_argument("source_id")
     add.add_argument("--tenant", required=True, help="the tenant that owns the source")
     # The types registered when the parser is built: the built-in ones and those
-    # of the plug-ins the command line loaded first (``beam_pipelines.cli.main``).
+    # of the plug-ins the command line loaded first (``cli.main.main``).
     add.add_argument("--type", required=True, choices=source_types())
     add.add_argument(
         "--uri",

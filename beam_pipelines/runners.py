@@ -1,37 +1,14 @@
-"""ragsync's settings and job parameters as Beam pipeline options (the table
-and its rules live in ``ragsync.options``, which stays free of Beam)."""
+"""What a pipeline's runner means for ragsync's stores: whether it runs steps
+in worker processes other than this one (:func:`worker_processes`), and the
+refusal of a store that takes one process there
+(:func:`refuse_single_process_stores`). Settings and job parameters as
+options live in ``ragsync.options``."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
-
-from ragsync.options import add_pipeline_flags
-
-
-class RagsyncOptions(PipelineOptions):
-    """``--catalog_url=...``, ``--es_api_key=...``, ``--source=...``: every
-    option of ``ragsync.options.ALL_OPTIONS``; each unset one falls back to
-    its ``RAGSYNC_*`` environment variable, then the ``Settings`` default
-    (``ragsync.options.option_values``)."""
-
-    @classmethod
-    def _add_argparse_args(cls, parser: Any) -> None:
-        add_pipeline_flags(parser)
-
-
-def settings_from_pipeline_options(options: PipelineOptions) -> Any:
-    """``Settings`` from a ``PipelineOptions`` (its ragsync options, then the
-    ``RAGSYNC_*`` environment, then the defaults).
-
-    Raises:
-        ConfigurationError: a value out of range.
-    """
-    from ragsync.options import option_values, settings_from
-
-    return settings_from(option_values(options.view_as(RagsyncOptions).get_all_options()))
-
 
 IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 """Runners whose SDK workers run in the launcher process unless

@@ -1,0 +1,106 @@
+"""Base classes of the Beam steps that use the catalog and the stores:
+:class:`CatalogDoFn` (one catalog per DoFn instance), :class:`CatalogStep`
+(a transform that is one such DoFn) and :class:`WriterDoFn` (a step that
+writes through one ``ragsync.writer.IndexWriter``: the catalog, both indexes
+and the index versions being built beside the live one)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import apache_beam as beam
+
+from ragsync.config import Settings, open_catalog
+from ragsync.writer import IndexWriter, hooks_from_environment
+from transforms.metrics import StageMetrics, counter
+
+
+class CatalogDoFn(beam.DoFn):
+    """Base for steps that read or write the catalog: one ``Catalog`` per DoFn
+    instance, opened in ``setup()`` and closed in ``teardown()`` (a Catalog
+    holds a connection pool and does not pickle).
+
+    Steps count with :meth:`count` (ragsync counters by name) and, when
+    ``metrics_stage`` names their stage, time their work with
+    ``self._stage`` (``StageMetrics`` made in ``setup()``).
+
+    Args:
+        settings: where the catalog is; None runs the step without one
+            (``self._catalog`` stays None: the gate's catalog-free tests).
+    """
+
+    settings: Settings
+    metrics_stage: str = ""
+    _stage: StageMetrics
+
+    def __init__(self, settings: Settings | None) -> None:
+        # None only for the gate's catalog-free tests; every other step has settings.
+        self.settings = settings  # type: ignore[assignment]
+        self._catalog: Any = None
+        self._counters: dict[str, Any] = {}
+
+    def setup(self) -> None:
+        if self.settings is not None:
+            self._catalog = open_catalog(self.settings)
+        if self.metrics_stage:
+            self._stage = StageMetrics(self.metrics_stage)
+
+    def count(self, name: str, n: int = 1) -> None:
+        """Add ``n`` to the ragsync counter ``name`` (its handle made once per instance)."""
+        handle = self._counters.get(name)
+        if handle is None:
+            handle = self._counters[name] = counter(name)
+        handle.inc(n)
+
+    def teardown(self) -> None:
+        if self._catalog is not None:
+            self._catalog.close()
+            self._catalog = None
+
+
+class CatalogStep(beam.PTransform):
+    """A transform that is one catalog DoFn over its input: subclasses name
+    the DoFn class (``fn``, built from the settings) and the step's label.
+    """
+
+    fn: type[CatalogDoFn]
+    label_: str
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
+        return pcoll | self.label_ >> beam.ParDo(self.fn(self.settings))
+
+
+class WriterDoFn(CatalogDoFn):
+    """Base for steps that write the catalog and both indexes: they call one
+    ``ragsync.writer.IndexWriter`` (``self.writer``), opened in ``setup()``
+    (with the hooks ``$RAGSYNC_WRITE_HOOKS`` names, and this step's counters)
+    and closed in ``teardown()``. ``self._catalog`` is the writer's catalog.
+
+    Args:
+        settings: the home.
+        dim: the live vectors' dimension.
+    """
+
+    writer: IndexWriter  # set by setup()
+
+    def __init__(self, settings: Settings, dim: int) -> None:
+        super().__init__(settings)
+        self.dim = dim
+
+    def setup(self) -> None:
+        if self.metrics_stage:
+            self._stage = StageMetrics(self.metrics_stage)
+        self.writer = IndexWriter.open(
+            self.settings, self.dim, hooks=hooks_from_environment(), count=self.count
+        )
+        self._catalog = self.writer.catalog
+
+    def teardown(self) -> None:
+        writer = self.__dict__.pop("writer", None)
+        if writer is not None:
+            writer.close()  # its catalog too
+        self._catalog = None
