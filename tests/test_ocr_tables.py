@@ -16,7 +16,7 @@ from ragsync.parsing import parse
 from ragsync.parsing.ocr_engine import table_positions
 from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
-from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_regions
+from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_columns, ruled_regions
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
 
@@ -61,6 +61,16 @@ def test_rules_of_different_extents_or_far_apart_are_not_one_table() -> None:
     # rules ~300 px apart: one table at 20 px letters (gap <= 25 letters), none at 10 px
     assert len(ruled_regions(_page([100, 400, 700]), 20.0)) == 1
     assert ruled_regions(_page([100, 400, 700]), 10.0) == []
+
+
+def test_vertical_rules_spanning_half_a_region_are_its_columns_and_a_double_rule_counts_once() -> None:
+    ink = _page([300, 360, 420, 480], verticals=(100, 300, 306, 500, 697))
+    ink[300:360, 600:603] = True  # under a spanning header only: does not cut the body
+    regions = ruled_regions(ink, 20.0)
+    assert regions == [(100.0, 300.0, 700.0, 483.0)]
+    assert ruled_columns(ink, 20.0, regions) == [[101.5, 301.5, 501.5, 698.5]]
+    assert ruled_columns(_page([300, 360, 420]), 20.0, ruled_regions(_page([300, 360, 420]), 20.0)) == [[]]
+    assert ruled_columns(ink, 0.0, regions) == [[]]
 
 
 # ------------------------------------------------------------------ words to tables (pure)
@@ -119,6 +129,18 @@ def test_a_ruled_region_takes_its_words_even_when_they_are_not_two_segments_apar
     assert page_tables(words, []) == ([], set())
     tables, used = page_tables(words, [(0.0, 90.0, 200.0, 200.0)])
     assert [rows for _, rows in tables] == [grid] and used == set(range(6))
+
+
+def test_a_ruled_region_with_vertical_rules_takes_its_columns_from_them() -> None:
+    # 18 one-word columns 10 px apart: more than MAX_TABLE_COLUMNS from the gaps, so no table;
+    # the region's vertical rules (halfway between the columns) make the grid
+    grid = [[f"{'abc'[r]}{'0123456789ABCDEFGH'[c]}" for c in range(18)] for r in range(3)]
+    words = _words([[(10 + 34 * c, cell) for c, cell in enumerate(row)] for row in grid])
+    box = (0.0, 90.0, 700.0, 200.0)
+    assert page_tables(words, [box]) == ([], set())
+    rules = [5.0 + 34 * c for c in range(19)]
+    tables, used = page_tables(words, [box], columns=[rules])
+    assert [rows for _, rows in tables] == [grid] and used == set(range(54))
 
 
 def test_a_table_goes_after_the_paragraphs_that_start_above_it() -> None:
@@ -184,6 +206,47 @@ def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(
     assert [e.type for e in scan.elements] == [e.type for e in layer.elements]
     assert scan.elements[1].text == layer.elements[1].text
     assert [e.text for e in scan.elements[::2]] == [BEFORE, AFTER]
+
+
+def _ruled_grid_scan(rows: list[list[str]], column: int, pitch: int, gray: int) -> bytes:
+    """A PNG at 300 dpi of ``rows`` in a fully ruled grid drawn with PIL:
+    cells ``column`` x ``pitch`` px, rules of ink level ``gray`` (0 black),
+    text 28 px DejaVu Sans (the PIL default font when it is missing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font: ImageFont.FreeTypeFont | ImageFont.ImageFont = ImageFont.truetype("DejaVuSans.ttf", 28)
+    except OSError:
+        font = ImageFont.load_default(size=28)
+    width, height = 100 + column * len(rows[0]), 260 + pitch * len(rows)
+    image = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(image)
+    draw.text((50, 60), "Checks by state and kind, one month.", font=font, fill=0)
+    top = 160
+    for r in range(len(rows) + 1):
+        draw.line([(50, top + r * pitch), (50 + column * len(rows[0]), top + r * pitch)], fill=gray, width=3)
+    for c in range(len(rows[0]) + 1):
+        draw.line([(50 + c * column, top), (50 + c * column, top + pitch * len(rows))], fill=gray, width=3)
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            draw.text((62 + c * column, top + r * pitch + 14), cell, font=font, fill=0)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(300, 300))
+    return buf.getvalue()
+
+
+@needs_tesseract
+def test_a_scanned_ruled_grid_of_more_columns_than_word_gaps_allow_is_read_cell_for_cell() -> None:
+    """18 narrow numeric columns in a grey-ruled grid (a NICS-style sheet): the
+    word gaps alone allow at most MAX_TABLE_COLUMNS columns, the vertical rules
+    give all 18; every cell is read into its place by the real Tesseract."""
+    rows = [[str(10 * r + c) for c in range(18)] for r in range(1, 5)]
+    scan = parse(_ruled_grid_scan(rows, column=90, pitch=60, gray=120), "image/png")
+    tables = [e for e in scan.elements if e.type == ElementType.TABLE]
+    assert len(tables) == 1
+    lines = tables[0].text.splitlines()
+    assert len(lines) == 5  # the first row as header, the separator, three rows
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:1] + lines[2:]] == rows
 
 
 @needs_tesseract

@@ -365,10 +365,16 @@ def _tables(
     """The tables among Tesseract's words of ``image`` (``ocr_tables.page_tables``,
     ruled regions found on ``image``) and the indices of the words they took."""
     from ragsync.parsing.ocr_second import Word
-    from ragsync.parsing.ocr_tables import page_tables, ruled_regions
+    from ragsync.parsing.ocr_tables import page_tables, ruled_columns, ruled_regions
 
-    regions = ruled_regions(image < ink_threshold(image)[0], letter)
-    return page_tables([Word(*w.box, w.text, w.conf) for w in words], regions, unruled=unruled)
+    ink = image < ink_threshold(image)[0]
+    regions = ruled_regions(ink, letter)
+    return page_tables(
+        [Word(*w.box, w.text, w.conf) for w in words],
+        regions,
+        unruled=unruled,
+        columns=ruled_columns(ink, letter, regions),
+    )
 
 
 def _attempt(

@@ -37,6 +37,9 @@ MIN_CONFIDENCE = 85.0
 MIN_TABLE_ROWS = 2
 MIN_TABLE_COLUMNS = 2
 MAX_TABLE_COLUMNS = 16
+# A ruled table's columns are drawn, not guessed from word gaps: it may have up
+# to this many (the NICS background-check grid has 25).
+MAX_RULED_COLUMNS = 64
 MAX_MEDIAN_CELL_WORDS = 4.0
 
 
@@ -246,11 +249,29 @@ def _first_word_width(word: Word) -> float:
     return (word.x1 - word.x0) * (len(first) + 1) / max(len(word.text), 1)
 
 
-def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
+def rule_bands(rules: Sequence[float], lines: Sequence[Sequence[Word]]) -> list[tuple[float, float]]:
+    """A ruled table's columns as x-ranges, left to right: the spans between
+    its vertical rules (``rules``, x positions in pixels, any order), and one
+    before the first and after the last. A band no word starts in is dropped
+    (a frame's outside, or an empty column)."""
+    if not rules:
+        return []
+    edges = sorted(rules)
+    width = max((w.x1 for line in lines for w in line), default=0.0) + 2
+    bands = list(zip([-1.0, *edges], [*edges, max(width, edges[-1] + 1)], strict=True))
+    used = {_column_of(w.x0, bands) for line in lines for w in line}
+    return [b for i, b in enumerate(bands) if i in used]
+
+
+def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
     """The lines as table rows when their words stand in aligned columns.
 
-    Columns come from :func:`_column_bands`; a word goes to the column it
-    starts in. A line that follows the previous row closely (a gap under a
+    Columns come from the vertical ``rules`` of a ruled table
+    (:func:`rule_bands`; up to ``MAX_RULED_COLUMNS``) when they give a table;
+    else (no rules, only a frame's two sides, or rules that leave fewer than
+    two filled cells in most rows) from the words' gaps
+    (:func:`_column_bands`). A word goes to the column it starts in. A line
+    that follows the previous row closely (a gap under a
     quarter of the line height) and fills only cells that row has already
     filled, and at most half as many, continues it: a cell wrapped over two or more
     lines (a long row label, a two-line header) stays one cell. Such a line
@@ -261,11 +282,25 @@ def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
     least half the rows so), between ``MIN_TABLE_COLUMNS`` and
     ``MAX_TABLE_COLUMNS`` columns, and short cells (a median of at most
     ``MAX_MEDIAN_CELL_WORDS`` words). Otherwise ``[]``.
+
+    Args:
+        lines: the region's lines (``group_lines``).
+        rules: x positions of the region's vertical rules (``ocr_tables.ruled_columns``).
     """
     if len(lines) < MIN_TABLE_ROWS:
         return []
-    bands = _column_bands(lines)
-    if not MIN_TABLE_COLUMNS <= len(bands) <= MAX_TABLE_COLUMNS:
+    if len(rules) >= 2:
+        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS)
+        if table:
+            return table
+    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS)
+
+
+def _rows(
+    lines: Sequence[Sequence[Word]], bands: Sequence[tuple[float, float]], max_columns: int
+) -> list[list[str]]:
+    """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table."""
+    if not MIN_TABLE_COLUMNS <= len(bands) <= max_columns:
         return []
     columns = [[_column_of(w.x0, bands) for w in line] for line in lines]
     right = [0.0] * len(bands)  # the right end of each column's text

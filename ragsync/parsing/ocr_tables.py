@@ -132,6 +132,42 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
     return sorted(regions, key=lambda b: b[1])
 
 
+def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
+    """The vertical rules that divide each region into columns.
+
+    A vertical rule (``rule_masks``) belongs to a region when it lies within
+    ``RULE_END_SLACK`` letter heights of the region's sides and spans at
+    least half its height (a rule under a spanning header only, or a
+    frame's short tick, does not cut the body). Rules closer than a letter
+    height (a double rule) count once.
+
+    Args:
+        ink: the page's ink mask.
+        letter: the page's median glyph height in pixels (> 0).
+        regions: the ruled regions (``ruled_regions``).
+
+    Returns:
+        For each region, the rules' x positions (centres) left to right;
+        ``[]`` for a region without such rules.
+    """
+    if letter <= 0:
+        return [[] for _ in regions]
+    _, vmask = rule_masks(ink, letter)
+    verticals = _segments(vmask, horizontal=False)
+    slack = RULE_END_SLACK * letter
+    out: list[list[float]] = []
+    for x0, y0, x1, y1 in regions:
+        xs: list[float] = []
+        for v in verticals:
+            centre = (v[0] + v[2]) / 2
+            if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
+                if xs and centre - xs[-1] < letter:
+                    continue
+                xs.append(centre)
+        out.append(xs)
+    return out
+
+
 def line_segments(line: Sequence[Word]) -> int:
     """How many segments a line's words (left to right) fall into: a new one
     starts at a gap wider than ``COLUMN_GAP`` times the line's median word height."""
@@ -166,7 +202,11 @@ def _inside(word: Word, box: Box) -> bool:
 
 
 def page_tables(
-    words: Sequence[Word], regions: Sequence[Box], *, unruled: bool = True
+    words: Sequence[Word],
+    regions: Sequence[Box],
+    *,
+    unruled: bool = True,
+    columns: Sequence[Sequence[float]] = (),
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
@@ -185,6 +225,9 @@ def page_tables(
         words: the page's words (Tesseract's, in any order).
         regions: ruled table regions on the page.
         unruled: also search the other words for unruled tables.
+        columns: for each region, the x positions of its vertical rules
+            (``ruled_columns``); with two or more, they make its columns
+            instead of the words' gaps. Missing: none.
 
     Returns:
         ``(tables, used)``: the tables top to bottom, each as its top edge
@@ -194,9 +237,10 @@ def page_tables(
     found: list[tuple[float, list[list[str]], set[int]]] = []
     taken: set[int] = set()
     index = {id(w): i for i, w in enumerate(words)}
-    for box in regions:
+    for k, box in enumerate(regions):
         inside = [i for i, w in enumerate(words) if i not in taken and _inside(w, box)]
-        rows = table_rows(group_lines([words[i] for i in inside]))
+        rules = columns[k] if k < len(columns) else ()
+        rows = table_rows(group_lines([words[i] for i in inside]), rules)
         if rows:
             found.append((box[1], rows, set(inside)))
             taken.update(inside)
