@@ -249,6 +249,38 @@ def test_a_scanned_ruled_grid_of_more_columns_than_word_gaps_allow_is_read_cell_
     assert [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:1] + lines[2:]] == rows
 
 
+COUNTRIES = [["Country", "Cases", "Deaths"], ["Norway", "1840", "22"], ["Sweden", "3102", "105"]]
+
+
+@needs_tesseract
+def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_rapidocr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per-region engine choice with the real engines: at the default bar
+    Tesseract reads the grid well and keeps it (no region listed); with a bar
+    it cannot meet (standing for a region it reads poorly) RapidOCR reads the
+    region's crop, its table is kept, and both confidences are stored."""
+    from ragsync.parsing import ocr_second
+    from ragsync.parsing.ocr import iter_image_pages
+    from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+
+    page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
+    plain = ocr_page(page, OcrOptions())
+    assert plain.tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert plain.region_engines == ()
+    monkeypatch.setattr(ocr_second, "MIN_REGION_CONFIDENCE", 101.0)
+    assert ocr_page(page, OcrOptions(second_engine=False)).region_engines == ()
+    result = ocr_page(page, OcrOptions())
+    assert result.tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert [(engine, [name for name, _ in confs]) for engine, confs in result.region_engines] == [
+        ("rapidocr", ["tesseract", "rapidocr"])
+    ]
+    tesseract, rapid = (c for _, c in result.region_engines[0][1])
+    assert 0 < tesseract <= 100
+    assert rapid >= ocr_second.MIN_CONFIDENCE
+    assert "Norway" not in " ".join(result.paragraph_texts())  # the table's words are not text too
+
+
 @needs_tesseract
 def test_unruled_tables_are_off_by_default() -> None:
     """Without RAGSYNC_OCR_UNRULED_TABLES=1 a scan's rule-less table stays text."""

@@ -7,7 +7,10 @@ text) loses small print. RapidOCR reads what Tesseract cannot: small or
 low-resolution crops and table images (PubTabNet table crops: token recall
 0.61-0.97 where Tesseract found 0.00-0.08). ``ocr_engine.ocr_page`` asks it
 for a page only when Tesseract's best result is below the bar
-(:func:`choose`), and keeps both engines' confidences.
+(:func:`choose`), and keeps both engines' confidences; on a page Tesseract
+read, it reads again a ruled table region whose Tesseract words fall under
+``MIN_REGION_CONFIDENCE``, and the region takes the engine
+:func:`choose_region` picks (both confidences kept per region).
 
 Its boxes are grouped into lines (:func:`group_lines`) and, when the lines'
 words fall into aligned columns of short cells, into a table
@@ -41,6 +44,12 @@ MAX_TABLE_COLUMNS = 16
 # to this many (the NICS background-check grid has 25).
 MAX_RULED_COLUMNS = 64
 MAX_MEDIAN_CELL_WORDS = 4.0
+# A ruled table region whose Tesseract words have a mean confidence under this
+# is read again by RapidOCR (choose_region). On the 13 pdfplumber pages
+# (benchmarks/README.md) the regions Tesseract read at 73-85 had more cells
+# right from RapidOCR (0.37 -> 0.41, 0.0 -> 0.14, 0.41 -> 0.49), the ones at
+# 92-96 fewer or as many (the NICS grid of small print: 0.92 -> 0.72).
+MIN_REGION_CONFIDENCE = 90.0
 
 
 @dataclass(frozen=True)
@@ -350,6 +359,62 @@ def second_read(words: Sequence[Word]) -> SecondRead:
         float(np.mean([w.score for w in words])),
         tuple(tuple(r) for r in table),
     )
+
+
+@dataclass(frozen=True)
+class RegionChoice:
+    """Whose words a ruled table region takes.
+
+    Attributes:
+        engine: ``"tesseract"`` or ``"rapidocr"``.
+        confidences: each engine that read the region and its mean word
+            confidence, e.g. ``(("tesseract", 76.9), ("rapidocr", 97.6))``.
+    """
+
+    engine: str
+    confidences: tuple[tuple[str, float], ...]
+
+
+def needs_second_read(tesseract_words: Sequence[Word]) -> bool:
+    """Whether a table region's Tesseract words are read with too little
+    confidence (a mean under ``MIN_REGION_CONFIDENCE``) to keep without
+    asking RapidOCR (pure)."""
+    return bool(tesseract_words) and _mean_score(tesseract_words) < MIN_REGION_CONFIDENCE
+
+
+def choose_region(
+    tesseract_words: Sequence[Word], second_words: Sequence[Word] | None, rules: Sequence[float] = ()
+) -> RegionChoice:
+    """The engine a ruled table region takes its words from (pure; the page
+    level's :func:`choose` applied to the region): Tesseract's when their mean
+    confidence meets ``MIN_REGION_CONFIDENCE`` or there is no second reading;
+    RapidOCR's when they are under it and its words make a table
+    (``table_rows`` with the region's vertical ``rules``) at its own bar
+    (``MIN_CONFIDENCE``); else Tesseract's.
+
+    Args:
+        tesseract_words: Tesseract's words inside the region.
+        second_words: RapidOCR's words of the region (same coordinates), or
+            ``None`` when it did not read it.
+        rules: x positions of the region's vertical rules.
+    """
+    confidences: tuple[tuple[str, float], ...] = (("tesseract", round(_mean_score(tesseract_words), 1)),)
+    if second_words is None:
+        return RegionChoice("tesseract", confidences)
+    lines = group_lines(second_words)
+    read = SecondRead(
+        tuple(tuple(w.text for w in line) for line in lines),
+        _mean_score(second_words),
+        tuple(tuple(r) for r in table_rows(lines, rules)),
+    )
+    confidences = (*confidences, ("rapidocr", round(read.confidence, 1)))
+    passed = _mean_score(tesseract_words) >= MIN_REGION_CONFIDENCE
+    engine = choose(passed, read) if read.table else "tesseract"
+    return RegionChoice("rapidocr" if engine == "rapidocr" else "tesseract", confidences)
+
+
+def _mean_score(words: Sequence[Word]) -> float:
+    return float(np.mean([w.score for w in words])) if words else 0.0
 
 
 def choose(tesseract_passed: bool, second: SecondRead | None, min_confidence: float = MIN_CONFIDENCE) -> str:

@@ -7,6 +7,7 @@ Two kinds of table are found on a page Tesseract has read:
   ruled grid, or rules between rows only); the region runs from the first
   rule to the last, and one row pitch beyond each when no vertical rule
   frames it (a header above the first rule, a last row below the last);
+  its vertical rules (:func:`ruled_columns`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line).
 
@@ -196,7 +197,8 @@ def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
     return runs
 
 
-def _inside(word: Word, box: Box) -> bool:
+def inside(word: Word, box: Box) -> bool:
+    """Whether a word's centre lies in ``box``."""
     cx = (word.x0 + word.x1) / 2
     return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
 
@@ -238,12 +240,12 @@ def page_tables(
     taken: set[int] = set()
     index = {id(w): i for i, w in enumerate(words)}
     for k, box in enumerate(regions):
-        inside = [i for i, w in enumerate(words) if i not in taken and _inside(w, box)]
+        region = [i for i, w in enumerate(words) if i not in taken and inside(w, box)]
         rules = columns[k] if k < len(columns) else ()
-        rows = table_rows(group_lines([words[i] for i in inside]), rules)
+        rows = table_rows(group_lines([words[i] for i in region]), rules)
         if rows:
-            found.append((box[1], rows, set(inside)))
-            taken.update(inside)
+            found.append((box[1], rows, set(region)))
+            taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
     for run in aligned_runs(group_lines(rest)) if unruled else []:
         rows = table_rows(run)
