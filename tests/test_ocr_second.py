@@ -150,6 +150,15 @@ def test_a_wrapped_cell_stays_one_cell_and_a_short_line_below_a_short_cell_is_a_
     ]
 
 
+def test_ruled_columns_make_a_table_of_a_header_over_one_no_results_row() -> None:
+    words = [_w(10, 10, "Claim"), _w(200, 10, "Date"), _w(400, 10, "Status"), _w(10, 40, "None", width=60)]
+    assert table_rows(group_lines(words)) == []  # one multi-cell row: not a table from word gaps
+    assert table_rows(group_lines(words), [5.0, 150.0, 350.0, 600.0]) == [
+        ["Claim", "Date", "Status"],
+        ["None", "", ""],
+    ]
+
+
 def test_prose_in_two_columns_is_not_a_table() -> None:
     left = "the committee met on tuesday to review the annual budget proposal"
     right = "members agreed that the travel policy needs a simpler approval path"

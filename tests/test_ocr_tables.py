@@ -63,6 +63,29 @@ def test_rules_of_different_extents_or_far_apart_are_not_one_table() -> None:
     assert ruled_regions(_page([100, 400, 700]), 10.0) == []
 
 
+def _framed(ink: np.ndarray, rules: list[int]) -> None:
+    """Rules from x 100 to 700 at ``rules``, framed by vertical rules at x 100, 400 and 697."""
+    for y in rules:
+        ink[y : y + 3, 100:700] = True
+    for x in (100, 400, 697):
+        ink[rules[0] : rules[-1] + 3, x : x + 3] = True
+
+
+def test_framed_tables_stacked_under_a_heading_rule_are_one_table_each() -> None:
+    ink = np.zeros((1000, 800), dtype=bool)
+    _framed(ink, [100, 160, 220])
+    ink[300:303, 100:700] = True  # a heading's rule between the two tables, same width
+    _framed(ink, [380, 440, 500])
+    assert ruled_regions(ink, 20.0) == [(100.0, 100.0, 700.0, 223.0), (100.0, 380.0, 700.0, 503.0)]
+
+
+def test_a_table_ruled_between_rows_only_above_a_framed_one_stays_a_table() -> None:
+    ink = _page([100, 160, 220, 280])
+    _framed(ink, [400, 460, 520])
+    # the rows-only table reaches a row pitch (60) beyond its first and last rule
+    assert ruled_regions(ink, 20.0) == [(100.0, 40.0, 700.0, 343.0), (100.0, 400.0, 700.0, 523.0)]
+
+
 def test_vertical_rules_spanning_half_a_region_are_its_columns_and_a_double_rule_counts_once() -> None:
     ink = _page([300, 360, 420, 480], verticals=(100, 300, 306, 500, 697))
     ink[300:360, 600:603] = True  # under a spanning header only: does not cut the body

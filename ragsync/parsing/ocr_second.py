@@ -288,7 +288,7 @@ def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> 
     text above it within the column's width.
 
     A table needs ``MIN_TABLE_ROWS`` rows with two or more cells (and at
-    least half the rows so), between ``MIN_TABLE_COLUMNS`` and
+    least half the rows so; one such row with ruled columns), between ``MIN_TABLE_COLUMNS`` and
     ``MAX_TABLE_COLUMNS`` columns, and short cells (a median of at most
     ``MAX_MEDIAN_CELL_WORDS`` words). Otherwise ``[]``.
 
@@ -299,16 +299,18 @@ def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> 
     if len(lines) < MIN_TABLE_ROWS:
         return []
     if len(rules) >= 2:
-        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS)
+        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=True)
         if table:
             return table
-    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS)
+    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False)
 
 
 def _rows(
-    lines: Sequence[Sequence[Word]], bands: Sequence[tuple[float, float]], max_columns: int
+    lines: Sequence[Sequence[Word]], bands: Sequence[tuple[float, float]], max_columns: int, ruled: bool
 ) -> list[list[str]]:
-    """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table."""
+    """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table.
+    With ``ruled`` columns (drawn, not guessed) one row of two or more cells
+    is enough (a header over an empty table's one-cell "No results" row)."""
     if not MIN_TABLE_COLUMNS <= len(bands) <= max_columns:
         return []
     columns = [[_column_of(w.x0, bands) for w in line] for line in lines]
@@ -343,7 +345,8 @@ def _rows(
     table = [[" ".join(c) for c in row] for row in rows]
     multi = sum(1 for r in table if sum(1 for c in r if c) >= 2)
     words = [len(c.split()) for r in table for c in r if c]
-    if multi < MIN_TABLE_ROWS or multi < len(table) / 2 or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
+    enough = multi >= 1 if ruled else multi >= MIN_TABLE_ROWS and multi >= len(table) / 2
+    if not enough or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
         return []
     return table
 

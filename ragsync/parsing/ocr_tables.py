@@ -81,7 +81,12 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
     ``RULE_END_SLACK`` letter heights and follow each other within
     ``MAX_RULE_GAP`` letter heights form a stack. A stack is a table when
     it has three or more rules, or two with two or more vertical rules
-    between them spanning half its height. Without such vertical rules the
+    between them spanning half its height. A stack some of whose gaps are
+    framed (two or more vertical rules cross the gap) is cut into its
+    framed and unframed parts (``_cut_unframed``): framed tables one under
+    another with the same width (a form's sections, each under its
+    heading's rule) are one table each.
+    Without such vertical rules the
     region reaches one row pitch (the median gap between its rules, at most
     four letter heights) above the first rule and below the last.
 
@@ -112,7 +117,7 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
             stacks.append([rule])
     verticals = _segments(vmask, horizontal=False)
     regions: list[Box] = []
-    for stack in stacks:
+    for stack in (part for whole in stacks for part in _cut_unframed(whole, verticals, slack)):
         if len(stack) < 2:
             continue
         x0, x1 = min(r[0] for r in stack), max(r[2] for r in stack)
@@ -131,6 +136,33 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
             y0, y1 = max(y0 - pitch, 0), min(y1 + pitch, ink.shape[0])
         regions.append((float(x0), float(y0), float(x1), float(y1)))
     return sorted(regions, key=lambda b: b[1])
+
+
+def _cut_unframed(
+    stack: list[tuple[int, int, int, int]], verticals: Sequence[tuple[int, int, int, int]], slack: float
+) -> list[list[tuple[int, int, int, int]]]:
+    """A stack of horizontal rules (top to bottom) cut into framed and
+    unframed parts: a gap is framed when two or more vertical rules cross
+    it; rules joined by framed gaps are one part (a framed table), and
+    consecutive rules that touch no framed gap are one part (a table ruled
+    between rows only). Without framed gaps the stack stays whole."""
+    x0, x1 = min(r[0] for r in stack), max(r[2] for r in stack)
+    inner = [v for v in verticals if x0 - slack <= v[0] <= x1 + slack]
+
+    def crossed(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+        return sum(1 for v in inner if v[1] <= a[3] + 2 and v[3] >= b[1] - 2) >= 2
+
+    gaps = [crossed(a, b) for a, b in zip(stack, stack[1:], strict=False)]
+    if not any(gaps):
+        return [stack]
+    framed = [(i > 0 and gaps[i - 1]) or (i < len(gaps) and gaps[i]) for i in range(len(stack))]
+    parts: list[list[tuple[int, int, int, int]]] = []
+    for i, rule in enumerate(stack):
+        if i > 0 and (gaps[i - 1] or not (framed[i] or framed[i - 1])):
+            parts[-1].append(rule)
+        else:
+            parts.append([rule])
+    return parts
 
 
 def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
