@@ -25,7 +25,10 @@ ground truth.
   (``SCANNED_TABLES``) rendered at 300 dpi and OCR'd with table detection
   on and off; truth is the table(s) ragsync reads from the same page's text
   layer. Strict cell recall (as above) of the OCR'd tables, token recall of
-  the truth cells inside emitted tables, tables found, CPU seconds.
+  the truth cells inside emitted tables, tables found, CPU seconds, and
+  where each truth cell went (``_cell_losses``): matched, its text inside
+  an emitted table but not as one cell (split or merged), its text outside
+  every table (table not found), or its text nowhere on the page (misread).
 
 Usage: ``python benchmarks/eval_second_ocr.py [--corpus PATH] [--tables 20] [--no-pages-with-tables]``
 """
@@ -147,6 +150,7 @@ def scanned_tables(corpus: Path) -> list[dict[str, Any]]:
                 ),
                 "cpu_s_without_tables": round(t1 - t0, 2),
                 "cpu_s": round(t2 - t1, 2),
+                "truth_cells_went": _cell_losses(truth, rows, " ".join(found.paragraph_texts())),
             }
         )
     return out
@@ -225,6 +229,29 @@ def _cell_recall(truth: list[str], rows: tuple[tuple[str, ...], ...]) -> float:
     have = Counter(_norm(c) for r in rows for c in r if c.strip())
     want = Counter(_norm(c) for c in truth if c.strip())
     return sum(min(n, have[c]) for c, n in want.items()) / max(sum(want.values()), 1)
+
+
+def _cell_losses(truth: list[str], rows: tuple[tuple[str, ...], ...], text: str) -> dict[str, int]:
+    """Where each non-blank truth cell went (blanks and case ignored):
+    ``matched`` (an emitted cell has its text), ``split_or_merged`` (its
+    text lies inside the emitted tables' text but in no one cell),
+    ``table_not_found`` (its text lies in the page's text outside tables),
+    ``misread`` (its text is nowhere on the page)."""
+    have = Counter(_norm(c) for r in rows for c in r if c.strip())
+    in_tables = "".join(_norm(c) for r in rows for c in r)
+    outside = _norm(text)
+    out = dict.fromkeys(("matched", "split_or_merged", "table_not_found", "misread"), 0)
+    for cell in (_norm(c) for c in truth if c.strip()):
+        if have[cell] > 0:
+            have[cell] -= 1
+            out["matched"] += 1
+        elif cell in in_tables:
+            out["split_or_merged"] += 1
+        elif cell in outside:
+            out["table_not_found"] += 1
+        else:
+            out["misread"] += 1
+    return out
 
 
 def _page_text(result: Any) -> str:
@@ -346,6 +373,9 @@ def main(argv: list[str] | None = None) -> int:
         "tables_found": sum(r["tables_found"] for r in full),
         "cell_recall": mean("cell_recall", full),
         "token_recall_in_tables": mean("token_recall_in_tables", full),
+        "truth_cells_went": {
+            key: sum(r["truth_cells_went"][key] for r in full) for key in _cell_losses([], (), "")
+        },
         "pages_per_cpu_minute_without_tables": round(
             60 * len(full) / max(sum(r["cpu_s_without_tables"] for r in full), 1e-9), 1
         ),

@@ -12,7 +12,17 @@ from PIL import Image, ImageDraw, ImageFont
 from ragsync.model import ElementType
 from ragsync.parsing.ocr import assemble, iter_image_pages
 from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
-from ragsync.parsing.ocr_second import SecondRead, Word, choose, group_lines, second_read, table_rows
+from ragsync.parsing.ocr_second import (
+    RegionChoice,
+    SecondRead,
+    Word,
+    choose,
+    choose_region,
+    group_lines,
+    needs_second_read,
+    second_read,
+    table_rows,
+)
 
 
 def _w(x0: float, y0: float, text: str, width: float = 40, height: float = 12, score: float = 95) -> Word:
@@ -41,6 +51,45 @@ def test_the_second_engine_replaces_only_a_failing_page_and_only_above_its_bar(
 
 
 # ------------------------------------------------------------------ lines and tables
+
+
+def _grid(score: float) -> list[Word]:
+    """A 2 x 2 table's words, every word at ``score``."""
+    return [
+        _w(10, 10, "a", score=score),
+        _w(200, 10, "1", score=score),
+        _w(10, 40, "b", score=score),
+        _w(200, 40, "2", score=score),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("tesseract", "second", "expected"),
+    [
+        # Tesseract at the region bar (90) or above: it stays, whatever RapidOCR read
+        (_grid(90.0), _grid(99.0), RegionChoice("tesseract", (("tesseract", 90.0), ("rapidocr", 99.0)))),
+        (_grid(70.0), None, RegionChoice("tesseract", (("tesseract", 70.0),))),  # not read again
+        # under it: RapidOCR's table at its own bar (85) or above wins ...
+        (_grid(70.0), _grid(85.0), RegionChoice("rapidocr", (("tesseract", 70.0), ("rapidocr", 85.0)))),
+        # ... not under its bar, nor words that make no table (one column)
+        (_grid(70.0), _grid(84.9), RegionChoice("tesseract", (("tesseract", 70.0), ("rapidocr", 84.9)))),
+        (
+            _grid(70.0),
+            [_w(10, 10, "a", score=99.0), _w(10, 40, "b", score=99.0)],
+            RegionChoice("tesseract", (("tesseract", 70.0), ("rapidocr", 99.0))),
+        ),
+    ],
+)
+def test_a_table_region_takes_rapidocr_words_only_when_tesseract_is_under_the_region_bar(
+    tesseract: list[Word], second: list[Word] | None, expected: RegionChoice
+) -> None:
+    assert choose_region(tesseract, second) == expected
+
+
+def test_only_a_region_tesseract_reads_under_the_region_bar_is_read_again() -> None:
+    assert needs_second_read(_grid(89.9)) is True
+    assert needs_second_read(_grid(90.0)) is False
+    assert needs_second_read([]) is False
 
 
 def test_words_group_into_lines_by_their_vertical_centre() -> None:
@@ -98,6 +147,15 @@ def test_a_wrapped_cell_stays_one_cell_and_a_short_line_below_a_short_cell_is_a_
         ["Antipsychotic drugs carry a high risk", "1.8", "0.01"],
         ["Placebo", "1.0", "0.50"],
         ["arm", "", ""],
+    ]
+
+
+def test_ruled_columns_make_a_table_of_a_header_over_one_no_results_row() -> None:
+    words = [_w(10, 10, "Claim"), _w(200, 10, "Date"), _w(400, 10, "Status"), _w(10, 40, "None", width=60)]
+    assert table_rows(group_lines(words)) == []  # one multi-cell row: not a table from word gaps
+    assert table_rows(group_lines(words), [5.0, 150.0, 350.0, 600.0]) == [
+        ["Claim", "Date", "Status"],
+        ["None", "", ""],
     ]
 
 

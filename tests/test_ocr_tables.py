@@ -16,7 +16,7 @@ from ragsync.parsing import parse
 from ragsync.parsing.ocr_engine import table_positions
 from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
-from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_regions
+from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_columns, ruled_regions
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
 
@@ -61,6 +61,39 @@ def test_rules_of_different_extents_or_far_apart_are_not_one_table() -> None:
     # rules ~300 px apart: one table at 20 px letters (gap <= 25 letters), none at 10 px
     assert len(ruled_regions(_page([100, 400, 700]), 20.0)) == 1
     assert ruled_regions(_page([100, 400, 700]), 10.0) == []
+
+
+def _framed(ink: np.ndarray, rules: list[int]) -> None:
+    """Rules from x 100 to 700 at ``rules``, framed by vertical rules at x 100, 400 and 697."""
+    for y in rules:
+        ink[y : y + 3, 100:700] = True
+    for x in (100, 400, 697):
+        ink[rules[0] : rules[-1] + 3, x : x + 3] = True
+
+
+def test_framed_tables_stacked_under_a_heading_rule_are_one_table_each() -> None:
+    ink = np.zeros((1000, 800), dtype=bool)
+    _framed(ink, [100, 160, 220])
+    ink[300:303, 100:700] = True  # a heading's rule between the two tables, same width
+    _framed(ink, [380, 440, 500])
+    assert ruled_regions(ink, 20.0) == [(100.0, 100.0, 700.0, 223.0), (100.0, 380.0, 700.0, 503.0)]
+
+
+def test_a_table_ruled_between_rows_only_above_a_framed_one_stays_a_table() -> None:
+    ink = _page([100, 160, 220, 280])
+    _framed(ink, [400, 460, 520])
+    # the rows-only table reaches a row pitch (60) beyond its first and last rule
+    assert ruled_regions(ink, 20.0) == [(100.0, 40.0, 700.0, 343.0), (100.0, 400.0, 700.0, 523.0)]
+
+
+def test_vertical_rules_spanning_half_a_region_are_its_columns_and_a_double_rule_counts_once() -> None:
+    ink = _page([300, 360, 420, 480], verticals=(100, 300, 306, 500, 697))
+    ink[300:360, 600:603] = True  # under a spanning header only: does not cut the body
+    regions = ruled_regions(ink, 20.0)
+    assert regions == [(100.0, 300.0, 700.0, 483.0)]
+    assert ruled_columns(ink, 20.0, regions) == [[101.5, 301.5, 501.5, 698.5]]
+    assert ruled_columns(_page([300, 360, 420]), 20.0, ruled_regions(_page([300, 360, 420]), 20.0)) == [[]]
+    assert ruled_columns(ink, 0.0, regions) == [[]]
 
 
 # ------------------------------------------------------------------ words to tables (pure)
@@ -119,6 +152,18 @@ def test_a_ruled_region_takes_its_words_even_when_they_are_not_two_segments_apar
     assert page_tables(words, []) == ([], set())
     tables, used = page_tables(words, [(0.0, 90.0, 200.0, 200.0)])
     assert [rows for _, rows in tables] == [grid] and used == set(range(6))
+
+
+def test_a_ruled_region_with_vertical_rules_takes_its_columns_from_them() -> None:
+    # 18 one-word columns 10 px apart: more than MAX_TABLE_COLUMNS from the gaps, so no table;
+    # the region's vertical rules (halfway between the columns) make the grid
+    grid = [[f"{'abc'[r]}{'0123456789ABCDEFGH'[c]}" for c in range(18)] for r in range(3)]
+    words = _words([[(10 + 34 * c, cell) for c, cell in enumerate(row)] for row in grid])
+    box = (0.0, 90.0, 700.0, 200.0)
+    assert page_tables(words, [box]) == ([], set())
+    rules = [5.0 + 34 * c for c in range(19)]
+    tables, used = page_tables(words, [box], columns=[rules])
+    assert [rows for _, rows in tables] == [grid] and used == set(range(54))
 
 
 def test_a_table_goes_after_the_paragraphs_that_start_above_it() -> None:
@@ -184,6 +229,79 @@ def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(
     assert [e.type for e in scan.elements] == [e.type for e in layer.elements]
     assert scan.elements[1].text == layer.elements[1].text
     assert [e.text for e in scan.elements[::2]] == [BEFORE, AFTER]
+
+
+def _ruled_grid_scan(rows: list[list[str]], column: int, pitch: int, gray: int) -> bytes:
+    """A PNG at 300 dpi of ``rows`` in a fully ruled grid drawn with PIL:
+    cells ``column`` x ``pitch`` px, rules of ink level ``gray`` (0 black),
+    text 28 px DejaVu Sans (the PIL default font when it is missing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    try:
+        font: ImageFont.FreeTypeFont | ImageFont.ImageFont = ImageFont.truetype("DejaVuSans.ttf", 28)
+    except OSError:
+        font = ImageFont.load_default(size=28)
+    width, height = 100 + column * len(rows[0]), 260 + pitch * len(rows)
+    image = Image.new("L", (width, height), 255)
+    draw = ImageDraw.Draw(image)
+    draw.text((50, 60), "Checks by state and kind, one month.", font=font, fill=0)
+    top = 160
+    for r in range(len(rows) + 1):
+        draw.line([(50, top + r * pitch), (50 + column * len(rows[0]), top + r * pitch)], fill=gray, width=3)
+    for c in range(len(rows[0]) + 1):
+        draw.line([(50 + c * column, top), (50 + c * column, top + pitch * len(rows))], fill=gray, width=3)
+    for r, row in enumerate(rows):
+        for c, cell in enumerate(row):
+            draw.text((62 + c * column, top + r * pitch + 14), cell, font=font, fill=0)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(300, 300))
+    return buf.getvalue()
+
+
+@needs_tesseract
+def test_a_scanned_ruled_grid_of_more_columns_than_word_gaps_allow_is_read_cell_for_cell() -> None:
+    """18 narrow numeric columns in a grey-ruled grid (a NICS-style sheet): the
+    word gaps alone allow at most MAX_TABLE_COLUMNS columns, the vertical rules
+    give all 18; every cell is read into its place by the real Tesseract."""
+    rows = [[str(10 * r + c) for c in range(18)] for r in range(1, 5)]
+    scan = parse(_ruled_grid_scan(rows, column=90, pitch=60, gray=120), "image/png")
+    tables = [e for e in scan.elements if e.type == ElementType.TABLE]
+    assert len(tables) == 1
+    lines = tables[0].text.splitlines()
+    assert len(lines) == 5  # the first row as header, the separator, three rows
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in lines[:1] + lines[2:]] == rows
+
+
+COUNTRIES = [["Country", "Cases", "Deaths"], ["Norway", "1840", "22"], ["Sweden", "3102", "105"]]
+
+
+@needs_tesseract
+def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_rapidocr(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Per-region engine choice with the real engines: at the default bar
+    Tesseract reads the grid well and keeps it (no region listed); with a bar
+    it cannot meet (standing for a region it reads poorly) RapidOCR reads the
+    region's crop, its table is kept, and both confidences are stored."""
+    from ragsync.parsing import ocr_second
+    from ragsync.parsing.ocr import iter_image_pages
+    from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+
+    page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
+    plain = ocr_page(page, OcrOptions())
+    assert plain.tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert plain.region_engines == ()
+    monkeypatch.setattr(ocr_second, "MIN_REGION_CONFIDENCE", 101.0)
+    assert ocr_page(page, OcrOptions(second_engine=False)).region_engines == ()
+    result = ocr_page(page, OcrOptions())
+    assert result.tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert [(engine, [name for name, _ in confs]) for engine, confs in result.region_engines] == [
+        ("rapidocr", ["tesseract", "rapidocr"])
+    ]
+    tesseract, rapid = (c for _, c in result.region_engines[0][1])
+    assert 0 < tesseract <= 100
+    assert rapid >= ocr_second.MIN_CONFIDENCE
+    assert "Norway" not in " ".join(result.paragraph_texts())  # the table's words are not text too
 
 
 @needs_tesseract

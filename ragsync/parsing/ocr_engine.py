@@ -181,6 +181,10 @@ class PageOcr:
             the second engine's reading of a page Tesseract failed.
         table_positions: for each table, how many of ``paragraphs`` come
             before it in reading order (none given: the tables come first).
+        region_engines: for each ruled table region Tesseract read below
+            ``ocr_second.MIN_REGION_CONFIDENCE`` (top to bottom), the engine
+            whose words it took and each engine's mean confidence
+            (``ocr_second.choose_region``); regions read well are not listed.
         scale: how much the page was scaled up before OCR (resolution
             normalisation), 1.0 when it was read as it came.
     """
@@ -203,6 +207,7 @@ class PageOcr:
     confidences: tuple[tuple[str, float], ...] = ()
     tables: tuple[tuple[tuple[str, ...], ...], ...] = ()
     table_positions: tuple[int, ...] = ()
+    region_engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     scale: float = 1.0
 
     @property
@@ -360,15 +365,44 @@ def _run_tesseract_file(
 
 
 def _tables(
-    image: GrayImage, words: list[TsvWord], letter: float, unruled: bool
-) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
-    """The tables among Tesseract's words of ``image`` (``ocr_tables.page_tables``,
-    ruled regions found on ``image``) and the indices of the words they took."""
-    from ragsync.parsing.ocr_second import Word
-    from ragsync.parsing.ocr_tables import page_tables, ruled_regions
+    image: GrayImage, words: list[TsvWord], letter: float, options: OcrOptions
+) -> tuple[list[tuple[float, list[list[str]]]], set[int], list[tuple[str, tuple[tuple[str, float], ...]]]]:
+    """The tables among the words of ``image`` (``ocr_tables.page_tables``,
+    ruled regions found on ``image``), the indices of Tesseract's words they
+    took, and the engine choice of each ruled region Tesseract read below
+    ``ocr_second.MIN_REGION_CONFIDENCE``: with ``options.second_engine`` on,
+    RapidOCR reads that region's crop and its words replace Tesseract's
+    there when ``ocr_second.choose_region`` picks them."""
+    from ragsync.parsing import ocr_second
+    from ragsync.parsing.ocr_tables import inside, page_tables, ruled_columns, ruled_regions
 
-    regions = ruled_regions(image < ink_threshold(image)[0], letter)
-    return page_tables([Word(*w.box, w.text, w.conf) for w in words], regions, unruled=unruled)
+    ink = image < ink_threshold(image)[0]
+    regions = ruled_regions(ink, letter)
+    columns = ruled_columns(ink, letter, regions)
+    page = [ocr_second.Word(*w.box, w.text, w.conf) for w in words]
+    replaced: set[int] = set()
+    extra: list[ocr_second.Word] = []
+    choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
+    for box, rules in zip(regions, columns, strict=True):
+        mine = [i for i, w in enumerate(page) if i not in replaced and inside(w, box)]
+        if not options.second_engine or not ocr_second.needs_second_read([page[i] for i in mine]):
+            continue
+        x0, y0, x1, y1 = (int(v) for v in box)
+        shifted = (
+            ocr_second.Word(w.x0 + x0, w.y0 + y0, w.x1 + x0, w.y1 + y0, w.text, w.score)
+            for w in ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
+        )
+        second = [w for w in shifted if inside(w, box)]
+        choice = ocr_second.choose_region([page[i] for i in mine], second, rules)
+        choices.append((choice.engine, choice.confidences))
+        if choice.engine == "rapidocr":
+            replaced.update(mine)
+            extra.extend(second)
+    kept = [i for i in range(len(page)) if i not in replaced]
+    tables, used = page_tables(
+        [*(page[i] for i in kept), *extra], regions, unruled=options.unruled_tables, columns=columns
+    )
+    return tables, replaced | {kept[i] for i in used if i < len(kept)}, choices
 
 
 def _attempt(
@@ -393,8 +427,9 @@ def _attempt(
     passed = words > 0 and conf >= options.min_confidence and cov >= options.min_coverage
     tables: list[tuple[float, list[list[str]]]] = []
     positions: tuple[int, ...] = ()
+    choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
     if options.tables and passed and letter > 0:
-        tables, used = _tables(image, tsv.words, letter, options.unruled_tables)
+        tables, used, choices = _tables(image, tsv.words, letter, options)
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)
@@ -412,6 +447,7 @@ def _attempt(
         paragraph_confidences=para_confs,
         tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
         table_positions=positions,
+        region_engines=tuple(choices),
     )
 
 

@@ -7,7 +7,10 @@ text) loses small print. RapidOCR reads what Tesseract cannot: small or
 low-resolution crops and table images (PubTabNet table crops: token recall
 0.61-0.97 where Tesseract found 0.00-0.08). ``ocr_engine.ocr_page`` asks it
 for a page only when Tesseract's best result is below the bar
-(:func:`choose`), and keeps both engines' confidences.
+(:func:`choose`), and keeps both engines' confidences; on a page Tesseract
+read, it reads again a ruled table region whose Tesseract words fall under
+``MIN_REGION_CONFIDENCE``, and the region takes the engine
+:func:`choose_region` picks (both confidences kept per region).
 
 Its boxes are grouped into lines (:func:`group_lines`) and, when the lines'
 words fall into aligned columns of short cells, into a table
@@ -37,7 +40,16 @@ MIN_CONFIDENCE = 85.0
 MIN_TABLE_ROWS = 2
 MIN_TABLE_COLUMNS = 2
 MAX_TABLE_COLUMNS = 16
+# A ruled table's columns are drawn, not guessed from word gaps: it may have up
+# to this many (the NICS background-check grid has 25).
+MAX_RULED_COLUMNS = 64
 MAX_MEDIAN_CELL_WORDS = 4.0
+# A ruled table region whose Tesseract words have a mean confidence under this
+# is read again by RapidOCR (choose_region). On the 13 pdfplumber pages
+# (benchmarks/README.md) the regions Tesseract read at 73-85 had more cells
+# right from RapidOCR (0.37 -> 0.41, 0.0 -> 0.14, 0.41 -> 0.49), the ones at
+# 92-96 fewer or as many (the NICS grid of small print: 0.92 -> 0.72).
+MIN_REGION_CONFIDENCE = 90.0
 
 
 @dataclass(frozen=True)
@@ -246,11 +258,29 @@ def _first_word_width(word: Word) -> float:
     return (word.x1 - word.x0) * (len(first) + 1) / max(len(word.text), 1)
 
 
-def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
+def rule_bands(rules: Sequence[float], lines: Sequence[Sequence[Word]]) -> list[tuple[float, float]]:
+    """A ruled table's columns as x-ranges, left to right: the spans between
+    its vertical rules (``rules``, x positions in pixels, any order), and one
+    before the first and after the last. A band no word starts in is dropped
+    (a frame's outside, or an empty column)."""
+    if not rules:
+        return []
+    edges = sorted(rules)
+    width = max((w.x1 for line in lines for w in line), default=0.0) + 2
+    bands = list(zip([-1.0, *edges], [*edges, max(width, edges[-1] + 1)], strict=True))
+    used = {_column_of(w.x0, bands) for line in lines for w in line}
+    return [b for i, b in enumerate(bands) if i in used]
+
+
+def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
     """The lines as table rows when their words stand in aligned columns.
 
-    Columns come from :func:`_column_bands`; a word goes to the column it
-    starts in. A line that follows the previous row closely (a gap under a
+    Columns come from the vertical ``rules`` of a ruled table
+    (:func:`rule_bands`; up to ``MAX_RULED_COLUMNS``) when they give a table;
+    else (no rules, only a frame's two sides, or rules that leave fewer than
+    two filled cells in most rows) from the words' gaps
+    (:func:`_column_bands`). A word goes to the column it starts in. A line
+    that follows the previous row closely (a gap under a
     quarter of the line height) and fills only cells that row has already
     filled, and at most half as many, continues it: a cell wrapped over two or more
     lines (a long row label, a two-line header) stays one cell. Such a line
@@ -258,14 +288,30 @@ def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
     text above it within the column's width.
 
     A table needs ``MIN_TABLE_ROWS`` rows with two or more cells (and at
-    least half the rows so), between ``MIN_TABLE_COLUMNS`` and
+    least half the rows so; one such row with ruled columns), between ``MIN_TABLE_COLUMNS`` and
     ``MAX_TABLE_COLUMNS`` columns, and short cells (a median of at most
     ``MAX_MEDIAN_CELL_WORDS`` words). Otherwise ``[]``.
+
+    Args:
+        lines: the region's lines (``group_lines``).
+        rules: x positions of the region's vertical rules (``ocr_tables.ruled_columns``).
     """
     if len(lines) < MIN_TABLE_ROWS:
         return []
-    bands = _column_bands(lines)
-    if not MIN_TABLE_COLUMNS <= len(bands) <= MAX_TABLE_COLUMNS:
+    if len(rules) >= 2:
+        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=True)
+        if table:
+            return table
+    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False)
+
+
+def _rows(
+    lines: Sequence[Sequence[Word]], bands: Sequence[tuple[float, float]], max_columns: int, ruled: bool
+) -> list[list[str]]:
+    """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table.
+    With ``ruled`` columns (drawn, not guessed) one row of two or more cells
+    is enough (a header over an empty table's one-cell "No results" row)."""
+    if not MIN_TABLE_COLUMNS <= len(bands) <= max_columns:
         return []
     columns = [[_column_of(w.x0, bands) for w in line] for line in lines]
     right = [0.0] * len(bands)  # the right end of each column's text
@@ -299,7 +345,8 @@ def table_rows(lines: Sequence[Sequence[Word]]) -> list[list[str]]:
     table = [[" ".join(c) for c in row] for row in rows]
     multi = sum(1 for r in table if sum(1 for c in r if c) >= 2)
     words = [len(c.split()) for r in table for c in r if c]
-    if multi < MIN_TABLE_ROWS or multi < len(table) / 2 or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
+    enough = multi >= 1 if ruled else multi >= MIN_TABLE_ROWS and multi >= len(table) / 2
+    if not enough or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
         return []
     return table
 
@@ -315,6 +362,62 @@ def second_read(words: Sequence[Word]) -> SecondRead:
         float(np.mean([w.score for w in words])),
         tuple(tuple(r) for r in table),
     )
+
+
+@dataclass(frozen=True)
+class RegionChoice:
+    """Whose words a ruled table region takes.
+
+    Attributes:
+        engine: ``"tesseract"`` or ``"rapidocr"``.
+        confidences: each engine that read the region and its mean word
+            confidence, e.g. ``(("tesseract", 76.9), ("rapidocr", 97.6))``.
+    """
+
+    engine: str
+    confidences: tuple[tuple[str, float], ...]
+
+
+def needs_second_read(tesseract_words: Sequence[Word]) -> bool:
+    """Whether a table region's Tesseract words are read with too little
+    confidence (a mean under ``MIN_REGION_CONFIDENCE``) to keep without
+    asking RapidOCR (pure)."""
+    return bool(tesseract_words) and _mean_score(tesseract_words) < MIN_REGION_CONFIDENCE
+
+
+def choose_region(
+    tesseract_words: Sequence[Word], second_words: Sequence[Word] | None, rules: Sequence[float] = ()
+) -> RegionChoice:
+    """The engine a ruled table region takes its words from (pure; the page
+    level's :func:`choose` applied to the region): Tesseract's when their mean
+    confidence meets ``MIN_REGION_CONFIDENCE`` or there is no second reading;
+    RapidOCR's when they are under it and its words make a table
+    (``table_rows`` with the region's vertical ``rules``) at its own bar
+    (``MIN_CONFIDENCE``); else Tesseract's.
+
+    Args:
+        tesseract_words: Tesseract's words inside the region.
+        second_words: RapidOCR's words of the region (same coordinates), or
+            ``None`` when it did not read it.
+        rules: x positions of the region's vertical rules.
+    """
+    confidences: tuple[tuple[str, float], ...] = (("tesseract", round(_mean_score(tesseract_words), 1)),)
+    if second_words is None:
+        return RegionChoice("tesseract", confidences)
+    lines = group_lines(second_words)
+    read = SecondRead(
+        tuple(tuple(w.text for w in line) for line in lines),
+        _mean_score(second_words),
+        tuple(tuple(r) for r in table_rows(lines, rules)),
+    )
+    confidences = (*confidences, ("rapidocr", round(read.confidence, 1)))
+    passed = _mean_score(tesseract_words) >= MIN_REGION_CONFIDENCE
+    engine = choose(passed, read) if read.table else "tesseract"
+    return RegionChoice("rapidocr" if engine == "rapidocr" else "tesseract", confidences)
+
+
+def _mean_score(words: Sequence[Word]) -> float:
+    return float(np.mean([w.score for w in words])) if words else 0.0
 
 
 def choose(tesseract_passed: bool, second: SecondRead | None, min_confidence: float = MIN_CONFIDENCE) -> str:

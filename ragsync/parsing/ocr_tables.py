@@ -7,6 +7,7 @@ Two kinds of table are found on a page Tesseract has read:
   ruled grid, or rules between rows only); the region runs from the first
   rule to the last, and one row pitch beyond each when no vertical rule
   frames it (a header above the first rule, a last row below the last);
+  its vertical rules (:func:`ruled_columns`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line).
 
@@ -80,7 +81,12 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
     ``RULE_END_SLACK`` letter heights and follow each other within
     ``MAX_RULE_GAP`` letter heights form a stack. A stack is a table when
     it has three or more rules, or two with two or more vertical rules
-    between them spanning half its height. Without such vertical rules the
+    between them spanning half its height. A stack some of whose gaps are
+    framed (two or more vertical rules cross the gap) is cut into its
+    framed and unframed parts (``_cut_unframed``): framed tables one under
+    another with the same width (a form's sections, each under its
+    heading's rule) are one table each.
+    Without such vertical rules the
     region reaches one row pitch (the median gap between its rules, at most
     four letter heights) above the first rule and below the last.
 
@@ -111,7 +117,7 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
             stacks.append([rule])
     verticals = _segments(vmask, horizontal=False)
     regions: list[Box] = []
-    for stack in stacks:
+    for stack in (part for whole in stacks for part in _cut_unframed(whole, verticals, slack)):
         if len(stack) < 2:
             continue
         x0, x1 = min(r[0] for r in stack), max(r[2] for r in stack)
@@ -130,6 +136,69 @@ def ruled_regions(ink: NDArray[np.bool_], letter: float) -> list[Box]:
             y0, y1 = max(y0 - pitch, 0), min(y1 + pitch, ink.shape[0])
         regions.append((float(x0), float(y0), float(x1), float(y1)))
     return sorted(regions, key=lambda b: b[1])
+
+
+def _cut_unframed(
+    stack: list[tuple[int, int, int, int]], verticals: Sequence[tuple[int, int, int, int]], slack: float
+) -> list[list[tuple[int, int, int, int]]]:
+    """A stack of horizontal rules (top to bottom) cut into framed and
+    unframed parts: a gap is framed when two or more vertical rules cross
+    it; rules joined by framed gaps are one part (a framed table), and
+    consecutive rules that touch no framed gap are one part (a table ruled
+    between rows only). Without framed gaps the stack stays whole."""
+    x0, x1 = min(r[0] for r in stack), max(r[2] for r in stack)
+    inner = [v for v in verticals if x0 - slack <= v[0] <= x1 + slack]
+
+    def crossed(a: tuple[int, int, int, int], b: tuple[int, int, int, int]) -> bool:
+        return sum(1 for v in inner if v[1] <= a[3] + 2 and v[3] >= b[1] - 2) >= 2
+
+    gaps = [crossed(a, b) for a, b in zip(stack, stack[1:], strict=False)]
+    if not any(gaps):
+        return [stack]
+    framed = [(i > 0 and gaps[i - 1]) or (i < len(gaps) and gaps[i]) for i in range(len(stack))]
+    parts: list[list[tuple[int, int, int, int]]] = []
+    for i, rule in enumerate(stack):
+        if i > 0 and (gaps[i - 1] or not (framed[i] or framed[i - 1])):
+            parts[-1].append(rule)
+        else:
+            parts.append([rule])
+    return parts
+
+
+def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
+    """The vertical rules that divide each region into columns.
+
+    A vertical rule (``rule_masks``) belongs to a region when it lies within
+    ``RULE_END_SLACK`` letter heights of the region's sides and spans at
+    least half its height (a rule under a spanning header only, or a
+    frame's short tick, does not cut the body). Rules closer than a letter
+    height (a double rule) count once.
+
+    Args:
+        ink: the page's ink mask.
+        letter: the page's median glyph height in pixels (> 0).
+        regions: the ruled regions (``ruled_regions``).
+
+    Returns:
+        For each region, the rules' x positions (centres) left to right;
+        ``[]`` for a region without such rules.
+    """
+    if letter <= 0:
+        return [[] for _ in regions]
+    _, vmask = rule_masks(ink, letter)
+    verticals = _segments(vmask, horizontal=False)
+    slack = RULE_END_SLACK * letter
+    out: list[list[float]] = []
+    for x0, y0, x1, y1 in regions:
+        xs: list[float] = []
+        for v in verticals:
+            centre = (v[0] + v[2]) / 2
+            if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
+                if xs and centre - xs[-1] < letter:
+                    continue
+                xs.append(centre)
+        out.append(xs)
+    return out
 
 
 def line_segments(line: Sequence[Word]) -> int:
@@ -160,13 +229,18 @@ def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
     return runs
 
 
-def _inside(word: Word, box: Box) -> bool:
+def inside(word: Word, box: Box) -> bool:
+    """Whether a word's centre lies in ``box``."""
     cx = (word.x0 + word.x1) / 2
     return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
 
 
 def page_tables(
-    words: Sequence[Word], regions: Sequence[Box], *, unruled: bool = True
+    words: Sequence[Word],
+    regions: Sequence[Box],
+    *,
+    unruled: bool = True,
+    columns: Sequence[Sequence[float]] = (),
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
@@ -185,6 +259,9 @@ def page_tables(
         words: the page's words (Tesseract's, in any order).
         regions: ruled table regions on the page.
         unruled: also search the other words for unruled tables.
+        columns: for each region, the x positions of its vertical rules
+            (``ruled_columns``); with two or more, they make its columns
+            instead of the words' gaps. Missing: none.
 
     Returns:
         ``(tables, used)``: the tables top to bottom, each as its top edge
@@ -194,12 +271,13 @@ def page_tables(
     found: list[tuple[float, list[list[str]], set[int]]] = []
     taken: set[int] = set()
     index = {id(w): i for i, w in enumerate(words)}
-    for box in regions:
-        inside = [i for i, w in enumerate(words) if i not in taken and _inside(w, box)]
-        rows = table_rows(group_lines([words[i] for i in inside]))
+    for k, box in enumerate(regions):
+        region = [i for i, w in enumerate(words) if i not in taken and inside(w, box)]
+        rules = columns[k] if k < len(columns) else ()
+        rows = table_rows(group_lines([words[i] for i in region]), rules)
         if rows:
-            found.append((box[1], rows, set(inside)))
-            taken.update(inside)
+            found.append((box[1], rows, set(region)))
+            taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
     for run in aligned_runs(group_lines(rest)) if unruled else []:
         rows = table_rows(run)
