@@ -29,15 +29,14 @@
    set nothing is flipped: the version stays ``building`` (complete) for a
    manual ``ragsync index-versions flip N``.
 
-Fault injection for tests: ``RAGSYNC_REEMBED_CRASH_AFTER_DOCS=N`` ends the
-process abruptly (``os._exit(137)``, no cleanup, like SIGKILL) once N
-documents have been written by this process.
+Fault injection for tests goes through the writer's hooks
+(``ragsync.writer.WriteHooks.after_reembedded_documents``, loaded from
+``$RAGSYNC_WRITE_HOOKS``): ``tests/crash_hooks.py`` ends the process there.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import threading
 import time
@@ -58,11 +57,11 @@ from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.model import Chunk
+from ragsync.writer import hooks_from_environment
 from transforms.metrics import counter, counter_value
 from transforms.steps import CatalogDoFn
 
 CATCH_UP_PASSES = 3
-CRASH_ENV = "RAGSYNC_REEMBED_CRASH_AFTER_DOCS"
 DEFAULT_TOLERANCE = 0.02
 
 
@@ -189,8 +188,7 @@ class _ReembedFn(CatalogDoFn):
         self._vectors = iv.open_version_vector(self.settings, self.version)
         self._keywords = iv.open_version_keyword(self.settings, self.version)
         self._limiter = RateLimiter(self.max_docs_per_s)
-        crash = os.environ.get(CRASH_ENV, "")
-        self._crash_after = int(crash) if crash.strip() else 0
+        self._hooks = hooks_from_environment()
         self._docs_written = 0
         self._written = counter("chunks_written")
         self._embedded = counter("chunks_embedded")
@@ -264,8 +262,7 @@ class _ReembedFn(CatalogDoFn):
         self._docs_written += len(batch)
         if self.show_progress:
             print(f"[reembed v{self.version.version}] +{len(chunks)} chunks", file=sys.stderr, flush=True)
-        if self._crash_after and self._docs_written >= self._crash_after:
-            os._exit(137)  # fault injection: die without cleanup, like a SIGKILL
+        self._hooks.after_reembedded_documents(self._docs_written)
 
 
 def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str], set[str], int, int]:

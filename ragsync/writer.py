@@ -98,11 +98,16 @@ class WriteHooks:
             its chunk rows pending in the catalog.
         after_flip: ``(n, plan)``, after the ``n``-th version flip, before the
             document's vanished chunks are deleted.
+        after_reembedded_documents: ``(n)``, after a re-embedding batch is in
+            the target version's stores and its progress recorded, ``n`` the
+            documents this process has re-embedded so far
+            (``beam_pipelines.reembed``).
     """
 
     after_index_writes: Callable[[int], None] = _nothing
     before_flip: Callable[[int, DocumentPlan], None] = _nothing
     after_flip: Callable[[int, DocumentPlan], None] = _nothing
+    after_reembedded_documents: Callable[[int], None] = _nothing
 
 
 def load_hooks(spec: str) -> WriteHooks:

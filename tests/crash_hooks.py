@@ -15,6 +15,9 @@ builds that environment.
   pending in the catalog: inside the write -> flip window.
 * ``RAGSYNC_CRASH_AFTER_FLIPS=N``: SIGKILL after the N-th flip of a document
   with vanished chunks, before they are deleted.
+* ``RAGSYNC_REEMBED_CRASH_AFTER_DOCS=N``: a re-embedding (``ragsync reembed``)
+  ends its process abruptly (``os._exit(137)``, no cleanup, like SIGKILL) once
+  it has written N documents to the target version.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ def hooks_for(environ: Mapping[str, str]) -> WriteHooks:
     once = environ.get("RAGSYNC_CRASH_ONCE", "")
     before_flips = int(environ.get("RAGSYNC_CRASH_BEFORE_FLIPS", "") or 0)
     after_flips = int(environ.get("RAGSYNC_CRASH_AFTER_FLIPS", "") or 0)
+    reembed_after = int(environ.get("RAGSYNC_REEMBED_CRASH_AFTER_DOCS", "") or 0)
 
     def after_index_writes(n: int) -> None:
         if after_writes and n == after_writes and first_to_crash(once):
@@ -102,7 +106,17 @@ def hooks_for(environ: Mapping[str, str]) -> WriteHooks:
         if after_flips and n >= after_flips and plan.vanished_ids:
             _stop(signal.SIGKILL, " after the flip")
 
-    return WriteHooks(after_index_writes=after_index_writes, before_flip=before_flip, after_flip=after_flip)
+    def after_reembedded_documents(n: int) -> None:
+        if reembed_after and n >= reembed_after:
+            print(f"[fault] exiting after {n} re-embedded documents", file=sys.stderr, flush=True)
+            os._exit(137)
+
+    return WriteHooks(
+        after_index_writes=after_index_writes,
+        before_flip=before_flip,
+        after_flip=after_flip,
+        after_reembedded_documents=after_reembedded_documents,
+    )
 
 
 def from_env() -> WriteHooks:

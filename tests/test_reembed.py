@@ -20,12 +20,13 @@ import numpy as np
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from beam_pipelines.reembed import CRASH_ENV, _target_state, backfill_progress, run_reembed
+from beam_pipelines.reembed import _target_state, backfill_progress, run_reembed
 from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import EmbeddingModel, get_model, register_model
 from ragsync.eval_retrieval import evaluate, load_golden
 from ragsync.stores.milvus import MilvusVectorIndex
+from tests.crash_hooks import crash_env
 from tests.proc import kill_group
 
 pytestmark = pytest.mark.slow
@@ -233,7 +234,7 @@ def test_crash_midway_then_resume_gives_the_same_chunk_set(state: tuple[Settings
     total = len(_catalog_ids(settings))
     cmd = [sys.executable, "-m", "cli.main", "reembed", "--model", E5, "--home", settings.home]
     cmd += ["--golden", golden, "--batch-size", "2", "--json", "--quiet"]
-    env = dict(os.environ, **{CRASH_ENV: "4"}, PYTHONPATH=str(ROOT))
+    env = crash_env(RAGSYNC_REEMBED_CRASH_AFTER_DOCS="4")
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE)
     try:
         proc.wait(timeout=240)
