@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Literal, overload
+from typing import TYPE_CHECKING, Any
 
 from beam_pipelines.quick import BackfillSummary, quick_backfill, source_id_for
 from ragsync import lifecycle
@@ -37,40 +37,6 @@ from ragsync.errors import ConfigurationError
 if TYPE_CHECKING:
     from ragsync.change_plan import ChangePlan
     from ragsync.embedding import ModelSpec
-
-
-@overload
-def run_backfill(
-    uri: str,
-    settings: Settings,
-    *,
-    tenant_id: str = ...,
-    source_id: str = ...,
-    acl_groups: Sequence[str] = ...,
-    reread: bool = ...,
-    dry_run: Literal[False] = ...,
-    beam_args: Sequence[str] = ...,
-    show_progress: bool = ...,
-    spec: ModelSpec | None = ...,
-    max_delete_share: float | None = ...,
-) -> BackfillSummary: ...
-
-
-@overload
-def run_backfill(
-    uri: str,
-    settings: Settings,
-    *,
-    tenant_id: str = ...,
-    source_id: str = ...,
-    acl_groups: Sequence[str] = ...,
-    reread: bool = ...,
-    dry_run: bool,
-    beam_args: Sequence[str] = ...,
-    show_progress: bool = ...,
-    spec: ModelSpec | None = ...,
-    max_delete_share: float | None = ...,
-) -> BackfillSummary | ChangePlan: ...
 
 
 def run_backfill(
@@ -119,34 +85,19 @@ def run_backfill(
             source is now paused).
         RagsyncError: a dry run's listing failed.
     """
+    # Where the documents go and who may read them: the same for every path below.
+    target: dict[str, Any] = {"tenant_id": tenant_id, "source_id": source_id, "acl_groups": acl_groups}
     if dry_run:
         from beam_pipelines.dry_run import plan_backfill
 
-        return plan_backfill(
-            uri,
-            settings,
-            tenant_id=tenant_id,
-            source_id=source_id,
-            acl_groups=acl_groups,
-            max_delete_share=max_delete_share,
-        )
-    quick = quick_backfill(
-        uri,
-        settings,
-        tenant_id=tenant_id,
-        source_id=source_id,
-        acl_groups=acl_groups,
-        reread=reread,
-        beam_args=beam_args,
-    )
+        return plan_backfill(uri, settings, **target, max_delete_share=max_delete_share)
+    quick = quick_backfill(uri, settings, **target, reread=reread, beam_args=beam_args)
     if quick is not None:
         return quick
     return _sync_backfill(
         uri,
         settings,
-        tenant_id=tenant_id,
-        source_id=source_id,
-        acl_groups=acl_groups,
+        **target,
         reread=reread,
         beam_args=beam_args,
         show_progress=show_progress,

@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pytest
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from ragsync.writer import EmbeddedPlan
+from tests.write_plans import embedded, empty_home
 from transforms.write import WriteIndexes
 
 DIM = 384  # the live model's: repair checks it
@@ -57,8 +57,7 @@ def _version(version: str, chunks: list[Chunk], new: list[Chunk], vanished: list
         tuple(c.chunk_id for c in vanished),
         ("acl",),
     )
-    vectors = {c.chunk_id: np.full(DIM, 0.1 * (i + 1), dtype=np.float32) for i, c in enumerate(chunks)}
-    return EmbeddedPlan(plan, vectors)
+    return embedded(plan, dim=DIM)
 
 
 V1 = _version("v1", [KEEP, OLD], [KEEP, OLD], [])
@@ -67,11 +66,7 @@ V2 = _version("v2", [KEEP, NEW], [NEW], [OLD])
 
 @pytest.fixture()
 def settings(tmp_path: Path) -> Settings:
-    s = Settings(home=str(tmp_path / "home"))
-    open_catalog(s).close()
-    open_vector_index(s, DIM, create=True).close()
-    open_keyword_index(s, create=True).close()
-    return s
+    return empty_home(tmp_path, DIM)
 
 
 def _write(settings: Settings, embedded: EmbeddedPlan) -> None:

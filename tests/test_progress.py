@@ -27,6 +27,24 @@ class _Clock:
         return self.now
 
 
+class _Ticking(_Clock):
+    """A clock that moves one second each time it is read."""
+
+    def __call__(self) -> float:
+        self.now += 1.0
+        return self.now
+
+
+def _folder_source(tmp_path: Path, files: int) -> tuple[Settings, SourceSpec]:
+    """A folder of ``files`` small text files and its source ``kb`` of tenant ``acme``."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    for i in range(files):
+        (folder / f"{i}.txt").write_text(f"text {i}")
+    settings = Settings(home=str(tmp_path / "home"))
+    return settings, SourceSpec("kb", "acme", "object_store", str(folder), options={"acl_groups": ["staff"]})
+
+
 def test_lines_at_the_first_item_each_interval_and_once_at_the_end(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -113,21 +131,11 @@ def test_phase_lines_switch_to_total_when_the_listing_completes(
 def test_listing_shows_the_count_so_far_then_its_total(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for i in range(7):
-        (folder / f"{i}.txt").write_text(f"text {i}")
-    settings = Settings(home=str(tmp_path / "home"))
-    spec = SourceSpec("kb", "acme", "object_store", str(folder), options={"acl_groups": ["staff"]})
+    settings, spec = _folder_source(tmp_path, 7)
     shards = listing_shards(spec, settings)
     assert len(shards) == 1
 
-    class Ticking(_Clock):
-        def __call__(self) -> float:  # one second per reading of the clock
-            self.now += 1.0
-            return self.now
-
-    monkeypatch.setattr(listing.time, "monotonic", Ticking())
+    monkeypatch.setattr(listing.time, "monotonic", _Ticking())
     tally = ListingTally(str(tmp_path / "tally"), shards=1)
     quiet = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=False)  # --quiet
     quiet.setup()
@@ -175,21 +183,11 @@ def test_the_rate_counts_from_the_first_item_not_from_setup(
 def test_a_listing_of_several_shards_names_each_and_totals_when_the_last_is_listed(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    folder = tmp_path / "docs"
-    folder.mkdir()
-    for i in range(7):
-        (folder / f"{i}.txt").write_text(f"text {i}")
-    settings = Settings(home=str(tmp_path / "home"))
-    spec = SourceSpec("kb", "acme", "object_store", str(folder), options={"acl_groups": ["staff"]})
-
-    class Ticking(_Clock):
-        def __call__(self) -> float:
-            self.now += 1.0
-            return self.now
+    settings, spec = _folder_source(tmp_path, 7)
 
     tally = ListingTally(str(tmp_path / "tally"), shards=2, started=90.0)
     tally.shard_listed("other", 5)  # another worker listed the other shard
-    monkeypatch.setattr(listing.time, "monotonic", Ticking())
+    monkeypatch.setattr(listing.time, "monotonic", _Ticking())
     fn = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=True, tally=tally, shards=2)
     fn.setup()
     try:

@@ -12,51 +12,23 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from ragsync.stores.tantivy_index import TantivyKeywordIndex
 from ragsync.writer import EmbeddedPlan
+from tests.write_plans import DIM, empty_home, new_document
 from transforms.write import WRITE_BATCH_CHUNKS, WriteIndexes
-
-DIM = 8
 
 
 def _embedded(name: str, n_chunks: int, *, dim: int = DIM) -> EmbeddedPlan:
-    source = SourceFile(tenant_id="t", source_id="s", source_object_id=name, uri=f"/corpus/{name}")
-    doc_id = ids.doc_id("t", "s", name)
-    doc = FetchedDocument(doc_id, source, "h-" + name, "raw", 1, "acl", doc_id)
-    chunks = tuple(
-        Chunk(
-            f"{name}-{i}".ljust(32, "0"),
-            doc_id,
-            "t",
-            f"{name}-th{i}",
-            i,
-            (),
-            0,
-            f"{name} text {i}",
-            3,
-            ("acl",),
-        )
-        for i in range(n_chunks)
-    )
-    plan = DocumentPlan(doc, "p1", "c1", chunks, tuple(c.chunk_id for c in chunks), (), ("acl",))
-    vectors = {c.chunk_id: np.full(dim, 0.1 * (i + 1), dtype=np.float32) for i, c in enumerate(chunks)}
-    return EmbeddedPlan(plan, vectors)
+    return new_document(name, n_chunks, dim=dim)
 
 
 @pytest.fixture()
 def settings(tmp_path: Path) -> Settings:
-    s = Settings(home=str(tmp_path / "home"))
-    open_catalog(s).close()
-    open_vector_index(s, DIM, create=True).close()
-    open_keyword_index(s, create=True).close()
-    return s
+    return empty_home(tmp_path)
 
 
 def _write(settings: Settings, plans: list[EmbeddedPlan], written: list[str], dead: list[Any]) -> None:

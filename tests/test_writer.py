@@ -11,58 +11,25 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
-from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
+from ragsync.model import DocumentPlan
 from ragsync.writer import EmbeddedPlan, IndexWriter, WriteHooks, load_hooks
 from tests import crash_hooks
-
-DIM = 8
+from tests.write_plans import DIM, empty_home, new_document
 
 
 def _embedded(name: str, n_chunks: int, *, version: str = "1", event_id: str = "") -> EmbeddedPlan:
     """A new document ``name`` of ``n_chunks`` new chunks readable by ACL ``acl``."""
-    source = SourceFile(
-        tenant_id="t",
-        source_id="s",
-        source_object_id=name,
-        uri=f"/corpus/{name}",
-        source_version=version,
-        event_id=event_id,
-    )
-    doc_id = ids.doc_id("t", "s", name)
-    doc = FetchedDocument(doc_id, source, "h-" + name, "raw", 1, "acl", doc_id)
-    chunks = tuple(
-        Chunk(
-            f"{name}-{i}".ljust(32, "0"),
-            doc_id,
-            "t",
-            f"{name}-th{i}",
-            i,
-            (),
-            0,
-            f"{name} text {i}",
-            3,
-            ("acl",),
-        )
-        for i in range(n_chunks)
-    )
-    plan = DocumentPlan(doc, "p1", "c1", chunks, tuple(c.chunk_id for c in chunks), (), ("acl",))
-    vectors = {c.chunk_id: np.full(DIM, 0.1 * (i + 1), dtype=np.float32) for i, c in enumerate(chunks)}
-    return EmbeddedPlan(plan, vectors)
+    return new_document(name, n_chunks, version=version, event_id=event_id)
 
 
 @pytest.fixture()
 def settings(tmp_path: Path) -> Settings:
-    s = Settings(home=str(tmp_path / "home"))
-    open_catalog(s).close()
-    open_vector_index(s, DIM, create=True).close()
-    open_keyword_index(s, create=True).close()
-    return s
+    return empty_home(tmp_path)
 
 
 class _Calls:
