@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipelines.quick import source_id_for
-from connectors.base import SourceSpec, list_all
+from connectors.base import list_all
 from connectors.location import register_location, source_location
 from ragsync import ids
 from ragsync.catalog.queue import EventScope
@@ -30,6 +30,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.parsing import PARSER_VERSION
+from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5

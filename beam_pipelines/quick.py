@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from connectors.base import FileInfo, FileSystem, SourceSpec, stamp_listed
+from connectors.base import FileInfo, FileSystem, stamp_listed
 from connectors.files import FolderConnector
 from connectors.location import register_location
 from connectors.reader import FetchLimits
@@ -42,6 +42,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import skip_unread
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.model import SourceFile
+from ragsync.source_types import SourceSpec
 
 if TYPE_CHECKING:
     from ragsync.catalog import Catalog

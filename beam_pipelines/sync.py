@@ -39,7 +39,7 @@ from typing import Any
 
 from beam_pipelines.listing import ListingFailedError, prepare_stores, root_cause, run_listing
 from connectors.api import RateLimitedError
-from connectors.base import Connector, CursorExpiredError, SourceSpec
+from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
 from connectors.location import source_location
 from ragsync import lifecycle
@@ -50,6 +50,7 @@ from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
 from ragsync.model import Event
+from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5

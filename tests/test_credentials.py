@@ -26,13 +26,13 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors.base import SourceSpec
 from connectors.credentials import CREDENTIALS_REFUSED, credential_error, resolve_secret, tenant_may_use
 from connectors.location import register_location, source_location
 from connectors.registry import open_connector
 from control_plane.app import create_app
 from ragsync.catalog import Catalog
 from ragsync.errors import ConfigurationError
+from ragsync.source_types import SourceSpec
 from tests.serving import served
 
 SERVER_SECRET = "Bearer server-operator-secret-4711"

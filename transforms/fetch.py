@@ -8,7 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from connectors.base import Connector, SourceSpec
+from connectors.base import Connector
 from connectors.location import source_location
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
@@ -32,6 +32,7 @@ from ragsync.errors import (
 from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
+from ragsync.source_types import SourceSpec
 from ragsync.writer import IndexWriter
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
