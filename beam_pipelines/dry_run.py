@@ -107,7 +107,7 @@ def plan_source_sync(
         if state is None or not state.uri:
             raise ConfigurationError(f"unknown source {source_id!r} or it declares no location")
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         share = max_delete_share
         if share is None:
             share = float(spec.options.get("max_delete_share", DEFAULT_MAX_DELETE_SHARE))

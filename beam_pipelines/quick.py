@@ -42,7 +42,6 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import skip_unread
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.model import SourceFile
-from ragsync.source_types import SourceSpec
 
 if TYPE_CHECKING:
     from ragsync.catalog import Catalog
@@ -207,7 +206,7 @@ def quick_backfill(
             location = register_location(uri, reserved=settings.reserved_locations).uri
         except ConfigurationError:
             return None
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
             return None
         if catalog.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:

@@ -190,7 +190,7 @@ def run_sync(
                 f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
             )
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         share = max_delete_share
         if share is None:
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
@@ -320,7 +320,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
                 f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
             )
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         connector = connector_for(spec, settings)
         try:
             counts = sync_identities(catalog, connector, spec)

@@ -16,7 +16,7 @@ the catalog (``ragsync.catalog.sources``), ``ragsync sources add --type``,
 A registered source, as a connector needs it, is a :class:`SourceSpec`. It
 lives here, in the lowest layer that speaks of sources (plain Python, imports
 nothing but ``ragsync.errors``), so that connectors, transforms, the catalog
-(``SourceSpec.from_row``), the pipelines and the control plane all use the same
+(``SourceState.spec()``), the pipelines and the control plane all use the same
 type. ``ragsync.model`` is not its home: that module holds the records that
 flow between pipeline stages as JSON, and a source's definition is not one.
 
@@ -26,7 +26,6 @@ follows it with a fake ticket system.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,7 +57,9 @@ class SourceType:
 
 @dataclass(frozen=True)
 class SourceSpec:
-    """A registered source, as a connector needs it.
+    """A registered source, as a connector needs it: a catalog row gives one
+    with ``SourceState.spec()`` (``ragsync.catalog.sources``); tests and
+    tools build one directly.
 
     Attributes:
         source_id: the source's id (unique within its tenant).
@@ -81,32 +82,6 @@ class SourceSpec:
     credentials_ref: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
     credentials_by: str = "operator"
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> SourceSpec:
-        """A spec from a catalog ``sources`` row (``options`` as JSON text or a dict).
-
-        Raises:
-            ConfigurationError: the stored options are not a JSON object.
-        """
-        options = row.get("options") or {}
-        if isinstance(options, str):
-            try:
-                options = json.loads(options)
-            except ValueError:
-                options = None
-        if not isinstance(options, dict):
-            raise ConfigurationError(f"source {row.get('source_id')!r}: stored options are not a JSON object")
-        return cls(
-            source_id=str(row["source_id"]),
-            tenant_id=str(row["tenant_id"]),
-            type=str(row["type"]),
-            uri=str(row.get("uri") or ""),
-            credentials_ref=str(row.get("credentials_ref") or ""),
-            options=options,
-            # A row that does not say who stored its reference is a tenant's (fail closed).
-            credentials_by=str(row.get("credentials_by") or "tenant"),
-        )
 
     def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:
         """A list-of-groups option, cleaned (sorted, no blanks).

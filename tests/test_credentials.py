@@ -278,13 +278,13 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
     state = catalog.source_state("w", "acme")
     assert state is not None
     with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
-        _request(SourceSpec.from_row(state.__dict__))
+        _request(state.spec())
     assert seen == []
     # The operator's tool marks its own reference: that one is sent.
     catalog.configure_source("w", tenant_id="acme", credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET")
     state = catalog.source_state("w", "acme")
     assert state is not None and state.credentials_by == "operator"
-    _request(SourceSpec.from_row(state.__dict__))
+    _request(state.spec())
     assert seen == [SERVER_SECRET]
 
 

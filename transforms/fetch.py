@@ -32,7 +32,6 @@ from ragsync.errors import (
 from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from ragsync.parsing import PARSER_VERSION
-from ragsync.source_types import SourceSpec
 from ragsync.writer import IndexWriter
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
@@ -137,7 +136,7 @@ class _FetchFn(CatalogDoFn):
         except ConfigurationError as exc:
             raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
         limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
-        spec = SourceSpec.from_row(source.__dict__)
+        spec = source.spec()
         self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
 
     def teardown(self) -> None:

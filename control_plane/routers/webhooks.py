@@ -422,7 +422,7 @@ def _translate(
     opener: Callable[[SourceSpec], Connector] = getattr(
         request.app.state, "webhook_connector", open_webhook_connector
     )
-    spec = SourceSpec.from_row(state.__dict__)
+    spec = state.spec()
     connector = opener(spec)
     try:
         return connector.webhook_events(body, headers)
