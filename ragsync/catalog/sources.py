@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Engine, func, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import ID_RE, Repository, _batches, _json_object, _now
@@ -136,6 +136,33 @@ def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
         version_domain=row.get("version_domain") or "",
         created_at=float(row["created_at"]),
     )
+
+
+def read_source(engine: Engine, source_id: str, tenant_id: str | None) -> SourceState | None:
+    """The one read of a source by id, for ``get_source`` and ``source_state``.
+
+    Args:
+        engine: the catalog's (read) engine.
+        source_id: the source.
+        tenant_id: its tenant; None accepts any tenant when only one has a
+            source of that id.
+
+    Returns:
+        The source, or None when unknown (or another tenant's).
+
+    Raises:
+        AmbiguousSourceError: no tenant given and several tenants have a
+            source of that id.
+    """
+    t = schema.sources
+    query = select(t).where(t.c.source_id == source_id)
+    if tenant_id is not None:
+        query = query.where(t.c.tenant_id == tenant_id)
+    with engine.connect() as conn:
+        rows = conn.execute(query.limit(2)).mappings().all()
+    if len(rows) > 1:
+        raise AmbiguousSourceError(source_id)
+    return _state_from_row(rows[0]) if rows else None
 
 
 def check_source_definition(
@@ -256,15 +283,7 @@ class SourcesRepository(Repository):
             AmbiguousSourceError: no tenant given and several tenants have
                 a source of that id.
         """
-        t = schema.sources
-        query = select(t).where(t.c.source_id == source_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            rows = conn.execute(query.limit(2)).mappings().all()
-        if len(rows) > 1:
-            raise AmbiguousSourceError(source_id)
-        return _state_from_row(rows[0]) if rows else None
+        return read_source(self._read_engine, source_id, tenant_id)
 
     def count_sources(self, tenant_id: str) -> int:
         """How many sources the tenant has."""

@@ -28,9 +28,8 @@ from sqlalchemy import and_, case, func, select, update
 from ragsync.catalog import schema
 from ragsync.catalog.base import LimitReachedError, Repository, _batches, _json_object, new_id
 from ragsync.catalog.documents import LIVE_STATUSES
-from ragsync.catalog.sources import SourceState, _state_from_row, check_sync_settings
+from ragsync.catalog.sources import SourceState, _state_from_row, check_sync_settings, read_source
 from ragsync.decisions.sync import next_tenant
-from ragsync.errors import AmbiguousSourceError
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
 SYNC_MODES = ("incremental", "full")
@@ -102,14 +101,14 @@ class SyncsRepository(Repository):
     # -- sources --------------------------------------------------------------------
 
     def source_state(self, source_id: str, tenant_id: str | None = None) -> SourceState | None:
-        """The source, or None (also when ``tenant_id`` is given and not its owner)."""
-        t = schema.sources
-        query = select(t).where(_source_where(t, source_id, tenant_id)).limit(2)
-        with self._read_engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
-        if len(rows) > 1:
-            raise AmbiguousSourceError(source_id)
-        return _state_from_row(rows[0]) if rows else None
+        """The source, or None (also when ``tenant_id`` is given and not its
+        owner): the same read as ``get_source`` (``read_source``).
+
+        Raises:
+            AmbiguousSourceError: no tenant given and several tenants have a
+                source of that id.
+        """
+        return read_source(self._read_engine, source_id, tenant_id)
 
     def sources_with_id(self, source_id: str, *, limit: int = 16) -> list[SourceState]:
         """Every tenant's source of this id (at most ``limit``), for callers
