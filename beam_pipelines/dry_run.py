@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from beam_pipelines.quick import source_id_for
-from connectors.base import SourceSpec, list_all
+from connectors.base import list_all
 from connectors.location import register_location, source_location
 from ragsync import ids
 from ragsync.catalog.queue import EventScope
@@ -30,6 +30,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.parsing import PARSER_VERSION
+from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
@@ -106,7 +107,7 @@ def plan_source_sync(
         if state is None or not state.uri:
             raise ConfigurationError(f"unknown source {source_id!r} or it declares no location")
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         share = max_delete_share
         if share is None:
             share = float(spec.options.get("max_delete_share", DEFAULT_MAX_DELETE_SHARE))

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, BinaryIO
 
-from connectors.base import FileInfo, FileSystem, SourceSpec, stamp_listed
+from connectors.base import FileInfo, FileSystem, stamp_listed
 from connectors.files import FolderConnector
 from connectors.location import register_location
 from connectors.reader import FetchLimits
@@ -206,7 +206,7 @@ def quick_backfill(
             location = register_location(uri, reserved=settings.reserved_locations).uri
         except ConfigurationError:
             return None
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
             return None
         if catalog.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:

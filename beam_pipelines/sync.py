@@ -39,7 +39,7 @@ from typing import Any
 
 from beam_pipelines.listing import ListingFailedError, prepare_stores, root_cause, run_listing
 from connectors.api import RateLimitedError
-from connectors.base import Connector, CursorExpiredError, SourceSpec
+from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
 from connectors.location import source_location
 from ragsync import lifecycle
@@ -50,6 +50,7 @@ from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
 from ragsync.model import Event
+from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
@@ -189,7 +190,7 @@ def run_sync(
                 f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
             )
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         share = max_delete_share
         if share is None:
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
@@ -319,7 +320,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
                 f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
             )
         source_location(state.uri, reserved=settings.reserved_locations)
-        spec = SourceSpec.from_row(state.__dict__)
+        spec = state.spec()
         connector = connector_for(spec, settings)
         try:
             counts = sync_identities(catalog, connector, spec)

@@ -59,7 +59,7 @@ def make_folder(root: Path, files: int) -> float:
 
 
 def _spec(root: Path) -> Any:
-    from connectors.base import SourceSpec
+    from ragsync.source_types import SourceSpec
 
     return SourceSpec("bench", "bench", "object_store", str(root), options={"acl_groups": ["everyone"]})
 

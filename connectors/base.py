@@ -17,17 +17,17 @@ and a ``from_spec`` constructor, registered with
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar, Protocol
 
 from ragsync import ids
 from ragsync.decisions import ListedObject
-from ragsync.errors import ConfigurationError, FetchError
+from ragsync.errors import FetchError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.source_types import SourceSpec
 
 
 @dataclass(frozen=True)
@@ -53,72 +53,6 @@ class FileSystem(Protocol):
     def open(self, path: str) -> BinaryIO: ...
 
     def join(self, base: str, *parts: str) -> str: ...
-
-
-@dataclass(frozen=True)
-class SourceSpec:
-    """A registered source, as a connector needs it.
-
-    Attributes:
-        source_id: the source's id (unique within its tenant).
-        tenant_id: the tenant that owns it.
-        type: a registered type (``ragsync.source_types.source_types()``).
-        uri: its location (folder, ``gs://``/``s3://`` prefix, API base URL);
-            '' when none was declared (such a source takes no ``content_uri``).
-        credentials_ref: reference to a secret ('' for public sources); see
-            ``connectors.credentials``.
-        options: connector-specific settings (JSON-safe values).
-        credentials_by: who stored ``credentials_ref``: ``operator`` (any
-            reference) or ``tenant`` (only a secret the operator granted the
-            tenant); see ``connectors.credentials``.
-    """
-
-    source_id: str
-    tenant_id: str
-    type: str
-    uri: str = ""
-    credentials_ref: str = ""
-    options: Mapping[str, Any] = field(default_factory=dict)
-    credentials_by: str = "operator"
-
-    @classmethod
-    def from_row(cls, row: Mapping[str, Any]) -> SourceSpec:
-        """A spec from a catalog ``sources`` row (``options`` as JSON text or a dict).
-
-        Raises:
-            ConfigurationError: the stored options are not a JSON object.
-        """
-        options = row.get("options") or {}
-        if isinstance(options, str):
-            try:
-                options = json.loads(options)
-            except ValueError:
-                options = None
-        if not isinstance(options, dict):
-            raise ConfigurationError(f"source {row.get('source_id')!r}: stored options are not a JSON object")
-        return cls(
-            source_id=str(row["source_id"]),
-            tenant_id=str(row["tenant_id"]),
-            type=str(row["type"]),
-            uri=str(row.get("uri") or ""),
-            credentials_ref=str(row.get("credentials_ref") or ""),
-            options=options,
-            # A row that does not say who stored its reference is a tenant's (fail closed).
-            credentials_by=str(row.get("credentials_by") or "tenant"),
-        )
-
-    def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:
-        """A list-of-groups option, cleaned (sorted, no blanks).
-
-        Raises:
-            ConfigurationError: the option is not a list of strings.
-        """
-        value = self.options.get(name, [])
-        if isinstance(value, str):
-            value = [g for g in value.split(",")]
-        if not isinstance(value, list | tuple) or not all(isinstance(g, str) for g in value):
-            raise ConfigurationError(f"source option {name!r} must be a list of group names")
-        return tuple(sorted({g.strip() for g in value if g.strip()}))
 
 
 @dataclass(frozen=True)

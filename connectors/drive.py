@@ -53,12 +53,13 @@ from typing import Any, ClassVar, Self
 from urllib.parse import quote
 
 from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFactory
-from connectors.base import ChangePage, SourceSpec, as_object, make_event
+from connectors.base import ChangePage, as_object, make_event
 from connectors.location import _refuse
 from connectors.reader import HttpStatusError
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"
 DRIVE_API = "https://www.googleapis.com/drive/v3"

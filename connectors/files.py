@@ -52,12 +52,13 @@ from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote_plus
 
-from connectors.base import ChangePage, FileSystem, SourceSpec, make_event
+from connectors.base import ChangePage, FileSystem, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
 from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.source_types import SourceSpec
 
 ACL_SIDECAR = ".ragsync-acl.json"
 SHARD_ALPHABET = string.digits + string.ascii_letters

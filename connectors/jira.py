@@ -56,11 +56,12 @@ from typing import Any, ClassVar, Literal, Self
 from urllib.parse import urlencode
 
 from connectors.api import ApiClient, ApiConnector, ClientFactory
-from connectors.base import ChangePage, SourceSpec, as_object, make_event
+from connectors.base import ChangePage, as_object, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"
 ISSUE_FIELDS = (

@@ -44,11 +44,12 @@ from typing import Any, ClassVar, Self
 from urllib.parse import urlencode
 
 from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFactory, RateLimitedError
-from connectors.base import ChangePage, CursorExpiredError, SourceSpec, make_event
+from connectors.base import ChangePage, CursorExpiredError, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"
 _BATCH = 50  # pageids per prop=info call (the anonymous limit)

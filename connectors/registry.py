@@ -13,11 +13,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from connectors.base import Connector, FileSystem, SourceSpec
+from connectors.base import Connector, FileSystem
 from connectors.location import Location
 from connectors.reader import FetchLimits
 from ragsync.errors import ConfigurationError
-from ragsync.source_types import source_type
+from ragsync.source_types import SourceSpec, source_type
 
 
 def connector_class(spec: SourceSpec) -> Any:

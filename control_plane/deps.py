@@ -64,7 +64,7 @@ def view(model: type[M], row: Any, **overrides: Any) -> M:
 
     Args:
         model: the pydantic output model.
-        row: a catalog row dataclass (``SourceRow``, ``BackfillRow``, ...).
+        row: a catalog row dataclass (``SourceState``, ``BackfillRow``, ...).
         overrides: values for fields the row does not hold under that name.
     """
     values = {name: getattr(row, name) for name in model.model_fields if name not in overrides}

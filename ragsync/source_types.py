@@ -13,6 +13,13 @@ the catalog (``ragsync.catalog.sources``), ``ragsync sources add --type``,
 ``webhook`` (changes arrive as events) or ``poll`` (listed every
 ``poll_interval_s``).
 
+A registered source, as a connector needs it, is a :class:`SourceSpec`. It
+lives here, in the lowest layer that speaks of sources (plain Python, imports
+nothing but ``ragsync.errors``), so that connectors, transforms, the catalog
+(``SourceState.spec()``), the pipelines and the control plane all use the same
+type. ``ragsync.model`` is not its home: that module holds the records that
+flow between pipeline stages as JSON, and a source's definition is not one.
+
 Adding a connector: README "Adding a connector"; ``tests/test_adding_a_connector.py``
 follows it with a fake ticket system.
 """
@@ -20,7 +27,11 @@ follows it with a fake ticket system.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from ragsync.errors import ConfigurationError
 
 SYNC_KINDS: tuple[str, ...] = ("webhook", "poll")
 
@@ -42,6 +53,48 @@ class SourceType:
     name: str
     target: str
     default_uri: str = ""
+
+
+@dataclass(frozen=True)
+class SourceSpec:
+    """A registered source, as a connector needs it: a catalog row gives one
+    with ``SourceState.spec()`` (``ragsync.catalog.sources``); tests and
+    tools build one directly.
+
+    Attributes:
+        source_id: the source's id (unique within its tenant).
+        tenant_id: the tenant that owns it.
+        type: a registered type (``ragsync.source_types.source_types()``).
+        uri: its location (folder, ``gs://``/``s3://`` prefix, API base URL);
+            '' when none was declared (such a source takes no ``content_uri``).
+        credentials_ref: reference to a secret ('' for public sources); see
+            ``connectors.credentials``.
+        options: connector-specific settings (JSON-safe values).
+        credentials_by: who stored ``credentials_ref``: ``operator`` (any
+            reference) or ``tenant`` (only a secret the operator granted the
+            tenant); see ``connectors.credentials``.
+    """
+
+    source_id: str
+    tenant_id: str
+    type: str
+    uri: str = ""
+    credentials_ref: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    credentials_by: str = "operator"
+
+    def option_groups(self, name: str = "acl_groups") -> tuple[str, ...]:
+        """A list-of-groups option, cleaned (sorted, no blanks).
+
+        Raises:
+            ConfigurationError: the option is not a list of strings.
+        """
+        value = self.options.get(name, [])
+        if isinstance(value, str):
+            value = [g for g in value.split(",")]
+        if not isinstance(value, list | tuple) or not all(isinstance(g, str) for g in value):
+            raise ConfigurationError(f"source option {name!r} must be a list of group names")
+        return tuple(sorted({g.strip() for g in value if g.strip()}))
 
 
 _TYPES: dict[str, SourceType] = {}

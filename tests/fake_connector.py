@@ -35,11 +35,11 @@ from typing import Any, ClassVar, Self
 import httpx
 
 from connectors.api import AccessDeniedError, ApiConnector, ClientFactory
-from connectors.base import ChangePage, SourceSpec, make_event
+from connectors.base import ChangePage, make_event
 from connectors.location import _refuse
 from ragsync.errors import FetchError
 from ragsync.model import Event, SourceFile
-from ragsync.source_types import register_source_type
+from ragsync.source_types import SourceSpec, register_source_type
 
 BASE_URL = "https://tickets.example.test/api"
 """Where the fake ticket system answers (a source's location)."""

@@ -25,11 +25,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from cli.main import main, plugins_named
-from connectors.base import SourceSpec
 from connectors.registry import connector_class
 from control_plane.app import create_app
 from ragsync.config import Settings, open_catalog
-from ragsync.source_types import default_uri, register_source_type, source_type, source_types
+from ragsync.source_types import SourceSpec, default_uri, register_source_type, source_type, source_types
 from tests.fake_connector import BASE_URL, SYSTEM, FakeTicketConnector
 from tests.proc import ROOT, cli
 

@@ -23,6 +23,7 @@ from ragsync.catalog import (
     DocumentRow,
     FetchRecord,
     LegacyCatalogError,
+    SourceState,
     create_catalog_engine,
     current_revision,
     head_revision,
@@ -33,6 +34,7 @@ from ragsync.catalog import (
 from ragsync.catalog.base import POOL_SIZE_ENV, catalog_pool_size, shared_engine_users
 from ragsync.errors import AmbiguousSourceError
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
+from ragsync.source_types import SourceSpec
 from tests.catalog_rows import flip
 from tests.migration_helpers import make_legacy_catalog, migrations_copy, revision_source
 
@@ -383,6 +385,37 @@ def test_registering_again_updates_and_is_scoped_per_tenant(catalog: Catalog) ->
         with pytest.raises(ValueError, match="sync must be one of webhook, poll, got 'push'"):
             catalog.create_source("t1", source_id="s9", type="wiki", sync="push", if_exists=if_exists)
     assert catalog.get_source("s9", tenant_id="t1") is None
+
+
+def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: Catalog) -> None:
+    """``get_source`` and ``source_state`` read the same row into one type,
+    ``SourceState``: its ``spec()`` is what a connector gets, its ``public()``
+    never shows the credentials reference."""
+    catalog.create_source(
+        "t1", source_id="w", type="wiki", uri="https://wiki.example.com/w", credentials_ref="env://T1_WIKI"
+    )
+    assert catalog.configure_source("w", tenant_id="t1", options={"acl_groups": ["eng"]})
+    catalog.create_source("t1", source_id="open", type="object_store", uri="file:///data")
+    source = catalog.get_source("w", tenant_id="t1")
+    assert isinstance(source, SourceState) and source == catalog.source_state("w", "t1")
+    assert source.created_at > 0 and source.credentials_ref_set is True
+    assert source.spec() == SourceSpec(
+        source_id="w",
+        tenant_id="t1",
+        type="wiki",
+        uri="https://wiki.example.com/w",
+        credentials_ref="env://T1_WIKI",
+        options={"acl_groups": ["eng"]},
+        credentials_by="tenant",
+    )
+    public = source.public()
+    assert "credentials_ref" not in public and "env://T1_WIKI" not in json.dumps(public)
+    assert (public["credentials_ref_set"], public["created_at"]) == (True, source.created_at)
+    public_source = catalog.get_source("open", tenant_id="t1")
+    assert public_source is not None and public_source.credentials_ref_set is False
+    assert public_source.spec() == SourceSpec(
+        source_id="open", tenant_id="t1", type="object_store", uri="file:///data", credentials_by="tenant"
+    )
 
 
 # ---------------------------------------------------------------------------- ACLs

@@ -11,12 +11,13 @@ import httpx
 import pytest
 
 from connectors.api import AccessDeniedError, RateLimitedError
-from connectors.base import CursorExpiredError, SourceSpec, list_all
+from connectors.base import CursorExpiredError, list_all
 from connectors.mediawiki import MediaWikiConnector
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError, TooLargeError
 from ragsync.model import SourceFile
+from ragsync.source_types import SourceSpec
 from tests.mediawiki import MediaWiki
 
 

@@ -22,13 +22,14 @@ import httpx
 import pytest
 
 from connectors.api import ApiClient, RateLimitedError, parse_retry_after
-from connectors.base import SourceSpec, list_all
+from connectors.base import list_all
 from connectors.drive import groups_from_permissions
 from connectors.location import Location
 from connectors.reader import FetchLimits, LocatedHttpClient
 from connectors.registry import open_connector
 from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError, TooLargeError
 from ragsync.model import SourceFile
+from ragsync.source_types import SourceSpec
 
 DRIVE = "https://www.googleapis.com/drive/v3"
 JIRA = "https://issues.example.org/jira"

@@ -26,13 +26,13 @@ from typing import Any
 import httpx
 import pytest
 
-from connectors.base import SourceSpec
 from connectors.credentials import CREDENTIALS_REFUSED, credential_error, resolve_secret, tenant_may_use
 from connectors.location import register_location, source_location
 from connectors.registry import open_connector
 from control_plane.app import create_app
 from ragsync.catalog import Catalog
 from ragsync.errors import ConfigurationError
+from ragsync.source_types import SourceSpec
 from tests.serving import served
 
 SERVER_SECRET = "Bearer server-operator-secret-4711"
@@ -278,13 +278,13 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
     state = catalog.source_state("w", "acme")
     assert state is not None
     with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
-        _request(SourceSpec.from_row(state.__dict__))
+        _request(state.spec())
     assert seen == []
     # The operator's tool marks its own reference: that one is sent.
     catalog.configure_source("w", tenant_id="acme", credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET")
     state = catalog.source_state("w", "acme")
     assert state is not None and state.credentials_by == "operator"
-    _request(SourceSpec.from_row(state.__dict__))
+    _request(state.spec())
     assert seen == [SERVER_SECRET]
 
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from cli.main import main
-from connectors.base import SourceSpec
 from connectors.mediawiki import MediaWikiConnector
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.query import hybrid_query
+from ragsync.source_types import SourceSpec
 from tests.mediawiki import MediaWiki
 from tests.query_home import Doc, QueryHome
 

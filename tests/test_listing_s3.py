@@ -20,9 +20,9 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipelines.listing import register_source
 from beam_pipelines.quick import source_id_for
 from beam_pipelines.sync import run_sync
-from connectors.base import SourceSpec
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
+from ragsync.source_types import SourceSpec
 from tests.object_store import ObjectStore, object_store
 from tests.proc import run_json
 from transforms.listing import ListSource, listing_shards

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 import transforms.progress
-from connectors.base import SourceSpec
 from ragsync.config import Settings
 from ragsync.display import listing_line, progress_line
+from ragsync.source_types import SourceSpec
 from transforms import listing
 from transforms.listing import _ListShardFn, listing_shards
 from transforms.progress import ListingTally, Progress

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from connectors.base import ChangePage, SourceSpec, make_event
+from connectors.base import ChangePage, make_event
 from connectors.feed import CollectingSink, read_feed
 from connectors.files import FolderConnector
 from ragsync.decisions import (
@@ -26,6 +26,7 @@ from ragsync.decisions import (
     plan_sync,
 )
 from ragsync.errors import InvalidEventError, OutsideLocationError
+from ragsync.source_types import SourceSpec
 
 
 @pytest.mark.parametrize(

@@ -17,12 +17,13 @@ httpx = pytest.importorskip("httpx")
 
 from fastapi.testclient import TestClient  # noqa: E402
 
-from connectors.base import FileInfo, SourceSpec  # noqa: E402
+from connectors.base import FileInfo  # noqa: E402
 from connectors.registry import open_connector  # noqa: E402
 from control_plane.app import create_app  # noqa: E402
 from control_plane.routers.webhooks import secret_hash  # noqa: E402
 from ragsync.catalog import Catalog  # noqa: E402
 from ragsync.model import Event  # noqa: E402
+from ragsync.source_types import SourceSpec  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures" / "webhooks"
 MAX_BODY = 32 * 1024

@@ -8,7 +8,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from connectors.base import Connector, SourceSpec
+from connectors.base import Connector
 from connectors.location import source_location
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
@@ -136,7 +136,7 @@ class _FetchFn(CatalogDoFn):
         except ConfigurationError as exc:
             raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
         limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
-        spec = SourceSpec.from_row(source.__dict__)
+        spec = source.spec()
         self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
 
     def teardown(self) -> None:

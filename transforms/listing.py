@@ -27,7 +27,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from connectors.base import Connector, SourceSpec, make_event, stamp_listed
+from connectors.base import Connector, make_event, stamp_listed
 from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync import ids
@@ -37,6 +37,7 @@ from ragsync.display import listing_line
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
 from ragsync.parsing import PARSER_VERSION
+from ragsync.source_types import SourceSpec
 from transforms.io import BeamFileSystem
 from transforms.metrics import StageMetrics, counter
 from transforms.progress import ListingTally

@@ -21,7 +21,6 @@ from typing import Any, Literal
 from fastapi import APIRouter, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from connectors.base import SourceSpec
 from connectors.credentials import CREDENTIALS_REFUSED, tenant_may_use
 from connectors.location import allowed_for_tenant, real_location, register_location
 from connectors.registry import connector_class
@@ -30,7 +29,7 @@ from control_plane.errors import ACCEPTED, ERRORS, ApiError, ErrorOut, not_found
 from ragsync.catalog import ID_PATTERN, ConflictError, LimitReachedError, SourceState, SyncRun, new_id
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.errors import ConfigurationError
-from ragsync.source_types import SYNC_KINDS, default_uri, source_types
+from ragsync.source_types import SYNC_KINDS, SourceSpec, default_uri, source_types
 
 _CREDENTIALS_REF = r"^[A-Za-z][A-Za-z0-9+.-]*://\S+$"
 _MAX_OPTIONS_BYTES = 16 * 1024

@@ -70,7 +70,7 @@ from urllib.parse import parse_qs
 from fastapi import APIRouter, Depends, Query, Request
 from pydantic import BaseModel
 
-from connectors.base import Connector, FileInfo, SourceSpec
+from connectors.base import Connector, FileInfo
 from connectors.credentials import WEBHOOK_SECRET_OPTION
 from connectors.credentials import webhook_secret_hash as secret_hash
 from connectors.events import parse_event
@@ -81,6 +81,7 @@ from control_plane.routers.events import RejectedEvent, admit_events, spend_even
 from ragsync.catalog import Catalog, LimitReachedError, SourceState
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import EVENT_LIMITS, DeadLetter, Event
+from ragsync.source_types import SourceSpec
 
 log = logging.getLogger(__name__)
 
@@ -421,7 +422,7 @@ def _translate(
     opener: Callable[[SourceSpec], Connector] = getattr(
         request.app.state, "webhook_connector", open_webhook_connector
     )
-    spec = SourceSpec.from_row(state.__dict__)
+    spec = state.spec()
     connector = opener(spec)
     try:
         return connector.webhook_events(body, headers)

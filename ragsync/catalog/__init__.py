@@ -30,8 +30,8 @@ from ragsync.catalog.documents import (
 )
 from ragsync.catalog.index_versions import IndexVersion
 from ragsync.catalog.migrations import LegacyCatalogError, current_revision, head_revision, migrate
-from ragsync.catalog.sources import SourceRow
-from ragsync.catalog.syncs import SYNC_MODES, SourceState, SyncRun
+from ragsync.catalog.sources import SourceState
+from ragsync.catalog.syncs import SYNC_MODES, SyncRun
 from ragsync.catalog.tenants import ApiKeyRow, TenantRow
 
 __all__ = [
@@ -53,7 +53,6 @@ __all__ = [
     "IndexVersion",
     "LegacyCatalogError",
     "ParsedRow",
-    "SourceRow",
     "TenantRow",
     "SourceState",
     "SyncRun",

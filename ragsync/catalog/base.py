@@ -74,6 +74,17 @@ def _json_list(values: Iterable[Any]) -> str:
     return json.dumps(list(values), ensure_ascii=False)
 
 
+def _json_object(text: str | None) -> dict[str, Any]:
+    """A JSON object column decoded ({} when empty, malformed or not an object)."""
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
 def _tuple_from_json(text: str | None) -> tuple[Any, ...]:
     return tuple(json.loads(text)) if text else ()
 

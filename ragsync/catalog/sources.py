@@ -1,9 +1,11 @@
 """Sources: what a tenant registered (type, location, how it syncs, the
-credentials reference). A source's sync state and its sync runs are in
-:mod:`ragsync.catalog.syncs`; tenants and API keys in
+credentials reference). A source's sync state is read and written, and its
+sync runs kept, by :mod:`ragsync.catalog.syncs`; tenants and API keys in
 :mod:`ragsync.catalog.tenants`; backfills in :mod:`ragsync.catalog.backfills`.
 
-Row: :class:`SourceRow`. Table: ``sources``.
+Row: :class:`SourceState` (the one row type of a source, definition and
+sync bookkeeping; ``SourceState.spec()`` gives the connector's
+``ragsync.source_types.SourceSpec``). Table: ``sources``.
 
 Tenant scoping: every method that reads or changes a tenant's row takes the
 tenant id and treats another tenant's row exactly like a missing one (returns
@@ -14,47 +16,153 @@ check" (pipeline steps have no tenant).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Engine, func, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import ID_RE, Repository, _batches, _now, row_to
+from ragsync.catalog.base import ID_RE, Repository, _batches, _json_object, _now
 from ragsync.errors import AmbiguousSourceError
-from ragsync.source_types import SYNC_KINDS, source_types
+from ragsync.source_types import SYNC_KINDS, SourceSpec, source_types
 
 # --------------------------------------------------------------------------- rows
 
 
 @dataclass(frozen=True)
-class SourceRow:
-    """One row of ``sources``, without the credentials reference (never read back).
+class SourceState:
+    """One ``sources`` row: what was registered and its sync bookkeeping. The
+    one row type of a source: ``get_source``, ``source_state`` and
+    ``source_states`` return it; :meth:`spec` is the connector's view of it and
+    :meth:`public` the view the API and the CLI show.
 
     Attributes:
-        source_id: id, unique across tenants.
+        source_id: id.
         tenant_id: owner.
         type: connector type.
-        sync: ``webhook`` or ``poll`` (None for sources registered outside the API).
-        poll_interval_s: seconds between polls (``poll`` only).
-        credentials_ref_set: whether a credentials reference is stored.
-        created_at: epoch seconds.
-        uri: root of the source ('' when registered through the API).
+        uri: the source's location ('' when none was declared).
+        credentials_ref: reference to a secret ('' for public sources; never
+            shown by the API: see :attr:`credentials_ref_set`).
+        credentials_by: who stored the reference (``operator`` or ``tenant``;
+            ``connectors.credentials``).
+        options: connector options.
+        sync: ``poll``, ``webhook`` or None (syncs only on request).
+        poll_interval_s: seconds between polls.
+        cursor: where the next incremental sync starts (None before the first).
+        paused: True while paused (syncs refused until resumed).
+        pause_reason: why it was paused.
+        failures: syncs failed in a row.
+        retry_at: no sync before this time (a rate limit), or None.
+        last_sync_at: when the last sync started.
+        last_success_at: when a sync last succeeded.
+        last_full_at: when a full listing last succeeded.
+        last_listed: objects in that listing.
+        version_domain: how its versions compare (``revision``, ``timestamp``,
+            ``etag``; '' when undeclared).
+        created_at: when it was registered (epoch seconds; 0.0 for a state
+            not read from the catalog).
     """
 
     source_id: str
     tenant_id: str
     type: str
-    sync: str | None
-    poll_interval_s: int | None
-    credentials_ref_set: bool
-    created_at: float
     uri: str = ""
+    credentials_ref: str = ""
+    credentials_by: str = "tenant"
+    options: dict[str, Any] = field(default_factory=dict)
+    sync: str | None = None
+    poll_interval_s: int | None = None
+    cursor: str | None = None
+    paused: bool = False
+    pause_reason: str = ""
+    failures: int = 0
+    retry_at: float | None = None
+    last_sync_at: float | None = None
+    last_success_at: float | None = None
+    last_full_at: float | None = None
+    last_listed: int | None = None
+    version_domain: str = ""
+    created_at: float = 0.0
+
+    @property
+    def credentials_ref_set(self) -> bool:
+        """Whether a credentials reference is stored (what the API shows of it)."""
+        return bool(self.credentials_ref)
+
+    def public(self) -> dict[str, Any]:
+        """Every field but the credentials reference, plus ``credentials_ref_set``."""
+        out = {k: v for k, v in self.__dict__.items() if k != "credentials_ref"}
+        out["credentials_ref_set"] = self.credentials_ref_set
+        return out
+
+    def spec(self) -> SourceSpec:
+        """The source as its connector needs it (no bookkeeping).
+
+        A reference whose owner is not recorded counts as a tenant's (fail
+        closed: ``connectors.credentials``).
+        """
+        return SourceSpec(
+            source_id=self.source_id,
+            tenant_id=self.tenant_id,
+            type=self.type,
+            uri=self.uri,
+            credentials_ref=self.credentials_ref,
+            options=self.options,
+            credentials_by=self.credentials_by or "tenant",
+        )
 
 
-def _source_from_row(row: Any) -> SourceRow:
-    return row_to(SourceRow, row, credentials_ref_set=bool(row["credentials_ref"]), uri=row["uri"] or "")
+def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
+    return SourceState(
+        source_id=row["source_id"],
+        tenant_id=row["tenant_id"],
+        type=row["type"],
+        uri=row["uri"] or "",
+        credentials_ref=row["credentials_ref"] or "",
+        credentials_by=row["credentials_by"] or "tenant",
+        options=_json_object(row["options"]),
+        sync=row["sync"],
+        poll_interval_s=row["poll_interval_s"],
+        cursor=row["cursor"],
+        paused=row["paused_at"] is not None,
+        pause_reason=row["pause_reason"] or "",
+        failures=int(row["failures"] or 0),
+        retry_at=row["retry_at"],
+        last_sync_at=row["last_sync_at"],
+        last_success_at=row["last_success_at"],
+        last_full_at=row["last_full_at"],
+        last_listed=row["last_listed"],
+        version_domain=row.get("version_domain") or "",
+        created_at=float(row["created_at"]),
+    )
+
+
+def read_source(engine: Engine, source_id: str, tenant_id: str | None) -> SourceState | None:
+    """The one read of a source by id, for ``get_source`` and ``source_state``.
+
+    Args:
+        engine: the catalog's (read) engine.
+        source_id: the source.
+        tenant_id: its tenant; None accepts any tenant when only one has a
+            source of that id.
+
+    Returns:
+        The source, or None when unknown (or another tenant's).
+
+    Raises:
+        AmbiguousSourceError: no tenant given and several tenants have a
+            source of that id.
+    """
+    t = schema.sources
+    query = select(t).where(t.c.source_id == source_id)
+    if tenant_id is not None:
+        query = query.where(t.c.tenant_id == tenant_id)
+    with engine.connect() as conn:
+        rows = conn.execute(query.limit(2)).mappings().all()
+    if len(rows) > 1:
+        raise AmbiguousSourceError(source_id)
+    return _state_from_row(rows[0]) if rows else None
 
 
 def check_source_definition(
@@ -159,7 +267,7 @@ class SourcesRepository(Repository):
                 where = (t.c.tenant_id == tenant_id) & (t.c.source_id == source_id)
                 conn.execute(update(t).where(where).values(uri=uri))
 
-    def get_source(self, source_id: str, *, tenant_id: str | None = None) -> SourceRow | None:
+    def get_source(self, source_id: str, *, tenant_id: str | None = None) -> SourceState | None:
         """A registered source.
 
         Args:
@@ -168,21 +276,14 @@ class SourcesRepository(Repository):
                 when only one has a source of that id.
 
         Returns:
-            The row, or None when unknown (or another tenant's).
+            The source (``SourceState``: definition and sync bookkeeping),
+            or None when unknown (or another tenant's).
 
         Raises:
             AmbiguousSourceError: no tenant given and several tenants have
                 a source of that id.
         """
-        t = schema.sources
-        query = select(t).where(t.c.source_id == source_id)
-        if tenant_id is not None:
-            query = query.where(t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            rows = conn.execute(query.limit(2)).mappings().all()
-        if len(rows) > 1:
-            raise AmbiguousSourceError(source_id)
-        return _source_from_row(rows[0]) if rows else None
+        return read_source(self._read_engine, source_id, tenant_id)
 
     def count_sources(self, tenant_id: str) -> int:
         """How many sources the tenant has."""

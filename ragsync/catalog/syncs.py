@@ -1,8 +1,9 @@
-"""Sources as connectors see them, and the sync runs a worker executes.
+"""Sources' sync bookkeeping (cursor, pause, failures) and the sync runs a worker executes.
 
-Rows: :class:`SourceState` (a ``sources`` row: location, options, cursor,
-pause and failure bookkeeping) and :class:`SyncRun` (a ``sync_requests``
-row: ``queued -> running -> succeeded | failed`` with its counts and error).
+Rows: :class:`SyncRun` (a ``sync_requests`` row: ``queued -> running ->
+succeeded | failed`` with its counts and error); a source's own row,
+``SourceState`` (location, options, cursor, pause and failure bookkeeping),
+is defined with the sources in :mod:`ragsync.catalog.sources`.
 
 The cursor is written by :meth:`SyncsRepository.save_cursor` only after the
 events read up to it are durably queued (``connectors.feed``), so a crash
@@ -25,11 +26,10 @@ from typing import Any
 from sqlalchemy import and_, case, func, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import LimitReachedError, Repository, _batches, new_id
+from ragsync.catalog.base import LimitReachedError, Repository, _batches, _json_object, new_id
 from ragsync.catalog.documents import LIVE_STATUSES
-from ragsync.catalog.sources import check_sync_settings
+from ragsync.catalog.sources import SourceState, _state_from_row, check_sync_settings, read_source
 from ragsync.decisions.sync import next_tenant
-from ragsync.errors import AmbiguousSourceError
 
 SYNC_STATES = ("queued", "running", "succeeded", "failed")
 SYNC_MODES = ("incremental", "full")
@@ -38,96 +38,6 @@ _PENDING = ("queued", "running")
 
 def _now() -> float:
     return time.time()
-
-
-def _json_object(text: str | None) -> dict[str, Any]:
-    if not text:
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-@dataclass(frozen=True)
-class SourceState:
-    """One source and its sync bookkeeping.
-
-    Attributes:
-        source_id: id.
-        tenant_id: owner.
-        type: connector type.
-        uri: the source's location ('' when none was declared).
-        credentials_ref: reference to a secret ('' for public sources; never
-            shown by the API).
-        credentials_by: who stored the reference (``operator`` or ``tenant``;
-            ``connectors.credentials``).
-        options: connector options.
-        sync: ``poll``, ``webhook`` or None (syncs only on request).
-        poll_interval_s: seconds between polls.
-        cursor: where the next incremental sync starts (None before the first).
-        paused: True while paused (syncs refused until resumed).
-        pause_reason: why it was paused.
-        failures: syncs failed in a row.
-        retry_at: no sync before this time (a rate limit), or None.
-        last_sync_at: when the last sync started.
-        last_success_at: when a sync last succeeded.
-        last_full_at: when a full listing last succeeded.
-        last_listed: objects in that listing.
-        version_domain: how its versions compare (``revision``, ``timestamp``,
-            ``etag``; '' when undeclared).
-    """
-
-    source_id: str
-    tenant_id: str
-    type: str
-    uri: str = ""
-    credentials_ref: str = ""
-    credentials_by: str = "tenant"
-    options: dict[str, Any] = field(default_factory=dict)
-    sync: str | None = None
-    poll_interval_s: int | None = None
-    cursor: str | None = None
-    paused: bool = False
-    pause_reason: str = ""
-    failures: int = 0
-    retry_at: float | None = None
-    last_sync_at: float | None = None
-    last_success_at: float | None = None
-    last_full_at: float | None = None
-    last_listed: int | None = None
-    version_domain: str = ""
-
-    def public(self) -> dict[str, Any]:
-        """Everything but the credentials reference (shown as a flag)."""
-        out = {k: v for k, v in self.__dict__.items() if k != "credentials_ref"}
-        out["credentials_ref_set"] = bool(self.credentials_ref)
-        return out
-
-
-def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
-    return SourceState(
-        source_id=row["source_id"],
-        tenant_id=row["tenant_id"],
-        type=row["type"],
-        uri=row["uri"] or "",
-        credentials_ref=row["credentials_ref"] or "",
-        credentials_by=row["credentials_by"] or "tenant",
-        options=_json_object(row["options"]),
-        sync=row["sync"],
-        poll_interval_s=row["poll_interval_s"],
-        cursor=row["cursor"],
-        paused=row["paused_at"] is not None,
-        pause_reason=row["pause_reason"] or "",
-        failures=int(row["failures"] or 0),
-        retry_at=row["retry_at"],
-        last_sync_at=row["last_sync_at"],
-        last_success_at=row["last_success_at"],
-        last_full_at=row["last_full_at"],
-        last_listed=row["last_listed"],
-        version_domain=row.get("version_domain") or "",
-    )
 
 
 @dataclass(frozen=True)
@@ -191,14 +101,14 @@ class SyncsRepository(Repository):
     # -- sources --------------------------------------------------------------------
 
     def source_state(self, source_id: str, tenant_id: str | None = None) -> SourceState | None:
-        """The source, or None (also when ``tenant_id`` is given and not its owner)."""
-        t = schema.sources
-        query = select(t).where(_source_where(t, source_id, tenant_id)).limit(2)
-        with self._read_engine.connect() as conn:
-            rows = conn.execute(query).mappings().all()
-        if len(rows) > 1:
-            raise AmbiguousSourceError(source_id)
-        return _state_from_row(rows[0]) if rows else None
+        """The source, or None (also when ``tenant_id`` is given and not its
+        owner): the same read as ``get_source`` (``read_source``).
+
+        Raises:
+            AmbiguousSourceError: no tenant given and several tenants have a
+                source of that id.
+        """
+        return read_source(self._read_engine, source_id, tenant_id)
 
     def sources_with_id(self, source_id: str, *, limit: int = 16) -> list[SourceState]:
         """Every tenant's source of this id (at most ``limit``), for callers
