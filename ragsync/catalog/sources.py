@@ -17,7 +17,7 @@ check" (pipeline steps have no tenant).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from sqlalchemy import Engine, func, select, update
@@ -102,15 +102,8 @@ class SourceState:
         A reference whose owner is not recorded counts as a tenant's (fail
         closed: ``connectors.credentials``).
         """
-        return SourceSpec(
-            source_id=self.source_id,
-            tenant_id=self.tenant_id,
-            type=self.type,
-            uri=self.uri,
-            credentials_ref=self.credentials_ref,
-            options=self.options,
-            credentials_by=self.credentials_by or "tenant",
-        )
+        shared = {f.name: getattr(self, f.name) for f in fields(SourceSpec)}
+        return SourceSpec(**{**shared, "credentials_by": self.credentials_by or "tenant"})
 
 
 def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
