@@ -26,7 +26,9 @@ def _forked_child_while_writing(path: Path, release: bool) -> bool:
             if release:
                 release_inherited_index_locks()
             os.write(ready_w, b"x")
-            time.sleep(5)
+            # Lives until the parent kills it: a child that ended on its own
+            # (a parent slowed by load) would release the lock and hide the failure.
+            time.sleep(600)
         finally:
             os._exit(0)
     try:
