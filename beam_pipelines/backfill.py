@@ -121,8 +121,10 @@ def _sync_backfill(
 ) -> BackfillSummary:
     """Register ``uri`` as an ``object_store`` source and run a full sync,
     then sweep orphan index rows (outcome 3 of the module docstring)."""
-    from beam_pipelines.listing import prepare_stores, register_source, sweep_orphans
+    from beam_pipelines.listing import sweep_orphans
     from beam_pipelines.sync import run_sync
+    from connectors.registration import register_source
+    from ragsync.index_versions import prepare_stores
 
     start = time.monotonic()
     lifecycle.install_child_watch()  # parse children never outlive this process

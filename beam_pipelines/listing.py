@@ -6,7 +6,8 @@ the documents the listing no longer holds queued as deletes.
 ``SourceFile`` (tests call it with their own pipeline);
 ``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
 vanished-document deletes; ``run_listing`` runs it and returns its counters.
-``prepare_stores`` and ``register_source`` set a home up before a run;
+A home is set up before a run by ``ragsync.index_versions.prepare_stores``
+and ``connectors.registration.register_source`` (both Beam-free);
 ``sweep_orphans`` cleans up after a backfill. A full sync
 (``beam_pipelines.sync.run_sync``) runs the listing; ``ragsync backfill`` is
 one (``beam_pipelines.backfill.run_backfill``).
@@ -17,7 +18,7 @@ from __future__ import annotations
 import itertools
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -25,13 +26,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
-from connectors.location import register_location
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
-from ragsync.index_versions import register_first_version
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
@@ -39,68 +38,6 @@ from transforms.metrics import counter_value
 from transforms.parse import warm_up_fork_server
 from transforms.progress import ListingTally
 from transforms.write import WriteDeadLetters
-
-
-def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
-    """Create the catalog, vector collection and keyword index if missing,
-    and record a new home's index version 1 with ``spec``'s model and
-    backend (``ragsync.index_versions.register_first_version``).
-
-    Creation is this explicit step; the writers themselves fail fast on a
-    missing collection.
-    """
-    open_catalog(settings).close()
-    open_vector_index(settings, spec.dim, create=True).close()
-    open_keyword_index(settings, create=True).close()
-    register_first_version(settings, spec)  # the backend it is built with, on record
-
-
-def register_source(
-    settings: Settings,
-    source_id: str,
-    tenant_id: str,
-    type_: str,
-    uri: str = "",
-    *,
-    options: Mapping[str, Any] | None = None,
-    credentials_ref: str | None = None,
-    sync: str | None = None,
-    poll_interval_s: int | None = None,
-    version_domain: str | None = None,
-) -> None:
-    """Register a source (idempotent) with its location ``uri`` ('' for a
-    source that takes no ``content_uri``), then set the connector settings
-    given (options, credentials reference, how it syncs, how its versions
-    compare: ``revision``, ``timestamp`` or ``etag``).
-
-    Raises:
-        ConfigurationError: ``uri`` is not a usable location or overlaps
-            ragsync's own home or object store.
-        ValueError: the id, type, sync kind, poll interval or version domain
-            is out of its domain (``check_source_definition``).
-    """
-    if uri:
-        uri = register_location(uri, reserved=settings.reserved_locations).uri
-    catalog = open_catalog(settings)
-    try:
-        catalog.create_source(
-            tenant_id,
-            source_id=source_id,
-            type=type_,
-            uri=uri,
-            if_exists="update",
-        )
-        catalog.configure_source(
-            source_id,
-            tenant_id=tenant_id,
-            options=options,
-            credentials_ref=credentials_ref,
-            sync=sync,
-            poll_interval_s=poll_interval_s,
-            version_domain=version_domain,
-        )
-    finally:
-        catalog.close()
 
 
 def build_pipeline(

@@ -361,7 +361,7 @@ def run_stream(
         KeyboardInterrupt: Ctrl-C or SIGTERM stopped the run (a remote job is
             cancelled first); ``ragsync status`` shows what was applied.
     """
-    from beam_pipelines.listing import prepare_stores
+    from ragsync.index_versions import prepare_stores
 
     start = time.monotonic()
     started_at = time.time()

@@ -37,7 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from beam_pipelines.listing import ListingFailedError, prepare_stores, root_cause, run_listing
+from beam_pipelines.listing import ListingFailedError, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
@@ -49,6 +49,7 @@ from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
+from ragsync.index_versions import prepare_stores
 from ragsync.model import Event
 from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for

@@ -299,9 +299,9 @@ def write_scans(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
-    from beam_pipelines.listing import prepare_stores, register_source
+    from connectors.registration import register_source
     from ragsync.config import Settings, open_catalog
-    from ragsync.index_versions import live_spec
+    from ragsync.index_versions import live_spec, prepare_stores
 
     rng = random.Random(args.seed)
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="bench_stream_"))

@@ -40,7 +40,7 @@ def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | No
 
 def cmd_sources_add(args: argparse.Namespace) -> int:
     """Register a source with its location (``--uri``) and connector settings."""
-    from beam_pipelines.listing import register_source
+    from connectors.registration import register_source
 
     uri = args.uri or default_uri(args.type)
     try:

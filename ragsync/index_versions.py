@@ -107,6 +107,20 @@ def register_first_version(settings: Settings, spec: ModelSpec) -> None:
         catalog.close()
 
 
+def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
+    """Create the catalog, vector collection and keyword index if missing,
+    and record a new home's index version 1 with ``spec``'s model and
+    backend (``ragsync.index_versions.register_first_version``).
+
+    Creation is this explicit step; the writers themselves fail fast on a
+    missing collection.
+    """
+    open_catalog(settings).close()
+    open_vector_index(settings, spec.dim, create=True).close()
+    open_keyword_index(settings, create=True).close()
+    register_first_version(settings, spec)  # the backend it is built with, on record
+
+
 def settings_for_version(settings: Settings, version: IndexVersion) -> Settings:
     """``settings`` with the backend ``version`` was built with (read from its
     model version), so its vectors are compared with vectors of the same

@@ -52,9 +52,9 @@ class QueryHome:
     chunk_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> chunk id
 
     def __post_init__(self) -> None:
-        from beam_pipelines.listing import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
+        from ragsync.index_versions import prepare_stores
 
         self.settings = Settings(home=str(self.home))
         prepare_stores(self.settings, default_model())

@@ -36,8 +36,9 @@ def register_folder(
     """Create the stores and register ``folder`` as source ``source_id`` of
     ``tenant`` whose versions (file times) are ``domain`` values, before any
     event names it."""
-    from beam_pipelines.listing import prepare_stores, register_source
+    from connectors.registration import register_source
     from ragsync.embedding import default_model
+    from ragsync.index_versions import prepare_stores
 
     prepare_stores(settings, default_model())
     register_source(settings, source_id, tenant, "object_store", str(folder), version_domain=domain)

@@ -13,12 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from beam_pipelines.listing import prepare_stores
 from ragsync import embedding_onnx
 from ragsync.config import Settings, default_model_cache_dir, open_catalog, open_vector_index
 from ragsync.embedding import backend_of, spec_for
 from ragsync.errors import ConfigurationError
-from ragsync.index_versions import list_versions, live_spec, resolve_backend, settings_for_version
+from ragsync.index_versions import (
+    list_versions,
+    live_spec,
+    prepare_stores,
+    resolve_backend,
+    settings_for_version,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 

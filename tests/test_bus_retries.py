@@ -17,13 +17,14 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.streaming import GuardBusMessages, apply_event_rows
+from connectors.registration import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_vector_index
 from ragsync.decisions import FailureRoute, failure_route, retry_dead_letters
 from ragsync.embedding import default_model
 from ragsync.errors import WriteError
+from ragsync.index_versions import prepare_stores
 from ragsync.model import DeadLetter
 from ragsync.stores.milvus import MilvusVectorIndex
 from tests.queue_events import apply_events, change_event, stream_until_idle

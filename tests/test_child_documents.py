@@ -297,9 +297,10 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
 @corpus_required
 @pytest.mark.slow
 def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> None:
-    from beam_pipelines.listing import prepare_stores, register_source
+    from connectors.registration import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
+    from ragsync.index_versions import prepare_stores
     from ragsync.reconcile import reconcile
     from tests.queue_events import apply_events, change_event
 

@@ -9,6 +9,8 @@ import pytest
 
 from cli.main import main
 
+ROOT = Path(__file__).resolve().parents[1]
+
 
 def _run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str]:
     code = main(list(argv))
@@ -122,3 +124,45 @@ def test_help_loads_no_heavy_module() -> None:
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
+    """Registering a source, listing sources, status, dead letters and pushing
+    events touch only the catalog: they run without Beam or torch (with Beam,
+    ``sources add`` took 2.2 s instead of 0.5 s)."""
+    import subprocess
+    import sys
+
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    events = tmp_path / "events.jsonl"
+    events.write_text(
+        json.dumps(
+            {
+                "source_id": "docs",
+                "doc_id": "a.txt",
+                "op": "delete",
+                "source_version": "1",
+                "event_time": "2026-01-05T10:00:00Z",
+            }
+        )
+        + "\n"
+    )
+    home = str(tmp_path / "home")
+    commands = [
+        ["sources", "add", "docs", "--type", "object_store", "--uri", str(folder), "--tenant", "acme"],
+        ["sources", "list", "--json"],
+        ["events", "push", str(events)],
+        ["dead-letters", "list", "--json"],
+        ["status", "--json"],
+    ]
+    probe = (
+        "import sys\nfrom cli.main import main\n"
+        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
+        "print(codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0, 0] []", done.stderr[-2000:]

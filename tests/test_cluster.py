@@ -22,13 +22,14 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.backfill import run_backfill
-from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.streaming import run_stream
+from connectors.registration import register_source
 from ragsync.catalog.base import catalog_pool_size
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
 from ragsync.errors import ConfigurationError
+from ragsync.index_versions import prepare_stores
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile
 from tests.crash_hooks import crash_env

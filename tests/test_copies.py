@@ -96,11 +96,11 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     a vanished holder and its content disappeared from search. The link step
     now raises a retryable error, so the event runs again (b.txt is then
     processed on its own)."""
-    from beam_pipelines.listing import prepare_stores
     from ragsync import ids
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.errors import WriteError
+    from ragsync.index_versions import prepare_stores
     from ragsync.model import FetchedDocument, SourceFile
     from transforms.fetch import fetch_decision
     from transforms.write import _RecordDuplicateFn
@@ -361,9 +361,10 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
 def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     """The same rules hold for change events (streaming pipeline, catalog queue)."""
 
-    from beam_pipelines.listing import prepare_stores, register_source
+    from connectors.registration import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
+    from ragsync.index_versions import prepare_stores
     from ragsync.query import hybrid_query
     from tests.queue_events import change_event, push_events, stream_until_idle
 

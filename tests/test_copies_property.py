@@ -49,9 +49,9 @@ class _Harness:
     """One ``IndexWriter`` over a shared home (see ``ragsync.writer``)."""
 
     def __init__(self, home: Path) -> None:
-        from beam_pipelines.listing import prepare_stores
         from ragsync.config import Settings
         from ragsync.embedding import default_model
+        from ragsync.index_versions import prepare_stores
         from ragsync.writer import IndexWriter
 
         self.settings = Settings(home=str(home))

@@ -310,8 +310,8 @@ def test_a_parse_failure_from_the_stream_is_redriven_by_its_event_id(
 def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path) -> None:
     """The catalog, the CLI and the API name a dead letter by its event id (its
     row id when no event is behind it) and re-drive it through one function."""
-    from beam_pipelines.listing import register_source
     from connectors.events import event_or_none, parse_event
+    from connectors.registration import register_source
     from ragsync.config import Settings, open_catalog
     from ragsync.model import DeadLetter, FetchedDocument, QueuedEvent, SourceFile
     from transforms.events import crash_loop_dead_letter
@@ -428,8 +428,8 @@ def test_tied_scores_rank_the_same_whatever_the_store_order(tmp_path: Path) -> N
 def test_the_lease_heartbeat_lets_a_retried_event_go(tmp_path: Path) -> None:
     """A failed event handed back for a retry is not kept leased by the
     heartbeat (it was, forever, and the retry never ran)."""
-    from beam_pipelines.listing import register_source
     from connectors.events import parse_event
+    from connectors.registration import register_source
     from ragsync.config import Settings, open_catalog
 
     settings = Settings(home=str(tmp_path / "home"))

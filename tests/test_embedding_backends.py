@@ -337,8 +337,7 @@ def test_any_local_model_runs_with_its_own_dimension(tiny_model: Path, tmp_path:
 
 
 def test_the_index_is_created_with_the_model_dimension_and_keeps_it(tiny_model: Path, tmp_path: Path) -> None:
-    from beam_pipelines.listing import prepare_stores
-    from ragsync.index_versions import live_spec, live_version
+    from ragsync.index_versions import live_spec, live_version, prepare_stores
 
     home = str(tmp_path / "home")
     tiny = Settings(home=home, embed_model=str(tiny_model))

@@ -19,13 +19,14 @@ import httpx
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from beam_pipelines.listing import prepare_stores, register_source
 from beam_pipelines.streaming import run_stream
 from connectors.events import parse_event
+from connectors.registration import register_source
 from control_plane.app import create_app
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
+from ragsync.index_versions import prepare_stores
 from ragsync.query import hybrid_query
 from tests.serving import served
 

@@ -101,10 +101,11 @@ def test_failed_update_keeps_the_last_good_version(
 def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> None:
     """The same through change events (streaming pipeline, catalog queue)."""
 
-    from beam_pipelines.listing import prepare_stores, register_source
+    from connectors.registration import register_source
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model
+    from ragsync.index_versions import prepare_stores
     from ragsync.query import hybrid_query
     from tests.queue_events import apply_events, change_event
 

@@ -17,9 +17,9 @@ import apache_beam as beam
 import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.listing import register_source
 from beam_pipelines.quick import source_id_for
 from beam_pipelines.sync import run_sync
+from connectors.registration import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
 from ragsync.source_types import SourceSpec

@@ -12,10 +12,11 @@ from typing import Any
 
 import pytest
 
-from beam_pipelines.listing import prepare_stores, register_source
+from connectors.registration import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
+from ragsync.index_versions import prepare_stores
 from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
 from ragsync.reconcile import reconcile

@@ -147,8 +147,8 @@ def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) 
     """The quick start's home may hold the same folder under another tenant:
     ``--tenant`` names which one the template syncs (it failed with "source
     exists for several tenants")."""
-    from beam_pipelines.listing import register_source
     from beam_pipelines.quick import source_id_for
+    from connectors.registration import register_source
 
     src = _corpus(tmp_path)
     settings = Settings(home=str(tmp_path / "home"))
@@ -167,7 +167,7 @@ def test_stream_main_py_as_the_launcher_runs_it_applies_queued_events(tmp_path: 
     """The stream template's main, started the way the launcher starts it,
     with the local queue as its bus (Pub/Sub and Kafka cannot run here; their
     read path is tested in tests/test_event_sources.py) until the queue is idle."""
-    from beam_pipelines.listing import register_source
+    from connectors.registration import register_source
     from tests.queue_events import change_event, push_events
 
     src = _corpus(tmp_path)

@@ -23,8 +23,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from beam_pipelines.listing import register_source
 from beam_pipelines.sync import run_sync
+from connectors.registration import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, SyncError
 from ragsync.lifecycle import descendants
