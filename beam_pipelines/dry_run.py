@@ -103,7 +103,7 @@ def plan_source_sync(
     if catalog is None:
         raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
     try:
-        state = catalog.source_state(source_id, tenant_id)
+        state = catalog.get_source(source_id, tenant_id=tenant_id)
         if state is None or not state.uri:
             raise ConfigurationError(f"unknown source {source_id!r} or it declares no location")
         source_location(state.uri, reserved=settings.reserved_locations)

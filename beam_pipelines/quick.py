@@ -199,7 +199,7 @@ def quick_backfill(
     source_id = source_id or source_id_for(uri)
     catalog = open_catalog(settings)
     try:
-        state = catalog.source_state(source_id, tenant_id)
+        state = catalog.get_source(source_id, tenant_id=tenant_id)
         if state is None or state.paused or state.type != "object_store" or state.last_full_at is None:
             return None
         try:

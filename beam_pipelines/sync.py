@@ -178,7 +178,7 @@ def run_sync(
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = catalog.source_state(source_id, tenant_id)
+        state = catalog.get_source(source_id, tenant_id=tenant_id)
         if state is None:
             raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
         if state.paused:
@@ -313,7 +313,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = catalog.source_state(source_id, tenant_id)
+        state = catalog.get_source(source_id, tenant_id=tenant_id)
         if state is None:
             raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
         if not state.uri:

@@ -113,7 +113,7 @@ def cmd_sources_webhook_secret(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(32)
     catalog = open_catalog(settings_from_args(args))
     try:
-        state = catalog.source_state(args.source_id, args.tenant)
+        state = catalog.get_source(args.source_id, tenant_id=args.tenant)
         if state is None:
             return fail(f"unknown source {args.source_id!r}", 2)
         options = {**state.options, WEBHOOK_SECRET_OPTION: webhook_secret_hash(token)}

@@ -388,7 +388,7 @@ def test_registering_again_updates_and_is_scoped_per_tenant(catalog: Catalog) ->
 
 
 def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: Catalog) -> None:
-    """``get_source`` and ``source_state`` read the same row into one type,
+    """``get_source`` reads the row into the one source type,
     ``SourceState``: its ``spec()`` is what a connector gets, its ``public()``
     never shows the credentials reference."""
     catalog.create_source(
@@ -397,7 +397,7 @@ def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: C
     assert catalog.configure_source("w", tenant_id="t1", options={"acl_groups": ["eng"]})
     catalog.create_source("t1", source_id="open", type="object_store", uri="file:///data")
     source = catalog.get_source("w", tenant_id="t1")
-    assert isinstance(source, SourceState) and source == catalog.source_state("w", "t1")
+    assert isinstance(source, SourceState) and source == catalog.get_source("w")
     assert source.created_at > 0 and source.credentials_ref_set is True
     assert source.spec() == SourceSpec(
         source_id="w",

@@ -292,7 +292,7 @@ def test_version_domain_and_stale_events_over_the_api(api: Api) -> None:
     }
     event["event_id"] = "late-1"
     assert api.a.post("/internal/events", json=event).status_code == 202
-    tenant_a = api.catalog.source_state("rev").tenant_id  # type: ignore[union-attr]
+    tenant_a = api.catalog.get_source("rev").tenant_id  # type: ignore[union-attr]
     note = "delete '3' (revision, observed 1796119200.000) is stale: the document holds content version '5'"
     api.catalog.note_event((tenant_a, "late-1"), note)
     api.catalog.ack_events([(tenant_a, "late-1")], state="stale")

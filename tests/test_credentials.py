@@ -264,7 +264,7 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
         )
         assert r.status_code == 201, r.text
     catalog: Catalog = app.state.catalog
-    state = catalog.source_state("w", "acme")
+    state = catalog.get_source("w", tenant_id="acme")
     assert state is not None and (state.credentials_ref, state.credentials_by) == (granted, "tenant")
     # A reference stored before grants existed (or by a tenant, by any path)
     # stays a tenant's: the sync refuses it without a request to the host.
@@ -275,14 +275,14 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
         from ragsync.catalog import schema
 
         conn.execute(update(schema.sources).values(credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET"))
-    state = catalog.source_state("w", "acme")
+    state = catalog.get_source("w", tenant_id="acme")
     assert state is not None
     with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
         _request(state.spec())
     assert seen == []
     # The operator's tool marks its own reference: that one is sent.
     catalog.configure_source("w", tenant_id="acme", credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET")
-    state = catalog.source_state("w", "acme")
+    state = catalog.get_source("w", tenant_id="acme")
     assert state is not None and state.credentials_by == "operator"
     _request(state.spec())
     assert seen == [SERVER_SECRET]

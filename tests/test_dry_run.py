@@ -94,7 +94,7 @@ def _snapshot(settings: Settings) -> dict[str, Any]:
             d.source_object_id: (d.status, d.content_hash, d.acl_id)
             for d in catalog.documents_for_source(SOURCE)
         }
-        cursor = catalog.source_state(SOURCE, TENANT)
+        cursor = catalog.get_source(SOURCE, tenant_id=TENANT)
     finally:
         catalog.close()
     vectors, keywords = open_vector_index(settings, DIM), open_keyword_index(settings)
@@ -205,7 +205,7 @@ def test_incremental_sync_dry_run_reads_the_feed_and_keeps_the_cursor(
     def state() -> tuple[Any, ...]:
         catalog = open_catalog(settings)
         try:
-            source = catalog.source_state("wiki", TENANT)
+            source = catalog.get_source("wiki", tenant_id=TENANT)
             docs = {
                 d.source_object_id: (d.status, d.content_hash) for d in catalog.documents_for_source("wiki")
             }

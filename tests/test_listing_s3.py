@@ -72,7 +72,7 @@ def test_a_missing_bucket_fails_the_sync_and_pauses_the_source(store: ObjectStor
     with pytest.raises(SyncError, match=f"{uri}"):
         run_sync("gone", settings, full=True, beam_args=store.args, show_progress=False)
     catalog = open_catalog(settings)
-    state = catalog.source_state("gone")
+    state = catalog.get_source("gone")
     catalog.close()
     assert state is not None and state.paused
 

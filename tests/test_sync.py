@@ -162,7 +162,7 @@ def test_a_failing_change_feed_pauses_the_source_after_n_failures(
         with pytest.raises(SyncError, match="cannot reach"):
             run_sync("wiki-2", settings, show_progress=False)
         catalog = open_catalog(settings)
-        state = catalog.source_state("wiki-2")
+        state = catalog.get_source("wiki-2")
         catalog.close()
         assert state is not None and state.failures == attempt and state.paused == (attempt == 2)
     assert "2 syncs failed in a row" in state.pause_reason
@@ -228,7 +228,7 @@ def test_a_folder_that_cannot_be_listed_fails_the_sync_and_deletes_nothing(
     assert code == 1 and "cannot list" in data["error"], err
     assert _indexed(settings) == 2
     catalog = open_catalog(settings)
-    state = catalog.source_state(source_id_for(str(src)))
+    state = catalog.get_source(source_id_for(str(src)))
     catalog.close()
     assert state is not None and state.paused and "cannot list" in state.pause_reason
 

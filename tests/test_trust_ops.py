@@ -107,7 +107,7 @@ def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) ->
 def _state(settings: Settings, source_id: str) -> tuple[bool, int, str, float | None]:
     catalog = open_catalog(settings)
     try:
-        state = catalog.source_state(source_id, TENANT)
+        state = catalog.get_source(source_id, tenant_id=TENANT)
         assert state is not None
         return state.paused, state.failures, state.pause_reason, state.retry_at
     finally:

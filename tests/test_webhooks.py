@@ -353,7 +353,7 @@ def test_the_cli_makes_a_token_the_endpoint_accepts(
     app = create_app(f"sqlite:///{home}/catalog.db")
     fs = _NoSidecar()
     app.state.webhook_connector = lambda spec: open_connector(spec, fs=fs)
-    state = app.state.catalog.source_state("gcs-docs", "acme")
+    state = app.state.catalog.get_source("gcs-docs", tenant_id="acme")
     assert made["token"] not in json.dumps(state.options)  # only its hash is stored
     assert state.options["acl_groups"] == ["staff"]  # the other options are kept
     with TestClient(app) as client:
@@ -387,7 +387,7 @@ def test_pubsub_oidc_tokens_are_verified_when_the_source_asks_for_them(hook: Hoo
     hook.client.app.state.google_certs = lambda: certs
     audience = "https://ragsync.example.org/v1/sources/gcs-docs/webhook"
     account = "push@acme-prod.iam.gserviceaccount.com"
-    options = hook.catalog.source_state("gcs-docs", "tenant-a").options
+    options = hook.catalog.get_source("gcs-docs", tenant_id="tenant-a").options
     hook.catalog.configure_source(
         "gcs-docs",
         tenant_id="tenant-a",
@@ -441,7 +441,7 @@ def test_sns_signatures_are_verified_when_the_source_asks_for_them(hook: Hook) -
         return cert
 
     hook.client.app.state.sns_certificates = certificate
-    options = hook.catalog.source_state("s3-docs", "tenant-a").options
+    options = hook.catalog.get_source("s3-docs", tenant_id="tenant-a").options
     hook.catalog.configure_source("s3-docs", tenant_id="tenant-a", options={**options, "sns_verify": True})
 
     def signed(message: dict[str, Any], version: str = "1") -> dict[str, Any]:

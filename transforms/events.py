@@ -319,7 +319,7 @@ class _ResolveFn(CatalogDoFn):
         claimed = str(row.get("tenant_id") or event.tenant_id or "")
         key = (claimed, event.source_id)
         if key not in self._sources:
-            source = self._catalog.source_state(event.source_id, tenant_id=claimed or None)
+            source = self._catalog.get_source(event.source_id, tenant_id=claimed or None)
             self._sources[key] = (source.tenant_id, source.uri, source.version_domain) if source else None
         found = self._sources[key]
         if found is None:

@@ -120,12 +120,12 @@ class _FetchFn(CatalogDoFn):
         """The source's declared version domain ('' when undeclared)."""
         key = (item.tenant_id, item.source_id)
         if key not in self._domains:
-            source = self._catalog.source_state(item.source_id, item.tenant_id)
+            source = self._catalog.get_source(item.source_id, tenant_id=item.tenant_id)
             self._domains[key] = source.version_domain if source is not None else ""
         return self._domains[key]
 
     def _open_connector(self, item: SourceFile, key: tuple[str, str]) -> None:
-        source = self._catalog.source_state(item.source_id, item.tenant_id)
+        source = self._catalog.get_source(item.source_id, tenant_id=item.tenant_id)
         if source is None or source.tenant_id != item.tenant_id or not source.uri:
             raise OutsideLocationError(
                 f"source {item.source_id!r} declares no location, so it takes no content_uri "

@@ -266,7 +266,7 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
         catalog.configure_source(
             source_id, tenant_id=tenant_id, options=body.options, version_domain=body.version_domain
         )
-    state = catalog.source_state(source_id, tenant_id)
+    state = catalog.get_source(source_id, tenant_id=tenant_id)
     assert state is not None
     return _source_out(state)
 
@@ -279,7 +279,7 @@ def list_sources(tenant_id: Tenant, catalog: CatalogDep) -> list[SourceOut]:
 
 def _own_source(source_id: str, tenant_id: str, catalog: Any) -> SourceState:
     sid = path_id(source_id)
-    state = catalog.source_state(sid, tenant_id) if sid else None
+    state = catalog.get_source(sid, tenant_id=tenant_id) if sid else None
     if state is None:
         raise not_found(f"source {source_id!r}")
     return state  # type: ignore[no-any-return]

@@ -33,8 +33,8 @@ from ragsync.source_types import SYNC_KINDS, SourceSpec, source_types
 @dataclass(frozen=True)
 class SourceState:
     """One ``sources`` row: what was registered and its sync bookkeeping. The
-    one row type of a source: ``get_source``, ``source_state`` and
-    ``source_states`` return it; :meth:`spec` is the connector's view of it and
+    one row type of a source: ``get_source`` and ``source_states`` return
+    it; :meth:`spec` is the connector's view of it and
     :meth:`public` the view the API and the CLI show.
 
     Attributes:
@@ -132,7 +132,8 @@ def _state_from_row(row: Mapping[Any, Any]) -> SourceState:
 
 
 def read_source(engine: Engine, source_id: str, tenant_id: str | None) -> SourceState | None:
-    """The one read of a source by id, for ``get_source`` and ``source_state``.
+    """The one read of a source by id (``get_source``; ``configure_source``
+    checks with it that the source exists).
 
     Args:
         engine: the catalog's (read) engine.

@@ -100,16 +100,6 @@ class SyncsRepository(Repository):
 
     # -- sources --------------------------------------------------------------------
 
-    def source_state(self, source_id: str, tenant_id: str | None = None) -> SourceState | None:
-        """The source, or None (also when ``tenant_id`` is given and not its
-        owner): the same read as ``get_source`` (``read_source``).
-
-        Raises:
-            AmbiguousSourceError: no tenant given and several tenants have a
-                source of that id.
-        """
-        return read_source(self._read_engine, source_id, tenant_id)
-
     def sources_with_id(self, source_id: str, *, limit: int = 16) -> list[SourceState]:
         """Every tenant's source of this id (at most ``limit``), for callers
         that prove which one they mean another way (a webhook's secret)."""
@@ -166,7 +156,7 @@ class SyncsRepository(Repository):
         if poll_interval_s is not None:
             values["poll_interval_s"] = poll_interval_s
         if not values:
-            return self.source_state(source_id, tenant_id) is not None
+            return read_source(self._read_engine, source_id, tenant_id) is not None
         t = schema.sources
         with self._engine.begin() as conn:
             where = _source_where(t, source_id, tenant_id)
