@@ -90,3 +90,37 @@ def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path
         assert cat.queue_stats()["depth"] == 0
     finally:
         cat.close()
+
+
+def test_a_drained_queue_ends_the_stream_before_any_store_or_pipeline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``stream --until-idle`` with nothing pending for the lanes it serves
+    (a cron job's usual call) returns an all-zero summary without opening the
+    stores or building a pipeline; with an event pending it builds them."""
+    import beam_pipelines.streaming as streaming
+
+    src = tmp_path / "src"
+    src.mkdir()
+    settings = Settings(home=str(tmp_path / "home"))
+    open_catalog(settings).close()
+    register_source(settings, SOURCE, TENANT, "object_store", str(src))
+    built: list[object] = []
+
+    def refuse(*_args: object, **kwargs: object) -> None:
+        built.append(kwargs["lanes"])
+        raise RuntimeError("a pipeline was built")
+
+    monkeypatch.setattr(streaming, "_lane_pipeline", refuse)
+    summary = run_stream(settings, until_idle=True, show_progress=False)
+    assert (summary.events_applied, summary.documents_indexed, summary.dead_lettered) == (0, 0, 0)
+    assert built == [] and sorted(p.name for p in (tmp_path / "home").iterdir()) == ["catalog.db"]
+    (src / "policy.md").write_text("# Policy\n\nVisitors sign in at the front desk.\n")
+    _push(settings, [_event("policy.md", "upsert", 1, ["staff"], str(src / "policy.md"))])
+    # The slow lane's workers have nothing to do ...
+    assert run_stream(settings, until_idle=True, show_progress=False, lanes="slow").events_applied == 0
+    assert built == []
+    # ... the priority/fast workers build their pipeline.
+    with pytest.raises(RuntimeError, match="a pipeline was built"):
+        run_stream(settings, until_idle=True, show_progress=False, lanes="priority,fast")
+    assert built == [("priority", "fast")]
