@@ -343,29 +343,37 @@ def test_a_run_of_aligned_lines_ends_at_a_wide_vertical_gap() -> None:
     assert len(aligned_runs(group_lines([*_words(rows, top=0), *_words(rows, top=300)]))) == 2
 
 
-def test_a_wrapped_cell_stays_in_its_row_and_a_left_heading_does_not() -> None:
-    """One-segment lines inside a run: a wrap starting in an inner column
-    joins the cell above (the senate list's descriptions); three in a row,
-    or one at the end, leave the run."""
+def test_wrapped_cells_stay_in_the_run_as_rows_of_their_own() -> None:
+    """One-segment lines inside a run (the senate list's descriptions wrapped
+    under their cell) stay in it, each a row of one cell, as the text-layer
+    path reads them (a table of 3 rows of two or more cells in 7: under
+    half, above a third); one at the end, or three in a row, leave the run."""
     lines = [
         [(10, "DH01"), *_set("STAFF TRAVEL", 200), (600, "920.68")],
         [*_set("AIRFARE KC TO DC", 200)],
+        [*_set("AND BACK", 200)],
         [(10, "DH02"), *_set("STAFF TRAVEL", 200), (600, "907.96")],
         [*_set("AIRFARE STL", 200)],
+        [*_set("AND RETURN", 200)],
         [(10, "DH03"), *_set("SENATOR TRAVEL", 200), (600, "798.90")],
         [*_set("LODGING", 200)],
     ]
     runs = aligned_runs(group_lines(_words(lines)))
-    assert [len(run) for run in runs] == [5]  # the last wrap is left out
-    tables, _ = page_tables(_words(lines), [])
+    assert [len(run) for run in runs] == [7]  # the last wrap is left out
+    tables, used = page_tables(_words(lines), [])
     assert [rows for _, rows in tables] == [
         [
-            ["DH01", "STAFF TRAVEL AIRFARE KC TO DC", "920.68"],
-            ["DH02", "STAFF TRAVEL AIRFARE STL", "907.96"],
+            ["DH01", "STAFF TRAVEL", "920.68"],
+            ["", "AIRFARE KC TO DC", ""],
+            ["", "AND BACK", ""],
+            ["DH02", "STAFF TRAVEL", "907.96"],
+            ["", "AIRFARE STL", ""],
+            ["", "AND RETURN", ""],
             ["DH03", "SENATOR TRAVEL", "798.90"],
         ]
     ]
-    singles = [lines[0], [(200, "x")], [(200, "y")], [(200, "z")], lines[2], lines[4]]
+    assert len(used) == len(_words(lines)) - 1  # LODGING stays text
+    singles = [lines[0], [(200, "x")], [(200, "y")], [(200, "z")], lines[3], lines[6]]
     assert aligned_runs(group_lines(_words(singles))) == []  # three one-segment lines end the run
 
 

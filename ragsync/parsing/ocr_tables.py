@@ -58,6 +58,10 @@ PROSE_WORDS = 5
 # A table read with its segments as cells (segment_table) has at least this
 # share of cells holding a digit.
 MIN_NUMERIC_SHARE = 0.25
+# ... and at least this share of its rows with two or more cells (a row with a
+# cell wrapped over two more lines: the wraps are rows of one cell each, as
+# the text-layer path reads them).
+SEGMENT_MULTI_SHARE = 1 / 3
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -297,29 +301,18 @@ def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
     """A run's rows with each segment (``segments``) as one cell: the columns
     come from where the segments lie, so word gaps inside a cell that line up
     by chance make no column. Kept (``ocr_second.table_rows`` on the
-    segments) when at least ``MIN_NUMERIC_SHARE`` of the cells hold a digit;
-    else ``[]``."""
-    left = min(line[0].x0 for line in run)
-    merged: list[list[Word]] = []
-    for line in run:
-        cells = [
+    segments, with ``SEGMENT_MULTI_SHARE`` of the rows of two or more cells)
+    when at least ``MIN_NUMERIC_SHARE`` of the cells hold a digit; else ``[]``."""
+    merged = [
+        [
             Word(
-                s[0].x0,
-                min(w.y0 for w in s),
-                s[-1].x1,
-                max(w.y1 for w in s),
-                " ".join(w.text for w in s),
-                0.0,
+                s[0].x0, min(w.y0 for w in s), s[-1].x1, max(w.y1 for w in s), " ".join(w.text for w in s), 0
             )
             for s in segments(line)
         ]
-        if merged and len(cells) == 1 and cells[0].x0 - left > 2 * cells[0].height:
-            above = merged[-1][-1]  # a wrapped cell: its text joins the line above, in its column
-            merged[-1].append(Word(cells[0].x0, above.y0, cells[0].x1, above.y1, cells[0].text, 0.0))
-            merged[-1].sort(key=lambda w: w.x0)
-            continue
-        merged.append(cells)
-    rows = table_rows(merged)
+        for line in run
+    ]
+    rows = table_rows(merged, multi_share=SEGMENT_MULTI_SHARE)
     texts = [c for row in rows for c in row if c]
     numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
     return rows if texts and numeric >= MIN_NUMERIC_SHARE * len(texts) else []
