@@ -28,7 +28,10 @@ ground truth.
   the truth cells inside emitted tables, tables found, CPU seconds, and
   where each truth cell went (``_cell_losses``): matched, its text inside
   an emitted table but not as one cell (split or merged), its text outside
-  every table (table not found), or its text nowhere on the page (misread).
+  every table (table not found), or its text nowhere on the page (misread);
+* scanned prose (``prose_tables``, with the transcribed pages): pages on
+  which the default path emits a table (false positives; with the
+  transcribed pages' ``combined_tables``, ``prose_pages_with_tables``).
 
 Usage: ``python benchmarks/eval_second_ocr.py [--corpus PATH] [--tables 20] [--no-pages-with-tables]``
 """
@@ -53,7 +56,7 @@ from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bench_ocr import DEFAULT_CORPUS, IMAGES  # noqa: E402
+from bench_ocr import DEFAULT_CORPUS, IMAGES, PDFS, RENDERS  # noqa: E402
 
 # Every scanned page with a transcription: (set, file under the corpus, truth file under the corpus).
 _TT = "ocr_groundtruth/tesseract-test"
@@ -153,6 +156,41 @@ def scanned_tables(corpus: Path) -> list[dict[str, Any]]:
                 "truth_cells_went": _cell_losses(truth, rows, " ".join(found.paragraph_texts())),
             }
         )
+    return out
+
+
+# Scanned prose without a transcription (ocrmypdf's test scans, besides bench_ocr's PDFS and RENDERS).
+PROSE_SCANS = ["francais.pdf", "kcs.pdf", "typewriter.png", "baiona.png"]
+
+
+def prose_tables(corpus: Path) -> list[dict[str, Any]]:
+    """Tables the default path emits on scanned prose (false positives): the
+    first three pages of bench_ocr's ``PDFS`` and of ``PROSE_SCANS``, the
+    page of each of ``RENDERS``. Each: the page and its number of tables."""
+    import pypdfium2 as pdfium
+
+    scans = corpus / "documents" / "ocrmypdf-resources"
+    pages: list[tuple[str, int, Path]] = [
+        *((name, i, scans / name) for name in [*PDFS, *PROSE_SCANS] for i in range(3)),
+        *((Path(rel).name, i, corpus / rel) for rel, i in RENDERS),
+    ]
+    out: list[dict[str, Any]] = []
+    for name, i, path in pages:
+        if not path.is_file():
+            continue
+        if path.suffix.lower() != ".pdf":
+            if i:
+                continue
+            page = next(iter_image_pages(path.read_bytes()))
+        else:
+            doc = pdfium.PdfDocument(path.read_bytes())
+            try:
+                if i >= len(doc):
+                    continue
+                page = render_pdf_page(doc, i, OcrOptions())
+            finally:
+                doc.close()
+        out.append({"page": f"{name}#{i + 1}", "tables": len(ocr_page(page, OcrOptions()).tables)})
     return out
 
 
@@ -367,6 +405,11 @@ def main(argv: list[str] | None = None) -> int:
             60 * len(tables) / max(sum(t["combined_cpu_s"] for t in tables), 1e-9), 1
         ),
     }
+    prose = [] if args.no_pages else prose_tables(args.corpus)
+    summary["prose_pages_with_tables"] = sum(1 for r in rows if r["combined_tables"]) + sum(
+        1 for r in prose if r["tables"]
+    )
+    summary["prose_pages"] = len(rows) + len(prose)
     full = [] if args.no_pages_with_tables else scanned_tables(args.corpus)
     summary["pages_with_tables"] = {
         "pages": len(full),
@@ -383,7 +426,14 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         json.dumps(
-            {"summary": summary, "cer_pages": rows, "pubtabnet": tables, "pages_with_tables": full}, indent=1
+            {
+                "summary": summary,
+                "cer_pages": rows,
+                "prose_scans": prose,
+                "pubtabnet": tables,
+                "pages_with_tables": full,
+            },
+            indent=1,
         )
     )
     return 0

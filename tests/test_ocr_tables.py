@@ -16,7 +16,14 @@ from ragsync.parsing import parse
 from ragsync.parsing.ocr_engine import table_positions
 from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
-from ragsync.parsing.ocr_tables import aligned_runs, page_tables, ruled_columns, ruled_regions
+from ragsync.parsing.ocr_tables import (
+    aligned_runs,
+    is_prose,
+    page_tables,
+    ruled_columns,
+    ruled_regions,
+    segment_table,
+)
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
 
@@ -209,15 +216,11 @@ def _scan(data: bytes) -> bytes:
 
 @needs_tesseract
 @pytest.mark.parametrize("layout", ["ALL", "HORIZONTAL_LINES", "NONE"])
-def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(
-    layout: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Ruled grid, rules between rows only, no rules (unruled tables on:
-    ``RAGSYNC_OCR_UNRULED_TABLES=1``): the scan's table equals the table
+def test_a_scanned_page_reads_its_table_as_the_pdf_text_layer_does(layout: str) -> None:
+    """Ruled grid, rules between rows only, no rules (unruled tables, on by
+    default): the scan's table equals the table
     ragsync reads from the PDF's own text layer (every cell), in the same
     place between the two paragraphs."""
-    if layout == "NONE":
-        monkeypatch.setenv("RAGSYNC_OCR_UNRULED_TABLES", "1")
     data = _pdf(layout)
     layer = parse(data, "application/pdf")
     scan = parse(_scan(data), "image/png")
@@ -305,10 +308,15 @@ def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_ra
 
 
 @needs_tesseract
-def test_unruled_tables_are_off_by_default() -> None:
-    """Without RAGSYNC_OCR_UNRULED_TABLES=1 a scan's rule-less table stays text."""
-    scan = parse(_scan(_pdf("NONE")), "image/png")
-    assert ElementType.TABLE not in [e.type for e in scan.elements]
+def test_unruled_tables_are_on_by_default_and_off_with_the_variable_at_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """By default a scan's rule-less table is a table; with
+    RAGSYNC_OCR_UNRULED_TABLES=0 it stays text."""
+    data = _scan(_pdf("NONE"))
+    assert [e.type for e in parse(data, "image/png").elements].count(ElementType.TABLE) == 1
+    monkeypatch.setenv("RAGSYNC_OCR_UNRULED_TABLES", "0")
+    assert ElementType.TABLE not in [e.type for e in parse(data, "image/png").elements]
     assert page_tables(_words([[*_set("a b", 10)]]), [], unruled=False) == ([], set())
 
 
@@ -319,3 +327,166 @@ def test_lines_whose_word_gaps_line_up_by_chance_are_not_an_unruled_table() -> N
     words = _words([[*_set("aa bb cc dd", 10), *_set("ee ff gg hh", 700)] for _ in range(4)])
     assert len(table_rows(group_lines(words))[0]) == 8
     assert page_tables(words, []) == ([], set())
+
+
+# ------------------------------------------------------------------ unruled tables (pure)
+
+
+def test_a_run_of_aligned_lines_ends_at_a_wide_vertical_gap() -> None:
+    """A line of two segments far above (a heading, or a ruled region's words
+    taken out between) is not the first row of the aligned lines below it."""
+    rows = [[(10, "a1"), (300, "b1")], [(10, "a2"), (300, "b2")], [(10, "a3"), (300, "b3")]]
+    heading = _words([[(10, "Report"), (300, "2019")]], top=0)
+    body = _words(rows, top=200)  # 186 px below the heading's bottom: over 3 line heights (42)
+    runs = aligned_runs(group_lines([*heading, *body]))
+    assert [[w.text for line in run for w in line] for run in runs] == [["a1", "b1", "a2", "b2", "a3", "b3"]]
+    assert len(aligned_runs(group_lines([*_words(rows, top=0), *_words(rows, top=300)]))) == 2
+
+
+def test_wrapped_cells_stay_in_the_run_as_rows_of_their_own() -> None:
+    """One-segment lines inside a run (the senate list's descriptions wrapped
+    under their cell) stay in it, each a row of one cell, as the text-layer
+    path reads them (a table of 3 rows of two or more cells in 7: under
+    half, above a third); one at the end, or three in a row, leave the run."""
+    lines = [
+        [(10, "DH01"), *_set("STAFF TRAVEL", 200), (600, "920.68")],
+        [*_set("AIRFARE KC TO DC", 200)],
+        [*_set("AND BACK", 200)],
+        [(10, "DH02"), *_set("STAFF TRAVEL", 200), (600, "907.96")],
+        [*_set("AIRFARE STL", 200)],
+        [*_set("AND RETURN", 200)],
+        [(10, "DH03"), *_set("SENATOR TRAVEL", 200), (600, "798.90")],
+        [*_set("LODGING", 200)],
+    ]
+    runs = aligned_runs(group_lines(_words(lines)))
+    assert [len(run) for run in runs] == [7]  # the last wrap is left out
+    tables, used = page_tables(_words(lines), [])
+    assert [rows for _, rows in tables] == [
+        [
+            ["DH01", "STAFF TRAVEL", "920.68"],
+            ["", "AIRFARE KC TO DC", ""],
+            ["", "AND BACK", ""],
+            ["DH02", "STAFF TRAVEL", "907.96"],
+            ["", "AIRFARE STL", ""],
+            ["", "AND RETURN", ""],
+            ["DH03", "SENATOR TRAVEL", "798.90"],
+        ]
+    ]
+    assert len(used) == len(_words(lines)) - 1  # LODGING stays text
+    singles = [lines[0], [(200, "x")], [(200, "y")], [(200, "z")], lines[3], lines[6]]
+    assert aligned_runs(group_lines(_words(singles))) == []  # three one-segment lines end the run
+
+
+def test_two_columns_of_prose_under_a_split_headline_are_prose() -> None:
+    """The magazine page 8071_093.3B at 150 dpi: a headline's short pieces on
+    the left of two text columns made a 3 x 4 table; lines holding two
+    segments of five or more words each are prose."""
+    lines = [[(10, "Listen"), (150, "to"), *_set(PROSE[r], 400), *_set(PROSE[r + 1], 1100)] for r in range(3)]
+    words = _words(lines)
+    assert is_prose(aligned_runs(group_lines(words))[0])
+    assert page_tables(words, []) == ([], set())
+    numbers = [[(10, "North"), (200, "1,204"), (400, "88,310")] for _ in range(3)]
+    assert not is_prose(aligned_runs(group_lines(_words(numbers)))[0])
+
+
+def test_segments_as_cells_keep_a_table_whose_labels_have_word_gaps_in_line() -> None:
+    """A judges' score sheet: two-word row labels whose second words start at
+    the same x make a word-gap column inside the label, so the word-by-word
+    reading has more columns than any line has segments and is refused; read
+    segment by segment (most cells numbers) it is the table."""
+    lines = [
+        [*_set("Skating Skills", 10), (300, "0.80"), (500, "6.25"), (700, "6.79")],
+        [*_set("Linking Footwork", 10), (300, "0.70"), (500, "6.00"), (700, "6.43")],
+        [*_set("Perform Timing", 10), (300, "1.00"), (500, "5.00"), (700, "6.57")],
+    ]
+    words = _words(lines)
+    run = aligned_runs(group_lines(words))[0]
+    assert [len(row) for row in table_rows(run)] == [5, 5, 5]  # word gaps: 5 columns, 4 segments
+    expected = [
+        ["Skating Skills", "0.80", "6.25", "6.79"],
+        ["Linking Footwork", "0.70", "6.00", "6.43"],
+        ["Perform Timing", "1.00", "5.00", "6.57"],
+    ]
+    assert segment_table(run) == expected
+    tables, used = page_tables(words, [])
+    assert [rows for _, rows in tables] == [expected] and used == set(range(len(words)))
+
+
+def test_segments_as_cells_need_digits_in_a_quarter_of_them() -> None:
+    words = _words([[*_set("aa bb", 10), *_set("cc dd", 400)] for _ in range(4)])
+    run = aligned_runs(group_lines(words))[0]
+    assert segment_table(run) == []
+    with_numbers = _words([[*_set("aa bb", 10), *_set(f"cc {r}", 400)] for r in range(4)])
+    assert segment_table(aligned_runs(group_lines(with_numbers))[0]) == [
+        ["aa bb", f"cc {r}"] for r in range(4)
+    ]
+
+
+# ------------------------------------------------------------------ unruled tables (real Tesseract)
+
+
+def _text_scan(lines: list[tuple[int, int, str, int]], size: tuple[int, int]) -> bytes:
+    """A PNG at 300 dpi with each ``(x, y, text, px)`` of ``lines`` drawn in
+    DejaVu Sans of that pixel size (the PIL default font when it is missing)."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    image = Image.new("L", size, 255)
+    draw = ImageDraw.Draw(image)
+    for x, y, text, px in lines:
+        try:
+            font: ImageFont.FreeTypeFont | ImageFont.ImageFont = ImageFont.truetype("DejaVuSans.ttf", px)
+        except OSError:
+            font = ImageFont.load_default(size=px)
+        draw.text((x, y), text, font=font, fill=0)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(300, 300))
+    return buf.getvalue()
+
+
+COLUMN_TEXT = [
+    "Fathers bring a unique perspective to",
+    "the family, a special strength that",
+    "children need and remember for years,",
+    "says a psychologist who studied how",
+    "successful families pass on values to",
+    "their children over many generations.",
+    "He found that the fathers who spoke",
+    "of their affection openly were the",
+]
+
+
+@needs_tesseract
+def test_a_scanned_page_of_two_prose_columns_under_a_headline_has_no_table() -> None:
+    """Unruled tables are on by default: a headline over two text columns
+    (the shape 8071_093.3B's was read as a table) stays text."""
+    lines = [(60, 60, "What Kids Need Most", 64), (60, 150, "By a staff writer", 28)]
+    for r, text in enumerate(COLUMN_TEXT):
+        lines.append((60, 240 + 40 * r, text, 28))
+        lines.append((760, 240 + 40 * r, COLUMN_TEXT[-1 - r], 28))
+    scan = parse(_text_scan(lines, (1400, 640)), "image/png")
+    assert ElementType.TABLE not in [e.type for e in scan.elements]
+    assert "Fathers bring a unique perspective to" in " ".join(e.text for e in scan.elements)
+
+
+SCORES = [
+    ["Skater", "Base", "Judges", "Total"],
+    ["Norway", "6.50", "0.57", "7.07"],
+    ["Sweden", "5.00", "-0.50", "4.50"],
+    ["Finland", "6.00", "-0.43", "5.57"],
+    ["Denmark", "3.00", "-0.36", "2.64"],
+]
+
+
+@needs_tesseract
+def test_a_scanned_unruled_numeric_table_is_read_cell_for_cell() -> None:
+    """Four columns without a rule, between two lines of text: one Markdown
+    table (the first row as header), every cell as drawn."""
+    lines = [(60, 60, "Scores of the short dance, by skater.", 28)]
+    for r, row in enumerate(SCORES):
+        lines.extend((60 + 260 * c, 160 + 50 * r, cell, 28) for c, cell in enumerate(row))
+    lines.append((60, 460, "Printed after the last skater.", 28))
+    scan = parse(_text_scan(lines, (1200, 560)), "image/png")
+    tables = [e for e in scan.elements if e.type == ElementType.TABLE]
+    assert len(tables) == 1
+    rows = tables[0].text.splitlines()
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in rows[:1] + rows[2:]] == SCORES

@@ -70,7 +70,7 @@ _tesseract_path: str | None = None
 
 
 UNRULED_TABLES_ENV = "RAGSYNC_OCR_UNRULED_TABLES"
-"""Set to ``1`` to read unruled (aligned-column) tables on scanned pages."""
+"""Set to ``0`` to stop reading unruled (aligned-column) tables on scanned pages (on by default)."""
 
 
 @dataclass(frozen=True)
@@ -107,11 +107,13 @@ class OcrOptions:
         tables: find ruled tables on a page Tesseract read
             (``ocr_tables``) and emit them as tables, not text.
         unruled_tables: also take runs of lines with aligned columns and no
-            rules as tables. Off by default (``RAGSYNC_OCR_UNRULED_TABLES=1``
-            turns it on): on real scans it read a headline over two text
-            columns as a table (8071_093.3B at 150 dpi: CER 0.041 -> 0.136)
-            and found few of the real pages' unruled tables
-            (benchmarks/README.md).
+            rules as tables (``ocr_tables.aligned_runs``). On by default
+            (``RAGSYNC_OCR_UNRULED_TABLES=0`` turns it off): runs end at wide
+            vertical gaps, columns of prose are refused (``ocr_tables.is_prose``,
+            long cells), and a table read with whole segments as cells needs
+            digits in a quarter of them; on the corpus's 37 scanned prose
+            pages it finds no table, on the 13 full pages with tables it
+            raised cell recall (benchmarks/README.md, fourth stop).
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -125,7 +127,7 @@ class OcrOptions:
     second_engine: bool = True
     normalise_resolution: bool = False
     tables: bool = True
-    unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") == "1")
+    unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") != "0")
 
 
 @dataclass(frozen=True)

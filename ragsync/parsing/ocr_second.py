@@ -272,7 +272,9 @@ def rule_bands(rules: Sequence[float], lines: Sequence[Sequence[Word]]) -> list[
     return [b for i, b in enumerate(bands) if i in used]
 
 
-def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
+def table_rows(
+    lines: Sequence[Sequence[Word]], rules: Sequence[float] = (), multi_share: float = 0.5
+) -> list[list[str]]:
     """The lines as table rows when their words stand in aligned columns.
 
     Columns come from the vertical ``rules`` of a ruled table
@@ -288,13 +290,15 @@ def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> 
     text above it within the column's width.
 
     A table needs ``MIN_TABLE_ROWS`` rows with two or more cells (and at
-    least half the rows so; one such row with ruled columns), between ``MIN_TABLE_COLUMNS`` and
+    least ``multi_share`` of the rows so; one such row with ruled columns), between ``MIN_TABLE_COLUMNS`` and
     ``MAX_TABLE_COLUMNS`` columns, and short cells (a median of at most
     ``MAX_MEDIAN_CELL_WORDS`` words). Otherwise ``[]``.
 
     Args:
         lines: the region's lines (``group_lines``).
         rules: x positions of the region's vertical rules (``ocr_tables.ruled_columns``).
+        multi_share: the share of rows that need two or more cells (word
+            gaps' columns only).
     """
     if len(lines) < MIN_TABLE_ROWS:
         return []
@@ -302,11 +306,15 @@ def table_rows(lines: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> 
         table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=True)
         if table:
             return table
-    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False)
+    return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False, multi_share=multi_share)
 
 
 def _rows(
-    lines: Sequence[Sequence[Word]], bands: Sequence[tuple[float, float]], max_columns: int, ruled: bool
+    lines: Sequence[Sequence[Word]],
+    bands: Sequence[tuple[float, float]],
+    max_columns: int,
+    ruled: bool,
+    multi_share: float = 0.5,
 ) -> list[list[str]]:
     """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table.
     With ``ruled`` columns (drawn, not guessed) one row of two or more cells
@@ -345,7 +353,7 @@ def _rows(
     table = [[" ".join(c) for c in row] for row in rows]
     multi = sum(1 for r in table if sum(1 for c in r if c) >= 2)
     words = [len(c.split()) for r in table for c in r if c]
-    enough = multi >= 1 if ruled else multi >= MIN_TABLE_ROWS and multi >= len(table) / 2
+    enough = multi >= 1 if ruled else multi >= MIN_TABLE_ROWS and multi >= multi_share * len(table)
     if not enough or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
         return []
     return table

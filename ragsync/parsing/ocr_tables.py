@@ -9,7 +9,9 @@ Two kinds of table are found on a page Tesseract has read:
   frames it (a header above the first rule, a last row below the last);
   its vertical rules (:func:`ruled_columns`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
-  apart at wide gaps (two or more segments per line).
+  apart at wide gaps (two or more segments per line), not columns of prose
+  (:func:`is_prose`), read with their segments as cells
+  (:func:`segment_table`).
 
 Either way the region's words go through ``ocr_second.table_rows`` (the path
 table crops take), which keeps only aligned columns of short cells: two
@@ -41,6 +43,25 @@ MAX_RULE_GAP = 25.0
 COLUMN_GAP = 1.5
 # An unruled table has at least this many lines of two or more segments.
 MIN_ALIGNED_LINES = 3
+# A run of aligned lines ends where the next line starts more than this many
+# line heights below the previous one's bottom (a heading far above a table,
+# or a ruled region's words taken out between them, is not one of its rows).
+MAX_RUN_GAP = 3.0
+# Up to this many one-segment lines in a row inside a run are kept in it (a
+# long cell wrapped onto the next line, a subtotal): the run goes on when a
+# line of two or more segments follows them.
+MAX_RUN_WRAPS = 2
+# A prose segment has at least this many words; a run of lines is two or more
+# columns of prose when half or more of its multi-segment lines hold two such
+# segments (a table row rarely has two cells of five words).
+PROSE_WORDS = 5
+# A table read with its segments as cells (segment_table) has at least this
+# share of cells holding a digit.
+MIN_NUMERIC_SHARE = 0.25
+# ... and at least this share of its rows with two or more cells (a row with a
+# cell wrapped over two more lines: the wraps are rows of one cell each, as
+# the text-layer path reads them).
+SEGMENT_MULTI_SHARE = 1 / 3
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -201,32 +222,100 @@ def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box])
     return out
 
 
-def line_segments(line: Sequence[Word]) -> int:
-    """How many segments a line's words (left to right) fall into: a new one
-    starts at a gap wider than ``COLUMN_GAP`` times the line's median word height."""
+def segments(line: Sequence[Word]) -> list[list[Word]]:
+    """A line's words (left to right) cut into segments: a new one starts at
+    a gap wider than ``COLUMN_GAP`` times the line's median word height."""
     if not line:
-        return 0
+        return []
     gap = COLUMN_GAP * statistics.median(w.height for w in line)
-    return 1 + sum(1 for a, b in zip(line, line[1:], strict=False) if b.x0 - a.x1 > gap)
+    out: list[list[Word]] = [[line[0]]]
+    for a, b in zip(line, line[1:], strict=False):
+        if b.x0 - a.x1 > gap:
+            out.append([b])
+        else:
+            out[-1].append(b)
+    return out
+
+
+def line_segments(line: Sequence[Word]) -> int:
+    """How many segments a line's words fall into (``segments``)."""
+    return len(segments(line))
 
 
 def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
-    """Runs of ``MIN_ALIGNED_LINES`` or more consecutive lines of two or more
+    """Runs of lines with ``MIN_ALIGNED_LINES`` or more lines of two or more
     segments each (``line_segments``): the candidates for an unruled table.
+
+    A run holds consecutive lines: it ends at a line that starts more than
+    ``MAX_RUN_GAP`` line heights below the previous one, and at the
+    ``MAX_RUN_WRAPS + 1``-th one-segment line in a row; up to
+    ``MAX_RUN_WRAPS`` one-segment lines followed by a line of two or more
+    segments stay in the run (a wrapped cell), at its ends they are left out.
 
     Args:
         lines: a page's lines top to bottom (``ocr_second.group_lines``).
     """
     runs: list[list[Sequence[Word]]] = []
     current: list[Sequence[Word]] = []
-    for line in [*lines, []]:
-        if line and line_segments(line) >= 2:
-            current.append(line)
+    pending: list[Sequence[Word]] = []
+
+    def close() -> None:
+        if sum(1 for line in current if line_segments(line) >= 2) >= MIN_ALIGNED_LINES:
+            runs.append(list(current))
+        current.clear()
+        pending.clear()
+
+    for line in lines:
+        if not line:
             continue
-        if len(current) >= MIN_ALIGNED_LINES:
-            runs.append(current)
-        current = []
+        if current:
+            last = (pending or current)[-1]
+            height = statistics.median(w.height for w in last)
+            bottom = statistics.median(w.y1 for w in last)
+            if statistics.median(w.y0 for w in line) - bottom > MAX_RUN_GAP * height:
+                close()
+        if line_segments(line) >= 2:
+            current.extend(pending)
+            pending.clear()
+            current.append(line)
+        elif current and len(pending) < MAX_RUN_WRAPS:
+            pending.append(line)
+        else:
+            close()
+    close()
     return runs
+
+
+def is_prose(run: Sequence[Sequence[Word]]) -> bool:
+    """Whether a run of lines is columns of prose: half or more of its lines
+    of two or more segments hold two segments of ``PROSE_WORDS`` or more words
+    each (two text columns side by side)."""
+    multi = [segments(line) for line in run if line_segments(line) >= 2]
+    prose = sum(
+        1 for segs in multi if sum(1 for s in segs if sum(len(w.text.split()) for w in s) >= PROSE_WORDS) >= 2
+    )
+    return bool(multi) and 2 * prose >= len(multi)
+
+
+def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+    """A run's rows with each segment (``segments``) as one cell: the columns
+    come from where the segments lie, so word gaps inside a cell that line up
+    by chance make no column. Kept (``ocr_second.table_rows`` on the
+    segments, with ``SEGMENT_MULTI_SHARE`` of the rows of two or more cells)
+    when at least ``MIN_NUMERIC_SHARE`` of the cells hold a digit; else ``[]``."""
+    merged = [
+        [
+            Word(
+                s[0].x0, min(w.y0 for w in s), s[-1].x1, max(w.y1 for w in s), " ".join(w.text for w in s), 0
+            )
+            for s in segments(line)
+        ]
+        for line in run
+    ]
+    rows = table_rows(merged, multi_share=SEGMENT_MULTI_SHARE)
+    texts = [c for row in rows for c in row if c]
+    numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
+    return rows if texts and numeric >= MIN_NUMERIC_SHARE * len(texts) else []
 
 
 def inside(word: Word, box: Box) -> bool:
@@ -246,14 +335,16 @@ def page_tables(
 
     Words whose centre lies in a ruled region (``ruled_regions``) are read
     as that region's table; the other words' lines are searched for unruled
-    tables (``aligned_runs``). Each candidate goes through
-    ``ocr_second.table_rows``; an unruled one also may have no more columns
-    than its widest line has segments (``line_segments``): the columns of a
-    table are the wide gaps of its lines, where a run of prose lines whose
-    word gaps line up by chance splits into many narrow columns (on the
-    magazine page 8071_093.3B, a headline over two text columns made 15
-    columns from lines of at most 5 segments). A candidate refused leaves
-    its words as text.
+    tables (``aligned_runs``). A ruled candidate goes through
+    ``ocr_second.table_rows``. An unruled one is refused when it is columns
+    of prose (``is_prose``); else it is read with its segments as cells
+    (``segment_table``: word gaps inside a cell make no column), or, when
+    that gives no table, word by word (``table_rows``), then with no more
+    columns than its widest line has segments (``line_segments``): a run of
+    prose lines whose word gaps line up by chance splits into many narrow
+    columns (on the magazine page 8071_093.3B, a headline over two text
+    columns made 15 columns from lines of at most 5 segments). A candidate
+    refused leaves its words as text.
 
     Args:
         words: the page's words (Tesseract's, in any order).
@@ -280,8 +371,12 @@ def page_tables(
             taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
     for run in aligned_runs(group_lines(rest)) if unruled else []:
-        rows = table_rows(run)
-        if rows and len(rows[0]) <= max(line_segments(line) for line in run):
+        if is_prose(run):
+            continue
+        rows = segment_table(run)
+        if not rows and (words_rows := table_rows(run)):
+            rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
+        if rows:
             members = {index[id(w)] for line in run for w in line}
             found.append((min(w.y0 for line in run for w in line), rows, members))
             taken.update(members)
