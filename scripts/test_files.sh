@@ -2,8 +2,8 @@
 # Run test files one process each (default: every tests/test_*.py; or the
 # files in $RAGSYNC_TEST_FILES, space-separated), $RAGSYNC_TEST_JOBS at a time
 # (default 1): one progress line per file
-# (file k of N ended, elapsed time), the running totals of tests after it, a
-# grand total line and the ten slowest files. Exit 1 when any file failed (the failed files named).
+# (file k of N ended, elapsed time), the tests that took 15 s or more, the running
+# totals of tests after it, a grand total line and the ten slowest files. Exit 1 when any file failed (the failed files named).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Every test file in a process of its own: files are independent, and a
@@ -44,7 +44,7 @@ launch() {  # launch INDEX: run that file's tests in the background; INDEX.rc ap
   (
     t0=$SECONDS
     set +e
-    .venv/bin/python -m pytest -q -p no:cacheprovider "${files[$i]}" >"$work/$i.out" 2>&1
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=3 --durations-min=15 "${files[$i]}" >"$work/$i.out" 2>&1
     rc=$?
     echo $((SECONDS - t0)) >"$work/$i.secs"
     echo "$rc" >"$work/$i.rc.tmp" && mv "$work/$i.rc.tmp" "$work/$i.rc"
@@ -54,7 +54,14 @@ report() {  # report INDEX: print an ended file's line, output and the running t
   local i=$1 f=${files[$1]} rc summary
   k=$((k + 1))
   echo "== [$k/$total] $f (elapsed $(((SECONDS - start) / 60))m$(((SECONDS - start) % 60))s)"
-  cat "$work/$i.out"
+  # pytest's "slowest durations" block, only when a test took 15 s or more
+  awk '/^=+ slowest [0-9]+ durations =+$/ { head = $0; next }
+       head != "" && /^$/ { next }
+       head != "" && /^[0-9.]+s (setup|call|teardown) / { print head; head = ""; shown = 1 }
+       head != "" { head = "" }
+       shown && /^[0-9.]+s (setup|call|teardown) / { print; next }
+       /durations < [0-9.]+s hidden/ { next }
+       { shown = 0; print }' "$work/$i.out"
   summary=$(tail -1 "$work/$i.out")
   rc=$(cat "$work/$i.rc")
   passed_n=$((passed_n + $(count passed "$summary")))
