@@ -43,7 +43,9 @@ from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
 from connectors.location import source_location
 from ragsync import lifecycle
+from ragsync.catalog import Catalog
 from ragsync.catalog.queue import EventScope
+from ragsync.catalog.sources import SourceState
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.display import host_free, safe_text
@@ -136,6 +138,18 @@ def _option_float(spec: SourceSpec, name: str, default: float) -> float:
     return float(value)
 
 
+def _registered(catalog: Catalog, source_id: str, tenant_id: str | None) -> SourceState:
+    """The registered source (``Catalog.get_source``).
+
+    Raises:
+        ConfigurationError: no such source (of that tenant).
+    """
+    state = catalog.get_source(source_id, tenant_id=tenant_id)
+    if state is None:
+        raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
+    return state
+
+
 def run_sync(
     source_id: str,
     settings: Settings,
@@ -178,9 +192,7 @@ def run_sync(
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = catalog.get_source(source_id, tenant_id=tenant_id)
-        if state is None:
-            raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
+        state = _registered(catalog, source_id, tenant_id)
         if state.paused:
             raise SourcePausedError(
                 f"source {source_id} is paused: {state.pause_reason} "
@@ -313,9 +325,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = catalog.get_source(source_id, tenant_id=tenant_id)
-        if state is None:
-            raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
+        state = _registered(catalog, source_id, tenant_id)
         if not state.uri:
             raise ConfigurationError(
                 f"source {source_id!r} declares no location (`ragsync sources add --uri`)"

@@ -240,26 +240,11 @@ _GOOGLE_CERTS = GoogleCerts()
 _SNS_CERT_URL = re.compile(
     r"^https://sns\.[a-z0-9-]{1,30}\.amazonaws\.com(\.cn)?/[A-Za-z0-9_.-]{1,200}\.pem$"
 )
+_SNS_CONFIRMATION = ("Message", "MessageId", "SubscribeURL", "Timestamp", "Token", "TopicArn", "Type")
 _SNS_SIGNED = {
     "Notification": ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type"),
-    "SubscriptionConfirmation": (
-        "Message",
-        "MessageId",
-        "SubscribeURL",
-        "Timestamp",
-        "Token",
-        "TopicArn",
-        "Type",
-    ),
-    "UnsubscribeConfirmation": (
-        "Message",
-        "MessageId",
-        "SubscribeURL",
-        "Timestamp",
-        "Token",
-        "TopicArn",
-        "Type",
-    ),
+    "SubscriptionConfirmation": _SNS_CONFIRMATION,
+    "UnsubscribeConfirmation": _SNS_CONFIRMATION,
 }
 
 
