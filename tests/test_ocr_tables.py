@@ -18,11 +18,14 @@ from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
+    form_rows,
+    is_form,
     is_prose,
     page_tables,
     ruled_columns,
     ruled_regions,
     segment_table,
+    segments,
 )
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -420,6 +423,70 @@ def test_segments_as_cells_need_digits_in_a_quarter_of_them() -> None:
     assert segment_table(aligned_runs(group_lines(with_numbers))[0]) == [
         ["aa bb", f"cc {r}"] for r in range(4)
     ]
+
+
+def test_a_label_then_an_underline_starts_a_new_segment() -> None:
+    """A form's field written on a line: Tesseract reads the underline as a
+    leading "_" or dash right after the label; the value is a segment of its own."""
+    line = group_lines(_words([_set("Date of Incident: _ 12/01/2015", 10)]))[0]
+    assert [[w.text for w in s] for s in segments(line)] == [["Date", "of", "Incident:"], ["_", "12/01/2015"]]
+    line = group_lines(_words([_set("Agency: \u2014Fond du Lac", 10)]))[0]
+    assert [[w.text for w in s] for s in segments(line)] == [["Agency:"], ["\u2014Fond", "du", "Lac"]]
+    # no colon before the underline, or no underline after the colon: one segment
+    for text in ("Date of Incident _ 12/01/2015", "Date of Incident: 12/01/2015"):
+        assert len(segments(group_lines(_words([_set(text, 10)]))[0])) == 1
+
+
+FORM = [
+    [*_set("Case Number:", 10), *_set("_A-DSP-FOND", 330), *_set("Agency:", 700), *_set("Fond du Lac", 900)],
+    _set("Child Information (at time of incident)", 10),
+    [*_set("Age:", 10), *_set("_Three Years", 130), *_set("Gender: Male", 600)],
+    _set("Race or Ethnicity: _ Caucasian", 10),
+    [*_set("Special Needs:", 10), *_set("None", 300)],
+]
+
+
+def test_a_form_of_labelled_fields_is_read_line_by_line_without_digits() -> None:
+    """Key-value forms (a child-welfare report's header): labels of any width
+    ending in ":" with the value after a wide gap or an underline; the
+    fields stand in no columns, so each line's segments are its cells, the
+    underline dropped; no cell needs a digit."""
+    words = _words(FORM)
+    run = aligned_runs(group_lines(words))[0]
+    assert is_form(run) and not is_prose(run)
+    expected = [
+        ["Case Number:", "A-DSP-FOND", "Agency:", "Fond du Lac"],
+        ["Child Information (at time of incident)", "", "", ""],
+        ["Age:", "Three Years", "Gender: Male", ""],
+        ["Race or Ethnicity:", "Caucasian", "", ""],
+        ["Special Needs:", "None", "", ""],
+    ]
+    assert form_rows(run) == expected
+    assert segment_table(run) == expected
+    tables, used = page_tables(words, [])
+    assert [rows for _, rows in tables] == [expected] and used == set(range(len(words)))
+
+
+def test_a_run_is_a_form_only_when_half_its_split_lines_hold_a_label_before_a_segment() -> None:
+    lines = [
+        [*_set("Note: aa", 10), *_set("bb cc", 400)],
+        [*_set("aa bb", 10), *_set("cc dd", 400)],
+        [*_set("aa bb", 10), *_set("cc dd", 400)],
+    ]
+    run = aligned_runs(group_lines(_words(lines)))[0]
+    assert not is_form(run) and segment_table(run) == []
+    labelled = [*lines[:2], [*_set("ee ff", 10), *_set("Notes:", 400)], [*_set("Key:", 10), *_set("gg", 400)]]
+    run = aligned_runs(group_lines(_words(labelled)))[0]
+    assert not is_form(run)  # "Note: aa" is no label, "Notes:" has no value after it: 1 of 4
+    more = [[*_set("Value:", 10), *_set("hh", 400)], [*_set("Date:", 10), *_set("ii", 400)]]
+    run = aligned_runs(group_lines(_words([*labelled, *more])))[0]
+    assert is_form(run) and segment_table(run)[-2:] == [["Value:", "hh"], ["Date:", "ii"]]  # 3 of 6
+
+
+def test_a_form_of_long_cells_is_not_a_table() -> None:
+    lines = [[*_set("Summary:", 10), *_set(PROSE[r], 400)] for r in range(3)]
+    run = aligned_runs(group_lines(_words(lines)))[0]
+    assert is_form(run) and form_rows(run) == []
 
 
 # ------------------------------------------------------------------ unruled tables (real Tesseract)

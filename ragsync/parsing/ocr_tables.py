@@ -11,7 +11,8 @@ Two kinds of table are found on a page Tesseract has read:
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line), not columns of prose
   (:func:`is_prose`), read with their segments as cells
-  (:func:`segment_table`).
+  (:func:`segment_table`); a form's labelled fields ("Agency:  value",
+  :func:`is_form`) are read line by line (:func:`form_rows`).
 
 Either way the region's words go through ``ocr_second.table_rows`` (the path
 table crops take), which keeps only aligned columns of short cells: two
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_second import Word, group_lines, table_rows
+from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, table_rows
 
 Box = tuple[float, float, float, float]
 
@@ -62,6 +63,12 @@ MIN_NUMERIC_SHARE = 0.25
 # cell wrapped over two more lines: the wraps are rows of one cell each, as
 # the text-layer path reads them).
 SEGMENT_MULTI_SHARE = 1 / 3
+# A form's field: a label ending in a colon, its value after it (written on an
+# underline, which Tesseract reads as a leading "_" or dash). A run read with
+# its segments as cells is also kept, digits or not, when at least this share
+# of its multi-segment lines hold such a label with a segment after it.
+MIN_LABEL_SHARE = 0.5
+UNDERLINE = "_\u2014\u2013"
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -224,17 +231,40 @@ def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box])
 
 def segments(line: Sequence[Word]) -> list[list[Word]]:
     """A line's words (left to right) cut into segments: a new one starts at
-    a gap wider than ``COLUMN_GAP`` times the line's median word height."""
+    a gap wider than ``COLUMN_GAP`` times the line's median word height, and
+    after a label (a word ending in ":") whose next word starts with an
+    underline character (``UNDERLINE``: a form's field written on a line)."""
     if not line:
         return []
     gap = COLUMN_GAP * statistics.median(w.height for w in line)
     out: list[list[Word]] = [[line[0]]]
     for a, b in zip(line, line[1:], strict=False):
-        if b.x0 - a.x1 > gap:
+        if b.x0 - a.x1 > gap or (a.text.endswith(":") and b.text[:1] in UNDERLINE):
             out.append([b])
         else:
             out[-1].append(b)
     return out
+
+
+def is_label(segment: Sequence[Word]) -> bool:
+    """Whether a segment is a form field's label: its last word ends in ":"."""
+    return bool(segment) and segment[-1].text.endswith(":")
+
+
+def is_form(run: Sequence[Sequence[Word]]) -> bool:
+    """Whether a run of lines is a form's fields: at least ``MIN_LABEL_SHARE``
+    of its lines of two or more segments hold a label (``is_label``) with a
+    segment after it ("Agency:  Bureau of ...")."""
+    multi = [segments(line) for line in run if line_segments(line) >= 2]
+    labelled = sum(1 for segs in multi if any(is_label(s) for s in segs[:-1]))
+    return bool(multi) and labelled >= MIN_LABEL_SHARE * len(multi)
+
+
+def _segment_text(segment: Sequence[Word], after_label: bool) -> str:
+    """A segment's words joined; a field value (``after_label``) loses the
+    underline characters it starts with (a lone underline word goes)."""
+    text = " ".join(w.text for w in segment)
+    return text.lstrip(UNDERLINE + " ") if after_label else text
 
 
 def line_segments(line: Sequence[Word]) -> int:
@@ -297,21 +327,49 @@ def is_prose(run: Sequence[Sequence[Word]]) -> bool:
     return bool(multi) and 2 * prose >= len(multi)
 
 
+def _segment_cells(line: Sequence[Word]) -> list[Word]:
+    """A line's segments (``segments``) as one word each, its text the
+    segment's (``_segment_text``); a segment left empty goes."""
+    segs = segments(line)
+    cells = [
+        Word(
+            s[0].x0,
+            min(w.y0 for w in s),
+            s[-1].x1,
+            max(w.y1 for w in s),
+            _segment_text(s, k > 0 and is_label(segs[k - 1])),
+            0,
+        )
+        for k, s in enumerate(segs)
+    ]
+    return [c for c in cells if c.text]
+
+
+def form_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+    """A form's fields (``is_form``) as rows: each line's segments
+    (``_segment_cells``) are its cells, left to right, padded with blanks to
+    the widest line (a form's labels have no common width, so its fields
+    stand in no columns). ``[]`` when the cells are long (a median over
+    ``ocr_second.MAX_MEDIAN_CELL_WORDS`` words)."""
+    rows = [[c.text for c in _segment_cells(line)] for line in run]
+    rows = [r for r in rows if r]
+    words = [len(c.split()) for r in rows for c in r]
+    if not words or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
+        return []
+    width = max(len(r) for r in rows)
+    return [r + [""] * (width - len(r)) for r in rows]
+
+
 def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
-    """A run's rows with each segment (``segments``) as one cell: the columns
-    come from where the segments lie, so word gaps inside a cell that line up
-    by chance make no column. Kept (``ocr_second.table_rows`` on the
+    """A run's rows with each segment (``_segment_cells``) as one cell: the
+    columns come from where the segments lie, so word gaps inside a cell that
+    line up by chance make no column. A form's fields (``is_form``) are read
+    line by line (``form_rows``). Else kept (``ocr_second.table_rows`` on the
     segments, with ``SEGMENT_MULTI_SHARE`` of the rows of two or more cells)
     when at least ``MIN_NUMERIC_SHARE`` of the cells hold a digit; else ``[]``."""
-    merged = [
-        [
-            Word(
-                s[0].x0, min(w.y0 for w in s), s[-1].x1, max(w.y1 for w in s), " ".join(w.text for w in s), 0
-            )
-            for s in segments(line)
-        ]
-        for line in run
-    ]
+    if is_form(run):
+        return form_rows(run)
+    merged = [cells for cells in (_segment_cells(line) for line in run) if cells]
     rows = table_rows(merged, multi_share=SEGMENT_MULTI_SHARE)
     texts = [c for row in rows for c in row if c]
     numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
