@@ -489,6 +489,34 @@ def test_a_form_of_long_cells_is_not_a_table() -> None:
     assert is_form(run) and form_rows(run) == []
 
 
+def _header_table(second_line: list[tuple[float, str]], gap: float) -> list[list[str]]:
+    """A 4-column table whose header's second line (``second_line``) lies
+    ``gap`` px under its first (20 px letters), over two rows of figures."""
+    first = [(10, "Item"), (300, "Annual"), (500, "Comparison"), (700, "Fee")]
+    y = 120 + gap
+    north = [(10, "North"), (300, "5.37%"), (500, "5.51%"), (700, "$10")]
+    south = [(10, "South"), (300, "4.04%"), (500, "5.38%"), (700, "$12")]
+    lines = [(100.0, first), (y, second_line), (y + 60, north), (y + 120, south)]
+    words = [Word(x, top, x + 12 * len(t), top + 20, t, 95.0) for top, line in lines for x, t in line]
+    return table_rows(group_lines(words))
+
+
+def test_a_header_wrapped_over_two_lines_is_one_row_when_neither_line_holds_a_digit() -> None:
+    """pr-138's "Annual / percentage rate": a header's second line 0.4 line
+    heights under the first, filling three of its four cells, joins it; a
+    line of figures that close, or a text line farther than half a line
+    height, stays a row of its own."""
+    wrapped = [(300, "percentage rate"), (500, "rate"), (700, "charged")]
+    assert _header_table(wrapped, 8) == [
+        ["Item", "Annual percentage rate", "Comparison rate", "Fee charged"],
+        ["North", "5.37%", "5.51%", "$10"],
+        ["South", "4.04%", "5.38%", "$12"],
+    ]
+    assert _header_table(wrapped, 11)[1] == ["", "percentage rate", "rate", "charged"]
+    figures = [(300, "percentage rate"), (500, "rate"), (700, "2")]
+    assert _header_table(figures, 8)[1] == ["", "percentage rate", "rate", "2"]
+
+
 # ------------------------------------------------------------------ unruled tables (real Tesseract)
 
 
