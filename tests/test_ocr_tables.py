@@ -26,6 +26,7 @@ from ragsync.parsing.ocr_tables import (
     ruled_regions,
     segment_table,
     segments,
+    split_at_long_lines,
 )
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -515,6 +516,24 @@ def test_a_header_wrapped_over_two_lines_is_one_row_when_neither_line_holds_a_di
     assert _header_table(wrapped, 11)[1] == ["", "percentage rate", "rate", "charged"]
     figures = [(300, "percentage rate"), (500, "rate"), (700, "2")]
     assert _header_table(figures, 8)[1] == ["", "percentage rate", "rate", "2"]
+
+
+def test_a_run_refused_as_a_whole_keeps_its_table_above_the_prose_it_runs_into() -> None:
+    """pr-138: a table's rows run on (no wide gap) into prose set beside a
+    second column; the whole run is columns of prose and refused, so it is
+    cut at its lines holding a sentence (10 or more words) and the rows
+    above them are the table; the prose stays text."""
+    rows = [("North", "5.37%", "5.51%", "4.87%"), ("South", "4.04%", "5.38%", "3.89%")]
+    rows.append(("East", "3.94%", "5.25%", "3.79%"))
+    table = [[(10 + 200 * c, cell) for c, cell in enumerate(r)] for r in rows]
+    beside = [f"the base rate is {i}.5% for new loans" for i in range(4)]
+    prose = [[*_set(PROSE[i] + " and so on", 10), *_set(beside[i], 1400)] for i in range(4)]
+    words = _words([*table, *prose])
+    (run,) = aligned_runs(group_lines(words))
+    assert len(run) == 7 and is_prose(run)
+    assert [len(piece) for piece in split_at_long_lines(run)] == [3]
+    assert page_tables(words, []) == ([(100, [list(r) for r in rows])], set(range(12)))
+    assert split_at_long_lines(run[:3]) == []  # no such line: nothing to try again
 
 
 # ------------------------------------------------------------------ unruled tables (real Tesseract)

@@ -56,6 +56,9 @@ MAX_RUN_WRAPS = 2
 # columns of prose when half or more of its multi-segment lines hold two such
 # segments (a table row rarely has two cells of five words).
 PROSE_WORDS = 5
+# A run refused as a whole is tried again in pieces cut at its lines holding
+# a segment of this many words or more (split_at_long_lines): sentences, not cells.
+LONG_SEGMENT_WORDS = 10
 # A table read with its segments as cells (segment_table) has at least this
 # share of cells holding a digit.
 MIN_NUMERIC_SHARE = 0.25
@@ -382,6 +385,31 @@ def inside(word: Word, box: Box) -> bool:
     return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
 
 
+def split_at_long_lines(run: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
+    """A run cut at its lines that hold a segment of ``LONG_SEGMENT_WORDS``
+    or more words (a sentence: a table's rows running into prose set beside
+    another column), those lines left out; the pieces that are runs of
+    their own (``aligned_runs``), top to bottom; ``[]`` when the run holds
+    no such line."""
+    pieces: list[list[Sequence[Word]]] = [[]]
+    for line in run:
+        if max(sum(len(w.text.split()) for w in s) for s in segments(line)) >= LONG_SEGMENT_WORDS:
+            pieces.append([])
+        else:
+            pieces[-1].append(line)
+    return [r for piece in pieces if len(piece) < len(run) for r in aligned_runs(piece)]
+
+
+def _unruled_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+    """An unruled candidate's rows (see ``page_tables``), or ``[]``."""
+    if is_prose(run):
+        return []
+    rows = segment_table(run)
+    if not rows and (words_rows := table_rows(run)):
+        rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
+    return rows
+
+
 def page_tables(
     words: Sequence[Word],
     regions: Sequence[Box],
@@ -394,7 +422,8 @@ def page_tables(
     Words whose centre lies in a ruled region (``ruled_regions``) are read
     as that region's table; the other words' lines are searched for unruled
     tables (``aligned_runs``). A ruled candidate goes through
-    ``ocr_second.table_rows``. An unruled one is refused when it is columns
+    ``ocr_second.table_rows``. An unruled one refused is tried again in
+    pieces (``split_at_long_lines``). An unruled one is refused when it is columns
     of prose (``is_prose``); else it is read with its segments as cells
     (``segment_table``: word gaps inside a cell make no column), or, when
     that gives no table, word by word (``table_rows``), then with no more
@@ -428,15 +457,13 @@ def page_tables(
             found.append((box[1], rows, set(region)))
             taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
-    for run in aligned_runs(group_lines(rest)) if unruled else []:
-        if is_prose(run):
-            continue
-        rows = segment_table(run)
-        if not rows and (words_rows := table_rows(run)):
-            rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
-        if rows:
-            members = {index[id(w)] for line in run for w in line}
-            found.append((min(w.y0 for line in run for w in line), rows, members))
-            taken.update(members)
+    for whole in aligned_runs(group_lines(rest)) if unruled else []:
+        rows = _unruled_rows(whole)
+        pieces = [(whole, rows)] if rows else [(r, _unruled_rows(r)) for r in split_at_long_lines(whole)]
+        for run, rows in pieces:
+            if rows:
+                members = {index[id(w)] for line in run for w in line}
+                found.append((min(w.y0 for line in run for w in line), rows, members))
+                taken.update(members)
     found.sort(key=lambda f: f[0])
     return [(top, rows) for top, rows, _ in found], taken
