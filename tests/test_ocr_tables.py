@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import statistics
 import warnings
 
 import numpy as np
@@ -18,14 +19,17 @@ from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
+    better_reading,
     form_rows,
     is_form,
     is_prose,
     page_tables,
     ruled_columns,
     ruled_regions,
+    scaled_back,
     segment_table,
     segments,
+    small_print,
     split_at_long_lines,
 )
 
@@ -309,6 +313,46 @@ def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_ra
     assert 0 < tesseract <= 100
     assert rapid >= ocr_second.MIN_CONFIDENCE
     assert "Norway" not in " ".join(result.paragraph_texts())  # the table's words are not text too
+
+
+def test_small_print_is_a_median_word_box_under_20_px_and_a_reading_replaces_one_less_sure() -> None:
+    def boxes(heights: list[float], score: float = 90.0) -> list[Word]:
+        return [Word(0, 0, 10, h, "w", score) for h in heights]
+
+    assert small_print(boxes([17, 18, 19, 40])) and not small_print(boxes([17, 20, 20, 40]))
+    assert not small_print([])
+    assert better_reading(boxes([17]), boxes([34], 90.5))
+    assert not better_reading(boxes([17]), boxes([34], 90.0))
+    assert not better_reading(boxes([17]), []) and better_reading([], boxes([34]))
+    (word,) = scaled_back([Word(20, 40, 60, 80, "7,095", 96.0)], 2.0, 100, 200)
+    assert word == Word(110, 220, 130, 240, "7,095", 96.0)
+
+
+@needs_tesseract
+def test_a_ruled_region_of_small_print_is_read_again_scaled_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real Tesseract: a grid of 28 px letters is no small print (no
+    second reading); with the bar raised past its words (standing for small
+    print) its crop is read again at twice the size, once, and the table is
+    the same; a region RapidOCR takes is not read again."""
+    from ragsync.parsing import ocr_engine, ocr_second, ocr_tables
+    from ragsync.parsing.ocr import iter_image_pages
+
+    page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
+    calls: list[float] = []
+    reread = ocr_engine._small_print_words
+
+    def spy(*args: object) -> list[Word]:
+        words = reread(*args)  # type: ignore[arg-type]
+        calls.append(statistics.median(w.height for w in words))
+        return words
+
+    monkeypatch.setattr(ocr_engine, "_small_print_words", spy)
+    assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),) and calls == []
+    monkeypatch.setattr(ocr_tables, "SMALL_PRINT_PX", 100.0)
+    assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert len(calls) == 1 and 15 < calls[0] < 30  # in page pixels (~40 on the scaled crop)
+    monkeypatch.setattr(ocr_second, "MIN_REGION_CONFIDENCE", 101.0)
+    assert ocr_engine.ocr_page(page).region_engines[0][0] == "rapidocr" and len(calls) == 1
 
 
 @needs_tesseract

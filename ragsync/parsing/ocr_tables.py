@@ -56,6 +56,12 @@ MAX_RUN_WRAPS = 2
 # columns of prose when half or more of its multi-segment lines hold two such
 # segments (a table row rarely has two cells of five words).
 PROSE_WORDS = 5
+# A ruled region whose Tesseract words have a median box height under this
+# many pixels (small print: an x-height under ~10 px, where Tesseract's
+# accuracy drops) is read again from its crop scaled up SMALL_PRINT_SCALE
+# times; the new words replace the old when their mean confidence is higher.
+SMALL_PRINT_PX = 20.0
+SMALL_PRINT_SCALE = 2.0
 # A run refused as a whole is tried again in pieces cut at its lines holding
 # a segment of this many words or more (split_at_long_lines): sentences, not cells.
 LONG_SEGMENT_WORDS = 10
@@ -377,6 +383,28 @@ def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
     texts = [c for row in rows for c in row if c]
     numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
     return rows if texts and numeric >= MIN_NUMERIC_SHARE * len(texts) else []
+
+
+def small_print(words: Sequence[Word]) -> bool:
+    """Whether a region's words are small print: a median box height under
+    ``SMALL_PRINT_PX`` (then the region is read again scaled up)."""
+    return bool(words) and statistics.median(w.height for w in words) < SMALL_PRINT_PX
+
+
+def better_reading(old: Sequence[Word], new: Sequence[Word]) -> bool:
+    """Whether a second reading of a region (``new``) replaces the first:
+    it has words and their mean confidence is higher."""
+    mean = statistics.fmean
+    return bool(new) and (not old or mean(w.score for w in new) > mean(w.score for w in old))
+
+
+def scaled_back(words: Sequence[Word], scale: float, x0: float, y0: float) -> list[Word]:
+    """Words read on a crop scaled up ``scale`` times, whose top-left corner
+    was at ``(x0, y0)``, in the page's pixels."""
+    return [
+        Word(w.x0 / scale + x0, w.y0 / scale + y0, w.x1 / scale + x0, w.y1 / scale + y0, w.text, w.score)
+        for w in words
+    ]
 
 
 def inside(word: Word, box: Box) -> bool:
