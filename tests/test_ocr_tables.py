@@ -470,22 +470,25 @@ def test_segments_as_cells_need_digits_in_a_quarter_of_them() -> None:
     ]
 
 
-def test_a_label_then_an_underline_starts_a_new_segment() -> None:
+def test_a_label_then_an_underline_or_a_check_box_starts_a_new_segment() -> None:
     """A form's field written on a line: Tesseract reads the underline as a
-    leading "_" or dash right after the label; the value is a segment of its own."""
+    leading "_" or dash right after the label, a check box as "[X]" or "[_]";
+    the value is a segment of its own."""
     line = group_lines(_words([_set("Date of Incident: _ 12/01/2015", 10)]))[0]
     assert [[w.text for w in s] for s in segments(line)] == [["Date", "of", "Incident:"], ["_", "12/01/2015"]]
     line = group_lines(_words([_set("Agency: \u2014Fond du Lac", 10)]))[0]
     assert [[w.text for w in s] for s in segments(line)] == [["Agency:"], ["\u2014Fond", "du", "Lac"]]
-    # no colon before the underline, or no underline after the colon: one segment
-    for text in ("Date of Incident _ 12/01/2015", "Date of Incident: 12/01/2015"):
+    line = group_lines(_words([_set("Gender: [_] Female [X] Male", 10)]))[0]  # check boxes
+    assert [[w.text for w in s] for s in segments(line)] == [["Gender:"], ["[_]", "Female", "[X]", "Male"]]
+    # no colon before the underline or box, or neither after the colon: one segment
+    for text in ("Date of Incident _ 12/01/2015", "Date of Incident: 12/01/2015", "Sex [X] Male"):
         assert len(segments(group_lines(_words([_set(text, 10)]))[0])) == 1
 
 
 FORM = [
     [*_set("Case Number:", 10), *_set("_A-DSP-FOND", 330), *_set("Agency:", 700), *_set("Fond du Lac", 900)],
     _set("Child Information (at time of incident)", 10),
-    [*_set("Age:", 10), *_set("_Three Years", 130), *_set("Gender: Male", 600)],
+    [*_set("Age:", 10), *_set("_Three Years", 130), *_set("Gender: [X] Male", 600)],
     _set("Race or Ethnicity: _ Caucasian", 10),
     [*_set("Special Needs:", 10), *_set("None", 300)],
 ]
@@ -502,7 +505,7 @@ def test_a_form_of_labelled_fields_is_read_line_by_line_without_digits() -> None
     expected = [
         ["Case Number:", "A-DSP-FOND", "Agency:", "Fond du Lac"],
         ["Child Information (at time of incident)", "", "", ""],
-        ["Age:", "Three Years", "Gender: Male", ""],
+        ["Age:", "Three Years", "Gender:", "[X] Male"],
         ["Race or Ethnicity:", "Caucasian", "", ""],
         ["Special Needs:", "None", "", ""],
     ]

@@ -73,11 +73,13 @@ MIN_NUMERIC_SHARE = 0.25
 # the text-layer path reads them).
 SEGMENT_MULTI_SHARE = 1 / 3
 # A form's field: a label ending in a colon, its value after it (written on an
-# underline, which Tesseract reads as a leading "_" or dash). A run read with
-# its segments as cells is also kept, digits or not, when at least this share
-# of its multi-segment lines hold such a label with a segment after it.
+# underline, which Tesseract reads as a leading "_" or dash, or a row of
+# check boxes, read as "[X]", "[_]"). A run read with its segments as cells
+# is also kept, digits or not, when at least this share of its multi-segment
+# lines hold such a label with a segment after it.
 MIN_LABEL_SHARE = 0.5
 UNDERLINE = "_\u2014\u2013"
+FIELD_START = UNDERLINE + "["
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -242,13 +244,14 @@ def segments(line: Sequence[Word]) -> list[list[Word]]:
     """A line's words (left to right) cut into segments: a new one starts at
     a gap wider than ``COLUMN_GAP`` times the line's median word height, and
     after a label (a word ending in ":") whose next word starts with an
-    underline character (``UNDERLINE``: a form's field written on a line)."""
+    underline character or a check box (``FIELD_START``: a form's field
+    written on a line, or its boxes)."""
     if not line:
         return []
     gap = COLUMN_GAP * statistics.median(w.height for w in line)
     out: list[list[Word]] = [[line[0]]]
     for a, b in zip(line, line[1:], strict=False):
-        if b.x0 - a.x1 > gap or (a.text.endswith(":") and b.text[:1] in UNDERLINE):
+        if b.x0 - a.x1 > gap or (a.text.endswith(":") and b.text[:1] in FIELD_START):
             out.append([b])
         else:
             out[-1].append(b)
