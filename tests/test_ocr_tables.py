@@ -537,10 +537,13 @@ def test_a_form_of_long_cells_is_not_a_table() -> None:
     assert is_form(run) and form_rows(run) == []
 
 
-def _header_table(second_line: list[tuple[float, str]], gap: float) -> list[list[str]]:
+def _header_table(
+    second_line: list[tuple[float, str]], gap: float, first: list[tuple[float, str]] | None = None
+) -> list[list[str]]:
     """A 4-column table whose header's second line (``second_line``) lies
-    ``gap`` px under its first (20 px letters), over two rows of figures."""
-    first = [(10, "Item"), (300, "Annual"), (500, "Comparison"), (700, "Fee")]
+    ``gap`` px under its first (20 px letters; ``first``, else four labels),
+    over two rows of figures."""
+    first = first or [(10, "Item"), (300, "Annual"), (500, "Comparison"), (700, "Fee")]
     y = 120 + gap
     north = [(10, "North"), (300, "5.37%"), (500, "5.51%"), (700, "$10")]
     south = [(10, "South"), (300, "4.04%"), (500, "5.38%"), (700, "$12")]
@@ -563,6 +566,10 @@ def test_a_header_wrapped_over_two_lines_is_one_row_when_neither_line_holds_a_di
     assert _header_table(wrapped, 11)[1] == ["", "percentage rate", "rate", "charged"]
     figures = [(300, "percentage rate"), (500, "rate"), (700, "2")]
     assert _header_table(figures, 8)[1] == ["", "percentage rate", "rate", "2"]
+    # a one-cell row (a section heading, PubTabNet's "Goal: Exercise regularly") over
+    # another one-cell line: two rows
+    headings = _header_table([(10, "Cardiopulmonary training")], 8, [(10, "Goal: Exercise regularly")])
+    assert [row[0] for row in headings[:2]] == ["Goal: Exercise regularly", "Cardiopulmonary training"]
 
 
 def test_a_run_refused_as_a_whole_keeps_its_table_above_the_prose_it_runs_into() -> None:

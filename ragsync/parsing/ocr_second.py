@@ -46,8 +46,9 @@ MAX_RULED_COLUMNS = 64
 MAX_MEDIAN_CELL_WORDS = 4.0
 # A line continues the row above (its cells wrapped) when the gap between them
 # is under this many line heights; under TEXT_WRAP_GAP when neither holds a
-# digit (a header's two-line labels, "Annual / percentage rate"; a label
-# column's wrapped name), where it may also fill as many cells as the row.
+# digit and the row has two or more cells (a header's two-line labels,
+# "Annual / percentage rate"; a label column's wrapped name; not two one-cell
+# section headings), where it may also fill as many cells as the row.
 WRAP_GAP = 0.25
 TEXT_WRAP_GAP = 0.5
 # A ruled table region whose Tesseract words have a mean confidence under this
@@ -292,7 +293,8 @@ def table_rows(
     line height) and fills only cells that row has already
     filled, and at most half as many, continues it: a cell wrapped over two or more
     lines (a long row label, a two-line header) stays one cell. When neither
-    the line nor the row holds a digit (header labels) the gap may reach
+    the line nor the row holds a digit and the row has two or more cells
+    (header labels) the gap may reach
     ``TEXT_WRAP_GAP`` and the line may fill every cell the row filled. Such a line
     also has to be a wrap: its first word would not have fitted after the
     text above it within the column's width.
@@ -343,7 +345,11 @@ def _rows(
             cells[i].append(w)
         filled = [i for i, c in enumerate(cells) if c]
         top = statistics.median(w.y0 for w in line)
-        text_only = bool(rows) and not _has_digit([t for c in rows[-1] for t in c] + [w.text for w in line])
+        text_only = (
+            bool(rows)
+            and sum(1 for c in rows[-1] if c) >= 2
+            and not _has_digit([t for c in rows[-1] for t in c] + [w.text for w in line])
+        )
         gap = statistics.median(w.height for w in line) * (TEXT_WRAP_GAP if text_only else WRAP_GAP)
         if rows and top - previous_bottom < gap:
             above = [i for i, c in enumerate(rows[-1]) if c]
