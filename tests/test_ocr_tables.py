@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import shutil
+import statistics
 import warnings
 
 import numpy as np
@@ -18,11 +19,18 @@ from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
+    better_reading,
+    form_rows,
+    is_form,
     is_prose,
     page_tables,
     ruled_columns,
     ruled_regions,
+    scaled_back,
     segment_table,
+    segments,
+    small_print,
+    split_at_long_lines,
 )
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -307,6 +315,46 @@ def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_ra
     assert "Norway" not in " ".join(result.paragraph_texts())  # the table's words are not text too
 
 
+def test_small_print_is_a_median_word_box_under_20_px_and_a_reading_replaces_one_less_sure() -> None:
+    def boxes(heights: list[float], score: float = 90.0) -> list[Word]:
+        return [Word(0, 0, 10, h, "w", score) for h in heights]
+
+    assert small_print(boxes([17, 18, 19, 40])) and not small_print(boxes([17, 20, 20, 40]))
+    assert not small_print([])
+    assert better_reading(boxes([17]), boxes([34], 90.5))
+    assert not better_reading(boxes([17]), boxes([34], 90.0))
+    assert not better_reading(boxes([17]), []) and better_reading([], boxes([34]))
+    (word,) = scaled_back([Word(20, 40, 60, 80, "7,095", 96.0)], 2.0, 100, 200)
+    assert word == Word(110, 220, 130, 240, "7,095", 96.0)
+
+
+@needs_tesseract
+def test_a_ruled_region_of_small_print_is_read_again_scaled_up(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real Tesseract: a grid of 28 px letters is no small print (no
+    second reading); with the bar raised past its words (standing for small
+    print) its crop is read again at twice the size, once, and the table is
+    the same; a region RapidOCR takes is not read again."""
+    from ragsync.parsing import ocr_engine, ocr_second, ocr_tables
+    from ragsync.parsing.ocr import iter_image_pages
+
+    page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
+    calls: list[float] = []
+    reread = ocr_engine._small_print_words
+
+    def spy(*args: object) -> list[Word]:
+        words = reread(*args)  # type: ignore[arg-type]
+        calls.append(statistics.median(w.height for w in words))
+        return words
+
+    monkeypatch.setattr(ocr_engine, "_small_print_words", spy)
+    assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),) and calls == []
+    monkeypatch.setattr(ocr_tables, "SMALL_PRINT_PX", 100.0)
+    assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),)
+    assert len(calls) == 1 and 15 < calls[0] < 30  # in page pixels (~40 on the scaled crop)
+    monkeypatch.setattr(ocr_second, "MIN_REGION_CONFIDENCE", 101.0)
+    assert ocr_engine.ocr_page(page).region_engines[0][0] == "rapidocr" and len(calls) == 1
+
+
 @needs_tesseract
 def test_unruled_tables_are_on_by_default_and_off_with_the_variable_at_0(
     monkeypatch: pytest.MonkeyPatch,
@@ -420,6 +468,126 @@ def test_segments_as_cells_need_digits_in_a_quarter_of_them() -> None:
     assert segment_table(aligned_runs(group_lines(with_numbers))[0]) == [
         ["aa bb", f"cc {r}"] for r in range(4)
     ]
+
+
+def test_a_label_then_an_underline_or_a_check_box_starts_a_new_segment() -> None:
+    """A form's field written on a line: Tesseract reads the underline as a
+    leading "_" or dash right after the label, a check box as "[X]" or "[_]";
+    the value is a segment of its own."""
+    line = group_lines(_words([_set("Date of Incident: _ 12/01/2015", 10)]))[0]
+    assert [[w.text for w in s] for s in segments(line)] == [["Date", "of", "Incident:"], ["_", "12/01/2015"]]
+    line = group_lines(_words([_set("Agency: \u2014Fond du Lac", 10)]))[0]
+    assert [[w.text for w in s] for s in segments(line)] == [["Agency:"], ["\u2014Fond", "du", "Lac"]]
+    line = group_lines(_words([_set("Gender: [_] Female [X] Male", 10)]))[0]  # check boxes
+    assert [[w.text for w in s] for s in segments(line)] == [["Gender:"], ["[_]", "Female", "[X]", "Male"]]
+    # no colon before the underline or box, or neither after the colon: one segment
+    for text in ("Date of Incident _ 12/01/2015", "Date of Incident: 12/01/2015", "Sex [X] Male"):
+        assert len(segments(group_lines(_words([_set(text, 10)]))[0])) == 1
+
+
+FORM = [
+    [*_set("Case Number:", 10), *_set("_A-DSP-FOND", 330), *_set("Agency:", 700), *_set("Fond du Lac", 900)],
+    _set("Child Information (at time of incident)", 10),
+    [*_set("Age:", 10), *_set("_Three Years", 130), *_set("Gender: [X] Male", 600)],
+    _set("Race or Ethnicity: _ Caucasian", 10),
+    [*_set("Special Needs:", 10), *_set("None", 300)],
+]
+
+
+def test_a_form_of_labelled_fields_is_read_line_by_line_without_digits() -> None:
+    """Key-value forms (a child-welfare report's header): labels of any width
+    ending in ":" with the value after a wide gap or an underline; the
+    fields stand in no columns, so each line's segments are its cells, the
+    underline dropped; no cell needs a digit."""
+    words = _words(FORM)
+    run = aligned_runs(group_lines(words))[0]
+    assert is_form(run) and not is_prose(run)
+    expected = [
+        ["Case Number:", "A-DSP-FOND", "Agency:", "Fond du Lac"],
+        ["Child Information (at time of incident)", "", "", ""],
+        ["Age:", "Three Years", "Gender:", "[X] Male"],
+        ["Race or Ethnicity:", "Caucasian", "", ""],
+        ["Special Needs:", "None", "", ""],
+    ]
+    assert form_rows(run) == expected
+    assert segment_table(run) == expected
+    tables, used = page_tables(words, [])
+    assert [rows for _, rows in tables] == [expected] and used == set(range(len(words)))
+
+
+def test_a_run_is_a_form_only_when_half_its_split_lines_hold_a_label_before_a_segment() -> None:
+    lines = [
+        [*_set("Note: aa", 10), *_set("bb cc", 400)],
+        [*_set("aa bb", 10), *_set("cc dd", 400)],
+        [*_set("aa bb", 10), *_set("cc dd", 400)],
+    ]
+    run = aligned_runs(group_lines(_words(lines)))[0]
+    assert not is_form(run) and segment_table(run) == []
+    labelled = [*lines[:2], [*_set("ee ff", 10), *_set("Notes:", 400)], [*_set("Key:", 10), *_set("gg", 400)]]
+    run = aligned_runs(group_lines(_words(labelled)))[0]
+    assert not is_form(run)  # "Note: aa" is no label, "Notes:" has no value after it: 1 of 4
+    more = [[*_set("Value:", 10), *_set("hh", 400)], [*_set("Date:", 10), *_set("ii", 400)]]
+    run = aligned_runs(group_lines(_words([*labelled, *more])))[0]
+    assert is_form(run) and segment_table(run)[-2:] == [["Value:", "hh"], ["Date:", "ii"]]  # 3 of 6
+
+
+def test_a_form_of_long_cells_is_not_a_table() -> None:
+    lines = [[*_set("Summary:", 10), *_set(PROSE[r], 400)] for r in range(3)]
+    run = aligned_runs(group_lines(_words(lines)))[0]
+    assert is_form(run) and form_rows(run) == []
+
+
+def _header_table(
+    second_line: list[tuple[float, str]], gap: float, first: list[tuple[float, str]] | None = None
+) -> list[list[str]]:
+    """A 4-column table whose header's second line (``second_line``) lies
+    ``gap`` px under its first (20 px letters; ``first``, else four labels),
+    over two rows of figures."""
+    first = first or [(10, "Item"), (300, "Annual"), (500, "Comparison"), (700, "Fee")]
+    y = 120 + gap
+    north = [(10, "North"), (300, "5.37%"), (500, "5.51%"), (700, "$10")]
+    south = [(10, "South"), (300, "4.04%"), (500, "5.38%"), (700, "$12")]
+    lines = [(100.0, first), (y, second_line), (y + 60, north), (y + 120, south)]
+    words = [Word(x, top, x + 12 * len(t), top + 20, t, 95.0) for top, line in lines for x, t in line]
+    return table_rows(group_lines(words))
+
+
+def test_a_header_wrapped_over_two_lines_is_one_row_when_neither_line_holds_a_digit() -> None:
+    """pr-138's "Annual / percentage rate": a header's second line 0.4 line
+    heights under the first, filling three of its four cells, joins it; a
+    line of figures that close, or a text line farther than half a line
+    height, stays a row of its own."""
+    wrapped = [(300, "percentage rate"), (500, "rate"), (700, "charged")]
+    assert _header_table(wrapped, 8) == [
+        ["Item", "Annual percentage rate", "Comparison rate", "Fee charged"],
+        ["North", "5.37%", "5.51%", "$10"],
+        ["South", "4.04%", "5.38%", "$12"],
+    ]
+    assert _header_table(wrapped, 11)[1] == ["", "percentage rate", "rate", "charged"]
+    figures = [(300, "percentage rate"), (500, "rate"), (700, "2")]
+    assert _header_table(figures, 8)[1] == ["", "percentage rate", "rate", "2"]
+    # a one-cell row (a section heading, PubTabNet's "Goal: Exercise regularly") over
+    # another one-cell line: two rows
+    headings = _header_table([(10, "Cardiopulmonary training")], 8, [(10, "Goal: Exercise regularly")])
+    assert [row[0] for row in headings[:2]] == ["Goal: Exercise regularly", "Cardiopulmonary training"]
+
+
+def test_a_run_refused_as_a_whole_keeps_its_table_above_the_prose_it_runs_into() -> None:
+    """pr-138: a table's rows run on (no wide gap) into prose set beside a
+    second column; the whole run is columns of prose and refused, so it is
+    cut at its lines holding a sentence (10 or more words) and the rows
+    above them are the table; the prose stays text."""
+    rows = [("North", "5.37%", "5.51%", "4.87%"), ("South", "4.04%", "5.38%", "3.89%")]
+    rows.append(("East", "3.94%", "5.25%", "3.79%"))
+    table = [[(10 + 200 * c, cell) for c, cell in enumerate(r)] for r in rows]
+    beside = [f"the base rate is {i}.5% for new loans" for i in range(4)]
+    prose = [[*_set(PROSE[i] + " and so on", 10), *_set(beside[i], 1400)] for i in range(4)]
+    words = _words([*table, *prose])
+    (run,) = aligned_runs(group_lines(words))
+    assert len(run) == 7 and is_prose(run)
+    assert [len(piece) for piece in split_at_long_lines(run)] == [3]
+    assert page_tables(words, []) == ([(100, [list(r) for r in rows])], set(range(12)))
+    assert split_at_long_lines(run[:3]) == []  # no such line: nothing to try again
 
 
 # ------------------------------------------------------------------ unruled tables (real Tesseract)

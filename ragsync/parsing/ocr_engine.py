@@ -32,7 +32,7 @@ from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from numpy.typing import NDArray
@@ -50,6 +50,9 @@ from ragsync.parsing.ocr_quality import (
     page_text_ink,
     upscale_factor,
 )
+
+if TYPE_CHECKING:
+    from ragsync.parsing import ocr_second
 
 DEFAULT_MIN_CONFIDENCE = 60.0
 # Coverage counts only text-like ink (see ``text_ink``). Measured on 27 corpus pages
@@ -366,17 +369,52 @@ def _run_tesseract_file(
 # --------------------------------------------------------------------------- one page
 
 
+def _small_print_words(
+    image: GrayImage, box: tuple[float, float, float, float], dpi: int, options: OcrOptions
+) -> list[ocr_second.Word]:
+    """Tesseract's words (``ocr_second.Word``, page pixels, centres inside
+    ``box``) of the crop ``box`` of ``image`` scaled up
+    ``ocr_tables.SMALL_PRINT_SCALE`` times (bicubic), read with ``--psm 3``
+    at the page's ``dpi``; ``[]`` when Tesseract fails or times out."""
+    import cv2
+
+    from ragsync.parsing import ocr_second
+    from ragsync.parsing.ocr_tables import SMALL_PRINT_SCALE, inside, scaled_back
+
+    x0, y0, x1, y1 = (int(v) for v in box)
+    crop = cv2.resize(
+        image[y0:y1, x0:x1], None, fx=SMALL_PRINT_SCALE, fy=SMALL_PRINT_SCALE, interpolation=cv2.INTER_CUBIC
+    )
+    try:
+        tsv = parse_tsv(_run_tesseract(np.ascontiguousarray(crop), 3, dpi, options))
+    except (TimeoutError, RuntimeError, OSError):
+        return []
+    read = [ocr_second.Word(*w.box, w.text, w.conf) for w in tsv.words]
+    return [w for w in scaled_back(read, SMALL_PRINT_SCALE, x0, y0) if inside(w, box)]
+
+
 def _tables(
-    image: GrayImage, words: list[TsvWord], letter: float, options: OcrOptions
+    image: GrayImage, words: list[TsvWord], letter: float, options: OcrOptions, dpi: int = 0
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int], list[tuple[str, tuple[tuple[str, float], ...]]]]:
     """The tables among the words of ``image`` (``ocr_tables.page_tables``,
     ruled regions found on ``image``), the indices of Tesseract's words they
     took, and the engine choice of each ruled region Tesseract read below
     ``ocr_second.MIN_REGION_CONFIDENCE``: with ``options.second_engine`` on,
     RapidOCR reads that region's crop and its words replace Tesseract's
-    there when ``ocr_second.choose_region`` picks them."""
+    there when ``ocr_second.choose_region`` picks them. A region that keeps
+    Tesseract's words and is small print (``ocr_tables.small_print``) is
+    read again by Tesseract scaled up (``_small_print_words``, at the page's
+    ``dpi``), whose words replace the first reading's when
+    ``ocr_tables.better_reading``."""
     from ragsync.parsing import ocr_second
-    from ragsync.parsing.ocr_tables import inside, page_tables, ruled_columns, ruled_regions
+    from ragsync.parsing.ocr_tables import (
+        better_reading,
+        inside,
+        page_tables,
+        ruled_columns,
+        ruled_regions,
+        small_print,
+    )
 
     ink = image < ink_threshold(image)[0]
     regions = ruled_regions(ink, letter)
@@ -387,19 +425,28 @@ def _tables(
     choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
     for box, rules in zip(regions, columns, strict=True):
         mine = [i for i, w in enumerate(page) if i not in replaced and inside(w, box)]
-        if not options.second_engine or not ocr_second.needs_second_read([page[i] for i in mine]):
-            continue
-        x0, y0, x1, y1 = (int(v) for v in box)
-        shifted = (
-            ocr_second.Word(w.x0 + x0, w.y0 + y0, w.x1 + x0, w.y1 + y0, w.text, w.score)
-            for w in ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
-        )
-        second = [w for w in shifted if inside(w, box)]
-        choice = ocr_second.choose_region([page[i] for i in mine], second, rules)
-        choices.append((choice.engine, choice.confidences))
-        if choice.engine == "rapidocr":
+        read = [page[i] for i in mine]
+        new: list[ocr_second.Word] | None = None  # words that replace Tesseract's first reading
+        if options.second_engine and ocr_second.needs_second_read(read):
+            x0, y0, x1, y1 = (int(v) for v in box)
+            shifted = (
+                ocr_second.Word(w.x0 + x0, w.y0 + y0, w.x1 + x0, w.y1 + y0, w.text, w.score)
+                for w in ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
+            )
+            second = [w for w in shifted if inside(w, box)]
+            choice = ocr_second.choose_region(read, second, rules)
+            choices.append((choice.engine, choice.confidences))
+            if choice.engine == "rapidocr":
+                new = second
+        if (
+            new is None
+            and small_print(read)
+            and better_reading(read, again := _small_print_words(image, box, dpi, options))
+        ):
+            new = again
+        if new is not None:
             replaced.update(mine)
-            extra.extend(second)
+            extra.extend(new)
     kept = [i for i in range(len(page)) if i not in replaced]
     tables, used = page_tables(
         [*(page[i] for i in kept), *extra], regions, unruled=options.unruled_tables, columns=columns
@@ -431,7 +478,7 @@ def _attempt(
     positions: tuple[int, ...] = ()
     choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
     if options.tables and passed and letter > 0:
-        tables, used, choices = _tables(image, tsv.words, letter, options)
+        tables, used, choices = _tables(image, tsv.words, letter, options, page.dpi)
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)

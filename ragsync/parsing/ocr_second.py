@@ -44,6 +44,13 @@ MAX_TABLE_COLUMNS = 16
 # to this many (the NICS background-check grid has 25).
 MAX_RULED_COLUMNS = 64
 MAX_MEDIAN_CELL_WORDS = 4.0
+# A line continues the row above (its cells wrapped) when the gap between them
+# is under this many line heights; under TEXT_WRAP_GAP when neither holds a
+# digit and the row has two or more cells (a header's two-line labels,
+# "Annual / percentage rate"; a label column's wrapped name; not two one-cell
+# section headings), where it may also fill as many cells as the row.
+WRAP_GAP = 0.25
+TEXT_WRAP_GAP = 0.5
 # A ruled table region whose Tesseract words have a mean confidence under this
 # is read again by RapidOCR (choose_region). On the 13 pdfplumber pages
 # (benchmarks/README.md) the regions Tesseract read at 73-85 had more cells
@@ -282,10 +289,13 @@ def table_rows(
     else (no rules, only a frame's two sides, or rules that leave fewer than
     two filled cells in most rows) from the words' gaps
     (:func:`_column_bands`). A word goes to the column it starts in. A line
-    that follows the previous row closely (a gap under a
-    quarter of the line height) and fills only cells that row has already
+    that follows the previous row closely (a gap under ``WRAP_GAP`` of the
+    line height) and fills only cells that row has already
     filled, and at most half as many, continues it: a cell wrapped over two or more
-    lines (a long row label, a two-line header) stays one cell. Such a line
+    lines (a long row label, a two-line header) stays one cell. When neither
+    the line nor the row holds a digit and the row has two or more cells
+    (header labels) the gap may reach
+    ``TEXT_WRAP_GAP`` and the line may fill every cell the row filled. Such a line
     also has to be a wrap: its first word would not have fitted after the
     text above it within the column's width.
 
@@ -335,11 +345,17 @@ def _rows(
             cells[i].append(w)
         filled = [i for i, c in enumerate(cells) if c]
         top = statistics.median(w.y0 for w in line)
-        if rows and top - previous_bottom < statistics.median(w.height for w in line) / 4:
+        text_only = (
+            bool(rows)
+            and sum(1 for c in rows[-1] if c) >= 2
+            and not _has_digit([t for c in rows[-1] for t in c] + [w.text for w in line])
+        )
+        gap = statistics.median(w.height for w in line) * (TEXT_WRAP_GAP if text_only else WRAP_GAP)
+        if rows and top - previous_bottom < gap:
             above = [i for i, c in enumerate(rows[-1]) if c]
             if (
                 set(filled) <= set(above)
-                and 2 * len(filled) <= len(above)
+                and (2 * len(filled) <= len(above) or text_only)
                 and all(ends[i] + _first_word_width(cells[i][0]) > right[i] for i in filled)
             ):
                 for i in filled:
@@ -357,6 +373,10 @@ def _rows(
     if not enough or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
         return []
     return table
+
+
+def _has_digit(texts: Sequence[str]) -> bool:
+    return any(ch.isdigit() for t in texts for ch in t)
 
 
 def second_read(words: Sequence[Word]) -> SecondRead:

@@ -11,7 +11,8 @@ Two kinds of table are found on a page Tesseract has read:
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line), not columns of prose
   (:func:`is_prose`), read with their segments as cells
-  (:func:`segment_table`).
+  (:func:`segment_table`); a form's labelled fields ("Agency:  value",
+  :func:`is_form`) are read line by line (:func:`form_rows`).
 
 Either way the region's words go through ``ocr_second.table_rows`` (the path
 table crops take), which keeps only aligned columns of short cells: two
@@ -28,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_second import Word, group_lines, table_rows
+from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, table_rows
 
 Box = tuple[float, float, float, float]
 
@@ -55,6 +56,15 @@ MAX_RUN_WRAPS = 2
 # columns of prose when half or more of its multi-segment lines hold two such
 # segments (a table row rarely has two cells of five words).
 PROSE_WORDS = 5
+# A ruled region whose Tesseract words have a median box height under this
+# many pixels (small print: an x-height under ~10 px, where Tesseract's
+# accuracy drops) is read again from its crop scaled up SMALL_PRINT_SCALE
+# times; the new words replace the old when their mean confidence is higher.
+SMALL_PRINT_PX = 20.0
+SMALL_PRINT_SCALE = 2.0
+# A run refused as a whole is tried again in pieces cut at its lines holding
+# a segment of this many words or more (split_at_long_lines): sentences, not cells.
+LONG_SEGMENT_WORDS = 10
 # A table read with its segments as cells (segment_table) has at least this
 # share of cells holding a digit.
 MIN_NUMERIC_SHARE = 0.25
@@ -62,6 +72,14 @@ MIN_NUMERIC_SHARE = 0.25
 # cell wrapped over two more lines: the wraps are rows of one cell each, as
 # the text-layer path reads them).
 SEGMENT_MULTI_SHARE = 1 / 3
+# A form's field: a label ending in a colon, its value after it (written on an
+# underline, which Tesseract reads as a leading "_" or dash, or a row of
+# check boxes, read as "[X]", "[_]"). A run read with its segments as cells
+# is also kept, digits or not, when at least this share of its multi-segment
+# lines hold such a label with a segment after it.
+MIN_LABEL_SHARE = 0.5
+UNDERLINE = "_\u2014\u2013"
+FIELD_START = UNDERLINE + "["
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -224,17 +242,41 @@ def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box])
 
 def segments(line: Sequence[Word]) -> list[list[Word]]:
     """A line's words (left to right) cut into segments: a new one starts at
-    a gap wider than ``COLUMN_GAP`` times the line's median word height."""
+    a gap wider than ``COLUMN_GAP`` times the line's median word height, and
+    after a label (a word ending in ":") whose next word starts with an
+    underline character or a check box (``FIELD_START``: a form's field
+    written on a line, or its boxes)."""
     if not line:
         return []
     gap = COLUMN_GAP * statistics.median(w.height for w in line)
     out: list[list[Word]] = [[line[0]]]
     for a, b in zip(line, line[1:], strict=False):
-        if b.x0 - a.x1 > gap:
+        if b.x0 - a.x1 > gap or (a.text.endswith(":") and b.text[:1] in FIELD_START):
             out.append([b])
         else:
             out[-1].append(b)
     return out
+
+
+def is_label(segment: Sequence[Word]) -> bool:
+    """Whether a segment is a form field's label: its last word ends in ":"."""
+    return bool(segment) and segment[-1].text.endswith(":")
+
+
+def is_form(run: Sequence[Sequence[Word]]) -> bool:
+    """Whether a run of lines is a form's fields: at least ``MIN_LABEL_SHARE``
+    of its lines of two or more segments hold a label (``is_label``) with a
+    segment after it ("Agency:  Bureau of ...")."""
+    multi = [segments(line) for line in run if line_segments(line) >= 2]
+    labelled = sum(1 for segs in multi if any(is_label(s) for s in segs[:-1]))
+    return bool(multi) and labelled >= MIN_LABEL_SHARE * len(multi)
+
+
+def _segment_text(segment: Sequence[Word], after_label: bool) -> str:
+    """A segment's words joined; a field value (``after_label``) loses the
+    underline characters it starts with (a lone underline word goes)."""
+    text = " ".join(w.text for w in segment)
+    return text.lstrip(UNDERLINE + " ") if after_label else text
 
 
 def line_segments(line: Sequence[Word]) -> int:
@@ -297,31 +339,106 @@ def is_prose(run: Sequence[Sequence[Word]]) -> bool:
     return bool(multi) and 2 * prose >= len(multi)
 
 
+def _segment_cells(line: Sequence[Word]) -> list[Word]:
+    """A line's segments (``segments``) as one word each, its text the
+    segment's (``_segment_text``); a segment left empty goes."""
+    segs = segments(line)
+    cells = [
+        Word(
+            s[0].x0,
+            min(w.y0 for w in s),
+            s[-1].x1,
+            max(w.y1 for w in s),
+            _segment_text(s, k > 0 and is_label(segs[k - 1])),
+            0,
+        )
+        for k, s in enumerate(segs)
+    ]
+    return [c for c in cells if c.text]
+
+
+def form_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+    """A form's fields (``is_form``) as rows: each line's segments
+    (``_segment_cells``) are its cells, left to right, padded with blanks to
+    the widest line (a form's labels have no common width, so its fields
+    stand in no columns). ``[]`` when the cells are long (a median over
+    ``ocr_second.MAX_MEDIAN_CELL_WORDS`` words)."""
+    rows = [[c.text for c in _segment_cells(line)] for line in run]
+    rows = [r for r in rows if r]
+    words = [len(c.split()) for r in rows for c in r]
+    if not words or statistics.median(words) > MAX_MEDIAN_CELL_WORDS:
+        return []
+    width = max(len(r) for r in rows)
+    return [r + [""] * (width - len(r)) for r in rows]
+
+
 def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
-    """A run's rows with each segment (``segments``) as one cell: the columns
-    come from where the segments lie, so word gaps inside a cell that line up
-    by chance make no column. Kept (``ocr_second.table_rows`` on the
+    """A run's rows with each segment (``_segment_cells``) as one cell: the
+    columns come from where the segments lie, so word gaps inside a cell that
+    line up by chance make no column. A form's fields (``is_form``) are read
+    line by line (``form_rows``). Else kept (``ocr_second.table_rows`` on the
     segments, with ``SEGMENT_MULTI_SHARE`` of the rows of two or more cells)
     when at least ``MIN_NUMERIC_SHARE`` of the cells hold a digit; else ``[]``."""
-    merged = [
-        [
-            Word(
-                s[0].x0, min(w.y0 for w in s), s[-1].x1, max(w.y1 for w in s), " ".join(w.text for w in s), 0
-            )
-            for s in segments(line)
-        ]
-        for line in run
-    ]
+    if is_form(run):
+        return form_rows(run)
+    merged = [cells for cells in (_segment_cells(line) for line in run) if cells]
     rows = table_rows(merged, multi_share=SEGMENT_MULTI_SHARE)
     texts = [c for row in rows for c in row if c]
     numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
     return rows if texts and numeric >= MIN_NUMERIC_SHARE * len(texts) else []
 
 
+def small_print(words: Sequence[Word]) -> bool:
+    """Whether a region's words are small print: a median box height under
+    ``SMALL_PRINT_PX`` (then the region is read again scaled up)."""
+    return bool(words) and statistics.median(w.height for w in words) < SMALL_PRINT_PX
+
+
+def better_reading(old: Sequence[Word], new: Sequence[Word]) -> bool:
+    """Whether a second reading of a region (``new``) replaces the first:
+    it has words and their mean confidence is higher."""
+    mean = statistics.fmean
+    return bool(new) and (not old or mean(w.score for w in new) > mean(w.score for w in old))
+
+
+def scaled_back(words: Sequence[Word], scale: float, x0: float, y0: float) -> list[Word]:
+    """Words read on a crop scaled up ``scale`` times, whose top-left corner
+    was at ``(x0, y0)``, in the page's pixels."""
+    return [
+        Word(w.x0 / scale + x0, w.y0 / scale + y0, w.x1 / scale + x0, w.y1 / scale + y0, w.text, w.score)
+        for w in words
+    ]
+
+
 def inside(word: Word, box: Box) -> bool:
     """Whether a word's centre lies in ``box``."""
     cx = (word.x0 + word.x1) / 2
     return box[0] <= cx <= box[2] and box[1] <= word.cy <= box[3]
+
+
+def split_at_long_lines(run: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
+    """A run cut at its lines that hold a segment of ``LONG_SEGMENT_WORDS``
+    or more words (a sentence: a table's rows running into prose set beside
+    another column), those lines left out; the pieces that are runs of
+    their own (``aligned_runs``), top to bottom; ``[]`` when the run holds
+    no such line."""
+    pieces: list[list[Sequence[Word]]] = [[]]
+    for line in run:
+        if max(sum(len(w.text.split()) for w in s) for s in segments(line)) >= LONG_SEGMENT_WORDS:
+            pieces.append([])
+        else:
+            pieces[-1].append(line)
+    return [r for piece in pieces if len(piece) < len(run) for r in aligned_runs(piece)]
+
+
+def _unruled_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+    """An unruled candidate's rows (see ``page_tables``), or ``[]``."""
+    if is_prose(run):
+        return []
+    rows = segment_table(run)
+    if not rows and (words_rows := table_rows(run)):
+        rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
+    return rows
 
 
 def page_tables(
@@ -336,7 +453,8 @@ def page_tables(
     Words whose centre lies in a ruled region (``ruled_regions``) are read
     as that region's table; the other words' lines are searched for unruled
     tables (``aligned_runs``). A ruled candidate goes through
-    ``ocr_second.table_rows``. An unruled one is refused when it is columns
+    ``ocr_second.table_rows``. An unruled one refused is tried again in
+    pieces (``split_at_long_lines``). An unruled one is refused when it is columns
     of prose (``is_prose``); else it is read with its segments as cells
     (``segment_table``: word gaps inside a cell make no column), or, when
     that gives no table, word by word (``table_rows``), then with no more
@@ -370,15 +488,13 @@ def page_tables(
             found.append((box[1], rows, set(region)))
             taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
-    for run in aligned_runs(group_lines(rest)) if unruled else []:
-        if is_prose(run):
-            continue
-        rows = segment_table(run)
-        if not rows and (words_rows := table_rows(run)):
-            rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
-        if rows:
-            members = {index[id(w)] for line in run for w in line}
-            found.append((min(w.y0 for line in run for w in line), rows, members))
-            taken.update(members)
+    for whole in aligned_runs(group_lines(rest)) if unruled else []:
+        rows = _unruled_rows(whole)
+        pieces = [(whole, rows)] if rows else [(r, _unruled_rows(r)) for r in split_at_long_lines(whole)]
+        for run, rows in pieces:
+            if rows:
+                members = {index[id(w)] for line in run for w in line}
+                found.append((min(w.y0 for line in run for w in line), rows, members))
+                taken.update(members)
     found.sort(key=lambda f: f[0])
     return [(top, rows) for top, rows, _ in found], taken
