@@ -636,25 +636,16 @@ def test_a_scanned_page_of_two_prose_columns_under_a_headline_has_no_table() -> 
     assert "Fathers bring a unique perspective to" in " ".join(e.text for e in scan.elements)
 
 
-SCORES = [
-    ["Skater", "Base", "Judges", "Total"],
-    ["Norway", "6.50", "0.57", "7.07"],
-    ["Sweden", "5.00", "-0.50", "4.50"],
-    ["Finland", "6.00", "-0.43", "5.57"],
-    ["Denmark", "3.00", "-0.36", "2.64"],
-]
-
-
 @needs_tesseract
 def test_a_scanned_unruled_numeric_table_is_read_cell_for_cell() -> None:
     """Four columns without a rule, between two lines of text: one Markdown
     table (the first row as header), every cell as drawn."""
-    lines = [(60, 60, "Scores of the short dance, by skater.", 28)]
-    for r, row in enumerate(SCORES):
+    lines = [(60, 60, "Units and revenue of the quarter, by region.", 28)]
+    for r, row in enumerate(GRID):
         lines.extend((60 + 260 * c, 160 + 50 * r, cell, 28) for c, cell in enumerate(row))
-    lines.append((60, 460, "Printed after the last skater.", 28))
+    lines.append((60, 460, "Printed after the last region.", 28))
     scan = parse(_text_scan(lines, (1200, 560)), "image/png")
     tables = [e for e in scan.elements if e.type == ElementType.TABLE]
     assert len(tables) == 1
     rows = tables[0].text.splitlines()
-    assert [[c.strip() for c in line.split("|")[1:-1]] for line in rows[:1] + rows[2:]] == SCORES
+    assert [[c.strip() for c in line.split("|")[1:-1]] for line in rows[:1] + rows[2:]] == GRID
