@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run test files one process each (default: every tests/test_*.py; or the
 # files in $RAGSYNC_TEST_FILES, space-separated), $RAGSYNC_TEST_JOBS at a time
-# (default 1): one progress line per file
+# (default: 2 on a machine with two or more cores, else 1): one progress line per file
 # (file k of N ended, elapsed time), the tests that took 15 s or more, the running
 # totals of tests after it, a grand total line and the ten slowest files. Exit 1 when any file failed (the failed files named).
 set -euo pipefail
@@ -14,9 +14,9 @@ files=(${RAGSYNC_TEST_FILES:-tests/test_*.py})
 # The slowest files (the last full run's "slowest files" line) start first, so
 # that with two jobs the run does not end on one long file while the other
 # job idles. Only the order changes; every file still runs.
-slow_first=(tests/test_cluster.py tests/test_interleavings_property.py tests/test_backfill.py
-  tests/test_signals.py tests/test_sync.py tests/test_streaming.py tests/test_stream_crash_property.py
-  tests/test_readme_walkthroughs.py)
+slow_first=(tests/test_interleavings_property.py tests/test_cluster.py tests/test_signals.py
+  tests/test_sync.py tests/test_copies.py tests/test_stream_crash_property.py tests/test_streaming.py
+  tests/test_readme_walkthroughs.py tests/test_backfill.py tests/test_correctness.py)
 if [ -z "${RAGSYNC_TEST_FILES:-}" ]; then
   ordered=()
   for f in "${slow_first[@]}"; do [ -e "$f" ] && ordered+=("$f"); done
@@ -33,10 +33,14 @@ count() {  # count WORD LINE: the number before WORD in pytest's summary line (0
   echo "${n:-0}"
 }
 durations=()  # "SECONDS FILE" per file, for the slowest-files line
-# Files run $RAGSYNC_TEST_JOBS at a time (default 1: one after another, what CI
-# runs; 2 runs two at once on a machine with the cores for it). Each file's output is printed, with its line,
-# when it ends; "k of N" counts the files ended so far.
-jobs_max=${RAGSYNC_TEST_JOBS:-1}
+# Files run $RAGSYNC_TEST_JOBS at a time. The default is two on a machine with
+# two or more cores (what CI runs: 18m32s against 33m12s one at a time on 2
+# cores, benchmarks/README.md), else one; RAGSYNC_TEST_JOBS=1 runs them one after
+# another. More than two gains little: the slow files are CPU-bound. Each file's
+# output is printed, with its line, when it ends; "k of N" counts the files ended so far.
+cores=$(nproc 2>/dev/null || echo 1)
+jobs_max=${RAGSYNC_TEST_JOBS:-$((cores >= 2 ? 2 : 1))}
+echo "== $total test files, $jobs_max at a time (RAGSYNC_TEST_JOBS=1: one after another)"
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 launch() {  # launch INDEX: run that file's tests in the background; INDEX.rc appears when it ends
