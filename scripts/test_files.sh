@@ -38,7 +38,8 @@ durations=()  # "SECONDS FILE" per file, for the slowest-files line
 # cores, benchmarks/README.md), else one; RAGSYNC_TEST_JOBS=1 runs them one after
 # another. More than two gains little: the slow files are CPU-bound. Each file's
 # output is printed, with its line, when it ends; "k of N" counts the files ended so far.
-cores=$(nproc 2>/dev/null || echo 1)
+# (nproc without the OpenMP limits scripts/test.sh sets: GNU nproc honours them)
+cores=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc 2>/dev/null || echo 1)
 jobs_max=${RAGSYNC_TEST_JOBS:-$((cores >= 2 ? 2 : 1))}
 echo "== $total test files, $jobs_max at a time (RAGSYNC_TEST_JOBS=1: one after another)"
 work=$(mktemp -d)
