@@ -413,6 +413,7 @@ def _tables(
         page_tables,
         ruled_columns,
         ruled_regions,
+        scaled_back,
         small_print,
     )
 
@@ -429,11 +430,8 @@ def _tables(
         new: list[ocr_second.Word] | None = None  # words that replace Tesseract's first reading
         if options.second_engine and ocr_second.needs_second_read(read):
             x0, y0, x1, y1 = (int(v) for v in box)
-            shifted = (
-                ocr_second.Word(w.x0 + x0, w.y0 + y0, w.x1 + x0, w.y1 + y0, w.text, w.score)
-                for w in ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
-            )
-            second = [w for w in shifted if inside(w, box)]
+            crop_words = ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
+            second = [w for w in scaled_back(crop_words, 1, x0, y0) if inside(w, box)]
             choice = ocr_second.choose_region(read, second, rules)
             choices.append((choice.engine, choice.confidences))
             if choice.engine == "rapidocr":

@@ -348,7 +348,7 @@ def _rows(
         text_only = (
             bool(rows)
             and sum(1 for c in rows[-1] if c) >= 2
-            and not _has_digit([t for c in rows[-1] for t in c] + [w.text for w in line])
+            and not has_digit([t for c in rows[-1] for t in c] + [w.text for w in line])
         )
         gap = statistics.median(w.height for w in line) * (TEXT_WRAP_GAP if text_only else WRAP_GAP)
         if rows and top - previous_bottom < gap:
@@ -375,7 +375,8 @@ def _rows(
     return table
 
 
-def _has_digit(texts: Sequence[str]) -> bool:
+def has_digit(texts: Sequence[str]) -> bool:
+    """Whether any of the texts holds a digit."""
     return any(ch.isdigit() for t in texts for ch in t)
 
 

@@ -29,7 +29,7 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, table_rows
+from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, has_digit, table_rows
 
 Box = tuple[float, float, float, float]
 
@@ -384,7 +384,7 @@ def segment_table(run: Sequence[Sequence[Word]]) -> list[list[str]]:
     merged = [cells for cells in (_segment_cells(line) for line in run) if cells]
     rows = table_rows(merged, multi_share=SEGMENT_MULTI_SHARE)
     texts = [c for row in rows for c in row if c]
-    numeric = sum(1 for c in texts if any(ch.isdigit() for ch in c))
+    numeric = sum(1 for c in texts if has_digit([c]))
     return rows if texts and numeric >= MIN_NUMERIC_SHARE * len(texts) else []
 
 
@@ -402,8 +402,8 @@ def better_reading(old: Sequence[Word], new: Sequence[Word]) -> bool:
 
 
 def scaled_back(words: Sequence[Word], scale: float, x0: float, y0: float) -> list[Word]:
-    """Words read on a crop scaled up ``scale`` times, whose top-left corner
-    was at ``(x0, y0)``, in the page's pixels."""
+    """Words read on a crop scaled up ``scale`` times (1: not scaled), whose
+    top-left corner was at ``(x0, y0)``, in the page's pixels."""
     return [
         Word(w.x0 / scale + x0, w.y0 / scale + y0, w.x1 / scale + x0, w.y1 / scale + y0, w.text, w.score)
         for w in words
