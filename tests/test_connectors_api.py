@@ -11,7 +11,6 @@ serverInfo) and, for Jira, real issues of the shared corpus.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -30,15 +29,11 @@ from connectors.registry import open_connector
 from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError, TooLargeError
 from ragsync.model import SourceFile
 from ragsync.source_types import SourceSpec
+from tests.corpus import corpus_dir
 
 DRIVE = "https://www.googleapis.com/drive/v3"
 JIRA = "https://issues.example.org/jira"
-CORPUS = (
-    Path(__file__).resolve().parents[2] / "shared" / "corpus" / "documents" / "tickets-jira-apache-lucene"
-)
-if not CORPUS.exists():  # the corpus beside the checkout, or where RAGSYNC_CORPUS says
-    CORPUS = Path(os.environ.get("RAGSYNC_CORPUS", "../shared/corpus"))
-    CORPUS = CORPUS / "documents" / "tickets-jira-apache-lucene"
+CORPUS = corpus_dir() / "documents" / "tickets-jira-apache-lucene"
 
 Handler = Callable[[httpx.Request], httpx.Response]
 

@@ -14,9 +14,10 @@ from beam_pipelines.backfill import run_backfill
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ERROR_CLASSES
 from ragsync.reconcile import reconcile
+from tests import corpus
 
 pytestmark = pytest.mark.slow
-CORPUS = Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus" / "documents"
+CORPUS = corpus.CORPUS / "documents"
 
 # Known nasty files and their expected dead-letter classes.
 NASTY = {
@@ -56,7 +57,7 @@ def _sample() -> list[str]:
     return sorted(set(picked))
 
 
-@pytest.mark.skipif(not CORPUS.is_dir(), reason="../shared/corpus is absent: the corpus tests need it")
+@pytest.mark.skipif(not CORPUS.is_dir(), reason=corpus.CORPUS_MISSING)
 def test_every_sampled_corpus_file_is_indexed_or_dead_lettered(tmp_path: Path) -> None:
     sample = _sample()
     assert len(sample) >= 20
