@@ -29,7 +29,6 @@ from ragsync.change_plan import DELETE, ChangePlan, PlannedChange, classify_even
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
-from ragsync.parsing import PARSER_VERSION
 from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
 
@@ -167,7 +166,7 @@ def _plan_listing(
                 stored,
                 content_hash=ids.content_hash(data),
                 acl_id=ids.acl_id(spec.tenant_id, item.acl_groups),
-                parser_version=PARSER_VERSION,
+                parser_version=settings.parser_version,
                 chunker_id=settings.chunker.config_id,
                 stored_chunk_rows=rows,
             )

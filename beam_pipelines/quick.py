@@ -131,7 +131,9 @@ def _count(items: Iterable[object], limit: int | None) -> int:
     return sum(1 for _ in (items if limit is None else itertools.islice(items, limit + 1)))
 
 
-def _listed_unread(connector: FolderConnector, catalog: Catalog, chunker_id: str) -> int | None:
+def _listed_unread(
+    connector: FolderConnector, catalog: Catalog, chunker_id: str, parser_version: str
+) -> int | None:
     """How many objects the connector lists (one shard over the whole
     source: the workers' 63 object-store shards would cost the launcher one
     S3 client and one listing call each), when every one of them would be
@@ -140,8 +142,6 @@ def _listed_unread(connector: FolderConnector, catalog: Catalog, chunker_id: str
     Raises:
         RagsyncError, OSError: the listing failed or went past its cap.
     """
-    from ragsync.parsing import PARSER_VERSION
-
     listed = 0
     for batch in _batches(connector.list_shard(connector.whole_shard())):
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
@@ -149,7 +149,7 @@ def _listed_unread(connector: FolderConnector, catalog: Catalog, chunker_id: str
         for item, doc_id in zip(batch, doc_ids, strict=True):
             listed_item = stamp_listed(item)
             if not skip_unread(
-                listed_item, known.get(doc_id), parser_version=PARSER_VERSION, chunker_id=chunker_id
+                listed_item, known.get(doc_id), parser_version=parser_version, chunker_id=chunker_id
             ):
                 return None
         listed += len(batch)
@@ -220,7 +220,12 @@ def quick_backfill(
         limits = FetchLimits(max_bytes=settings.max_bytes, timeout_s=settings.fetch_timeout_s)
         try:
             fs = _object_store_fs(beam_args, cap) if object_store else _LocalOnly()
-            listed = _listed_unread(FolderConnector(spec, fs, limits), catalog, settings.chunker.config_id)
+            listed = _listed_unread(
+                FolderConnector(spec, fs, limits),
+                catalog,
+                settings.chunker.config_id,
+                settings.parser_version,
+            )
         except (RagsyncError, OSError):
             return None
         if listed is None or listed != known_total or (object_store and listed == 0):

@@ -36,7 +36,7 @@ from ragsync import ids
 from ragsync.detect import detect_mime
 from ragsync.errors import ArchiveBombError, ChildTimeBudgetError, RagsyncError
 from ragsync.model import Attachment, FetchedDocument
-from ragsync.parsing import ArchiveLimits, ParseResult, parse
+from ragsync.parsing import DEFAULT_OCR_LANGUAGES, ArchiveLimits, ParseResult, parse
 
 
 def child_document(parent: FetchedDocument, member_name: str, data: bytes, raw_uri: str) -> FetchedDocument:
@@ -181,6 +181,7 @@ def expand_children(
     limits: ArchiveLimits,
     max_bytes: int,
     max_pages: int,
+    ocr_languages: str = DEFAULT_OCR_LANGUAGES,
     budget: ChildBudget | None = None,
     clock: Callable[[], float] = time.monotonic,
 ) -> list[Child]:
@@ -200,6 +201,7 @@ def expand_children(
         limits: archive limits; also passed to each child's parse.
         max_bytes: per-document byte limit of ``parse``.
         max_pages: per-document page limit of ``parse``.
+        ocr_languages: Tesseract's languages (``Settings.ocr_languages``), for ``parse``.
         budget: shared by the whole tree (created for a top-level call).
         clock: monotonic seconds (tests give a fake one).
 
@@ -232,6 +234,7 @@ def expand_children(
                 max_pages=max_pages,
                 limits=limits,
                 depth=att.depth,
+                ocr_languages=ocr_languages,
             )
         except ArchiveBombError:
             raise
@@ -247,6 +250,7 @@ def expand_children(
                 limits=limits,
                 max_bytes=max_bytes,
                 max_pages=max_pages,
+                ocr_languages=ocr_languages,
                 budget=budget,
                 clock=clock,
             )

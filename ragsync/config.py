@@ -148,6 +148,14 @@ class Settings:
         plugins: comma-separated modules imported when the settings are
             made or unpickled in a worker (``ragsync.plugins``): they
             register source types and keyword backends.
+        ocr_languages: Tesseract's languages for scans and images, joined by
+            ``+`` (``eng+deu+fra``; env ``RAGSYNC_OCR_LANGUAGES``). Each
+            needs its traineddata on the workers (Debian:
+            ``tesseract-ocr-deu``); a missing one dead-letters the scans
+            ``configuration`` with the package to install. More languages
+            read more letters (``über``, ``é``) and cost more CPU per page
+            (README, "Scanned documents in other languages"). Part of
+            ``parser_version``: a change re-parses every document once.
     """
 
     home: str = field(default_factory=default_home)
@@ -189,6 +197,7 @@ class Settings:
     gpu_hour_usd: float = 0.35
     quick_check_max_objects: int = 100_000
     plugins: str = ""
+    ocr_languages: str = "eng"
 
     def __post_init__(self) -> None:
         if self.plugins:
@@ -239,6 +248,9 @@ class Settings:
             raise ConfigurationError("quick_check_max_objects must be >= 0 (0 = never)")
         if not 1 <= self.embed_batch_size <= 1024:
             raise ConfigurationError("embed_batch_size must be in 1..1024")
+        from ragsync.parsing import checked_ocr_languages
+
+        object.__setattr__(self, "ocr_languages", checked_ocr_languages(self.ocr_languages))
 
     def __setstate__(self, state: dict[str, object]) -> None:
         """A copy unpickled in a pipeline worker imports the plug-ins too
@@ -248,6 +260,14 @@ class Settings:
             from ragsync.plugins import load_plugins
 
             load_plugins(self.plugins)
+
+    @property
+    def parser_version(self) -> str:
+        """The version documents are parsed under (``ragsync.parsing.parser_version``):
+        the parsers' own, and the OCR languages when not the default."""
+        from ragsync.parsing import parser_version
+
+        return parser_version(self.ocr_languages)
 
     def archive_limits(self) -> ArchiveLimits:
         """The archive expansion limits to pass to ``ragsync.parsing.parse``."""

@@ -158,6 +158,13 @@ SETTING_OPTIONS: tuple[Option, ...] = (
         "comma-separated Python modules imported at start (and by every pipeline worker) that register "
         "source types or keyword backends when imported (default none)",
     ),
+    _o(
+        "ocr_languages",
+        str,
+        "Tesseract languages for scans and images, joined by '+', e.g. eng+deu+fra; each needs its "
+        "traineddata on the workers (Debian: tesseract-ocr-deu); a change re-parses every document once "
+        "(default eng)",
+    ),
 )
 
 JOB_OPTIONS: tuple[Option, ...] = (

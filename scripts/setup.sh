@@ -12,12 +12,15 @@ if [ "$(id -u)" != "0" ]; then SUDO="sudo"; fi
 
 need_apt=""
 for bin in tesseract pdftotext; do command -v "$bin" >/dev/null 2>&1 || need_apt=1; done
+# German traineddata: a second OCR language (ocr_languages), read by the tests.
+ls /usr/share/tesseract-ocr/*/tessdata/deu.traineddata >/dev/null 2>&1 || need_apt=1
 [ -e /usr/lib/x86_64-linux-gnu/libmagic.so.1 ] || [ -e /usr/lib/aarch64-linux-gnu/libmagic.so.1 ] || need_apt=1
 if [ "${RAGSYNC_WITH_POSTGRES:-0}" = "1" ] && ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then need_apt=1; fi
 if [ -n "$need_apt" ]; then
-  echo "[setup] installing system packages (tesseract-ocr, poppler-utils, libmagic1, postgresql)" >&2
+  echo "[setup] installing system packages (tesseract-ocr, tesseract-ocr-deu, poppler-utils, libmagic1, postgresql)" >&2
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq tesseract-ocr poppler-utils libmagic1 postgresql >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
+    tesseract-ocr tesseract-ocr-deu poppler-utils libmagic1 postgresql >/dev/null
 fi
 # MediaWiki (Debian's package, PHP with SQLite) for the wiki connector's tests.
 if [ "${RAGSYNC_WITH_MEDIAWIKI:-0}" = "1" ] && { ! command -v php >/dev/null 2>&1 || [ ! -e /usr/share/mediawiki/maintenance/install.php ]; }; then

@@ -48,6 +48,8 @@ def _value(name: str) -> Any:
         return "milvus"
     if name == "plugins":  # modules that must import
         return "tests.fake_connector"
+    if name == "ocr_languages":  # traineddata names joined by '+'
+        return "deu+eng"
     if isinstance(default, bool):
         raise AssertionError(f"{name}: boolean settings need a value here")
     if isinstance(default, int):

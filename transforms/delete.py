@@ -8,7 +8,6 @@ from typing import Any
 from ragsync import ids
 from ragsync.errors import WriteError
 from ragsync.model import QueuedEvent, SourceFile
-from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import IndexWriter
 from transforms.dead_letters import GuardedStep
 from transforms.io import delete_if_exists
@@ -67,7 +66,7 @@ def delete_document(
         writer.remove_chunks(tenant_id, chunk_ids)
         writer.count("chunks_deleted", len(chunk_ids))
     if doc is not None and doc.content_hash and not cat.content_in_use(doc.content_hash, doc_id):
-        delete_if_exists(writer.settings.parsed_uri(doc.content_hash, PARSER_VERSION))
+        delete_if_exists(writer.settings.parsed_uri(doc.content_hash, writer.settings.parser_version))
         delete_if_exists(writer.settings.raw_uri(doc.content_hash))
     left = {
         "vector": writer.vectors.count_ids(tenant_id, chunk_ids),

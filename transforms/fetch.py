@@ -31,7 +31,6 @@ from ragsync.errors import (
 )
 from ragsync.index_versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
-from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import IndexWriter
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
@@ -178,7 +177,12 @@ class _FetchFn(CatalogDoFn):
         stored = cat.get_document(doc_id)
         chunker_id = self.settings.chunker.config_id
         action = fetch_decision(
-            cat, stored, content_hash=chash, acl_id=acl, parser_version=PARSER_VERSION, chunker_id=chunker_id
+            cat,
+            stored,
+            content_hash=chash,
+            acl_id=acl,
+            parser_version=self.settings.parser_version,
+            chunker_id=chunker_id,
         )
         doc = FetchedDocument(
             doc_id=doc_id,

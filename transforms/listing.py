@@ -36,7 +36,6 @@ from ragsync.decisions import ListingVerdict, listing_verdict, skip_unread
 from ragsync.display import listing_line
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
-from ragsync.parsing import PARSER_VERSION
 from ragsync.source_types import SourceSpec
 from transforms.io import BeamFileSystem
 from transforms.metrics import StageMetrics, counter
@@ -215,7 +214,7 @@ class _SkipUnreadFn(CatalogDoFn):
             if skip_unread(
                 listed,
                 known.get(doc_id),
-                parser_version=PARSER_VERSION,
+                parser_version=self.settings.parser_version,
                 chunker_id=chunker_id,
                 reread=self.reread,
             ):

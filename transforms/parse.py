@@ -18,7 +18,7 @@ from ragsync.config import Settings
 from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.errors import FetchError
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
-from ragsync.parsing import PARSER_VERSION, is_container, parse
+from ragsync.parsing import is_container, parse
 from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
 from transforms.dead_letters import ToDeadLetters
 from transforms.io import read_bytes, write_bytes_once
@@ -187,7 +187,8 @@ class _ParseFn(CatalogDoFn):
 
     def _parse(self, doc: FetchedDocument) -> Iterator[Any]:
         cat = self._catalog
-        stored = None if is_container(doc.mime) else cat.get_parsed(doc.content_hash, PARSER_VERSION)
+        version = self.settings.parser_version
+        stored = None if is_container(doc.mime) else cat.get_parsed(doc.content_hash, version)
         if stored is not None:
             try:
                 elements = _read_elements(stored.elements_uri)
@@ -200,7 +201,7 @@ class _ParseFn(CatalogDoFn):
         if stored is not None:
             yield ParsedDocument(
                 doc=doc,
-                parser_version=PARSER_VERSION,
+                parser_version=version,
                 elements=elements,
                 pages=stored.pages or 0,
                 pages_for_review=tuple(stored.pages_for_review or ()),
@@ -215,14 +216,15 @@ class _ParseFn(CatalogDoFn):
             max_bytes=self.settings.max_bytes,
             max_pages=self.settings.max_pages,
             limits=self.settings.archive_limits(),
+            ocr_languages=self.settings.ocr_languages,
         )
         children = list(self._children(doc, result.attachments))  # raises before any output
-        uri = self.settings.parsed_uri(doc.content_hash, PARSER_VERSION)
+        uri = self.settings.parsed_uri(doc.content_hash, version)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
         cat.put_parsed(
             doc.content_hash,
-            PARSER_VERSION,
+            version,
             uri,
             result.pages,
             list(result.pages_for_review),
@@ -230,7 +232,7 @@ class _ParseFn(CatalogDoFn):
         )
         yield ParsedDocument(
             doc=doc,
-            parser_version=PARSER_VERSION,
+            parser_version=version,
             elements=result.elements,
             pages=result.pages,
             pages_for_review=result.pages_for_review,
@@ -254,6 +256,7 @@ class _ParseFn(CatalogDoFn):
             limits=s.archive_limits(),
             max_bytes=s.max_bytes,
             max_pages=s.max_pages,
+            ocr_languages=s.ocr_languages,
         )
         for child in children:
             write_bytes_once(child.doc.raw_uri, child.data)
@@ -265,7 +268,7 @@ class _ParseFn(CatalogDoFn):
             assert child.result is not None
             yield ParsedDocument(
                 doc=child.doc,
-                parser_version=PARSER_VERSION,
+                parser_version=s.parser_version,
                 elements=child.result.elements,
                 pages=child.result.pages,
                 pages_for_review=child.result.pages_for_review,

@@ -14,7 +14,6 @@ from ragsync.config import Settings
 from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
 from ragsync.errors import is_retryable
 from ragsync.model import DeadLetter, Event, FetchedDocument, payload_field
-from ragsync.parsing import PARSER_VERSION
 from ragsync.writer import EmbeddedPlan
 from transforms.dead_letters import GuardedStep, ToDeadLetters, batch_item_failure
 from transforms.progress import ListingTally, Progress
@@ -165,7 +164,7 @@ class _DeadLetterSinkFn(CatalogDoFn):
                 self.count("events_retried")
                 return
         source_id = payload_field(dl.payload, "source_id")
-        self._catalog.record_dead_letter(dl, source_id=source_id, parser_version=PARSER_VERSION)
+        self._catalog.record_dead_letter(dl, source_id=source_id, parser_version=self.settings.parser_version)
         if dl.event_id:
             self._catalog.ack_events([(dl.tenant_id, dl.event_id)], "dead")
         self.count("dead_lettered")

@@ -8,11 +8,13 @@ classes of ``ragsync.errors``. Nothing here imports Apache Beam.
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ragsync.errors import (
+    ConfigurationError,
     CorruptDocumentError,
     EmptyDocumentError,
     EncryptedDocumentError,
@@ -27,6 +29,54 @@ from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
 
 # Change whenever any parser's output changes (it is part of cache keys).
 PARSER_VERSION = "p7"
+
+DEFAULT_OCR_LANGUAGES = "eng"
+"""Tesseract's languages when none are set (``Settings.ocr_languages``)."""
+
+_OCR_LANGUAGES = re.compile(r"[a-z][a-z0-9_]{1,31}(\+[a-z][a-z0-9_]{1,31}){0,7}")
+
+
+def checked_ocr_languages(value: str) -> str:
+    """Check a Tesseract language list such as ``eng`` or ``eng+deu+fra``.
+
+    Only its form is checked here (one to eight traineddata names joined by
+    ``+``, each lower-case letters, digits and ``_``: ``chi_sim``); whether
+    each is installed is checked where Tesseract runs
+    (``ocr_engine.check_languages``).
+
+    Args:
+        value: the list as given (blanks around it ignored).
+
+    Returns:
+        The list, stripped.
+
+    Raises:
+        ConfigurationError: not of that form.
+    """
+    langs = value.strip()
+    if not _OCR_LANGUAGES.fullmatch(langs):
+        raise ConfigurationError(
+            "ocr_languages must be Tesseract language names joined by '+' "
+            f"(e.g. eng or eng+deu), got {value!r}"
+        )
+    return langs
+
+
+def parser_version(ocr_languages: str = DEFAULT_OCR_LANGUAGES) -> str:
+    """The parser version a document is parsed under: ``PARSER_VERSION``,
+    with the OCR languages after it when they are not the default
+    (``p7+ocr.eng+deu``). It keys the stored parses and decides whether an
+    unchanged document is read again, so changing the languages makes the
+    next run parse every document again (scans are read with the new
+    languages; chunks whose text did not change are not embedded again).
+
+    Args:
+        ocr_languages: the checked language list (``checked_ocr_languages``).
+    """
+    if ocr_languages == DEFAULT_OCR_LANGUAGES:
+        return PARSER_VERSION
+    return f"{PARSER_VERSION}+ocr.{ocr_languages}"
+
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -62,21 +112,29 @@ class ParseResult:
     attachments: tuple[Attachment, ...] = ()
 
 
-def _lazy(module: str, name: str, *, paged: bool = False, **options: Any) -> Callable[[bytes, int], RawParse]:
+Parser = Callable[[bytes, int, str], RawParse]
+"""A format's parser: ``(data, max_pages, ocr_languages) -> RawParse``."""
+
+
+def _lazy(module: str, name: str, *, paged: bool = False, **options: Any) -> Parser:
     """The parser ``name`` of ``ragsync.parsing.<module>``, imported on first
     use (parsers pull heavy libraries). Called ``name(data, **options)``, with
-    ``max_pages=`` too when ``paged`` (formats with pages)."""
+    ``max_pages=`` and ``ocr_options=`` (Tesseract's languages) too when
+    ``paged`` (formats with pages: the ones that may be scans)."""
 
-    def run(data: bytes, max_pages: int) -> RawParse:
+    def run(data: bytes, max_pages: int, ocr_languages: str) -> RawParse:
         parser = getattr(importlib.import_module(f"ragsync.parsing.{module}"), name)
-        pages = {"max_pages": max_pages} if paged else {}
-        return parser(data, **pages, **options)
+        if not paged:
+            return parser(data, **options)
+        from ragsync.parsing.ocr_engine import OcrOptions
+
+        return parser(data, max_pages=max_pages, ocr_options=OcrOptions(lang=ocr_languages), **options)
 
     return run
 
 
-def _tika(mime: str) -> Callable[[bytes, int], RawParse]:
-    def run(data: bytes, max_pages: int) -> RawParse:
+def _tika(mime: str) -> Parser:
+    def run(data: bytes, max_pages: int, ocr_languages: str) -> RawParse:
         from ragsync.parsing.tika import parse_tika
 
         if mime in _ZIP_CONTAINERS and not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -117,7 +175,7 @@ _xml = _lazy("html", "parse_html", main_only=False)
 _json = _lazy("tickets", "parse_json")
 _image = _lazy("ocr", "parse_image", paged=True)
 
-_PARSERS: dict[str, Callable[[bytes, int], RawParse]] = {
+_PARSERS: dict[str, Parser] = {
     MIME_PDF: _lazy("pdf", "parse_pdf", paged=True),
     MIME_DOCX: _lazy("docx", "parse_docx"),
     "text/html": _html,
@@ -204,6 +262,7 @@ def parse(
     max_pages: int = 2000,
     limits: ArchiveLimits | None = None,
     depth: int = 0,
+    ocr_languages: str = DEFAULT_OCR_LANGUAGES,
 ) -> ParseResult:
     """Parse a document into elements in reading order.
 
@@ -221,6 +280,8 @@ def parse(
         depth: how many containers (archives, e-mails) enclose this
             document: 0 for a top-level document, ``Attachment.depth`` for a
             child.
+        ocr_languages: Tesseract's languages for scanned pages and images
+            (``Settings.ocr_languages``, checked by ``checked_ocr_languages``).
 
     Returns:
         A ``ParseResult`` with at least one element, each with non-empty text,
@@ -242,7 +303,8 @@ def parse(
             have neither text nor images says OCR is needed).
         OcrBelowBarError: scanned PDF / image whose every non-blank page is
             below the OCR bar (``ragsync.parsing.ocr``).
-        ConfigurationError: a scan or image but Tesseract is not installed.
+        ConfigurationError: a scan or image but Tesseract (or one of
+            ``ocr_languages``) is not installed.
     """
     name = filename or "document"
     if not data:
@@ -263,7 +325,7 @@ def parse(
             raw = container(data, base, filename, limits or ArchiveLimits(), depth)
         else:
             assert parser is not None
-            raw = parser(data, max_pages)
+            raw = parser(data, max_pages, ocr_languages)
     except RagsyncError:
         raise
     except (RecursionError, MemoryError):
@@ -288,4 +350,14 @@ def parse(
     )
 
 
-__all__ = ["PARSER_VERSION", "ArchiveLimits", "ParseResult", "is_container", "parse", "supported_mimes"]
+__all__ = [
+    "DEFAULT_OCR_LANGUAGES",
+    "PARSER_VERSION",
+    "ArchiveLimits",
+    "checked_ocr_languages",
+    "parser_version",
+    "ParseResult",
+    "is_container",
+    "parse",
+    "supported_mimes",
+]

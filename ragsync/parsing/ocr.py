@@ -37,6 +37,7 @@ from ragsync.parsing.ocr_engine import (
     OcrOptions,
     PageImage,
     PageOcr,
+    check_languages,
     ocr_page,
     ocr_pages,
 )
@@ -253,13 +254,13 @@ def iter_image_pages(data: bytes, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> It
             yield PageImage(i + 1, gray, dpi, source)
 
 
-def parse_image(data: bytes, *, max_pages: int = 2000, options: OcrOptions | None = None) -> OcrRawParse:
+def parse_image(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | None = None) -> OcrRawParse:
     """OCR an image file (PNG, JPEG, TIFF including multi-page, BMP, WebP).
 
     Args:
         data: the image bytes.
         max_pages: frame limit.
-        options: OCR bar and limits.
+        ocr_options: OCR bar, limits and languages (defaults when None).
 
     Returns:
         Paragraph elements of the pages that pass the bar, page numbers from
@@ -272,11 +273,12 @@ def parse_image(data: bytes, *, max_pages: int = 2000, options: OcrOptions | Non
         CorruptDocumentError: truncated or undecodable image data.
         OcrBelowBarError: every non-blank page is below the bar.
         NoTextError: every page is blank.
-        ConfigurationError: Tesseract is not installed.
+        ConfigurationError: Tesseract, or one of ``ocr_options.lang``, is not installed.
     """
     from ragsync.errors import NoTextError, OcrBelowBarError
 
-    opts = options or OcrOptions()
+    opts = ocr_options or OcrOptions()
+    check_languages(opts.lang)
     n = image_frame_count(data, max_pixels=opts.max_pixels)
     if n > max_pages:
         raise TooLargeError(f"image has {n} pages, above the limit of {max_pages}")
@@ -411,13 +413,14 @@ def ocr_pdf_pages(data: bytes, indices: Sequence[int], options: OcrOptions | Non
     Raises:
         TooLargeError: a page holds an image above ``options.max_pixels``.
         CorruptDocumentError: PDFium cannot reopen the file.
-        ConfigurationError: Tesseract is not installed.
+        ConfigurationError: Tesseract, or one of ``options.lang``, is not installed.
     """
     import pypdfium2 as pdfium
 
     opts = options or OcrOptions()
     if not indices:
         return []
+    check_languages(opts.lang)
     with PDFIUM_LOCK:
         try:
             doc = pdfium.PdfDocument(data)

@@ -69,6 +69,7 @@ DEFAULT_MAX_RENDER_PIXELS = 25_000_000
 RENDER_DPI = 300.0
 
 _TESSERACT_LOCK = threading.Lock()
+_installed_languages: frozenset[str] | None = None
 _tesseract_path: str | None = None
 
 
@@ -273,6 +274,55 @@ def tesseract_env() -> dict[str, str]:
         A new environment mapping.
     """
     return {**os.environ, "OMP_THREAD_LIMIT": "1"}
+
+
+def installed_languages() -> frozenset[str]:
+    """The languages Tesseract has traineddata for (``tesseract --list-langs``),
+    read once per process.
+
+    Raises:
+        ConfigurationError: Tesseract is not installed, or does not answer.
+    """
+    global _installed_languages
+    with _TESSERACT_LOCK:
+        known = _installed_languages
+    if known is None:
+        try:
+            proc = subprocess.run(
+                [tesseract_path(), "--list-langs"],
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                env=tesseract_env(),
+                timeout=30,
+                check=True,
+            )
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ConfigurationError(f"tesseract --list-langs failed: {exc}") from exc
+        lines = proc.stdout.decode("utf-8", "replace").splitlines()
+        known = frozenset(li.strip() for li in lines[1:] if li.strip())  # after "List of available languages"
+        with _TESSERACT_LOCK:
+            _installed_languages = known
+    return known
+
+
+def check_languages(lang: str) -> None:
+    """Refuse a language list naming a language Tesseract does not have.
+
+    Args:
+        lang: languages joined by ``+`` (``OcrOptions.lang``).
+
+    Raises:
+        ConfigurationError: one is missing; the message names the Debian
+            package that adds it and the languages installed.
+    """
+    missing = [name for name in lang.split("+") if name not in installed_languages()]
+    if missing:
+        have = ", ".join(sorted(installed_languages())) or "none"
+        packages = " ".join(f"tesseract-ocr-{name.replace('_', '-')}" for name in missing)
+        raise ConfigurationError(
+            f"OCR language(s) {', '.join(missing)} not installed (installed: {have}): "
+            f"install them (apt-get install {packages}) or change ocr_languages ($RAGSYNC_OCR_LANGUAGES)"
+        )
 
 
 def tesseract_input(gray: GrayImage) -> bytes:
