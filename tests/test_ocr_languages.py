@@ -162,3 +162,18 @@ def test_changing_the_languages_reads_the_scans_again_with_them(tmp_path: Path) 
         "brief.png": f"{PARSER_VERSION}+ocr.deu+eng",
         "note.md": f"{PARSER_VERSION}+ocr.deu+eng",
     }
+
+
+def test_a_missing_language_dead_letters_the_scan_only_and_names_the_package(tmp_path: Path) -> None:
+    src, home = tmp_path / "src", tmp_path / "home"
+    src.mkdir()
+    (src / "brief.png").write_bytes(_german_scan())
+    (src / "note.md").write_text("# Note\n\nThe parking garage opens at seven in the morning.\n")
+
+    run = _cli("backfill", str(src), "--home", str(home), "--quiet", "--ocr-languages", "eng+xqz")
+    assert (run["documents_indexed"], run["dead_lettered"]) == (1, 1)
+    letters = _cli("dead-letters", "list", "--home", str(home))
+    assert [(Path(d["uri"]).name, d["stage"], d["error_class"]) for d in letters] == [
+        ("brief.png", "parse", "configuration")
+    ]
+    assert "apt-get install tesseract-ocr-xqz" in letters[0]["message"]
