@@ -170,6 +170,9 @@ def s3_store() -> Iterator[S3Store]:
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     endpoint = f"http://127.0.0.1:{port}"
+    # moto keeps its buckets per process, not per server: start from none, or a
+    # second store in one pytest process (two test files) would see the first's objects.
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/moto-api/reset", method="POST"), timeout=30)
     client = boto3.client(
         "s3", endpoint_url=endpoint, aws_access_key_id="k", aws_secret_access_key="s", region_name="us-east-1"
     )
