@@ -23,7 +23,9 @@ from ragsync.parsing.ocr_tables import (
     form_rows,
     is_form,
     is_prose,
+    off_rules,
     page_tables,
+    rule_positions,
     ruled_columns,
     ruled_regions,
     scaled_back,
@@ -179,6 +181,63 @@ def test_a_ruled_region_with_vertical_rules_takes_its_columns_from_them() -> Non
     rules = [5.0 + 34 * c for c in range(19)]
     tables, used = page_tables(words, [box], columns=[rules])
     assert [rows for _, rows in tables] == [grid] and used == set(range(54))
+
+
+# A page of columns divided by vertical rules, no horizontal rule between them (an election
+# bulletin): each column a label, a party and a count right-aligned against the rule on its
+# right, which Tesseract reads as the count's last glyph ("247)"), 6 px from the next column.
+BULLETIN = [
+    [(10, "GOVERNOR"), (406, "LIU")],
+    [(10, "NEEL"), (200, "REP"), (352, "247)"), (406, "YES"), (764, "90)")],
+    [(10, "ED"), (200, "DEM"), (364, "69]"), (406, "NO"), (752, "142|")],
+    [(10, "VOTER"), (406, "SMITH"), (764, "64)")],
+]
+BULLETIN_RULES = [(0, 90, 3, 300), (399, 90, 402, 300), (798, 90, 801, 300)]
+
+
+def test_vertical_rules_crossing_an_unruled_run_are_its_columns_and_their_glyphs_go() -> None:
+    words = _words(BULLETIN)
+    # without the rules: columns from the word gaps, a count and the next column's label one cell
+    without = page_tables(words, [])[0]
+    assert [rows for _, rows in without][0][1] == ["NEEL", "REP", "247) YES", "90)"]
+    tables, used = page_tables(words, [], verticals=BULLETIN_RULES)
+    assert [rows for _, rows in tables] == [
+        [["GOVERNOR", "LIU"], ["NEEL REP 247", "YES 90"], ["ED DEM 69", "NO 142"], ["VOTER", "SMITH 64"]]
+    ]
+    assert used == set(range(len(words)))
+    # a rule spanning under half the run's height (a header's tick) makes no column
+    short = [(0, 90, 3, 300), (399, 90, 402, 140), (798, 90, 801, 300)]
+    assert rule_positions(short, 14.0, (10.0, 100.0, 800.0, 204.0)) == [1.5, 799.5]
+    assert page_tables(words, [], verticals=short) == page_tables(words, [])
+
+
+def test_glyphs_read_from_a_vertical_rule_a_word_touches_go() -> None:
+    rule = [400.5]
+    words = [
+        Word(352, 0, 400, 14, "247)", 90.0),  # a count against the rule: ")" is the rule
+        Word(406, 0, 442, 14, "[12", 90.0),  # "[" just right of it: the rule
+        Word(398, 0, 403, 14, "|", 90.0),  # a bar on the rule: dropped
+        Word(340, 20, 400, 34, "(WBC)", 90.0),  # its opening bracket is in the word: kept
+        Word(250, 20, 274, 34, "3)", 90.0),  # far from the rule: kept
+        Word(406, 20, 430, 34, "|", 90.0),  # a bar 5.5 px off the rule (reach 7 px): dropped
+        Word(420, 40, 444, 54, "|", 90.0),  # 19.5 px off: kept
+    ]
+    assert [w.text for w in off_rules(words, rule)] == ["247", "12", "(WBC)", "3)", "|"]
+    assert off_rules(words, []) == words
+
+
+def test_a_bar_read_from_a_ruled_column_s_rule_is_not_part_of_its_cell() -> None:
+    lines = [
+        [(10, "Line"), (200, "Bill"), (398, "|"), (410, "PO"), (452, "number")],
+        [(10, "1"), (200, "0.61"), (410, "4500")],
+        [(10, "2"), (200, "0.62"), (410, "4501")],
+    ]
+    box = (0.0, 90.0, 700.0, 200.0)
+    tables, used = page_tables(_words(lines), [box], columns=[[1.5, 190.5, 400.5, 699.5]])
+    assert [rows for _, rows in tables] == [
+        [["Line", "Bill", "PO number"], ["1", "0.61", "4500"], ["2", "0.62", "4501"]]
+    ]
+    assert used == set(range(11))
 
 
 def test_a_table_goes_after_the_paragraphs_that_start_above_it() -> None:

@@ -319,6 +319,20 @@ def table_rows(
     return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False, multi_share=multi_share)
 
 
+def rule_rows(
+    lines: Sequence[Sequence[Word]], rules: Sequence[float], multi_share: float = 0.5
+) -> list[list[str]]:
+    """The lines as rows of the columns between vertical ``rules`` (x
+    positions, :func:`rule_bands`; up to ``MAX_RULED_COLUMNS``), held to the
+    bar of columns found from word gaps (``MIN_TABLE_ROWS`` rows of two or
+    more cells, ``multi_share`` of the rows so): for lines that no
+    horizontal rules frame as a table. ``[]`` when they make no table; no
+    fallback to the words' gaps."""
+    if len(lines) < MIN_TABLE_ROWS or len(rules) < 2:
+        return []
+    return _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=False, multi_share=multi_share)
+
+
 def _rows(
     lines: Sequence[Sequence[Word]],
     bands: Sequence[tuple[float, float]],

@@ -29,7 +29,14 @@ from collections.abc import Sequence
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, has_digit, table_rows
+from ragsync.parsing.ocr_second import (
+    MAX_MEDIAN_CELL_WORDS,
+    Word,
+    group_lines,
+    has_digit,
+    rule_rows,
+    table_rows,
+)
 
 Box = tuple[float, float, float, float]
 
@@ -80,6 +87,14 @@ SEGMENT_MULTI_SHARE = 1 / 3
 MIN_LABEL_SHARE = 0.5
 UNDERLINE = "_\u2014\u2013"
 FIELD_START = UNDERLINE + "["
+# A vertical rule a word touches is at times read as a glyph of that word
+# (a count right-aligned against a rule, "90|", read "90)"; a header "| PO
+# number"): a bracket or bar at a word's end lying within RULE_GLYPH_REACH of
+# the word's height of a rule is the rule and goes, unless the word also holds
+# its matching bracket ("(WBC)"). Half a line height: the rule is the glyph
+# itself, so its centre lies within the glyph's width (about half its height).
+RULE_GLYPH_REACH = 0.5
+RULE_GLYPHS = {")": "(", "]": "[", "}": "{", "|": "", "(": ")", "[": "]", "{": "}"}
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -204,14 +219,46 @@ def _cut_unframed(
     return parts
 
 
-def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
-    """The vertical rules that divide each region into columns.
+def vertical_rules(ink: NDArray[np.bool_], letter: float) -> list[tuple[int, int, int, int]]:
+    """A page's vertical rules (``rule_masks``) as ``(x0, y0, x1, y1)``
+    boxes, left to right; ``[]`` when ``letter`` is not positive."""
+    if letter <= 0:
+        return []
+    return _segments(rule_masks(ink, letter)[1], horizontal=False)
 
-    A vertical rule (``rule_masks``) belongs to a region when it lies within
-    ``RULE_END_SLACK`` letter heights of the region's sides and spans at
-    least half its height (a rule under a spanning header only, or a
-    frame's short tick, does not cut the body). Rules closer than a letter
-    height (a double rule) count once.
+
+def rule_positions(verticals: Sequence[tuple[int, int, int, int]], letter: float, box: Box) -> list[float]:
+    """The vertical rules that divide ``box`` into columns (pure).
+
+    A vertical rule belongs to the box when it lies within
+    ``RULE_END_SLACK`` letter heights of its sides and spans at least half
+    its height (a rule under a spanning header only, or a frame's short
+    tick, does not cut the body). Rules closer than a letter height (a
+    double rule) count once.
+
+    Args:
+        verticals: the page's vertical rules (``vertical_rules``).
+        letter: the letter height in pixels (> 0).
+        box: a table region or an unruled run's bounds.
+
+    Returns:
+        The rules' x positions (centres) left to right; ``[]`` for none.
+    """
+    x0, y0, x1, y1 = box
+    slack = RULE_END_SLACK * letter
+    xs: list[float] = []
+    for v in sorted(verticals):
+        centre = (v[0] + v[2]) / 2
+        if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
+            if xs and centre - xs[-1] < letter:
+                continue
+            xs.append(centre)
+    return xs
+
+
+def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
+    """The vertical rules that divide each region into columns
+    (``rule_positions`` of ``vertical_rules``).
 
     Args:
         ink: the page's ink mask.
@@ -222,22 +269,8 @@ def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box])
         For each region, the rules' x positions (centres) left to right;
         ``[]`` for a region without such rules.
     """
-    if letter <= 0:
-        return [[] for _ in regions]
-    _, vmask = rule_masks(ink, letter)
-    verticals = _segments(vmask, horizontal=False)
-    slack = RULE_END_SLACK * letter
-    out: list[list[float]] = []
-    for x0, y0, x1, y1 in regions:
-        xs: list[float] = []
-        for v in verticals:
-            centre = (v[0] + v[2]) / 2
-            if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
-                if xs and centre - xs[-1] < letter:
-                    continue
-                xs.append(centre)
-        out.append(xs)
-    return out
+    verticals = vertical_rules(ink, letter)
+    return [rule_positions(verticals, letter, box) for box in regions]
 
 
 def segments(line: Sequence[Word]) -> list[list[Word]]:
@@ -431,14 +464,67 @@ def split_at_long_lines(run: Sequence[Sequence[Word]]) -> list[list[Sequence[Wor
     return [r for piece in pieces if len(piece) < len(run) for r in aligned_runs(piece)]
 
 
-def _unruled_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+def _rule_glyph(text: str, at: int) -> bool:
+    """Whether ``text[at]`` is a bracket or bar (``RULE_GLYPHS``) whose
+    matching bracket the text does not hold."""
+    ch = text[at]
+    return ch in RULE_GLYPHS and (not RULE_GLYPHS[ch] or RULE_GLYPHS[ch] not in text)
+
+
+def off_rules(words: Sequence[Word], rules: Sequence[float]) -> list[Word]:
+    """Words without the glyphs Tesseract read from the vertical ``rules``
+    they touch (pure): a bracket or bar (``_rule_glyph``) that ends a word
+    within ``RULE_GLYPH_REACH`` of its height of a rule is dropped from its
+    text (its box kept), and a word of such glyphs only that lies on a rule
+    is dropped. Other words are returned as they are (the same objects).
+
+    Args:
+        words: words, any order.
+        rules: x positions of vertical rules.
+    """
+    out: list[Word] = []
+    for w in words:
+        reach = RULE_GLYPH_REACH * w.height
+        near_start = any(abs(x - w.x0) <= reach for x in rules)
+        near_end = any(abs(x - w.x1) <= reach for x in rules)
+        text = w.text
+        if near_end and len(text) > 1 and _rule_glyph(text, -1):
+            text = text[:-1]
+        if near_start and len(text) > 1 and _rule_glyph(text, 0):
+            text = text[1:]
+        if all(ch in RULE_GLYPHS for ch in text) and any(w.x0 - reach <= x <= w.x1 + reach for x in rules):
+            continue
+        out.append(w if text == w.text else Word(w.x0, w.y0, w.x1, w.y1, text, w.score))
+    return out
+
+
+def _unruled_rows(run: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
     """An unruled candidate's rows (see ``page_tables``), or ``[]``."""
     if is_prose(run):
         return []
+    if len(rules) >= 2 and (
+        rows := rule_rows([c for c in (off_rules(line, rules) for line in run) if c], rules)
+    ):
+        return rows
     rows = segment_table(run)
     if not rows and (words_rows := table_rows(run)):
         rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
     return rows
+
+
+def _run_rules(run: Sequence[Sequence[Word]], verticals: Sequence[tuple[int, int, int, int]]) -> list[float]:
+    """The vertical rules that cross a run of lines (``rule_positions`` of
+    its words' bounds, its median word height as the letter height)."""
+    words = [w for line in run for w in line]
+    if not verticals or not words:
+        return []
+    box = (
+        min(w.x0 for w in words),
+        min(w.y0 for w in words),
+        max(w.x1 for w in words),
+        max(w.y1 for w in words),
+    )
+    return rule_positions(verticals, statistics.median(w.height for w in words), box)
 
 
 def page_tables(
@@ -447,6 +533,7 @@ def page_tables(
     *,
     unruled: bool = True,
     columns: Sequence[Sequence[float]] = (),
+    verticals: Sequence[tuple[int, int, int, int]] = (),
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
@@ -455,14 +542,18 @@ def page_tables(
     tables (``aligned_runs``). A ruled candidate goes through
     ``ocr_second.table_rows``. An unruled one refused is tried again in
     pieces (``split_at_long_lines``). An unruled one is refused when it is columns
-    of prose (``is_prose``); else it is read with its segments as cells
+    of prose (``is_prose``); else, when two or more of the page's vertical
+    rules cross it (``rule_positions``: a page of columns divided by rules,
+    with no horizontal rules to make it a ruled region), read with the
+    columns between them (``ocr_second.rule_rows``); else with its segments as cells
     (``segment_table``: word gaps inside a cell make no column), or, when
     that gives no table, word by word (``table_rows``), then with no more
     columns than its widest line has segments (``line_segments``): a run of
     prose lines whose word gaps line up by chance splits into many narrow
     columns (on the magazine page 8071_093.3B, a headline over two text
     columns made 15 columns from lines of at most 5 segments). A candidate
-    refused leaves its words as text.
+    refused leaves its words as text. Wherever rules make the columns, the
+    glyphs read from them go first (``off_rules``).
 
     Args:
         words: the page's words (Tesseract's, in any order).
@@ -471,6 +562,8 @@ def page_tables(
         columns: for each region, the x positions of its vertical rules
             (``ruled_columns``); with two or more, they make its columns
             instead of the words' gaps. Missing: none.
+        verticals: the page's vertical rules (``vertical_rules``), for the
+            unruled candidates. Missing: none.
 
     Returns:
         ``(tables, used)``: the tables top to bottom, each as its top edge
@@ -483,14 +576,18 @@ def page_tables(
     for k, box in enumerate(regions):
         region = [i for i, w in enumerate(words) if i not in taken and inside(w, box)]
         rules = columns[k] if k < len(columns) else ()
-        rows = table_rows(group_lines([words[i] for i in region]), rules)
+        rows = table_rows(group_lines(off_rules([words[i] for i in region], rules)), rules)
         if rows:
             found.append((box[1], rows, set(region)))
             taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
     for whole in aligned_runs(group_lines(rest)) if unruled else []:
-        rows = _unruled_rows(whole)
-        pieces = [(whole, rows)] if rows else [(r, _unruled_rows(r)) for r in split_at_long_lines(whole)]
+        rows = _unruled_rows(whole, _run_rules(whole, verticals))
+        pieces = (
+            [(whole, rows)]
+            if rows
+            else [(r, _unruled_rows(r, _run_rules(r, verticals))) for r in split_at_long_lines(whole)]
+        )
         for run, rows in pieces:
             if rows:
                 members = {index[id(w)] for line in run for w in line}
