@@ -211,6 +211,41 @@ def test_vertical_rules_crossing_an_unruled_run_are_its_columns_and_their_glyphs
     assert page_tables(words, [], verticals=short) == page_tables(words, [])
 
 
+def test_a_column_rule_broken_by_a_shaded_row_is_one_rule() -> None:
+    # the middle rule stops for a shaded row (150-170): pieces of 50 and 34 px over the run's
+    # 104 px, each under half of it, together over half
+    broken = [(0, 90, 3, 300), (399, 90, 402, 150), (399, 170, 402, 300), (798, 90, 801, 300)]
+    assert rule_positions(broken, 14.0, (10.0, 100.0, 800.0, 204.0)) == [1.5, 400.5, 799.5]
+    assert rule_positions(broken[1:2], 14.0, (10.0, 100.0, 800.0, 204.0)) == []
+    words = _words(BULLETIN)
+    assert page_tables(words, [], verticals=broken) == page_tables(words, [], verticals=BULLETIN_RULES)
+
+
+def test_a_ruled_column_s_text_ends_at_its_rule_for_the_wrap_test() -> None:
+    # a section heading's last word starts left of the rule at 300.5 and runs past it (to 424);
+    # "of eye" 4 px under "Eye bleeding (including" continues its cell: "of" would not fit
+    # before the rule, though it would before the heading's end
+    def line(top: float, cells: list[tuple[float, str]]) -> list[Word]:
+        return [Word(x, top, x + 12 * len(t), top + 14, t, 95.0) for x, t in cells]
+
+    words = [
+        *line(100, [(10, "Organ"), (310, "Risk")]),
+        *line(130, _set("Respiratory thoracic and mediastinal", 10)),
+        *line(160, [*_set("Eye bleeding (including", 10), (310, "Rare")]),
+        *line(178, _set("of eye", 10)),
+        *line(208, [(10, "Nausea"), (310, "Common")]),
+    ]
+    tables, _ = page_tables(words, [(0.0, 90.0, 600.0, 230.0)], columns=[[1.5, 300.5, 599.5]])
+    assert [rows for _, rows in tables] == [
+        [
+            ["Organ", "Risk"],
+            ["Respiratory thoracic and mediastinal", ""],
+            ["Eye bleeding (including of eye", "Rare"],
+            ["Nausea", "Common"],
+        ]
+    ]
+
+
 def test_glyphs_read_from_a_vertical_rule_a_word_touches_go() -> None:
     rule = [400.5]
     words = [

@@ -230,11 +230,13 @@ def vertical_rules(ink: NDArray[np.bool_], letter: float) -> list[tuple[int, int
 def rule_positions(verticals: Sequence[tuple[int, int, int, int]], letter: float, box: Box) -> list[float]:
     """The vertical rules that divide ``box`` into columns (pure).
 
-    A vertical rule belongs to the box when it lies within
-    ``RULE_END_SLACK`` letter heights of its sides and spans at least half
-    its height (a rule under a spanning header only, or a frame's short
-    tick, does not cut the body). Rules closer than a letter height (a
-    double rule) count once.
+    Pieces of rule on one line (centres within a letter height of the
+    first's) are one rule: a column rule broken by a shaded row or a cell
+    spanning the columns goes on below it, and a double rule counts once. A
+    rule belongs to the box when it lies within ``RULE_END_SLACK`` letter
+    heights of its sides and its pieces cover at least half the box's height
+    (a rule under a spanning header only, or a frame's short tick, does not
+    cut the body).
 
     Args:
         verticals: the page's vertical rules (``vertical_rules``).
@@ -242,18 +244,34 @@ def rule_positions(verticals: Sequence[tuple[int, int, int, int]], letter: float
         box: a table region or an unruled run's bounds.
 
     Returns:
-        The rules' x positions (centres) left to right; ``[]`` for none.
+        The rules' x positions (the first piece's centre) left to right;
+        ``[]`` for none.
     """
     x0, y0, x1, y1 = box
     slack = RULE_END_SLACK * letter
-    xs: list[float] = []
-    for v in sorted(verticals):
+    lines: list[tuple[float, list[tuple[int, int, int, int]]]] = []
+    for v in sorted(verticals, key=lambda v: (v[0] + v[2], v[1])):
         centre = (v[0] + v[2]) / 2
-        if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
-            if xs and centre - xs[-1] < letter:
-                continue
+        if lines and centre - lines[-1][0] < letter:
+            lines[-1][1].append(v)
+        else:
+            lines.append((centre, [v]))
+    xs: list[float] = []
+    for centre, pieces in lines:
+        if x0 - slack <= centre <= x1 + slack and _covered(pieces, y0, y1) >= (y1 - y0) / 2:
             xs.append(centre)
     return xs
+
+
+def _covered(pieces: Sequence[tuple[int, int, int, int]], y0: float, y1: float) -> float:
+    """How much of ``y0..y1`` the pieces' vertical extents cover together."""
+    covered, reached = 0.0, y0
+    for top, bottom in sorted((max(p[1], y0), min(p[3], y1)) for p in pieces):
+        top = max(top, reached)
+        if bottom > top:
+            covered += bottom - top
+            reached = bottom
+    return covered
 
 
 def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
