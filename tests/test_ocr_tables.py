@@ -609,6 +609,27 @@ def test_a_form_of_labelled_fields_is_read_line_by_line_without_digits() -> None
     assert [rows for _, rows in tables] == [expected] and used == set(range(len(words)))
 
 
+def test_a_form_s_field_set_apart_by_blank_lines_stays_in_the_form() -> None:
+    # FORM's last line ends at 234 (line height 14); a field 70 px (5 line heights) below
+    # continues the form, past MAX_RUN_GAP (3) but within MAX_FORM_GAP (6) ...
+    form = [
+        ["Case Number:", "A-DSP-FOND", "Agency:", "Fond du Lac"],
+        ["Child Information (at time of incident)", "", "", ""],
+        ["Age:", "Three Years", "Gender:", "[X] Male"],
+        ["Race or Ethnicity:", "Caucasian", "", ""],
+        ["Special Needs:", "None", "", ""],
+    ]
+    field = [*_set("Date of Incident:", 10), *_set("_12/01/2015", 330)]
+    words = [*_words(FORM), *_words([field], top=304)]
+    tables, used = page_tables(words, [])
+    assert [rows for _, rows in tables] == [[*form, ["Date of Incident:", "12/01/2015", "", ""]]]
+    assert used == set(range(len(words)))
+    # ... not 100 px (over 7 line heights) below, and not a line of two segments without a label
+    for far in (_words([field], top=334), _words([[*_set("Total", 10), *_set("12", 330)]], top=304)):
+        tables, used = page_tables([*_words(FORM), *far], [])
+        assert [rows for _, rows in tables] == [form] and used == set(range(len(_words(FORM))))
+
+
 def test_a_run_is_a_form_only_when_half_its_split_lines_hold_a_label_before_a_segment() -> None:
     lines = [
         [*_set("Note: aa", 10), *_set("bb cc", 400)],

@@ -55,6 +55,12 @@ MIN_ALIGNED_LINES = 3
 # line heights below the previous one's bottom (a heading far above a table,
 # or a ruled region's words taken out between them, is not one of its rows).
 MAX_RUN_GAP = 3.0
+# ... except that a form's field (a label, then its value: is_field) goes on
+# a form's run (is_form) within this many line heights: a form sets a field
+# apart by a blank line or two of its own line pitch (a "Date of Incident:"
+# field ~4 line heights under the child's fields), where a table's next row
+# would not be.
+MAX_FORM_GAP = 6.0
 # Up to this many one-segment lines in a row inside a run are kept in it (a
 # long cell wrapped onto the next line, a subtotal): the run goes on when a
 # line of two or more segments follows them.
@@ -314,6 +320,12 @@ def is_label(segment: Sequence[Word]) -> bool:
     return bool(segment) and segment[-1].text.endswith(":")
 
 
+def is_field(line: Sequence[Word]) -> bool:
+    """Whether a line holds a form's field: a label (``is_label``) with a
+    segment after it."""
+    return any(is_label(s) for s in segments(line)[:-1])
+
+
 def is_form(run: Sequence[Sequence[Word]]) -> bool:
     """Whether a run of lines is a form's fields: at least ``MIN_LABEL_SHARE``
     of its lines of two or more segments hold a label (``is_label``) with a
@@ -365,7 +377,10 @@ def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
             last = (pending or current)[-1]
             height = statistics.median(w.height for w in last)
             bottom = statistics.median(w.y1 for w in last)
-            if statistics.median(w.y0 for w in line) - bottom > MAX_RUN_GAP * height:
+            gap = statistics.median(w.y0 for w in line) - bottom
+            if gap > MAX_RUN_GAP * height and not (
+                gap <= MAX_FORM_GAP * height and not pending and is_field(line) and is_form(current)
+            ):
                 close()
         if line_segments(line) >= 2:
             current.extend(pending)
