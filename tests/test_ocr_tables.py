@@ -20,6 +20,7 @@ from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
     better_reading,
+    commas_read_as_points,
     form_rows,
     is_form,
     is_prose,
@@ -273,6 +274,18 @@ def test_a_bar_read_from_a_ruled_column_s_rule_is_not_part_of_its_cell() -> None
         [["Line", "Bill", "PO number"], ["1", "0.61", "4500"], ["2", "0.62", "4501"]]
     ]
     assert used == set(range(11))
+
+
+def test_thousands_commas_read_as_points_are_put_back_in_table_cells() -> None:
+    # small print: Tesseract reads "37,499.96" as "37.499.96"; "1.234.567" (three digits after
+    # the last point) is a comma-decimal number's thousands and stays
+    grid = [["Name", "Amount", "Count"], ["Bain", "37.499.96", "1.234.567"], ["Smith", "(1.260.00)", "12.5"]]
+    words = _words([[(10 + 200 * c, cell) for c, cell in enumerate(row)] for row in grid])
+    tables, _ = page_tables(words, [])
+    assert [rows for _, rows in tables] == [
+        [["Name", "Amount", "Count"], ["Bain", "37,499.96", "1.234.567"], ["Smith", "(1,260.00)", "12.5"]]
+    ]
+    assert commas_read_as_points("paid $21.000.00 in 4.5.6") == "paid $21,000.00 in 4.5.6"
 
 
 def test_a_table_goes_after_the_paragraphs_that_start_above_it() -> None:

@@ -23,6 +23,7 @@ Pure functions on ink masks and word boxes; nothing here runs an engine.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
 
@@ -100,6 +101,13 @@ FIELD_START = UNDERLINE + "["
 # its matching bracket ("(WBC)"). Half a line height: the rule is the glyph
 # itself, so its centre lies within the glyph's width (about half its height).
 RULE_GLYPH_REACH = 0.5
+# A number with two or more points, the last before one or two digits
+# ("37.499.96"), is a US-style amount whose thousands commas were read as points
+# (small print): no convention writes it so (a point-decimal number groups its
+# thousands with commas, a comma-decimal one ends in a comma). With three digits
+# after the last point ("1.234.567") it is a comma-decimal number's thousands,
+# left as it is.
+POINT_READ_COMMAS = re.compile(r"^([(\-$]?\d{1,3})((?:\.\d{3})+)(\.\d{1,2}[)%]?)$")
 RULE_GLYPHS = {")": "(", "]": "[", "}": "{", "|": "", "(": ")", "[": "]", "{": "}"}
 
 
@@ -531,6 +539,15 @@ def off_rules(words: Sequence[Word], rules: Sequence[float]) -> list[Word]:
     return out
 
 
+def commas_read_as_points(cell: str) -> str:
+    """A cell's text with the thousands commas of its amounts read as
+    points put back (``POINT_READ_COMMAS``: "37.499.96" -> "37,499.96")."""
+    return " ".join(
+        m[1] + m[2].replace(".", ",") + m[3] if (m := POINT_READ_COMMAS.match(t)) else t
+        for t in cell.split(" ")
+    )
+
+
 def _unruled_rows(run: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
     """An unruled candidate's rows (see ``page_tables``), or ``[]``."""
     if is_prose(run):
@@ -627,4 +644,4 @@ def page_tables(
                 found.append((min(w.y0 for line in run for w in line), rows, members))
                 taken.update(members)
     found.sort(key=lambda f: f[0])
-    return [(top, rows) for top, rows, _ in found], taken
+    return [(top, [[commas_read_as_points(c) for c in r] for r in rows]) for top, rows, _ in found], taken
