@@ -10,9 +10,15 @@ Two kinds of table are found on a page Tesseract has read:
   its vertical rules (:func:`ruled_columns`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line), not columns of prose
-  (:func:`is_prose`), read with their segments as cells
-  (:func:`segment_table`); a form's labelled fields ("Agency:  value",
-  :func:`is_form`) are read line by line (:func:`form_rows`).
+  (:func:`is_prose`), read with the columns between the vertical rules that
+  cross them (:func:`rule_positions`, a page of columns divided by rules
+  only), else with their segments as cells (:func:`segment_table`); a
+  form's labelled fields ("Agency:  value", :func:`is_form`) are read line
+  by line (:func:`form_rows`).
+
+Glyphs Tesseract reads from a rule a word touches go (:func:`off_rules`), and
+amounts whose thousands commas were read as points are put back
+(:func:`commas_read_as_points`).
 
 Either way the region's words go through ``ocr_second.table_rows`` (the path
 table crops take), which keeps only aligned columns of short cells: two
