@@ -20,10 +20,13 @@ from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
     better_reading,
+    commas_read_as_points,
     form_rows,
     is_form,
     is_prose,
+    off_rules,
     page_tables,
+    rule_positions,
     ruled_columns,
     ruled_regions,
     scaled_back,
@@ -179,6 +182,110 @@ def test_a_ruled_region_with_vertical_rules_takes_its_columns_from_them() -> Non
     rules = [5.0 + 34 * c for c in range(19)]
     tables, used = page_tables(words, [box], columns=[rules])
     assert [rows for _, rows in tables] == [grid] and used == set(range(54))
+
+
+# A page of columns divided by vertical rules, no horizontal rule between them (an election
+# bulletin): each column a label, a party and a count right-aligned against the rule on its
+# right, which Tesseract reads as the count's last glyph ("247)"), 6 px from the next column.
+BULLETIN = [
+    [(10, "GOVERNOR"), (406, "LIU")],
+    [(10, "NEEL"), (200, "REP"), (352, "247)"), (406, "YES"), (764, "90)")],
+    [(10, "ED"), (200, "DEM"), (364, "69]"), (406, "NO"), (752, "142|")],
+    [(10, "VOTER"), (406, "SMITH"), (764, "64)")],
+]
+BULLETIN_RULES = [(0, 90, 3, 300), (399, 90, 402, 300), (798, 90, 801, 300)]
+
+
+def test_vertical_rules_crossing_an_unruled_run_are_its_columns_and_their_glyphs_go() -> None:
+    words = _words(BULLETIN)
+    # without the rules: columns from the word gaps, a count and the next column's label one cell
+    without = page_tables(words, [])[0]
+    assert [rows for _, rows in without][0][1] == ["NEEL", "REP", "247) YES", "90)"]
+    tables, used = page_tables(words, [], verticals=BULLETIN_RULES)
+    assert [rows for _, rows in tables] == [
+        [["GOVERNOR", "LIU"], ["NEEL REP 247", "YES 90"], ["ED DEM 69", "NO 142"], ["VOTER", "SMITH 64"]]
+    ]
+    assert used == set(range(len(words)))
+    # a rule spanning under half the run's height (a header's tick) makes no column
+    short = [(0, 90, 3, 300), (399, 90, 402, 140), (798, 90, 801, 300)]
+    assert rule_positions(short, 14.0, (10.0, 100.0, 800.0, 204.0)) == [1.5, 799.5]
+    assert page_tables(words, [], verticals=short) == page_tables(words, [])
+
+
+def test_a_column_rule_broken_by_a_shaded_row_is_one_rule() -> None:
+    # the middle rule stops for a shaded row (150-170): pieces of 50 and 34 px over the run's
+    # 104 px, each under half of it, together over half
+    broken = [(0, 90, 3, 300), (399, 90, 402, 150), (399, 170, 402, 300), (798, 90, 801, 300)]
+    assert rule_positions(broken, 14.0, (10.0, 100.0, 800.0, 204.0)) == [1.5, 400.5, 799.5]
+    assert rule_positions(broken[1:2], 14.0, (10.0, 100.0, 800.0, 204.0)) == []
+    words = _words(BULLETIN)
+    assert page_tables(words, [], verticals=broken) == page_tables(words, [], verticals=BULLETIN_RULES)
+
+
+def test_a_ruled_column_s_text_ends_at_its_rule_for_the_wrap_test() -> None:
+    # a section heading's last word starts left of the rule at 300.5 and runs past it (to 424);
+    # "of eye" 4 px under "Eye bleeding (including" continues its cell: "of" would not fit
+    # before the rule, though it would before the heading's end
+    def line(top: float, cells: list[tuple[float, str]]) -> list[Word]:
+        return [Word(x, top, x + 12 * len(t), top + 14, t, 95.0) for x, t in cells]
+
+    words = [
+        *line(100, [(10, "Organ"), (310, "Risk")]),
+        *line(130, _set("Respiratory thoracic and mediastinal", 10)),
+        *line(160, [*_set("Eye bleeding (including", 10), (310, "Rare")]),
+        *line(178, _set("of eye", 10)),
+        *line(208, [(10, "Nausea"), (310, "Common")]),
+    ]
+    tables, _ = page_tables(words, [(0.0, 90.0, 600.0, 230.0)], columns=[[1.5, 300.5, 599.5]])
+    assert [rows for _, rows in tables] == [
+        [
+            ["Organ", "Risk"],
+            ["Respiratory thoracic and mediastinal", ""],
+            ["Eye bleeding (including of eye", "Rare"],
+            ["Nausea", "Common"],
+        ]
+    ]
+
+
+def test_glyphs_read_from_a_vertical_rule_a_word_touches_go() -> None:
+    rule = [400.5]
+    words = [
+        Word(352, 0, 400, 14, "247)", 90.0),  # a count against the rule: ")" is the rule
+        Word(406, 0, 442, 14, "[12", 90.0),  # "[" just right of it: the rule
+        Word(398, 0, 403, 14, "|", 90.0),  # a bar on the rule: dropped
+        Word(340, 20, 400, 34, "(WBC)", 90.0),  # its opening bracket is in the word: kept
+        Word(250, 20, 274, 34, "3)", 90.0),  # far from the rule: kept
+        Word(406, 20, 430, 34, "|", 90.0),  # a bar 5.5 px off the rule (reach 7 px): dropped
+        Word(420, 40, 444, 54, "|", 90.0),  # 19.5 px off: kept
+    ]
+    assert [w.text for w in off_rules(words, rule)] == ["247", "12", "(WBC)", "3)", "|"]
+    assert off_rules(words, []) == words
+
+
+def test_a_bar_read_from_a_ruled_column_s_rule_is_not_part_of_its_cell() -> None:
+    lines = [
+        [(10, "Line"), (200, "Bill"), (398, "|"), (410, "PO"), (452, "number")],
+        [(10, "1"), (200, "0.61"), (410, "4500")],
+        [(10, "2"), (200, "0.62"), (410, "4501")],
+    ]
+    box = (0.0, 90.0, 700.0, 200.0)
+    tables, used = page_tables(_words(lines), [box], columns=[[1.5, 190.5, 400.5, 699.5]])
+    assert [rows for _, rows in tables] == [
+        [["Line", "Bill", "PO number"], ["1", "0.61", "4500"], ["2", "0.62", "4501"]]
+    ]
+    assert used == set(range(11))
+
+
+def test_thousands_commas_read_as_points_are_put_back_in_table_cells() -> None:
+    # small print: Tesseract reads "37,499.96" as "37.499.96"; "1.234.567" (three digits after
+    # the last point) is a comma-decimal number's thousands and stays
+    grid = [["Name", "Amount", "Count"], ["Bain", "37.499.96", "1.234.567"], ["Smith", "(1.260.00)", "12.5"]]
+    words = _words([[(10 + 200 * c, cell) for c, cell in enumerate(row)] for row in grid])
+    tables, _ = page_tables(words, [])
+    assert [rows for _, rows in tables] == [
+        [["Name", "Amount", "Count"], ["Bain", "37,499.96", "1.234.567"], ["Smith", "(1,260.00)", "12.5"]]
+    ]
+    assert commas_read_as_points("paid $21.000.00 in 4.5.6") == "paid $21,000.00 in 4.5.6"
 
 
 def test_a_table_goes_after_the_paragraphs_that_start_above_it() -> None:
@@ -513,6 +620,27 @@ def test_a_form_of_labelled_fields_is_read_line_by_line_without_digits() -> None
     assert segment_table(run) == expected
     tables, used = page_tables(words, [])
     assert [rows for _, rows in tables] == [expected] and used == set(range(len(words)))
+
+
+def test_a_form_s_field_set_apart_by_blank_lines_stays_in_the_form() -> None:
+    # FORM's last line ends at 234 (line height 14); a field 70 px (5 line heights) below
+    # continues the form, past MAX_RUN_GAP (3) but within MAX_FORM_GAP (6) ...
+    form = [
+        ["Case Number:", "A-DSP-FOND", "Agency:", "Fond du Lac"],
+        ["Child Information (at time of incident)", "", "", ""],
+        ["Age:", "Three Years", "Gender:", "[X] Male"],
+        ["Race or Ethnicity:", "Caucasian", "", ""],
+        ["Special Needs:", "None", "", ""],
+    ]
+    field = [*_set("Date of Incident:", 10), *_set("_12/01/2015", 330)]
+    words = [*_words(FORM), *_words([field], top=304)]
+    tables, used = page_tables(words, [])
+    assert [rows for _, rows in tables] == [[*form, ["Date of Incident:", "12/01/2015", "", ""]]]
+    assert used == set(range(len(words)))
+    # ... not 100 px (over 7 line heights) below, and not a line of two segments without a label
+    for far in (_words([field], top=334), _words([[*_set("Total", 10), *_set("12", 330)]], top=304)):
+        tables, used = page_tables([*_words(FORM), *far], [])
+        assert [rows for _, rows in tables] == [form] and used == set(range(len(_words(FORM))))
 
 
 def test_a_run_is_a_form_only_when_half_its_split_lines_hold_a_label_before_a_segment() -> None:

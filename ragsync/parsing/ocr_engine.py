@@ -461,15 +461,17 @@ def _tables(
         better_reading,
         inside,
         page_tables,
-        ruled_columns,
+        rule_positions,
         ruled_regions,
         scaled_back,
         small_print,
+        vertical_rules,
     )
 
     ink = image < ink_threshold(image)[0]
     regions = ruled_regions(ink, letter)
-    columns = ruled_columns(ink, letter, regions)
+    verticals = vertical_rules(ink, letter)
+    columns = [rule_positions(verticals, letter, box) for box in regions]
     page = [ocr_second.Word(*w.box, w.text, w.conf) for w in words]
     replaced: set[int] = set()
     extra: list[ocr_second.Word] = []
@@ -497,7 +499,11 @@ def _tables(
             extra.extend(new)
     kept = [i for i in range(len(page)) if i not in replaced]
     tables, used = page_tables(
-        [*(page[i] for i in kept), *extra], regions, unruled=options.unruled_tables, columns=columns
+        [*(page[i] for i in kept), *extra],
+        regions,
+        unruled=options.unruled_tables,
+        columns=columns,
+        verticals=verticals,
     )
     return tables, replaced | {kept[i] for i in used if i < len(kept)}, choices
 

@@ -313,10 +313,26 @@ def table_rows(
     if len(lines) < MIN_TABLE_ROWS:
         return []
     if len(rules) >= 2:
-        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=True)
+        table = _rows(lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=True, drawn=True)
         if table:
             return table
     return _rows(lines, _column_bands(lines), MAX_TABLE_COLUMNS, ruled=False, multi_share=multi_share)
+
+
+def rule_rows(
+    lines: Sequence[Sequence[Word]], rules: Sequence[float], multi_share: float = 0.5
+) -> list[list[str]]:
+    """The lines as rows of the columns between vertical ``rules`` (x
+    positions, :func:`rule_bands`; up to ``MAX_RULED_COLUMNS``), held to the
+    bar of columns found from word gaps (``MIN_TABLE_ROWS`` rows of two or
+    more cells, ``multi_share`` of the rows so): for lines that no
+    horizontal rules frame as a table. ``[]`` when they make no table; no
+    fallback to the words' gaps."""
+    if len(lines) < MIN_TABLE_ROWS or len(rules) < 2:
+        return []
+    return _rows(
+        lines, rule_bands(rules, lines), MAX_RULED_COLUMNS, ruled=False, multi_share=multi_share, drawn=True
+    )
 
 
 def _rows(
@@ -325,10 +341,14 @@ def _rows(
     max_columns: int,
     ruled: bool,
     multi_share: float = 0.5,
+    drawn: bool = False,
 ) -> list[list[str]]:
     """``table_rows`` with its columns given: the rows, or ``[]`` when they are not a table.
     With ``ruled`` columns (drawn, not guessed) one row of two or more cells
-    is enough (a header over an empty table's one-cell "No results" row)."""
+    is enough (a header over an empty table's one-cell "No results" row).
+    With ``drawn`` bands (between vertical rules) a column's text ends at its
+    rule for the wrap test: a section heading that starts in the column and
+    runs past its rule does not widen it."""
     if not MIN_TABLE_COLUMNS <= len(bands) <= max_columns:
         return []
     columns = [[_column_of(w.x0, bands) for w in line] for line in lines]
@@ -336,6 +356,8 @@ def _rows(
     for line, cols in zip(lines, columns, strict=True):
         for w, i in zip(line, cols, strict=True):
             right[i] = max(right[i], w.x1)
+    if drawn:  # a ruled column's text ends at its rule, whatever spans past it
+        right = [min(r, b[1]) for r, b in zip(right, bands, strict=True)]
     rows: list[list[list[str]]] = []
     ends: list[float] = []  # the right end of the last line of each cell of the row above
     previous_bottom = 0.0

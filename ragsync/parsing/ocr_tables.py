@@ -10,9 +10,15 @@ Two kinds of table are found on a page Tesseract has read:
   its vertical rules (:func:`ruled_columns`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line), not columns of prose
-  (:func:`is_prose`), read with their segments as cells
-  (:func:`segment_table`); a form's labelled fields ("Agency:  value",
-  :func:`is_form`) are read line by line (:func:`form_rows`).
+  (:func:`is_prose`), read with the columns between the vertical rules that
+  cross them (:func:`rule_positions`, a page of columns divided by rules
+  only), else with their segments as cells (:func:`segment_table`); a
+  form's labelled fields ("Agency:  value", :func:`is_form`) are read line
+  by line (:func:`form_rows`).
+
+Glyphs Tesseract reads from a rule a word touches go (:func:`off_rules`), and
+amounts whose thousands commas were read as points are put back
+(:func:`commas_read_as_points`).
 
 Either way the region's words go through ``ocr_second.table_rows`` (the path
 table crops take), which keeps only aligned columns of short cells: two
@@ -23,13 +29,21 @@ Pure functions on ink masks and word boxes; nothing here runs an engine.
 
 from __future__ import annotations
 
+import re
 import statistics
 from collections.abc import Sequence
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_second import MAX_MEDIAN_CELL_WORDS, Word, group_lines, has_digit, table_rows
+from ragsync.parsing.ocr_second import (
+    MAX_MEDIAN_CELL_WORDS,
+    Word,
+    group_lines,
+    has_digit,
+    rule_rows,
+    table_rows,
+)
 
 Box = tuple[float, float, float, float]
 
@@ -48,6 +62,12 @@ MIN_ALIGNED_LINES = 3
 # line heights below the previous one's bottom (a heading far above a table,
 # or a ruled region's words taken out between them, is not one of its rows).
 MAX_RUN_GAP = 3.0
+# ... except that a form's field (a label, then its value: is_field) goes on
+# a form's run (is_form) within this many line heights: a form sets a field
+# apart by a blank line or two of its own line pitch (a "Date of Incident:"
+# field ~4 line heights under the child's fields), where a table's next row
+# would not be.
+MAX_FORM_GAP = 6.0
 # Up to this many one-segment lines in a row inside a run are kept in it (a
 # long cell wrapped onto the next line, a subtotal): the run goes on when a
 # line of two or more segments follows them.
@@ -80,6 +100,21 @@ SEGMENT_MULTI_SHARE = 1 / 3
 MIN_LABEL_SHARE = 0.5
 UNDERLINE = "_\u2014\u2013"
 FIELD_START = UNDERLINE + "["
+# A vertical rule a word touches is at times read as a glyph of that word
+# (a count right-aligned against a rule, "90|", read "90)"; a header "| PO
+# number"): a bracket or bar at a word's end lying within RULE_GLYPH_REACH of
+# the word's height of a rule is the rule and goes, unless the word also holds
+# its matching bracket ("(WBC)"). Half a line height: the rule is the glyph
+# itself, so its centre lies within the glyph's width (about half its height).
+RULE_GLYPH_REACH = 0.5
+# A number with two or more points, the last before one or two digits
+# ("37.499.96"), is a US-style amount whose thousands commas were read as points
+# (small print): no convention writes it so (a point-decimal number groups its
+# thousands with commas, a comma-decimal one ends in a comma). With three digits
+# after the last point ("1.234.567") it is a comma-decimal number's thousands,
+# left as it is.
+POINT_READ_COMMAS = re.compile(r"^([(\-$]?\d{1,3})((?:\.\d{3})+)(\.\d{1,2}[)%]?)$")
+RULE_GLYPHS = {")": "(", "]": "[", "}": "{", "|": "", "(": ")", "[": "]", "{": "}"}
 
 
 def _segments(mask: NDArray[np.bool_], horizontal: bool) -> list[tuple[int, int, int, int]]:
@@ -204,14 +239,64 @@ def _cut_unframed(
     return parts
 
 
-def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
-    """The vertical rules that divide each region into columns.
+def vertical_rules(ink: NDArray[np.bool_], letter: float) -> list[tuple[int, int, int, int]]:
+    """A page's vertical rules (``rule_masks``) as ``(x0, y0, x1, y1)``
+    boxes, left to right; ``[]`` when ``letter`` is not positive."""
+    if letter <= 0:
+        return []
+    return _segments(rule_masks(ink, letter)[1], horizontal=False)
 
-    A vertical rule (``rule_masks``) belongs to a region when it lies within
-    ``RULE_END_SLACK`` letter heights of the region's sides and spans at
-    least half its height (a rule under a spanning header only, or a
-    frame's short tick, does not cut the body). Rules closer than a letter
-    height (a double rule) count once.
+
+def rule_positions(verticals: Sequence[tuple[int, int, int, int]], letter: float, box: Box) -> list[float]:
+    """The vertical rules that divide ``box`` into columns (pure).
+
+    Pieces of rule on one line (centres within a letter height of the
+    first's) are one rule: a column rule broken by a shaded row or a cell
+    spanning the columns goes on below it, and a double rule counts once. A
+    rule belongs to the box when it lies within ``RULE_END_SLACK`` letter
+    heights of its sides and its pieces cover at least half the box's height
+    (a rule under a spanning header only, or a frame's short tick, does not
+    cut the body).
+
+    Args:
+        verticals: the page's vertical rules (``vertical_rules``).
+        letter: the letter height in pixels (> 0).
+        box: a table region or an unruled run's bounds.
+
+    Returns:
+        The rules' x positions (the first piece's centre) left to right;
+        ``[]`` for none.
+    """
+    x0, y0, x1, y1 = box
+    slack = RULE_END_SLACK * letter
+    lines: list[tuple[float, list[tuple[int, int, int, int]]]] = []
+    for v in sorted(verticals, key=lambda v: (v[0] + v[2], v[1])):
+        centre = (v[0] + v[2]) / 2
+        if lines and centre - lines[-1][0] < letter:
+            lines[-1][1].append(v)
+        else:
+            lines.append((centre, [v]))
+    xs: list[float] = []
+    for centre, pieces in lines:
+        if x0 - slack <= centre <= x1 + slack and _covered(pieces, y0, y1) >= (y1 - y0) / 2:
+            xs.append(centre)
+    return xs
+
+
+def _covered(pieces: Sequence[tuple[int, int, int, int]], y0: float, y1: float) -> float:
+    """How much of ``y0..y1`` the pieces' vertical extents cover together."""
+    covered, reached = 0.0, y0
+    for top, bottom in sorted((max(p[1], y0), min(p[3], y1)) for p in pieces):
+        top = max(top, reached)
+        if bottom > top:
+            covered += bottom - top
+            reached = bottom
+    return covered
+
+
+def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
+    """The vertical rules that divide each region into columns
+    (``rule_positions`` of ``vertical_rules``).
 
     Args:
         ink: the page's ink mask.
@@ -222,22 +307,8 @@ def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box])
         For each region, the rules' x positions (centres) left to right;
         ``[]`` for a region without such rules.
     """
-    if letter <= 0:
-        return [[] for _ in regions]
-    _, vmask = rule_masks(ink, letter)
-    verticals = _segments(vmask, horizontal=False)
-    slack = RULE_END_SLACK * letter
-    out: list[list[float]] = []
-    for x0, y0, x1, y1 in regions:
-        xs: list[float] = []
-        for v in verticals:
-            centre = (v[0] + v[2]) / 2
-            if x0 - slack <= centre <= x1 + slack and min(v[3], y1) - max(v[1], y0) >= (y1 - y0) / 2:
-                if xs and centre - xs[-1] < letter:
-                    continue
-                xs.append(centre)
-        out.append(xs)
-    return out
+    verticals = vertical_rules(ink, letter)
+    return [rule_positions(verticals, letter, box) for box in regions]
 
 
 def segments(line: Sequence[Word]) -> list[list[Word]]:
@@ -261,6 +332,12 @@ def segments(line: Sequence[Word]) -> list[list[Word]]:
 def is_label(segment: Sequence[Word]) -> bool:
     """Whether a segment is a form field's label: its last word ends in ":"."""
     return bool(segment) and segment[-1].text.endswith(":")
+
+
+def is_field(line: Sequence[Word]) -> bool:
+    """Whether a line holds a form's field: a label (``is_label``) with a
+    segment after it."""
+    return any(is_label(s) for s in segments(line)[:-1])
 
 
 def is_form(run: Sequence[Sequence[Word]]) -> bool:
@@ -314,7 +391,10 @@ def aligned_runs(lines: Sequence[Sequence[Word]]) -> list[list[Sequence[Word]]]:
             last = (pending or current)[-1]
             height = statistics.median(w.height for w in last)
             bottom = statistics.median(w.y1 for w in last)
-            if statistics.median(w.y0 for w in line) - bottom > MAX_RUN_GAP * height:
+            gap = statistics.median(w.y0 for w in line) - bottom
+            if gap > MAX_RUN_GAP * height and not (
+                gap <= MAX_FORM_GAP * height and not pending and is_field(line) and is_form(current)
+            ):
                 close()
         if line_segments(line) >= 2:
             current.extend(pending)
@@ -431,14 +511,76 @@ def split_at_long_lines(run: Sequence[Sequence[Word]]) -> list[list[Sequence[Wor
     return [r for piece in pieces if len(piece) < len(run) for r in aligned_runs(piece)]
 
 
-def _unruled_rows(run: Sequence[Sequence[Word]]) -> list[list[str]]:
+def _rule_glyph(text: str, at: int) -> bool:
+    """Whether ``text[at]`` is a bracket or bar (``RULE_GLYPHS``) whose
+    matching bracket the text does not hold."""
+    ch = text[at]
+    return ch in RULE_GLYPHS and (not RULE_GLYPHS[ch] or RULE_GLYPHS[ch] not in text)
+
+
+def off_rules(words: Sequence[Word], rules: Sequence[float]) -> list[Word]:
+    """Words without the glyphs Tesseract read from the vertical ``rules``
+    they touch (pure): a bracket or bar (``_rule_glyph``) that ends a word
+    within ``RULE_GLYPH_REACH`` of its height of a rule is dropped from its
+    text (its box kept), and a word of such glyphs only that lies on a rule
+    is dropped. Other words are returned as they are (the same objects).
+
+    Args:
+        words: words, any order.
+        rules: x positions of vertical rules.
+    """
+    out: list[Word] = []
+    for w in words:
+        reach = RULE_GLYPH_REACH * w.height
+        near_start = any(abs(x - w.x0) <= reach for x in rules)
+        near_end = any(abs(x - w.x1) <= reach for x in rules)
+        text = w.text
+        if near_end and len(text) > 1 and _rule_glyph(text, -1):
+            text = text[:-1]
+        if near_start and len(text) > 1 and _rule_glyph(text, 0):
+            text = text[1:]
+        if all(ch in RULE_GLYPHS for ch in text) and any(w.x0 - reach <= x <= w.x1 + reach for x in rules):
+            continue
+        out.append(w if text == w.text else Word(w.x0, w.y0, w.x1, w.y1, text, w.score))
+    return out
+
+
+def commas_read_as_points(cell: str) -> str:
+    """A cell's text with the thousands commas of its amounts read as
+    points put back (``POINT_READ_COMMAS``: "37.499.96" -> "37,499.96")."""
+    return " ".join(
+        m[1] + m[2].replace(".", ",") + m[3] if (m := POINT_READ_COMMAS.match(t)) else t
+        for t in cell.split(" ")
+    )
+
+
+def _unruled_rows(run: Sequence[Sequence[Word]], rules: Sequence[float] = ()) -> list[list[str]]:
     """An unruled candidate's rows (see ``page_tables``), or ``[]``."""
     if is_prose(run):
         return []
+    if len(rules) >= 2 and (
+        rows := rule_rows([c for c in (off_rules(line, rules) for line in run) if c], rules)
+    ):
+        return rows
     rows = segment_table(run)
     if not rows and (words_rows := table_rows(run)):
         rows = words_rows if len(words_rows[0]) <= max(line_segments(line) for line in run) else []
     return rows
+
+
+def _run_rules(run: Sequence[Sequence[Word]], verticals: Sequence[tuple[int, int, int, int]]) -> list[float]:
+    """The vertical rules that cross a run of lines (``rule_positions`` of
+    its words' bounds, its median word height as the letter height)."""
+    words = [w for line in run for w in line]
+    if not verticals or not words:
+        return []
+    box = (
+        min(w.x0 for w in words),
+        min(w.y0 for w in words),
+        max(w.x1 for w in words),
+        max(w.y1 for w in words),
+    )
+    return rule_positions(verticals, statistics.median(w.height for w in words), box)
 
 
 def page_tables(
@@ -447,6 +589,7 @@ def page_tables(
     *,
     unruled: bool = True,
     columns: Sequence[Sequence[float]] = (),
+    verticals: Sequence[tuple[int, int, int, int]] = (),
 ) -> tuple[list[tuple[float, list[list[str]]]], set[int]]:
     """The tables among a page's words.
 
@@ -455,14 +598,18 @@ def page_tables(
     tables (``aligned_runs``). A ruled candidate goes through
     ``ocr_second.table_rows``. An unruled one refused is tried again in
     pieces (``split_at_long_lines``). An unruled one is refused when it is columns
-    of prose (``is_prose``); else it is read with its segments as cells
+    of prose (``is_prose``); else, when two or more of the page's vertical
+    rules cross it (``rule_positions``: a page of columns divided by rules,
+    with no horizontal rules to make it a ruled region), read with the
+    columns between them (``ocr_second.rule_rows``); else with its segments as cells
     (``segment_table``: word gaps inside a cell make no column), or, when
     that gives no table, word by word (``table_rows``), then with no more
     columns than its widest line has segments (``line_segments``): a run of
     prose lines whose word gaps line up by chance splits into many narrow
     columns (on the magazine page 8071_093.3B, a headline over two text
     columns made 15 columns from lines of at most 5 segments). A candidate
-    refused leaves its words as text.
+    refused leaves its words as text. Wherever rules make the columns, the
+    glyphs read from them go first (``off_rules``).
 
     Args:
         words: the page's words (Tesseract's, in any order).
@@ -471,6 +618,8 @@ def page_tables(
         columns: for each region, the x positions of its vertical rules
             (``ruled_columns``); with two or more, they make its columns
             instead of the words' gaps. Missing: none.
+        verticals: the page's vertical rules (``vertical_rules``), for the
+            unruled candidates. Missing: none.
 
     Returns:
         ``(tables, used)``: the tables top to bottom, each as its top edge
@@ -483,18 +632,22 @@ def page_tables(
     for k, box in enumerate(regions):
         region = [i for i, w in enumerate(words) if i not in taken and inside(w, box)]
         rules = columns[k] if k < len(columns) else ()
-        rows = table_rows(group_lines([words[i] for i in region]), rules)
+        rows = table_rows(group_lines(off_rules([words[i] for i in region], rules)), rules)
         if rows:
             found.append((box[1], rows, set(region)))
             taken.update(region)
     rest = [w for i, w in enumerate(words) if i not in taken]
     for whole in aligned_runs(group_lines(rest)) if unruled else []:
-        rows = _unruled_rows(whole)
-        pieces = [(whole, rows)] if rows else [(r, _unruled_rows(r)) for r in split_at_long_lines(whole)]
+        rows = _unruled_rows(whole, _run_rules(whole, verticals))
+        pieces = (
+            [(whole, rows)]
+            if rows
+            else [(r, _unruled_rows(r, _run_rules(r, verticals))) for r in split_at_long_lines(whole)]
+        )
         for run, rows in pieces:
             if rows:
                 members = {index[id(w)] for line in run for w in line}
                 found.append((min(w.y0 for line in run for w in line), rows, members))
                 taken.update(members)
     found.sort(key=lambda f: f[0])
-    return [(top, rows) for top, rows, _ in found], taken
+    return [(top, [[commas_read_as_points(c) for c in r] for r in rows]) for top, rows, _ in found], taken
