@@ -638,9 +638,11 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     scaled up when ``options.normalise_resolution`` is on (see ``normalised``).
     With ``options.preprocess`` on, a speckled or unevenly lit page is
     cleaned first (``prepared``), and a page of small glyphs that Tesseract
-    reads under ``SMALL_GLYPH_CONFIDENCE`` is read again scaled up, the
-    better reading kept (when only that one meets the bar, the second
-    engine's reading still replaces it if it is a table). With
+    reads under ``SMALL_GLYPH_CONFIDENCE`` is read again scaled up, and that
+    reading is kept when it meets the bar and scores better (when only it
+    meets the bar, the second engine's reading of the page as it came still
+    replaces it if it is a table); a page failing both ways goes on as it
+    came (retry, second engine). With
     ``options.second_engine`` on, each line of a page that met the bar and
     that Tesseract read under ``ocr_second.MIN_LINE_CONFIDENCE`` is read
     again by RapidOCR's recogniser (``_reread_lines``).
@@ -686,7 +688,7 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         larger = normalised(page, small)
         larger_text = page_text_ink(larger.gray, threshold, larger.dpi)
         again = _attempt(larger, larger.gray, ink_frac, larger_text, 3, opts, letter=letter * small)
-        if _score(again) > _score(best):
+        if again.passed and _score(again) > _score(best):  # a page failing both ways goes on as it came
             rescaled = not best.passed
             best, page, gray, text, letter, scale = (
                 again,
