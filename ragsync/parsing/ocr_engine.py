@@ -103,7 +103,9 @@ class OcrOptions:
             ``--psm 6``.
         second_engine: read a page Tesseract leaves below the bar with the
             second engine (``ragsync.parsing.ocr_second``) and keep its text
-            when it meets that engine's bar.
+            when it meets that engine's bar; on a page Tesseract read, read
+            again the ruled table regions and the text lines it read with low
+            confidence (``choose_region``, ``choose_line``).
         normalise_resolution: scale a page with small glyphs (a low
             resolution scan) up before Tesseract reads it
             (``ocr_quality.upscale_factor``). Off by default: on 150 and
