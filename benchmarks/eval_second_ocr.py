@@ -8,11 +8,19 @@ ground truth.
   (``ocr_test.pdf`` and its 90/180/270 degree variants rendered at 300 dpi)
   ``docling-webp`` (``webp-test.webp``), and ``low-resolution``: the four
   human-transcribed pages scanned again at 150 and 100 dpi (scaled down,
-  JPEG quality 75: what an office scanner at a low setting writes). The docling pages' truth is the
+  JPEG quality 75: what an office scanner at a low setting writes); and three
+  ``degraded`` sets made from the same four pages (fixed seed; truth unchanged;
+  ``DEGRADATIONS``), where raw Tesseract's CER lands at 0.23-0.44 like the
+  badly degraded held-out scans of issue 28: ``degraded-75dpi`` (a coarse
+  scan: 75 dpi, letters 5-8 px), ``degraded-speckle`` (a dusty or noisy
+  scan: 150 dpi with 6 % salt-and-pepper pixels), ``degraded-shadow`` (a
+  phone photo of a page in uneven light: contrast cut to 45 %, lit from 55 %
+  at the left to 100 % at the right, 150 dpi, JPEG quality 60). The docling pages' truth is the
   one sentence every engine snapshot in ``parse_groundtruth`` agrees on (an
   engine output, not a human transcription). Per page and per set:
   character error rate and word recall of raw Tesseract (``ocr_page``
-  with ``second_engine=False, normalise_resolution=False, tables=False``), of the combined path (the
+  with ``second_engine=False, normalise_resolution=False, tables=False,
+  preprocess=False``), of the combined path (the
   default: the second engine reads pages Tesseract leaves below the bar),
   and of RapidOCR alone; CPU seconds of each;
 * the PubTabNet table crops with structure truth (``--tables N``, default 20):
@@ -55,7 +63,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import numpy as np  # noqa: E402
 
 from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page, render_pdf_page  # noqa: E402
-from ragsync.parsing.ocr_quality import char_error_rate  # noqa: E402
+from ragsync.parsing.ocr_quality import GrayImage, char_error_rate  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -85,6 +93,11 @@ PAGES: list[tuple[str, str, str]] = [
     *(
         (f"low-resolution@{dpi}", f"{_TT}/{image}@{dpi}", f"{_TT}/{truth}")
         for dpi in (150, 100)
+        for image, truth in IMAGES[:4]
+    ),
+    *(
+        (f"degraded-{kind}", f"{_TT}/{image}@{kind}", f"{_TT}/{truth}")
+        for kind in ("75dpi", "speckle", "shadow")
         for image, truth in IMAGES[:4]
     ),
 ]
@@ -211,12 +224,62 @@ def degraded(page: PageImage, dpi: int) -> PageImage:
     return PageImage(page.page, cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE), dpi)
 
 
+def _resized(page: PageImage, dpi: int) -> GrayImage:
+    import cv2
+
+    factor = dpi / (page.dpi or 300)
+    return np.ascontiguousarray(
+        cv2.resize(page.gray, None, fx=factor, fy=factor, interpolation=cv2.INTER_AREA)
+    )
+
+
+def coarse_scan(page: PageImage) -> PageImage:
+    """``page`` as a coarse scan: slightly blurred (sigma 1.2 px at the page's
+    resolution), scaled down to 75 dpi."""
+    import cv2
+
+    blurred = PageImage(page.page, cv2.GaussianBlur(page.gray, (0, 0), 1.2), page.dpi)
+    return PageImage(page.page, _resized(blurred, 75), 75)
+
+
+def speckled(page: PageImage) -> PageImage:
+    """``page`` at 150 dpi with 6 % of its pixels turned black or white at
+    random (salt and pepper; seed 28)."""
+    gray = _resized(page, 150).copy()
+    noise = np.random.default_rng(28).random(gray.shape)
+    gray[noise < 0.03] = 0
+    gray[noise > 0.97] = 255
+    return PageImage(page.page, gray, 150)
+
+
+def shadowed(page: PageImage) -> PageImage:
+    """``page`` as a photo in uneven light: contrast cut to 45 % (ink 110,
+    paper 225), lit from 55 % at the left edge to 100 % at the bottom right,
+    at 150 dpi, stored as JPEG quality 60."""
+    import cv2
+
+    h, w = page.gray.shape
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    light = 0.55 + 0.45 * (xx / w) * (0.6 + 0.4 * yy / h)
+    gray = np.clip((page.gray.astype(np.float32) * 0.45 + 110) * light, 0, 255).astype(np.uint8)
+    small = _resized(PageImage(page.page, gray, page.dpi), 150)
+    _, encoded = cv2.imencode(".jpg", small, [cv2.IMWRITE_JPEG_QUALITY, 60])
+    return PageImage(page.page, cv2.imdecode(encoded, cv2.IMREAD_GRAYSCALE), 150)
+
+
+# The degraded sets: ``file@kind`` in PAGES (see the module docstring).
+DEGRADATIONS = {"75dpi": coarse_scan, "speckle": speckled, "shadow": shadowed}
+
+
 def load_page(path: Path) -> PageImage:
     """The first page of an image file, or of a PDF rendered as the OCR path renders it;
-    ``file@dpi``: the page as scanned at that dpi (``degraded``)."""
-    name, _, dpi = path.name.partition("@")
-    if dpi:
-        return degraded(load_page(path.with_name(name)), int(dpi))
+    ``file@dpi``: the page as scanned at that dpi (``degraded``); ``file@kind``:
+    the page degraded as ``DEGRADATIONS[kind]``."""
+    name, _, tail = path.name.partition("@")
+    if tail in DEGRADATIONS:
+        return DEGRADATIONS[tail](load_page(path.with_name(name)))
+    if tail:
+        return degraded(load_page(path.with_name(name)), int(tail))
     if path.suffix.lower() != ".pdf":
         return next(iter_image_pages(path.read_bytes()))
     import pypdfium2 as pdfium
@@ -358,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     from ragsync.parsing.ocr_second import read_words, second_read
 
-    alone = OcrOptions(second_engine=False, normalise_resolution=False, tables=False)
+    alone = OcrOptions(second_engine=False, normalise_resolution=False, tables=False, preprocess=False)
     combined = OcrOptions()
     rows: list[dict[str, Any]] = []
     for name, image, truth in [] if args.no_pages else PAGES:
@@ -378,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
             "combined_engine": both.engine,
             "combined_scale": both.scale,
             "combined_tables": len(both.tables),
+            "combined_preprocessed": list(both.preprocessed),
+            "combined_lines_rapidocr": sum(1 for engine, _ in both.region_engines if engine == "rapidocr"),
         }
         for key, text in texts.items():
             row[f"{key}_cer"] = round(char_error_rate(text, ref), 4)

@@ -8,6 +8,7 @@ import shutil
 import struct
 import tracemalloc
 import zlib
+from collections.abc import Callable
 
 import numpy as np
 import pytest
@@ -15,13 +16,21 @@ import pytest
 from ragsync.detect import choose_lane, needs_ocr
 from ragsync.errors import CorruptDocumentError, OcrBelowBarError, TooLargeError
 from ragsync.parsing import parse
-from ragsync.parsing.ocr import OcrOptions, PageImage, ocr_page
+from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page
+from ragsync.parsing.ocr_engine import PageOcr
 from ragsync.parsing.ocr_layout import parse_tsv
 from ragsync.parsing.ocr_quality import (
+    PAPER_SPREAD,
+    SMALL_GLYPH_CONFIDENCE,
+    SPECKS_PER_1000,
     char_error_rate,
     coverage,
     glyph_height,
     ink_mask,
+    ink_threshold,
+    paper_spread,
+    preprocessing,
+    speck_density,
     text_ink,
     upscale_factor,
 )
@@ -172,6 +181,107 @@ def test_a_low_resolution_scan_is_scaled_up_before_tesseract_reads_it() -> None:
     full = next(iter_image_pages(_text_png(PAGE_A, dpi=300)))
     assert ocr_page(full, OcrOptions(second_engine=False, normalise_resolution=True)).scale == 1.0
     assert ocr_page(low, OcrOptions(second_engine=False)).scale == 1.0  # off by default
+
+
+# --------------------------------------------------------------------------- degraded scans
+
+
+@pytest.mark.parametrize(
+    ("specks", "spread", "steps"),
+    [
+        (0.0, 0.0, ()),  # a clean scan is read as it came
+        (SPECKS_PER_1000 - 0.01, PAPER_SPREAD - 0.01, ()),
+        (SPECKS_PER_1000, 0.0, ("despeckle",)),  # salt and pepper: median filter
+        (0.0, PAPER_SPREAD, ("flatten",)),  # uneven light: background divided out
+        (15.0, 70.0, ("despeckle", "flatten")),  # both, specks first
+    ],
+)
+def test_preprocessing_follows_the_measured_specks_and_paper_spread(
+    specks: float, spread: float, steps: tuple[str, ...]
+) -> None:
+    assert preprocessing(specks, spread) == steps
+
+
+def _speckled(gray: np.ndarray, share: float = 0.06, seed: int = 28) -> np.ndarray:
+    """``gray`` with ``share`` of its pixels turned black or white at random."""
+    noisy = gray.copy()
+    noise = np.random.default_rng(seed).random(gray.shape)
+    noisy[noise < share / 2] = 0
+    noisy[noise > 1 - share / 2] = 255
+    return noisy
+
+
+def _shadowed(gray: np.ndarray) -> np.ndarray:
+    """``gray`` at 45 % contrast, lit from 55 % at the left edge to 100 % at the bottom right."""
+    h, w = gray.shape
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    light = 0.55 + 0.45 * (xx / w) * (0.6 + 0.4 * yy / h)
+    return np.clip((gray.astype(np.float32) * 0.45 + 110) * light, 0, 255).astype(np.uint8)
+
+
+def test_speck_density_counts_isolated_specks_and_paper_spread_uneven_light() -> None:
+    page = np.full((200, 300), 255, dtype=np.uint8)
+    for i in range(10):  # ten 8 x 10 px "letters" on a line
+        page[50:60, 20 + 20 * i : 28 + 20 * i] = 0
+    page[58, 17] = 0  # a speck 3 px left of the first letter: near ink, not isolated
+    assert speck_density(page, ink_threshold(page)[0]) == 0.0
+    specked = page.copy()
+    specked[150, 20:300:20] = 0  # 14 single-pixel specks far from the text
+    assert speck_density(specked, ink_threshold(specked)[0]) == pytest.approx(1000 * 14 / page.size)
+    assert paper_spread(page) == 0.0
+    lit = np.tile(np.linspace(130, 250, 300).astype(np.uint8), (200, 1))  # dark at the left, bright right
+    assert 90 < paper_spread(lit) < 120
+    assert paper_spread(np.full((4, 4), 255, dtype=np.uint8)) == 0.0
+
+
+@needs_tesseract
+@pytest.mark.parametrize(
+    ("degrade", "steps", "raw_errors", "default_errors"),
+    [(_speckled, ("despeckle",), 15, 4), (_shadowed, ("flatten",), 40, 2)],
+)
+def test_a_degraded_scan_is_cleaned_before_tesseract_reads_it(
+    degrade: Callable[[np.ndarray], np.ndarray], steps: tuple[str, ...], raw_errors: int, default_errors: int
+) -> None:
+    """The real engines on a rendered page at 150 dpi, speckled (6 % salt and
+    pepper) or shadowed: raw Tesseract misreads it (more than ``raw_errors``
+    character errors), the default path cleans it first and reads it with at
+    most ``default_errors``."""
+    clean = next(iter_image_pages(_text_png(PAGE_A, dpi=150)))
+    page = PageImage(1, degrade(clean.gray), 150)
+    raw = ocr_page(page, OcrOptions(second_engine=False, tables=False, preprocess=False))
+    default = ocr_page(page)
+    truth = " ".join(PAGE_A)
+
+    def errors(result: PageOcr) -> int:
+        return round(char_error_rate(" ".join(result.paragraph_texts()), truth) * len(truth))
+
+    assert (raw.preprocessed, default.preprocessed) == ((), steps)
+    assert errors(raw) > raw_errors
+    assert errors(default) <= default_errors
+    assert ocr_page(clean).preprocessed == ()  # the clean page is read as it came
+
+
+@needs_tesseract
+def test_a_page_of_small_glyphs_tesseract_is_unsure_of_is_read_again_scaled_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A 75 dpi page (7 px letters) read at a confidence over
+    ``SMALL_GLYPH_CONFIDENCE`` stays as it came; with the bar above its
+    confidence (standing for a coarser, blurred scan) it is read again scaled
+    up and the better reading, with fewer errors, is kept."""
+    from ragsync.parsing import ocr_engine
+
+    low = next(iter_image_pages(_text_png(PAGE_A, dpi=75)))
+    options = OcrOptions(second_engine=False)
+    first = ocr_page(low, options)
+    assert first.scale == 1.0 and SMALL_GLYPH_CONFIDENCE <= first.confidence < 90
+    monkeypatch.setattr(ocr_engine, "SMALL_GLYPH_CONFIDENCE", 90.0)
+    again = ocr_page(low, options)
+    assert again.scale == 2.857 and again.confidence > first.confidence
+    truth = " ".join(PAGE_A)
+    assert char_error_rate(" ".join(again.paragraph_texts()), truth) < 0.02
+    assert char_error_rate(" ".join(first.paragraph_texts()), truth) > 0.02
+    assert ocr_page(low, OcrOptions(second_engine=False, preprocess=False)).scale == 1.0
 
 
 # --------------------------------------------------------------------------- OCR

@@ -12,11 +12,15 @@ from PIL import Image, ImageDraw, ImageFont
 from ragsync.model import ElementType
 from ragsync.parsing.ocr import assemble, iter_image_pages
 from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+from ragsync.parsing.ocr_layout import TsvWord
 from ragsync.parsing.ocr_second import (
+    MIN_CONFIDENCE,
+    MIN_LINE_CONFIDENCE,
     RegionChoice,
     SecondRead,
     Word,
     choose,
+    choose_line,
     choose_region,
     group_lines,
     needs_second_read,
@@ -48,6 +52,70 @@ def test_the_second_engine_replaces_only_a_failing_page_and_only_above_its_bar(
     passed: bool, second: SecondRead | None, expected: str
 ) -> None:
     assert choose(passed, second) == expected
+
+
+@pytest.mark.parametrize(
+    ("tesseract", "second", "expected"),
+    [
+        # under the line bar (75): RapidOCR's reading at its own bar (85) with a higher confidence wins
+        (("Hcte1 stays", 60.0), ("Hotel stays", 97.0), ("rapidocr", 60.0, 97.0)),
+        (("Hcte1 stays", 74.9), ("Hotel stays", 85.0), ("rapidocr", 74.9, 85.0)),
+        (("Hcte1 stays", 60.0), ("Hotel stays", 84.9), ("tesseract", 60.0, 84.9)),  # under its bar
+        (("Hcte1 stays", 74.0), ("Hotel stays", 95.0), ("rapidocr", 74.0, 95.0)),
+        # ... not when it has fewer words (spaces dropped), nor no text
+        (("Hcte1 stays", 60.0), ("Hotelstays", 97.0), ("tesseract", 60.0, 97.0)),
+        (("Hcte1 stays", 60.0), ("Hotel stays here", 97.0), ("rapidocr", 60.0, 97.0)),
+        (("Hcte1 stays", 60.0), ("", 0.0), ("tesseract", 60.0, 0.0)),
+        # at the line bar or above Tesseract's line stays, whatever RapidOCR read
+        (("Hcte1 stays", 75.0), ("Hotel stays", 99.0), ("tesseract", 75.0, 99.0)),
+    ],
+)
+def test_a_line_keeps_the_reading_with_the_higher_confidence_only_under_the_line_bar(
+    tesseract: tuple[str, float], second: tuple[str, float], expected: tuple[str, float, float]
+) -> None:
+    assert (MIN_LINE_CONFIDENCE, MIN_CONFIDENCE) == (75.0, 85.0)
+    engine, mine, theirs = expected
+    assert choose_line(tesseract, second) == RegionChoice(engine, (("tesseract", mine), ("rapidocr", theirs)))
+    # not read again: Tesseract's, with its confidence alone
+    assert choose_line(tesseract, None) == RegionChoice("tesseract", (("tesseract", tesseract[1]),))
+
+
+def test_only_lines_under_the_line_bar_are_read_again_and_the_kept_reading_replaces_their_words(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``ocr_engine._reread_lines`` with a stand-in recogniser: the line
+    Tesseract read at 50 is read again (its crop padded by a quarter of its
+    height) and takes RapidOCR's words, boxes cut by character count; the line
+    at 90 is not read; both confidences are listed for the line read again."""
+    from ragsync.parsing import ocr_engine, ocr_second
+
+    crops: list[tuple[int, int]] = []
+
+    def fake_read_line(gray: np.ndarray) -> tuple[str, float]:
+        crops.append(gray.shape)
+        return "Hotel stays", 96.0
+
+    monkeypatch.setattr(ocr_second, "read_line", fake_read_line)
+    words = [
+        TsvWord((10, 10, 50, 30), "Travel", 90.0, 0, 0),
+        TsvWord((60, 10, 100, 30), "policy", 90.0, 0, 0),
+        TsvWord((10, 50, 60, 70), "Hcte1", 40.0, 0, 1),
+        TsvWord((70, 50, 120, 70), "stays", 60.0, 0, 1),
+    ]
+    image = np.full((100, 200), 255, dtype=np.uint8)
+    out, choices = ocr_engine._reread_lines(image, words)
+    assert crops == [(20 + 2 * 6, 110 + 2 * 6)]
+    assert choices == [("rapidocr", (("tesseract", 50.0), ("rapidocr", 96.0)))]
+    assert out[:2] == words[:2]
+    assert out[2:] == [
+        TsvWord((10, 50, 60, 70), "Hotel", 96.0, 0, 1),
+        TsvWord((70, 50, 120, 70), "stays", 96.0, 0, 1),
+    ]
+    monkeypatch.setattr(ocr_second, "read_line", lambda gray: ("Hotel stays", 84.0))
+    assert ocr_engine._reread_lines(image, words) == (
+        words,
+        [("tesseract", (("tesseract", 50.0), ("rapidocr", 84.0)))],
+    )
 
 
 # ------------------------------------------------------------------ lines and tables

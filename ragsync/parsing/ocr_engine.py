@@ -41,13 +41,19 @@ from ragsync.errors import ConfigurationError
 from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, parse_tsv
 from ragsync.parsing.ocr_quality import (
     BLANK_INK,
+    SMALL_GLYPH_CONFIDENCE,
     SPECK_INK,
     GrayImage,
     coverage,
     denoise,
+    despeckle,
+    flatten,
     glyph_height,
     ink_threshold,
     page_text_ink,
+    paper_spread,
+    preprocessing,
+    speck_density,
     upscale_factor,
 )
 
@@ -98,7 +104,9 @@ class OcrOptions:
             ``--psm 6``.
         second_engine: read a page Tesseract leaves below the bar with the
             second engine (``ragsync.parsing.ocr_second``) and keep its text
-            when it meets that engine's bar.
+            when it meets that engine's bar; on a page Tesseract read, read
+            again the ruled table regions and the text lines it read with low
+            confidence (``choose_region``, ``choose_line``).
         normalise_resolution: scale a page with small glyphs (a low
             resolution scan) up before Tesseract reads it
             (``ocr_quality.upscale_factor``). Off by default: on 150 and
@@ -108,6 +116,17 @@ class OcrOptions:
             Tesseract's bar, so the second engine, which reads them far
             better, no longer ran (cell recall 0.829 -> 0.339;
             benchmarks/README.md).
+        preprocess: clean a degraded page before Tesseract reads it, as its
+            measured properties call for (``ocr_quality.preprocessing``): a
+            median filter for speckle, the background divided out for
+            uneven light; and a page of small glyphs Tesseract reads at a
+            mean confidence under ``ocr_quality.SMALL_GLYPH_CONFIDENCE``
+            read again scaled up (``upscale_factor``), the better reading
+            kept. On by default: on the degraded sets of
+            benchmarks/eval_second_ocr.py (sixth stop) raw Tesseract's CER
+            0.435 -> 0.053 (speckle), 0.227 -> 0.046 (shadowed photo) and
+            0.230 -> 0.058 (75 dpi), with the line re-read; no clean set's
+            CER rose.
         tables: find ruled tables on a page Tesseract read
             (``ocr_tables``) and emit them as tables, not text.
         unruled_tables: also take runs of lines with aligned columns and no
@@ -130,6 +149,7 @@ class OcrOptions:
     retry: bool = True
     second_engine: bool = True
     normalise_resolution: bool = False
+    preprocess: bool = True
     tables: bool = True
     unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") != "0")
 
@@ -191,8 +211,16 @@ class PageOcr:
             ``ocr_second.MIN_REGION_CONFIDENCE`` (top to bottom), the engine
             whose words it took and each engine's mean confidence
             (``ocr_second.choose_region``); regions read well are not listed.
+            After them, in reading order, each text line outside tables that
+            Tesseract read below ``ocr_second.MIN_LINE_CONFIDENCE`` on a page
+            that met the bar: the engine whose reading the line kept and
+            both confidences (``ocr_second.choose_line``).
         scale: how much the page was scaled up before OCR (resolution
-            normalisation), 1.0 when it was read as it came.
+            normalisation, or the re-read of a page of small glyphs), 1.0
+            when it was read as it came.
+        preprocessed: the pre-processing steps the page got before OCR
+            (``ocr_quality.preprocessing``: ``"despeckle"``, ``"flatten"``),
+            ``()`` when it was read as it came.
     """
 
     page: int
@@ -215,6 +243,7 @@ class PageOcr:
     table_positions: tuple[int, ...] = ()
     region_engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     scale: float = 1.0
+    preprocessed: tuple[str, ...] = ()
 
     @property
     def text(self) -> str:
@@ -536,6 +565,11 @@ def _attempt(
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)
+    if options.second_engine and passed:
+        lines, line_choices = _reread_lines(image, tsv.words)
+        if line_choices:
+            tsv = group_words(lines)
+            choices.extend(line_choices)
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
     para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
     return PageOcr(
@@ -552,6 +586,68 @@ def _attempt(
         table_positions=positions,
         region_engines=tuple(choices),
     )
+
+
+def _reread_lines(
+    image: GrayImage, words: list[TsvWord]
+) -> tuple[list[TsvWord], list[tuple[str, tuple[tuple[str, float], ...]]]]:
+    """Each line of ``words`` (Tesseract's, reading order) whose mean word
+    confidence is under ``ocr_second.MIN_LINE_CONFIDENCE``, read again by
+    RapidOCR's recogniser on its crop of ``image`` (the words' boxes padded
+    by ``ocr_second.LINE_PAD`` line heights); the line keeps the reading
+    ``ocr_second.choose_line`` picks. A line RapidOCR takes becomes its words,
+    each at RapidOCR's score, boxes cut from the line's box by character count.
+
+    Returns:
+        The words (lines in place, same paragraph and line indices), and the
+        engine choice of each line read again (reading order).
+    """
+    from ragsync.parsing import ocr_second
+
+    lines: dict[int, list[TsvWord]] = {}
+    for w in words:
+        lines.setdefault(w.line, []).append(w)
+    taken: dict[int, list[TsvWord]] = {}
+    choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
+    for index, line in lines.items():
+        conf = float(np.mean([w.conf for w in line]))
+        if conf >= ocr_second.MIN_LINE_CONFIDENCE:
+            continue
+        x0, y0 = min(w.box[0] for w in line), min(w.box[1] for w in line)
+        x1, y1 = max(w.box[2] for w in line), max(w.box[3] for w in line)
+        pad = int(ocr_second.LINE_PAD * (y1 - y0)) + 1
+        crop = image[max(y0 - pad, 0) : y1 + pad, max(x0 - pad, 0) : x1 + pad]
+        text, score = ocr_second.read_line(np.ascontiguousarray(crop))
+        choice = ocr_second.choose_line((" ".join(w.text for w in line), conf), (text, score))
+        choices.append((choice.engine, choice.confidences))
+        if choice.engine == "rapidocr":
+            taken[index] = _line_words(text, score, (x0, y0, x1, y1), line[0].paragraph, index)
+    if not taken:
+        return words, choices
+    out: list[TsvWord] = []
+    for w in words:
+        if w.line not in taken:
+            out.append(w)
+        elif w is lines[w.line][0]:
+            out.extend(taken[w.line])
+    return out, choices
+
+
+def _line_words(
+    text: str, score: float, box: tuple[int, int, int, int], paragraph: int, line: int
+) -> list[TsvWord]:
+    """``text``'s words as ``TsvWord`` at ``score``, the line's ``box`` cut
+    between them in proportion to their characters (spaces counted) (pure)."""
+    x0, y0, x1, y1 = box
+    per_char = (x1 - x0) / max(len(text), 1)
+    out: list[TsvWord] = []
+    start = 0
+    for word in text.split():
+        at = text.index(word, start)
+        start = at + len(word)
+        left, right = x0 + int(at * per_char), x0 + int(start * per_char)
+        out.append(TsvWord((left, y0, max(right, left + 1), y1), word, score, paragraph, line))
+    return out
 
 
 def table_positions(tops: list[float], words: list[TsvWord]) -> tuple[int, ...]:
@@ -599,6 +695,16 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     exactly one Tesseract run (on ``page.source`` when set), as the raw CLI.
     A page whose letters are small (a scan at 150 dpi or less) is first
     scaled up when ``options.normalise_resolution`` is on (see ``normalised``).
+    With ``options.preprocess`` on, a speckled or unevenly lit page is
+    cleaned first (``prepared``), and a page of small glyphs that Tesseract
+    reads under ``SMALL_GLYPH_CONFIDENCE`` is read again scaled up, and that
+    reading is kept when it meets the bar and scores better (when only it
+    meets the bar, the second engine's reading of the page as it came still
+    replaces it if it is a table); a page failing both ways goes on as it
+    came (retry, second engine). With
+    ``options.second_engine`` on, each line of a page that met the bar and
+    that Tesseract read under ``ocr_second.MIN_LINE_CONFIDENCE`` is read
+    again by RapidOCR's recogniser (``_reread_lines``).
 
     Args:
         page: the page image.
@@ -621,6 +727,12 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
     tesseract_path()
     letter = glyph_height(gray < threshold)
+    steps = preprocessing(speck_density(gray, threshold), paper_spread(gray)) if opts.preprocess else ()
+    if steps:
+        page = prepared(page, steps, letter)
+        gray = page.gray
+        threshold, ink_frac = ink_threshold(gray)
+        letter = glyph_height(gray < threshold)
     scale = upscale_factor(letter) if opts.normalise_resolution else 1.0
     if scale > 1.0:
         page = normalised(page, scale)
@@ -628,14 +740,30 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         letter *= scale
     text = page_text_ink(gray, threshold, page.dpi)
     best = _attempt(page, gray, ink_frac, text, 3, opts, page.source, letter)
-    upright = gray
+    upright, upright_text = gray, text  # what the second engine reads: the page as it came, upright
+    rescaled = False
+    small = upscale_factor(letter) if scale == 1.0 and opts.preprocess else 1.0
+    if small > 1.0 and not best.error and best.confidence < SMALL_GLYPH_CONFIDENCE:
+        larger = normalised(page, small)
+        larger_text = page_text_ink(larger.gray, threshold, larger.dpi)
+        again = _attempt(larger, larger.gray, ink_frac, larger_text, 3, opts, letter=letter * small)
+        if again.passed and _score(again) > _score(best):  # a page failing both ways goes on as it came
+            rescaled = not best.passed
+            best, page, gray, text, letter, scale = (
+                again,
+                larger,
+                larger.gray,
+                larger_text,
+                letter * small,
+                small,
+            )
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
         cleaned = denoise(gray)
         angle = _orientation(gray, page.dpi, opts) if best.words >= 5 else 0
         if angle:  # np.rot90 turns counter-clockwise
             cleaned = np.ascontiguousarray(np.rot90(cleaned, -angle // 90))
             text = (np.rot90(text[0], -angle // 90), text[1])
-            upright = np.ascontiguousarray(np.rot90(gray, -angle // 90))
+            upright, upright_text = np.ascontiguousarray(np.rot90(gray, -angle // 90)), text
         # --psm 6 reads the whole page as one block: it rescues pages where layout analysis
         # dropped regions, but turns a page with no text found at all (noise, a photo) into
         # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
@@ -643,9 +771,24 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
         second = _attempt(page, cleaned, ink_frac, text, psm, opts, letter=letter)
         second = _replace(second, retried=True, rotation=angle)
         best = second if _score(second) > _score(best) else _replace(best, retried=True)
-    if not best.passed and opts.second_engine and not best.error.startswith("tesseract ran past"):
-        best = _second_engine(best, upright, text)
-    return _replace(best, seconds=time.monotonic() - started, scale=round(scale, 3))
+    if (
+        (not best.passed or rescaled)
+        and opts.second_engine
+        and not best.error.startswith("tesseract ran past")
+    ):
+        best = _second_engine(best, upright, upright_text, tables_only=best.passed)
+    return _replace(best, seconds=time.monotonic() - started, scale=round(scale, 3), preprocessed=steps)
+
+
+def prepared(page: PageImage, steps: tuple[str, ...], letter: float) -> PageImage:
+    """``page`` after the pre-processing ``steps`` (``ocr_quality.preprocessing``)
+    in order: ``despeckle`` (median filter), ``flatten`` (background divided
+    out; ``letter`` is the page's glyph height). No ``source``: the file's
+    bytes are no longer the pixels read."""
+    gray = page.gray
+    for step in steps:
+        gray = despeckle(gray) if step == "despeckle" else flatten(gray, letter)
+    return PageImage(page.page, gray, page.dpi)
 
 
 def normalised(page: PageImage, scale: float) -> PageImage:
@@ -658,18 +801,25 @@ def normalised(page: PageImage, scale: float) -> PageImage:
     return PageImage(page.page, np.ascontiguousarray(gray), int(round(page.dpi * scale)))
 
 
-def _second_engine(best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int]) -> PageOcr:
+def _second_engine(
+    best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int], tables_only: bool = False
+) -> PageOcr:
     """``best`` (Tesseract's failing result) or the second engine's reading of
     the page when it meets that engine's bar (``ocr_second.choose``); both
     confidences are kept either way. ``gray`` is the page turned upright when
     Tesseract's orientation detection found it rotated (the second engine
-    runs without its per-box angle classifier)."""
+    runs without its per-box angle classifier). ``tables_only``: Tesseract
+    met the bar only on the page scaled up (it failed it as the page came):
+    the second engine's reading replaces it only when it is a table (on
+    table crops RapidOCR's tables are far better than Tesseract's text)."""
     from ragsync.parsing import ocr_second
 
     words = ocr_second.read_words(gray)
     read = ocr_second.second_read(words)
     confidences = (("tesseract", round(best.confidence, 1)), ("rapidocr", round(read.confidence, 1)))
-    engine = ocr_second.choose(best.passed, read)
+    engine = ocr_second.choose(best.passed and not tables_only, read)
+    if tables_only and not (engine == "rapidocr" and read.table):
+        return _replace(best, confidences=confidences)
     if engine != "rapidocr":
         return _replace(best, engine="none", confidences=confidences)
     boxes = [(int(w.x0), int(w.y0), int(w.x1) + 1, int(w.y1) + 1) for w in words]

@@ -84,6 +84,12 @@ def ink_mask(gray: GrayImage) -> NDArray[np.bool_]:
 MIN_GLYPH_PX = 12.0
 TARGET_GLYPH_PX = 20.0
 MAX_UPSCALE = 4.0
+# With normalisation off (the default) a page with small glyphs is read again scaled up
+# (``upscale_factor``) only when Tesseract reads it as it came at a mean confidence under this, and
+# the better reading is kept (``ocr_engine.ocr_page``). Measured (benchmarks/README.md, sixth stop):
+# the 100 and 150 dpi rescans are read at 78-95 (scaling them up lowered no CER), the 75 dpi scans
+# that Tesseract misreads (CER 0.15-0.71) at 55-68, a rendered 75 dpi page (tests/test_ocr.py) at 76.
+SMALL_GLYPH_CONFIDENCE = 72.0
 
 
 def glyph_height(ink: NDArray[np.bool_]) -> float:
@@ -121,6 +127,128 @@ def upscale_factor(height: float) -> float:
     if height <= 0.0 or height >= MIN_GLYPH_PX:
         return 1.0
     return min(TARGET_GLYPH_PX / height, MAX_UPSCALE)
+
+
+# Pre-processing of degraded scans (``preprocessing``, measured in benchmarks/README.md, sixth stop).
+# Speckle: isolated specks (ink components of 1-2 px with no other ink within 3 px) per 1000 pixels.
+# Clean scans and renders measure 0.0-0.09 (the transcribed pages at 300/150/100 dpi), PubTabNet table
+# crops 0.0-6.0 (small print breaks into specks near letters), pages with salt-and-pepper noise 11-17:
+# from SPECKS_PER_1000 up a page is median-filtered (``despeckle``) before Tesseract reads it.
+SPECKS_PER_1000 = 8.0
+# Uneven light: the paper level (90th percentile brightness) of the page's 8 x 8 tiles, 10th to 90th
+# percentile of the tiles. Clean pages 0 (photos aside: a tile that is all photo has no paper), a
+# shadowed photo of a page 67-106: from PAPER_SPREAD up the background is flattened (``flatten``).
+PAPER_SPREAD = 40.0
+_TILES = 8
+
+
+def speck_density(gray: GrayImage, threshold: int) -> float:
+    """Isolated specks per 1000 pixels: ink components (``gray < threshold``)
+    of at most 2 pixels with no larger ink component within 3 pixels.
+
+    Args:
+        gray: 8-bit grayscale pixels.
+        threshold: from ``ink_threshold``.
+
+    Returns:
+        Specks per 1000 pixels (0.0 for an empty image).
+    """
+    import cv2
+
+    if gray.size == 0:
+        return 0.0
+    ink = (gray < threshold).astype(np.uint8)
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(ink, connectivity=8)
+    tiny = np.zeros(n, dtype=bool)
+    tiny[1:] = stats[1:, cv2.CC_STAT_AREA] <= 2
+    larger = (ink > 0) & ~tiny[labels]
+    near = cv2.dilate(larger.astype(np.uint8), np.ones((7, 7), dtype=np.uint8)) > 0
+    isolated = (tiny[labels] & ~near).astype(np.uint8)
+    count = cv2.connectedComponents(isolated, connectivity=8)[0] - 1
+    return 1000.0 * count / gray.size
+
+
+def paper_spread(gray: GrayImage) -> float:
+    """How unevenly the paper is lit: the spread (10th to 90th percentile) of
+    the paper level (90th percentile brightness) of the page's 8 x 8 tiles.
+
+    Args:
+        gray: 8-bit grayscale pixels.
+
+    Returns:
+        Gray levels, 0.0 for an evenly lit page (or one too small to tile).
+    """
+    h, w = gray.shape
+    if h < _TILES or w < _TILES:
+        return 0.0
+    step = gray[::2, ::2] if gray.size > 2_000_000 else gray
+    sh, sw = step.shape
+    levels = [
+        float(
+            np.percentile(
+                step[i * sh // _TILES : (i + 1) * sh // _TILES, j * sw // _TILES : (j + 1) * sw // _TILES], 90
+            )
+        )
+        for i in range(_TILES)
+        for j in range(_TILES)
+    ]
+    return float(np.percentile(levels, 90) - np.percentile(levels, 10))
+
+
+def preprocessing(specks: float, spread: float) -> tuple[str, ...]:
+    """The pre-processing steps a page gets before Tesseract reads it, from
+    its measured properties (pure).
+
+    Args:
+        specks: ``speck_density`` of the page.
+        spread: ``paper_spread`` of the page.
+
+    Returns:
+        ``"despeckle"`` when ``specks >= SPECKS_PER_1000``, then ``"flatten"``
+        when ``spread >= PAPER_SPREAD``, in that order; ``()`` for a clean page.
+    """
+    steps: list[str] = []
+    if specks >= SPECKS_PER_1000:
+        steps.append("despeckle")
+    if spread >= PAPER_SPREAD:
+        steps.append("flatten")
+    return tuple(steps)
+
+
+def despeckle(gray: GrayImage) -> GrayImage:
+    """``gray`` through a 3 x 3 median filter (removes salt-and-pepper specks).
+
+    Args:
+        gray: 8-bit grayscale pixels.
+
+    Returns:
+        A new image of the same shape.
+    """
+    import cv2
+
+    return np.ascontiguousarray(cv2.medianBlur(np.ascontiguousarray(gray), 3))
+
+
+def flatten(gray: GrayImage, letter: float) -> GrayImage:
+    """``gray`` divided by its background: the page with the darker text
+    taken out (a grey closing with a square of three letter heights, at least
+    15 px, smoothed), so that paper in shadow and paper in light both turn white.
+
+    Args:
+        gray: 8-bit grayscale pixels.
+        letter: ``glyph_height`` of the page (0.0: unknown).
+
+    Returns:
+        A new image of the same shape, paper near 255.
+    """
+    import cv2
+
+    size = max(15, int(3 * letter)) | 1
+    kernel = cv2.getStructuringElement(cv2.MORPH_RECT, (size, size))
+    background = cv2.morphologyEx(gray, cv2.MORPH_CLOSE, kernel)
+    background = cv2.GaussianBlur(background, (0, 0), size / 2)
+    out = gray.astype(np.float32) * 255.0 / np.maximum(background.astype(np.float32), 1.0)
+    return np.ascontiguousarray(np.clip(out, 0, 255).astype(np.uint8))
 
 
 def _pool_factor(pixels: int, dpi: int) -> int:

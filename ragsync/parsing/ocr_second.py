@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import statistics
+import unicodedata
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -57,6 +58,14 @@ TEXT_WRAP_GAP = 0.5
 # right from RapidOCR (0.37 -> 0.41, 0.0 -> 0.14, 0.41 -> 0.49), the ones at
 # 92-96 fewer or as many (the NICS grid of small print: 0.92 -> 0.72).
 MIN_REGION_CONFIDENCE = 90.0
+
+# A text line of a page Tesseract read (it met the bar) whose words have a mean confidence under this
+# is read again by RapidOCR's recogniser alone on the line's crop (read_line), and the line keeps the
+# reading with the higher confidence when RapidOCR's meets its own bar and splits the line into as many
+# words (choose_line). Measured in benchmarks/README.md (sixth stop).
+MIN_LINE_CONFIDENCE = 75.0
+# A line's crop reaches this many line heights past its words' boxes on every side.
+LINE_PAD = 0.25
 
 
 @dataclass(frozen=True)
@@ -465,6 +474,63 @@ def choose_region(
     passed = _mean_score(tesseract_words) >= MIN_REGION_CONFIDENCE
     engine = choose(passed, read) if read.table else "tesseract"
     return RegionChoice("rapidocr" if engine == "rapidocr" else "tesseract", confidences)
+
+
+def read_line(gray: np.ndarray) -> tuple[str, float]:
+    """Run RapidOCR's recogniser alone (no detection, no angle classifier) on
+    one text line's crop.
+
+    Args:
+        gray: 8-bit grayscale crop holding one line of text, upright.
+
+    Returns:
+        ``(text, score 0-100)``, the text NFKC-normalised (full-width
+        letters as ASCII) with whitespace runs as one space; ``("", 0.0)``
+        when nothing was read.
+
+    Raises:
+        ConfigurationError: the engine is not installed.
+    """
+    if gray.size == 0:
+        return "", 0.0
+    result, _ = _engine()(np.ascontiguousarray(np.stack([gray] * 3, axis=-1)), use_det=False, use_cls=False)
+    if not result:
+        return "", 0.0
+    text, score = result[0][0], result[0][1]
+    # NFKC: the recogniser (trained on Chinese and English) at times writes Latin letters and digits
+    # in their full-width forms ("ｄａｔｅｌｉｎｅ" for "dateline", 8087_054.3B.tif).
+    return " ".join(unicodedata.normalize("NFKC", str(text)).split()), 100.0 * float(score)
+
+
+def choose_line(tesseract: tuple[str, float], second: tuple[str, float] | None) -> RegionChoice:
+    """The engine a text line keeps (pure): RapidOCR's reading when
+    Tesseract's mean word confidence on the line is under
+    ``MIN_LINE_CONFIDENCE`` and RapidOCR read the line at its own bar
+    (``MIN_CONFIDENCE``) or more, with a higher confidence than Tesseract's
+    and at least as many words (its recogniser drops spaces between small
+    words: "andseeif" for "and see if"); else Tesseract's.
+
+    Args:
+        tesseract: Tesseract's ``(text, mean word confidence)`` of the line.
+        second: RapidOCR's ``(text, score)`` of the line's crop, or ``None``
+            when it did not read it.
+
+    Returns:
+        The engine and both confidences (only Tesseract's when not read again).
+    """
+    text, conf = tesseract
+    confidences: tuple[tuple[str, float], ...] = (("tesseract", round(conf, 1)),)
+    if second is None:
+        return RegionChoice("tesseract", confidences)
+    other, score = second
+    confidences = (*confidences, ("rapidocr", round(score, 1)))
+    wins = (
+        conf < MIN_LINE_CONFIDENCE
+        and score >= MIN_CONFIDENCE
+        and score > conf
+        and len(other.split()) >= len(text.split())
+    )
+    return RegionChoice("rapidocr" if wins else "tesseract", confidences)
 
 
 def _mean_score(words: Sequence[Word]) -> float:
