@@ -24,6 +24,7 @@ from ragsync.parsing.ocr_second import (
     choose_region,
     group_lines,
     needs_second_read,
+    rereads_lines,
     second_read,
     table_rows,
 )
@@ -116,6 +117,39 @@ def test_only_lines_under_the_line_bar_are_read_again_and_the_kept_reading_repla
         words,
         [("tesseract", (("tesseract", 50.0), ("rapidocr", 84.0)))],
     )
+
+
+@pytest.mark.parametrize(
+    ("lang", "again"),
+    [("eng", True), ("chi_sim+eng", True), ("deu+eng", False), ("eng+fra", False), ("deu", False)],
+)
+def test_lines_are_read_again_only_in_languages_the_recogniser_writes(lang: str, again: bool) -> None:
+    assert rereads_lines(lang) is again
+
+
+def test_a_page_read_in_another_language_keeps_tesseracts_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The real Tesseract reads a rendered English page that meets the bar:
+    with ``eng`` its lines go to the line re-read, with ``deu+eng`` they do
+    not (the recogniser would drop the accents)."""
+    from ragsync.parsing import ocr_engine
+
+    seen: list[int] = []
+
+    def counting(image: np.ndarray, words: list[TsvWord]) -> tuple[list[TsvWord], list[object]]:
+        seen.append(len(words))
+        return words, []
+
+    monkeypatch.setattr(ocr_engine, "_reread_lines", counting)
+    image = Image.new("L", (1200, 300), 255)
+    font = ImageFont.truetype("DejaVuSans.ttf", 40)
+    ImageDraw.Draw(image).text((60, 100), "The travel policy covers hotel stays.", font=font, fill=0)
+    buf = io.BytesIO()
+    image.save(buf, format="PNG", dpi=(300, 300))
+    page = next(iter_image_pages(buf.getvalue()))
+    english = ocr_page(page, OcrOptions(lang="eng", tables=False))
+    assert english.passed and seen == [6]
+    german = ocr_page(page, OcrOptions(lang="deu+eng", tables=False))
+    assert german.passed and seen == [6]
 
 
 # ------------------------------------------------------------------ lines and tables

@@ -565,7 +565,7 @@ def _attempt(
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)
-    if options.second_engine and passed:
+    if options.second_engine and passed and _reads_lines_again(options.lang):
         lines, line_choices = _reread_lines(image, tsv.words)
         if line_choices:
             tsv = group_words(lines)
@@ -586,6 +586,12 @@ def _attempt(
         table_positions=positions,
         region_engines=tuple(choices),
     )
+
+
+def _reads_lines_again(lang: str) -> bool:
+    from ragsync.parsing import ocr_second  # imported on first use, as in _tables
+
+    return ocr_second.rereads_lines(lang)
 
 
 def _reread_lines(

@@ -66,6 +66,10 @@ MIN_REGION_CONFIDENCE = 90.0
 MIN_LINE_CONFIDENCE = 75.0
 # A line's crop reaches this many line heights past its words' boxes on every side.
 LINE_PAD = 0.25
+# The Tesseract languages whose letters the shipped recogniser (PP-OCR's Chinese and English model)
+# writes: lines of a page read in any other language keep Tesseract's reading (the recogniser has no
+# accented letters: "über" would come back "uber" at a high score). See ``rereads_lines``.
+LINE_LANGUAGES = frozenset({"eng", "chi_sim", "chi_tra"})
 
 
 @dataclass(frozen=True)
@@ -500,6 +504,13 @@ def read_line(gray: np.ndarray) -> tuple[str, float]:
     # NFKC: the recogniser (trained on Chinese and English) at times writes Latin letters and digits
     # in their full-width forms ("ｄａｔｅｌｉｎｅ" for "dateline", 8087_054.3B.tif).
     return " ".join(unicodedata.normalize("NFKC", str(text)).split()), 100.0 * float(score)
+
+
+def rereads_lines(lang: str) -> bool:
+    """Whether lines Tesseract read with ``lang`` (``OcrOptions.lang``:
+    languages joined by ``+``) may be read again by the recogniser: only
+    when each language is one it writes (``LINE_LANGUAGES``) (pure)."""
+    return all(name in LINE_LANGUAGES for name in lang.split("+"))
 
 
 def choose_line(tesseract: tuple[str, float], second: tuple[str, float] | None) -> RegionChoice:
