@@ -50,7 +50,7 @@ from ragsync.parsing.ocr import (  # noqa: E402
     ocr_page,
     render_pdf_page,
 )
-from ragsync.parsing.ocr_engine import tesseract_env, tesseract_path  # noqa: E402
+from ragsync.parsing.tesseract import tesseract_env, tesseract_path  # noqa: E402
 
 DEFAULT_CORPUS = Path(
     os.environ.get("RAGSYNC_CORPUS") or Path(__file__).resolve().parents[1] / ".." / "shared" / "corpus"

@@ -305,10 +305,10 @@ def test_scanned_pdf_is_ocrd_with_low_cer(page_a: bytes) -> None:
 def test_missing_text_lowers_coverage(page_a: bytes) -> None:
     """Confidence cannot see dropped regions; coverage does (half the words -> ~0.5)."""
     from ragsync.parsing.ocr import iter_image_pages
-    from ragsync.parsing.ocr_engine import _run_tesseract
+    from ragsync.parsing.tesseract import run_tesseract
 
     page = next(iter_image_pages(page_a))
-    tsv = parse_tsv(_run_tesseract(page.gray, 3, page.dpi, OcrOptions()))
+    tsv = parse_tsv(run_tesseract(page.gray, 3, page.dpi))
     text, factor = text_ink(ink_mask(page.gray), page.dpi)
     full = coverage(text, tsv.boxes, factor)
     mid = page.gray.shape[1] // 2
@@ -374,7 +374,7 @@ def test_multipage_tiff_page_numbers(page_a: bytes, page_b: bytes) -> None:
 
 
 class _TesseractRuns:
-    """Counts the Tesseract processes ``ocr_engine`` starts (the real ones run) and keeps their inputs."""
+    """Counts the Tesseract processes ``tesseract.run_tesseract`` starts (the real ones run) and keeps their inputs."""
 
     def __init__(self) -> None:
         import subprocess
@@ -384,7 +384,7 @@ class _TesseractRuns:
         self._run = subprocess.run  # the real one, before it is patched
 
     def __call__(self, cmd: list[str], *args: object, **kwargs: object) -> object:
-        from ragsync.parsing.ocr_engine import tesseract_path
+        from ragsync.parsing.tesseract import tesseract_path
 
         if tesseract_path() in cmd:
             self.commands.append(list(cmd))
@@ -404,10 +404,10 @@ def test_page_above_bar_runs_tesseract_once(
     """
     import tempfile
 
-    from ragsync.parsing import ocr_engine
+    from ragsync.parsing import tesseract
 
     runs = _TesseractRuns()
-    monkeypatch.setattr(ocr_engine.subprocess, "run", runs)
+    monkeypatch.setattr(tesseract.subprocess, "run", runs)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     result = parse(page_a, "image/png")
     assert result.pages_for_review == ()
@@ -430,12 +430,12 @@ def test_file_bytes_and_encoded_pixels_read_the_same(page_a: bytes) -> None:
     from PIL import Image
 
     from ragsync.parsing.ocr import iter_image_pages
-    from ragsync.parsing.ocr_engine import _run_tesseract
+    from ragsync.parsing.tesseract import run_tesseract
 
     page = next(iter_image_pages(page_a))
     assert page.source == page_a
-    from_file = _run_tesseract(page.gray, 3, page.dpi, OcrOptions(), source=page.source)
-    encoded = _run_tesseract(page.gray, 3, page.dpi, OcrOptions())
+    from_file = run_tesseract(page.gray, 3, page.dpi, source=page.source)
+    encoded = run_tesseract(page.gray, 3, page.dpi)
     assert len(parse_tsv(from_file).confs) >= 40
     assert from_file == encoded
 

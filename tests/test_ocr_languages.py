@@ -24,7 +24,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError
 from ragsync.options import option_values, settings_from
 from ragsync.parsing import PARSER_VERSION, checked_ocr_languages, parse, parser_version
-from ragsync.parsing.ocr_engine import check_languages, installed_languages
+from ragsync.parsing.tesseract import check_languages, installed_languages
 
 ROOT = Path(__file__).resolve().parents[1]
 GERMAN = [

@@ -42,7 +42,7 @@ def checked_ocr_languages(value: str) -> str:
     Only its form is checked here (one to eight traineddata names joined by
     ``+``, each lower-case letters, digits and ``_``: ``chi_sim``); whether
     each is installed is checked where Tesseract runs
-    (``ocr_engine.check_languages``).
+    (``tesseract.check_languages``).
 
     Args:
         value: the list as given (blanks around it ignored).

@@ -37,12 +37,12 @@ from ragsync.parsing.ocr_engine import (
     OcrOptions,
     PageImage,
     PageOcr,
-    check_languages,
     ocr_page,
     ocr_pages,
 )
 from ragsync.parsing.ocr_layout import join_lines
 from ragsync.parsing.ocr_quality import char_error_rate, ink_mask
+from ragsync.parsing.tesseract import check_languages
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image as PILImage

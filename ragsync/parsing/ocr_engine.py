@@ -1,11 +1,9 @@
 """OCR engine: page images through the Tesseract command-line tool, judged against the bar.
 
-Each page is one ``tesseract FILE stdout tsv`` process reading the page image
-from a temporary file: the image file's own bytes when Tesseract decodes them to the same
+Each page is one Tesseract process (``ragsync.parsing.tesseract.run_tesseract``)
+reading the image file's own bytes when Tesseract decodes them to the same
 pixels (``PageImage.source``: what the raw CLI reads), else an encoding of
-the pixels (uncompressed TIFF, or PBM when bilevel: see ``tesseract_input``), with
-``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP threading makes a page ~5x
-slower on a busy machine) and a per-page time limit. Pages run in
+the pixels, under a per-page time limit. Pages run in
 parallel: a thread pool of ``min(pages, cpus)`` threads drives one
 single-threaded Tesseract process per page (the threads only wait on pipes
 and run numpy, so the GIL is not a bottleneck, no page image is pickled,
@@ -21,13 +19,8 @@ Nothing here imports Apache Beam.
 
 from __future__ import annotations
 
-import io
 import os
 import re
-import shutil
-import subprocess
-import tempfile
-import threading
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -37,7 +30,6 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.errors import ConfigurationError
 from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, parse_tsv
 from ragsync.parsing.ocr_quality import (
     BLANK_INK,
@@ -56,6 +48,7 @@ from ragsync.parsing.ocr_quality import (
     speck_density,
     upscale_factor,
 )
+from ragsync.parsing.tesseract import DEFAULT_PAGE_TIMEOUT_S, run_tesseract, tesseract_path
 
 if TYPE_CHECKING:
     from ragsync.parsing import ocr_second
@@ -69,14 +62,9 @@ DEFAULT_MIN_CONFIDENCE = 60.0
 # below the worst real text page and flags a third or more of the text missing.
 DEFAULT_MIN_COVERAGE = 0.7
 DEFAULT_MAX_PIXELS = 100_000_000
-DEFAULT_PAGE_TIMEOUT_S = 120.0
 # PDF pages are rendered at 300 dpi, scaled down so that one page stays under this many pixels.
 DEFAULT_MAX_RENDER_PIXELS = 25_000_000
 RENDER_DPI = 300.0
-
-_TESSERACT_LOCK = threading.Lock()
-_installed_languages: frozenset[str] | None = None
-_tesseract_path: str | None = None
 
 
 UNRULED_TABLES_ENV = "RAGSYNC_OCR_UNRULED_TABLES"
@@ -272,179 +260,6 @@ class PageOcr:
         return out
 
 
-# --------------------------------------------------------------------------- tesseract
-
-
-def tesseract_path() -> str:
-    """Locate the ``tesseract`` binary (``$TESSERACT`` overrides ``PATH``).
-
-    Returns:
-        The executable's path.
-
-    Raises:
-        ConfigurationError: Tesseract is not installed.
-    """
-    global _tesseract_path
-    with _TESSERACT_LOCK:
-        if _tesseract_path is None:
-            found = os.environ.get("TESSERACT") or shutil.which("tesseract")
-            if not found:
-                raise ConfigurationError(
-                    "tesseract not found: install it (apt-get install tesseract-ocr) or set $TESSERACT"
-                )
-            _tesseract_path = found
-        return _tesseract_path
-
-
-def tesseract_env() -> dict[str, str]:
-    """The environment for a Tesseract run: ours with ``OMP_THREAD_LIMIT=1``.
-
-    Returns:
-        A new environment mapping.
-    """
-    return {**os.environ, "OMP_THREAD_LIMIT": "1"}
-
-
-def installed_languages() -> frozenset[str]:
-    """The languages Tesseract has traineddata for (``tesseract --list-langs``),
-    read once per process.
-
-    Raises:
-        ConfigurationError: Tesseract is not installed, or does not answer.
-    """
-    global _installed_languages
-    with _TESSERACT_LOCK:
-        known = _installed_languages
-    if known is None:
-        try:
-            proc = subprocess.run(
-                [tesseract_path(), "--list-langs"],
-                stdin=subprocess.DEVNULL,
-                capture_output=True,
-                env=tesseract_env(),
-                timeout=30,
-                check=True,
-            )
-        except (OSError, subprocess.SubprocessError) as exc:
-            raise ConfigurationError(f"tesseract --list-langs failed: {exc}") from exc
-        lines = proc.stdout.decode("utf-8", "replace").splitlines()
-        known = frozenset(li.strip() for li in lines[1:] if li.strip())  # after "List of available languages"
-        with _TESSERACT_LOCK:
-            _installed_languages = known
-    return known
-
-
-def check_languages(lang: str) -> None:
-    """Refuse a language list naming a language Tesseract does not have.
-
-    Args:
-        lang: languages joined by ``+`` (``OcrOptions.lang``).
-
-    Raises:
-        ConfigurationError: one is missing; the message names the Debian
-            package that adds it and the languages installed.
-    """
-    missing = [name for name in lang.split("+") if name not in installed_languages()]
-    if missing:
-        have = ", ".join(sorted(installed_languages())) or "none"
-        packages = " ".join(f"tesseract-ocr-{name.replace('_', '-')}" for name in missing)
-        raise ConfigurationError(
-            f"OCR language(s) {', '.join(missing)} not installed (installed: {have}): "
-            f"install them (apt-get install {packages}) or change ocr_languages ($RAGSYNC_OCR_LANGUAGES)"
-        )
-
-
-def tesseract_input(gray: GrayImage) -> bytes:
-    """Encode a page image the way Tesseract reads it fastest from a file.
-
-    Bilevel pages (only 0 and 255) go as PBM: Tesseract skips its own
-    thresholding (~8% less CPU on a 300 dpi page). Grayscale pages go as an
-    uncompressed TIFF: ~0.03 s to write and ~0.004 s for leptonica to read an
-    8-megapixel page, where a PNG (level 1) cost ~0.09 s + 0.03 s and binary
-    PGM ~0.11 s to read (leptonica reads it a byte at a time; measured in
-    ``benchmarks/PARSING.md``). Tesseract reads the same pixels either way.
-
-    Args:
-        gray: ``(height, width)`` uint8 array.
-
-    Returns:
-        PBM (``P4``) or TIFF file bytes.
-    """
-    h, w = gray.shape
-    arr = np.ascontiguousarray(gray, dtype=np.uint8)
-    if not np.any((arr != 0) & (arr != 255)):
-        return b"P4\n%d %d\n" % (w, h) + np.packbits(arr == 0, axis=1).tobytes()
-    from PIL import Image
-
-    buf = io.BytesIO()
-    Image.fromarray(arr).save(buf, format="TIFF")  # uncompressed, min-is-black
-    return buf.getvalue()
-
-
-def _run_tesseract(
-    gray: GrayImage,
-    psm: int,
-    dpi: int,
-    options: OcrOptions,
-    *,
-    source: bytes | None = None,
-    tsv: bool = True,
-    with_stderr: bool = False,
-) -> str:
-    """Run Tesseract on one image and return its TSV output (plain when ``tsv`` is False).
-
-    The image goes to Tesseract as a temporary file, removed afterwards:
-    ``source`` (file bytes Tesseract decodes to ``gray``) as it is, else
-    ``tesseract_input(gray)``. A file, not stdin: Tesseract reads stdin a
-    byte at a time (~17 ns a byte, 0.15 CPU-s for an uncompressed
-    8-megapixel page). ``with_stderr`` appends Tesseract's stderr (where
-    ``--psm 0`` prints its orientation report).
-
-    Raises:
-        TimeoutError: past ``options.timeout_s``.
-        RuntimeError: Tesseract exited with an error.
-    """
-    lang = "osd" if psm == 0 else options.lang  # OSD with -l eng misreads 180-degree pages
-    with tempfile.NamedTemporaryFile(prefix="ragsync-ocr-", delete=False) as image:
-        image.write(source if source is not None else tesseract_input(gray))
-    try:
-        return _run_tesseract_file(image.name, psm, dpi, lang, options, tsv=tsv, with_stderr=with_stderr)
-    finally:
-        os.unlink(image.name)
-
-
-def _run_tesseract_file(
-    path: str, psm: int, dpi: int, lang: str, options: OcrOptions, *, tsv: bool, with_stderr: bool
-) -> str:
-    """Run Tesseract on the image file ``path`` (see ``_run_tesseract``)."""
-    cmd = [tesseract_path(), path, "stdout", "--psm", str(psm), "-l", lang]
-    if dpi > 0:
-        cmd += ["--dpi", str(dpi)]
-    if tsv:
-        cmd.append("tsv")
-    killer = shutil.which("timeout")
-    if killer:  # the page dies on time even if this process is killed first
-        cmd = [killer, "-s", "KILL", f"{options.timeout_s:.0f}", *cmd]
-    try:
-        proc = subprocess.run(
-            cmd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            env=tesseract_env(),
-            timeout=options.timeout_s + 5,
-            check=False,
-        )
-    except subprocess.TimeoutExpired as exc:
-        raise TimeoutError(f"tesseract ran past {options.timeout_s:.0f} s") from exc
-    if proc.returncode == 137 or proc.returncode == -9:
-        raise TimeoutError(f"tesseract ran past {options.timeout_s:.0f} s")
-    if proc.returncode != 0:
-        err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise RuntimeError(f"tesseract exited {proc.returncode}: {err[-1] if err else ''}")
-    out = proc.stdout.decode("utf-8", "replace")
-    return out + "\n" + proc.stderr.decode("utf-8", "replace") if with_stderr else out
-
-
 # --------------------------------------------------------------------------- one page
 
 
@@ -465,7 +280,9 @@ def _small_print_words(
         image[y0:y1, x0:x1], None, fx=SMALL_PRINT_SCALE, fy=SMALL_PRINT_SCALE, interpolation=cv2.INTER_CUBIC
     )
     try:
-        tsv = parse_tsv(_run_tesseract(np.ascontiguousarray(crop), 3, dpi, options))
+        tsv = parse_tsv(
+            run_tesseract(np.ascontiguousarray(crop), 3, dpi, lang=options.lang, timeout_s=options.timeout_s)
+        )
     except (TimeoutError, RuntimeError, OSError):
         return []
     read = [ocr_second.Word(*w.box, w.text, w.conf) for w in tsv.words]
@@ -548,7 +365,9 @@ def _attempt(
     letter: float = 0.0,
 ) -> PageOcr:
     try:
-        tsv = parse_tsv(_run_tesseract(image, psm, page.dpi, options, source=source))
+        tsv = parse_tsv(
+            run_tesseract(image, psm, page.dpi, lang=options.lang, timeout_s=options.timeout_s, source=source)
+        )
     except (TimeoutError, RuntimeError, OSError) as exc:
         return PageOcr(page.page, (), 0.0, 0.0, 0, ink_frac, False, psm=psm, error=str(exc))
     words = len(tsv.confs)
@@ -672,7 +491,7 @@ def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:
     Returns 0 when OSD is unsure (orientation confidence < 2) or fails.
     """
     try:
-        out = _run_tesseract(gray, 0, dpi, options, tsv=False, with_stderr=True)
+        out = run_tesseract(gray, 0, dpi, timeout_s=options.timeout_s, tsv=False, with_stderr=True)
     except (TimeoutError, RuntimeError, OSError):
         return 0
     rotate = re.search(r"^Rotate:\s*(\d+)", out, re.M)
