@@ -374,7 +374,8 @@ def test_multipage_tiff_page_numbers(page_a: bytes, page_b: bytes) -> None:
 
 
 class _TesseractRuns:
-    """Counts the Tesseract processes ``tesseract.run_tesseract`` starts (the real ones run) and keeps their inputs."""
+    """Counts the Tesseract processes ``tesseract.run_tesseract`` starts (the real ones run) and
+    keeps their inputs."""
 
     def __init__(self) -> None:
         import subprocess
