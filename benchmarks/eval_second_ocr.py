@@ -334,9 +334,7 @@ def _norm(cell: str) -> str:
 
 
 def _cell_recall(truth: list[str], rows: tuple[tuple[str, ...], ...]) -> float:
-    have = Counter(_norm(c) for r in rows for c in r if c.strip())
-    want = Counter(_norm(c) for c in truth if c.strip())
-    return sum(min(n, have[c]) for c, n in want.items()) / max(sum(want.values()), 1)
+    return _matched(truth, rows) / max(sum(1 for c in truth if c.strip()), 1)
 
 
 def _matched(truth: list[str], rows: tuple[tuple[str, ...], ...]) -> int:

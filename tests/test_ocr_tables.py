@@ -27,13 +27,13 @@ from ragsync.parsing.ocr_tables import (
     off_rules,
     page_tables,
     rule_positions,
-    ruled_columns,
     ruled_regions,
     scaled_back,
     segment_table,
     segments,
     small_print,
     split_at_long_lines,
+    vertical_rules,
 )
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -104,14 +104,23 @@ def test_a_table_ruled_between_rows_only_above_a_framed_one_stays_a_table() -> N
     assert ruled_regions(ink, 20.0) == [(100.0, 40.0, 700.0, 343.0), (100.0, 400.0, 700.0, 523.0)]
 
 
+def _columns(
+    ink: np.ndarray, letter: float, regions: list[tuple[float, float, float, float]]
+) -> list[list[float]]:
+    """Each region's column rules as ``ocr_engine`` finds them: ``rule_positions`` of the
+    page's ``vertical_rules``."""
+    verticals = vertical_rules(ink, letter)
+    return [rule_positions(verticals, letter, box) for box in regions]
+
+
 def test_vertical_rules_spanning_half_a_region_are_its_columns_and_a_double_rule_counts_once() -> None:
     ink = _page([300, 360, 420, 480], verticals=(100, 300, 306, 500, 697))
     ink[300:360, 600:603] = True  # under a spanning header only: does not cut the body
     regions = ruled_regions(ink, 20.0)
     assert regions == [(100.0, 300.0, 700.0, 483.0)]
-    assert ruled_columns(ink, 20.0, regions) == [[101.5, 301.5, 501.5, 698.5]]
-    assert ruled_columns(_page([300, 360, 420]), 20.0, ruled_regions(_page([300, 360, 420]), 20.0)) == [[]]
-    assert ruled_columns(ink, 0.0, regions) == [[]]
+    assert _columns(ink, 20.0, regions) == [[101.5, 301.5, 501.5, 698.5]]
+    assert _columns(_page([300, 360, 420]), 20.0, ruled_regions(_page([300, 360, 420]), 20.0)) == [[]]
+    assert _columns(ink, 0.0, regions) == [[]]
 
 
 # ------------------------------------------------------------------ words to tables (pure)

@@ -7,7 +7,7 @@ Two kinds of table are found on a page Tesseract has read:
   ruled grid, or rules between rows only); the region runs from the first
   rule to the last, and one row pitch beyond each when no vertical rule
   frames it (a header above the first rule, a last row below the last);
-  its vertical rules (:func:`ruled_columns`) make its columns;
+  its vertical rules (:func:`rule_positions` of :func:`vertical_rules`) make its columns;
 * unruled tables (:func:`aligned_runs`): consecutive lines whose words fall
   apart at wide gaps (two or more segments per line), not columns of prose
   (:func:`is_prose`), read with the columns between the vertical rules that
@@ -292,23 +292,6 @@ def _covered(pieces: Sequence[tuple[int, int, int, int]], y0: float, y1: float) 
             covered += bottom - top
             reached = bottom
     return covered
-
-
-def ruled_columns(ink: NDArray[np.bool_], letter: float, regions: Sequence[Box]) -> list[list[float]]:
-    """The vertical rules that divide each region into columns
-    (``rule_positions`` of ``vertical_rules``).
-
-    Args:
-        ink: the page's ink mask.
-        letter: the page's median glyph height in pixels (> 0).
-        regions: the ruled regions (``ruled_regions``).
-
-    Returns:
-        For each region, the rules' x positions (centres) left to right;
-        ``[]`` for a region without such rules.
-    """
-    verticals = vertical_rules(ink, letter)
-    return [rule_positions(verticals, letter, box) for box in regions]
 
 
 def segments(line: Sequence[Word]) -> list[list[Word]]:
@@ -616,7 +599,7 @@ def page_tables(
         regions: ruled table regions on the page.
         unruled: also search the other words for unruled tables.
         columns: for each region, the x positions of its vertical rules
-            (``ruled_columns``); with two or more, they make its columns
+            (``rule_positions``); with two or more, they make its columns
             instead of the words' gaps. Missing: none.
         verticals: the page's vertical rules (``vertical_rules``), for the
             unruled candidates. Missing: none.
