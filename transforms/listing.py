@@ -207,14 +207,14 @@ class _SkipUnreadFn(CatalogDoFn):
     def process(self, batch: list[SourceFile]) -> Iterator[SourceFile]:
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
         known = {} if self.reread else self._catalog.unread_states(doc_ids)
-        chunker_id = self.settings.chunker.config_id
+        chunker_id, parser_version = self.settings.chunker.config_id, self.settings.parser_version
         skipped = 0
         for item, doc_id in zip(batch, doc_ids, strict=True):
             listed = stamp_listed(item)
             if skip_unread(
                 listed,
                 known.get(doc_id),
-                parser_version=self.settings.parser_version,
+                parser_version=parser_version,
                 chunker_id=chunker_id,
                 reread=self.reread,
             ):
