@@ -124,7 +124,7 @@ def _sync_backfill(
     from beam_pipelines.listing import sweep_orphans
     from beam_pipelines.sync import run_sync
     from connectors.registration import register_source
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
 
     start = time.monotonic()
     lifecycle.install_child_watch()  # parse children never outlive this process
@@ -135,7 +135,7 @@ def _sync_backfill(
             )
         uri = os.path.abspath(uri)
     if spec is None:
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         spec = live_spec(settings)
     source_id = source_id or source_id_for(uri)

@@ -6,7 +6,7 @@ the documents the listing no longer holds queued as deletes.
 ``SourceFile`` (tests call it with their own pipeline);
 ``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
 vanished-document deletes; ``run_listing`` runs it and returns its counters.
-A home is set up before a run by ``ragsync.index_versions.prepare_stores``
+A home is set up before a run by ``ragsync.index.versions.prepare_stores``
 and ``connectors.registration.register_source`` (both Beam-free);
 ``sweep_orphans`` cleans up after a backfill. A full sync
 (``beam_pipelines.sync.run_sync``) runs the listing; ``ragsync backfill`` is

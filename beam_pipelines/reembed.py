@@ -18,7 +18,7 @@
 4. Steps 2-3 repeat (at most ``CATCH_UP_PASSES`` times) until nothing is
    left, which picks up documents the live pipeline changed meanwhile.
    Pipelines that run while the version is ``building`` write every change
-   to it too (dual write, ``ragsync.writer.IndexWriter``), so it does not
+   to it too (dual write, ``ragsync.index.service.IndexService``), so it does not
    fall behind before the flip.
 5. The gate: the catalog, the target vector collection and the target
    keyword index hold exactly the same chunk ids with no duplicate rows, and
@@ -30,7 +30,7 @@
    manual ``ragsync index-versions flip N``.
 
 Fault injection for tests goes through the writer's hooks
-(``ragsync.writer.WriteHooks.after_reembedded_documents``, loaded from
+(``ragsync.index.service.WriteHooks.after_reembedded_documents``, loaded from
 ``$RAGSYNC_WRITE_HOOKS``): ``tests/crash_hooks.py`` ends the process there.
 """
 
@@ -49,15 +49,15 @@ import numpy as np
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.runners import refuse_single_process_stores
-from ragsync import index_versions as iv
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.counters import REEMBED
 from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
+from ragsync.index import versions as iv
+from ragsync.index.service import hooks_from_environment
 from ragsync.model import Chunk
-from ragsync.writer import hooks_from_environment
 from transforms.metrics import counter, counter_value
 from transforms.steps import CatalogDoFn
 

@@ -42,7 +42,7 @@ def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> Non
 
     if not worker_processes(options):
         return
-    from ragsync.stores.backends import keyword_backend
+    from ragsync.index.backends import keyword_backend
 
     backend = keyword_backend(settings)
     if backend.one_process:

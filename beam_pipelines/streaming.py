@@ -364,7 +364,7 @@ def run_stream(
         KeyboardInterrupt: Ctrl-C or SIGTERM stopped the run (a remote job is
             cancelled first); ``ragsync status`` shows what was applied.
     """
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
 
     start = time.monotonic()
     started_at = time.time()
@@ -384,7 +384,7 @@ def run_stream(
         # (~4 s of a small run's 6 s); the run is recorded with zero counts.
         return _summary(settings, [], start=start, started_at=started_at)
     if spec is None:
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         spec = live_spec(settings)
     prepare_stores(settings, spec)

@@ -51,7 +51,7 @@ from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
-from ragsync.index_versions import prepare_stores
+from ragsync.index.versions import prepare_stores
 from ragsync.model import Event
 from ragsync.source_types import SourceSpec
 from transforms.listing import connector_for
@@ -400,7 +400,7 @@ def _full_listing(
     reread: bool = False,
 ) -> dict[str, Any]:
     if model_spec is None:
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         model_spec = live_spec(settings)
     prepare_stores(settings, model_spec)

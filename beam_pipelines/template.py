@@ -60,7 +60,7 @@ def template_metadata(job: str = "backfill") -> dict[str, Any]:
 def _check_model(settings: Any, expected: str) -> Any:
     """The live index version's model; ``expected`` (the ``model`` parameter)
     must name it when given."""
-    from ragsync.index_versions import live_spec
+    from ragsync.index.versions import live_spec
 
     spec = live_spec(settings)
     if expected and expected != spec.name:

@@ -33,9 +33,9 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ragsync.index.milvus import MilvusVectorIndex  # noqa: E402
+from ragsync.index.tantivy import TantivyKeywordIndex  # noqa: E402
 from ragsync.model import Chunk  # noqa: E402
-from ragsync.stores.milvus import MilvusVectorIndex  # noqa: E402
-from ragsync.stores.tantivy_index import TantivyKeywordIndex  # noqa: E402
 
 TENANT = "t1"
 PER_DOC = 4

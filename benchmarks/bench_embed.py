@@ -146,10 +146,10 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
 
     from beam_pipelines.backfill import run_backfill
     from beam_pipelines.reembed import run_reembed
-    from ragsync import index_versions as iv
     from ragsync.config import Settings
     from ragsync.embedding import DEFAULT_MODEL, backend_of
     from ragsync.eval_retrieval import evaluate, load_golden
+    from ragsync.index import versions as iv
 
     n_docs, n_queries = cisi_to_golden.convert(str(corpus / CISI), str(work / "cisi"))
     golden = load_golden(str(work / "cisi" / "golden.jsonl"))

@@ -117,7 +117,7 @@ def run_size(size: int, queries: int, k: int, workdir: Path) -> dict[str, Any]:
 
     from control_plane.app import create_app
     from ragsync.config import open_catalog, open_keyword_index, open_vector_index
-    from ragsync.index_versions import live_spec
+    from ragsync.index.versions import live_spec
     from ragsync.query import embed_query
 
     home = QueryHome(workdir / f"home-{size}")

@@ -301,7 +301,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
     from connectors.registration import register_source
     from ragsync.config import Settings, open_catalog
-    from ragsync.index_versions import live_spec, prepare_stores
+    from ragsync.index.versions import live_spec, prepare_stores
 
     rng = random.Random(args.seed)
     work = Path(args.keep).resolve() if args.keep else Path(tempfile.mkdtemp(prefix="bench_stream_"))

@@ -154,8 +154,8 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from ragsync.index_versions import live_spec
-    from ragsync.reconcile import reconcile, repair
+    from ragsync.index.reconcile import reconcile, repair
+    from ragsync.index.versions import live_spec
 
     settings = settings_from_args(args)
     dim = live_spec(settings).dim

@@ -45,7 +45,7 @@ def cmd_reembed(args: argparse.Namespace) -> int:
 
 
 def cmd_index_versions(args: argparse.Namespace) -> int:
-    from ragsync import index_versions as iv
+    from ragsync.index import versions as iv
 
     settings = settings_from_args(args)
     if args.action == "flip":
@@ -69,8 +69,8 @@ def cmd_index_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> int:
-    from ragsync import index_versions as iv
     from ragsync.eval_retrieval import evaluate, format_report, load_golden
+    from ragsync.index import versions as iv
 
     settings = settings_from_args(args)
     version = iv.get_version(settings, args.version) if args.version is not None else None

@@ -8,7 +8,7 @@ Layout of ``home`` (the local default; every path can be overridden):
     HOME/catalog.db        SQLite catalog (or ``catalog_url`` for PostgreSQL)
     HOME/milvus.db         Milvus Lite (or ``milvus_uri`` for a server)
     HOME/keyword/          tantivy index (or ``es_url`` for Elasticsearch): index version 1
-    HOME/keyword_v{n}/     later keyword index versions (``ragsync.index_versions``)
+    HOME/keyword_v{n}/     later keyword index versions (``ragsync.index.versions``)
     HOME/keyword.alias     names the live keyword directory; absent means ``keyword``
     HOME/objects/raw/      raw copies, keyed by content hash
     HOME/objects/parsed/   parsed elements, keyed by content hash + parser version
@@ -29,9 +29,9 @@ from ragsync.errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.catalog import Catalog
+    from ragsync.index.base import KeywordIndex
+    from ragsync.index.milvus import MilvusVectorIndex
     from ragsync.parsing.archive import ArchiveLimits
-    from ragsync.stores.base import KeywordIndex
-    from ragsync.stores.milvus import MilvusVectorIndex
 
 DEFAULT_HOME = "./ragsync-data"
 
@@ -42,7 +42,7 @@ NEW_HOME_BACKEND = "onnx-int8"
 """The backend a home without an index is built with when none is set."""
 
 # Keyword backends (``Settings.keyword_index``; empty = ``elasticsearch`` when
-# ``es_url`` is set, else ``tantivy``) are registered in ragsync.stores.backends.
+# ``es_url`` is set, else ``tantivy``) are registered in ragsync.index.backends.
 
 LEGACY_BACKEND = "torch"
 """The backend of an index whose version row names none (built before backends were recorded)."""
@@ -125,7 +125,7 @@ class Settings:
             record one), ``onnx-int8`` for a home without an index. The ONNX
             forms are exported once from the same files into
             ``model_cache_dir``. A set backend that differs from the live
-            index's is refused (``ragsync.index_versions.live_spec``).
+            index's is refused (``ragsync.index.versions.live_spec``).
         embed_device: ``cpu``, ``cuda``, ``cuda:N``; empty = ``cuda`` when
             torch sees a GPU, else ``cpu`` (``$RAGSYNC_EMBED_DEVICE``).
         embed_max_tokens: tokens the model reads per text; 0 = the model's
@@ -212,7 +212,7 @@ class Settings:
                 f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
             )
         if self.keyword_index:
-            from ragsync.stores.backends import keyword_backend
+            from ragsync.index.backends import keyword_backend
 
             keyword_backend(self)  # raises ConfigurationError naming the registered backends
         if self.keyword_index == "elasticsearch" and not self.es_url:
@@ -297,7 +297,7 @@ class Settings:
         """The live tantivy directory: ``HOME/keyword`` unless ``HOME/keyword.alias``
         names another directory under ``home`` (read on every call, so a flip is
         seen by the next open)."""
-        from ragsync.stores.backends import resolve_keyword_alias
+        from ragsync.index.backends import resolve_keyword_alias
 
         return resolve_keyword_alias(self.home)
 
@@ -343,7 +343,7 @@ def open_vector_index(
     Raises:
         ConfigurationError: it does not exist and ``create`` is False.
     """
-    from ragsync.stores.milvus import MilvusVectorIndex
+    from ragsync.index.milvus import MilvusVectorIndex
 
     if "://" not in settings.milvus_uri:
         settings.ensure_home()
@@ -363,12 +363,12 @@ def open_keyword_index(
 ) -> KeywordIndex:
     """The keyword index of ``settings.keyword_backend`` (tantivy under
     ``home``, Milvus BM25 in the vectors' Milvus, Elasticsearch, or a
-    registered sink: ``ragsync.stores.backends``): behind its alias, or the
+    registered sink: ``ragsync.index.backends``): behind its alias, or the
     physical index ``physical`` of one index version.
 
     Raises:
         ConfigurationError: it does not exist and ``create`` is False.
     """
-    from ragsync.stores.backends import keyword_backend
+    from ragsync.index.backends import keyword_backend
 
     return keyword_backend(settings).open(settings, physical, create=create)

@@ -13,7 +13,7 @@ same files, cached per user under ``Settings.model_cache_dir``). All give the
 same :class:`EmbeddingModel` interface. The model version string, part of the
 embedding cache key and of every index version's row, names the backend when
 it is not torch (:func:`backend_of` reads it back), so vectors of two backends
-are never mixed in the cache; ``ragsync.index_versions.live_spec`` keeps an
+are never mixed in the cache; ``ragsync.index.versions.live_spec`` keeps an
 index on the backend it was built with. An empty backend setting means torch
 here; the home-level choice (the live index's backend, ``onnx-int8`` for a new
 home) is made by ``live_spec``.

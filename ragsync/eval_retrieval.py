@@ -46,7 +46,7 @@ from typing import Any
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import get_model
 from ragsync.errors import ConfigurationError
-from ragsync.index_versions import (
+from ragsync.index.versions import (
     IndexVersion,
     live_version,
     open_version_keyword,

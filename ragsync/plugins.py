@@ -1,7 +1,7 @@
 """Plug-ins: modules outside ragsync that register what they add when imported.
 
 A plug-in module calls ``ragsync.source_types.register_source_type`` (a
-connector) or ``ragsync.stores.backends.register_keyword_backend`` (a keyword
+connector) or ``ragsync.index.backends.register_keyword_backend`` (a keyword
 store) at import. The setting ``plugins`` (``--plugins``, pipeline option
 ``--plugins=``, ``RAGSYNC_PLUGINS``) names the modules, comma-separated; they
 are imported:

@@ -277,7 +277,7 @@ def hybrid_query(
     if filters is not None and not filters.active:
         filters = None
     if spec is None:
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         spec = live_spec(settings)
     catalog = open_catalog(settings)
@@ -412,7 +412,7 @@ def _parent_link(catalog: Any, parent_doc_id: str, tenant_id: str, reader: Reade
 def _shown_copy(catalog: Any, holder: Any, reader: Reader, filters: QueryFilters | None = None) -> Any:
     """The document a hit on ``holder``'s chunks is shown as: None when the
     holder has no live version; else, of the holder and its exact copies
-    (``ragsync.writer``), the smallest doc id the reader may read through
+    (``ragsync.index.service``), the smallest doc id the reader may read through
     its own permissions in its own source (and that passes ``filters``), so a reader never sees
     the path of a copy they may not read and the answer does not depend on
     which copy holds the chunks. None too when no live copy lets the reader

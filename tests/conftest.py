@@ -34,7 +34,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 # A home without an index is built with onnx-int8 unless a backend is set
-# (``ragsync.index_versions.resolve_backend``). The suite's exact scores,
+# (``ragsync.index.versions.resolve_backend``). The suite's exact scores,
 # rankings and cache keys were written for torch, so every test (and every
 # CLI subprocess it starts) runs on torch unless it sets a backend itself;
 # tests/test_backend_default.py unsets this to test the default.

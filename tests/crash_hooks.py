@@ -1,6 +1,6 @@
 """Fault hooks of the crash and signal tests, injected into the writer of a
 ``ragsync`` subprocess: the test sets ``RAGSYNC_WRITE_HOOKS=tests.crash_hooks:from_env``
-(``ragsync.writer.HOOKS_ENV``) and one of the variables below; :func:`crash_env`
+(``ragsync.index.service.HOOKS_ENV``) and one of the variables below; :func:`crash_env`
 builds that environment.
 
 * ``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N[:SIGNAL]`` sends SIGNAL (default
@@ -29,8 +29,8 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
+from ragsync.index.service import HOOKS_ENV, WriteHooks
 from ragsync.model import DocumentPlan
-from ragsync.writer import HOOKS_ENV, WriteHooks
 
 ROOT = Path(__file__).resolve().parents[1]
 FACTORY = "tests.crash_hooks:from_env"

@@ -54,7 +54,7 @@ class QueryHome:
     def __post_init__(self) -> None:
         from ragsync.config import Settings
         from ragsync.embedding import default_model
-        from ragsync.index_versions import prepare_stores
+        from ragsync.index.versions import prepare_stores
 
         self.settings = Settings(home=str(self.home))
         prepare_stores(self.settings, default_model())
@@ -62,7 +62,7 @@ class QueryHome:
     def embedder(self) -> Callable[[Sequence[str]], list[list[float]]]:
         """The live index's model, as the query path embeds with it."""
         from ragsync.embedding import model_for
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         model = model_for(live_spec(self.settings))
         return lambda texts: [[float(x) for x in v] for v in model.encode_passages(list(texts))]
@@ -81,7 +81,7 @@ class QueryHome:
             batch: store writes per call.
         """
         from ragsync.config import open_catalog, open_keyword_index, open_vector_index
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         spec = live_spec(self.settings)
         vecs = list(vectors) if vectors is not None else self.embedder()([d.text for d in docs])
@@ -157,7 +157,7 @@ class QueryHome:
 
     def write_copy(self, copy: Doc, holder: Doc) -> None:
         """Record ``copy`` (same text as ``holder``, its own ACL) as an exact
-        copy served by ``holder``'s chunk, the way ``ragsync.writer`` does:
+        copy served by ``holder``'s chunk, the way ``ragsync.index.service`` does:
         a ``duplicate`` document row, and the holder's chunk carrying the ACL
         ids of both in the catalog and both stores."""
         from ragsync.config import open_catalog
@@ -196,7 +196,7 @@ class QueryHome:
         from dataclasses import replace
 
         from ragsync.config import open_catalog, open_keyword_index, open_vector_index
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         cid = self.chunk_ids[doc.doc_id]
         cat = open_catalog(self.settings)

@@ -1,4 +1,4 @@
-"""The store contract (``ragsync/stores/base.py``) as plain check functions.
+"""The store contract (``ragsync/index/base.py``) as plain check functions.
 
 Each check takes a ``Harness`` that opens one kind of store at a fresh
 location and hides the difference between vector and keyword stores (a
@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 
 from ragsync.errors import ConfigurationError
+from ragsync.index.base import Hit
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit
 
 DIM = 8
 

@@ -38,7 +38,7 @@ def register_folder(
     event names it."""
     from connectors.registration import register_source
     from ragsync.embedding import default_model
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
 
     prepare_stores(settings, default_model())
     register_source(settings, source_id, tenant, "object_store", str(folder), version_domain=domain)

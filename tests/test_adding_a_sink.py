@@ -1,5 +1,5 @@
 """README "Adding a sink", followed literally: an in-memory keyword store
-registered through ``ragsync.stores.backends.register_keyword_backend`` and
+registered through ``ragsync.index.backends.register_keyword_backend`` and
 selected with ``keyword_index``. The real backfill writes it, the real query
 reads it, reconcile counts it, and index versions are created, flipped,
 rolled back and dropped through it; nothing in the product names it.
@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index
 from ragsync.errors import ConfigurationError
+from ragsync.index import versions as iv
+from ragsync.index.backends import KEYWORD_BACKENDS, register_keyword_backend
+from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
+from ragsync.index.reconcile import reconcile
 from ragsync.model import Chunk
 from ragsync.query import hybrid_query
-from ragsync.reconcile import reconcile
-from ragsync.stores.backends import KEYWORD_BACKENDS, register_keyword_backend
-from ragsync.stores.base import ClosesOnExit, Hit, check_chunk_tenants
 
 # ----------------------------------------------------------------- step 1: the store
 

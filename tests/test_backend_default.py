@@ -17,7 +17,7 @@ from ragsync import embedding_onnx
 from ragsync.config import Settings, default_model_cache_dir, open_catalog, open_vector_index
 from ragsync.embedding import backend_of, spec_for
 from ragsync.errors import ConfigurationError
-from ragsync.index_versions import (
+from ragsync.index.versions import (
     list_versions,
     live_spec,
     prepare_stores,

@@ -24,9 +24,9 @@ from ragsync.config import Settings, open_catalog, open_vector_index
 from ragsync.decisions import FailureRoute, failure_route, retry_dead_letters
 from ragsync.embedding import default_model
 from ragsync.errors import WriteError
-from ragsync.index_versions import prepare_stores
+from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.versions import prepare_stores
 from ragsync.model import DeadLetter
-from ragsync.stores.milvus import MilvusVectorIndex
 from tests.queue_events import apply_events, change_event, stream_until_idle
 from transforms.write import replay_event
 

@@ -193,7 +193,7 @@ def test_backfill_indexes_attachments_and_members_as_children(tmp_path: Path) ->
     from beam_pipelines.backfill import run_backfill
     from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
-    from ragsync.reconcile import reconcile
+    from ragsync.index.reconcile import reconcile
 
     src = tmp_path / "src"
     src.mkdir()
@@ -300,8 +300,8 @@ def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> 
     from connectors.registration import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
-    from ragsync.index_versions import prepare_stores
-    from ragsync.reconcile import reconcile
+    from ragsync.index.reconcile import reconcile
+    from ragsync.index.versions import prepare_stores
     from tests.queue_events import apply_events, change_event
 
     content = tmp_path / "content"

@@ -100,7 +100,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.errors import WriteError
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
     from ragsync.model import FetchedDocument, SourceFile
     from transforms.fetch import fetch_decision
     from transforms.write import _RecordDuplicateFn
@@ -208,7 +208,7 @@ def _seen_by(settings: object, groups: list[str]) -> list[str]:
 def _state(settings: object) -> dict[str, object]:
     """Statuses by path, chunk owners by path and whether the three stores agree."""
     from ragsync.config import open_catalog
-    from ragsync.reconcile import reconcile
+    from ragsync.index.reconcile import reconcile
 
     cat = open_catalog(settings)  # type: ignore[arg-type]
     try:
@@ -364,7 +364,7 @@ def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     from connectors.registration import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
     from ragsync.query import hybrid_query
     from tests.queue_events import change_event, push_events, stream_until_idle
 
@@ -407,7 +407,7 @@ def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
 def _state_of(settings: object) -> dict[str, int]:
     """Chunk rows per file name, after checking the three stores agree."""
     from ragsync.config import open_catalog
-    from ragsync.reconcile import reconcile
+    from ragsync.index.reconcile import reconcile
 
     assert reconcile(settings, DIM).ok  # type: ignore[arg-type]
     cat = open_catalog(settings)  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ Each example is a random sequence of operations on a few paths that hold one
 of a few contents with one of a few groups: put (add, edit, copy or
 re-permission), delete, replay (the same put again). Each operation runs the
 same catalog and store calls the pipeline steps make (the fetch decision
-``transforms.fetch.fetch_decision``, exact-copy linking, ``ragsync.writer``,
+``transforms.fetch.fetch_decision``, exact-copy linking, ``ragsync.index.service``,
 the write's flip and ``transforms.delete.delete_document``), without Beam: a
 backfill run takes ~25 s on this machine, too slow for many examples. After
 every sequence, what each group finds must be what the final source grants: a
@@ -46,18 +46,18 @@ _tenants = itertools.count()
 
 
 class _Harness:
-    """One ``IndexWriter`` over a shared home (see ``ragsync.writer``)."""
+    """One ``IndexService`` over a shared home (see ``ragsync.index.service``)."""
 
     def __init__(self, home: Path) -> None:
         from ragsync.config import Settings
         from ragsync.embedding import default_model
-        from ragsync.index_versions import prepare_stores
-        from ragsync.writer import IndexWriter
+        from ragsync.index.service import IndexService
+        from ragsync.index.versions import prepare_stores
 
         self.settings = Settings(home=str(home))
         prepare_stores(self.settings, default_model())
         # The writer the acl, copies and delete steps call.
-        self.writer = IndexWriter.open(self.settings, DIM)
+        self.writer = IndexService.open(self.settings, DIM)
         self.cat = self.writer.catalog
         self.vectors: dict[str, list[float]] = {}
 
@@ -148,7 +148,7 @@ class _Harness:
 
 
 def _live_version(settings: Any) -> str:
-    from ragsync.index_versions import live_spec
+    from ragsync.index.versions import live_spec
 
     return str(live_spec(settings).version)
 

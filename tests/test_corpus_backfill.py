@@ -13,7 +13,7 @@ import pytest
 from beam_pipelines.backfill import run_backfill
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ERROR_CLASSES
-from ragsync.reconcile import reconcile
+from ragsync.index.reconcile import reconcile
 from tests import corpus
 
 pytestmark = pytest.mark.slow

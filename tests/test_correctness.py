@@ -395,8 +395,8 @@ def test_tied_scores_rank_the_same_whatever_the_store_order(tmp_path: Path) -> N
     """Identical inputs, identical rankings: chunks with equal scores are
     ordered by chunk id, whatever order a store returns them in."""
     from ragsync.config import Settings, open_keyword_index
+    from ragsync.index.base import Hit
     from ragsync.query import ranked_ids, reciprocal_rank_fusion
-    from ragsync.stores.base import Hit
     from tests.store_contract import make_chunk
 
     same = "Travel expenses are reimbursed within thirty days."

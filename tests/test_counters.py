@@ -1,5 +1,5 @@
 """Counters are declared once (``ragsync.counters``): every name a step (or
-the writer the steps call, ``ragsync/writer.py``) counts is declared, every
+the writer the steps call, ``ragsync/index/service.py``) counts is declared, every
 declared name is counted by some step, and the run summaries report exactly
 the declared counters of their run."""
 

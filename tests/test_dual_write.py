@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import get_model
+from ragsync.index import versions as iv
 
 pytestmark = pytest.mark.slow
 E5 = "multilingual-e5-small"

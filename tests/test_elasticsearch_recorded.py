@@ -13,9 +13,9 @@ import pytest
 
 from ragsync.config import open_keyword_index
 from ragsync.errors import WriteError
+from ragsync.index import elasticsearch_index as esmod
+from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
 from ragsync.options import option_values, settings_from
-from ragsync.stores import elasticsearch_index as esmod
-from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
 from tests.es_replay import TOO_MANY_REQUESTS, Exchange, Replay, bulk_answer, bulk_item
 from tests.store_contract import make_chunk
 
@@ -173,10 +173,10 @@ def _alias_moves(old: str, new: str) -> list[Exchange]:
 def test_flip_and_rollback_move_the_milvus_and_elasticsearch_aliases_together(tmp_path: Path) -> None:
     import time
 
-    from ragsync import index_versions as iv
     from ragsync.catalog import IndexVersion
     from ragsync.config import Settings, open_catalog
-    from ragsync.stores.milvus import MilvusVectorIndex
+    from ragsync.index import versions as iv
+    from ragsync.index.milvus import MilvusVectorIndex
 
     def row(n: int, state: str) -> IndexVersion:
         return IndexVersion(

@@ -26,7 +26,7 @@ from ragsync.embedding import (
     spec_for,
 )
 from ragsync.errors import ConfigurationError
-from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.index.milvus import MilvusVectorIndex
 from transforms.embed import PlanEmbeddingHandler
 
 SENTENCES = [
@@ -337,7 +337,7 @@ def test_any_local_model_runs_with_its_own_dimension(tiny_model: Path, tmp_path:
 
 
 def test_the_index_is_created_with_the_model_dimension_and_keeps_it(tiny_model: Path, tmp_path: Path) -> None:
-    from ragsync.index_versions import live_spec, live_version, prepare_stores
+    from ragsync.index.versions import live_spec, live_version, prepare_stores
 
     home = str(tmp_path / "home")
     tiny = Settings(home=home, embed_model=str(tiny_model))

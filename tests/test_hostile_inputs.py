@@ -26,7 +26,7 @@ from control_plane.app import create_app
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
-from ragsync.index_versions import prepare_stores
+from ragsync.index.versions import prepare_stores
 from ragsync.query import hybrid_query
 from tests.serving import served
 

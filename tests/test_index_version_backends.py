@@ -1,5 +1,5 @@
 """Index versions on every keyword backend that runs here (tantivy and
-Milvus' BM25), through the one store factory (``ragsync.stores.backends``):
+Milvus' BM25), through the one store factory (``ragsync.index.backends``):
 create a version beside the live one, write it while it is built (the
 pipeline's shadow writes), flip, roll back, drop. Before the factory, a
 version with ``keyword_index=milvus`` was refused and the pipeline wrote no
@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.errors import ConfigurationError
+from ragsync.index import versions as iv
 
 pytestmark = pytest.mark.slow
 

@@ -213,7 +213,7 @@ def _found(settings: Any) -> dict[str, set[tuple[str, str]]]:
 
 def _run(base: Path, ops: list[tuple[Any, ...]]) -> None:
     from ragsync.config import Settings
-    from ragsync.reconcile import reconcile
+    from ragsync.index.reconcile import reconcile
 
     n = next(_runs)
     folder = base / f"share{n}"

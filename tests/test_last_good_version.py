@@ -43,8 +43,8 @@ def test_failed_update_keeps_the_last_good_version(
     from beam_pipelines.backfill import run_backfill
     from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
+    from ragsync.index.reconcile import reconcile
     from ragsync.query import hybrid_query
-    from ragsync.reconcile import reconcile
 
     src = tmp_path / "src"
     src.mkdir()
@@ -105,7 +105,7 @@ def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> N
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model
-    from ragsync.index_versions import prepare_stores
+    from ragsync.index.versions import prepare_stores
     from ragsync.query import hybrid_query
     from tests.queue_events import apply_events, change_event
 

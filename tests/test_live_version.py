@@ -22,8 +22,8 @@ import pytest
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.index.service import EmbeddedPlan
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
-from ragsync.writer import EmbeddedPlan
 from tests.write_plans import embedded, empty_home
 from transforms.write import WriteIndexes
 
@@ -103,7 +103,7 @@ def _query(settings: Settings) -> list[str]:
 
 def _repair(settings: Settings) -> list[tuple[str, str, str, int]]:
     """``ragsync reconcile --repair``'s actions, as tuples."""
-    from ragsync.reconcile import repair
+    from ragsync.index.reconcile import repair
 
     return [(a.action, a.store, a.tenant_id, a.chunks) for a in repair(settings, DIM).actions]
 
@@ -206,8 +206,8 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
     import signal
 
     from beam_pipelines.backfill import run_backfill
+    from ragsync.index.reconcile import reconcile
     from ragsync.query import hybrid_query
-    from ragsync.reconcile import reconcile
     from tests.crash_hooks import crash_env
     from tests.proc import cli, run_json, run_until_killed
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import tantivy
 
-from ragsync.stores.tantivy_index import _FORK_GUARD, TantivyKeywordIndex, release_inherited_index_locks
+from ragsync.index.tantivy import _FORK_GUARD, TantivyKeywordIndex, release_inherited_index_locks
 
 
 def _forked_child_while_writing(path: Path, release: bool) -> bool:

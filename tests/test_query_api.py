@@ -395,7 +395,7 @@ def rare_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[QueryHome, list
     (the query's own vector; the words repeated in a short text), and 3 of source
     ``rare`` that they rank last (the opposite vector; the words once in a long
     text), one of them an exact copy whose chunk a ``big`` document holds."""
-    from ragsync.index_versions import live_spec
+    from ragsync.index.versions import live_spec
     from ragsync.query import embed_query
 
     home = QueryHome(tmp_path_factory.mktemp("rare-source"))

@@ -30,7 +30,7 @@ pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from ragsync.index_versions import live_spec  # noqa: E402
+from ragsync.index.versions import live_spec  # noqa: E402
 from tests.query_home import Doc, QueryHome  # noqa: E402
 
 GROUPS = ("g0", "g1", "g2", "g3")

@@ -21,11 +21,11 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.reembed import _target_state, backfill_progress, run_reembed
-from ragsync import index_versions as iv
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import EmbeddingModel, get_model, register_model
 from ragsync.eval_retrieval import evaluate, load_golden
-from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.index import versions as iv
+from ragsync.index.milvus import MilvusVectorIndex
 from tests.crash_hooks import crash_env
 from tests.proc import kill_group
 

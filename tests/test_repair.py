@@ -172,7 +172,7 @@ def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
     from sqlalchemy.engine import Engine
 
     from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-    from ragsync.reconcile import Mismatch, reconcile
+    from ragsync.index.reconcile import Mismatch, reconcile
     from tests.store_contract import make_chunk, vector_for
 
     settings = Settings(home=str(tmp_path / "home"))

@@ -26,9 +26,9 @@ from typing import Any
 
 import pytest
 
-from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
-from ragsync.stores.milvus import MilvusVectorIndex
-from ragsync.stores.milvus_keyword import MilvusKeywordIndex
+from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
+from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.milvus_keyword import MilvusKeywordIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness
 

@@ -36,7 +36,7 @@ from connectors.registration import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
-from ragsync.index_versions import prepare_stores
+from ragsync.index.versions import prepare_stores
 from tests.proc import ROOT, cli, kill_group
 from tests.queue_events import change_event, push_events
 from tests.store_state import chunk_ids_by_store

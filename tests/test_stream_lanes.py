@@ -14,7 +14,7 @@ from beam_pipelines.streaming import run_stream
 from connectors.registration import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
-from ragsync.index_versions import prepare_stores
+from ragsync.index.versions import prepare_stores
 from ragsync.query import hybrid_query
 from tests.queue_events import change_event, push_events
 

@@ -16,10 +16,10 @@ from connectors.registration import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.embedding import default_model
-from ragsync.index_versions import prepare_stores
+from ragsync.index.reconcile import reconcile
+from ragsync.index.versions import prepare_stores
 from ragsync.parsing import PARSER_VERSION
 from ragsync.query import hybrid_query
-from ragsync.reconcile import reconcile
 from tests.crash_hooks import crash_env
 from tests.proc import cli, run_until_killed
 from tests.queue_events import change_event, push_events, stream_until_idle

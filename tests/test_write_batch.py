@@ -16,8 +16,8 @@ import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
-from ragsync.stores.tantivy_index import TantivyKeywordIndex
-from ragsync.writer import EmbeddedPlan
+from ragsync.index.service import EmbeddedPlan
+from ragsync.index.tantivy import TantivyKeywordIndex
 from tests.write_plans import DIM, empty_home, new_document
 from transforms.write import WRITE_BATCH_CHUNKS, WriteIndexes
 

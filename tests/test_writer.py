@@ -1,4 +1,4 @@
-"""``ragsync.writer.IndexWriter`` without Beam, on the real embedded stores
+"""``ragsync.index.service.IndexService`` without Beam, on the real embedded stores
 (SQLite, Milvus Lite, tantivy): a batch written, a superseded plan skipped,
 the hooks called at their points with their counts, a permission change;
 and the tests' fault hooks (``tests/crash_hooks.py``) firing where they should."""
@@ -16,8 +16,8 @@ import pytest
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
+from ragsync.index.service import EmbeddedPlan, IndexService, WriteHooks, load_hooks
 from ragsync.model import DocumentPlan
-from ragsync.writer import EmbeddedPlan, IndexWriter, WriteHooks, load_hooks
 from tests import crash_hooks
 from tests.write_plans import DIM, empty_home, new_document
 
@@ -56,10 +56,10 @@ class _Calls:
 
 @pytest.fixture()
 def writer_of(settings: Settings) -> Iterator[Any]:
-    opened: list[IndexWriter] = []
+    opened: list[IndexService] = []
 
-    def make(hooks: WriteHooks | None = None) -> IndexWriter:
-        writer = IndexWriter.open(settings, DIM, hooks=hooks)
+    def make(hooks: WriteHooks | None = None) -> IndexService:
+        writer = IndexService.open(settings, DIM, hooks=hooks)
         opened.append(writer)
         return writer
 
@@ -68,7 +68,7 @@ def writer_of(settings: Settings) -> Iterator[Any]:
         writer.close()
 
 
-def _fetched(writer: IndexWriter, plans: list[EmbeddedPlan]) -> None:
+def _fetched(writer: IndexService, plans: list[EmbeddedPlan]) -> None:
     """Record the plans' documents as fetched (what the fetch stage does)."""
     for e in plans:
         writer.catalog.record_fetch(e.plan.doc)

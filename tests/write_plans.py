@@ -1,4 +1,4 @@
-"""Embedded plans and empty homes for the write path's tests (``ragsync.writer``
+"""Embedded plans and empty homes for the write path's tests (``ragsync.index.service``
 and ``transforms.write``), without the model: vectors are constants of the
 stores' dimension."""
 
@@ -10,8 +10,8 @@ import numpy as np
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.index.service import EmbeddedPlan
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
-from ragsync.writer import EmbeddedPlan
 
 DIM = 8
 ACL = ("acl",)

@@ -1,5 +1,5 @@
 """Permission changes: metadata updates only, never a fetch, parse or embed
-(``ragsync.writer.IndexWriter.apply_document_acl``)."""
+(``ragsync.index.service.IndexService.apply_document_acl``)."""
 
 from __future__ import annotations
 

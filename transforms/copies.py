@@ -1,6 +1,6 @@
 """Exact copies: the step that refreshes a holder's chunks when one of its
 copies left it. What a copy, a holder and their ACL union are, and every
-write that keeps them in step, is ``ragsync.writer`` (``IndexWriter.sync_copies``)."""
+write that keeps them in step, is ``ragsync.index.service`` (``IndexService.sync_copies``)."""
 
 from __future__ import annotations
 

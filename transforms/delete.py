@@ -7,15 +7,15 @@ from typing import Any
 
 from ragsync import ids
 from ragsync.errors import WriteError
+from ragsync.index.service import IndexService
 from ragsync.model import QueuedEvent, SourceFile
-from ragsync.writer import IndexWriter
 from transforms.dead_letters import GuardedStep
 from transforms.io import delete_if_exists
 from transforms.steps import WriterDoFn
 
 
 def delete_document(
-    writer: IndexWriter,
+    writer: IndexService,
     doc_id: str,
     tenant_id: str,
     source_version: str,
@@ -27,7 +27,7 @@ def delete_document(
     archive members) the same way, with the same version.
 
     Order: tombstone (blocks older upserts at once), the exact copies
-    (``IndexWriter.sync_copies``: a copy's groups leave its holder's chunks; a
+    (``IndexService.sync_copies``: a copy's groups leave its holder's chunks; a
     holder's chunks are first re-keyed to a live copy), chunks from the vector
     index, the keyword index and the chunks table, then the parsed elements
     and the raw copy (unless another live document has the same bytes).
@@ -35,7 +35,7 @@ def delete_document(
     nothing of the document.
 
     Args:
-        writer: the stores' writer (``ragsync.writer.IndexWriter``).
+        writer: the stores' writer (``ragsync.index.service.IndexService``).
         doc_id: the document.
         tenant_id: its tenant.
         source_version: the delete's version (the tombstone's).

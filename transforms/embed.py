@@ -40,8 +40,8 @@ from ragsync.embedding import (
     encode_isolating_failures,
 )
 from ragsync.errors import EmbedFailedError
+from ragsync.index.service import EmbeddedPlan
 from ragsync.model import DocumentPlan
-from ragsync.writer import EmbeddedPlan
 from transforms.beam_compat import ModelHandler, PredictionResult, RunInference
 from transforms.dead_letters import ToDeadLetters, batch_item_failure
 from transforms.metrics import StageMetrics

@@ -29,9 +29,9 @@ from ragsync.errors import (
     OutsideLocationError,
     TooLargeError,
 )
-from ragsync.index_versions import live_spec
+from ragsync.index.service import IndexService
+from ragsync.index.versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
-from ragsync.writer import IndexWriter
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
 from transforms.io import BeamFileSystem, write_bytes_once
@@ -105,7 +105,7 @@ class _FetchFn(CatalogDoFn):
     def setup(self) -> None:
         super().setup()
         self._connectors: dict[tuple[str, str], Connector] = {}
-        self._writer: IndexWriter | None = None
+        self._writer: IndexService | None = None
         self._domains: dict[tuple[str, str], str] = {}
 
     def _connector(self, item: SourceFile) -> Connector:
@@ -222,11 +222,11 @@ class _FetchFn(CatalogDoFn):
             yield beam.pvalue.TaggedOutput(LEFT_COPY, (str(stored.canonical_doc_id), doc))
         yield doc
 
-    def _index_writer(self) -> IndexWriter:
+    def _index_writer(self) -> IndexService:
         """The writer of the indexes, opened on first use (only a document
         whose bytes and permissions both changed needs them here)."""
         if self._writer is None:
-            self._writer = IndexWriter.open(self.settings, live_spec(self.settings).dim, count=self.count)
+            self._writer = IndexService.open(self.settings, live_spec(self.settings).dim, count=self.count)
         return self._writer
 
     def _permissions(self, doc_id: str, item: SourceFile) -> SourceFile:

@@ -1,7 +1,7 @@
 """Base classes of the Beam steps that use the catalog and the stores:
 :class:`CatalogDoFn` (one catalog per DoFn instance), :class:`CatalogStep`
 (a transform that is one such DoFn) and :class:`WriterDoFn` (a step that
-writes through one ``ragsync.writer.IndexWriter``: the catalog, both indexes
+writes through one ``ragsync.index.service.IndexService``: the catalog, both indexes
 and the index versions being built beside the live one)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.config import Settings, open_catalog
-from ragsync.writer import IndexWriter, hooks_from_environment
+from ragsync.index.service import IndexService, hooks_from_environment
 from transforms.metrics import StageMetrics, counter
 
 
@@ -76,7 +76,7 @@ class CatalogStep(beam.PTransform):
 
 class WriterDoFn(CatalogDoFn):
     """Base for steps that write the catalog and both indexes: they call one
-    ``ragsync.writer.IndexWriter`` (``self.writer``), opened in ``setup()``
+    ``ragsync.index.service.IndexService`` (``self.writer``), opened in ``setup()``
     (with the hooks ``$RAGSYNC_WRITE_HOOKS`` names, and this step's counters)
     and closed in ``teardown()``. ``self._catalog`` is the writer's catalog.
 
@@ -85,7 +85,7 @@ class WriterDoFn(CatalogDoFn):
         dim: the live vectors' dimension.
     """
 
-    writer: IndexWriter  # set by setup()
+    writer: IndexService  # set by setup()
 
     def __init__(self, settings: Settings, dim: int) -> None:
         super().__init__(settings)
@@ -94,7 +94,7 @@ class WriterDoFn(CatalogDoFn):
     def setup(self) -> None:
         if self.metrics_stage:
             self._stage = StageMetrics(self.metrics_stage)
-        self.writer = IndexWriter.open(
+        self.writer = IndexService.open(
             self.settings, self.dim, hooks=hooks_from_environment(), count=self.count
         )
         self._catalog = self.writer.catalog

@@ -13,8 +13,8 @@ import apache_beam as beam
 from ragsync.config import Settings
 from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
 from ragsync.errors import is_retryable
+from ragsync.index.service import EmbeddedPlan
 from ragsync.model import DeadLetter, Event, FetchedDocument, payload_field
-from ragsync.writer import EmbeddedPlan
 from transforms.dead_letters import GuardedStep, ToDeadLetters, batch_item_failure
 from transforms.progress import ListingTally, Progress
 from transforms.steps import CatalogDoFn, WriterDoFn
@@ -34,7 +34,7 @@ class _WriteFn(WriterDoFn):
     written (``superseded`` when a newer version overtook it; a document
     that fails goes to ``bad`` on its own, the others of the batch go on).
     The writing, its order and what a crash anywhere leaves:
-    ``ragsync.writer.IndexWriter.write_batch``."""
+    ``ragsync.index.service.IndexService.write_batch``."""
 
     metrics_stage = "write"
 
@@ -104,7 +104,7 @@ class WriteIndexes(beam.PTransform):
 class _RecordDuplicateFn(WriterDoFn):
     """FetchedDocument (exact copy) -> the same, once its catalog row links
     the canonical copy and the canonical copy's chunks carry the copy's
-    groups too (``ragsync.writer.IndexWriter.record_duplicate``; a copy whose
+    groups too (``ragsync.index.service.IndexService.record_duplicate``; a copy whose
     holder was deleted meanwhile raises a retryable ``WriteError``)."""
 
     def process(self, doc: FetchedDocument) -> Iterator[FetchedDocument]:

@@ -2,7 +2,7 @@
 and re-chunking backfills of the caller's documents.
 
 Re-embedding (reason ``embedding_model``) is the operator's, not a tenant's:
-an index version (``ragsync.index_versions``) is one collection holding every
+an index version (``ragsync.index.versions``) is one collection holding every
 tenant's chunks behind one alias, and its flip moves every tenant's queries to
 the new model at once. A tenant-scoped version cannot exist without a second
 alias per tenant and per-tenant query routing, so the API answers ``403`` and

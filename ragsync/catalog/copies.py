@@ -292,7 +292,7 @@ def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts
     would have: run by catalog revisions that change the signature format.
 
     * Text: the document's stored chunk texts in ordinal order joined by
-      ``"\\n\\n"``, which is what the pipeline signs (``ragsync/writer.py``
+      ``"\\n\\n"``, which is what the pipeline signs (``ragsync/index/service.py``
       signs the chunks it stores and, for a promoted copy, the chunks
       re-keyed to it; child documents are documents with chunks
       of their own).

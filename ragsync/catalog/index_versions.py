@@ -1,7 +1,7 @@
 """The index-version registry (table ``index_versions``).
 
 One row per index version: the physical vector collection and keyword
-directory built for one embedding model (``ragsync.index_versions`` owns the
+directory built for one embedding model (``ragsync.index.versions`` owns the
 states and the stores; this module only reads and writes the rows).
 """
 
@@ -29,7 +29,7 @@ class IndexVersion:
         dim: vector dimension.
         vector_collection: physical Milvus collection.
         keyword_index: the physical keyword index, named by its backend
-            (``ragsync.stores.backends``: a tantivy directory under ``home``,
+            (``ragsync.index.backends``: a tantivy directory under ``home``,
             a Milvus collection, an Elasticsearch index).
         state: building | live | retired | refused | dropped.
         created_at, flipped_at, retire_after: epoch seconds (``flipped_at``:

@@ -376,7 +376,7 @@ dead_letter_retries = Table(
 
 # ---------------------------------------------------------------- index versions
 
-# One row per index version (``ragsync.index_versions``): the physical vector
+# One row per index version (``ragsync.index.versions``): the physical vector
 # collection and keyword directory built for one embedding model, behind the
 # alias the pipeline uses. ``state``: building | live | retired | refused | dropped.
 index_versions = Table(

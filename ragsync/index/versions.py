@@ -10,7 +10,7 @@ the *live* version:
   ``{collection}_v1`` every backfill creates.
 * the keyword index, whichever backend holds it (tantivy, Milvus BM25,
   Elasticsearch or a registered sink): its own alias, named, moved and
-  dropped by its backend (``ragsync.stores.backends``, which has the table
+  dropped by its backend (``ragsync.index.backends``, which has the table
   of names).
 
 Stores are opened only through ``ragsync.config.open_vector_index`` and
@@ -47,9 +47,9 @@ from ragsync.config import (
 )
 from ragsync.embedding import ModelSpec, backend_of, spec_for
 from ragsync.errors import ConfigurationError
-from ragsync.stores.backends import keyword_backend
-from ragsync.stores.base import KeywordIndex
-from ragsync.stores.milvus import MilvusVectorIndex
+from ragsync.index.backends import keyword_backend
+from ragsync.index.base import KeywordIndex
+from ragsync.index.milvus import MilvusVectorIndex
 
 BUILDING = "building"
 LIVE = "live"
@@ -110,7 +110,7 @@ def register_first_version(settings: Settings, spec: ModelSpec) -> None:
 def prepare_stores(settings: Settings, spec: ModelSpec) -> None:
     """Create the catalog, vector collection and keyword index if missing,
     and record a new home's index version 1 with ``spec``'s model and
-    backend (``ragsync.index_versions.register_first_version``).
+    backend (``ragsync.index.versions.register_first_version``).
 
     Creation is this explicit step; the writers themselves fail fast on a
     missing collection.

@@ -23,7 +23,7 @@ answered 429 (after the client's own retries) is retried the same way.
 Still rejected after that: ``WriteError`` (the step's retry or dead letter
 takes over; ids are content-keyed, so a retry is harmless).
 
-Index versions (``ragsync.index_versions``): ``alias=False`` opens or
+Index versions (``ragsync.index.versions``): ``alias=False`` opens or
 creates exactly the physical index ``{index}_v{n}``; ``point_alias`` moves
 the alias to it in one ``_aliases`` call; ``drop_physical`` deletes it.
 """
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
+from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
 from ragsync.model import Chunk
-from ragsync.stores.base import ClosesOnExit, Hit, check_chunk_tenants
 
 BATCH_SIZE = 500
 """Documents per bulk request and ids per delete-by-query."""

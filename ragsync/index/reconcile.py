@@ -166,7 +166,7 @@ def repair(settings: Settings, dim: int) -> RepairReport:
     """
     from ragsync.decisions import plan_repair
     from ragsync.embedding import cached_vectors
-    from ragsync.index_versions import live_spec
+    from ragsync.index.versions import live_spec
 
     spec = live_spec(settings)
     if spec.dim != dim:

@@ -4,7 +4,7 @@ versions are named, aliased and dropped. The one place that knows them.
 Every keyword store is reached through :func:`keyword_backend` (and the
 openers in ``ragsync.config`` that call it): the pipeline, queries,
 reconcile, re-embedding and the index-version flip
-(``ragsync.index_versions``) never name a backend's class.
+(``ragsync.index.versions``) never name a backend's class.
 
 An index version is one physical keyword index beside the live one; the
 live one is found through an alias:
@@ -17,7 +17,7 @@ live one is found through an alias:
   Elasticsearch alias ``{es_index}``.
 
 Adding a sink (a keyword store): write a class implementing
-:class:`ragsync.stores.base.KeywordIndex`, and a backend object with the
+:class:`ragsync.index.base.KeywordIndex`, and a backend object with the
 methods of :class:`KeywordBackend` below; call
 :func:`register_keyword_backend` at import of your module (a plug-in's
 ``__init__``, named in the ``plugins`` setting: ``ragsync.plugins``); then
@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Protocol
 from ragsync.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from ragsync.stores.base import KeywordIndex
+    from ragsync.index.base import KeywordIndex
 
 KEYWORD_ALIAS_FILE = "keyword.alias"
 """File under ``home`` naming the live tantivy directory (one line)."""
@@ -127,7 +127,7 @@ class TantivyBackend:
     one_process = True
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
-        from ragsync.stores.tantivy_index import TantivyKeywordIndex
+        from ragsync.index.tantivy import TantivyKeywordIndex
 
         path = settings.keyword_path if physical is None else _under_home(settings.home, physical)
         if create:
@@ -208,7 +208,7 @@ class MilvusBM25Backend(_ServerAliasBackend):
         return settings.keyword_collection
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
-        from ragsync.stores.milvus_keyword import MilvusKeywordIndex
+        from ragsync.index.milvus_keyword import MilvusKeywordIndex
 
         if "://" not in settings.milvus_uri:
             settings.ensure_home()
@@ -232,7 +232,7 @@ class ElasticsearchBackend(_ServerAliasBackend):
         return settings.es_index
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
-        from ragsync.stores.elasticsearch_index import ElasticsearchKeywordIndex
+        from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
 
         return ElasticsearchKeywordIndex(
             settings.es_url,

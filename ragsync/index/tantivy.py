@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
+from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
 from ragsync.model import Chunk
-from ragsync.stores.base import ClosesOnExit, Hit, check_chunk_tenants
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}
 _PATH_LOCKS_GUARD = threading.Lock()

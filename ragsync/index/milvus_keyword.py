@@ -6,7 +6,7 @@ Milvus cluster) also holds a BM25 index, and unlike tantivy it takes
 writers from many processes at once, so the pipeline can run on several
 workers.
 
-Layout and behaviour as :class:`ragsync.stores.milvus.MilvusVectorIndex`
+Layout and behaviour as :class:`ragsync.index.milvus.MilvusVectorIndex`
 (one client per store, ``{collection}_v1`` behind an alias, ``Strong``
 consistency, no flush, deletes scoped by tenant). Schema::
 
@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError
+from ragsync.index.base import Hit, check_chunk_tenants
+from ragsync.index.milvus import MAX_TOP_K, MilvusCollection
 from ragsync.model import Chunk
-from ragsync.stores.base import Hit, check_chunk_tenants
-from ragsync.stores.milvus import MAX_TOP_K, MilvusCollection
 
 MAX_TEXT_BYTES = 65_535
 """Milvus' largest VARCHAR: heading path plus chunk text, UTF-8."""

@@ -1,4 +1,4 @@
-"""The write path, without Beam: one ``IndexWriter`` owns the catalog, the
+"""The write path, without Beam: one ``IndexService`` owns the catalog, the
 keyword index and the vector index (and every index version being built
 beside the live one) and applies every change to them: a batch of embedded
 documents, a document's new permissions, exact copies, a document that
@@ -15,7 +15,7 @@ catalog. One of them, the *holder*, owns the chunk rows; the others have
 status ``duplicate`` and point at it (``canonical_doc_id``). The chunks carry
 the union of the live identities' ACL ids. Whenever an identity is added,
 deleted, edited into other content or re-permissioned,
-:meth:`IndexWriter.sync_copies` recomputes that union from the catalog
+:meth:`IndexService.sync_copies` recomputes that union from the catalog
 (``ragsync.decisions.plan_copies``) and rewrites the ACL ids in both indexes
 and the chunk rows (a metadata update, never an embedding). When the holder
 itself goes, another identity is promoted: the chunk rows are re-keyed to it
@@ -84,7 +84,7 @@ def _nothing(*_: Any) -> None:
 
 @dataclass(frozen=True)
 class WriteHooks:
-    """Callables a writer calls at fixed points of :meth:`IndexWriter.write_batch`
+    """Callables a writer calls at fixed points of :meth:`IndexService.write_batch`
     (fault injection for crash tests; every default does nothing). A hook may
     stop the process; whatever it raises fails the documents of that step.
 
@@ -144,7 +144,7 @@ def hooks_from_environment() -> WriteHooks:
 
 @dataclass
 class BatchOutcome:
-    """What :meth:`IndexWriter.write_batch` did with each item of a batch.
+    """What :meth:`IndexService.write_batch` did with each item of a batch.
 
     Attributes:
         written: items whose document is now live, in batch order.
@@ -187,7 +187,7 @@ def copy_identities(
     return out
 
 
-class IndexWriter:
+class IndexService:
     """The catalog, both indexes and the building index versions, and every
     write to them.
 
@@ -239,7 +239,7 @@ class IndexWriter:
         *,
         hooks: WriteHooks | None = None,
         count: Callable[[str, int], None] | None = None,
-    ) -> IndexWriter:
+    ) -> IndexService:
         """A writer on the stores of ``settings`` (``ragsync.config.open_*``)
         and on every index version in state ``building`` (read now).
 
@@ -266,7 +266,7 @@ class IndexWriter:
         return writer
 
     def _open_shadows(self) -> list[tuple[Any, Any, Any]]:
-        from ragsync import index_versions as iv
+        from ragsync.index import versions as iv
 
         try:
             building = [v for v in iv.list_versions(self.settings) if v.state == iv.BUILDING]
@@ -316,7 +316,7 @@ class IndexWriter:
         if not self.shadows:
             return
         from ragsync.embedding import embed_failure, embed_with_cache, get_model
-        from ragsync.index_versions import settings_for_version
+        from ragsync.index.versions import settings_for_version
 
         for version, vec, kw in self.shadows:
             # The version's own backend (recorded in its model version), not the setting's.
@@ -650,7 +650,7 @@ class IndexWriter:
         embedding cache (``ragsync.embedding.cached_vectors``; a vector
         missing there is computed and counted as ``chunks_embedded``)."""
         from ragsync.embedding import cached_vectors
-        from ragsync.index_versions import live_spec
+        from ragsync.index.versions import live_spec
 
         vectors, fresh = cached_vectors(self.catalog, live_spec(self.settings), list(chunks))
         if fresh:

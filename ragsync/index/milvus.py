@@ -41,8 +41,8 @@ from pathlib import Path
 from typing import Any
 
 from ragsync.errors import STORE_BUSY, ConfigurationError, StoreBusyError, WriteError
+from ragsync.index.base import ClosesOnExit, Hit
 from ragsync.model import Chunk
-from ragsync.stores.base import ClosesOnExit, Hit
 
 BATCH_SIZE = 500
 """Rows per upsert/delete/query request."""
@@ -506,7 +506,7 @@ class MilvusVectorIndex(MilvusCollection):
             by Milvus Lite.
         alias: with ``create``, False creates the collection under exactly
             ``collection`` with no alias (an index version built beside the
-            live one, see :mod:`ragsync.index_versions`).
+            live one, see :mod:`ragsync.index.versions`).
         database: Milvus database (``RAGSYNC_MILVUS_DATABASE``); empty =
             ``default``.
 
