@@ -27,10 +27,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread

@@ -270,7 +270,12 @@ def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str
     vec = iv.open_version_vector(settings, version)
     kw = iv.open_version_keyword(settings, version)
     try:
-        return vec.chunk_ids(), kw.chunk_ids(), vec.count(), sum(kw.count_by_doc().values())
+        return (
+            vec.chunk_ids(),
+            kw.chunk_ids(),
+            sum(vec.count_by_doc().values()),
+            sum(kw.count_by_doc().values()),
+        )
     finally:
         kw.close()
         vec.close()

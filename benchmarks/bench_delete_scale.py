@@ -33,7 +33,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ragsync.index.milvus import MilvusVectorIndex  # noqa: E402
+from ragsync.index.milvus_vectors import MilvusVectorIndex  # noqa: E402
 from ragsync.index.tantivy import TantivyKeywordIndex  # noqa: E402
 from ragsync.model import Chunk  # noqa: E402
 

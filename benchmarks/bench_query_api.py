@@ -116,7 +116,8 @@ def run_size(size: int, queries: int, k: int, workdir: Path) -> dict[str, Any]:
     from fastapi.testclient import TestClient
 
     from control_plane.app import create_app
-    from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+    from ragsync.config import open_catalog
+    from ragsync.index.backends import open_keyword_index, open_vector_index
     from ragsync.index.versions import live_spec
     from ragsync.query import embed_query
 

@@ -29,8 +29,6 @@ from ragsync.errors import ConfigurationError
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.catalog import Catalog
-    from ragsync.index.base import KeywordIndex
-    from ragsync.index.milvus import MilvusVectorIndex
     from ragsync.parsing.archive import ArchiveLimits
 
 DEFAULT_HOME = "./ragsync-data"
@@ -75,6 +73,9 @@ class Settings:
             Milvus keyword index (created by ``ragsync init``/backfill);
             empty = Milvus' ``default``. One database per home lets several
             deployments share one Milvus.
+        vector_index: the vector backend: ``milvus`` (Milvus Lite under
+            ``home`` or the server at ``milvus_uri``; the default) or a
+            registered sink (``ragsync.index.backends``).
         keyword_index: ``tantivy`` (one process: the laptop default),
             ``milvus`` (Milvus' BM25 full-text search, collection
             ``{collection}_keyword`` beside the vectors; takes writers from
@@ -164,6 +165,7 @@ class Settings:
     milvus_token: str = field(default="", repr=False)
     collection: str = "ragsync_chunks"
     milvus_database: str = ""
+    vector_index: str = "milvus"
     keyword_index: str = ""
     es_url: str = ""
     es_index: str = "ragsync_chunks"
@@ -211,10 +213,11 @@ class Settings:
             raise ConfigurationError(
                 f"embed_backend must be one of {', '.join(EMBED_BACKENDS)}, got {self.embed_backend!r}"
             )
-        if self.keyword_index:
-            from ragsync.index.backends import keyword_backend
+        from ragsync.index.backends import keyword_backend, vector_backend
 
-            keyword_backend(self)  # raises ConfigurationError naming the registered backends
+        vector_backend(self)  # each raises ConfigurationError naming the registered backends
+        if self.keyword_index:
+            keyword_backend(self)
         if self.keyword_index == "elasticsearch" and not self.es_url:
             raise ConfigurationError("keyword_index elasticsearch needs es_url")
         if self.embed_max_tokens < 0:
@@ -293,15 +296,6 @@ class Settings:
         return f"{self.collection}_keyword"
 
     @property
-    def keyword_path(self) -> str:
-        """The live tantivy directory: ``HOME/keyword`` unless ``HOME/keyword.alias``
-        names another directory under ``home`` (read on every call, so a flip is
-        seen by the next open)."""
-        from ragsync.index.backends import resolve_keyword_alias
-
-        return resolve_keyword_alias(self.home)
-
-    @property
     def reserved_locations(self) -> tuple[str, ...]:
         """ragsync's own state (home and object store): no source may read there."""
         return (self.home, self.object_store)
@@ -331,44 +325,3 @@ def open_catalog(settings: Settings) -> Catalog:
     if settings.catalog_url.startswith("sqlite"):
         settings.ensure_home()
     return Catalog.open(settings.catalog_url)
-
-
-def open_vector_index(
-    settings: Settings, dim: int, *, create: bool = False, physical: str | None = None
-) -> MilvusVectorIndex:
-    """Milvus Lite under ``home`` or a Milvus server: the collection behind
-    the alias ``settings.collection`` (what the pipeline and queries use), or
-    the physical collection ``physical`` of one index version.
-
-    Raises:
-        ConfigurationError: it does not exist and ``create`` is False.
-    """
-    from ragsync.index.milvus import MilvusVectorIndex
-
-    if "://" not in settings.milvus_uri:
-        settings.ensure_home()
-    return MilvusVectorIndex(
-        settings.milvus_uri,
-        settings.collection if physical is None else physical,
-        dim,
-        create=create,
-        token=settings.milvus_token,
-        alias=physical is None,
-        database=settings.milvus_database,
-    )
-
-
-def open_keyword_index(
-    settings: Settings, *, create: bool = False, physical: str | None = None
-) -> KeywordIndex:
-    """The keyword index of ``settings.keyword_backend`` (tantivy under
-    ``home``, Milvus BM25 in the vectors' Milvus, Elasticsearch, or a
-    registered sink: ``ragsync.index.backends``): behind its alias, or the
-    physical index ``physical`` of one index version.
-
-    Raises:
-        ConfigurationError: it does not exist and ``create`` is False.
-    """
-    from ragsync.index.backends import keyword_backend
-
-    return keyword_backend(settings).open(settings, physical, create=create)

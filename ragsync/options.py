@@ -72,6 +72,7 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o("milvus_token", str, "Milvus server token (user:password or an API key)", secret=True),
     _o("collection", str, "vector collection (alias) name (default ragsync_chunks)"),
     _o("milvus_database", str, "Milvus database of this home's collections (default: Milvus' default)"),
+    _o("vector_index", str, "vector backend: milvus (default) or a registered sink (ragsync.index.backends)"),
     _o(
         "keyword_index",
         str,

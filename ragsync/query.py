@@ -51,9 +51,10 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ragsync.catalog.documents import LIVE_STATUSES
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.embedding import ModelSpec
 from ragsync.identity import Reader, ReadGrant
+from ragsync.index.backends import open_keyword_index, open_vector_index
 
 RRF_K = 60
 

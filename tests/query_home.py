@@ -80,7 +80,8 @@ class QueryHome:
             vectors: one per document; None: embedded by the live model.
             batch: store writes per call.
         """
-        from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+        from ragsync.config import open_catalog
+        from ragsync.index.backends import open_keyword_index, open_vector_index
         from ragsync.index.versions import live_spec
 
         spec = live_spec(self.settings)
@@ -195,7 +196,8 @@ class QueryHome:
         """Replace the ACL ids of ``doc``'s chunk in the catalog and both stores."""
         from dataclasses import replace
 
-        from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+        from ragsync.config import open_catalog
+        from ragsync.index.backends import open_keyword_index, open_vector_index
         from ragsync.index.versions import live_spec
 
         cid = self.chunk_ids[doc.doc_id]

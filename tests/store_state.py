@@ -3,7 +3,8 @@ with a crashed-then-resumed one, a stream with a backfill)."""
 
 from __future__ import annotations
 
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
+from ragsync.index.backends import open_keyword_index, open_vector_index
 
 DIM = 384
 """The packaged all-MiniLM-L6-v2's dimension (the tests' default model)."""

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from ragsync.config import Settings, open_catalog, open_keyword_index
+from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError
 from ragsync.index import versions as iv
-from ragsync.index.backends import KEYWORD_BACKENDS, register_keyword_backend
+from ragsync.index.backends import KEYWORD_BACKENDS, open_keyword_index, register_keyword_backend
 from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
 from ragsync.index.reconcile import reconcile
 from ragsync.model import Chunk

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from ragsync import embedding_onnx
-from ragsync.config import Settings, default_model_cache_dir, open_catalog, open_vector_index
+from ragsync.config import Settings, default_model_cache_dir, open_catalog
 from ragsync.embedding import backend_of, spec_for
 from ragsync.errors import ConfigurationError
+from ragsync.index.backends import open_vector_index
 from ragsync.index.versions import (
     list_versions,
     live_spec,

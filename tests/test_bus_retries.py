@@ -20,11 +20,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_pipelines.streaming import GuardBusMessages, apply_event_rows
 from connectors.registration import register_source
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.decisions import FailureRoute, failure_route, retry_dead_letters
 from ragsync.embedding import default_model
 from ragsync.errors import WriteError
-from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.backends import open_vector_index
+from ragsync.index.milvus_vectors import MilvusVectorIndex
 from ragsync.index.versions import prepare_stores
 from ragsync.model import DeadLetter
 from tests.queue_events import apply_events, change_event, stream_until_idle

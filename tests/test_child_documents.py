@@ -133,7 +133,8 @@ def test_children_past_the_time_budget_per_parent_are_too_large_dead_letters() -
 
 def _counts(settings: Any, tenant: str, ids: list[str]) -> dict[str, list[int]]:
     """Chunks per document in the catalog, the vector index and the keyword index."""
-    from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+    from ragsync.config import open_catalog
+    from ragsync.index.backends import open_keyword_index, open_vector_index
 
     cat, vec, kw = open_catalog(settings), open_vector_index(settings, DIM), open_keyword_index(settings)
     try:

@@ -26,9 +26,10 @@ from beam_pipelines.runners import refuse_single_process_stores, worker_processe
 from beam_pipelines.streaming import run_stream
 from connectors.registration import register_source
 from ragsync.catalog.base import catalog_pool_size
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
 from ragsync.errors import ConfigurationError
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
 from ragsync.index.versions import prepare_stores
 from ragsync.query import hybrid_query

@@ -394,7 +394,8 @@ def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path
 def test_tied_scores_rank_the_same_whatever_the_store_order(tmp_path: Path) -> None:
     """Identical inputs, identical rankings: chunks with equal scores are
     ordered by chunk id, whatever order a store returns them in."""
-    from ragsync.config import Settings, open_keyword_index
+    from ragsync.config import Settings
+    from ragsync.index.backends import open_keyword_index
     from ragsync.index.base import Hit
     from ragsync.query import ranked_ids, reciprocal_rank_fusion
     from tests.store_contract import make_chunk

@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from ragsync.config import open_keyword_index
 from ragsync.errors import WriteError
 from ragsync.index import elasticsearch_index as esmod
+from ragsync.index.backends import open_keyword_index
 from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
 from ragsync.options import option_values, settings_from
 from tests.es_replay import TOO_MANY_REQUESTS, Exchange, Replay, bulk_answer, bulk_item
@@ -176,7 +176,7 @@ def test_flip_and_rollback_move_the_milvus_and_elasticsearch_aliases_together(tm
     from ragsync.catalog import IndexVersion
     from ragsync.config import Settings, open_catalog
     from ragsync.index import versions as iv
-    from ragsync.index.milvus import MilvusVectorIndex
+    from ragsync.index.milvus_vectors import MilvusVectorIndex
 
     def row(n: int, state: str) -> IndexVersion:
         return IndexVersion(

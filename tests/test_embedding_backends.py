@@ -26,7 +26,7 @@ from ragsync.embedding import (
     spec_for,
 )
 from ragsync.errors import ConfigurationError
-from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.milvus_vectors import MilvusVectorIndex
 from transforms.embed import PlanEmbeddingHandler
 
 SENTENCES = [

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from beam_pipelines.backfill import run_backfill
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError
 from ragsync.index import versions as iv
+from ragsync.index.backends import open_keyword_index, open_vector_index
 
 pytestmark = pytest.mark.slow
 

@@ -21,7 +21,8 @@ import apache_beam as beam
 import pytest
 
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.service import EmbeddedPlan
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from tests.write_plans import embedded, empty_home

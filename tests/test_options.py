@@ -16,6 +16,7 @@ from cli.main import build_parser, parse_command, settings_from_args
 from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
+from ragsync.index.backends import register_vector_backend
 from ragsync.options import (
     CHUNK_PREFIX,
     SETTING_OPTIONS,
@@ -37,6 +38,18 @@ def _default(name: str) -> Any:
     return getattr(DEFAULTS, name)
 
 
+class _OtherVectors:
+    """A second vector backend, registered so ``vector_index`` has a valid
+    value other than the default (never opened here)."""
+
+    name = "other-vectors"
+    one_process = True
+
+
+_OTHER_VECTORS = _OtherVectors()
+register_vector_backend(_OTHER_VECTORS)  # type: ignore[arg-type]
+
+
 def _value(name: str) -> Any:
     """A valid value that is not the default."""
     default = _default(name)
@@ -46,6 +59,8 @@ def _value(name: str) -> Any:
         return "onnx"
     if name == "keyword_index":  # one of a closed set
         return "milvus"
+    if name == "vector_index":  # a registered backend's name
+        return _OTHER_VECTORS.name
     if name == "plugins":  # modules that must import
         return "tests.fake_connector"
     if name == "ocr_languages":  # traineddata names joined by '+'

@@ -21,11 +21,13 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.reembed import _target_state, backfill_progress, run_reembed
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.embedding import EmbeddingModel, get_model, register_model
 from ragsync.eval_retrieval import evaluate, load_golden
 from ragsync.index import versions as iv
-from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.index.milvus_vectors import MilvusVectorIndex
+from ragsync.index.tantivy import resolve_alias
 from tests.crash_hooks import crash_env
 from tests.proc import kill_group
 
@@ -179,7 +181,7 @@ def _catalog_ids(settings: Settings) -> set[str]:
 def _live_physical(settings: Settings) -> tuple[str, str]:
     vec = MilvusVectorIndex(settings.milvus_uri, settings.collection, 384)
     try:
-        return vec.physical_collection, os.path.basename(settings.keyword_path)
+        return vec.physical_collection, os.path.basename(resolve_alias(settings.home))
     finally:
         vec.close()
 

@@ -49,7 +49,8 @@ def _cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, dict[str,
 @pytest.mark.slow
 def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from beam_pipelines.backfill import run_backfill
-    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from ragsync.config import Settings, open_catalog
+    from ragsync.index.backends import open_keyword_index, open_vector_index
     from ragsync.model import Chunk
     from ragsync.query import hybrid_query
 
@@ -131,7 +132,8 @@ def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pyt
     """The end-of-backfill sweep removes exactly the index rows without a
     chunk row, comparing the stores with the catalog a page at a time."""
     import beam_pipelines.listing as listing
-    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from ragsync.config import Settings, open_catalog
+    from ragsync.index.backends import open_keyword_index, open_vector_index
     from tests.store_contract import make_chunk, vector_for
 
     monkeypatch.setattr(listing, "SWEEP_PAGE", 2)
@@ -171,7 +173,8 @@ def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
     from sqlalchemy import event
     from sqlalchemy.engine import Engine
 
-    from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+    from ragsync.config import Settings, open_catalog
+    from ragsync.index.backends import open_keyword_index, open_vector_index
     from ragsync.index.reconcile import Mismatch, reconcile
     from tests.store_contract import make_chunk, vector_for
 

@@ -24,7 +24,8 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.streaming import run_stream
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
 from tests.crash_hooks import crash_env
 from tests.proc import kill_group, live_members

@@ -18,8 +18,8 @@ import pytest
 
 from ragsync.errors import ConfigurationError
 from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
-from ragsync.index.milvus import MilvusVectorIndex
 from ragsync.index.milvus_keyword import MilvusKeywordIndex
+from ragsync.index.milvus_vectors import MilvusVectorIndex
 from ragsync.index.tantivy import TantivyKeywordIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness, make_chunk, vector_for
@@ -363,7 +363,7 @@ def test_elasticsearch_missing_client_package(monkeypatch: pytest.MonkeyPatch) -
 
 _WRITE_THEN_DIE = """
 import os, signal, sys
-from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.milvus_vectors import MilvusVectorIndex
 from tests.store_contract import DIM, make_chunk, vector_for
 store = MilvusVectorIndex(sys.argv[1], "chunks", DIM, create=True)
 chunks = [make_chunk(i) for i in range(5)]

@@ -27,8 +27,8 @@ from typing import Any
 import pytest
 
 from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
-from ragsync.index.milvus import MilvusVectorIndex
 from ragsync.index.milvus_keyword import MilvusKeywordIndex
+from ragsync.index.milvus_vectors import MilvusVectorIndex
 from tests import store_contract as contract
 from tests.store_contract import DIM, Harness, KeywordHarness, VectorHarness
 

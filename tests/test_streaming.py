@@ -14,8 +14,9 @@ import pytest
 
 from connectors.registration import register_source
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
 from ragsync.index.versions import prepare_stores
 from ragsync.parsing import PARSER_VERSION

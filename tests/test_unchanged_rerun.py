@@ -22,8 +22,9 @@ from typing import Any
 
 import pytest
 
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
 from ragsync.decisions import RACY_WINDOW_S, KnownObject, ListedObject, skip_unread
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.parsing import PARSER_VERSION
 from tests.corpus import CORPUS_MISSING, corpus_dir, have_corpus
 

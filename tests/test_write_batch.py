@@ -15,7 +15,8 @@ import apache_beam as beam
 import pytest
 from apache_beam.testing.util import assert_that, equal_to
 
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.service import EmbeddedPlan
 from ragsync.index.tantivy import TantivyKeywordIndex
 from tests.write_plans import DIM, empty_home, new_document

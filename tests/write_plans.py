@@ -9,7 +9,8 @@ from pathlib import Path
 import numpy as np
 
 from ragsync import ids
-from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
+from ragsync.config import Settings, open_catalog
+from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.service import EmbeddedPlan
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 

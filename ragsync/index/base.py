@@ -22,8 +22,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol, Self
+from typing import Any, Protocol, Self
 
+from ragsync.errors import ConfigurationError
 from ragsync.model import Chunk
 
 
@@ -154,3 +155,150 @@ class KeywordIndex(Protocol):
     def iter_chunk_ids(self, tenant_id: str | None = None) -> Iterator[str]: ...
 
     def close(self) -> None: ...
+
+
+# -- backends: how a kind of store is opened, versioned, aliased and dropped ---------
+
+
+class Settings(Protocol):
+    """What the backends read of ``ragsync.config.Settings`` (typed
+    structurally: the stores do not import the configuration)."""
+
+    @property
+    def home(self) -> str: ...
+    @property
+    def collection(self) -> str: ...
+    @property
+    def vector_index(self) -> str: ...
+    @property
+    def keyword_backend(self) -> str: ...
+    @property
+    def keyword_collection(self) -> str: ...
+    @property
+    def milvus_uri(self) -> str: ...
+    @property
+    def milvus_token(self) -> str: ...
+    @property
+    def milvus_database(self) -> str: ...
+    @property
+    def es_url(self) -> str: ...
+    @property
+    def es_index(self) -> str: ...
+    @property
+    def es_api_key(self) -> str: ...
+    @property
+    def es_username(self) -> str: ...
+    @property
+    def es_password(self) -> str: ...
+
+    def ensure_home(self) -> None: ...
+
+
+class ContainerBackend(Protocol):
+    """What every backend does with its containers (one physical index per
+    index version, the live one found through an alias).
+
+    Attributes:
+        name: the setting value that selects it (``vector_index`` /
+            ``keyword_index``).
+        one_process: True when only one process may open the store
+            (tantivy's single writer, an in-memory store): runners with worker
+            processes refuse it.
+    """
+
+    name: str
+    one_process: bool
+
+    def version_name(self, settings: Settings, version: int) -> str:
+        """The physical name of index version ``version`` (>= 2; version 1
+        is what a backfill creates)."""
+        ...
+
+    def live_name(self, settings: Settings) -> str:
+        """The physical name the alias points to now.
+
+        Raises:
+            ConfigurationError: nothing was created yet.
+        """
+        ...
+
+    def point_alias(self, settings: Settings, physical: str) -> None:
+        """Make the alias name ``physical`` (atomic; idempotent).
+
+        Raises:
+            WriteError: the store refused.
+        """
+        ...
+
+    def drop(self, settings: Settings, physical: str) -> None:
+        """Delete a physical index (a retired version's; never the live one).
+        Missing is not an error."""
+        ...
+
+
+class VectorBackend(ContainerBackend, Protocol):
+    """One kind of vector store (Milvus, or a registered sink)."""
+
+    def open(self, settings: Settings, dim: int, physical: str | None, *, create: bool) -> VectorIndex:
+        """The store: through the alias (``physical`` None, what the pipeline
+        and queries use) or one index version's physical store.
+
+        Raises:
+            ConfigurationError: it does not exist and ``create`` is False, or
+                it cannot be reached.
+        """
+        ...
+
+
+class KeywordBackend(ContainerBackend, Protocol):
+    """One kind of keyword store (tantivy, Milvus BM25, Elasticsearch, or a registered sink)."""
+
+    def open(self, settings: Settings, physical: str | None, *, create: bool) -> KeywordIndex:
+        """As :meth:`VectorBackend.open`, without a dimension."""
+        ...
+
+
+class ServerAliasBackend:
+    """What the server backends share (Milvus, Milvus BM25, Elasticsearch): a
+    physical index per version behind a named alias the store itself moves
+    (``point_alias``, ``drop_physical``; the physical name read through the
+    alias). Subclasses give :meth:`open_store` (the store with or without a
+    dimension), :meth:`alias` and ``_physical_attr``, the attribute holding
+    an opened store's physical name."""
+
+    name = ""
+    one_process = False
+    _physical_attr = ""
+
+    def open_store(self, settings: Settings, physical: str | None, *, create: bool) -> Any:
+        raise NotImplementedError
+
+    def alias(self, settings: Settings) -> str:
+        raise NotImplementedError
+
+    def version_name(self, settings: Settings, version: int) -> str:
+        return f"{self.alias(settings)}_v{version}"
+
+    def live_name(self, settings: Settings) -> str:
+        store = self.open_store(settings, None, create=False)
+        try:
+            return str(getattr(store, self._physical_attr))
+        finally:
+            store.close()
+
+    def point_alias(self, settings: Settings, physical: str) -> None:
+        store = self.open_store(settings, physical, create=False)
+        try:
+            store.point_alias(self.alias(settings))
+        finally:
+            store.close()
+
+    def drop(self, settings: Settings, physical: str) -> None:
+        try:
+            store = self.open_store(settings, physical, create=False)
+        except ConfigurationError:
+            return  # already gone
+        try:
+            store.drop_physical()
+        finally:
+            store.close()

@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
-from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
+from ragsync.index.base import ClosesOnExit, Hit, ServerAliasBackend, Settings, check_chunk_tenants
 from ragsync.model import Chunk
 
 BATCH_SIZE = 500
@@ -469,3 +469,32 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
         es, self._es = self._es, None
         if es is not None:
             es.close()
+
+
+class ElasticsearchBackend(ServerAliasBackend):
+    """Elasticsearch (production): ``{es_index}_v{n}`` behind the alias ``{es_index}``."""
+
+    name = "elasticsearch"
+    _physical_attr = "physical_index"
+
+    def alias(self, settings: Settings) -> str:
+        return settings.es_index
+
+    def open(self, settings: Settings, physical: str | None, *, create: bool) -> ElasticsearchKeywordIndex:
+        return ElasticsearchKeywordIndex(
+            settings.es_url,
+            settings.es_index if physical is None else physical,
+            create=create,
+            api_key=settings.es_api_key,
+            basic_auth=(settings.es_username, settings.es_password) if settings.es_username else None,
+            alias=physical is None,
+        )
+
+    def open_store(
+        self, settings: Settings, physical: str | None, *, create: bool
+    ) -> ElasticsearchKeywordIndex:
+        return self.open(settings, physical, create=create)
+
+
+BACKEND = ElasticsearchBackend()
+"""The one instance ``ragsync.index.backends`` registers."""

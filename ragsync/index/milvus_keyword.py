@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError
-from ragsync.index.base import Hit, check_chunk_tenants
+from ragsync.index.base import Hit, ServerAliasBackend, Settings, check_chunk_tenants
 from ragsync.index.milvus import MAX_TOP_K, MilvusCollection
 from ragsync.model import Chunk
 
@@ -211,3 +211,33 @@ class MilvusKeywordIndex(MilvusCollection):
         ]
         hits.sort(key=lambda hit: hit.score, reverse=True)
         return hits
+
+
+class MilvusBM25Backend(ServerAliasBackend):
+    """Milvus' BM25 full-text search in the vectors' Milvus (Lite or server):
+    ``{collection}_keyword_v{n}`` behind the alias ``{collection}_keyword``."""
+
+    name = "milvus"
+    _physical_attr = "physical_collection"
+
+    def alias(self, settings: Settings) -> str:
+        return settings.keyword_collection
+
+    def open(self, settings: Settings, physical: str | None, *, create: bool) -> MilvusKeywordIndex:
+        if "://" not in settings.milvus_uri:
+            settings.ensure_home()
+        return MilvusKeywordIndex(
+            settings.milvus_uri,
+            settings.keyword_collection if physical is None else physical,
+            create=create,
+            token=settings.milvus_token,
+            database=settings.milvus_database,
+            alias=physical is None,
+        )
+
+    def open_store(self, settings: Settings, physical: str | None, *, create: bool) -> MilvusKeywordIndex:
+        return self.open(settings, physical, create=create)
+
+
+BACKEND = MilvusBM25Backend()
+"""The one instance ``ragsync.index.backends`` registers."""

@@ -251,7 +251,8 @@ class IndexService:
         Raises:
             ConfigurationError: a store does not exist.
         """
-        from ragsync.config import open_catalog, open_keyword_index, open_vector_index
+        from ragsync.config import open_catalog
+        from ragsync.index.backends import open_keyword_index, open_vector_index
 
         opened: list[Any] = [open_catalog(settings)]
         try:

@@ -19,14 +19,16 @@ it returns, so writes are durable and visible to readers after
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
-from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
+from ragsync.index.base import ClosesOnExit, Hit, Settings, check_chunk_tenants
 from ragsync.model import Chunk
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}
@@ -55,7 +57,6 @@ def release_inherited_index_locks() -> int:
     stays taken and nothing else can reuse it). Returns how many (Linux; 0
     elsewhere).
     """
-    import os
 
     try:
         fds = os.listdir("/proc/self/fd")
@@ -80,8 +81,6 @@ def release_inherited_index_locks() -> int:
 
 def _guard_forks() -> None:
     """Once per process: every child forked from now on releases the locks."""
-    import os
-
     with _PATH_LOCKS_GUARD:
         if not _FORK_GUARD["registered"] and hasattr(os, "register_at_fork"):
             os.register_at_fork(after_in_child=release_inherited_index_locks)
@@ -394,3 +393,78 @@ class TantivyKeywordIndex(ClosesOnExit):
         writer, self._writer = self._writer, None
         if writer is not None:
             writer.wait_merging_threads()
+
+
+# -- the backend: directories under home, the alias a file --------------------------
+
+ALIAS_FILE = "keyword.alias"
+"""File under ``home`` naming the live tantivy directory (one line)."""
+
+V1_DIR = "keyword"
+"""Version 1's tantivy directory under ``home``."""
+
+
+def resolve_alias(home: str) -> str:
+    """Directory the alias file under ``home`` points to (read on every open,
+    so a flip is seen by the next one).
+
+    Returns ``home/keyword`` when the file is missing or empty. Only a plain
+    directory name under ``home`` is followed.
+
+    Raises:
+        ConfigurationError: the file names something outside ``home``.
+    """
+    try:
+        with open(os.path.join(home, ALIAS_FILE), encoding="utf-8") as fh:
+            name = fh.read().strip()
+    except FileNotFoundError:
+        name = ""
+    return _under_home(home, name or V1_DIR)
+
+
+def _under_home(home: str, name: str) -> str:
+    """``home/name`` for a plain directory name.
+
+    Raises:
+        ConfigurationError: ``name`` is a path, not a name under ``home``.
+    """
+    if not name or name in (".", "..") or os.sep in name or (os.altsep and os.altsep in name):
+        raise ConfigurationError(f"{ALIAS_FILE} must name a directory under {home}, got {name!r}")
+    return os.path.join(home, name)
+
+
+class TantivyBackend:
+    """tantivy directories under ``home`` (``keyword``, ``keyword_v{n}``); the
+    alias is the file ``HOME/keyword.alias``. One writing process."""
+
+    name = "tantivy"
+    one_process = True
+
+    def open(self, settings: Settings, physical: str | None, *, create: bool) -> TantivyKeywordIndex:
+        path = resolve_alias(settings.home) if physical is None else _under_home(settings.home, physical)
+        if create:
+            os.makedirs(path, exist_ok=True)
+        return TantivyKeywordIndex(path, create=create)
+
+    def version_name(self, settings: Settings, version: int) -> str:
+        return f"{V1_DIR}_v{version}"
+
+    def live_name(self, settings: Settings) -> str:
+        return os.path.basename(resolve_alias(settings.home))
+
+    def point_alias(self, settings: Settings, physical: str) -> None:
+        _under_home(settings.home, physical)
+        path = os.path.join(settings.home, ALIAS_FILE)
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(physical + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+
+    def drop(self, settings: Settings, physical: str) -> None:
+        shutil.rmtree(_under_home(settings.home, physical), ignore_errors=True)
+
+
+BACKEND = TantivyBackend()
+"""The one instance ``ragsync.index.backends`` registers."""

@@ -5,23 +5,22 @@ keyword index, built for one embedding model, and a row in the catalog table
 ``index_versions``. The pipeline reads and writes through names that follow
 the *live* version:
 
-* Milvus: the alias ``{collection}`` (``Settings.collection``) points to the
-  physical collection ``{collection}_v{n}``; version 1 is the
-  ``{collection}_v1`` every backfill creates.
-* the keyword index, whichever backend holds it (tantivy, Milvus BM25,
-  Elasticsearch or a registered sink): its own alias, named, moved and
-  dropped by its backend (``ragsync.index.backends``, which has the table
-  of names).
+* the vector index and the keyword index, whichever backends hold them
+  (Milvus; tantivy, Milvus BM25, Elasticsearch; or registered sinks): each
+  its own alias, named, moved and dropped by its backend
+  (``ragsync.index.backends``, which has the table of names). For Milvus,
+  the alias ``{collection}`` points to ``{collection}_v{n}``; version 1 is
+  the ``{collection}_v1`` every backfill creates.
 
-Stores are opened only through ``ragsync.config.open_vector_index`` and
-``open_keyword_index`` (with ``physical=`` for one version's store).
+Stores are opened only through ``ragsync.index.backends.open_vector_index``
+and ``open_keyword_index`` (with ``physical=`` for one version's store).
 
 States: ``building`` (being filled by a re-embedding), ``live`` (the aliases
 point to it; exactly one), ``retired`` (was live; kept ``retention_s`` for
 rollback), ``refused`` (failed its gate; kept the same time for a look),
 ``dropped`` (removed by :func:`gc`).
 
-A flip moves the Milvus alias, then the keyword alias (atomic in each
+A flip moves the vector alias, then the keyword alias (atomic in each
 backend), then the catalog rows: both stores
 flip (and roll back) together. It is idempotent: if it fails half-way,
 running the same flip again finishes it. Indexes opened before a flip keep
@@ -30,7 +29,6 @@ using the version they opened; new opens see the new one.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import time
@@ -38,18 +36,11 @@ from dataclasses import replace
 from typing import Any
 
 from ragsync.catalog import Catalog, IndexVersion
-from ragsync.config import (
-    NEW_HOME_BACKEND,
-    Settings,
-    open_catalog,
-    open_keyword_index,
-    open_vector_index,
-)
+from ragsync.config import NEW_HOME_BACKEND, Settings, open_catalog
 from ragsync.embedding import ModelSpec, backend_of, spec_for
 from ragsync.errors import ConfigurationError
-from ragsync.index.backends import keyword_backend
-from ragsync.index.base import KeywordIndex
-from ragsync.index.milvus import MilvusVectorIndex
+from ragsync.index.backends import keyword_backend, open_keyword_index, open_vector_index, vector_backend
+from ragsync.index.base import KeywordIndex, VectorIndex
 
 BUILDING = "building"
 LIVE = "live"
@@ -74,11 +65,9 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
         return
     spec = spec or spec_for("", settings)
     try:
-        index = open_vector_index(settings, spec.dim)
+        physical = vector_backend(settings).live_name(settings)
     except ConfigurationError:
         return  # no index yet
-    physical = index.physical_collection
-    index.close()
     first = IndexVersion(
         version=1,
         model_name=spec.name,
@@ -187,7 +176,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
             model_name=model_name,
             model_version=model_version,
             dim=dim,
-            vector_collection=f"{settings.collection}_v{n}",
+            vector_collection=vector_backend(settings).version_name(settings, n),
             keyword_index=keyword_backend(settings).version_name(settings, n),
             state=BUILDING,
             created_at=time.time(),
@@ -203,10 +192,8 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         catalog.close()
 
 
-def open_version_vector(
-    settings: Settings, version: IndexVersion, *, create: bool = False
-) -> MilvusVectorIndex:
-    """The version's physical collection (not the alias)."""
+def open_version_vector(settings: Settings, version: IndexVersion, *, create: bool = False) -> VectorIndex:
+    """The version's physical vector store (not the alias)."""
     return open_vector_index(settings, version.dim, create=create, physical=version.vector_collection)
 
 
@@ -228,11 +215,7 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
     target = get_version(settings, version)
     if target.state == DROPPED:
         raise ConfigurationError(f"index version {version} was dropped")
-    index = open_version_vector(settings, target)
-    try:
-        index.point_alias(settings.collection)
-    finally:
-        index.close()
+    vector_backend(settings).point_alias(settings, target.vector_collection)
     keyword_backend(settings).point_alias(settings, target.keyword_index)
     now = time.time()
     catalog = open_catalog(settings)
@@ -282,7 +265,7 @@ def set_note(settings: Settings, version: int, note: str) -> None:
 
 def gc(settings: Settings, *, now: float | None = None) -> list[int]:
     """Drop retired and refused versions whose retention has passed: their
-    Milvus collection and tantivy directory are deleted, the row stays as
+    vector and keyword indexes are dropped by their backends, the row stays as
     ``dropped``. Version 1's keyword index is deleted the same way.
 
     Returns:
@@ -292,16 +275,15 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
         WriteError: Milvus refused to drop a collection (that version stays).
     """
     now = time.time() if now is None else now
-    backend = keyword_backend(settings)
-    live_keyword = backend.live_name(settings)
+    vectors, keywords = vector_backend(settings), keyword_backend(settings)
+    live_keyword = keywords.live_name(settings)
     dropped: list[int] = []
     for v in list_versions(settings):
         if v.state not in (RETIRED, REFUSED) or v.retire_after is None or v.retire_after > now:
             continue
-        with contextlib.suppress(ConfigurationError):  # already gone
-            open_version_vector(settings, v).drop_physical()
+        vectors.drop(settings, v.vector_collection)
         if v.keyword_index != live_keyword:
-            backend.drop(settings, v.keyword_index)
+            keywords.drop(settings, v.keyword_index)
         catalog = open_catalog(settings)
         try:
             catalog.update_index_version(v.version, state=DROPPED)
