@@ -15,7 +15,7 @@ format what it returns. It decides between three outcomes:
    source (its location and groups) and fully synced
    (``beam_pipelines.sync.run_sync``: the listing pipeline, then the source's
    queued deletes applied), then index rows without a catalog row are swept
-   (``beam_pipelines.listing.sweep_orphans``).
+   (``ragsync.index.service.IndexService.sweep_orphans``).
 
 This module imports no Beam: a backfill of an unchanged local folder never
 loads it (the pipeline's modules are imported when a pipeline or a dry run
@@ -121,10 +121,9 @@ def _sync_backfill(
 ) -> BackfillSummary:
     """Register ``uri`` as an ``object_store`` source and run a full sync,
     then sweep orphan index rows (outcome 3 of the module docstring)."""
-    from beam_pipelines.listing import sweep_orphans
     from beam_pipelines.sync import run_sync
-    from connectors.registration import register_source
-    from ragsync.index.versions import prepare_stores
+    from connectors.sources import register_source
+    from ragsync.index.service import IndexService
 
     start = time.monotonic()
     lifecycle.install_child_watch()  # parse children never outlive this process
@@ -140,9 +139,8 @@ def _sync_backfill(
         spec = live_spec(settings)
     source_id = source_id or source_id_for(uri)
     # The folder becomes the source's location before anything is read:
-    # every fetch is confined to it.
-    prepare_stores(settings, spec)
-    register_source(
+    # every fetch is confined to it. The sync prepares the stores.
+    state = register_source(
         settings,
         source_id,
         tenant_id,
@@ -160,10 +158,12 @@ def _sync_backfill(
         max_delete_share=max_delete_share,
         reread=reread,
         tenant_id=tenant_id,
+        source=state,
     )
     listing = result.listing or {}
     applied = result.applied or {}
-    orphans = sweep_orphans(settings, spec.dim)
+    with IndexService.open(settings, spec.dim) as service:
+        orphans = service.sweep_orphans()
     return BackfillSummary(
         documents_listed=listing.get("documents_listed", 0),
         documents_seen=listing.get("documents_seen", 0),

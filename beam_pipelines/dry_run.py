@@ -22,7 +22,8 @@ from typing import Any
 
 from beam_pipelines.quick import source_id_for
 from connectors.base import list_all
-from connectors.location import register_location, source_location
+from connectors.location import register_location
+from connectors.sources import check_source
 from ragsync import ids
 from ragsync.catalog.queue import EventScope
 from ragsync.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
@@ -30,6 +31,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.source_types import SourceSpec
+from transforms.io import BeamFileSystem
 from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
@@ -102,15 +104,12 @@ def plan_source_sync(
     if catalog is None:
         raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
     try:
-        state = catalog.get_source(source_id, tenant_id=tenant_id)
-        if state is None or not state.uri:
-            raise ConfigurationError(f"unknown source {source_id!r} or it declares no location")
-        source_location(state.uri, reserved=settings.reserved_locations)
-        spec = state.spec()
+        checked = check_source(catalog, settings, source_id, tenant_id=tenant_id)
+        state, spec = checked.state, checked.spec
         share = max_delete_share
         if share is None:
             share = float(spec.options.get("max_delete_share", DEFAULT_MAX_DELETE_SHARE))
-        connector = connector_for(spec, settings)
+        connector = checked.open(settings, BeamFileSystem())
         try:
             sync = plan_sync(
                 source_id,
@@ -126,7 +125,7 @@ def plan_source_sync(
         finally:
             connector.close()
         # What the sync's apply step would take: its own source's queued events.
-        plan.queued = catalog.unfinished_events(scope=EventScope(spec.tenant_id, source_id))
+        plan.queued = catalog.queue.unfinished_events(scope=EventScope(spec.tenant_id, source_id))
         return plan
     finally:
         catalog.close()
@@ -156,9 +155,9 @@ def _plan_listing(
                 reason = "empty" if not data else "too_large"
                 plan.dead_letters.append(PlannedChange(item.source_object_id, item.uri, reason))
                 continue
-            stored = catalog.get_document(doc_id) if catalog is not None else None
+            stored = catalog.documents.get_document(doc_id) if catalog is not None else None
             rows = (
-                len(catalog.chunk_ids_for_doc(doc_id))
+                len(catalog.chunks.chunk_ids_for_doc(doc_id))
                 if stored is not None and stored.status == "indexed" and catalog is not None
                 else None
             )
@@ -176,7 +175,9 @@ def _plan_listing(
             connector.close()
     if catalog is None:
         return plan
-    known = list(catalog.iter_source_documents(spec.source_id, spec.tenant_id, updated_before=float("inf")))
+    known = list(
+        catalog.documents.iter_source_documents(spec.source_id, spec.tenant_id, updated_before=float("inf"))
+    )
     vanished = [(doc_id, object_id) for doc_id, object_id, _ in known if doc_id not in listed]
     verdict = listing_verdict(
         known=len(known), vanished=len(vanished), max_delete_share=max_share, listed=len(listed)
@@ -196,7 +197,7 @@ def _plan_feed(spec: SourceSpec, connector: Any, catalog: Any, cursor: str) -> C
         page = connector.changes(cursor)
         for event in page.events:
             doc_id = ids.doc_id(spec.tenant_id, spec.source_id, event.doc_id)
-            kind, reason = classify_event(event.op, catalog.get_document(doc_id))
+            kind, reason = classify_event(event.op, catalog.documents.get_document(doc_id))
             plan.add(kind, PlannedChange(event.doc_id, event.content_uri, reason))
         if not page.more or page.cursor == cursor:
             return plan

@@ -7,15 +7,14 @@ the documents the listing no longer holds queued as deletes.
 ``build_listing_pipeline`` adds the listing (``transforms.listing``) and the
 vanished-document deletes; ``run_listing`` runs it and returns its counters.
 A home is set up before a run by ``ragsync.index.versions.prepare_stores``
-and ``connectors.registration.register_source`` (both Beam-free);
-``sweep_orphans`` cleans up after a backfill. A full sync
+and ``connectors.sources.register_source`` (both Beam-free);
+``IndexService.sweep_orphans`` cleans up after a backfill. A full sync
 (``beam_pipelines.sync.run_sync``) runs the listing; ``ragsync backfill`` is
 one (``beam_pipelines.backfill.run_backfill``).
 """
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 import time
 from collections.abc import Sequence
@@ -27,18 +26,17 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings
 from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
-from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
+from transforms.dead_letters import WriteDeadLetters
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
 from transforms.metrics import counter_value
 from transforms.parse import warm_up_fork_server
 from transforms.progress import ListingTally
-from transforms.write import WriteDeadLetters
 
 
 def build_pipeline(
@@ -188,41 +186,3 @@ def root_cause(exc: BaseException) -> str:
         if "Error:" in line:
             return line.strip()[:1000]
     return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
-
-
-#: Chunk ids compared with the catalog (and deleted) per step of the orphan sweep.
-SWEEP_PAGE = 1000
-
-
-def sweep_orphans(settings: Settings, dim: int) -> int:
-    """Delete index rows that have no chunk row in the catalog; returns how
-    many rows were removed over both indexes.
-
-    Only safe when no writer runs (the end of a backfill): a crash between
-    writing the indexes and the catalog leaves such rows behind.
-    """
-    catalog = open_catalog(settings)
-    vectors = open_vector_index(settings, dim)
-    keywords = open_keyword_index(settings)
-    try:
-        removed = 0
-        for tenant in catalog.tenant_ids():
-            for store in (vectors, keywords):
-                # Page by page: only the orphans found are kept, never every id.
-                orphans: list[str] = []
-                page: list[str] = []
-                for chunk_id in itertools.chain(store.iter_chunk_ids(tenant), [None]):
-                    if chunk_id is not None:
-                        page.append(chunk_id)
-                    if page and (chunk_id is None or len(page) == SWEEP_PAGE):
-                        present = catalog.present_chunk_ids(tenant, page)
-                        orphans += [c for c in page if c not in present]
-                        page = []
-                for i in range(0, len(orphans), SWEEP_PAGE):
-                    removed += len(orphans[i : i + SWEEP_PAGE])
-                    store.delete(tenant, orphans[i : i + SWEEP_PAGE])
-        return removed
-    finally:
-        keywords.close()
-        vectors.close()
-        catalog.close()

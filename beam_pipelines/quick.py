@@ -145,7 +145,7 @@ def _listed_unread(
     listed = 0
     for batch in _batches(connector.list_shard(connector.whole_shard())):
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
-        known = catalog.unread_states(doc_ids)
+        known = catalog.syncs.unread_states(doc_ids)
         for item, doc_id in zip(batch, doc_ids, strict=True):
             listed_item = stamp_listed(item)
             if not skip_unread(
@@ -199,7 +199,7 @@ def quick_backfill(
     source_id = source_id or source_id_for(uri)
     catalog = open_catalog(settings)
     try:
-        state = catalog.get_source(source_id, tenant_id=tenant_id)
+        state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
         if state is None or state.paused or state.type != "object_store" or state.last_full_at is None:
             return None
         try:
@@ -209,11 +209,11 @@ def quick_backfill(
         spec = state.spec()
         if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
             return None
-        if catalog.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:
+        if catalog.queue.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:
             return None  # the source's own queued events: the sync applies them
         cap = settings.quick_check_max_objects if object_store else None
         # Every listed object must be a known live document; any other known one vanished.
-        known = catalog.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))
+        known = catalog.documents.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))
         known_total = _count(known, cap)
         if cap is not None and known_total > cap:
             return None
@@ -231,8 +231,8 @@ def quick_backfill(
         if listed is None or listed != known_total or (object_store and listed == 0):
             # An empty object-store listing may be a missing bucket: the pipeline says so.
             return None
-        catalog.sync_started(source_id, tenant_id=tenant_id)
-        catalog.sync_succeeded(source_id, full=True, listed=listed, tenant_id=tenant_id)
+        catalog.syncs.sync_started(source_id, tenant_id=tenant_id)
+        catalog.syncs.sync_succeeded(source_id, full=True, listed=listed, tenant_id=tenant_id)
     finally:
         catalog.close()
     return BackfillSummary(

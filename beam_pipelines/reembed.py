@@ -56,7 +56,8 @@ from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
 from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.index import versions as iv
-from ragsync.index.service import hooks_from_environment
+from ragsync.index.hooks import hooks_from_environment
+from ragsync.index.service import IndexService
 from ragsync.model import Chunk
 from transforms.metrics import counter, counter_value
 from transforms.steps import CatalogDoFn
@@ -134,7 +135,7 @@ def _progress_start(
     catalog: Catalog, version: iv.IndexVersion, total: int, done: int, max_docs_per_s: float
 ) -> None:
     """Create or reset the ``backfills`` row of this re-embedding (done = present now)."""
-    catalog.start_backfill(
+    catalog.backfills.start_backfill(
         _backfill_id(version.version),
         reason="embedding_model",
         target_index=version.vector_collection,
@@ -149,7 +150,7 @@ def backfill_progress(settings: Settings, version: int) -> dict[str, Any] | None
     """The ``backfills`` row of re-embedding into ``version`` as a dict (None when absent)."""
     catalog = open_catalog(settings)
     try:
-        row = catalog.get_backfill(_backfill_id(version))
+        row = catalog.backfills.get_backfill(_backfill_id(version))
         return asdict(row) if row is not None else None
     finally:
         catalog.close()
@@ -166,12 +167,14 @@ class _ReembedFn(CatalogDoFn):
     def __init__(
         self,
         settings: Settings,
+        live_dim: int,
         version: iv.IndexVersion,
         batch_chunks: int,
         max_docs_per_s: float,
         show_progress: bool,
     ) -> None:
         super().__init__(settings)
+        self.live_dim = live_dim
         self.version = version
         self.batch_chunks = batch_chunks
         self.max_docs_per_s = max_docs_per_s
@@ -184,9 +187,10 @@ class _ReembedFn(CatalogDoFn):
                 f"index v{self.version.version} was built with {self.version.model_version}, "
                 f"but {self.version.model_name} is now {self._model.version}"
             )
-        super().setup()
-        self._vectors = iv.open_version_vector(self.settings, self.version)
-        self._keywords = iv.open_version_keyword(self.settings, self.version)
+        # The version being built is one of the service's building versions;
+        # its stores are written through the service only.
+        self._service = IndexService.open(self.settings, self.live_dim)
+        self._catalog = self._service.catalog
         self._limiter = RateLimiter(self.max_docs_per_s)
         self._hooks = hooks_from_environment()
         self._docs_written = 0
@@ -197,11 +201,10 @@ class _ReembedFn(CatalogDoFn):
         self._docs = counter("documents_written")
 
     def teardown(self) -> None:
-        for name in ("_keywords", "_vectors"):
-            store = getattr(self, name, None)
-            if store is not None:
-                store.close()
-        super().teardown()
+        service = self.__dict__.pop("_service", None)
+        if service is not None:
+            service.close()  # its catalog too
+        self._catalog = None
 
     def start_bundle(self) -> None:
         self._buffer: list[tuple[str, Sequence[str]]] = []
@@ -247,18 +250,17 @@ class _ReembedFn(CatalogDoFn):
         if not self._buffer:
             return
         batch, self._buffer, self._buffered = self._buffer, [], 0
-        stored = self._catalog.chunks_by_ids([cid for _, ids in batch for cid in ids])
+        stored = self._catalog.chunks.chunks_by_ids([cid for _, ids in batch for cid in ids])
         docs = [[stored[c] for c in ids if c in stored] for _, ids in batch]
         docs = [d for d in docs if d]
         chunks, vectors, failed = self._encode_docs(docs)
         if chunks:
-            self._vectors.upsert(chunks, [v.tolist() for v in vectors])
-            self._keywords.upsert(chunks)
+            self._service.write_into_version(self.version.version, chunks, [v.tolist() for v in vectors])
         self._written.inc(len(chunks))
         self._failed.inc(failed)
         self._docs.inc(len(batch))
         progress_id = _backfill_id(self.version.version)
-        self._catalog.add_backfill_progress(progress_id, done=len(chunks), failed=failed)
+        self._catalog.backfills.add_backfill_progress(progress_id, done=len(chunks), failed=failed)
         self._docs_written += len(batch)
         if self.show_progress:
             print(f"[reembed v{self.version.version}] +{len(chunks)} chunks", file=sys.stderr, flush=True)
@@ -281,34 +283,17 @@ def _target_state(settings: Settings, version: iv.IndexVersion) -> tuple[set[str
         vec.close()
 
 
-def _delete_orphans(settings: Settings, version: iv.IndexVersion, orphans: set[str]) -> int:
-    """Delete target rows whose chunk left the catalog (any tenant)."""
+def _delete_orphans(settings: Settings, live_dim: int, version: iv.IndexVersion, orphans: set[str]) -> int:
+    """Delete target rows whose chunk left the catalog (any tenant), through the index service."""
     if not orphans:
         return 0
-    vec = iv.open_version_vector(settings, version)
-    kw = iv.open_version_keyword(settings, version)
-    try:
-        by_tenant: dict[str, list[str]] = {}
-        catalog = open_catalog(settings)
-        try:
-            tenants = catalog.tenant_ids()
-        finally:
-            catalog.close()
-        for tenant in tenants:
-            mine = (vec.chunk_ids(tenant) | kw.chunk_ids(tenant)) & orphans
-            if mine:
-                by_tenant[tenant] = sorted(mine)
-        for tenant, ids in by_tenant.items():
-            vec.delete(tenant, ids)
-            kw.delete(tenant, ids)
-        return sum(len(v) for v in by_tenant.values())
-    finally:
-        kw.close()
-        vec.close()
+    with IndexService.open(settings, live_dim) as service:
+        return service.prune_version(version.version, orphans)
 
 
 def _run_pipeline(
     settings: Settings,
+    live_dim: int,
     version: iv.IndexVersion,
     work: list[tuple[str, tuple[str, ...]]],
     *,
@@ -325,7 +310,7 @@ def _run_pipeline(
         p
         | "StoredChunks" >> beam.Create(work)
         | "EmbedAndWrite"
-        >> beam.ParDo(_ReembedFn(settings, version, batch_chunks, max_docs_per_s, show_progress))
+        >> beam.ParDo(_ReembedFn(settings, live_dim, version, batch_chunks, max_docs_per_s, show_progress))
     )
     result = p.run()
     result.wait_until_finish()
@@ -391,12 +376,12 @@ def run_reembed(
     for _ in range(CATCH_UP_PASSES):
         catalog = open_catalog(settings)
         try:
-            wanted = catalog.chunk_docs()
+            wanted = catalog.chunks.chunk_docs()
         finally:
             catalog.close()
         vec_ids, kw_ids, _, _ = _target_state(settings, target)
         present = vec_ids & kw_ids & set(wanted)
-        orphans_removed += _delete_orphans(settings, target, (vec_ids | kw_ids) - set(wanted))
+        orphans_removed += _delete_orphans(settings, live.dim, target, (vec_ids | kw_ids) - set(wanted))
         if already_present < 0:
             already_present = len(present)
         todo: dict[str, list[str]] = {}
@@ -413,6 +398,7 @@ def run_reembed(
         t0 = time.monotonic()
         got = _run_pipeline(
             settings,
+            live.dim,
             target,
             [(doc, tuple(ids)) for doc, ids in sorted(todo.items())],
             batch_chunks=batch_chunks or settings.embed_batch_size,
@@ -428,7 +414,7 @@ def run_reembed(
 
     catalog = open_catalog(settings)
     try:
-        wanted_ids = set(catalog.chunk_docs())
+        wanted_ids = set(catalog.chunks.chunk_docs())
     finally:
         catalog.close()
     vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, target)
@@ -465,7 +451,7 @@ def run_reembed(
             iv.flip(settings, target.version)
             state = iv.LIVE
         progress = {iv.LIVE: "flipped", iv.REFUSED: "refused", iv.BUILDING: "built"}[state]
-        catalog.update_backfill_progress(_backfill_id(target.version), state=progress)
+        catalog.backfills.update_backfill_progress(_backfill_id(target.version), state=progress)
     finally:
         catalog.close()
     written = totals["chunks_written"]

@@ -31,9 +31,9 @@ def worker_processes(options: PipelineOptions) -> bool:
 
 def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> None:
     """Refuse a run whose workers are other processes when a store takes one
-    process only: the tantivy keyword index (one writer, ``LockBusy`` in
-    any other process) or a Milvus Lite file (locked by the process that
-    opened it).
+    process only (its backend's ``one_process``: the tantivy keyword index,
+    one writer with ``LockBusy`` in any other process; a Milvus Lite file,
+    locked by the process that opened it; a store in memory).
 
     Raises:
         ConfigurationError: naming the store and what to use instead.
@@ -42,19 +42,12 @@ def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> Non
 
     if not worker_processes(options):
         return
-    from ragsync.index.backends import keyword_backend
+    from ragsync.index.backends import keyword_backend, vector_backend
 
-    backend = keyword_backend(settings)
-    if backend.one_process:
-        raise ConfigurationError(
-            f"the {backend.name} keyword index takes one process, but this runner runs steps in several "
-            "worker processes: use --keyword-index milvus (RAGSYNC_KEYWORD_INDEX=milvus, BM25 in the "
-            "vectors' Milvus server) or elasticsearch (--es-url), or run on one process "
-            "(--runner=FnApiRunner)"
-        )
-    if "://" not in settings.milvus_uri:
-        raise ConfigurationError(
-            f"Milvus Lite ({settings.milvus_uri}) takes one process, but this runner runs steps in "
-            "several worker processes: run `milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` "
-            "(or use a Milvus server) and set --milvus-uri http://127.0.0.1:P"
-        )
+    for kind, backend in (("keyword", keyword_backend(settings)), ("vector", vector_backend(settings))):
+        reason = backend.one_process(settings)
+        if reason:
+            raise ConfigurationError(
+                f"the {backend.name} {kind} index takes one process, but this runner runs steps in "
+                f"several worker processes: {reason}; or run on one process (--runner=FnApiRunner)"
+            )

@@ -59,7 +59,7 @@ def record_run(
     try:
         catalog = open_catalog(settings)
         try:
-            catalog.record_run(
+            catalog.runs.record_run(
                 kind,
                 started_at=started_at,
                 documents=documents,

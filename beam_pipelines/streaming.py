@@ -34,11 +34,10 @@ from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import ModelSpec
 from ragsync.errors import ConfigurationError
+from ragsync.index.operations import ApplyAclEvents, DeleteDocuments
 from transforms.ack import AckEvents, outcome_of
-from transforms.acl import ApplyAclChanges
 from transforms.chain import IndexDocuments
-from transforms.dead_letters import ToDeadLetters
-from transforms.delete import DeleteDocuments
+from transforms.dead_letters import ToDeadLetters, WriteDeadLetters
 from transforms.events import (
     ACL,
     DELETE,
@@ -51,8 +50,8 @@ from transforms.events import (
     _ResolveFn,
 )
 from transforms.fetch import UNCHANGED
+from transforms.index import UpdateIndex
 from transforms.metrics import counters_of
-from transforms.write import WriteDeadLetters
 
 
 @dataclass(frozen=True)
@@ -99,8 +98,8 @@ def build_streaming_pipeline(
     gated = events | "GateEvents" >> GateEvents(settings)
     # Priority paths: permission changes and deletes touch metadata only and
     # never wait behind parsing or embedding.
-    acl = gated[ACL] | "ApplyAclEvents" >> ApplyAclChanges(settings, spec.dim, events=True)
-    deleted = gated[DELETE] | "DeleteDocuments" >> DeleteDocuments(settings, spec.dim)
+    acl = gated[ACL] | "ApplyAclEvents" >> UpdateIndex(settings, spec.dim, ApplyAclEvents())
+    deleted = gated[DELETE] | "DeleteDocuments" >> UpdateIndex(settings, spec.dim, DeleteDocuments())
     work = gated[UPSERT] | "UpsertsToWork" >> UpsertsToWork(settings)
     chain = work | "IndexDocuments" >> IndexDocuments(
         settings, spec, group_duplicates=False, show_progress=show_progress, slow_handoff=slow_handoff
@@ -419,7 +418,7 @@ def _drained(settings: Settings, groups: Sequence[tuple[str, ...]], scope: Event
     catalog = open_catalog(settings)
     try:
         lanes = [lane for group in groups for lane in group]
-        return catalog.unfinished_events(lanes, scope=scope) == 0
+        return catalog.queue.unfinished_events(lanes, scope=scope) == 0
     finally:
         catalog.close()
 

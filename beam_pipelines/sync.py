@@ -41,9 +41,8 @@ from beam_pipelines.listing import ListingFailedError, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
-from connectors.location import source_location
+from connectors.sources import check_source
 from ragsync import lifecycle
-from ragsync.catalog import Catalog
 from ragsync.catalog.queue import EventScope
 from ragsync.catalog.sources import SourceState
 from ragsync.config import Settings, open_catalog
@@ -54,16 +53,10 @@ from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBu
 from ragsync.index.versions import prepare_stores
 from ragsync.model import Event
 from ragsync.source_types import SourceSpec
-from transforms.listing import connector_for
+from transforms.io import BeamFileSystem
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
 DEFAULT_PAUSE_AFTER = 5
-
-
-class SourcePausedError(SyncError):
-    """The source is paused: nothing is synced until it is resumed."""
-
-    error_class = "configuration"
 
 
 class ListingGuardError(SyncError):
@@ -127,7 +120,7 @@ class _QueueSink:
 
     def queue(self, events: Sequence[Event]) -> int:
         mine = [replace(e, tenant_id=self.tenant_id) for e in events]
-        queued, _ = self.catalog.enqueue_events(mine)
+        queued, _ = self.catalog.queue.enqueue_events(mine)
         return int(queued)
 
 
@@ -136,18 +129,6 @@ def _option_float(spec: SourceSpec, name: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ConfigurationError(f"source option {name!r} must be a number")
     return float(value)
-
-
-def _registered(catalog: Catalog, source_id: str, tenant_id: str | None) -> SourceState:
-    """The registered source (``Catalog.get_source``).
-
-    Raises:
-        ConfigurationError: no such source (of that tenant).
-    """
-    state = catalog.get_source(source_id, tenant_id=tenant_id)
-    if state is None:
-        raise ConfigurationError(f"unknown source {source_id!r}: register it with `ragsync sources add`")
-    return state
 
 
 def run_sync(
@@ -162,6 +143,7 @@ def run_sync(
     apply: bool = True,
     tenant_id: str | None = None,
     reread: bool = False,
+    source: SourceState | None = None,
 ) -> SyncResult:
     """Sync ``source_id`` once (see the module docstring).
 
@@ -180,6 +162,7 @@ def run_sync(
             without it the id must be unique across tenants).
         reread: a full listing reads every object, even those its listing
             metadata shows unchanged.
+        source: the source's row when the caller just registered it (not read again).
 
     Raises:
         ConfigurationError: unknown source, no usable location, bad options.
@@ -192,24 +175,14 @@ def run_sync(
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = _registered(catalog, source_id, tenant_id)
-        if state.paused:
-            raise SourcePausedError(
-                f"source {source_id} is paused: {state.pause_reason} "
-                f"(resume with `ragsync sources resume {source_id}`)"
-            )
-        if not state.uri:
-            raise ConfigurationError(
-                f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
-            )
-        source_location(state.uri, reserved=settings.reserved_locations)
-        spec = state.spec()
+        checked = check_source(catalog, settings, source_id, tenant_id=tenant_id, state=source, syncing=True)
+        state, spec = checked.state, checked.spec
         share = max_delete_share
         if share is None:
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
         pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
         try:
-            connector = connector_for(spec, settings)
+            connector = checked.open(settings, BeamFileSystem())
         except ConfigurationError as exc:
             # Broken credentials or options fail every sync the same way:
             # counted (backed off, then paused), never retried forever.
@@ -223,7 +196,7 @@ def run_sync(
             max_delete_share=share,
         )
         tenant = state.tenant_id
-        catalog.sync_started(source_id, tenant_id=tenant)
+        catalog.syncs.sync_started(source_id, tenant_id=tenant)
         try:
             listing, feed, plan = _read_source(
                 plan,
@@ -256,10 +229,12 @@ def run_sync(
             connector.close()
         applied = None
         scope = EventScope(tenant, source_id)
-        if apply and catalog.unfinished_events(scope=scope) > 0:
+        if apply and catalog.queue.unfinished_events(scope=scope) > 0:
             applied = _apply_queue(settings, show_progress, model_spec, scope)
         listed = listing.get("documents_listed") if listing is not None else None
-        catalog.sync_succeeded(source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=tenant)
+        catalog.syncs.sync_succeeded(
+            source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=tenant
+        )
     finally:
         catalog.close()
     return SyncResult(
@@ -299,7 +274,7 @@ def sync_identities(catalog: Any, connector: Connector, spec: SourceSpec) -> dic
     found = connector.list_identities()
     if found is None:
         return None
-    catalog.replace_identities(spec.tenant_id, spec.source_id, found)
+    catalog.identities.replace_identities(spec.tenant_id, spec.source_id, found)
     return {
         "users": len(found.users),
         "groups": len(found.groups),
@@ -325,14 +300,9 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        state = _registered(catalog, source_id, tenant_id)
-        if not state.uri:
-            raise ConfigurationError(
-                f"source {source_id!r} declares no location (`ragsync sources add --uri`)"
-            )
-        source_location(state.uri, reserved=settings.reserved_locations)
-        spec = state.spec()
-        connector = connector_for(spec, settings)
+        checked = check_source(catalog, settings, source_id, tenant_id=tenant_id)
+        state, spec = checked.state, checked.spec
+        connector = checked.open(settings, BeamFileSystem())
         try:
             counts = sync_identities(catalog, connector, spec)
         finally:
@@ -370,7 +340,7 @@ def _read_source(
                 connector,
                 plan.cursor,
                 _QueueSink(catalog, spec.tenant_id),
-                lambda c: catalog.save_cursor(spec.source_id, c, tenant_id=spec.tenant_id),
+                lambda c: catalog.syncs.save_cursor(spec.source_id, c, tenant_id=spec.tenant_id),
             )
             if show_progress:
                 elapsed = time.monotonic() - started
@@ -446,7 +416,7 @@ def _full_listing(
             "denied listing look the same as an empty prefix); nothing was deleted"
         )
     if cursor:
-        catalog.save_cursor(spec.source_id, cursor, tenant_id=spec.tenant_id)
+        catalog.syncs.save_cursor(spec.source_id, cursor, tenant_id=spec.tenant_id)
     return counters
 
 
@@ -473,14 +443,14 @@ def _count_failure(
     if limited is not None:
         # The source asked us to wait: not the connector failing.
         retry_at = time.time() + limited.retry_after_s
-        catalog.sync_failed(spec.source_id, failures=previous, retry_at=retry_at, **key)
+        catalog.syncs.sync_failed(spec.source_id, failures=previous, retry_at=retry_at, **key)
         return
     # The reason is shown to the tenant (GET /v1/sources): no host details.
     error = host_free(_message(exc))
     outcome = after_failure(previous, error=error, pause_after=pause_after, listing_failed=listing)
     reason = outcome.reason if outcome.pause else ""
     backoff_until = None if outcome.pause else time.time() + outcome.retry_after_s
-    catalog.sync_failed(
+    catalog.syncs.sync_failed(
         spec.source_id, failures=outcome.failures, pause_reason=reason, retry_at=backoff_until, **key
     )
 

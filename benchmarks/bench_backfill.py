@@ -251,9 +251,9 @@ def catalog_texts(settings: Any) -> list[str]:
     catalog = open_catalog(settings)
     try:
         texts: list[str] = []
-        for source in catalog.source_ids():
-            for doc in catalog.documents_for_source(source):
-                texts += [c.embedding_text() for c in catalog.chunks_for_doc(doc.doc_id)]
+        for source in catalog.sources.source_ids():
+            for doc in catalog.documents.documents_for_source(source):
+                texts += [c.embedding_text() for c in catalog.chunks.chunks_for_doc(doc.doc_id)]
         return texts
     finally:
         catalog.close()
@@ -265,7 +265,9 @@ def dead_letters(settings: Any) -> list[str]:
 
     catalog = open_catalog(settings)
     try:
-        return [f"{Path(d.uri).name}: {d.error_class}" for d in catalog.list_dead_letters(limit=100)]
+        return [
+            f"{Path(d.uri).name}: {d.error_class}" for d in catalog.dead_letters.list_dead_letters(limit=100)
+        ]
     finally:
         catalog.close()
 

@@ -174,29 +174,29 @@ def rerun_check(cat: Catalog, n: int, chunks: int) -> int:
     """Known live documents found, 500 listed ids at a time."""
     found = 0
     for start in range(0, n, 500):
-        found += len(cat.unread_states([doc_id(i) for i in range(start, min(n, start + 500))]))
+        found += len(cat.syncs.unread_states([doc_id(i) for i in range(start, min(n, start + 500))]))
     return found
 
 
 def status(cat: Catalog, n: int, chunks: int) -> int:
     """The catalog reads of ``ragsync status``; returns the documents counted."""
-    coverage_by_source(cat.document_outcomes())
+    coverage_by_source(cat.runs.document_outcomes())
     for kind in ("listing", "stream"):
-        cat.list_runs(kind=kind, limit=1)
-    docs = cat.document_counts_by_status()
-    cat.dead_letter_counts()
-    cat.list_dead_letters(limit=20)
-    cat.queue_stats()
-    cat.freshness_stats()
-    cat.pages_for_review()
-    cat.source_states()
-    cat.stale_events(limit=20)
+        cat.runs.list_runs(kind=kind, limit=1)
+    docs = cat.documents.document_counts_by_status()
+    cat.dead_letters.dead_letter_counts()
+    cat.dead_letters.list_dead_letters(limit=20)
+    cat.queue.queue_stats()
+    cat.queue.freshness_stats()
+    cat.documents.pages_for_review()
+    cat.syncs.source_states()
+    cat.queue.stale_events(limit=20)
     return sum(docs.values())
 
 
 def coverage(cat: Catalog, n: int, chunks: int) -> int:
     """Documents seen by coverage."""
-    return sum(s["seen"] for s in coverage_by_source(cat.document_outcomes()))
+    return sum(s["seen"] for s in coverage_by_source(cat.runs.document_outcomes()))
 
 
 def scrape(cat: Catalog, n: int, chunks: int) -> int:
@@ -206,18 +206,18 @@ def scrape(cat: Catalog, n: int, chunks: int) -> int:
 
 def reconcile_catalog(cat: Catalog, n: int, chunks: int) -> int:
     """Chunk rows the catalog reports per document, summed."""
-    return sum(n for _, n in cat.iter_chunk_counts_by_doc())
+    return sum(n for _, n in cat.chunks.iter_chunk_counts_by_doc())
 
 
 def reconcile_catalog_dict(cat: Catalog, n: int, chunks: int) -> int:
     """The same counts as one ``{doc_id: count}`` dict (reconcile's catalog
     side before it was streamed), for comparison."""
-    return sum(cat.chunk_counts_by_doc().values())
+    return sum(cat.chunks.chunk_counts_by_doc().values())
 
 
 def sync_diff(cat: Catalog, n: int, chunks: int) -> int:
     """Documents a full listing is compared with."""
-    return sum(1 for _ in cat.iter_source_documents(SOURCE, TENANT, updated_before=float("inf")))
+    return sum(1 for _ in cat.documents.iter_source_documents(SOURCE, TENANT, updated_before=float("inf")))
 
 
 def orphan_sweep_catalog(cat: Catalog, n: int, chunks: int) -> int:
@@ -228,9 +228,9 @@ def orphan_sweep_catalog(cat: Catalog, n: int, chunks: int) -> int:
             continue
         page += [f"{doc_id(i)}-{j:04d}" for j in range(chunks)]
         if len(page) >= 1000:
-            found += len(cat.present_chunk_ids(TENANT, page))
+            found += len(cat.chunks.present_chunk_ids(TENANT, page))
             page = []
-    return found + len(cat.present_chunk_ids(TENANT, page))
+    return found + len(cat.chunks.present_chunk_ids(TENANT, page))
 
 
 READS: dict[str, Callable[[Catalog, int, int], int]] = {

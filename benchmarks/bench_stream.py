@@ -155,7 +155,7 @@ def enqueue(catalog: Any, events: list[dict[str, Any]]) -> None:
     """Validate and enqueue events (one transaction)."""
     from connectors.events import parse_event
 
-    catalog.enqueue_events([parse_event(e) for e in events])
+    catalog.queue.enqueue_events([parse_event(e) for e in events])
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -174,13 +174,13 @@ def _finished(by_state: dict[str, int]) -> int:
 
 def events_by_op_state(catalog: Any) -> dict[str, int]:
     """Queue rows of the run counted by ``op/state``."""
-    return {f"{op}/{state}": n for (op, state), n in sorted(catalog.event_counts().items())}
+    return {f"{op}/{state}": n for (op, state), n in sorted(catalog.queue.event_counts().items())}
 
 
 def delete_check(catalog: Any) -> dict[str, int]:
     """Tombstones, how many were completed, and catalog chunks still held by deleted documents."""
-    rows = catalog.list_tombstones()
-    left = sum(len(catalog.chunk_ids_for_doc(row["doc_id"])) for row in rows)
+    rows = catalog.queue.list_tombstones()
+    left = sum(len(catalog.chunks.chunk_ids_for_doc(row["doc_id"])) for row in rows)
     return {
         "tombstones": len(rows),
         "completed": sum(1 for row in rows if row["completed_at"] is not None),
@@ -192,7 +192,7 @@ def chunks_of(catalog: Any, names: list[str]) -> int:
     """Chunks in the catalog for the given source document names."""
     from ragsync import ids
 
-    return sum(len(catalog.chunk_ids_for_doc(ids.doc_id(TENANT, SOURCE, n))) for n in names)
+    return sum(len(catalog.chunks.chunk_ids_for_doc(ids.doc_id(TENANT, SOURCE, n))) for n in names)
 
 
 # --------------------------------------------------------------------------- processes
@@ -263,12 +263,12 @@ def wait_drained(
     """Wait until no event of ``lanes`` is pending (or ``proc`` died); True when drained."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if catalog.unfinished_events(lanes) == 0:
+        if catalog.queue.unfinished_events(lanes) == 0:
             return True
         if proc is not None and proc.poll() is not None:
             return False
         time.sleep(0.5)
-    return catalog.unfinished_events(lanes) == 0
+    return catalog.queue.unfinished_events(lanes) == 0
 
 
 def write_scans(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]]:
@@ -299,7 +299,7 @@ def write_scans(folder: Path, n: int, rng: random.Random) -> list[dict[str, Any]
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Base load, live stream with a producer, drain; returns every figure."""
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.config import Settings, open_catalog
     from ragsync.index.versions import live_spec, prepare_stores
 
@@ -352,14 +352,14 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
         # 3. the producer
         cache_before = catalog.count_rows("embedding_cache")
-        dead_before = sum(catalog.dead_letter_counts().values())
+        dead_before = sum(catalog.dead_letters.dead_letter_counts().values())
         live = sorted(n for n in docs if n != warm.name)
         base_names = set(live)
         new_names: list[str] = []
         produced = {op: 0 for op, _ in MIX}
         samples: list[dict[str, Any]] = []
         ops, weights = zip(*MIX, strict=True)
-        before_states = catalog.queue_stats()["by_state"]
+        before_states = catalog.queue.queue_stats()["by_state"]
         since = time.time()
         t0 = time.monotonic()
         next_at = t0
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             while (now := time.monotonic()) < next_at:
                 if now >= next_sample:
-                    samples.append({"t_s": round(now - t0, 1), **catalog.queue_stats()})
+                    samples.append({"t_s": round(now - t0, 1), **catalog.queue.queue_stats()})
                     next_sample += 10.0
                 time.sleep(min(0.05, next_at - now))
             op = rng.choices(ops, weights)[0]
@@ -401,22 +401,22 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             enqueue(catalog, [ev])
             produced[op] += 1
         produce_s = time.monotonic() - t0
-        end_of_production = catalog.queue_stats()
-        applied_in_window = len(catalog.freshness_rows(since=since))
+        end_of_production = catalog.queue.queue_stats()
+        applied_in_window = len(catalog.queue.freshness_rows(since=since))
         finished_in_window = _finished(end_of_production["by_state"]) - _finished(before_states)
 
         # 4. drain, then stop the stream
         start = time.monotonic()
         drain_lanes = ("priority", "fast") if args.slow_backlog else ("priority", "fast", "slow")
         drained = wait_drained(catalog, proc, args.drain_timeout, drain_lanes)
-        scans_pending = catalog.unfinished_events(("slow",))
+        scans_pending = catalog.queue.unfinished_events(("slow",))
         drain_s = time.monotonic() - start
-        end = catalog.queue_stats()
+        end = catalog.queue.queue_stats()
         stopped = stop_group(proc)
         proc = None
         summary = last_json(log, live_offset)
 
-        all_rows = catalog.freshness_rows(since=since)
+        all_rows = catalog.queue.freshness_rows(since=since)
         rows = [r for r in all_rows if not r[0].startswith("scan-")]
         scans_applied = len(all_rows) - len(rows)
         by_op: dict[str, list[float]] = {}
@@ -428,9 +428,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         cache_added = catalog.count_rows("embedding_cache") - cache_before
         new_chunks = chunks_of(catalog, new_names)
         edits_applied = max(0, len(content) - len(new_names))
-        dead = sum(catalog.dead_letter_counts().values()) - dead_before
+        dead = sum(catalog.dead_letters.dead_letter_counts().values()) - dead_before
         total = sum(produced.values())
-        stats = catalog.freshness_stats(since=since)
+        stats = catalog.queue.freshness_stats(since=since)
         by_state = end["by_state"]
         finished_total = _finished(by_state) - _finished(before_states)
         by_op_state = events_by_op_state(catalog)

@@ -62,7 +62,7 @@ def cmd_tenants_list(args: argparse.Namespace) -> int:
     from ragsync.catalog import Catalog
 
     with Catalog.open(_catalog_url(args)) as catalog:
-        rows = catalog.list_tenants()
+        rows = catalog.tenants.list_tenants()
     if args.json:
         print(json.dumps([_tenant_dict(r) for r in rows]))
     elif not rows:
@@ -97,7 +97,7 @@ def cmd_tenants_revoke_key(args: argparse.Namespace) -> int:
     from ragsync.catalog import Catalog
 
     with Catalog.open(_catalog_url(args)) as catalog:
-        revoked = catalog.revoke_api_key(args.key_id)
+        revoked = catalog.tenants.revoke_api_key(args.key_id)
     if args.json:
         print(json.dumps({"key_id": args.key_id, "revoked": revoked}))
     else:
@@ -200,7 +200,7 @@ def cmd_worker(args: argparse.Namespace) -> int:
     worker = Worker(catalog, _store_args(args, settings), schedule=not args.no_schedule)
     try:
         if args.once:
-            worker.catalog.fail_interrupted_sync_runs()
+            worker.catalog.syncs.fail_interrupted_sync_runs()
             worker.run_once()
         else:
             worker.serve_forever(on_error=lambda exc: print(f"ragsync worker: {exc}", file=sys.stderr))

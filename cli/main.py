@@ -154,13 +154,15 @@ def cmd_query(args: argparse.Namespace) -> int:
 
 
 def cmd_reconcile(args: argparse.Namespace) -> int:
-    from ragsync.index.reconcile import reconcile, repair
+    from ragsync.index.reconcile import reconcile
+    from ragsync.index.service import IndexService
     from ragsync.index.versions import live_spec
 
     settings = settings_from_args(args)
     dim = live_spec(settings).dim
     if args.repair:
-        fixed = repair(settings, dim)
+        with IndexService.open(settings, dim) as service:
+            fixed = service.repair()
         lines = [f"{a.action} {a.store} tenant={a.tenant_id}: {a.chunks} chunks" for a in fixed.actions]
         lines = lines or ["nothing to repair"]
         lines.append(
@@ -194,16 +196,16 @@ def cmd_status(args: argparse.Namespace) -> int:
     prices = Prices(vcpu_hour_usd=settings.vcpu_hour_usd, gpu_hour_usd=settings.gpu_hour_usd)
     catalog = open_catalog(settings)
     try:
-        coverage = coverage_by_source(catalog.document_outcomes())
-        last_runs = {kind: catalog.list_runs(kind=kind, limit=1) for kind in ("listing", "stream")}
-        docs = catalog.document_counts_by_status()
-        dead = catalog.dead_letter_counts()
-        recent = catalog.list_dead_letters(limit=args.limit)
-        queue = catalog.queue_stats()
-        fresh = catalog.freshness_stats()
-        review = catalog.pages_for_review()
-        sources = catalog.source_states()
-        stale = catalog.stale_events(limit=args.limit)
+        coverage = coverage_by_source(catalog.runs.document_outcomes())
+        last_runs = {kind: catalog.runs.list_runs(kind=kind, limit=1) for kind in ("listing", "stream")}
+        docs = catalog.documents.document_counts_by_status()
+        dead = catalog.dead_letters.dead_letter_counts()
+        recent = catalog.dead_letters.list_dead_letters(limit=args.limit)
+        queue = catalog.queue.queue_stats()
+        fresh = catalog.queue.freshness_stats()
+        review = catalog.documents.pages_for_review()
+        sources = catalog.syncs.source_states()
+        stale = catalog.queue.stale_events(limit=args.limit)
     finally:
         catalog.close()
     data: dict[str, Any] = {

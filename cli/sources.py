@@ -40,7 +40,7 @@ def _options(pairs: list[str] | None, groups: str | None) -> dict[str, Any] | No
 
 def cmd_sources_add(args: argparse.Namespace) -> int:
     """Register a source with its location (``--uri``) and connector settings."""
-    from connectors.registration import register_source
+    from connectors.sources import register_source
 
     uri = args.uri or default_uri(args.type)
     try:
@@ -76,7 +76,7 @@ def cmd_sources_list(args: argparse.Namespace) -> int:
 
     catalog = open_catalog(settings_from_args(args))
     try:
-        states = catalog.source_states(args.tenant)
+        states = catalog.syncs.source_states(args.tenant)
     finally:
         catalog.close()
     now = time.time()
@@ -113,11 +113,11 @@ def cmd_sources_webhook_secret(args: argparse.Namespace) -> int:
     token = secrets.token_urlsafe(32)
     catalog = open_catalog(settings_from_args(args))
     try:
-        state = catalog.get_source(args.source_id, tenant_id=args.tenant)
+        state = catalog.sources.get_source(args.source_id, tenant_id=args.tenant)
         if state is None:
             return fail(f"unknown source {args.source_id!r}", 2)
         options = {**state.options, WEBHOOK_SECRET_OPTION: webhook_secret_hash(token)}
-        catalog.configure_source(state.source_id, tenant_id=state.tenant_id, options=options)
+        catalog.syncs.configure_source(state.source_id, tenant_id=state.tenant_id, options=options)
     finally:
         catalog.close()
     path = f"/v1/sources/{state.source_id}/webhook"
@@ -139,9 +139,9 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     try:
         if paused:
             reason = args.reason or "paused by an operator"
-            found = catalog.pause_source(args.source_id, reason, tenant_id=args.tenant)
+            found = catalog.syncs.pause_source(args.source_id, reason, tenant_id=args.tenant)
         else:
-            found = catalog.resume_source(args.source_id, args.tenant)
+            found = catalog.syncs.resume_source(args.source_id, args.tenant)
     finally:
         catalog.close()
     if not found:

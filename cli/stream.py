@@ -36,7 +36,7 @@ def cmd_events_push(args: argparse.Namespace) -> int:
         key = (tenant, event.source_id)
         if key not in sources:
             try:
-                row = catalog.get_source(event.source_id, tenant_id=tenant or None)
+                row = catalog.sources.get_source(event.source_id, tenant_id=tenant or None)
             except AmbiguousSourceError as exc:
                 raise InvalidEventError(str(exc)) from None
             sources[key] = None if row is None else (row.tenant_id, row.uri or "")
@@ -60,9 +60,9 @@ def cmd_events_push(args: argparse.Namespace) -> int:
                     continue
                 batch.append(event)
                 if len(batch) >= 1000:
-                    added, dup = catalog.enqueue_events(batch)
+                    added, dup = catalog.queue.enqueue_events(batch)
                     queued, duplicates, batch = queued + added, duplicates + dup, []
-            added, dup = catalog.enqueue_events(batch)
+            added, dup = catalog.queue.enqueue_events(batch)
             queued, duplicates = queued + added, duplicates + dup
     finally:
         catalog.close()
@@ -131,7 +131,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
 
     catalog = open_catalog(settings_from_args(args))
     try:
-        rows = catalog.list_dead_letters(source_id=args.source_id, limit=args.limit)
+        rows = catalog.dead_letters.list_dead_letters(source_id=args.source_id, limit=args.limit)
     finally:
         catalog.close()
     data: list[dict[str, Any]] = [
@@ -173,12 +173,12 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
     missed: list[str] = []
     try:
         if args.all:
-            rows = catalog.list_dead_letters(tenant_id=args.tenant, limit=1_000_000)
+            rows = catalog.dead_letters.list_dead_letters(tenant_id=args.tenant, limit=1_000_000)
             keys = sorted({(r.tenant_id, r.key) for r in rows})
         else:
             keys = [(args.tenant, str(args.id))]
         for tenant, key in keys:
-            found = catalog.redrive_dead_letter(key, parse=event_or_none, tenant_id=tenant)
+            found = catalog.dead_letters.redrive_dead_letter(key, parse=event_or_none, tenant_id=tenant)
             done.extend(found)
             if not found:
                 missed.append(key)

@@ -77,7 +77,7 @@ class ApiKeys:
             ragsync.catalog.ConflictError: the name or id is taken.
         """
         key_id, key = new_api_key()
-        row = self._catalog.create_tenant(
+        row = self._catalog.tenants.create_tenant(
             name,
             tenant_id=name if tenant_id is None else tenant_id,
             key_id=key_id,
@@ -95,7 +95,7 @@ class ApiKeys:
             LookupError: the tenant does not exist.
         """
         key_id, key = new_api_key()
-        self._catalog.add_api_key(tenant_id, key_id, hash_api_key(key, self._pepper))
+        self._catalog.tenants.add_api_key(tenant_id, key_id, hash_api_key(key, self._pepper))
         return key_id, key
 
     def authenticate(self, key: str) -> str | None:
@@ -112,7 +112,7 @@ class ApiKeys:
         key_id = api_key_id(key)
         if key_id is None:
             return None
-        row = self._catalog.get_api_key(key_id)
+        row = self._catalog.tenants.get_api_key(key_id)
         presented = hash_api_key(key, self._pepper)
         if row is None:
             hmac.compare_digest(presented, self._dummy_hash)

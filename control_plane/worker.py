@@ -114,8 +114,8 @@ class Worker:
 
     def schedule_due(self, now: float | None = None) -> list[str]:
         """Request the syncs that are due; returns their sync ids."""
-        busy = self.catalog.pending_sync_sources()
-        states = self.catalog.source_states()
+        busy = self.catalog.syncs.pending_sync_sources()
+        states = self.catalog.syncs.source_states()
         # Source ids are unique per tenant: schedule by (tenant, id).
         key = {(s.tenant_id, s.source_id): f"{s.tenant_id}\x1f{s.source_id}" for s in states}
         schedules = [
@@ -136,7 +136,7 @@ class Worker:
             schedules, time.time() if now is None else now, full_every_s=self.full_every_s
         ):
             tenant_id, source_id = scheduled.split("\x1f", 1)
-            run = self.catalog.request_sync(tenant_id, source_id, mode.value, origin="schedule")
+            run = self.catalog.syncs.request_sync(tenant_id, source_id, mode.value, origin="schedule")
             if run is not None:
                 out.append(run.sync_id)
         return out
@@ -147,16 +147,16 @@ class Worker:
         if self.schedule:
             self.schedule_due()
         ran = False
-        run = self.catalog.claim_sync_run(after_tenant=self._last_tenant)
+        run = self.catalog.syncs.claim_sync_run(after_tenant=self._last_tenant)
         if run is not None:
             self._last_tenant = run.tenant_id  # round-robin: the next tenant goes next
             self.run_sync(run)
             ran = True
-        backfill = self.catalog.claim_backfill()
+        backfill = self.catalog.backfills.claim_backfill()
         if backfill is not None:
             self.run_backfill(backfill)
             ran = True
-        if self.catalog.pending_events(limit=1):
+        if self.catalog.queue.pending_events(limit=1):
             self.run_stream()
             ran = True
         return ran
@@ -201,12 +201,12 @@ class Worker:
         data = _last_json(out) or {}
         if code == 0 and "totals" in data:
             counts = {"mode": data.get("mode"), "reason": data.get("reason"), **data["totals"]}
-            self.catalog.finish_sync_run(run.sync_id, succeeded=True, counts=counts)
+            self.catalog.syncs.finish_sync_run(run.sync_id, succeeded=True, counts=counts)
             return
         error = str(data.get("error") or "") or _tail(err) or f"ragsync sync exited with {code}"
         # The tenant reads this error (GET /v1/sources/{id}/sync/{sync_id}): no host details.
         error = host_free(error)
-        self.catalog.finish_sync_run(run.sync_id, succeeded=False, error=error)
+        self.catalog.syncs.finish_sync_run(run.sync_id, succeeded=False, error=error)
 
     def run_stream(self) -> None:
         """Apply the queued events until the queue is drained. A failed run
@@ -217,13 +217,13 @@ class Worker:
     def run_backfill(self, row: BackfillRow) -> None:
         """Run one claimed backfill request and record how it ended."""
         if row.reason != "embedding_model":
-            self.catalog.update_backfill_progress(row.backfill_id, state="failed")
+            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="failed")
             return
         if row.tenant_id is not None:
             # Re-embedding builds an index version of every tenant's chunks:
             # a tenant's request (one queued before the API refused them) is
             # refused here too, never run.
-            self.catalog.update_backfill_progress(row.backfill_id, state="refused")
+            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="refused")
             return
         args = ["reembed", "--model", row.target_index, "--quiet"]
         if row.max_docs_per_s:
@@ -235,7 +235,7 @@ class Worker:
             state = "flipped" if data.get("state") == "live" else "built"
         else:
             state = "refused" if code == 1 else "failed"
-        self.catalog.update_backfill_progress(
+        self.catalog.backfills.update_backfill_progress(
             row.backfill_id, total=total, done=max(total - failed, 0), failed=failed, state=state
         )
 
@@ -243,7 +243,7 @@ class Worker:
 
     def serve_forever(self, on_error: Callable[[BaseException], None] | None = None) -> None:
         """Pass after pass until :meth:`stop`; idle passes sleep ``poll_s``."""
-        self.catalog.fail_interrupted_sync_runs()
+        self.catalog.syncs.fail_interrupted_sync_runs()
         while not self._stop.is_set():
             try:
                 busy = self.run_once()

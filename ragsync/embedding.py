@@ -441,7 +441,7 @@ def embed_with_cache(
     them into a dead letter (:func:`embed_failure`) or a failed count.
     """
     version = version or model.version
-    cached = catalog.get_embeddings(sorted({c.text_hash for c in chunks}), version)
+    cached = catalog.chunks.get_embeddings(sorted({c.text_hash for c in chunks}), version)
     vectors = {h: np.asarray(v, dtype=np.float32) for h, v in cached.items()}
     missing = {c.text_hash: c.embedding_text() for c in chunks if c.text_hash not in cached}
     results = encode_isolating_failures(
@@ -455,7 +455,7 @@ def embed_with_cache(
         else:
             fresh[text_hash] = result
     if fresh:
-        catalog.put_embeddings(fresh, version)
+        catalog.chunks.put_embeddings(fresh, version)
     vectors.update(fresh)
     hits = sum(1 for c in chunks if c.text_hash in cached)
     return CachedEmbedding(vectors=vectors, failures=failures, hits=hits, embedded=len(fresh))

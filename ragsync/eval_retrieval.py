@@ -187,13 +187,13 @@ def evaluate(
         for g, qv in zip(golden, vectors_q, strict=True):
             key = (g.tenant, tuple(g.groups or groups))
             if key not in acl_cache:
-                acl_cache[key] = catalog.acl_ids_for_groups(g.tenant, list(key[1]))
+                acl_cache[key] = catalog.documents.acl_ids_for_groups(g.tenant, list(key[1]))
             acl_ids = acl_cache[key]
             vhits = [h.chunk_id for h in vec.search(g.tenant, [float(x) for x in qv], acl_ids, DEPTH)]
             khits = [h.chunk_id for h in kw.search(g.tenant, g.query, acl_ids, DEPTH)]
             rankings = {"vector": vhits, "hybrid": [cid for cid, _ in reciprocal_rank_fusion([vhits, khits])]}
             missing = [c for ids in rankings.values() for c in ids if c not in chunk_doc]
-            for cid, chunk in catalog.chunks_by_ids(missing).items():
+            for cid, chunk in catalog.chunks.chunks_by_ids(missing).items():
                 chunk_doc[cid] = chunk.doc_id
             report.queries[g.format] = report.queries.get(g.format, 0) + 1
             for mode, ranking in rankings.items():
@@ -206,7 +206,7 @@ def evaluate(
                         break
                 for doc_id in top:
                     if doc_id not in docs:
-                        docs[doc_id] = catalog.get_document(doc_id)
+                        docs[doc_id] = catalog.documents.get_document(doc_id)
                 found = sum(
                     1 for r in g.relevant if any(docs[d] is not None and _matches(r, docs[d]) for d in top)
                 )

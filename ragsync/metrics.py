@@ -62,7 +62,7 @@ class CatalogCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         cat = self.catalog
         docs = _gauge("ragsync_documents", "Documents in the catalog by state", "state")
-        for state, n in sorted(cat.document_counts_by_status().items()):
+        for state, n in sorted(cat.documents.document_counts_by_status().items()):
             docs.add_metric([state], n)
         yield docs
 
@@ -76,7 +76,7 @@ class CatalogCollector(Collector):
             *by,
         )
         applied = _gauge("ragsync_freshness_events", "Applied events measured", *by)
-        for f in cat.freshness_stats():
+        for f in cat.queue.freshness_stats():
             labels = [f["tenant_id"], f["source_id"], f["lane"], f["kind"]]
             p50.add_metric(labels, f["p50_s"])
             p95.add_metric(labels, f["p95_s"])
@@ -85,7 +85,7 @@ class CatalogCollector(Collector):
         yield p95
         yield applied
 
-        queue = cat.queue_stats()
+        queue = cat.queue.queue_stats()
         depth = _gauge("ragsync_queue_depth", "Pending events by lane", "lane")
         oldest = _gauge(
             "ragsync_queue_oldest_pending_age_seconds", "Age of the oldest pending event by lane", "lane"
@@ -102,14 +102,14 @@ class CatalogCollector(Collector):
         yield states
 
         dead = _gauge("ragsync_dead_letters", "Open dead letters by error class", "error_class")
-        for error_class, n in sorted(cat.dead_letter_counts().items()):
+        for error_class, n in sorted(cat.dead_letters.dead_letter_counts().items()):
             dead.add_metric([error_class], n)
         yield dead
 
         by = ("tenant_id", "source_id")
         coverage = _gauge("ragsync_coverage_ratio", "indexed / (seen - excluded by rule) per source", *by)
         outcome = _gauge("ragsync_source_documents", "Documents of a source by outcome", *by, "outcome")
-        for s in coverage_by_source(cat.document_outcomes()):
+        for s in coverage_by_source(cat.runs.document_outcomes()):
             key = [s["tenant_id"], s["source_id"]]
             coverage.add_metric(key, s["coverage"])
             outcome.add_metric([*key, "indexed"], s["indexed"])
@@ -119,9 +119,9 @@ class CatalogCollector(Collector):
         yield outcome
         yield GaugeMetricFamily("ragsync_coverage_target_ratio", "The coverage target", value=COVERAGE_TARGET)
 
-        yield from _run_series(cat.list_runs(limit=None))
+        yield from _run_series(cat.runs.list_runs(limit=None))
 
-        review = cat.pages_for_review(limit=0)
+        review = cat.documents.pages_for_review(limit=0)
         yield GaugeMetricFamily(
             "ragsync_pages_for_review", "Pages not indexed: OCR below the bar", value=review["pages"]
         )

@@ -295,7 +295,9 @@ def hybrid_query(
             pushed = None
             if filters is not None and filters.source_ids:
                 # A source of few documents: the stores search only its documents.
-                pushed = catalog.doc_ids_in_sources(tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS)
+                pushed = catalog.copies.doc_ids_in_sources(
+                    tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS
+                )
             while True:
                 vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
                 khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
@@ -328,17 +330,17 @@ def reader_of(
 
     def grant(held: Sequence[str]) -> ReadGrant:
         return ReadGrant(
-            frozenset(catalog.acl_ids_for_groups(tenant_id, list(held))),
-            frozenset(catalog.acl_ids_denying(tenant_id, list(held))),
+            frozenset(catalog.documents.acl_ids_for_groups(tenant_id, list(held))),
+            frozenset(catalog.documents.acl_ids_denying(tenant_id, list(held))),
         )
 
     if groups is not None:
         return Reader(everywhere=grant(sorted(set(groups))))
     assert user is not None
-    per_source = catalog.groups_of_user_by_source(tenant_id, user)
+    per_source = catalog.identities.groups_of_user_by_source(tenant_id, user)
     return Reader(
         by_source={src: grant(sorted(held)) for src, held in per_source.items()},
-        links=catalog.identity_links(tenant_id) if per_source else {},
+        links=catalog.identities.identity_links(tenant_id) if per_source else {},
     )
 
 
@@ -355,10 +357,10 @@ def _assemble(
     the live version, tenant, ACL ids, deny entries, newest of near
     duplicates, a live copy ``reader`` may read in its source) and ``filters``."""
     fused = reciprocal_rank_fusion([ranked_ids(vhits), ranked_ids(khits)])
-    rows = catalog.chunks_by_ids([cid for cid, _ in fused], live_only=True)
+    rows = catalog.chunks.chunks_by_ids([cid for cid, _ in fused], live_only=True)
     allowed, refused = reader.any_allowed, reader.any_denied
     # Near duplicates (drafts of one file): only the newest of a group.
-    newest = catalog.newest_of_groups(sorted({c.doc_id for c in rows.values()}), sorted(allowed))
+    newest = catalog.copies.newest_of_groups(sorted({c.doc_id for c in rows.values()}), sorted(allowed))
     docs: dict[str, Any] = {}
     parents: dict[str, str | None] = {}
     results: list[QueryResult] = []
@@ -371,7 +373,9 @@ def _assemble(
         if newest.get(chunk.doc_id, chunk.doc_id) != chunk.doc_id:
             continue
         if chunk.doc_id not in docs:
-            docs[chunk.doc_id] = _shown_copy(catalog, catalog.get_document(chunk.doc_id), reader, filters)
+            docs[chunk.doc_id] = _shown_copy(
+                catalog, catalog.documents.get_document(chunk.doc_id), reader, filters
+            )
         doc = docs[chunk.doc_id]
         if doc is None:
             continue
@@ -402,7 +406,7 @@ def _assemble(
 def _parent_link(catalog: Any, parent_doc_id: str, tenant_id: str, reader: Reader) -> str | None:
     """A child document's container's link, when the reader may read the
     container itself (else None: its address is not shown)."""
-    parent = catalog.get_document(parent_doc_id)
+    parent = catalog.documents.get_document(parent_doc_id)
     if parent is None or parent.tenant_id != tenant_id:
         return None
     if not reader.may_read(parent.source_id, parent.acl_id):
@@ -421,7 +425,7 @@ def _shown_copy(catalog: Any, holder: Any, reader: Reader, filters: QueryFilters
     """
     if holder is None or holder.status not in LIVE_STATUSES or holder.deleted_at:
         return None
-    copies = [holder, *catalog.duplicates_of(holder.doc_id)]
+    copies = [holder, *catalog.copies.duplicates_of(holder.doc_id)]
     readable = [d for d in copies if reader.may_read(d.source_id, d.acl_id)]
     if filters is not None:
         readable = [d for d in readable if filters.matches(d)]

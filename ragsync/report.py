@@ -50,14 +50,14 @@ def gather(catalog: Any, *, now: float | None = None) -> dict[str, Any]:
     ts = time.time() if now is None else now
     return {
         "generated_at": ts,
-        "documents": catalog.document_counts_by_status(),
-        "dead_letters": catalog.dead_letter_counts(),
-        "queue": catalog.queue_stats(now=ts),
-        "freshness_stats": catalog.freshness_stats(),
-        "freshness": catalog.freshness_series(),
-        "queue_intervals": catalog.queue_intervals(),
-        "coverage": coverage_by_source(catalog.document_outcomes()),
-        "ocr_confidence": catalog.ocr_confidences(),
+        "documents": catalog.documents.document_counts_by_status(),
+        "dead_letters": catalog.dead_letters.dead_letter_counts(),
+        "queue": catalog.queue.queue_stats(now=ts),
+        "freshness_stats": catalog.queue.freshness_stats(),
+        "freshness": catalog.queue.freshness_series(),
+        "queue_intervals": catalog.queue.queue_intervals(),
+        "coverage": coverage_by_source(catalog.runs.document_outcomes()),
+        "ocr_confidence": catalog.runs.ocr_confidences(),
     }
 
 

@@ -25,7 +25,7 @@ def flip(
     ``chunker-1``/``parser-1`` into ``chunk_count`` chunks; ``kw`` passes the
     guard and the other options through. Returns what the catalog returns."""
     return bool(
-        cat.flip_indexed_version(
+        cat.documents.flip_indexed_version(
             doc_id,
             content_hash=content_hash,
             source_version=version,

@@ -29,7 +29,7 @@ import threading
 from collections.abc import Mapping
 from pathlib import Path
 
-from ragsync.index.service import HOOKS_ENV, WriteHooks
+from ragsync.index.hooks import HOOKS_ENV, WriteHooks
 from ragsync.model import DocumentPlan
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -92,12 +92,12 @@ class QueryHome:
         try:
             chunks: list[Chunk] = []
             for d in {d.acl_id: d for d in docs}.values():  # each ACL once (100k docs share a few)
-                cat.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
+                cat.documents.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
             for d in docs:
                 chash = ids.content_hash(d.text.encode())
                 version = f"{d.mtime:.6f}"
                 parent = ids.doc_id(d.tenant, d.source, d.parent) if d.parent else None
-                cat.record_fetch(
+                cat.documents.record_fetch(
                     FetchRecord(
                         doc_id=d.doc_id,
                         source_id=d.source,
@@ -134,11 +134,11 @@ class QueryHome:
                 part = chunks[start : start + batch]
                 vindex.upsert(part, vecs[start : start + batch])
                 kindex.upsert(part)
-                cat.write_chunks(part)
+                cat.chunks.write_chunks(part)
             for d in docs:
                 chash = ids.content_hash(d.text.encode())
                 version = f"{d.mtime:.6f}"
-                cat.flip_indexed_version(
+                cat.documents.flip_indexed_version(
                     d.doc_id,
                     content_hash=chash,
                     source_version=version,
@@ -167,8 +167,8 @@ class QueryHome:
         chash = ids.content_hash(copy.text.encode())
         cat = open_catalog(self.settings)
         try:
-            cat.upsert_acl(copy.acl_id, copy.tenant, list(copy.groups), list(copy.deny))
-            cat.record_fetch(
+            cat.documents.upsert_acl(copy.acl_id, copy.tenant, list(copy.groups), list(copy.deny))
+            cat.documents.record_fetch(
                 FetchRecord(
                     doc_id=copy.doc_id,
                     source_id=copy.source,
@@ -185,8 +185,8 @@ class QueryHome:
                     version_observed_at=copy.mtime,
                 )
             )
-            cat.mark_duplicate(copy.doc_id, holder.doc_id, content_hash=chash)
-            chunk = cat.chunks_by_ids([self.chunk_ids[holder.doc_id]])[self.chunk_ids[holder.doc_id]]
+            cat.copies.mark_duplicate(copy.doc_id, holder.doc_id, content_hash=chash)
+            chunk = cat.chunks.chunks_by_ids([self.chunk_ids[holder.doc_id]])[self.chunk_ids[holder.doc_id]]
             acl_ids = tuple(sorted({*chunk.acl_ids, copy.acl_id}))
         finally:
             cat.close()
@@ -205,8 +205,8 @@ class QueryHome:
         vindex = open_vector_index(self.settings, live_spec(self.settings).dim)
         kindex = open_keyword_index(self.settings)
         try:
-            chunk = cat.chunks_by_ids([cid])[cid]
-            cat.set_chunk_acl_ids(doc.doc_id, list(acl_ids), tenant_id=doc.tenant)
+            chunk = cat.chunks.chunks_by_ids([cid])[cid]
+            cat.chunks.set_chunk_acl_ids(doc.doc_id, list(acl_ids), tenant_id=doc.tenant)
             vindex.set_acl_ids(doc.tenant, [cid], list(acl_ids))
             kindex.set_acl_ids(doc.tenant, [replace(chunk, acl_ids=tuple(acl_ids))])
         finally:
@@ -224,8 +224,8 @@ class QueryHome:
         acl_id = ids.acl_id(doc.tenant, tuple(groups), tuple(deny))
         cat = open_catalog(self.settings)
         try:
-            cat.upsert_acl(acl_id, doc.tenant, list(groups), list(deny))
-            cat.set_document_acl(doc.doc_id, acl_id)
+            cat.documents.upsert_acl(acl_id, doc.tenant, list(groups), list(deny))
+            cat.documents.set_document_acl(doc.doc_id, acl_id)
         finally:
             cat.close()
         if stores:

@@ -49,7 +49,7 @@ def push_events(settings: Settings, events: list[dict[str, Any]]) -> tuple[int, 
     """
     cat = open_catalog(settings)
     try:
-        return cat.enqueue_events([parse_event(e) for e in events])
+        return cat.queue.enqueue_events([parse_event(e) for e in events])
     finally:
         cat.close()
 

@@ -18,7 +18,7 @@ def chunk_ids_by_store(settings: Settings, tenant: str = "default", dim: int = D
     kw = open_keyword_index(settings)
     try:
         return {
-            "catalog": set(cat.chunk_ids_for_tenant(tenant)),
+            "catalog": set(cat.chunks.chunk_ids_for_tenant(tenant)),
             "vector": set(vec.chunk_ids()),
             "keyword": set(kw.chunk_ids()),
         }
@@ -32,6 +32,6 @@ def document_statuses(settings: Settings) -> dict[str, int]:
     """Documents by status (``Catalog.document_counts_by_status``)."""
     cat = open_catalog(settings)
     try:
-        return dict(cat.document_counts_by_status())
+        return dict(cat.documents.document_counts_by_status())
     finally:
         cat.close()

@@ -36,7 +36,7 @@ def register_folder(
     """Create the stores and register ``folder`` as source ``source_id`` of
     ``tenant`` whose versions (file times) are ``domain`` values, before any
     event names it."""
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.embedding import default_model
     from ragsync.index.versions import prepare_stores
 
@@ -81,7 +81,7 @@ def push(settings: Any, events: Iterable[Mapping[str, Any]]) -> None:
 
     cat = open_catalog(settings)
     try:
-        cat.enqueue_events([parse_event(dict(e)) for e in events])
+        cat.queue.enqueue_events([parse_event(dict(e)) for e in events])
     finally:
         cat.close()
 

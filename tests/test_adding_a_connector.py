@@ -193,7 +193,8 @@ def test_sync_indexes_the_tickets_applies_an_edit_and_a_delete_and_fails_closed(
     catalog = open_catalog(Settings(home=home))
     try:
         letters = [
-            (d.uri, d.error_class) for d in catalog.list_dead_letters(tenant_id=TENANT, source_id="tix")
+            (d.uri, d.error_class)
+            for d in catalog.dead_letters.list_dead_letters(tenant_id=TENANT, source_id="tix")
         ]
     finally:
         catalog.close()

@@ -101,7 +101,7 @@ def test_an_index_without_a_recorded_version_is_torch(tmp_path: Path) -> None:
     open_vector_index(settings, 384, create=True).close()
     catalog = open_catalog(settings)
     try:
-        assert not catalog.has_index_versions()
+        assert not catalog.index_versions.has_index_versions()
     finally:
         catalog.close()
     spec = live_spec(settings)

@@ -144,8 +144,8 @@ def test_backfill_indexes_dead_letters_and_rerun_is_idempotent(
 
     cat = open_catalog(settings)
     try:
-        assert cat.dead_letter_counts() == {"empty": 1, "corrupt": 1}
-        assert cat.document_counts_by_status() == {"indexed": 4, "dead_letter": 2}
+        assert cat.dead_letters.dead_letter_counts() == {"empty": 1, "corrupt": 1}
+        assert cat.documents.document_counts_by_status() == {"indexed": 4, "dead_letter": 2}
     finally:
         cat.close()
 
@@ -159,7 +159,7 @@ def test_backfill_indexes_dead_letters_and_rerun_is_idempotent(
     assert _chunk_ids(settings) == stores
     cat = open_catalog(settings)
     try:  # a replayed failure adds no second dead-letter row
-        assert cat.dead_letter_counts() == {"empty": 1, "corrupt": 1}
+        assert cat.dead_letters.dead_letter_counts() == {"empty": 1, "corrupt": 1}
     finally:
         cat.close()
 
@@ -229,8 +229,8 @@ def test_exact_duplicates_are_indexed_once_with_both_permissions(corpus: Path, t
     stores = _chunk_ids(settings)
     cat = open_catalog(settings)
     try:
-        counts = cat.chunk_counts_by_doc()
-        assert cat.document_counts_by_status() == {"indexed": 4, "duplicate": 1, "dead_letter": 2}
+        counts = cat.chunks.chunk_counts_by_doc()
+        assert cat.documents.document_counts_by_status() == {"indexed": 4, "duplicate": 1, "dead_letter": 2}
     finally:
         cat.close()
     assert len(counts) == 4 and stores["catalog"] == stores["vector"]
@@ -262,7 +262,7 @@ def test_backfill_killed_mid_write_then_rerun_matches_a_clean_run(
     assert reconcile(crashed, DIM).ok
     cat = open_catalog(crashed)
     try:
-        assert cat.document_counts_by_status() == {"indexed": 4, "dead_letter": 2}
+        assert cat.documents.document_counts_by_status() == {"indexed": 4, "dead_letter": 2}
     finally:
         cat.close()
 
@@ -304,8 +304,8 @@ def test_near_duplicate_drafts_show_only_the_newest(tmp_path: Path) -> None:
     assert "policy-final.md" in uris and "policy-draft.md" not in uris
     cat = open_catalog(settings)
     try:
-        ids_ = {Path(d.uri).name: d.doc_id for d in cat.documents_for_source(_source(cat))}
-        groups = cat.newest_of_groups(sorted(ids_.values()))
+        ids_ = {Path(d.uri).name: d.doc_id for d in cat.documents.documents_for_source(_source(cat))}
+        groups = cat.copies.newest_of_groups(sorted(ids_.values()))
     finally:
         cat.close()
     assert groups[ids_["policy-draft.md"]] == ids_["policy-final.md"]
@@ -337,8 +337,8 @@ def test_boilerplate_chunks_are_not_indexed_again(tmp_path: Path) -> None:
     cat = open_catalog(settings)
     try:
         texts = {
-            Path(d.uri).name: [c.text for c in cat.chunks_for_doc(d.doc_id)]
-            for d in cat.documents_for_source(_source(cat))
+            Path(d.uri).name: [c.text for c in cat.chunks.chunks_for_doc(d.doc_id)]
+            for d in cat.documents.documents_for_source(_source(cat))
         }
     finally:
         cat.close()

@@ -18,7 +18,7 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_pipelines.streaming import GuardBusMessages, apply_event_rows
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import FailureRoute, failure_route, retry_dead_letters
@@ -29,7 +29,7 @@ from ragsync.index.milvus_vectors import MilvusVectorIndex
 from ragsync.index.versions import prepare_stores
 from ragsync.model import DeadLetter
 from tests.queue_events import apply_events, change_event, stream_until_idle
-from transforms.write import replay_event
+from transforms.dead_letters import replay_event
 
 TENANT = "acme"
 SOURCE = "wiki"
@@ -80,17 +80,17 @@ def test_a_bus_event_that_has_no_row_is_queued_for_retry(tmp_path: Path) -> None
     assert event is not None and (event.op, event.tenant_id, event.source_version) == ("delete", TENANT, "2")
     cat = open_catalog(settings)
     try:
-        assert cat.retry_event_later((TENANT, "other"), 5.0) == "missing"
+        assert cat.queue.retry_event_later((TENANT, "other"), 5.0) == "missing"
         before = time.time()
-        assert cat.retry_event_later((TENANT, "bus-1"), 5.0, replay=event, attempts=1) == "pending"
-        row = cat.get_event("bus-1", TENANT)
+        assert cat.queue.retry_event_later((TENANT, "bus-1"), 5.0, replay=event, attempts=1) == "pending"
+        row = cat.queue.get_event("bus-1", TENANT)
         assert row is not None
         assert (row["state"], row["attempts"], row["lane"], row["op"]) == ("pending", 1, "priority", "delete")
         assert before + 5.0 <= row["available_at"] <= time.time() + 5.0
-        assert cat.retry_event_later((TENANT, "bus-1"), 1.0, replay=event, attempts=1) == "pending"
-        assert cat.get_event("bus-1", TENANT)["attempts"] == 2  # type: ignore[index]
-        assert cat.get_event("other", TENANT) is None
-        assert cat.queue_stats()["by_state"] == {"pending": 1}
+        assert cat.queue.retry_event_later((TENANT, "bus-1"), 1.0, replay=event, attempts=1) == "pending"
+        assert cat.queue.get_event("bus-1", TENANT)["attempts"] == 2  # type: ignore[index]
+        assert cat.queue.get_event("other", TENANT) is None
+        assert cat.queue.queue_stats()["by_state"] == {"pending": 1}
     finally:
         cat.close()
 
@@ -149,7 +149,7 @@ def _chunks(settings: Settings, doc: str) -> tuple[int, int]:
     cat = open_catalog(settings)
     vec = open_vector_index(settings, default_model().dim)
     try:
-        held = sorted(cat.chunk_ids_for_doc(doc_id))
+        held = sorted(cat.chunks.chunk_ids_for_doc(doc_id))
         return vec.count_ids(TENANT, held) if held else 0, len(held)
     finally:
         vec.close()
@@ -202,15 +202,15 @@ def test_bus_events_that_meet_a_store_outage_are_applied_when_it_is_back(
     assert _applied(settings) == {"a1", "b1", "c1", "bus-c2"}
     cat = open_catalog(settings)
     try:
-        rows = {e: cat.get_event(e, TENANT) for e in ("bus-a2", "bus-b2", "bus-c2")}
+        rows = {e: cat.queue.get_event(e, TENANT) for e in ("bus-a2", "bus-b2", "bus-c2")}
         assert rows["bus-c2"] is None  # applied straight from the bus: no row
         queued = {e: (r["state"], r["attempts"], r["lane"], r["op"]) for e, r in rows.items() if r}
         assert queued == {
             "bus-a2": ("pending", 1, "priority", "delete"),
             "bus-b2": ("pending", 1, "priority", "delete"),
         }
-        assert cat.list_dead_letters(limit=10) == []
-        acl = cat.get_acl_version(ids.doc_id(TENANT, SOURCE, "c"))
+        assert cat.dead_letters.list_dead_letters(limit=10) == []
+        acl = cat.queue.get_acl_version(ids.doc_id(TENANT, SOURCE, "c"))
         assert acl is not None and acl["acl_version"] == "2"
     finally:
         cat.close()
@@ -223,10 +223,10 @@ def test_bus_events_that_meet_a_store_outage_are_applied_when_it_is_back(
     assert [_chunks(settings, n) for n in NOTES] == [(0, 0), (0, 0), (1, 1)]
     cat = open_catalog(settings)
     try:
-        assert cat.queue_stats()["by_state"] == {"done": 5}  # 3 seeded upserts + 2 retried deletes
-        assert cat.list_dead_letters(limit=10) == []
+        assert cat.queue.queue_stats()["by_state"] == {"done": 5}  # 3 seeded upserts + 2 retried deletes
+        assert cat.dead_letters.list_dead_letters(limit=10) == []
         for name in ("a", "b"):
-            tomb = cat.get_tombstone(ids.doc_id(TENANT, SOURCE, name))
+            tomb = cat.queue.get_tombstone(ids.doc_id(TENANT, SOURCE, name))
             assert tomb is not None and tomb["source_version"] == "2" and tomb["completed_at"] is not None
     finally:
         cat.close()

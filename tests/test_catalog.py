@@ -140,7 +140,7 @@ def test_open_creates_schema_and_migrate_is_idempotent(catalog_url: str) -> None
     # Catalog.open on a migrated database applies nothing and works.
     with Catalog.open(catalog_url) as cat:
         assert current_revision(cat.engine) == ALL_VERSIONS[-1]
-        assert cat.document_counts_by_status() == {}
+        assert cat.documents.document_counts_by_status() == {}
 
 
 def test_the_migrations_build_exactly_the_schema_module(catalog_url: str) -> None:
@@ -187,20 +187,22 @@ def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_
         '    batch.add_column(sa.Column("region", sa.String(32), nullable=True))',
     )
     with Catalog.open(catalog_url) as cat:
-        cat.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
-        cat.upsert_acl("a1", "t1", ["eng", "hr"])
+        cat.sources.create_source(
+            "t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update"
+        )
+        cat.documents.upsert_acl("a1", "t1", ["eng", "hr"])
     engine = create_catalog_engine(catalog_url)
     try:
         assert migrate(engine, script_location=migrations_copy(tmp_path, add_column)) == ["9001"]
         assert "region" in {c["name"] for c in inspect(engine).get_columns("sources")}
         cat = Catalog(engine, catalog_url)
-        source = cat.get_source("s1", tenant_id="t1")
+        source = cat.sources.get_source("s1", tenant_id="t1")
         assert source is not None and (source.type, source.uri, source.sync) == (
             "object_store",
             "file:///data",
             None,
         )
-        assert cat.acl_ids_for_groups("t1", ["hr"]) == ["a1"]
+        assert cat.documents.acl_ids_for_groups("t1", ["hr"]) == ["a1"]
     finally:
         engine.dispose()
 
@@ -232,8 +234,8 @@ def test_a_catalog_of_the_hand_written_migrations_is_stamped_and_keeps_its_rows(
     finally:
         engine.dispose()
     with Catalog.open(catalog_url) as cat:
-        assert cat.acl_ids_for_groups("t1", ["eng"]) == ["a1"]
-        assert cat.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
+        assert cat.documents.acl_ids_for_groups("t1", ["eng"]) == ["a1"]
+        assert cat.documents.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
 
 
 def test_an_older_hand_written_catalog_is_refused_unchanged(catalog_url: str) -> None:
@@ -277,7 +279,7 @@ def test_normalize_url_accepts_bare_paths(tmp_path: Path) -> None:
     assert normalize_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
     with Catalog.open(path) as cat:
         assert cat.url == f"sqlite:///{path}"
-        cat.create_source("t1", source_id="s1", type="object_store", if_exists="update")
+        cat.sources.create_source("t1", source_id="s1", type="object_store", if_exists="update")
         with cat.engine.connect() as conn:
             assert conn.execute(text("PRAGMA journal_mode")).scalar() == "wal"
 
@@ -346,19 +348,23 @@ def test_a_process_shares_one_bounded_engine_per_server_catalog(
 
 
 def test_registering_again_updates_and_is_scoped_per_tenant(catalog: Catalog) -> None:
-    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
-    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update")
+    catalog.sources.create_source(
+        "t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update"
+    )
+    catalog.sources.create_source(
+        "t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update"
+    )
     with catalog.engine.connect() as conn:
         rows = conn.execute(select(schema.sources)).mappings().all()
     assert len(rows) == 1
     assert (rows[0]["tenant_id"], rows[0]["type"], rows[0]["uri"]) == ("t1", "object_store", "file:///data")
     assert rows[0]["created_at"] > 0
     # Another tenant's "s1" is its own source: t1's is untouched.
-    catalog.create_source(
+    catalog.sources.create_source(
         "t2", source_id="s1", type="wiki", uri="https://wiki.example.com/w", if_exists="update"
     )
-    one = catalog.get_source("s1", tenant_id="t1")
-    two = catalog.get_source("s1", tenant_id="t2")
+    one = catalog.sources.get_source("s1", tenant_id="t1")
+    two = catalog.sources.get_source("s1", tenant_id="t2")
     assert one is not None and two is not None
     assert (one.type, one.uri, two.type, two.uri) == (
         "object_store",
@@ -368,36 +374,38 @@ def test_registering_again_updates_and_is_scoped_per_tenant(catalog: Catalog) ->
     )
     # Without a tenant an id held by two tenants is refused, never guessed.
     with pytest.raises(AmbiguousSourceError):
-        catalog.get_source("s1")
+        catalog.sources.get_source("s1")
     # The operator may move a source's location (an empty uri keeps it).
-    catalog.create_source("t1", source_id="s1", type="object_store", uri="file:///data2", if_exists="update")
-    catalog.create_source("t1", source_id="s1", type="object_store", if_exists="update")
-    moved = catalog.get_source("s1", tenant_id="t1")
+    catalog.sources.create_source(
+        "t1", source_id="s1", type="object_store", uri="file:///data2", if_exists="update"
+    )
+    catalog.sources.create_source("t1", source_id="s1", type="object_store", if_exists="update")
+    moved = catalog.sources.get_source("s1", tenant_id="t1")
     assert moved is not None and moved.uri == "file:///data2"
     # The API's registration refuses a taken id; both paths refuse the same bad definitions.
     with pytest.raises(ConflictError):
-        catalog.create_source("t1", source_id="s1", type="object_store")
+        catalog.sources.create_source("t1", source_id="s1", type="object_store")
     for if_exists in ("fail", "update"):
         with pytest.raises(ValueError, match="source type 'filesystem' must be one of"):
-            catalog.create_source("t1", source_id="s9", type="filesystem", if_exists=if_exists)
+            catalog.sources.create_source("t1", source_id="s9", type="filesystem", if_exists=if_exists)
         with pytest.raises(ValueError, match="source id '../x' must match"):
-            catalog.create_source("t1", source_id="../x", type="wiki", if_exists=if_exists)
+            catalog.sources.create_source("t1", source_id="../x", type="wiki", if_exists=if_exists)
         with pytest.raises(ValueError, match="sync must be one of webhook, poll, got 'push'"):
-            catalog.create_source("t1", source_id="s9", type="wiki", sync="push", if_exists=if_exists)
-    assert catalog.get_source("s9", tenant_id="t1") is None
+            catalog.sources.create_source("t1", source_id="s9", type="wiki", sync="push", if_exists=if_exists)
+    assert catalog.sources.get_source("s9", tenant_id="t1") is None
 
 
 def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: Catalog) -> None:
     """``get_source`` reads the row into the one source type,
     ``SourceState``: its ``spec()`` is what a connector gets, its ``public()``
     never shows the credentials reference."""
-    catalog.create_source(
+    catalog.sources.create_source(
         "t1", source_id="w", type="wiki", uri="https://wiki.example.com/w", credentials_ref="env://T1_WIKI"
     )
-    assert catalog.configure_source("w", tenant_id="t1", options={"acl_groups": ["eng"]})
-    catalog.create_source("t1", source_id="open", type="object_store", uri="file:///data")
-    source = catalog.get_source("w", tenant_id="t1")
-    assert isinstance(source, SourceState) and source == catalog.get_source("w")
+    assert catalog.syncs.configure_source("w", tenant_id="t1", options={"acl_groups": ["eng"]})
+    catalog.sources.create_source("t1", source_id="open", type="object_store", uri="file:///data")
+    source = catalog.sources.get_source("w", tenant_id="t1")
+    assert isinstance(source, SourceState) and source == catalog.sources.get_source("w")
     assert source.created_at > 0 and source.credentials_ref_set is True
     assert source.spec() == SourceSpec(
         source_id="w",
@@ -411,7 +419,7 @@ def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: C
     public = source.public()
     assert "credentials_ref" not in public and "env://T1_WIKI" not in json.dumps(public)
     assert (public["credentials_ref_set"], public["created_at"]) == (True, source.created_at)
-    public_source = catalog.get_source("open", tenant_id="t1")
+    public_source = catalog.sources.get_source("open", tenant_id="t1")
     assert public_source is not None and public_source.credentials_ref_set is False
     assert public_source.spec() == SourceSpec(
         source_id="open", tenant_id="t1", type="object_store", uri="file:///data", credentials_by="tenant"
@@ -422,27 +430,27 @@ def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: C
 
 
 def test_acl_ids_for_groups_intersects_and_is_tenant_scoped(catalog: Catalog) -> None:
-    catalog.upsert_acl("acl-eng", "t1", ["eng", "all"])
-    catalog.upsert_acl("acl-hr", "t1", ["hr", "all", "hr"])
-    catalog.upsert_acl("acl-fin", "t1", ["finance"])
-    catalog.upsert_acl("other-eng", "t2", ["eng"])  # same group name, another tenant
+    catalog.documents.upsert_acl("acl-eng", "t1", ["eng", "all"])
+    catalog.documents.upsert_acl("acl-hr", "t1", ["hr", "all", "hr"])
+    catalog.documents.upsert_acl("acl-fin", "t1", ["finance"])
+    catalog.documents.upsert_acl("other-eng", "t2", ["eng"])  # same group name, another tenant
 
-    assert catalog.acl_ids_for_groups("t1", ["eng"]) == ["acl-eng"]
-    assert catalog.acl_ids_for_groups("t1", ["all"]) == ["acl-eng", "acl-hr"]
-    assert catalog.acl_ids_for_groups("t1", ["hr", "finance", "nobody"]) == ["acl-fin", "acl-hr"]
-    assert catalog.acl_ids_for_groups("t1", []) == []
-    assert catalog.acl_ids_for_groups("t1", ["nobody"]) == []
-    assert catalog.acl_ids_for_groups("t2", ["eng", "all"]) == ["other-eng"]
-    assert catalog.acl_ids_for_groups("t3", ["eng"]) == []
-    assert catalog.get_acl_groups("acl-hr") == ("all", "hr")
-    assert catalog.get_acl_groups("missing") is None
+    assert catalog.documents.acl_ids_for_groups("t1", ["eng"]) == ["acl-eng"]
+    assert catalog.documents.acl_ids_for_groups("t1", ["all"]) == ["acl-eng", "acl-hr"]
+    assert catalog.documents.acl_ids_for_groups("t1", ["hr", "finance", "nobody"]) == ["acl-fin", "acl-hr"]
+    assert catalog.documents.acl_ids_for_groups("t1", []) == []
+    assert catalog.documents.acl_ids_for_groups("t1", ["nobody"]) == []
+    assert catalog.documents.acl_ids_for_groups("t2", ["eng", "all"]) == ["other-eng"]
+    assert catalog.documents.acl_ids_for_groups("t3", ["eng"]) == []
+    assert catalog.documents.get_acl_groups("acl-hr") == ("all", "hr")
+    assert catalog.documents.get_acl_groups("missing") is None
 
     # Replacing an ACL's groups removes the old memberships (permission removal).
-    catalog.upsert_acl("acl-eng", "t1", ["eng-leads"])
-    catalog.upsert_acl("acl-eng", "t1", ["eng-leads"])
-    assert catalog.acl_ids_for_groups("t1", ["eng"]) == []
-    assert catalog.acl_ids_for_groups("t1", ["all"]) == ["acl-hr"]
-    assert catalog.acl_ids_for_groups("t1", ["eng-leads"]) == ["acl-eng"]
+    catalog.documents.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    catalog.documents.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    assert catalog.documents.acl_ids_for_groups("t1", ["eng"]) == []
+    assert catalog.documents.acl_ids_for_groups("t1", ["all"]) == ["acl-hr"]
+    assert catalog.documents.acl_ids_for_groups("t1", ["eng-leads"]) == ["acl-eng"]
     with catalog.engine.connect() as conn:
         assert conn.execute(select(schema.acls.c.acl_id)).all().__len__() == 4
         n_groups = conn.execute(select(schema.acl_groups.c.acl_id)).all()
@@ -450,20 +458,20 @@ def test_acl_ids_for_groups_intersects_and_is_tenant_scoped(catalog: Catalog) ->
 
 
 def test_acl_lookup_with_more_groups_than_one_batch(catalog: Catalog) -> None:
-    catalog.upsert_acl("a-last", "t1", ["g1199"])
-    catalog.upsert_acl("a-first", "t1", ["g0000"])
+    catalog.documents.upsert_acl("a-last", "t1", ["g1199"])
+    catalog.documents.upsert_acl("a-first", "t1", ["g0000"])
     groups = [f"g{i:04d}" for i in range(1200)]
-    assert catalog.acl_ids_for_groups("t1", groups) == ["a-first", "a-last"]
+    assert catalog.documents.acl_ids_for_groups("t1", groups) == ["a-first", "a-last"]
 
 
 # ------------------------------------------------------------------------ documents
 
 
 def test_record_fetch_get_document_and_status(catalog: Catalog) -> None:
-    assert catalog.get_document("d1") is None
-    catalog.record_fetch(fetch("d1"))
-    catalog.record_fetch(fetch("d1"))  # repeated delivery: same row
-    doc = catalog.get_document("d1")
+    assert catalog.documents.get_document("d1") is None
+    catalog.documents.record_fetch(fetch("d1"))
+    catalog.documents.record_fetch(fetch("d1"))  # repeated delivery: same row
+    doc = catalog.documents.get_document("d1")
     assert isinstance(doc, DocumentRow)
     assert (doc.status, doc.source_version, doc.content_hash, doc.size) == (STATUS_FETCHED, "v1", "h1", 123)
     assert (doc.source_id, doc.tenant_id, doc.acl_id, doc.canonical_doc_id) == ("s1", "t1", "acl1", "d1")
@@ -471,24 +479,24 @@ def test_record_fetch_get_document_and_status(catalog: Catalog) -> None:
     assert doc.indexed_version is None and doc.chunk_count == 0 and doc.indexed_at is None
     assert doc.updated_at > 0
 
-    catalog.set_status("d1", "failed", "corrupt")
-    doc = catalog.get_document("d1")
+    catalog.documents.set_status("d1", "failed", "corrupt")
+    doc = catalog.documents.get_document("d1")
     assert doc is not None and (doc.status, doc.error_class) == ("failed", "corrupt")
-    catalog.set_status("d1", "parsed")
-    doc = catalog.get_document("d1")
+    catalog.documents.set_status("d1", "parsed")
+    doc = catalog.documents.get_document("d1")
     assert doc is not None and (doc.status, doc.error_class) == ("parsed", None)
-    catalog.set_status("missing", "parsed")  # no row, no error
-    assert catalog.get_document("missing") is None
-    assert catalog.document_counts_by_status() == {"parsed": 1}
+    catalog.documents.set_status("missing", "parsed")  # no row, no error
+    assert catalog.documents.get_document("missing") is None
+    assert catalog.documents.document_counts_by_status() == {"parsed": 1}
 
 
 def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None:
-    catalog.record_fetch(fetch("d1", version="v1", content_hash="h1"))
+    catalog.documents.record_fetch(fetch("d1", version="v1", content_hash="h1"))
     assert flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
 
     # Touched (new mtime) but same bytes: stays indexed, live fields kept.
-    catalog.record_fetch(fetch("d1", version="v2", content_hash="h1"))
-    doc = catalog.get_document("d1")
+    catalog.documents.record_fetch(fetch("d1", version="v2", content_hash="h1"))
+    doc = catalog.documents.get_document("d1")
     assert doc is not None
     assert (doc.status, doc.source_version, doc.indexed_version) == (STATUS_INDEXED, "v1", "h1@v1")
     assert doc.chunk_count == 3
@@ -496,8 +504,8 @@ def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None
     # New bytes: the live version (status, hash of the live bytes, and the
     # version stamp the gate compares with) stays until the next flip: no
     # observation of v3 is recorded before v3 is written.
-    catalog.record_fetch(fetch("d1", version="v3", content_hash="h2"))
-    doc = catalog.get_document("d1")
+    catalog.documents.record_fetch(fetch("d1", version="v3", content_hash="h2"))
+    doc = catalog.documents.get_document("d1")
     assert doc is not None
     assert (doc.status, doc.content_hash, doc.source_version, doc.indexed_version, doc.chunk_count) == (
         STATUS_INDEXED,
@@ -507,15 +515,15 @@ def test_record_fetch_keeps_indexed_for_same_hash_only(catalog: Catalog) -> None
         3,
     )
     assert flip(catalog, "d1", version="v3", content_hash="h2", expected_version_guard="v1")
-    doc = catalog.get_document("d1")
+    doc = catalog.documents.get_document("d1")
     assert doc is not None and (doc.content_hash, doc.source_version) == ("h2", "v3")
 
 
 def test_record_fetch_accepts_fetched_document(catalog: Catalog) -> None:
     src = SourceFile("t9", "s9", "a/b.txt", "file:///root/a/b.txt", 10, ("eng",), "etag-1")
     fd = FetchedDocument("d9", src, "hash9", "mem://raw/hash9", 10, "acl9", "d9", "text/markdown", "fast")
-    catalog.record_fetch(fd)
-    doc = catalog.get_document("d9")
+    catalog.documents.record_fetch(fd)
+    doc = catalog.documents.get_document("d9")
     assert doc is not None
     assert (doc.tenant_id, doc.source_id, doc.source_object_id, doc.uri) == (
         "t9",
@@ -531,28 +539,30 @@ def test_record_fetch_accepts_fetched_document(catalog: Catalog) -> None:
         10,
     )
     # A DocumentRow round-trips through record_fetch too.
-    catalog.record_fetch(DocumentRow(doc_id="d10", source_id="s9", tenant_id="t9", content_hash="x"))
-    d10 = catalog.get_document("d10")
+    catalog.documents.record_fetch(
+        DocumentRow(doc_id="d10", source_id="s9", tenant_id="t9", content_hash="x")
+    )
+    d10 = catalog.documents.get_document("d10")
     assert d10 is not None and d10.canonical_doc_id == "d10" and d10.status == STATUS_FETCHED
 
 
 def _fields(catalog: Catalog, doc_id: str, *names: str) -> tuple[object, ...]:
     """The named fields of the document's row (which must exist)."""
-    doc = catalog.get_document(doc_id)
+    doc = catalog.documents.get_document(doc_id)
     assert doc is not None, doc_id
     return tuple(getattr(doc, name) for name in names)
 
 
 def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
     assert not flip(catalog, "missing")
-    catalog.record_fetch(fetch("d1", version="v1"))
+    catalog.documents.record_fetch(fetch("d1", version="v1"))
     assert flip(catalog, "d1", version="v1", expected_version_guard="v1")
     live = ("status", "indexed_version", "chunker_id", "parser_version")
     assert _fields(catalog, "d1", *live) == (STATUS_INDEXED, "h1@v1", "chunker-1", "parser-1")
     assert _fields(catalog, "d1", "chunk_count", "indexed_at", "error_class") == (3, 1000.5, None)
 
     # A newer fetch (v2) records nothing the gate reads before its write.
-    catalog.record_fetch(fetch("d1", version="v2", content_hash="h2"))
+    catalog.documents.record_fetch(fetch("d1", version="v2", content_hash="h2"))
     versions = ("status", "source_version", "content_hash", "indexed_version")
     assert _fields(catalog, "d1", *versions) == (STATUS_INDEXED, "v1", "h1", "h1@v1")
     # Two writers saw v1 live: the first flip (v2) passes, the slow one is refused.
@@ -560,61 +570,73 @@ def test_flip_indexed_version_and_guard(catalog: Catalog) -> None:
     assert not flip(catalog, "d1", version="v1", content_hash="h1", expected_version_guard="v1")
     assert _fields(catalog, "d1", "indexed_version") == ("h2@v2",)
     assert flip(catalog, "d1", version="v2", content_hash="h2")  # repeated: same end state
-    assert catalog.document_counts_by_status() == {STATUS_INDEXED: 1}
+    assert catalog.documents.document_counts_by_status() == {STATUS_INDEXED: 1}
 
 
 def test_find_indexed_by_content_links_exact_duplicates(catalog: Catalog) -> None:
-    catalog.record_fetch(fetch("d1", content_hash="same"))
-    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d2") is None  # not indexed yet
+    catalog.documents.record_fetch(fetch("d1", content_hash="same"))
+    assert (
+        catalog.documents.find_indexed_by_content("t1", "same", exclude_doc_id="d2") is None
+    )  # not indexed yet
     assert flip(catalog, "d1", content_hash="same")
 
-    catalog.record_fetch(fetch("d2", content_hash="same", canonical_doc_id="d1"))
+    catalog.documents.record_fetch(fetch("d2", content_hash="same", canonical_doc_id="d1"))
     assert flip(catalog, "d2", content_hash="same")  # indexed, but as a copy of d1
-    catalog.record_fetch(fetch("x1", content_hash="same", tenant="t2"))
+    catalog.documents.record_fetch(fetch("x1", content_hash="same", tenant="t2"))
     assert flip(catalog, "x1", content_hash="same")
 
-    found = catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d3")
+    found = catalog.documents.find_indexed_by_content("t1", "same", exclude_doc_id="d3")
     assert found is not None and found.doc_id == "d1"
-    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d1") is None  # d2 is not canonical
-    other = catalog.find_indexed_by_content("t2", "same", exclude_doc_id="d3")
+    assert (
+        catalog.documents.find_indexed_by_content("t1", "same", exclude_doc_id="d1") is None
+    )  # d2 is not canonical
+    other = catalog.documents.find_indexed_by_content("t2", "same", exclude_doc_id="d3")
     assert other is not None and other.doc_id == "x1"
-    assert catalog.find_indexed_by_content("t1", "other-hash", exclude_doc_id="d3") is None
+    assert catalog.documents.find_indexed_by_content("t1", "other-hash", exclude_doc_id="d3") is None
 
     # A deleted canonical document is not a link target.
     with catalog.engine.begin() as conn:
         conn.execute(
             schema.documents.update().where(schema.documents.c.doc_id == "d1").values(deleted_at=5.0)
         )
-    assert catalog.find_indexed_by_content("t1", "same", exclude_doc_id="d3") is None
+    assert catalog.documents.find_indexed_by_content("t1", "same", exclude_doc_id="d3") is None
 
 
 def test_documents_for_source_and_counts(catalog: Catalog) -> None:
     for i in range(5):
-        catalog.record_fetch(fetch(f"d{i}", source_id="s1"))
-    catalog.record_fetch(fetch("e0", source_id="s2", tenant="t2"))
+        catalog.documents.record_fetch(fetch(f"d{i}", source_id="s1"))
+    catalog.documents.record_fetch(fetch("e0", source_id="s2", tenant="t2"))
     assert flip(catalog, "d1")
     assert flip(catalog, "d3")
-    catalog.set_status("d4", "failed", "corrupt")
+    catalog.documents.set_status("d4", "failed", "corrupt")
 
-    docs = catalog.documents_for_source("s1")
+    docs = catalog.documents.documents_for_source("s1")
     assert [d.doc_id for d in docs] == ["d0", "d1", "d2", "d3", "d4"]
-    assert [d.doc_id for d in catalog.documents_for_source("s2")] == ["e0"]
-    assert catalog.documents_for_source("nope") == []
-    assert catalog.document_counts_by_status() == {STATUS_FETCHED: 3, STATUS_INDEXED: 2, "failed": 1}
-    assert catalog.document_counts_by_status("t1") == {STATUS_FETCHED: 2, STATUS_INDEXED: 2, "failed": 1}
-    assert catalog.document_counts_by_status("t2") == {STATUS_FETCHED: 1}
-    assert catalog.document_counts_by_status("t3") == {}
+    assert [d.doc_id for d in catalog.documents.documents_for_source("s2")] == ["e0"]
+    assert catalog.documents.documents_for_source("nope") == []
+    assert catalog.documents.document_counts_by_status() == {
+        STATUS_FETCHED: 3,
+        STATUS_INDEXED: 2,
+        "failed": 1,
+    }
+    assert catalog.documents.document_counts_by_status("t1") == {
+        STATUS_FETCHED: 2,
+        STATUS_INDEXED: 2,
+        "failed": 1,
+    }
+    assert catalog.documents.document_counts_by_status("t2") == {STATUS_FETCHED: 1}
+    assert catalog.documents.document_counts_by_status("t3") == {}
 
 
 # -------------------------------------------------------------------- parsed docs
 
 
 def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
-    assert catalog.get_parsed("h1", "p1") is None
-    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
-    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
-    catalog.put_parsed("h1", "p2", "mem://parsed/h1/p2.json", 12)
-    row = catalog.get_parsed("h1", "p1")
+    assert catalog.documents.get_parsed("h1", "p1") is None
+    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.documents.put_parsed("h1", "p2", "mem://parsed/h1/p2.json", 12)
+    row = catalog.documents.get_parsed("h1", "p1")
     assert row is not None
     assert (row.elements_uri, row.pages, row.pages_for_review, row.ocr_confidence) == (
         "mem://parsed/h1/p1.json",
@@ -622,10 +644,10 @@ def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
         (3, 7),
         0.82,
     )
-    row2 = catalog.get_parsed("h1", "p2")
+    row2 = catalog.documents.get_parsed("h1", "p2")
     assert row2 is not None and row2.pages_for_review == () and row2.ocr_confidence is None
-    catalog.put_parsed("h1", "p1", "mem://parsed/h1/p1-v2.json", 11, [], None)
-    row = catalog.get_parsed("h1", "p1")
+    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1-v2.json", 11, [], None)
+    row = catalog.documents.get_parsed("h1", "p1")
     assert row is not None and (row.elements_uri, row.pages, row.pages_for_review) == (
         "mem://parsed/h1/p1-v2.json",
         11,
@@ -640,52 +662,52 @@ def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
 
 def test_write_chunks_idempotent_and_round_trip(catalog: Catalog) -> None:
     chunks = [chunk(i) for i in range(5)]
-    assert catalog.write_chunks(chunks) == 5
-    assert catalog.write_chunks(chunks) == 5
-    assert catalog.write_chunks([]) == 0
-    assert catalog.chunk_counts_by_doc() == {"d1": 5}
-    assert catalog.chunk_ids_for_doc("d1") == {c.chunk_id for c in chunks}
-    assert catalog.chunk_ids_for_doc("d2") == set()
+    assert catalog.chunks.write_chunks(chunks) == 5
+    assert catalog.chunks.write_chunks(chunks) == 5
+    assert catalog.chunks.write_chunks([]) == 0
+    assert catalog.chunks.chunk_counts_by_doc() == {"d1": 5}
+    assert catalog.chunks.chunk_ids_for_doc("d1") == {c.chunk_id for c in chunks}
+    assert catalog.chunks.chunk_ids_for_doc("d2") == set()
 
-    stored = catalog.chunks_by_ids([c.chunk_id for c in chunks] + ["missing"])
+    stored = catalog.chunks.chunks_by_ids([c.chunk_id for c in chunks] + ["missing"])
     assert stored == {c.chunk_id: c for c in chunks}  # exact round trip, tuples and unicode included
-    assert catalog.chunks_for_doc("d1") == chunks
+    assert catalog.chunks.chunks_for_doc("d1") == chunks
 
     # Same chunk_id with new content updates in place; duplicates in one call collapse.
     changed = chunk(0, text_="rewritten")
-    assert catalog.write_chunks([chunk(0), changed]) == 1
-    assert catalog.chunks_by_ids([changed.chunk_id])[changed.chunk_id].text == "rewritten"
-    assert catalog.chunk_counts_by_doc() == {"d1": 5}
+    assert catalog.chunks.write_chunks([chunk(0), changed]) == 1
+    assert catalog.chunks.chunks_by_ids([changed.chunk_id])[changed.chunk_id].text == "rewritten"
+    assert catalog.chunks.chunk_counts_by_doc() == {"d1": 5}
 
 
 def test_chunks_many_batches_delete_and_counts(catalog: Catalog) -> None:
     big = [chunk(i, doc_id="big") for i in range(1234)]
     other = [chunk(i, doc_id="o1", tenant="t2") for i in range(3)]
-    assert catalog.write_chunks(big + other) == 1237
-    assert len(catalog.chunks_by_ids([c.chunk_id for c in big])) == 1234
-    assert catalog.chunk_counts_by_doc() == {"big": 1234, "o1": 3}
-    assert catalog.chunk_counts_by_doc("t2") == {"o1": 3}
-    assert catalog.chunk_counts_by_doc("t3") == {}
+    assert catalog.chunks.write_chunks(big + other) == 1237
+    assert len(catalog.chunks.chunks_by_ids([c.chunk_id for c in big])) == 1234
+    assert catalog.chunks.chunk_counts_by_doc() == {"big": 1234, "o1": 3}
+    assert catalog.chunks.chunk_counts_by_doc("t2") == {"o1": 3}
+    assert catalog.chunks.chunk_counts_by_doc("t3") == {}
 
     gone = [c.chunk_id for c in big[:1100]]
-    assert catalog.delete_chunks(gone) == 1100
-    assert catalog.delete_chunks(gone) == 0  # repeated: nothing left
-    assert catalog.chunk_counts_by_doc() == {"big": 134, "o1": 3}
+    assert catalog.chunks.delete_chunks(gone) == 1100
+    assert catalog.chunks.delete_chunks(gone) == 0  # repeated: nothing left
+    assert catalog.chunks.chunk_counts_by_doc() == {"big": 134, "o1": 3}
     # Tenant scope: another tenant's chunk id is not deleted.
-    assert catalog.delete_chunks([other[0].chunk_id], tenant_id="t1") == 0
-    assert catalog.delete_chunks([other[0].chunk_id], tenant_id="t2") == 1
-    assert catalog.delete_chunks([]) == 0
-    assert catalog.chunk_counts_by_doc() == {"big": 134, "o1": 2}
+    assert catalog.chunks.delete_chunks([other[0].chunk_id], tenant_id="t1") == 0
+    assert catalog.chunks.delete_chunks([other[0].chunk_id], tenant_id="t2") == 1
+    assert catalog.chunks.delete_chunks([]) == 0
+    assert catalog.chunks.chunk_counts_by_doc() == {"big": 134, "o1": 2}
 
 
 def test_set_chunk_acl_ids(catalog: Catalog) -> None:
-    catalog.write_chunks([chunk(i) for i in range(4)] + [chunk(0, doc_id="d2")])
-    assert catalog.set_chunk_acl_ids("d1", ["acl9"]) == 4
-    assert catalog.set_chunk_acl_ids("d1", ["acl9"]) == 4
-    assert catalog.set_chunk_acl_ids("d1", ["acl7"], tenant_id="t2") == 0
-    assert catalog.set_chunk_acl_ids("nope", ["acl9"]) == 0
-    assert {c.acl_ids for c in catalog.chunks_for_doc("d1")} == {("acl9",)}
-    assert [c.acl_ids for c in catalog.chunks_for_doc("d2")] == [("acl1", "acl2")]
+    catalog.chunks.write_chunks([chunk(i) for i in range(4)] + [chunk(0, doc_id="d2")])
+    assert catalog.chunks.set_chunk_acl_ids("d1", ["acl9"]) == 4
+    assert catalog.chunks.set_chunk_acl_ids("d1", ["acl9"]) == 4
+    assert catalog.chunks.set_chunk_acl_ids("d1", ["acl7"], tenant_id="t2") == 0
+    assert catalog.chunks.set_chunk_acl_ids("nope", ["acl9"]) == 0
+    assert {c.acl_ids for c in catalog.chunks.chunks_for_doc("d1")} == {("acl9",)}
+    assert [c.acl_ids for c in catalog.chunks.chunks_for_doc("d2")] == [("acl1", "acl2")]
 
 
 # ----------------------------------------------------------------- embedding cache
@@ -695,33 +717,33 @@ def test_embeddings_round_trip_bit_exact(catalog: Catalog) -> None:
     rng = np.random.default_rng(7)
     vectors = {f"th{i}": rng.standard_normal(384).astype(np.float32) for i in range(700)}
     vectors["tiny"] = np.array([np.float32(1e-38), np.float32(-0.0), np.float32(3.4e38)], dtype=np.float32)
-    assert catalog.put_embeddings(vectors, "model-a") == 701
-    assert catalog.put_embeddings(vectors, "model-a") == 701  # idempotent
-    assert catalog.put_embeddings({}, "model-a") == 0
+    assert catalog.chunks.put_embeddings(vectors, "model-a") == 701
+    assert catalog.chunks.put_embeddings(vectors, "model-a") == 701  # idempotent
+    assert catalog.chunks.put_embeddings({}, "model-a") == 0
 
-    got = catalog.get_embeddings([*vectors, "missing", "th0"], "model-a")
+    got = catalog.chunks.get_embeddings([*vectors, "missing", "th0"], "model-a")
     assert set(got) == set(vectors)
     for key, vec in vectors.items():
         assert got[key].dtype == np.float32
         assert got[key].tobytes() == vec.tobytes()
-    assert catalog.get_embeddings(list(vectors), "model-b") == {}
+    assert catalog.chunks.get_embeddings(list(vectors), "model-b") == {}
 
     # float64 input is stored as float32; another model version is a separate key.
-    catalog.put_embeddings({"th0": np.ones(4)}, "model-b")
-    assert catalog.get_embeddings(["th0"], "model-b")["th0"].tolist() == [1.0, 1.0, 1.0, 1.0]
-    assert catalog.get_embeddings(["th0"], "model-a")["th0"].shape == (384,)
+    catalog.chunks.put_embeddings({"th0": np.ones(4)}, "model-b")
+    assert catalog.chunks.get_embeddings(["th0"], "model-b")["th0"].tolist() == [1.0, 1.0, 1.0, 1.0]
+    assert catalog.chunks.get_embeddings(["th0"], "model-a")["th0"].shape == (384,)
     with catalog.engine.connect() as conn:
         assert len(conn.execute(select(schema.embedding_cache.c.text_hash)).all()) == 702
 
 
 def test_put_embeddings_rejects_bad_vectors(catalog: Catalog) -> None:
     with pytest.raises(ValueError, match="non-finite"):
-        catalog.put_embeddings({"ok": np.ones(3), "bad": np.array([1.0, np.nan])}, "m")
+        catalog.chunks.put_embeddings({"ok": np.ones(3), "bad": np.array([1.0, np.nan])}, "m")
     with pytest.raises(ValueError, match="1-D"):
-        catalog.put_embeddings({"bad": np.ones((2, 2))}, "m")
+        catalog.chunks.put_embeddings({"bad": np.ones((2, 2))}, "m")
     with pytest.raises(ValueError, match="1-D"):
-        catalog.put_embeddings({"bad": np.array([], dtype=np.float32)}, "m")
-    assert catalog.get_embeddings(["ok", "bad"], "m") == {}  # nothing written
+        catalog.chunks.put_embeddings({"bad": np.array([], dtype=np.float32)}, "m")
+    assert catalog.chunks.get_embeddings(["ok", "bad"], "m") == {}  # nothing written
 
 
 # -------------------------------------------------------------------- dead letters
@@ -743,37 +765,39 @@ def test_dead_letters_list_counts_and_resolve(catalog: Catalog) -> None:
         )
 
     ids = [
-        catalog.add_dead_letter(dl("d1", "corrupt"), source_id="s1"),
-        catalog.add_dead_letter(dl("d2", "corrupt"), source_id="s1"),
-        catalog.add_dead_letter(dl("d3", "encrypted"), source_id="s2"),
-        catalog.add_dead_letter(dl("x1", "timeout", tenant="t2"), source_id="s9"),
+        catalog.dead_letters.add_dead_letter(dl("d1", "corrupt"), source_id="s1"),
+        catalog.dead_letters.add_dead_letter(dl("d2", "corrupt"), source_id="s1"),
+        catalog.dead_letters.add_dead_letter(dl("d3", "encrypted"), source_id="s2"),
+        catalog.dead_letters.add_dead_letter(dl("x1", "timeout", tenant="t2"), source_id="s9"),
     ]
     assert ids == sorted(ids) and len(set(ids)) == 4
 
-    rows = catalog.list_dead_letters()
+    rows = catalog.dead_letters.list_dead_letters()
     assert [r.doc_id for r in rows] == ["d1", "d2", "d3", "x1"]
     first = rows[0]
     assert first.id == ids[0] and first.resolved_at is None and first.created_at > 0
     assert first.to_dead_letter() == dl("d1", "corrupt")
     assert (first.source_id, first.stage, first.attempts) == ("s1", "parse", 5)
-    assert [r.doc_id for r in catalog.list_dead_letters(source_id="s1")] == ["d1", "d2"]
-    assert [r.doc_id for r in catalog.list_dead_letters(tenant_id="t2")] == ["x1"]
-    assert [r.doc_id for r in catalog.list_dead_letters(tenant_id="t1", source_id="s2")] == ["d3"]
-    assert [r.doc_id for r in catalog.list_dead_letters(limit=2)] == ["d1", "d2"]
-    assert catalog.dead_letter_counts() == {"corrupt": 2, "encrypted": 1, "timeout": 1}
+    assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(source_id="s1")] == ["d1", "d2"]
+    assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(tenant_id="t2")] == ["x1"]
+    assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(tenant_id="t1", source_id="s2")] == [
+        "d3"
+    ]
+    assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(limit=2)] == ["d1", "d2"]
+    assert catalog.dead_letters.dead_letter_counts() == {"corrupt": 2, "encrypted": 1, "timeout": 1}
 
-    assert catalog.resolve_dead_letter(ids[1])
-    assert not catalog.resolve_dead_letter(ids[1])
-    assert not catalog.resolve_dead_letter(999_999)
-    assert catalog.dead_letter_counts() == {"corrupt": 1, "encrypted": 1, "timeout": 1}
-    assert [r.doc_id for r in catalog.list_dead_letters(source_id="s1")] == ["d1"]
-    all_s1 = catalog.list_dead_letters(source_id="s1", unresolved_only=False)
+    assert catalog.dead_letters.resolve_dead_letter(ids[1])
+    assert not catalog.dead_letters.resolve_dead_letter(ids[1])
+    assert not catalog.dead_letters.resolve_dead_letter(999_999)
+    assert catalog.dead_letters.dead_letter_counts() == {"corrupt": 1, "encrypted": 1, "timeout": 1}
+    assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(source_id="s1")] == ["d1"]
+    all_s1 = catalog.dead_letters.list_dead_letters(source_id="s1", unresolved_only=False)
     assert [(r.doc_id, r.resolved_at is not None) for r in all_s1] == [("d1", False), ("d2", True)]
 
 
 def test_close_is_safe_twice(catalog_url: str) -> None:
     cat = Catalog.open(catalog_url)
-    cat.create_source("t1", source_id="s1", type="object_store", if_exists="update")
+    cat.sources.create_source("t1", source_id="s1", type="object_store", if_exists="update")
     cat.close()
     cat.close()
     with Catalog.open(catalog_url) as again, again.engine.connect() as conn:  # data persisted

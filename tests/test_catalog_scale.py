@@ -21,7 +21,7 @@ from ragsync.model import DeadLetter
 
 
 def _record(cat: Catalog, doc_id: str, *, source: str = "s1", tenant: str = "t1") -> None:
-    cat.record_fetch(
+    cat.documents.record_fetch(
         FetchRecord(
             doc_id=doc_id,
             source_id=source,
@@ -58,13 +58,13 @@ def _write_a_mixed_catalog(cat: Catalog) -> None:
         _record(cat, f"a{i}")
     for i in range(3):
         _record(cat, f"b{i}", source="s2", tenant="t2")
-    cat.set_status("a0", "indexed")
-    cat.set_status("a1", "indexed")
-    cat.set_status("a2", "dead_letter", "corrupt")
-    cat.set_status("a3", "dead_letter", "too_large")
-    cat.set_status("a3", "dead_letter", "corrupt")  # same status, other class
-    cat.set_status("a4", "deleted")
-    cat.set_status("b0", "duplicate")
+    cat.documents.set_status("a0", "indexed")
+    cat.documents.set_status("a1", "indexed")
+    cat.documents.set_status("a2", "dead_letter", "corrupt")
+    cat.documents.set_status("a3", "dead_letter", "too_large")
+    cat.documents.set_status("a3", "dead_letter", "corrupt")  # same status, other class
+    cat.documents.set_status("a4", "deleted")
+    cat.documents.set_status("b0", "duplicate")
     _record(cat, "a0")  # fetched again (no live version was written): fetched
     _record(cat, "a2")  # a dead letter fetched again: fetched, class cleared
     with cat.engine.begin() as conn:
@@ -87,11 +87,16 @@ def test_tallies_equal_the_direct_counts_after_every_kind_of_write(catalog_url: 
             ("t2", "s2", "indexed", "", 3),
         ]
         assert _direct_outcomes(cat) == expected
-        assert sorted(cat.document_outcomes()) == expected
-        assert sorted(cat.document_outcomes(tenant_id="t2")) == expected[-1:]
-        assert sorted(cat.document_outcomes(source_id="s3")) == [expected[4]]
-        assert cat.document_counts_by_status() == {"dead_letter": 1, "deleted": 1, "fetched": 3, "indexed": 4}
-        assert cat.document_counts_by_status(tenant_id="t1") == {
+        assert sorted(cat.runs.document_outcomes()) == expected
+        assert sorted(cat.runs.document_outcomes(tenant_id="t2")) == expected[-1:]
+        assert sorted(cat.runs.document_outcomes(source_id="s3")) == [expected[4]]
+        assert cat.documents.document_counts_by_status() == {
+            "dead_letter": 1,
+            "deleted": 1,
+            "fetched": 3,
+            "indexed": 4,
+        }
+        assert cat.documents.document_counts_by_status(tenant_id="t1") == {
             "dead_letter": 1,
             "deleted": 1,
             "fetched": 3,
@@ -113,7 +118,7 @@ def _statements(cat: Catalog) -> list[str]:
 def test_a_scrape_reads_the_tallies_and_reports_the_direct_counts(catalog_url: str) -> None:
     with Catalog.open(catalog_url) as cat:
         _write_a_mixed_catalog(cat)
-        cat.add_dead_letter(_dead_letter("a2"))
+        cat.dead_letters.add_dead_letter(_dead_letter("a2"))
         statements = _statements(cat)
         body = render(cat).decode()
         # No scrape query groups the documents table (a full count per scrape).
@@ -148,14 +153,14 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         cat = Catalog(engine, catalog_url)
         for i in range(4):
             _record(cat, f"d{i}")
-        cat.set_status("d0", "dead_letter", "corrupt")
+        cat.documents.set_status("d0", "dead_letter", "corrupt")
         assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014"]
-        assert sorted(cat.document_outcomes()) == [
+        assert sorted(cat.runs.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),
         ]
-        cat.set_status("d1", "indexed")  # and the triggers run from then on
-        assert cat.document_counts_by_status() == {"dead_letter": 1, "fetched": 2, "indexed": 1}
+        cat.documents.set_status("d1", "indexed")  # and the triggers run from then on
+        assert cat.documents.document_counts_by_status() == {"dead_letter": 1, "fetched": 2, "indexed": 1}
     finally:
         engine.dispose()
 
@@ -179,8 +184,8 @@ def test_revision_0013_keeps_existing_chunks_live(catalog_url: str) -> None:
             )
         assert migrate(engine) == ["0013", "0014"]
         cat = Catalog(engine, catalog_url)
-        assert sorted(cat.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
-        assert cat.pending_chunk_ids("t1") == set()
+        assert sorted(cat.chunks.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
+        assert cat.chunks.pending_chunk_ids("t1") == set()
     finally:
         engine.dispose()
 
@@ -206,7 +211,7 @@ def small_catalog(catalog_url: str) -> Iterator[Catalog]:
     with Catalog.open(catalog_url) as cat:
         for i in range(20):
             _record(cat, f"d{i:02d}", source="s1" if i % 2 else "s2")
-        cat.add_dead_letter(_dead_letter("d03"))
+        cat.dead_letters.add_dead_letter(_dead_letter("d03"))
         yield cat
 
 
@@ -227,10 +232,11 @@ def _captured(cat: Catalog, read: Any) -> tuple[str, Any]:
 
 def test_a_full_listings_diff_reads_pages_through_the_source_doc_index(small_catalog: Catalog) -> None:
     cat = small_catalog
-    pages = list(cat.iter_source_documents("s1", "t1", updated_before=float("inf"), page=3))
+    pages = list(cat.documents.iter_source_documents("s1", "t1", updated_before=float("inf"), page=3))
     assert [d for d, _, _ in pages] == [f"d{i:02d}" for i in range(1, 20, 2)]
     statement, params = _captured(
-        cat, lambda: list(cat.iter_source_documents("s1", "t1", updated_before=float("inf"), page=3))
+        cat,
+        lambda: list(cat.documents.iter_source_documents("s1", "t1", updated_before=float("inf"), page=3)),
     )
     plan = _plan(cat, statement, params)
     assert "ix_documents_source_doc" in plan
@@ -239,17 +245,17 @@ def test_a_full_listings_diff_reads_pages_through_the_source_doc_index(small_cat
 
 def test_the_rerun_check_finds_open_dead_letters_through_the_doc_index(small_catalog: Catalog) -> None:
     cat = small_catalog
-    known = cat.unread_states(["d03", "d04", "nope"])
+    known = cat.syncs.unread_states(["d03", "d04", "nope"])
     assert sorted(known) == ["d03", "d04"]
     assert (known["d03"].open_dead_letter, known["d04"].open_dead_letter) == (True, False)
-    statement, params = _captured(cat, lambda: cat.unread_states(["d03", "d04"]))
+    statement, params = _captured(cat, lambda: cat.syncs.unread_states(["d03", "d04"]))
     assert "ix_dead_letters_doc" in _plan(cat, statement, params)
 
 
 def test_a_query_hits_copies_are_found_through_the_canonical_index(small_catalog: Catalog) -> None:
     cat = small_catalog
-    assert cat.duplicates_of("d01") == []
-    statement, params = _captured(cat, lambda: cat.duplicates_of("d01"))
+    assert cat.copies.duplicates_of("d01") == []
+    statement, params = _captured(cat, lambda: cat.copies.duplicates_of("d01"))
     assert "ix_documents_canonical" in _plan(cat, statement, params)
 
 
@@ -262,16 +268,16 @@ def test_the_tally_triggers_do_not_fire_on_columns_they_do_not_count(catalog_url
             conn.execute(text("UPDATE document_tallies SET n = 41"))
             conn.execute(update(schema.documents).values(size=5, updated_at=9.0, uri="file:///x"))
             conn.execute(update(schema.documents).values(status="fetched"))  # same value
-        assert cat.document_outcomes() == [("t1", "s1", "fetched", "", 41)]
+        assert cat.runs.document_outcomes() == [("t1", "s1", "fetched", "", 41)]
 
 
 def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog: Catalog) -> None:
     """Status and every scrape ask for pages for review: the plan starts
     from the partial index of parses with such pages, not from every document."""
     cat = small_catalog
-    cat.put_parsed("h-d05", "p1", "file:///e", pages=3, pages_for_review=[2])
-    cat.put_parsed("h-d06", "p1", "file:///e", pages=3)
-    review = cat.pages_for_review()
+    cat.documents.put_parsed("h-d05", "p1", "file:///e", pages=3, pages_for_review=[2])
+    cat.documents.put_parsed("h-d06", "p1", "file:///e", pages=3)
+    review = cat.documents.pages_for_review()
     assert (review["documents"], review["pages"]) == (1, 1)
     assert review["items"] == [{"doc_id": "d05", "uri": "file:///src/d05", "pages": [2]}]
     statement, params = _captured(cat, cat.pages_for_review)
@@ -292,15 +298,15 @@ def test_reconciles_chunk_counts_come_in_pages_along_the_chunk_doc_index(catalog
             for d in range(7)
             for j in range(d % 3 + 1)
         ]
-        cat.write_chunks(chunks)
+        cat.chunks.write_chunks(chunks)
         expected = {f"d{d}": d % 3 + 1 for d in range(7)}
-        assert list(cat.iter_chunk_counts_by_doc(page=2)) == sorted(expected.items())
-        assert dict(cat.iter_chunk_counts_by_doc("t2", page=1)) == {"d0": 1, "d3": 1, "d6": 1}
-        assert cat.chunk_counts_by_doc() == expected
-        statement, params = _captured(cat, lambda: list(cat.iter_chunk_counts_by_doc(page=2)))
+        assert list(cat.chunks.iter_chunk_counts_by_doc(page=2)) == sorted(expected.items())
+        assert dict(cat.chunks.iter_chunk_counts_by_doc("t2", page=1)) == {"d0": 1, "d3": 1, "d6": 1}
+        assert cat.chunks.chunk_counts_by_doc() == expected
+        statement, params = _captured(cat, lambda: list(cat.chunks.iter_chunk_counts_by_doc(page=2)))
         assert " LIMIT " in " ".join(statement.split()).upper()
         plan = _plan(cat, statement, params)
         assert "ix_chunks_doc" in plan
         assert "TEMP B-TREE" not in plan and "Sort" not in plan  # pages come in index order
         with pytest.raises(ValueError):
-            next(cat.iter_chunk_counts_by_doc(page=0))
+            next(cat.chunks.iter_chunk_counts_by_doc(page=0))

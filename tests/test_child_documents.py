@@ -140,7 +140,7 @@ def _counts(settings: Any, tenant: str, ids: list[str]) -> dict[str, list[int]]:
     try:
         v, k = vec.count_by_doc(tenant), kw.count_by_doc(tenant)
         return {
-            "catalog": [len(cat.chunk_ids_for_doc(i)) for i in ids],
+            "catalog": [len(cat.chunks.chunk_ids_for_doc(i)) for i in ids],
             "vector": [v.get(i, 0) for i in ids],
             "keyword": [k.get(i, 0) for i in ids],
         }
@@ -155,7 +155,7 @@ def _children(settings: Any, parent: str) -> list[str]:
 
     cat = open_catalog(settings)
     try:
-        return [c.doc_id for c in cat.children_of(parent)]
+        return [c.doc_id for c in cat.documents.children_of(parent)]
     finally:
         cat.close()
 
@@ -174,7 +174,7 @@ def _dead(settings: Any) -> list[tuple[str, str, str]]:
 
     cat = open_catalog(settings)
     try:
-        return [(d.stage, d.error_class, d.message) for d in cat.list_dead_letters()]
+        return [(d.stage, d.error_class, d.message) for d in cat.dead_letters.list_dead_letters()]
     finally:
         cat.close()
 
@@ -218,7 +218,7 @@ def test_backfill_indexes_attachments_and_members_as_children(tmp_path: Path) ->
     assert _children(settings, zipped) == sorted([html, csv])
     cat = open_catalog(settings)
     try:
-        rows = {d.doc_id: d for d in cat.documents_for_source(sid)}
+        rows = {d.doc_id: d for d in cat.documents.documents_for_source(sid)}
     finally:
         cat.close()
     assert len(rows) == 8 and {r.status for r in rows.values()} == {"indexed"}
@@ -256,7 +256,7 @@ def test_backfill_indexes_attachments_and_members_as_children(tmp_path: Path) ->
     }
     cat = open_catalog(settings)
     try:
-        rows = {d.doc_id: d for d in cat.documents_for_source(sid)}
+        rows = {d.doc_id: d for d in cat.documents.documents_for_source(sid)}
     finally:
         cat.close()
     assert {i: rows[i].status for i in (zipped, html, csv, txt_b)} == dict.fromkeys(
@@ -285,12 +285,12 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
     assert (summary.documents_indexed, summary.dead_lettered) == (0, 2)
     cat = open_catalog(settings)
     try:
-        rows = cat.documents_for_source(source_id_for(str(src)))
+        rows = cat.documents.documents_for_source(source_id_for(str(src)))
         assert [
             (r.source_object_id, r.status, r.error_class) for r in rows if r.source_object_id == ZIP.name
         ] == [(ZIP.name, "dead_letter", "archive_bomb")]
         assert len(rows) == 2 and all(r.parent_doc_id is None for r in rows)
-        assert cat.dead_letter_counts() == {"archive_bomb": 2}
+        assert cat.dead_letters.dead_letter_counts() == {"archive_bomb": 2}
     finally:
         cat.close()
 
@@ -298,7 +298,7 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
 @corpus_required
 @pytest.mark.slow
 def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> None:
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.index.reconcile import reconcile

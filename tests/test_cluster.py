@@ -24,7 +24,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.streaming import run_stream
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync.catalog.base import catalog_pool_size
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
@@ -111,11 +111,13 @@ def _state(settings: Settings) -> dict[str, object]:
     try:
         return {
             "ids": chunk_ids_by_store(settings),
-            "dead_letters": cat.dead_letter_counts(),
-            "documents": cat.document_counts_by_status(),
+            "dead_letters": cat.dead_letters.dead_letter_counts(),
+            "documents": cat.documents.document_counts_by_status(),
             "acl": {
                 cid: tuple(sorted(chunk.acl_ids))
-                for cid, chunk in cat.chunks_by_ids(sorted(cat.chunk_ids_for_tenant("default"))).items()
+                for cid, chunk in cat.chunks.chunks_by_ids(
+                    sorted(cat.chunks.chunk_ids_for_tenant("default"))
+                ).items()
             },
         }
     finally:
@@ -245,8 +247,8 @@ def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
     assert _index_rows(settings) == (len(ids["catalog"]), len(ids["catalog"]))  # no duplicates
     cat = open_catalog(settings)
     try:
-        assert cat.unfinished_events() == 0
-        source = cat.source_states("default")
+        assert cat.queue.unfinished_events() == 0
+        source = cat.syncs.source_states("default")
         assert [(s.paused, s.failures) for s in source] == [(False, 0)]
     finally:
         cat.close()
@@ -277,7 +279,9 @@ def test_single_process_stores_are_refused_on_several_workers(tmp_path: Path, co
     ):
         refuse_single_process_stores(Settings(home=str(tmp_path / "a")), options)
     lite = Settings(home=str(tmp_path / "b"), keyword_index="milvus")
-    with pytest.raises(ConfigurationError, match="Milvus Lite .* takes one process.*milvus-lite server"):
+    with pytest.raises(
+        ConfigurationError, match="milvus keyword index takes one process.*Milvus Lite .*milvus-lite server"
+    ):
         refuse_single_process_stores(lite, options)
     served = Settings(home=str(tmp_path / "c"), keyword_index="milvus", milvus_uri="http://127.0.0.1:1")
     refuse_single_process_stores(served, options)  # a server takes several processes
@@ -288,7 +292,7 @@ def test_single_process_stores_are_refused_on_several_workers(tmp_path: Path, co
         run_backfill(str(corpus), Settings(home=str(home)), beam_args=MULTI, show_progress=False)
     cat = open_catalog(Settings(home=str(home)))
     try:
-        assert cat.document_counts_by_status() == {}
+        assert cat.documents.document_counts_by_status() == {}
     finally:
         cat.close()
 
@@ -306,12 +310,12 @@ def _stream_state(settings: Settings) -> dict[str, object]:
     chunk's ACL, dead letters (tenant ``acme``)."""
     cat = open_catalog(settings)
     try:
-        ids = sorted(cat.chunk_ids_for_tenant(STREAM_TENANT))
+        ids = sorted(cat.chunks.chunk_ids_for_tenant(STREAM_TENANT))
         return {
             "ids": chunk_ids_by_store(settings),
-            "documents": cat.document_counts_by_status(),
-            "dead_letters": cat.dead_letter_counts(),
-            "acl": {cid: tuple(sorted(c.acl_ids)) for cid, c in cat.chunks_by_ids(ids).items()},
+            "documents": cat.documents.document_counts_by_status(),
+            "dead_letters": cat.dead_letters.dead_letter_counts(),
+            "acl": {cid: tuple(sorted(c.acl_ids)) for cid, c in cat.chunks.chunks_by_ids(ids).items()},
         }
     finally:
         cat.close()

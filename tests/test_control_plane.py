@@ -121,7 +121,7 @@ def _fetched_wiki_page(
     api: Api, doc_id: str, *, uri: str, size: int, version: str, content_hash: str, acl_id: str
 ) -> None:
     """Catalog row of tenant A's wiki page ``pages/1`` as fetched."""
-    api.catalog.record_fetch(
+    api.catalog.documents.record_fetch(
         FetchRecord(
             doc_id=doc_id,
             source_id="wiki-eng",
@@ -187,14 +187,14 @@ def test_requests_without_or_with_a_bad_key_get_401(api: Api) -> None:
         assert (r.status_code, r.json()) == (401, _error("unauthorized", "invalid or revoked API key"))
     # The same key works until it is revoked.
     assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 200
-    assert api.catalog.revoke_api_key(api.key_a.split("_")[1]) is True
+    assert api.catalog.tenants.revoke_api_key(api.key_a.split("_")[1]) is True
     assert httpx.get(url, headers={"X-API-Key": api.key_a}).status_code == 401
     # Unauthenticated writes change nothing.
     r = httpx.post(
         api.base_url + "/v1/backfills", json={"reason": "parser", "target_index": "x", "max_docs_per_s": 1}
     )
     assert r.status_code == 401
-    assert api.catalog.list_backfills() == []
+    assert api.catalog.backfills.list_backfills() == []
 
 
 def test_oversized_bodies_get_413_before_parsing(api: Api) -> None:
@@ -213,7 +213,7 @@ def test_oversized_bodies_get_413_before_parsing(api: Api) -> None:
     assert (r.status_code, r.json()) == (413, expected)
     # Unauthenticated too: the size check comes first.
     assert httpx.post(api.base_url + "/v1/sources", content=big).status_code == 413
-    assert api.catalog.queue_stats()["depth"] == 0
+    assert api.catalog.queue.queue_stats()["depth"] == 0
 
 
 # ------------------------------------------------------------------- sources
@@ -266,10 +266,10 @@ def test_create_source_and_request_sync(api: Api) -> None:
     r = api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}")
     assert r.status_code == 200 and r.json() == body
     # The worker's side: claim, then record the outcome the API then shows.
-    run = api.catalog.claim_sync_run()
+    run = api.catalog.syncs.claim_sync_run()
     assert run is not None and (run.sync_id, run.state) == (body["sync_id"], "running")
     assert api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").json()["state"] == "running"
-    api.catalog.finish_sync_run(run.sync_id, succeeded=False, error="cannot reach the wiki")
+    api.catalog.syncs.finish_sync_run(run.sync_id, succeeded=False, error="cannot reach the wiki")
     shown = api.a.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").json()
     assert (shown["state"], shown["error"]) == ("failed", "cannot reach the wiki")
     assert api.b.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").status_code == 404  # another tenant
@@ -292,10 +292,10 @@ def test_version_domain_and_stale_events_over_the_api(api: Api) -> None:
     }
     event["event_id"] = "late-1"
     assert api.a.post("/internal/events", json=event).status_code == 202
-    tenant_a = api.catalog.get_source("rev").tenant_id  # type: ignore[union-attr]
+    tenant_a = api.catalog.sources.get_source("rev").tenant_id  # type: ignore[union-attr]
     note = "delete '3' (revision, observed 1796119200.000) is stale: the document holds content version '5'"
-    api.catalog.note_event((tenant_a, "late-1"), note)
-    api.catalog.ack_events([(tenant_a, "late-1")], state="stale")
+    api.catalog.queue.note_event((tenant_a, "late-1"), note)
+    api.catalog.queue.ack_events([(tenant_a, "late-1")], state="stale")
     stale = api.a.get("/v1/events/stale").json()
     assert stale["count"] == 1
     assert stale["recent"] == [
@@ -313,22 +313,22 @@ def test_version_domain_and_stale_events_over_the_api(api: Api) -> None:
     # Dead letters over HTTP: the same identity as the CLI, the same re-drive.
     gone = {**event, "event_id": "ev-del", "source_version": 9}
     assert api.a.post("/internal/events", json=gone).status_code == 202
-    api.catalog.ack_events([(tenant_a, "ev-del")])
+    api.catalog.queue.ack_events([(tenant_a, "ev-del")])
     queued = QueuedEvent(
-        Event.from_json(api.catalog.tenant_event(tenant_a, "ev-del")["payload"]), tenant_a, "d"
+        Event.from_json(api.catalog.queue.tenant_event(tenant_a, "ev-del")["payload"]), tenant_a, "d"
     )
     dl = DeadLetter(
         "delete", "d", "", "transient", "store down", payload=queued.to_json(), tenant_id=tenant_a
     )
-    api.catalog.add_dead_letter(dl, "rev")
-    garbage = api.catalog.add_dead_letter(
+    api.catalog.dead_letters.add_dead_letter(dl, "rev")
+    garbage = api.catalog.dead_letters.add_dead_letter(
         DeadLetter("resolve", "", "", "invalid_event", "not JSON", payload="{oops", tenant_id=tenant_a), "rev"
     )
     assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == ["ev-del", str(garbage)]
     assert api.b.post("/v1/dead-letters/ev-del/retry").status_code == 404
     r = api.a.post("/v1/dead-letters/ev-del/retry")
     assert (r.status_code, r.json()["kind"], r.json()["state"]) == (202, "event", "requeued")
-    assert api.catalog.tenant_event(tenant_a, "ev-del")["state"] == "pending"  # type: ignore[index]
+    assert api.catalog.queue.tenant_event(tenant_a, "ev-del")["state"] == "pending"  # type: ignore[index]
     assert api.a.post(f"/v1/dead-letters/{garbage}/retry").status_code == 404  # not an event: nothing to run
     assert [d["event_id"] for d in api.a.get("/v1/dead-letters").json()] == [str(garbage)]
 
@@ -350,7 +350,9 @@ def test_source_locations_pause_and_resume(api: Api) -> None:
         r = api.a.post("/v1/sources", json={**bad, "sync": "webhook"})
         assert r.status_code == 422 and r.json()["error"]["details"][0]["loc"] == ["body", "uri"], r.text
         assert bad["uri"] not in r.text  # never echoed
-    api.catalog.sync_failed("pub", failures=3, pause_reason="the listing would delete 9 of 10 documents")
+    api.catalog.syncs.sync_failed(
+        "pub", failures=3, pause_reason="the listing would delete 9 of 10 documents"
+    )
     (listed,) = api.a.get("/v1/sources").json()
     assert (listed["paused"], listed["pause_reason"], listed["failures"]) == (
         True,
@@ -404,8 +406,8 @@ def test_the_same_event_twice_is_queued_once(api: Api) -> None:
     r2 = api.a.post("/internal/events", json=_event())
     assert (r1.status_code, r1.json()) == (202, {"accepted": 1, "duplicates": 0, "rejected": []})
     assert (r2.status_code, r2.json()) == (202, {"accepted": 0, "duplicates": 1, "rejected": []})
-    assert api.catalog.queue_stats()["depth"] == 1
-    (queued,) = api.catalog.pending_events()
+    assert api.catalog.queue.queue_stats()["depth"] == 1
+    (queued,) = api.catalog.queue.pending_events()
     expected = parse_event(_event())
     assert (queued["event_id"], queued["source_id"], queued["doc_id"]) == (
         expected.event_id,
@@ -428,7 +430,7 @@ def test_idempotency_key_deduplicates_single_event_posts(api: Api) -> None:
         {"accepted": 1, "duplicates": 0, "rejected": []},
     ]
     assert (reused.status_code, reused.json()["error"]["code"]) == (409, "conflict")
-    assert api.catalog.queue_stats()["depth"] == 2
+    assert api.catalog.queue.queue_stats()["depth"] == 2
     r = api.a.post("/internal/events", json={"events": [_event()]}, headers={"Idempotency-Key": "k-3"})
     assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
 
@@ -453,7 +455,7 @@ def test_an_event_id_reused_with_only_new_deny_groups_is_a_conflict(api: Api) ->
             ],
         },
     )
-    assert api.catalog.queue_stats()["depth"] == 2
+    assert api.catalog.queue.queue_stats()["depth"] == 2
 
 
 def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) -> None:
@@ -482,7 +484,7 @@ def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) ->
             {"index": 7, "error": "'acl_groups' must be a list of strings"},
         ],
     }
-    assert sorted(e["doc_id"] for e in api.catalog.pending_events()) == ["a", "c"]
+    assert sorted(e["doc_id"] for e in api.catalog.queue.pending_events()) == ["a", "c"]
     for body, message in (
         ([_event()], 'the body must be one event object or {"events": [...]}'),
         ({"events": _event()}, "'events' must be a list of events"),
@@ -495,7 +497,7 @@ def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) ->
     assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error")
     r = api.a.post("/internal/events", content=b"[" * 50_000, headers={"content-type": "application/json"})
     assert r.status_code == 422
-    assert api.catalog.queue_stats()["depth"] == 2
+    assert api.catalog.queue.queue_stats()["depth"] == 2
 
 
 # ----------------------------------------------------------------- documents
@@ -537,7 +539,7 @@ def test_document_status_follows_the_pipeline(api: Api) -> None:
     }
     assert api.a.get("/v1/docs/pages/1/status", params={"source_id": "wiki-eng"}).json() == indexed
     assert api.a.get(f"/v1/docs/{internal}/status").json() == indexed
-    api.catalog.record_dead_letter(
+    api.catalog.dead_letters.record_dead_letter(
         DeadLetter(
             stage="parse",
             doc_id=internal,
@@ -586,12 +588,12 @@ def test_a_tenant_over_its_caps_gets_429_for_syncs_and_403_for_sources(api: Api)
     assert api.b.post("/v1/sources/wiki-b/sync", json={"mode": "full"}).status_code == 202
     # Sources: at the cap (lowered here) a new one is refused, nothing is stored.
     tenant_a = api.keys.authenticate(api.key_a) or ""
-    assert api.catalog.count_sources(tenant_a) == 5
+    assert api.catalog.sources.count_sources(tenant_a) == 5
     api.app_state.max_sources = 5
     body = {"type": "wiki", "credentials_ref": SECRET_REF, "sync": "webhook", "source_id": "x", "uri": WIKI_A}
     refused = api.a.post("/v1/sources", json=body)
     assert refused.status_code == 403 and "5 sources (its limit)" in refused.json()["error"]["message"]
-    assert api.catalog.count_sources(tenant_a) == 5
+    assert api.catalog.sources.count_sources(tenant_a) == 5
 
 
 def test_embedding_model_backfill_is_the_operators(api: Api, tmp_path: Any) -> None:
@@ -600,17 +602,17 @@ def test_embedding_model_backfill_is_the_operators(api: Api, tmp_path: Any) -> N
     r = api.a.post("/v1/backfills", json=body)
     assert (r.status_code, r.json()["error"]["code"]) == (403, "forbidden")
     assert "operator" in r.json()["error"]["message"]
-    assert api.catalog.list_backfills() == []
+    assert api.catalog.backfills.list_backfills() == []
     # A tenant's request queued before the API refused them is refused by the
     # worker, never run; the operator's (no tenant) runs.
     fake = [sys.executable, "-c", 'print(\'{"total": 7, "failed": 0, "state": "live"}\')']
     worker = Worker(api.catalog, [], schedule=False, command=fake)
     tenant_id = api.keys.authenticate(api.key_a)
-    queued = api.catalog.create_backfill(tenant_id=tenant_id, **body)
-    operator = api.catalog.create_backfill(**body)
+    queued = api.catalog.backfills.create_backfill(tenant_id=tenant_id, **body)
+    operator = api.catalog.backfills.create_backfill(**body)
     assert worker.run_once() and worker.run_once()
-    mine = api.catalog.get_backfill(queued.backfill_id)
-    ops = api.catalog.get_backfill(operator.backfill_id)
+    mine = api.catalog.backfills.get_backfill(queued.backfill_id)
+    ops = api.catalog.backfills.get_backfill(operator.backfill_id)
     assert mine is not None and (mine.state, mine.total) == ("refused", 0)
     assert ops is not None and (ops.state, ops.total) == ("flipped", 7)
 
@@ -637,8 +639,10 @@ def test_backfill_request_and_progress(api: Api) -> None:
     }
     assert api.a.get(f"/v1/backfills/{bid}").json() == created
     # The worker reports: started 100 s ago, 40 done + 10 failed of 150 -> 0.5 docs/s, 100 left.
-    assert api.catalog.update_backfill_progress(bid, state="running", total=150, now=time.time() - 100)
-    api.catalog.update_backfill_progress(bid, done=40, failed=10, cursor="doc-50")
+    assert api.catalog.backfills.update_backfill_progress(
+        bid, state="running", total=150, now=time.time() - 100
+    )
+    api.catalog.backfills.update_backfill_progress(bid, done=40, failed=10, cursor="doc-50")
     body = api.a.get(f"/v1/backfills/{bid}").json()
     assert {k: body[k] for k in ("state", "total", "done", "failed")} == {
         "state": "running",
@@ -647,9 +651,12 @@ def test_backfill_request_and_progress(api: Api) -> None:
         "failed": 10,
     }
     assert body["eta_s"] == pytest.approx(200, abs=5)
-    api.catalog.update_backfill_progress(bid, done=140, state="done")
+    api.catalog.backfills.update_backfill_progress(bid, done=140, state="done")
     assert api.a.get(f"/v1/backfills/{bid}").json()["eta_s"] == 0.0
-    assert api.catalog.get_backfill(bid) is not None and api.catalog.get_backfill(bid).cursor == "doc-50"  # type: ignore[union-attr]
+    assert (
+        api.catalog.backfills.get_backfill(bid) is not None
+        and api.catalog.backfills.get_backfill(bid).cursor == "doc-50"
+    )  # type: ignore[union-attr]
     for body in (
         {"reason": "mood", "target_index": "v2", "max_docs_per_s": 1},
         {"reason": "parser", "target_index": "bad name", "max_docs_per_s": 1},
@@ -668,15 +675,15 @@ def _add_dead_letter(
 ) -> int:
     """Add a dead letter of tenant A's source ``wiki-eng`` (a new row each call); its id."""
     dl = DeadLetter(stage, doc_id, uri, error_class, message, tenant_id="tenant-a", **fields)
-    return api.catalog.add_dead_letter(dl, source_id="wiki-eng")
+    return api.catalog.dead_letters.add_dead_letter(dl, source_id="wiki-eng")
 
 
 def _dead_letters(api: Api) -> tuple[str, int]:
     """An event-backed dead letter and a backfill-file dead letter for tenant A."""
     _source(api)
     api.a.post("/internal/events", json=_event())
-    (queued,) = api.catalog.pending_events()
-    api.catalog.ack_events([("tenant-a", queued["event_id"])], state="dead")
+    (queued,) = api.catalog.queue.pending_events()
+    api.catalog.queue.ack_events([("tenant-a", queued["event_id"])], state="dead")
     _add_dead_letter(
         api,
         "fetch",
@@ -729,8 +736,8 @@ def test_dead_letters_are_listed_and_retried(api: Api) -> None:
         "kind": "event",
         "state": "requeued",
     }
-    assert api.catalog.get_event(event_id)["state"] == "pending"  # type: ignore[index]
-    assert api.catalog.queue_stats()["depth"] == 1
+    assert api.catalog.queue.get_event(event_id)["state"] == "pending"  # type: ignore[index]
+    assert api.catalog.queue.queue_stats()["depth"] == 1
 
     r = api.a.post(f"/v1/dead-letters/{file_id}/retry")
     assert r.status_code == 202
@@ -755,8 +762,8 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
     acl, delete) and a FetchedDocument (fetch, parse, ... of an upsert event)."""
     _source(api)
     api.a.post("/internal/events", json=_event(doc_id="pages/q", event_id="ev-queued"))
-    (queued,) = api.catalog.pending_events()
-    api.catalog.ack_events([("tenant-a", "ev-queued")], state="dead")
+    (queued,) = api.catalog.queue.pending_events()
+    api.catalog.queue.ack_events([("tenant-a", "ev-queued")], state="dead")
     event = parse_event(json.loads(queued["payload"]))
     internal = ids.doc_id("tenant-a", "wiki-eng", "pages/q")
     qe = QueuedEvent(event, "tenant-a", internal, attempts=4)
@@ -779,11 +786,11 @@ def test_pipeline_dead_letters_are_retried_by_their_event_id(api: Api) -> None:
     for event_id in ("ev-queued", "ev-remote"):
         r = api.a.post(f"/v1/dead-letters/{event_id}/retry")
         assert (r.status_code, r.json()["kind"], r.json()["state"]) == (202, "event", "requeued"), r.text
-    assert {e["event_id"]: e["doc_id"] for e in api.catalog.pending_events()} == {
+    assert {e["event_id"]: e["doc_id"] for e in api.catalog.queue.pending_events()} == {
         "ev-queued": "pages/q",
         "ev-remote": "pages/r",
     }
-    replayed = parse_event(json.loads(api.catalog.get_event("ev-remote")["payload"]))  # type: ignore[index]
+    replayed = parse_event(json.loads(api.catalog.queue.get_event("ev-remote")["payload"]))  # type: ignore[index]
     assert (replayed.tenant_id, dataclasses.replace(replayed, tenant_id="")) == ("tenant-a", remote)
     assert api.a.get("/v1/dead-letters").json() == []
 
@@ -830,11 +837,11 @@ def test_another_tenants_ids_are_404_on_every_endpoint(api: Api) -> None:
         json=_event(doc_id="pages/9", event_id=event_id, content_uri=f"{WIKI_B}?title=pages/9"),
     )
     assert r.json() == {"accepted": 1, "duplicates": 0, "rejected": []}
-    assert api.catalog.tenant_event("tenant-b", event_id)["doc_id"] == "pages/9"  # type: ignore[index]
+    assert api.catalog.queue.tenant_event("tenant-b", event_id)["doc_id"] == "pages/9"  # type: ignore[index]
     # Nothing of A's changed: A's dead letters are still open, its event is still dead.
     assert len(api.a.get("/v1/dead-letters").json()) == 2
-    assert api.catalog.tenant_event("tenant-a", event_id)["state"] == "dead"  # type: ignore[index]
-    assert api.catalog.get_backfill(backfill, tenant_id="tenant-b") is None
+    assert api.catalog.queue.tenant_event("tenant-a", event_id)["state"] == "dead"  # type: ignore[index]
+    assert api.catalog.backfills.get_backfill(backfill, tenant_id="tenant-b") is None
 
 
 # ------------------------------------------------------------- migration and CLI
@@ -860,9 +867,9 @@ def test_adopted_legacy_catalog_serves_sources_registered_before_the_api(catalog
         insp = inspect(app.state.catalog.engine)
         assert {"tenants", "api_keys", "sync_requests", "dead_letter_retries"} <= set(insp.get_table_names())
         assert "schema_migrations" not in insp.get_table_names()
-        source = app.state.catalog.get_source("old", tenant_id="t")
+        source = app.state.catalog.sources.get_source("old", tenant_id="t")
         assert source is not None and (source.sync, source.credentials_ref_set) == (None, False)
-        assert app.state.catalog.get_source("old", tenant_id="other") is None
+        assert app.state.catalog.sources.get_source("old", tenant_id="other") is None
     finally:
         app.state.catalog.close()
 
@@ -904,21 +911,21 @@ def test_cli_tenants_create_list_and_serve_guard(tmp_path: Any, capsys: pytest.C
 def test_backfill_eta_from_the_rate_so_far(tmp_path: Any) -> None:
     store = Catalog.open(f"sqlite:///{tmp_path}/c.db")
     try:
-        created = store.create_backfill(reason="chunker", target_index="v3", max_docs_per_s=10)
+        created = store.backfills.create_backfill(reason="chunker", target_index="v3", max_docs_per_s=10)
         assert created.eta_s(now=1e9) is None
         bid = created.backfill_id
-        started = store.update_backfill_progress(bid, state="running", total=1000, now=1000.0)
+        started = store.backfills.update_backfill_progress(bid, state="running", total=1000, now=1000.0)
         assert started is not None and started.eta_s(now=1010.0) is None  # nothing processed yet
-        row = store.update_backfill_progress(bid, done=90, failed=10, now=1010.0)
+        row = store.backfills.update_backfill_progress(bid, done=90, failed=10, now=1010.0)
         assert row is not None and row.started_at == 1000.0
         assert row.eta_s(now=1020.0) == 180.0  # 100 docs in 20 s -> 5/s, 900 left
-        failed = store.update_backfill_progress(row.backfill_id, state="failed")
+        failed = store.backfills.update_backfill_progress(row.backfill_id, state="failed")
         assert failed is not None and failed.eta_s() is None
-        assert store.update_backfill_progress("missing", done=1) is None
+        assert store.backfills.update_backfill_progress("missing", done=1) is None
         with pytest.raises(ValueError):
-            store.update_backfill_progress(row.backfill_id, done=-1)
+            store.backfills.update_backfill_progress(row.backfill_id, done=-1)
         with pytest.raises(ValueError):
-            store.update_backfill_progress(row.backfill_id, state="exploded")
+            store.backfills.update_backfill_progress(row.backfill_id, state="exploded")
     finally:
         store.close()
 
@@ -994,7 +1001,7 @@ def test_source_status_gives_coverage_and_metrics_are_served_to_loopback(api: Ap
          "event_time": 100.0, "applied_at": 100.0 + lag}
         for n, (tenant, lag) in enumerate([(tenant_a, 2.0), (tenant_a, 4.0), ("tenant-b", 60.0)])
     ]  # fmt: skip
-    api.catalog.record_freshness(fresh)
+    api.catalog.queue.record_freshness(fresh)
     m = httpx.get(api.base_url + "/metrics")
     events = {
         s.labels["tenant_id"]: (s.value, s.labels["source_id"])

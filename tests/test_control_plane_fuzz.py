@@ -38,7 +38,7 @@ _HOME.write(
         Doc("fuzz", "wiki-eng", "b.txt", "Holiday calendar, office hours.", ("all",), mime="text/html"),
     ]
 )
-_APP.state.catalog.create_source(
+_APP.state.catalog.sources.create_source(
     "fuzz",
     source_id="wiki-eng",
     type="wiki",

@@ -100,16 +100,17 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.errors import WriteError
+    from ragsync.index.operations import RecordDuplicates
     from ragsync.index.versions import prepare_stores
     from ragsync.model import FetchedDocument, SourceFile
     from transforms.fetch import fetch_decision
-    from transforms.write import _RecordDuplicateFn
+    from transforms.index import _UpdateIndexFn
 
     settings = Settings(home=str(tmp_path / "home"))
     prepare_stores(settings, default_model())
-    step = _RecordDuplicateFn(settings, DIM)
+    step = _UpdateIndexFn(settings, DIM, RecordDuplicates(), 0, False)
     step.setup()
-    cat = step._catalog
+    cat = step.service.catalog
     try:
         chash = ids.content_hash(NOTES.encode())
 
@@ -119,27 +120,29 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
             return FetchedDocument(doc_id, src, chash, "mem://raw", len(NOTES), "acl-g", canonical or doc_id)
 
         a = fetched("a.txt")
-        cat.upsert_acl("acl-g", "t", ["g"], [])
-        cat.record_fetch(a)
+        cat.documents.upsert_acl("acl-g", "t", ["g"], [])
+        cat.documents.record_fetch(a)
         flip = dict(source_version="1", indexed_version="1", chunker_id="c", parser_version="p")
-        cat.flip_indexed_version(a.doc_id, content_hash=chash, chunk_count=0, indexed_at=1.0, **flip)
+        cat.documents.flip_indexed_version(
+            a.doc_id, content_hash=chash, chunk_count=0, indexed_at=1.0, **flip
+        )
         b = fetched("b.txt", canonical=a.doc_id)
-        cat.record_fetch(b)
+        cat.documents.record_fetch(b)
 
         # The holder is live: the link holds; so does a holder not written yet.
-        assert list(step.process(b)) == [b]
+        assert list(step.process([b])) == [b]
         c, d = fetched("c.txt"), fetched("d.txt", canonical=ids.doc_id("t", "s", "c.txt"))
-        cat.record_fetch(c)
-        cat.record_fetch(d)
-        assert list(step.process(d)) == [d]
-        assert cat.get_document(b.doc_id).status == "duplicate"  # type: ignore[union-attr]
+        cat.documents.record_fetch(c)
+        cat.documents.record_fetch(d)
+        assert list(step.process([d])) == [d]
+        assert cat.documents.get_document(b.doc_id).status == "duplicate"  # type: ignore[union-attr]
 
         # The holder is deleted before the link is recorded: processed again.
-        cat.put_tombstone(a.doc_id, "t", "2", version_domain="", observed_at=2.0)
-        cat.record_fetch(b)
+        cat.queue.put_tombstone(a.doc_id, "t", "2", version_domain="", observed_at=2.0)
+        cat.documents.record_fetch(b)
         with pytest.raises(WriteError, match="no longer serves its bytes"):
-            list(step.process(b))
-        row = cat.get_document(b.doc_id)
+            list(step.process([b]))
+        row = cat.documents.get_document(b.doc_id)
         assert row is not None and row.content_hash == chash
         # The retry's fetch processes it: its holder is not live.
         action = fetch_decision(
@@ -212,9 +215,9 @@ def _state(settings: object) -> dict[str, object]:
 
     cat = open_catalog(settings)  # type: ignore[arg-type]
     try:
-        docs = {d.doc_id: d for d in cat.documents_for_source(_source_id(cat))}
+        docs = {d.doc_id: d for d in cat.documents.documents_for_source(_source_id(cat))}
         path = {d.doc_id: d.uri.split("/src/", 1)[1] for d in docs.values()}
-        owners = {path[doc]: n for doc, n in cat.chunk_counts_by_doc().items()}
+        owners = {path[doc]: n for doc, n in cat.chunks.chunk_counts_by_doc().items()}
         statuses = {path[d.doc_id]: d.status for d in docs.values()}
     finally:
         cat.close()
@@ -306,7 +309,10 @@ def test_an_edit_that_turns_a_file_into_a_copy_keeps_its_groups(tmp_path: Path) 
     assert state["owners"] == {"b.txt": 1} and state["ok"]
     cat = open_catalog(settings)
     try:
-        hashes = {d.uri.rsplit("/", 1)[1]: d.content_hash for d in cat.documents_for_source(_source_id(cat))}
+        hashes = {
+            d.uri.rsplit("/", 1)[1]: d.content_hash
+            for d in cat.documents.documents_for_source(_source_id(cat))
+        }
     finally:
         cat.close()
     assert hashes["a.txt"] == hashes["b.txt"]
@@ -361,7 +367,7 @@ def test_deleting_or_editing_the_indexed_copy_promotes_another_without_reembeddi
 def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
     """The same rules hold for change events (streaming pipeline, catalog queue)."""
 
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.config import Settings
     from ragsync.embedding import default_model
     from ragsync.index.versions import prepare_stores
@@ -412,8 +418,8 @@ def _state_of(settings: object) -> dict[str, int]:
     assert reconcile(settings, DIM).ok  # type: ignore[arg-type]
     cat = open_catalog(settings)  # type: ignore[arg-type]
     try:
-        counts = cat.chunk_counts_by_doc()
-        return {cat.get_document(d).uri.rsplit("/", 1)[1]: n for d, n in counts.items()}
+        counts = cat.chunks.chunk_counts_by_doc()
+        return {cat.documents.get_document(d).uri.rsplit("/", 1)[1]: n for d, n in counts.items()}
     finally:
         cat.close()
 
@@ -453,8 +459,8 @@ def test_a_failed_promotion_leaves_no_half_state(tmp_path: Path, monkeypatch: py
     assert len(failed) >= 1
     cat = open_catalog(settings)
     try:
-        docs = {d.uri.split("/src/", 1)[1]: d for d in cat.documents_for_source(_source_id(cat))}
-        rows = cat.chunk_counts_by_doc()
+        docs = {d.uri.split("/src/", 1)[1]: d for d in cat.documents.documents_for_source(_source_id(cat))}
+        rows = cat.chunks.chunk_counts_by_doc()
     finally:
         cat.close()
     assert docs[copy].status == "duplicate"

@@ -6,7 +6,7 @@ of a few contents with one of a few groups: put (add, edit, copy or
 re-permission), delete, replay (the same put again). Each operation runs the
 same catalog and store calls the pipeline steps make (the fetch decision
 ``transforms.fetch.fetch_decision``, exact-copy linking, ``ragsync.index.service``,
-the write's flip and ``transforms.delete.delete_document``), without Beam: a
+the write's flip and ``IndexService.delete_document``), without Beam: a
 backfill run takes ~25 s on this machine, too slow for many examples. After
 every sequence, what each group finds must be what the final source grants: a
 group sees a content iff a live path holds it with that group, shown as the
@@ -79,8 +79,8 @@ class _Harness:
         chash = ids.content_hash(data.encode())
         doc_id = ids.doc_id(tenant, SOURCE, path)
         acl = ids.acl_id(tenant, [group])
-        cat.upsert_acl(acl, tenant, [group])
-        stored = cat.get_document(doc_id)
+        cat.documents.upsert_acl(acl, tenant, [group])
+        stored = cat.documents.get_document(doc_id)
         action = fetch_decision(
             cat, stored, content_hash=chash, acl_id=acl, parser_version=PARSER, chunker_id=CHUNKER
         )
@@ -91,7 +91,7 @@ class _Harness:
             return
         src = SourceFile(tenant, SOURCE, path, f"file:///src/{path}", len(data), (group,), "1")
         doc = FetchedDocument(doc_id, src, chash, "mem://raw", len(data), acl, doc_id)
-        cat.record_fetch(doc)
+        cat.documents.record_fetch(doc)
         if stored is not None and stored.status in ("indexed", "stale") and stored.acl_id != acl:
             writer.apply_document_acl(doc_id, tenant, acl)
         if (
@@ -100,32 +100,32 @@ class _Harness:
             and stored.canonical_doc_id not in (None, doc_id)
         ):
             writer.sync_copies(str(stored.canonical_doc_id))
-        found = cat.find_indexed_by_content(tenant, chash, "")
+        found = cat.documents.find_indexed_by_content(tenant, chash, "")
         if found is not None and found.doc_id != doc_id:
-            now = cat.get_document(doc_id)
+            now = cat.documents.get_document(doc_id)
             if now is not None and (now.canonical_doc_id or doc_id) == doc_id:
                 writer.retire_holder(doc_id)
-            cat.mark_duplicate(doc_id, found.doc_id, content_hash=chash)
+            cat.copies.mark_duplicate(doc_id, found.doc_id, content_hash=chash)
             writer.sync_copies(found.doc_id)
             return
         self._write(tenant, doc, data)
 
     def _write(self, tenant: str, doc: FetchedDocument, text: str) -> None:
         cat, writer = self.cat, self.writer
-        stored = cat.get_document(doc.doc_id)
+        stored = cat.documents.get_document(doc.doc_id)
         if stored is not None and stored.content_hash not in (None, doc.content_hash):
             writer.sync_copies(doc.doc_id, leaving=True)
         th = ids.text_hash(text)
         chunk = Chunk(
             ids.chunk_id(doc.doc_id, CHUNKER, th), doc.doc_id, tenant, th, 0, (), 0, text, 12, (doc.acl_id,)
         )
-        old = cat.chunk_ids_for_doc(doc.doc_id) - {chunk.chunk_id}
+        old = cat.chunks.chunk_ids_for_doc(doc.doc_id) - {chunk.chunk_id}
         spec_version = _live_version(self.settings)
-        cat.put_embeddings({th: self.vector(text)}, spec_version)
+        cat.chunks.put_embeddings({th: self.vector(text)}, spec_version)
         writer.vectors.upsert([chunk], [self.vector(text)])
         writer.keywords.upsert([chunk])
-        cat.write_chunks([chunk])
-        cat.flip_indexed_version(
+        cat.chunks.write_chunks([chunk])
+        cat.documents.flip_indexed_version(
             doc.doc_id,
             content_hash=doc.content_hash,
             source_version="1",
@@ -138,13 +138,11 @@ class _Harness:
         if old:
             writer.vectors.delete(tenant, sorted(old))
             writer.keywords.delete(tenant, sorted(old))
-            cat.delete_chunks(sorted(old))
+            cat.chunks.delete_chunks(sorted(old))
         writer.sync_copies(doc.doc_id)
 
     def delete(self, tenant: str, path: str) -> None:
-        from transforms.delete import delete_document
-
-        delete_document(self.writer, ids.doc_id(tenant, SOURCE, path), tenant, "2")
+        self.writer.delete_document(ids.doc_id(tenant, SOURCE, path), tenant, "2")
 
 
 def _live_version(settings: Any) -> str:
@@ -206,7 +204,7 @@ def test_random_interleavings_end_in_the_state_the_final_source_grants(harness: 
         assert got == expected, (group, ops)
 
     # One set of chunks per live content, in all three stores.
-    rows = harness.cat.chunk_counts_by_doc(tenant)
+    rows = harness.cat.chunks.chunk_counts_by_doc(tenant)
     assert sum(rows.values()) == len({c for c, _ in source.values()}), ops
     vec = harness.writer.vectors.count_by_doc(tenant)
     kw = harness.writer.keywords.count_by_doc(tenant)

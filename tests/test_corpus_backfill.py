@@ -74,7 +74,7 @@ def test_every_sampled_corpus_file_is_indexed_or_dead_lettered(tmp_path: Path) -
     try:
         outcome: dict[str, str] = {}
         children: dict[str, str] = {}  # attachments of the sampled e-mails: child documents
-        for doc in cat.documents_for_source(cat_source_id(cat)):
+        for doc in cat.documents.documents_for_source(cat_source_id(cat)):
             if doc.parent_doc_id is not None:
                 children[doc.uri] = doc.status
                 continue

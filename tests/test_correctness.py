@@ -311,7 +311,7 @@ def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path
     """The catalog, the CLI and the API name a dead letter by its event id (its
     row id when no event is behind it) and re-drive it through one function."""
     from connectors.events import event_or_none, parse_event
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.config import Settings, open_catalog
     from ragsync.model import DeadLetter, FetchedDocument, QueuedEvent, SourceFile
     from transforms.events import crash_loop_dead_letter
@@ -340,7 +340,7 @@ def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path
             return SourceFile(TENANT, SOURCE, ev.doc_id, ev.content_uri, 10, ev.acl_groups, "1", ev.event_id)
 
         def letter(stage: str, error: str, payload: str) -> int:
-            return cat.add_dead_letter(
+            return cat.dead_letters.add_dead_letter(
                 DeadLetter(stage, "", "", error, "failed", payload=payload, tenant_id=TENANT)
             )
 
@@ -350,24 +350,25 @@ def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path
             event("ev-crash"),
             event("ev-res"),
         )
-        cat.enqueue_events([dataclasses.replace(e, tenant_id=TENANT) for e in (queued, crashed)])
-        cat.ack_events([(TENANT, "ev-parse")])  # finished with a dead letter
-        cat.ack_events([(TENANT, "ev-crash")], state="dead")
+        cat.queue.enqueue_events([dataclasses.replace(e, tenant_id=TENANT) for e in (queued, crashed)])
+        cat.queue.ack_events([(TENANT, "ev-parse")])  # finished with a dead letter
+        cat.queue.ack_events([(TENANT, "ev-crash")], state="dead")
         fetched = FetchedDocument("d1", source_file(queued), "h", "raw", 10, "acl", "d1")
         letter("parse", "corrupt", fetched.to_json())
         letter("fetch", "transient", source_file(remote).to_json())  # read from Pub/Sub: not in the queue
-        row = {**cat.tenant_event(TENANT, "ev-crash"), "deliveries": 5}
-        cat.add_dead_letter(crash_loop_dead_letter(row, 5))
+        row = {**cat.queue.tenant_event(TENANT, "ev-crash"), "deliveries": 5}
+        cat.dead_letters.add_dead_letter(crash_loop_dead_letter(row, 5))
         letter("resolve", "invalid_event", QueuedEvent(unknown, TENANT, "d4").to_json())
         garbage = letter("resolve", "invalid_event", "{not an event")
         backfill_file = letter(
             "fetch", "too_large", SourceFile(TENANT, SOURCE, "big.bin", "/x", 10).to_json()
         )
 
-        keys = [r.key for r in cat.list_dead_letters()]
+        keys = [r.key for r in cat.dead_letters.list_dead_letters()]
         assert keys == ["ev-parse", "ev-pubsub", "ev-crash", "ev-res", str(garbage), str(backfill_file)]
         outcomes = {
-            k: [(r.kind, r.state) for r in cat.redrive_dead_letter(k, parse=event_or_none)] for k in keys
+            k: [(r.kind, r.state) for r in cat.dead_letters.redrive_dead_letter(k, parse=event_or_none)]
+            for k in keys
         }
         assert outcomes == {
             "ev-parse": [("event", "requeued")],
@@ -377,16 +378,16 @@ def test_every_dead_letter_shape_has_one_identity_and_is_redriven(tmp_path: Path
             str(garbage): [],  # a message that is not an event: nothing to run again, left open
             str(backfill_file): [("file", "requested")],
         }
-        assert {e["event_id"]: e["state"] for e in cat.pending_events()} == {
+        assert {e["event_id"]: e["state"] for e in cat.queue.pending_events()} == {
             "ev-parse": "pending",
             "ev-pubsub": "pending",
             "ev-crash": "pending",
             "ev-res": "pending",
         }
-        assert [r.key for r in cat.list_dead_letters()] == [str(garbage)]
+        assert [r.key for r in cat.dead_letters.list_dead_letters()] == [str(garbage)]
         # Another tenant cannot re-drive them; a second re-drive finds nothing.
-        assert cat.redrive_dead_letter("ev-parse", parse=event_or_none, tenant_id="other") == []
-        assert cat.redrive_dead_letter("ev-parse", parse=event_or_none) == []
+        assert cat.dead_letters.redrive_dead_letter("ev-parse", parse=event_or_none, tenant_id="other") == []
+        assert cat.dead_letters.redrive_dead_letter("ev-parse", parse=event_or_none) == []
     finally:
         cat.close()
 
@@ -430,7 +431,7 @@ def test_the_lease_heartbeat_lets_a_retried_event_go(tmp_path: Path) -> None:
     """A failed event handed back for a retry is not kept leased by the
     heartbeat (it was, forever, and the retry never ran)."""
     from connectors.events import parse_event
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync.config import Settings, open_catalog
 
     settings = Settings(home=str(tmp_path / "home"))
@@ -440,14 +441,14 @@ def test_the_lease_heartbeat_lets_a_retried_event_go(tmp_path: Path) -> None:
         ev = parse_event(
             {"source_id": SOURCE, "doc_id": "p", "op": "delete", "source_version": 1, "event_time": 1.0}
         )
-        cat.enqueue_events([dataclasses.replace(ev, tenant_id=TENANT)], now=100.0)
+        cat.queue.enqueue_events([dataclasses.replace(ev, tenant_id=TENANT)], now=100.0)
         key = (TENANT, ev.event_id)
-        assert cat.extend_leases([key], 300.0, now=200.0, claimed={key: (0, "priority")}) == {key}
-        cat.retry_event_later(key, 5.0)  # the work failed: try again after 5 s
-        retry_at = cat.tenant_event(*key)["available_at"]  # type: ignore[index]
-        assert cat.extend_leases([key], 300.0, claimed={key: (0, "priority")}) == set()
-        assert cat.tenant_event(*key)["available_at"] == retry_at  # type: ignore[index]
-        assert cat.extend_leases([key], 300.0, claimed={key: (1, "priority")}) == {
+        assert cat.queue.extend_leases([key], 300.0, now=200.0, claimed={key: (0, "priority")}) == {key}
+        cat.queue.retry_event_later(key, 5.0)  # the work failed: try again after 5 s
+        retry_at = cat.queue.tenant_event(*key)["available_at"]  # type: ignore[index]
+        assert cat.queue.extend_leases([key], 300.0, claimed={key: (0, "priority")}) == set()
+        assert cat.queue.tenant_event(*key)["available_at"] == retry_at  # type: ignore[index]
+        assert cat.queue.extend_leases([key], 300.0, claimed={key: (1, "priority")}) == {
             key
         }  # the retry gets its own lease
     finally:

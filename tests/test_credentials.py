@@ -264,25 +264,27 @@ def test_the_api_takes_only_granted_secrets_and_stores_them_as_the_tenants(
         )
         assert r.status_code == 201, r.text
     catalog: Catalog = app.state.catalog
-    state = catalog.get_source("w", tenant_id="acme")
+    state = catalog.sources.get_source("w", tenant_id="acme")
     assert state is not None and (state.credentials_ref, state.credentials_by) == (granted, "tenant")
     # A reference stored before grants existed (or by a tenant, by any path)
     # stays a tenant's: the sync refuses it without a request to the host.
-    catalog.configure_source("w", tenant_id="acme", options={})
+    catalog.syncs.configure_source("w", tenant_id="acme", options={})
     with catalog._engine.begin() as conn:  # an old row: env:// stored by a tenant
         from sqlalchemy import update
 
         from ragsync.catalog import schema
 
         conn.execute(update(schema.sources).values(credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET"))
-    state = catalog.get_source("w", tenant_id="acme")
+    state = catalog.sources.get_source("w", tenant_id="acme")
     assert state is not None
     with pytest.raises(ConfigurationError, match=CREDENTIALS_REFUSED):
         _request(state.spec())
     assert seen == []
     # The operator's tool marks its own reference: that one is sent.
-    catalog.configure_source("w", tenant_id="acme", credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET")
-    state = catalog.get_source("w", tenant_id="acme")
+    catalog.syncs.configure_source(
+        "w", tenant_id="acme", credentials_ref="env://RAGSYNC_TEST_OPERATOR_SECRET"
+    )
+    state = catalog.sources.get_source("w", tenant_id="acme")
     assert state is not None and state.credentials_by == "operator"
     _request(state.spec())
     assert seen == [SERVER_SECRET]

@@ -93,9 +93,9 @@ def _snapshot(settings: Settings) -> dict[str, Any]:
         rows = {t: catalog.count_rows(t) for t in sorted(schema.metadata.tables)}
         docs = {
             d.source_object_id: (d.status, d.content_hash, d.acl_id)
-            for d in catalog.documents_for_source(SOURCE)
+            for d in catalog.documents.documents_for_source(SOURCE)
         }
-        cursor = catalog.get_source(SOURCE, tenant_id=TENANT)
+        cursor = catalog.sources.get_source(SOURCE, tenant_id=TENANT)
     finally:
         catalog.close()
     vectors, keywords = open_vector_index(settings, DIM), open_keyword_index(settings)
@@ -206,9 +206,10 @@ def test_incremental_sync_dry_run_reads_the_feed_and_keeps_the_cursor(
     def state() -> tuple[Any, ...]:
         catalog = open_catalog(settings)
         try:
-            source = catalog.get_source("wiki", tenant_id=TENANT)
+            source = catalog.sources.get_source("wiki", tenant_id=TENANT)
             docs = {
-                d.source_object_id: (d.status, d.content_hash) for d in catalog.documents_for_source("wiki")
+                d.source_object_id: (d.status, d.content_hash)
+                for d in catalog.documents.documents_for_source("wiki")
             }
             return source.cursor if source else None, catalog.count_rows("events"), docs
         finally:

@@ -36,7 +36,7 @@ def test_backfill_writes_to_the_building_version_too(tmp_path: Path) -> None:
 
     cat = open_catalog(settings)
     try:
-        live_chunks = cat.chunks_by_ids(sorted(cat.chunk_ids_for_tenant("default")))
+        live_chunks = cat.chunks.chunks_by_ids(sorted(cat.chunks.chunk_ids_for_tenant("default")))
         written_now = {cid: c for cid, c in live_chunks.items() if "210 EUR" in c.text or "buddy" in c.text}
     finally:
         cat.close()

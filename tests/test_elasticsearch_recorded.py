@@ -188,8 +188,8 @@ def test_flip_and_rollback_move_the_milvus_and_elasticsearch_aliases_together(tm
         MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks", 8, create=True).close()
         MilvusVectorIndex(settings.milvus_uri, "ragsync_chunks_v2", 8, create=True, alias=False).close()
         catalog = open_catalog(settings)
-        catalog.add_index_version(row(1, iv.LIVE))
-        catalog.add_index_version(row(2, iv.BUILDING))
+        catalog.index_versions.add_index_version(row(1, iv.LIVE))
+        catalog.index_versions.add_index_version(row(2, iv.BUILDING))
         catalog.close()
 
         assert iv.flip(settings, 2).state == iv.LIVE

@@ -70,7 +70,9 @@ def test_a_rejected_chunk_dead_letters_its_document_only(tmp_path: Path) -> None
     # The good vectors were cached, the refused one was not.
     catalog = open_catalog(settings)
     try:
-        cached = catalog.get_embeddings(["good-a-th0", "bad-th0", "bad-th1", "good-b-th0"], "poison-test@1")
+        cached = catalog.chunks.get_embeddings(
+            ["good-a-th0", "bad-th0", "bad-th1", "good-b-th0"], "poison-test@1"
+        )
     finally:
         catalog.close()
     assert sorted(cached) == ["bad-th0", "good-a-th0", "good-b-th0"]
@@ -110,7 +112,7 @@ def test_the_shared_embedding_path_caches_isolates_and_batches(tmp_path: Path) -
         assert got.failures["d-th2"] == "ValueError: the model refuses this text"
         # Batch of 4 fails, halves of 2 (one fails), singles; then the last batch of 1.
         assert calls == [4, 2, 2, 1, 1, 1]
-        assert sorted(catalog.get_embeddings([c.text_hash for c in chunks], "poison-test@1")) == [
+        assert sorted(catalog.chunks.get_embeddings([c.text_hash for c in chunks], "poison-test@1")) == [
             "d-th0",
             "d-th1",
             "d-th3",

@@ -113,7 +113,7 @@ def test_bus_messages_that_are_not_events_become_dead_letters_with_their_raw_byt
     assert json.loads(out.read_text()) == ["p1", "p2"]
     catalog = open_catalog(settings)
     try:
-        dead = catalog.list_dead_letters(limit=100)
+        dead = catalog.dead_letters.list_dead_letters(limit=100)
     finally:
         catalog.close()
     assert len(dead) == 7
@@ -173,7 +173,7 @@ def test_pubsub_messages_with_attributes_through_test_stream(tmp_path: Path) -> 
         assert_that(doc_ids, equal_to([("p1", 0), ("p2", 0)]))
     catalog = open_catalog(settings)
     try:
-        dead = catalog.list_dead_letters(limit=100)
+        dead = catalog.dead_letters.list_dead_letters(limit=100)
     finally:
         catalog.close()
     assert sorted((d.uri, d.stage, d.error_class) for d in dead) == [

@@ -158,7 +158,7 @@ def test_gate_semantics_under_teststream(tmp_path: Path) -> None:
 
         doc_id = ids.doc_id("t", "src", "d1")
         src = SourceFile("t", "src", "d1", "/x", 1, ("g",), "5")
-        cat.record_fetch(FetchedDocument(doc_id, src, "h", "/raw", 1, "acl", doc_id))
+        cat.documents.record_fetch(FetchedDocument(doc_id, src, "h", "/raw", 1, "acl", doc_id))
         flip(cat, doc_id, version="5", content_hash="h", indexed_version="5", chunk_count=0, indexed_at=1.0)
     finally:
         cat.close()
@@ -307,14 +307,14 @@ def test_permission_evidence_from_before_a_delete_is_not_applied_to_a_recreated_
     # The catalog side: evidence recorded before the delete is not held for the re-created document.
     cat = open_catalog(Settings(home=str(tmp_path / "home")))
     try:
-        cat.upsert_acl("acl-hr", "t", ["hr"], [])
-        cat.set_acl_version("d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0)
+        cat.documents.upsert_acl("acl-hr", "t", ["hr"], [])
+        cat.queue.set_acl_version("d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0)
         assert held_permissions(cat, "d1") == PermissionEvidence(
             ("hr",), 50.0, (), Stamp("50", "timestamp", 50.0)
         )
-        cat.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
+        cat.queue.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
         assert held_permissions(cat, "d1") is None
-        cat.set_acl_version("d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0)
+        cat.queue.set_acl_version("d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0)
         assert held_permissions(cat, "d1") == PermissionEvidence(
             ("hr",), 150.0, (), Stamp("150", "timestamp", 150.0)
         )

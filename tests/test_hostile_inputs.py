@@ -21,7 +21,7 @@ import pytest
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.streaming import run_stream
 from connectors.events import parse_event
-from connectors.registration import register_source
+from connectors.sources import register_source
 from control_plane.app import create_app
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
@@ -73,7 +73,7 @@ def _dead_letters(settings: Settings, tenant: str) -> dict[str, str]:
     """Open dead letters of the tenant: {object id or uri: error class}."""
     cat = open_catalog(settings)
     try:
-        rows = cat.list_dead_letters(tenant_id=tenant, limit=1000)
+        rows = cat.dead_letters.list_dead_letters(tenant_id=tenant, limit=1000)
     finally:
         cat.close()
     return {_object_name(r.doc_id, r.uri): r.error_class for r in rows}
@@ -125,7 +125,7 @@ def test_events_naming_anything_outside_the_location_become_dead_letters(tmp_pat
     try:
         # Straight into the queue, as a Pub/Sub or Kafka message would arrive:
         # the stream itself must hold the boundary, not only the API.
-        assert cat.enqueue_events([parse_event(e) for e in events]) == (len(events), 0)
+        assert cat.queue.enqueue_events([parse_event(e) for e in events]) == (len(events), 0)
     finally:
         cat.close()
     summary = run_stream(settings, until_idle=True, show_progress=False)
@@ -239,7 +239,7 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         good = push(str(world["a"] / "good.md"))
         assert good.json().get("accepted") == 1, good.text
         assert push(str(world["a"] / "later.md"), "later").json()["accepted"] == 1
-        assert app.state.catalog.queue_stats()["depth"] == 2
+        assert app.state.catalog.queue.queue_stats()["depth"] == 2
     finally:
         api.close()
         server.close()
@@ -377,7 +377,7 @@ def test_children_past_the_time_budget_per_parent_are_dead_letters_and_the_run_g
     }
     cat = open_catalog(settings)
     try:
-        messages = {r.message for r in cat.list_dead_letters(tenant_id="tenant-a", limit=10)}
+        messages = {r.message for r in cat.dead_letters.list_dead_letters(tenant_id="tenant-a", limit=10)}
     finally:
         cat.close()
     assert all("time budget of 1e-09 s per parent" in m for m in messages), messages
@@ -420,7 +420,7 @@ def test_a_sync_lists_links_leaving_the_grant_as_dead_letters_whether_or_not_the
     assert _dead_letters(settings, "tenant-a") == dict.fromkeys(links, "invalid_event")
     cat = open_catalog(settings)
     try:
-        rows = cat.list_dead_letters(tenant_id="tenant-a", limit=10)
+        rows = cat.dead_letters.list_dead_letters(tenant_id="tenant-a", limit=10)
     finally:
         cat.close()
     assert sorted((r.stage, r.message) for r in rows) == sorted(

@@ -58,42 +58,48 @@ WIKI = Identities(
 
 
 def test_groups_of_user_expands_nesting_from_the_catalog(catalog: Catalog) -> None:
-    catalog.replace_identities("t1", "wiki", WIKI)
-    assert catalog.get_identities("t1", "wiki") == WIKI
-    assert catalog.groups_of_user("t1", "Alice") == {"sysop", "staff", "all"}
-    assert catalog.groups_of_user("t1", "Bob") == {"staff", "all"}
-    assert catalog.groups_of_user("t1", "Carol") == {"loop1", "loop2"}
+    catalog.identities.replace_identities("t1", "wiki", WIKI)
+    assert catalog.identities.get_identities("t1", "wiki") == WIKI
+    assert catalog.identities.groups_of_user("t1", "Alice") == {"sysop", "staff", "all"}
+    assert catalog.identities.groups_of_user("t1", "Bob") == {"staff", "all"}
+    assert catalog.identities.groups_of_user("t1", "Carol") == {"loop1", "loop2"}
 
 
 def test_unknown_user_and_other_tenant_get_no_groups(catalog: Catalog) -> None:
-    catalog.replace_identities("t1", "wiki", WIKI)
-    assert catalog.groups_of_user("t1", "Mallory") == frozenset()
-    assert catalog.groups_of_user("t2", "Alice") == frozenset()
-    assert catalog.groups_of_user("t1", "alice") == frozenset()  # ids are exact
+    catalog.identities.replace_identities("t1", "wiki", WIKI)
+    assert catalog.identities.groups_of_user("t1", "Mallory") == frozenset()
+    assert catalog.identities.groups_of_user("t2", "Alice") == frozenset()
+    assert catalog.identities.groups_of_user("t1", "alice") == frozenset()  # ids are exact
 
 
 def test_replace_removes_memberships_gone_at_the_source(catalog: Catalog) -> None:
-    catalog.replace_identities("t1", "wiki", WIKI)
-    catalog.replace_identities("t2", "wiki", WIKI)
+    catalog.identities.replace_identities("t1", "wiki", WIKI)
+    catalog.identities.replace_identities("t2", "wiki", WIKI)
     smaller = Identities(
         users=WIKI.users,
         groups=WIKI.groups,
         user_groups=frozenset({("Bob", "staff")}),
         group_groups=frozenset({("staff", "all")}),
     )
-    catalog.replace_identities("t1", "wiki", smaller)
-    assert catalog.groups_of_user("t1", "Alice") == frozenset()
-    assert catalog.groups_of_user("t1", "Bob") == {"staff", "all"}
-    assert catalog.get_identities("t1", "wiki") == smaller
-    assert catalog.groups_of_user("t2", "Alice") == {"sysop", "staff", "all"}  # the other tenant's copy stays
+    catalog.identities.replace_identities("t1", "wiki", smaller)
+    assert catalog.identities.groups_of_user("t1", "Alice") == frozenset()
+    assert catalog.identities.groups_of_user("t1", "Bob") == {"staff", "all"}
+    assert catalog.identities.get_identities("t1", "wiki") == smaller
+    assert catalog.identities.groups_of_user("t2", "Alice") == {
+        "sysop",
+        "staff",
+        "all",
+    }  # the other tenant's copy stays
 
 
 def test_nesting_stays_within_the_source_that_holds_the_membership(catalog: Catalog) -> None:
-    catalog.replace_identities("t1", "wiki", Identities(user_groups=frozenset({("u", "eng")})))
-    catalog.replace_identities("t1", "drive", Identities(group_groups=frozenset({("eng", "secret")})))
-    assert catalog.groups_of_user("t1", "u") == {"eng"}
-    assert catalog.groups_of_user("t1", "u", source_id="drive") == frozenset()
-    assert catalog.groups_of_user("t1", "u", source_id="wiki") == {"eng"}
+    catalog.identities.replace_identities("t1", "wiki", Identities(user_groups=frozenset({("u", "eng")})))
+    catalog.identities.replace_identities(
+        "t1", "drive", Identities(group_groups=frozenset({("eng", "secret")}))
+    )
+    assert catalog.identities.groups_of_user("t1", "u") == {"eng"}
+    assert catalog.identities.groups_of_user("t1", "u", source_id="drive") == frozenset()
+    assert catalog.identities.groups_of_user("t1", "u", source_id="wiki") == {"eng"}
 
 
 def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog) -> None:
@@ -101,28 +107,37 @@ def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog
 
     chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(MAX_GROUP_DEPTH + 2))
     nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain)
-    catalog.replace_identities("t1", "wiki", nested)
-    assert catalog.groups_of_user("t1", "u") == {f"g{i}" for i in range(MAX_GROUP_DEPTH + 1)}
+    catalog.identities.replace_identities("t1", "wiki", nested)
+    assert catalog.identities.groups_of_user("t1", "u") == {f"g{i}" for i in range(MAX_GROUP_DEPTH + 1)}
 
 
 def test_same_user_id_in_two_sources_keeps_each_sources_groups(catalog: Catalog) -> None:
-    catalog.replace_identities("t1", "wiki", Identities(user_groups=frozenset({("alice", "staff")})))
-    catalog.replace_identities("t1", "jira", Identities(user_groups=frozenset({("alice", "admins")})))
-    assert catalog.groups_of_user_by_source("t1", "alice") == {"wiki": {"staff"}, "jira": {"admins"}}
-    assert catalog.groups_of_user_by_source("t1", "alice", source_id="jira") == {"jira": {"admins"}}
-    assert catalog.groups_of_user_by_source("t1", "nobody") == {}
+    catalog.identities.replace_identities(
+        "t1", "wiki", Identities(user_groups=frozenset({("alice", "staff")}))
+    )
+    catalog.identities.replace_identities(
+        "t1", "jira", Identities(user_groups=frozenset({("alice", "admins")}))
+    )
+    assert catalog.identities.groups_of_user_by_source("t1", "alice") == {
+        "wiki": {"staff"},
+        "jira": {"admins"},
+    }
+    assert catalog.identities.groups_of_user_by_source("t1", "alice", source_id="jira") == {
+        "jira": {"admins"}
+    }
+    assert catalog.identities.groups_of_user_by_source("t1", "nobody") == {}
 
 
 def test_identity_links_are_read_from_the_tenants_source_options(catalog: Catalog) -> None:
-    catalog.create_source("t1", source_id="files", type="object_store", if_exists="update")
-    catalog.create_source("t1", source_id="wiki", type="wiki", if_exists="update")
-    catalog.create_source("t2", source_id="files", type="object_store", if_exists="update")
-    assert catalog.identity_links("t1") == {}
+    catalog.sources.create_source("t1", source_id="files", type="object_store", if_exists="update")
+    catalog.sources.create_source("t1", source_id="wiki", type="wiki", if_exists="update")
+    catalog.sources.create_source("t2", source_id="files", type="object_store", if_exists="update")
+    assert catalog.identities.identity_links("t1") == {}
     options = {"identities_from": "wiki", "acl_groups": ["x"]}
-    catalog.configure_source("files", tenant_id="t1", options=options)
-    catalog.configure_source("files", tenant_id="t2", options={"identities_from": "elsewhere"})
-    assert catalog.identity_links("t1") == {"files": "wiki"}
-    assert catalog.identity_links("t2") == {"files": "elsewhere"}
+    catalog.syncs.configure_source("files", tenant_id="t1", options=options)
+    catalog.syncs.configure_source("files", tenant_id="t2", options={"identities_from": "elsewhere"})
+    assert catalog.identities.identity_links("t1") == {"files": "wiki"}
+    assert catalog.identities.identity_links("t2") == {"files": "elsewhere"}
 
 
 # ------------------------------------------------------------------------- Reader

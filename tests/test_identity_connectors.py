@@ -363,9 +363,9 @@ def synced(home: QueryHome) -> Iterator[Catalog]:
 
 
 def test_the_catalog_holds_exactly_the_listed_identities(synced: Catalog) -> None:
-    assert synced.get_identities("acme", "drive-1") == DRIVE_EXPECTED
-    assert synced.get_identities("acme", "tickets-1") == JIRA_EXPECTED
-    assert synced.groups_of_user("acme", "carol@example.com") == {
+    assert synced.identities.get_identities("acme", "drive-1") == DRIVE_EXPECTED
+    assert synced.identities.get_identities("acme", "tickets-1") == JIRA_EXPECTED
+    assert synced.identities.groups_of_user("acme", "carol@example.com") == {
         "user:carol@example.com",
         "domain:example.com",
         "everyone",

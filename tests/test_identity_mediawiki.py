@@ -62,16 +62,16 @@ def test_a_membership_removed_at_the_wiki_is_gone_after_one_sync(
     catalog = Catalog.open(f"sqlite:///{tmp_path / 'catalog.db'}")
     wiki = _connector(mediawiki)
     try:
-        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())
-        assert "staff" in catalog.groups_of_user("acme", "Alice")
-        assert catalog.groups_of_user("other", "Alice") == frozenset()
+        catalog.identities.replace_identities("acme", "wiki-test", wiki.list_identities())
+        assert "staff" in catalog.identities.groups_of_user("acme", "Alice")
+        assert catalog.identities.groups_of_user("other", "Alice") == frozenset()
 
         removed = time.monotonic()
         mediawiki.remove_from_group("Alice", "staff")
-        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())
+        catalog.identities.replace_identities("acme", "wiki-test", wiki.list_identities())
         enforced = time.monotonic() - removed
-        assert "staff" not in catalog.groups_of_user("acme", "Alice")
-        assert "everyone" in catalog.groups_of_user("acme", "Alice")
+        assert "staff" not in catalog.identities.groups_of_user("acme", "Alice")
+        assert "everyone" in catalog.identities.groups_of_user("acme", "Alice")
         print(
             f"\nmembership removal enforced {enforced:.2f}s after the removal at the wiki (one identity sync)"
         )
@@ -116,14 +116,14 @@ def test_sync_refreshes_identities_and_query_by_user_reads_through_them(
 
     catalog = open_catalog(Settings(home=home))
     try:
-        assert "staff" in catalog.groups_of_user("acme", "Alice")
+        assert "staff" in catalog.identities.groups_of_user("acme", "Alice")
         mediawiki.remove_from_group("Alice", "staff")
         out = _cli(
             capsys, "identities", "sync", "--source", "wiki", "--tenant", "acme", "--home", home, "--json"
         )
         assert out["source_id"] == "wiki" and out["tenant_id"] == "acme"
-        assert "staff" not in catalog.groups_of_user("acme", "Alice")
-        assert "everyone" in catalog.groups_of_user("acme", "Alice")
+        assert "staff" not in catalog.identities.groups_of_user("acme", "Alice")
+        assert "everyone" in catalog.identities.groups_of_user("acme", "Alice")
     finally:
         catalog.close()
 
@@ -141,7 +141,7 @@ def test_a_wiki_member_reads_restricted_chunks_until_removed_at_the_wiki(
     catalog = open_catalog(home.settings)
     wiki = _connector(mediawiki)
     try:
-        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())
+        catalog.identities.replace_identities("acme", "wiki-test", wiki.list_identities())
 
         def read(user: str, tenant: str = "acme") -> list[str]:
             return [
@@ -155,7 +155,9 @@ def test_a_wiki_member_reads_restricted_chunks_until_removed_at_the_wiki(
 
         removed = time.monotonic()
         mediawiki.remove_from_group("Alice", "staff")
-        catalog.replace_identities("acme", "wiki-test", wiki.list_identities())  # one identity sync
+        catalog.identities.replace_identities(
+            "acme", "wiki-test", wiki.list_identities()
+        )  # one identity sync
         assert read("Alice") == []
         print(
             f"\nrestricted chunks hidden from Alice {time.monotonic() - removed:.2f}s "

@@ -28,7 +28,7 @@ MODEL = "all-MiniLM-L6-v2"
 def _catalog_ids(settings: Settings) -> set[str]:
     catalog = open_catalog(settings)
     try:
-        return catalog.chunk_ids_for_tenant("default")
+        return catalog.chunks.chunk_ids_for_tenant("default")
     finally:
         catalog.close()
 

@@ -74,7 +74,7 @@ def test_failed_update_keeps_the_last_good_version(
     assert [r["uri"].endswith("policy.docx") for r in recent] == [True]  # type: ignore[union-attr, index]
     cat = open_catalog(settings)
     try:
-        docs = cat.documents_for_source(source_id_for(str(src)))
+        docs = cat.documents.documents_for_source(source_id_for(str(src)))
         doc = next(d for d in docs if d.uri.endswith("policy.docx"))
         assert doc.status == "stale" and doc.error_class == recent[0]["error_class"]  # type: ignore[index]
         assert doc.chunk_count >= 1
@@ -101,7 +101,7 @@ def test_failed_update_keeps_the_last_good_version(
 def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> None:
     """The same through change events (streaming pipeline, catalog queue)."""
 
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
     from ragsync.embedding import default_model
@@ -130,7 +130,7 @@ def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> N
     def row() -> Any:
         cat = open_catalog(settings)
         try:
-            return cat.get_document(doc_id), cat.dead_letter_counts()
+            return cat.documents.get_document(doc_id), cat.dead_letters.dead_letter_counts()
         finally:
             cat.close()
 

@@ -197,6 +197,46 @@ def test_circle_check_detects_a_circle() -> None:
     assert _circles(graph) == [frozenset({"a", "b", "c"})]
 
 
+# ----------------------------------------------------------------- the index changes in one place
+
+STORE_WRITES = ("upsert", "set_acl_ids", "point_alias", "drop_physical", "drop_collection", "create_alias")
+
+
+def _store_writes(path: Path) -> list[str]:
+    """Calls that change a vector or keyword store in one file: a store
+    write method, or ``.delete(tenant, ids)`` (two arguments: a store's
+    delete; the object store's and SQLAlchemy's take one or none)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            name = node.func.attr
+            if name in STORE_WRITES or (name == "delete" and len(node.args) + len(node.keywords) == 2):
+                found.append(f"{name}:{node.lineno}")
+    return found
+
+
+def test_only_the_index_service_changes_the_stores() -> None:
+    """Every upsert, ACL rewrite, delete, alias move and drop of a vector or
+    keyword store is in ragsync/index (the index service, its stores and
+    its backends); pipelines, the control plane and the command line call the
+    service. The catalog keeps its own SQL writes."""
+    index, catalog = ROOT / "ragsync" / "index", ROOT / "ragsync" / "catalog"
+    offenders = {
+        str(p.relative_to(ROOT)): calls
+        for package in PRODUCT
+        for p in sorted((ROOT / package).rglob("*.py"))
+        if index not in p.parents and catalog not in p.parents and (calls := _store_writes(p))
+    }
+    assert offenders == {}
+    assert len(_store_writes(index / "stores.py")) >= 6
+
+
+def test_store_write_check_detects_a_violation(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.py"
+    bad.write_text("vec.upsert(chunks, vectors)\nkw.delete(tenant, ids)\nFileSystems.delete([p])\n")
+    assert _store_writes(bad) == ["upsert:1", "delete:2"]
+
+
 # ----------------------------------------------------------------- module size
 
 MAX_MODULE_LINES = 800

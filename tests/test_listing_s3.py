@@ -19,7 +19,7 @@ from apache_beam.options.pipeline_options import PipelineOptions
 
 from beam_pipelines.quick import source_id_for
 from beam_pipelines.sync import run_sync
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
 from ragsync.source_types import SourceSpec
@@ -72,7 +72,7 @@ def test_a_missing_bucket_fails_the_sync_and_pauses_the_source(store: ObjectStor
     with pytest.raises(SyncError, match=f"{uri}"):
         run_sync("gone", settings, full=True, beam_args=store.args, show_progress=False)
     catalog = open_catalog(settings)
-    state = catalog.get_source("gone")
+    state = catalog.sources.get_source("gone")
     catalog.close()
     assert state is not None and state.paused
 
@@ -94,8 +94,8 @@ def test_backfill_of_a_prefix_as_the_readme_runs_it(store: ObjectStore, tmp_path
     assert sorted(set(store.object_reads())) == [f"/docs/{key}" for key in expected]
     catalog = open_catalog(Settings(home=str(home)))
     try:
-        assert catalog.document_counts_by_status("acme") == {"indexed": 4}
-        uris = sorted(d.uri for d in catalog.documents_for_source(source_id_for(prefix)))
+        assert catalog.documents.document_counts_by_status("acme") == {"indexed": 4}
+        uris = sorted(d.uri for d in catalog.documents.documents_for_source(source_id_for(prefix)))
     finally:
         catalog.close()
     assert uris == [store.uri(key) for key in expected]

@@ -23,10 +23,11 @@ import pytest
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.index.operations import WriteDocuments
 from ragsync.index.service import EmbeddedPlan
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from tests.write_plans import embedded, empty_home
-from transforms.write import WriteIndexes
+from transforms.index import UpdateIndex
 
 DIM = 384  # the live model's: repair checks it
 DOC_ID = ids.doc_id("t", "s", "policy")
@@ -74,11 +75,11 @@ def _write(settings: Settings, embedded: EmbeddedPlan) -> None:
     """Record the version as fetched (the fetch stage) and run the write stage."""
     catalog = open_catalog(settings)
     try:
-        catalog.record_fetch(embedded.plan.doc)
+        catalog.documents.record_fetch(embedded.plan.doc)
     finally:
         catalog.close()
     with beam.Pipeline(runner="FnApiRunner") as p:
-        _ = p | beam.Create([embedded], reshuffle=False) | WriteIndexes(settings, DIM)
+        _ = p | beam.Create([embedded], reshuffle=False) | UpdateIndex(settings, DIM, WriteDocuments())
 
 
 def _query(settings: Settings) -> list[str]:
@@ -104,9 +105,10 @@ def _query(settings: Settings) -> list[str]:
 
 def _repair(settings: Settings) -> list[tuple[str, str, str, int]]:
     """``ragsync reconcile --repair``'s actions, as tuples."""
-    from ragsync.index.reconcile import repair
+    from ragsync.index.service import IndexService
 
-    return [(a.action, a.store, a.tenant_id, a.chunks) for a in repair(settings, DIM).actions]
+    with IndexService.open(settings, DIM) as service:
+        return [(a.action, a.store, a.tenant_id, a.chunks) for a in service.repair().actions]
 
 
 def _everywhere(settings: Settings) -> tuple[set[str], set[str], set[str]]:
@@ -117,7 +119,7 @@ def _everywhere(settings: Settings) -> tuple[set[str], set[str], set[str]]:
         open_catalog(settings),
     )
     try:
-        return set(vectors.chunk_ids()), set(keywords.chunk_ids()), catalog.chunk_ids_for_doc(DOC_ID)
+        return set(vectors.chunk_ids()), set(keywords.chunk_ids()), catalog.chunks.chunk_ids_for_doc(DOC_ID)
     finally:
         keywords.close()
         vectors.close()
@@ -171,7 +173,7 @@ def test_after_the_flip_the_replaced_chunks_are_hidden_before_their_deletion(
     monkeypatch.undo()
     catalog = open_catalog(settings)
     try:
-        assert catalog.get_document(DOC_ID).source_version == "v2"  # type: ignore[union-attr]
+        assert catalog.documents.get_document(DOC_ID).source_version == "v2"  # type: ignore[union-attr]
     finally:
         catalog.close()
     every = {KEEP.chunk_id, OLD.chunk_id, NEW.chunk_id}
@@ -224,10 +226,12 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
         catalog = open_catalog(settings)
         try:
             doc = next(
-                d for d in catalog.documents_for_source(_source(catalog)) if d.uri.endswith("hotels.md")
+                d
+                for d in catalog.documents.documents_for_source(_source(catalog))
+                if d.uri.endswith("hotels.md")
             )
-            rows = catalog.chunk_ids_for_doc(doc.doc_id)
-            pending = catalog.pending_chunk_ids("default") & rows
+            rows = catalog.chunks.chunk_ids_for_doc(doc.doc_id)
+            pending = catalog.chunks.pending_chunk_ids("default") & rows
             return doc.doc_id, rows - pending, pending
         finally:
             catalog.close()
@@ -290,7 +294,7 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
     assert reconcile(settings, DIM).ok
     catalog = open_catalog(settings)
     try:
-        assert catalog.pending_chunk_ids("default") == set()
+        assert catalog.chunks.pending_chunk_ids("default") == set()
     finally:
         catalog.close()
     assert hotel_hits() == live
@@ -310,6 +314,6 @@ def _all_catalog_ids(settings: Settings, exclude: set[str] | None = None) -> set
     """Every chunk id the catalog holds for the tenant ``default``, less ``exclude``."""
     catalog = open_catalog(settings)
     try:
-        return catalog.chunk_ids_for_tenant("default") - (exclude or set())
+        return catalog.chunks.chunk_ids_for_tenant("default") - (exclude or set())
     finally:
         catalog.close()

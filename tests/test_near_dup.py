@@ -101,8 +101,10 @@ EXPECTED_GROUPS = {
 
 
 def _record(cat: Catalog, doc_id: str, tenant: str) -> None:
-    cat.create_source(tenant, source_id="s1", type="object_store", uri="file:///src", if_exists="update")
-    cat.record_fetch(
+    cat.sources.create_source(
+        tenant, source_id="s1", type="object_store", uri="file:///src", if_exists="update"
+    )
+    cat.documents.record_fetch(
         FetchRecord(
             doc_id=doc_id,
             source_id="s1",
@@ -146,7 +148,7 @@ def _fresh_backfill(url: str) -> dict[str, tuple[list[int], str]]:
     with Catalog.open(url) as cat:
         for doc_id, (tenant, text, _) in sorted(DOCS.items(), key=lambda kv: (kv[1][2], kv[0])):
             sig = near_dup.signature(text)
-            cat.set_near_dup(doc_id, tenant, sig, near_dup.band_keys(sig))
+            cat.copies.set_near_dup(doc_id, tenant, sig, near_dup.band_keys(sig))
     return _stored(url)
 
 
@@ -180,11 +182,11 @@ def test_set_near_dup_groups_drafts_per_tenant(catalog_url: str, tmp_path: Path)
 def test_signatures_of_another_algorithm_are_never_candidates(catalog_url: str) -> None:
     sig = near_dup.signature(ORIGINAL)
     with Catalog.open(catalog_url) as cat:
-        cat.set_near_dup("d-old", "t1", sig, near_dup.band_keys(sig))
+        cat.copies.set_near_dup("d-old", "t1", sig, near_dup.band_keys(sig))
         with cat.engine.begin() as conn:
             conn.execute(schema.doc_signatures.update().values(algorithm="some-older-minhash"))
-        assert cat.set_near_dup("d-new", "t1", sig, near_dup.band_keys(sig)) == "d-new"
-        assert cat.set_near_dup("d-newer", "t1", sig, near_dup.band_keys(sig)) == "d-new"
+        assert cat.copies.set_near_dup("d-new", "t1", sig, near_dup.band_keys(sig)) == "d-new"
+        assert cat.copies.set_near_dup("d-newer", "t1", sig, near_dup.band_keys(sig)) == "d-new"
 
 
 # ------------------------------------------------------------------ revision 0008
@@ -207,9 +209,9 @@ def catalog_at_0007(catalog_url: str) -> Iterator[str]:
         for doc_id, (tenant, text, signed_at) in [*DOCS.items(), ("d-dup", ("t1", ORIGINAL, 5.0))]:
             _record(cat, doc_id, tenant)
             if doc_id == "d-dup":
-                cat.mark_duplicate(doc_id, "d-orig", content_hash="h-d-orig")
+                cat.copies.mark_duplicate(doc_id, "d-orig", content_hash="h-d-orig")
             else:
-                cat.write_chunks(_chunks(doc_id, tenant, text))
+                cat.chunks.write_chunks(_chunks(doc_id, tenant, text))
             sig = legacy_signature(text)
             group = "d-draft" if doc_id in ("d-orig", "d-copy", "d-other", "d-dup") else doc_id
             rows.append(

@@ -154,7 +154,7 @@ def test_changing_the_languages_reads_the_scans_again_with_them(tmp_path: Path) 
     try:
         versions = {
             d.source_object_id: d.parser_version
-            for d in cat.documents_for_source(cat.source_states()[0].source_id)
+            for d in cat.documents.documents_for_source(cat.syncs.source_states()[0].source_id)
         }
     finally:
         cat.close()

@@ -185,7 +185,7 @@ def test_serve_and_stream_expose_the_operators_series(tmp_path: Path) -> None:
 
     catalog = open_catalog(Settings(home=home))
     try:
-        by_state = catalog.document_counts_by_status()
+        by_state = catalog.documents.document_counts_by_status()
     finally:
         catalog.close()
     assert by_state == {"indexed": 2, "deleted": 1, "dead_letter": 1}
@@ -284,8 +284,8 @@ def test_a_permission_change_applied_on_retry_clears_the_documents_dead_letter(c
         with catalog.engine.begin() as conn:
             conn.execute(insert(schema.documents), rows)
         for row in rows:
-            catalog.set_document_acl(row["doc_id"], "new")
-        got = {r["doc_id"]: catalog.get_document(r["doc_id"]) for r in rows}
+            catalog.documents.set_document_acl(row["doc_id"], "new")
+        got = {r["doc_id"]: catalog.documents.get_document(r["doc_id"]) for r in rows}
     assert {k: (d.status, d.error_class, d.acl_id) for k, d in got.items() if d} == {
         "acl-failed": ("indexed", None, "new"),
         "new-content-failed": ("dead_letter", "corrupt", "new"),

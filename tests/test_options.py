@@ -43,7 +43,9 @@ class _OtherVectors:
     value other than the default (never opened here)."""
 
     name = "other-vectors"
-    one_process = True
+
+    def one_process(self, settings: Any) -> str:
+        return "held in this process's memory"
 
 
 _OTHER_VECTORS = _OtherVectors()

@@ -228,12 +228,16 @@ def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
     app = create_app(home.settings.catalog_url, settings=home.settings)
     key_a = _key(app, "tenant-a")
     key_b = _key(app, "tenant-b")
-    app.state.catalog.replace_identities("tenant-a", "wiki-a", STAFF_ONLY)
+    app.state.catalog.identities.replace_identities("tenant-a", "wiki-a", STAFF_ONLY)
     # Another source of tenant-a where a different person is also called bob, in staff.
-    app.state.catalog.replace_identities("tenant-a", "wiki-x", OTHER_BOB)
+    app.state.catalog.identities.replace_identities("tenant-a", "wiki-x", OTHER_BOB)
     # files-a's ACLs name wiki-a's groups: an explicit link, not a pooling of every source.
-    app.state.catalog.create_source("tenant-a", source_id="files-a", type="object_store", if_exists="update")
-    app.state.catalog.configure_source("files-a", tenant_id="tenant-a", options={"identities_from": "wiki-a"})
+    app.state.catalog.sources.create_source(
+        "tenant-a", source_id="files-a", type="object_store", if_exists="update"
+    )
+    app.state.catalog.syncs.configure_source(
+        "files-a", tenant_id="tenant-a", options={"identities_from": "wiki-a"}
+    )
     with served(app) as port:
         base = f"http://127.0.0.1:{port}"
         with (
@@ -241,15 +245,15 @@ def users_api(home: QueryHome) -> Iterator[tuple[Any, Any]]:
             httpx.Client(base_url=base, headers={"X-API-Key": key_b}, timeout=60) as b,
         ):
             yield a, b
-    app.state.catalog.replace_identities("tenant-a", "wiki-a", Identities())
-    app.state.catalog.replace_identities("tenant-a", "wiki-x", Identities())
-    app.state.catalog.configure_source("files-a", tenant_id="tenant-a", options={})
+    app.state.catalog.identities.replace_identities("tenant-a", "wiki-a", Identities())
+    app.state.catalog.identities.replace_identities("tenant-a", "wiki-x", Identities())
+    app.state.catalog.syncs.configure_source("files-a", tenant_id="tenant-a", options={})
     app.state.catalog.close()
 
 
 def _key(app: Any, tenant_id: str) -> str:
     """An API key of the tenant, creating the tenant when the module's other app has not."""
-    if tenant_id not in {t.tenant_id for t in app.state.catalog.list_tenants()}:
+    if tenant_id not in {t.tenant_id for t in app.state.catalog.tenants.list_tenants()}:
         return str(app.state.keys.create_tenant(tenant_id)[1])
     return str(app.state.keys.create_api_key(tenant_id)[1])
 
@@ -270,11 +274,11 @@ def test_a_same_named_user_of_another_source_reads_only_that_sources_documents(
     assert _names(a, user="bob") == {"a4"}
     catalog = Catalog.open(home.settings.catalog_url)
     try:
-        assert catalog.groups_of_user_by_source("tenant-a", "bob") == {
+        assert catalog.identities.groups_of_user_by_source("tenant-a", "bob") == {
             "wiki-a": {"managers"},
             "wiki-x": {"staff"},
         }
-        assert catalog.identity_links("tenant-a") == {"files-a": "wiki-a"}
+        assert catalog.identities.identity_links("tenant-a") == {"files-a": "wiki-a"}
     finally:
         catalog.close()
 

@@ -173,7 +173,7 @@ def state(base: tuple[Path, Path], tmp_path: Path) -> tuple[Settings, str]:
 def _catalog_ids(settings: Settings) -> set[str]:
     catalog = open_catalog(settings)
     try:
-        return catalog.chunk_ids_for_tenant("default")
+        return catalog.chunks.chunk_ids_for_tenant("default")
     finally:
         catalog.close()
 
@@ -209,7 +209,7 @@ def test_reembed_flips_to_new_model_and_rolls_back(state: tuple[Settings, str]) 
     kw = open_keyword_index(settings)
     try:
         catalog = open_catalog(settings)
-        acl = catalog.acl_ids_for_groups("default", ["everyone"])
+        acl = catalog.documents.acl_ids_for_groups("default", ["everyone"])
         catalog.close()
         query = get_model(E5).encode_queries(["how much can I spend on a hotel room in London"])[0]
         hits = vec.search("default", query.tolist(), acl, 3)

@@ -69,10 +69,10 @@ def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.Ca
     vec = open_vector_index(settings, DIM)
     kw = open_keyword_index(settings)
     try:
-        docs = {Path(d.uri).name: d for d in cat.documents_for_source(_source_id(cat))}
-        hotel_chunks = cat.chunks_for_doc(docs["hotels.md"].doc_id)
-        note_chunks = cat.chunks_for_doc(docs["notes.txt"].doc_id)
-        old_chunks = cat.chunks_for_doc(docs["old.txt"].doc_id)
+        docs = {Path(d.uri).name: d for d in cat.documents.documents_for_source(_source_id(cat))}
+        hotel_chunks = cat.chunks.chunks_for_doc(docs["hotels.md"].doc_id)
+        note_chunks = cat.chunks.chunks_for_doc(docs["notes.txt"].doc_id)
+        old_chunks = cat.chunks.chunks_for_doc(docs["old.txt"].doc_id)
         assert hotel_chunks and note_chunks and old_chunks
         # Damage: a chunk lost by the vector index, another by the keyword index.
         vec.delete("default", [hotel_chunks[0].chunk_id])
@@ -82,7 +82,7 @@ def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.Ca
         vec.upsert([ghost], [[1.0] + [0.0] * (DIM - 1)])
         kw.upsert([ghost])
         # A delete that stopped after its tombstone: the rows are still everywhere.
-        cat.put_tombstone(docs["old.txt"].doc_id, "default", "9")
+        cat.queue.put_tombstone(docs["old.txt"].doc_id, "default", "9")
     finally:
         kw.close()
         vec.close()
@@ -131,12 +131,13 @@ def _source_id(cat: object) -> str:
 def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The end-of-backfill sweep removes exactly the index rows without a
     chunk row, comparing the stores with the catalog a page at a time."""
-    import beam_pipelines.listing as listing
     from ragsync.config import Settings, open_catalog
+    from ragsync.index import maintenance
     from ragsync.index.backends import open_keyword_index, open_vector_index
+    from ragsync.index.service import IndexService
     from tests.store_contract import make_chunk, vector_for
 
-    monkeypatch.setattr(listing, "SWEEP_PAGE", 2)
+    monkeypatch.setattr(maintenance, "SWEEP_PAGE", 2)
     settings = Settings(home=str(tmp_path / "home"))
     kept = [make_chunk(i, tenant="t1") for i in range(5)]
     ghosts = [make_chunk(i, tenant="t1", doc="gone") for i in range(5, 8)]
@@ -144,24 +145,28 @@ def test_sweep_orphans_pages_through_the_stores(tmp_path: Path, monkeypatch: pyt
     vec = open_vector_index(settings, DIM, create=True)
     kw = open_keyword_index(settings, create=True)
     try:
-        cat.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
-        assert cat.write_chunks(kept) == 5
+        cat.sources.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
+        assert cat.chunks.write_chunks(kept) == 5
         vec.upsert(kept + ghosts, [vector_for(c.chunk_id, DIM) for c in kept + ghosts])
         kw.upsert(kept + ghosts)
-        assert cat.present_chunk_ids("t1", [c.chunk_id for c in kept + ghosts]) == {c.chunk_id for c in kept}
+        assert cat.chunks.present_chunk_ids("t1", [c.chunk_id for c in kept + ghosts]) == {
+            c.chunk_id for c in kept
+        }
     finally:
         kw.close()
         vec.close()
         cat.close()
 
-    assert listing.sweep_orphans(settings, DIM) == 6  # 3 per index
+    with IndexService.open(settings, DIM) as service:
+        assert service.sweep_orphans() == 6  # 3 per index
     vec, kw = open_vector_index(settings, DIM), open_keyword_index(settings)
     try:
         assert vec.chunk_ids("t1") == kw.chunk_ids("t1") == {c.chunk_id for c in kept}
     finally:
         kw.close()
         vec.close()
-    assert listing.sweep_orphans(settings, DIM) == 0
+    with IndexService.open(settings, DIM) as service:
+        assert service.sweep_orphans() == 0
 
 
 def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
@@ -185,8 +190,8 @@ def test_reconcile_reads_the_catalog_a_page_at_a_time(tmp_path: Path) -> None:
     vec = open_vector_index(settings, DIM, create=True)
     kw = open_keyword_index(settings, create=True)
     try:
-        cat.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
-        assert cat.write_chunks(chunks) == 14
+        cat.sources.create_source("t1", source_id="s1", type="object_store", uri="", if_exists="update")
+        assert cat.chunks.write_chunks(chunks) == 14
         stored = [c for c in chunks if c.chunk_id != chunks[5].chunk_id] + [ghost]  # d2 lost one
         vec.upsert(stored, [vector_for(c.chunk_id, DIM) for c in stored])
         kw.upsert(chunks + [ghost])

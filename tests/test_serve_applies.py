@@ -24,7 +24,7 @@ CLI = [sys.executable, "-m", "cli.main"]
 def _statuses(home: str) -> dict[str, str]:
     catalog = open_catalog(Settings(home=home))
     try:
-        return {d.source_object_id: d.status for d in catalog.documents_for_source("docs")}
+        return {d.source_object_id: d.status for d in catalog.documents.documents_for_source("docs")}
     finally:
         catalog.close()
 
@@ -68,6 +68,6 @@ def test_a_delete_sent_to_serve_is_applied_by_its_worker(tmp_path: Path) -> None
     assert _statuses(home) == {"memo.md": "deleted", "plan.md": "indexed"}
     catalog = open_catalog(Settings(home=home))
     try:
-        assert catalog.queue_stats()["depth"] == 0
+        assert catalog.queue.queue_stats()["depth"] == 0
     finally:
         catalog.close()

@@ -60,10 +60,10 @@ def _state(settings: Settings) -> dict[str, object]:
     kw = open_keyword_index(settings)
     try:
         return {
-            "catalog": sorted(cat.chunk_ids_for_tenant("default")),
+            "catalog": sorted(cat.chunks.chunk_ids_for_tenant("default")),
             "vector": sorted(vec.chunk_ids()),
             "keyword": sorted(kw.chunk_ids()),
-            "status": cat.document_counts_by_status(),
+            "status": cat.documents.document_counts_by_status(),
         }
     finally:
         kw.close()

@@ -32,7 +32,7 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
@@ -153,13 +153,13 @@ def searchable_state(settings: Settings) -> dict[str, Any]:
     try:
         docs = {}
         for name in "abcde":
-            d = cat.get_document(ids.doc_id(TENANT, SOURCE, name))
+            d = cat.documents.get_document(ids.doc_id(TENANT, SOURCE, name))
             if d is None or d.status == "deleted":
                 # Deleted before or after its upsert ran: nothing to find either way.
                 docs[name] = {"status": "deleted"}
                 continue
-            groups = cat.get_acl_groups(d.acl_id) if d.acl_id else None
-            deny = cat.get_acl_deny(d.acl_id) if d.acl_id else ()
+            groups = cat.documents.get_acl_groups(d.acl_id) if d.acl_id else None
+            deny = cat.documents.get_acl_deny(d.acl_id) if d.acl_id else ()
             docs[name] = {
                 "status": d.status,
                 "indexed_version": d.indexed_version,
@@ -167,12 +167,12 @@ def searchable_state(settings: Settings) -> dict[str, Any]:
                 "groups": sorted(groups or ()),
                 "deny": sorted(deny),
                 "chunk_count": d.chunk_count,
-                "chunks": sorted(cat.chunk_ids_for_doc(d.doc_id)),
+                "chunks": sorted(cat.chunks.chunk_ids_for_doc(d.doc_id)),
                 "error_class": d.error_class,
             }
         dead = sorted(
             (dl.stage, dl.error_class, dl.event_id or "", dl.source_version or "")
-            for dl in cat.list_dead_letters(tenant_id=TENANT, limit=1000)
+            for dl in cat.dead_letters.list_dead_letters(tenant_id=TENANT, limit=1000)
         )
     finally:
         cat.close()

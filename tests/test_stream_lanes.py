@@ -11,7 +11,7 @@ import pytest
 from PIL import Image, ImageDraw, ImageFont
 
 from beam_pipelines.streaming import run_stream
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
 from ragsync.index.versions import prepare_stores
@@ -77,7 +77,7 @@ def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path
     assert _docs(settings, "visitors reception desk", "staff") == set()  # narrowed, fail closed
     cat = open_catalog(settings)
     try:
-        assert cat.queue_stats()["by_lane"] == {"slow": 1}
+        assert cat.queue.queue_stats()["by_lane"] == {"slow": 1}
     finally:
         cat.close()
     assert _docs(settings, "fire drill north car park", "staff") == set()
@@ -87,7 +87,7 @@ def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path
     assert "scan.png" in _docs(settings, "fire drill north car park", "staff")
     cat = open_catalog(settings)
     try:
-        assert cat.queue_stats()["depth"] == 0
+        assert cat.queue.queue_stats()["depth"] == 0
     finally:
         cat.close()
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding import default_model
@@ -73,7 +73,7 @@ def _doc_traces(settings: Settings, doc: str) -> dict[str, int]:
     vec = open_vector_index(settings, DIM)
     kw = open_keyword_index(settings)
     try:
-        row = cat.get_document(doc_id)
+        row = cat.documents.get_document(doc_id)
         raw = parsed = 0
         if row is not None and row.content_hash:
             raw = int(os.path.exists(settings.raw_uri(row.content_hash)))
@@ -81,7 +81,7 @@ def _doc_traces(settings: Settings, doc: str) -> dict[str, int]:
         return {
             "vector": vec.count_by_doc(TENANT).get(doc_id, 0),
             "keyword": kw.count_by_doc(TENANT).get(doc_id, 0),
-            "catalog": len(cat.chunk_ids_for_doc(doc_id)),
+            "catalog": len(cat.chunks.chunk_ids_for_doc(doc_id)),
             "raw": raw,
             "parsed": parsed,
         }
@@ -139,11 +139,11 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
     assert _doc_traces(settings, "notes") == {"vector": 0, "keyword": 0, "catalog": 0, "raw": 0, "parsed": 0}
     cat = open_catalog(settings)
     try:
-        tomb = cat.get_tombstone(ids.doc_id(TENANT, SOURCE, "notes"))
+        tomb = cat.queue.get_tombstone(ids.doc_id(TENANT, SOURCE, "notes"))
         assert tomb is not None and tomb["source_version"] == "3" and tomb["completed_at"] is not None
-        assert cat.queue_stats()["depth"] == 0
-        assert cat.queue_stats()["by_state"] == {"done": 5, "duplicate": 3, "dead": 1}
-        fresh = cat.freshness_stats()
+        assert cat.queue.queue_stats()["depth"] == 0
+        assert cat.queue.queue_stats()["by_state"] == {"done": 5, "duplicate": 3, "dead": 1}
+        fresh = cat.queue.freshness_stats()
         assert {(f["source_id"], f["kind"]) for f in fresh} == {("wiki", "content"), ("wiki", "permissions")}
     finally:
         cat.close()

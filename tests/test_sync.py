@@ -21,8 +21,9 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.quick import source_id_for
-from beam_pipelines.sync import ListingGuardError, SourcePausedError, run_sync
+from beam_pipelines.sync import ListingGuardError, run_sync
 from cli.main import main
+from connectors.sources import SourcePausedError
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
 from ragsync.query import hybrid_query
@@ -56,7 +57,7 @@ def _found(settings: Settings, phrase: str) -> bool:
 def _indexed(settings: Settings) -> int:
     catalog = open_catalog(settings)
     try:
-        return catalog.document_counts_by_status().get("indexed", 0)
+        return catalog.documents.document_counts_by_status().get("indexed", 0)
     finally:
         catalog.close()
 
@@ -155,14 +156,14 @@ def test_a_failing_change_feed_pauses_the_source_after_n_failures(
     )  # fmt: skip
     assert code == 0
     catalog = open_catalog(settings)
-    catalog.save_cursor("wiki-2", "20260101000000|1")  # as if synced before
+    catalog.syncs.save_cursor("wiki-2", "20260101000000|1")  # as if synced before
     catalog.close()
     mediawiki.stop()
     for attempt in (1, 2):
         with pytest.raises(SyncError, match="cannot reach"):
             run_sync("wiki-2", settings, show_progress=False)
         catalog = open_catalog(settings)
-        state = catalog.get_source("wiki-2")
+        state = catalog.sources.get_source("wiki-2")
         catalog.close()
         assert state is not None and state.failures == attempt and state.paused == (attempt == 2)
     assert "2 syncs failed in a row" in state.pause_reason
@@ -228,7 +229,7 @@ def test_a_folder_that_cannot_be_listed_fails_the_sync_and_deletes_nothing(
     assert code == 1 and "cannot list" in data["error"], err
     assert _indexed(settings) == 2
     catalog = open_catalog(settings)
-    state = catalog.get_source(source_id_for(str(src)))
+    state = catalog.sources.get_source(source_id_for(str(src)))
     catalog.close()
     assert state is not None and state.paused and "cannot list" in state.pause_reason
 

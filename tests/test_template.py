@@ -88,8 +88,8 @@ def test_main_py_as_the_launcher_runs_it_indexes_the_folder(tmp_path: Path) -> N
     assert (summary["documents_listed"], summary["documents_indexed"], summary["dead_lettered"]) == (3, 3, 0)
     catalog = open_catalog(Settings(home=str(home)))
     try:
-        assert catalog.document_counts_by_status("T") == {"indexed": 3}
-        assert catalog.document_counts_by_status() == {"indexed": 3}
+        assert catalog.documents.document_counts_by_status("T") == {"indexed": 3}
+        assert catalog.documents.document_counts_by_status() == {"indexed": 3}
     finally:
         catalog.close()
 
@@ -148,7 +148,7 @@ def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) 
     ``--tenant`` names which one the template syncs (it failed with "source
     exists for several tenants")."""
     from beam_pipelines.quick import source_id_for
-    from connectors.registration import register_source
+    from connectors.sources import register_source
 
     src = _corpus(tmp_path)
     settings = Settings(home=str(tmp_path / "home"))
@@ -157,8 +157,8 @@ def test_main_works_when_another_tenant_has_a_source_of_that_id(tmp_path: Path) 
     assert run([home, f"--source={src}", "--tenant=T", "--acl_groups=staff", "--runner=DirectRunner"]) == 0
     catalog = open_catalog(settings)
     try:
-        assert catalog.document_counts_by_status("T") == {"indexed": 3}
-        assert catalog.document_counts_by_status("other") == {}
+        assert catalog.documents.document_counts_by_status("T") == {"indexed": 3}
+        assert catalog.documents.document_counts_by_status("other") == {}
     finally:
         catalog.close()
 
@@ -167,7 +167,7 @@ def test_stream_main_py_as_the_launcher_runs_it_applies_queued_events(tmp_path: 
     """The stream template's main, started the way the launcher starts it,
     with the local queue as its bus (Pub/Sub and Kafka cannot run here; their
     read path is tested in tests/test_event_sources.py) until the queue is idle."""
-    from connectors.registration import register_source
+    from connectors.sources import register_source
     from tests.queue_events import change_event, push_events
 
     src = _corpus(tmp_path)
@@ -183,7 +183,7 @@ def test_stream_main_py_as_the_launcher_runs_it_applies_queued_events(tmp_path: 
     assert (summary["events_applied"], summary["documents_indexed"], summary["dead_lettered"]) == (2, 2, 0)
     catalog = open_catalog(settings)
     try:
-        assert catalog.document_counts_by_status("T") == {"indexed": 2}
+        assert catalog.documents.document_counts_by_status("T") == {"indexed": 2}
     finally:
         catalog.close()
 

@@ -422,7 +422,7 @@ def test_a_tenant_cannot_make_the_server_send_its_own_secrets_to_the_tenants_hos
                         "(the operator lists your secret stores)"
                     )
         assert answers == refs
-        stored = {s.credentials_ref for s in app.state.catalog.source_states("t1")}
+        stored = {s.credentials_ref for s in app.state.catalog.syncs.source_states("t1")}
         assert not [ref for ref in stored if ref.startswith("env://") or SECRET in ref]
         assert tenant_host.seen == []
     finally:

@@ -24,7 +24,7 @@ import httpx
 import pytest
 
 from beam_pipelines.sync import run_sync
-from connectors.registration import register_source
+from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, SyncError
 from ragsync.lifecycle import descendants
@@ -107,7 +107,7 @@ def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) ->
 def _state(settings: Settings, source_id: str) -> tuple[bool, int, str, float | None]:
     catalog = open_catalog(settings)
     try:
-        state = catalog.get_source(source_id, tenant_id=TENANT)
+        state = catalog.sources.get_source(source_id, tenant_id=TENANT)
         assert state is not None
         return state.paused, state.failures, state.pause_reason, state.retry_at
     finally:
@@ -187,7 +187,7 @@ def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
         # Tenant "busy" queues three syncs before "quiet" queues one.
         requests = [("busy", "s1"), ("busy", "s2"), ("busy", "s3"), ("quiet", "q1")]
         for tenant, source in requests:
-            catalog.create_source(
+            catalog.sources.create_source(
                 tenant,
                 source_id=source,
                 type="wiki",
@@ -195,21 +195,21 @@ def test_queued_syncs_are_taken_round_robin_by_tenant(tmp_path: Path) -> None:
                 sync="webhook",
                 poll_interval_s=None,
             )
-            assert catalog.request_sync(tenant, source, "full") is not None
+            assert catalog.syncs.request_sync(tenant, source, "full") is not None
         order, last = [], None
-        while (run := catalog.claim_sync_run(after_tenant=last)) is not None:
+        while (run := catalog.syncs.claim_sync_run(after_tenant=last)) is not None:
             order.append((run.tenant_id, run.source_id))
-            catalog.finish_sync_run(run.sync_id, succeeded=True)
+            catalog.syncs.finish_sync_run(run.sync_id, succeeded=True)
             last = run.tenant_id
         assert order == [("busy", "s1"), ("quiet", "q1"), ("busy", "s2"), ("busy", "s3")]
         # A tenant with a sync running waits while another tenant has work.
         for tenant, source in requests:
-            catalog.request_sync(tenant, source, "full")
-        first = catalog.claim_sync_run()
+            catalog.syncs.request_sync(tenant, source, "full")
+        first = catalog.syncs.claim_sync_run()
         assert first is not None and first.tenant_id == "busy"
-        second = catalog.claim_sync_run(after_tenant="quiet")  # busy is next in turn, but running
+        second = catalog.syncs.claim_sync_run(after_tenant="quiet")  # busy is next in turn, but running
         assert second is not None and second.tenant_id == "quiet"
-        assert catalog.claim_sync_run() is None  # both tenants at their cap of one running
+        assert catalog.syncs.claim_sync_run() is None  # both tenants at their cap of one running
     finally:
         catalog.close()
 
@@ -246,7 +246,7 @@ def _two_tenants_queued(tmp_path: Path) -> Settings:
     catalog = open_catalog(settings)
     try:
         queued = _deletes("a", "docs", 2) + _deletes("b", "docs", 3) + _deletes("a", "other", 1)
-        assert catalog.enqueue_events(queued) == (6, 0)
+        assert catalog.queue.enqueue_events(queued) == (6, 0)
     finally:
         catalog.close()
     return settings
@@ -271,12 +271,12 @@ def test_a_sync_applies_and_reports_only_its_own_sources_queued_events(tmp_path:
     catalog = open_catalog(settings)
     try:
         pending = {
-            (tenant, source): catalog.unfinished_events(scope=EventScope(tenant, source))
+            (tenant, source): catalog.queue.unfinished_events(scope=EventScope(tenant, source))
             for tenant, source in [("a", "docs"), ("b", "docs"), ("a", "other")]
         }
         assert pending == {("a", "docs"): 0, ("b", "docs"): 3, ("a", "other"): 1}
-        assert catalog.unfinished_events() == 4
-        assert catalog.tenant_event("b", "b-docs-0")["state"] == "pending"  # type: ignore[index]
-        assert catalog.tenant_event("a", "a-docs-0")["state"] == "done"  # type: ignore[index]
+        assert catalog.queue.unfinished_events() == 4
+        assert catalog.queue.tenant_event("b", "b-docs-0")["state"] == "pending"  # type: ignore[index]
+        assert catalog.queue.tenant_event("a", "a-docs-0")["state"] == "done"  # type: ignore[index]
     finally:
         catalog.close()

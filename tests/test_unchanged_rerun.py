@@ -77,15 +77,15 @@ def _stores(home: Path) -> dict[str, Any]:
     kw = open_keyword_index(settings)
     try:
         per_doc: dict[str, int] = {}
-        for doc in cat.documents_for_source(cat.source_states()[0].source_id):
+        for doc in cat.documents.documents_for_source(cat.syncs.source_states()[0].source_id):
             if doc.deleted_at is None:
-                per_doc[doc.source_object_id] = len(cat.chunk_ids_for_doc(doc.doc_id))
+                per_doc[doc.source_object_id] = len(cat.chunks.chunk_ids_for_doc(doc.doc_id))
         return {
-            "catalog": cat.chunk_ids_for_tenant("default"),
+            "catalog": cat.chunks.chunk_ids_for_tenant("default"),
             "vector": vec.chunk_ids(),
             "keyword": kw.chunk_ids(),
             "per_doc": per_doc,
-            "dead": len(cat.list_dead_letters(limit=1000)),
+            "dead": len(cat.dead_letters.list_dead_letters(limit=1000)),
         }
     finally:
         kw.close()

@@ -68,12 +68,12 @@ class Hook:
         )
 
     def queued(self, source_id: str) -> list[tuple[str, str, str, str, tuple[str, ...]]]:
-        rows = [r for r in self.catalog.pending_events(limit=100) if r["source_id"] == source_id]
+        rows = [r for r in self.catalog.queue.pending_events(limit=100) if r["source_id"] == source_id]
         events = [Event.from_json(str(r["payload"])) for r in rows]
         return sorted((e.doc_id, e.op, e.source_version, e.content_uri, e.acl_groups) for e in events)
 
     def dead_letters(self, source_id: str) -> list[Any]:
-        return list(self.catalog.list_dead_letters(source_id=source_id))
+        return list(self.catalog.dead_letters.list_dead_letters(source_id=source_id))
 
 
 def _fixture(name: str) -> dict[str, Any]:
@@ -81,7 +81,7 @@ def _fixture(name: str) -> dict[str, Any]:
 
 
 def _add(catalog: Catalog, tenant: str, source_id: str, type_: str, uri: str, **options: Any) -> None:
-    catalog.create_source(
+    catalog.sources.create_source(
         tenant,
         source_id=source_id,
         type=type_,
@@ -91,7 +91,7 @@ def _add(catalog: Catalog, tenant: str, source_id: str, type_: str, uri: str, **
         uri=uri,
     )
     opts = {"webhook_secret_sha256": secret_hash(TOKEN), "acl_groups": ["staff"], **options}
-    catalog.configure_source(source_id, tenant_id=tenant, options=opts)
+    catalog.syncs.configure_source(source_id, tenant_id=tenant, options=opts)
 
 
 @pytest.fixture
@@ -209,7 +209,7 @@ def test_drive_channel_notifications_request_a_sync(hook: Hook) -> None:
     assert r.status_code == 202 and r.json()["sync_requested"] is False
     r = hook.post("drive", b"", token=None, **{**headers, "X-Goog-Resource-State": "change"})
     assert r.status_code == 202 and r.json()["sync_requested"] is True
-    runs = hook.catalog.pending_sync_sources()
+    runs = hook.catalog.syncs.pending_sync_sources()
     assert ("tenant-a", "drive") in runs or ("drive", "tenant-a") in runs
     assert hook.queued("drive") == []
 
@@ -230,11 +230,11 @@ def test_bad_secret_or_unknown_source_is_401_and_queues_nothing(
 def test_drive_with_a_wrong_channel_token_is_401(hook: Hook) -> None:
     headers = {"X-Goog-Channel-ID": "c1", "X-Goog-Channel-Token": "guess", "X-Goog-Resource-State": "change"}
     assert hook.post("drive", b"", token=None, **headers).status_code == 401
-    assert hook.catalog.pending_sync_sources() == set()
+    assert hook.catalog.syncs.pending_sync_sources() == set()
 
 
 def test_the_secret_picks_the_tenant_of_a_shared_source_id(hook: Hook) -> None:
-    hook.catalog.create_source(
+    hook.catalog.sources.create_source(
         "tenant-b",
         source_id="gcs-docs",
         type="object_store",
@@ -243,12 +243,12 @@ def test_the_secret_picks_the_tenant_of_a_shared_source_id(hook: Hook) -> None:
         poll_interval_s=None,
         uri="gs://acme-docs/docs",
     )
-    hook.catalog.configure_source(
+    hook.catalog.syncs.configure_source(
         "gcs-docs", tenant_id="tenant-b", options={"webhook_secret_sha256": secret_hash("b-token")}
     )
     r = hook.post("gcs-docs", _fixture("gcs_finalize.json"), token="b-token")
     assert r.status_code == 202, r.text
-    tenants = {r["tenant_id"] for r in hook.catalog.pending_events(limit=10)}
+    tenants = {r["tenant_id"] for r in hook.catalog.queue.pending_events(limit=10)}
     assert tenants == {"tenant-b"}
 
 
@@ -305,7 +305,7 @@ def test_the_tenant_event_budget_applies_to_webhooks(tmp_path: Path) -> None:
         assert post().status_code == 202  # the burst
         r = post()
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
-        assert len(catalog.pending_events(limit=10)) == 2  # the first call's events only
+        assert len(catalog.queue.pending_events(limit=10)) == 2  # the first call's events only
 
 
 def test_the_tenant_sees_its_webhook_dead_letters_with_the_reason(hook: Hook) -> None:
@@ -320,7 +320,7 @@ def test_the_tenant_sees_its_webhook_dead_letters_with_the_reason(hook: Hook) ->
 def test_a_source_whose_connector_cannot_be_opened_is_503_with_a_configuration_dead_letter(
     hook: Hook,
 ) -> None:
-    hook.catalog.create_source(
+    hook.catalog.sources.create_source(
         "tenant-a",
         source_id="jira-locked",
         type="tickets",
@@ -329,7 +329,7 @@ def test_a_source_whose_connector_cannot_be_opened_is_503_with_a_configuration_d
         poll_interval_s=None,
         uri=JIRA,
     )
-    hook.catalog.configure_source(
+    hook.catalog.syncs.configure_source(
         "jira-locked", tenant_id="tenant-a", options={"webhook_secret_sha256": secret_hash(TOKEN)}
     )
     r = hook.post("jira-locked", _fixture("jira_issue_updated.json"))
@@ -353,7 +353,7 @@ def test_the_cli_makes_a_token_the_endpoint_accepts(
     app = create_app(f"sqlite:///{home}/catalog.db")
     fs = _NoSidecar()
     app.state.webhook_connector = lambda spec: open_connector(spec, fs=fs)
-    state = app.state.catalog.get_source("gcs-docs", tenant_id="acme")
+    state = app.state.catalog.sources.get_source("gcs-docs", tenant_id="acme")
     assert made["token"] not in json.dumps(state.options)  # only its hash is stored
     assert state.options["acl_groups"] == ["staff"]  # the other options are kept
     with TestClient(app) as client:
@@ -387,8 +387,8 @@ def test_pubsub_oidc_tokens_are_verified_when_the_source_asks_for_them(hook: Hoo
     hook.client.app.state.google_certs = lambda: certs
     audience = "https://ragsync.example.org/v1/sources/gcs-docs/webhook"
     account = "push@acme-prod.iam.gserviceaccount.com"
-    options = hook.catalog.get_source("gcs-docs", tenant_id="tenant-a").options
-    hook.catalog.configure_source(
+    options = hook.catalog.sources.get_source("gcs-docs", tenant_id="tenant-a").options
+    hook.catalog.syncs.configure_source(
         "gcs-docs",
         tenant_id="tenant-a",
         options={**options, "pubsub_audience": audience, "pubsub_service_account": account},
@@ -441,8 +441,10 @@ def test_sns_signatures_are_verified_when_the_source_asks_for_them(hook: Hook) -
         return cert
 
     hook.client.app.state.sns_certificates = certificate
-    options = hook.catalog.get_source("s3-docs", tenant_id="tenant-a").options
-    hook.catalog.configure_source("s3-docs", tenant_id="tenant-a", options={**options, "sns_verify": True})
+    options = hook.catalog.sources.get_source("s3-docs", tenant_id="tenant-a").options
+    hook.catalog.syncs.configure_source(
+        "s3-docs", tenant_id="tenant-a", options={**options, "sns_verify": True}
+    )
 
     def signed(message: dict[str, Any], version: str = "1") -> dict[str, Any]:
         fields = ("Message", "MessageId", "Subject", "Timestamp", "TopicArn", "Type")

@@ -17,10 +17,11 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from ragsync.config import Settings, open_catalog
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.index.operations import WRITE_BATCH_CHUNKS, WriteDocuments
 from ragsync.index.service import EmbeddedPlan
 from ragsync.index.tantivy import TantivyKeywordIndex
 from tests.write_plans import DIM, empty_home, new_document
-from transforms.write import WRITE_BATCH_CHUNKS, WriteIndexes
+from transforms.index import UpdateIndex
 
 
 def _embedded(name: str, n_chunks: int, *, dim: int = DIM) -> EmbeddedPlan:
@@ -34,19 +35,19 @@ def settings(tmp_path: Path) -> Settings:
 
 def _write(settings: Settings, plans: list[EmbeddedPlan], written: list[str], dead: list[Any]) -> None:
     """Record the plans' documents as fetched (as the fetch stage does), run
-    WriteIndexes over them; check the names written and the (stage, doc_id)
+    UpdateIndex(WriteDocuments()) over them; check the names written and the (stage, doc_id)
     of the dead letters."""
     catalog = open_catalog(settings)
     try:
         for e in plans:
-            catalog.record_fetch(e.plan.doc)
+            catalog.documents.record_fetch(e.plan.doc)
     finally:
         catalog.close()
     with beam.Pipeline(runner="FnApiRunner") as p:
-        out = p | beam.Create(plans, reshuffle=False) | WriteIndexes(settings, DIM)
+        out = p | beam.Create(plans, reshuffle=False) | UpdateIndex(settings, DIM, WriteDocuments())
         names = out["written"] | "Names" >> beam.Map(lambda plan: plan.doc.source.source_object_id)
         assert_that(names, equal_to(written), label="written")
-        letters = out["dead"][0] | "Letters" >> beam.Map(lambda d: (d.stage, d.doc_id))
+        letters = out["dead"] | "Letters" >> beam.Map(lambda d: (d.stage, d.doc_id))
         assert_that(letters, equal_to(dead), label="dead")
 
 
@@ -58,7 +59,7 @@ def _stored(settings: Settings, plans: list[EmbeddedPlan]) -> tuple[set[str], se
         open_catalog(settings),
     )
     try:
-        rows = [catalog.get_document(e.plan.doc.doc_id) for e in plans]
+        rows = [catalog.documents.get_document(e.plan.doc.doc_id) for e in plans]
         statuses = {row.doc_id: row.status for row in rows if row is not None}
         return set(vectors.chunk_ids()), set(keywords.chunk_ids()), statuses
     finally:

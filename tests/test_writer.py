@@ -16,7 +16,8 @@ import pytest
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
-from ragsync.index.service import EmbeddedPlan, IndexService, WriteHooks, load_hooks
+from ragsync.index.hooks import WriteHooks, load_hooks
+from ragsync.index.service import EmbeddedPlan, IndexService
 from ragsync.model import DocumentPlan
 from tests import crash_hooks
 from tests.write_plans import DIM, empty_home, new_document
@@ -71,7 +72,7 @@ def writer_of(settings: Settings) -> Iterator[Any]:
 def _fetched(writer: IndexService, plans: list[EmbeddedPlan]) -> None:
     """Record the plans' documents as fetched (what the fetch stage does)."""
     for e in plans:
-        writer.catalog.record_fetch(e.plan.doc)
+        writer.catalog.documents.record_fetch(e.plan.doc)
 
 
 def test_a_batch_is_written_to_both_indexes_and_flipped(writer_of: Any) -> None:
@@ -84,10 +85,10 @@ def test_a_batch_is_written_to_both_indexes_and_flipped(writer_of: Any) -> None:
     assert len(every) == 5
     assert set(writer.vectors.chunk_ids()) == set(writer.keywords.chunk_ids()) == every
     for e in plans:
-        row = writer.catalog.get_document(e.plan.doc.doc_id)
+        row = writer.catalog.documents.get_document(e.plan.doc.doc_id)
         assert (row.status, row.indexed_version, row.chunk_count) == ("indexed", "1", len(e.plan.chunks))
-        assert writer.catalog.chunk_ids_for_doc(e.plan.doc.doc_id) == set(e.plan.new_ids)
-    assert writer.catalog.pending_chunk_ids("t") == set()
+        assert writer.catalog.chunks.chunk_ids_for_doc(e.plan.doc.doc_id) == set(e.plan.new_ids)
+    assert writer.catalog.chunks.pending_chunk_ids("t") == set()
     assert dict(writer.counts) == {"chunks_written": 5, "documents_indexed": 2}
 
 
@@ -96,12 +97,12 @@ def test_a_plan_older_than_a_tombstone_is_superseded_and_nothing_is_written(writ
     old = _embedded("gone", 2, version="3", event_id="e-3")
     live = _embedded("kept", 1, version="1", event_id="e-1")
     _fetched(writer, [old, live])
-    writer.catalog.put_tombstone(old.plan.doc.doc_id, "t", "5")  # deleted at version 5
+    writer.catalog.queue.put_tombstone(old.plan.doc.doc_id, "t", "5")  # deleted at version 5
     outcome = writer.write_batch([old, live])
     assert outcome.superseded == [old.plan]
     assert (outcome.written, outcome.failed) == ([live], [])
     assert set(writer.vectors.chunk_ids()) == set(writer.keywords.chunk_ids()) == set(live.plan.new_ids)
-    assert writer.catalog.chunk_ids_for_doc(old.plan.doc.doc_id) == set()
+    assert writer.catalog.chunks.chunk_ids_for_doc(old.plan.doc.doc_id) == set()
     assert dict(writer.counts) == {"events_stale": 1, "chunks_written": 1, "documents_indexed": 1}
 
 
@@ -141,8 +142,8 @@ def test_a_hook_that_raises_fails_its_document_alone_before_the_flip(writer_of: 
     assert [(item, str(exc)) for item, exc in outcome.failed] == [(plans[1], "hook refused flip 2 of b")]
     # b's chunks are indexed and its rows pending (unseen by queries), its version not flipped.
     b = plans[1].plan
-    assert writer.catalog.pending_chunk_ids("t") == set(b.new_ids)
-    assert writer.catalog.get_document(b.doc.doc_id).status == "fetched"
+    assert writer.catalog.chunks.pending_chunk_ids("t") == set(b.new_ids)
+    assert writer.catalog.documents.get_document(b.doc.doc_id).status == "fetched"
     # The failed flip is not counted: the next document's flip is number 2 again.
     assert [c for c in calls.calls if c[0] != "after_index_writes"] == [
         ("before_flip", 1, "a"),
@@ -158,10 +159,10 @@ def test_apply_document_acl_moves_the_chunks_to_the_new_acl(writer_of: Any) -> N
     plan = _embedded("a", 3)
     _fetched(writer, [plan])
     writer.write_batch([plan])
-    writer.catalog.upsert_acl("acl-hr", "t", ["hr"])
+    writer.catalog.documents.upsert_acl("acl-hr", "t", ["hr"])
     assert writer.apply_document_acl(plan.plan.doc.doc_id, "t", "acl-hr") == 3
-    assert writer.catalog.get_document(plan.plan.doc.doc_id).acl_id == "acl-hr"
-    stored = writer.catalog.chunks_for_doc(plan.plan.doc.doc_id)
+    assert writer.catalog.documents.get_document(plan.plan.doc.doc_id).acl_id == "acl-hr"
+    stored = writer.catalog.chunks.chunks_for_doc(plan.plan.doc.doc_id)
     assert [c.acl_ids for c in stored] == [("acl-hr",)] * 3
     assert writer.apply_document_acl(ids.doc_id("t", "s", "unknown"), "t", "acl-hr") == 0
 

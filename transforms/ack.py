@@ -66,7 +66,7 @@ class _AckFn(CatalogDoFn):
         if not outcome.event_id:
             return
         if outcome.state == "done":
-            self._catalog.record_freshness(
+            self._catalog.queue.record_freshness(
                 [
                     {
                         "event_id": outcome.event_id,
@@ -80,7 +80,7 @@ class _AckFn(CatalogDoFn):
                 ]
             )
             self.count("events_applied")
-        self._catalog.ack_events([(outcome.tenant_id, outcome.event_id)], outcome.state)
+        self._catalog.queue.ack_events([(outcome.tenant_id, outcome.event_id)], outcome.state)
         yield outcome.event_id
 
 

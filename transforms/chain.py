@@ -16,17 +16,21 @@ import apache_beam as beam
 
 from ragsync.config import Settings
 from ragsync.embedding import ModelSpec
+from ragsync.index.operations import (
+    ApplyPermissions,
+    DeleteStaleChildren,
+    RecordDuplicates,
+    RefreshCopies,
+    WriteDocuments,
+)
 from ragsync.model import Lane
-from transforms.acl import ApplyAclChanges
 from transforms.chunk import ChunkDocuments
-from transforms.copies import RefreshCopies
-from transforms.delete import DeleteStaleChildren
 from transforms.embed import EmbedChunks
 from transforms.fetch import ACL_ONLY, DUPLICATE, LEFT_COPY, UNCHANGED, FetchDocuments
+from transforms.index import UpdateIndex
 from transforms.lanes import HandToSlowLane
 from transforms.parse import STALE_CHILDREN, ParseDocuments, RouteByType
 from transforms.progress import ListingTally
-from transforms.write import RecordDuplicates, WriteIndexes
 
 
 class _IndexLane(beam.PTransform):
@@ -49,19 +53,21 @@ class _IndexLane(beam.PTransform):
         c = self.chain
         s, spec, progress, total = c.settings, c.spec, c.show_progress, c.total
         parsed = docs | "Parse" >> ParseDocuments(s, self.lane)
-        stale = parsed[STALE_CHILDREN] | "DeleteStaleChildren" >> DeleteStaleChildren(s, spec.dim)
+        stale = parsed[STALE_CHILDREN] | "DeleteStaleChildren" >> UpdateIndex(
+            s, spec.dim, DeleteStaleChildren()
+        )
         chunked = parsed["parsed"] | "ChunkDocuments" >> ChunkDocuments(
             s, total=total, show_progress=progress
         )
         # Both pipelines batch embeddings per bundle (see transforms/embed.py).
         embedded = chunked["plans"] | "EmbedChunks" >> EmbedChunks(s, spec, show_progress=progress)
-        written = embedded["embedded"] | "WriteIndexes" >> WriteIndexes(
-            s, spec.dim, total=total, show_progress=progress
+        written = embedded["embedded"] | "WriteIndexes" >> UpdateIndex(
+            s, spec.dim, WriteDocuments(), total=total, show_progress=progress
         )
         return {
             "written": written["written"],
             "superseded": written["superseded"],
-            "dead": [*parsed["dead"], stale["dead"], chunked["dead"], *embedded["dead"], *written["dead"]],
+            "dead": [*parsed["dead"], stale["dead"], chunked["dead"], *embedded["dead"], written["dead"]],
         }
 
 
@@ -116,9 +122,9 @@ class IndexDocuments(beam.PTransform):
         fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
         routed = fetched["process"] | "RouteByType" >> RouteByType()
         fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(self, Lane.FAST.value)
-        duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s, spec.dim)
-        left = fetched[LEFT_COPY] | "RefreshCopies" >> RefreshCopies(s, spec.dim)
-        acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> ApplyAclChanges(s, spec.dim)
+        duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> UpdateIndex(s, spec.dim, RecordDuplicates())
+        left = fetched[LEFT_COPY] | "RefreshCopies" >> UpdateIndex(s, spec.dim, RefreshCopies())
+        acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> UpdateIndex(s, spec.dim, ApplyPermissions())
         out: dict[str, list[beam.PCollection]] = {
             "written": [fast["written"]],
             "superseded": [fast["superseded"]],

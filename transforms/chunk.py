@@ -37,7 +37,7 @@ class _ChunkAndDiffFn(ProgressDoFn):
         limit = self.settings.boilerplate_min_docs
         if limit <= 0:
             return chunks
-        seen = self._catalog.docs_per_text_hash([c.text_hash for c in chunks], exclude_doc_id=doc_id)
+        seen = self._catalog.chunks.docs_per_text_hash([c.text_hash for c in chunks], exclude_doc_id=doc_id)
         kept = [c for c in chunks if seen.get(c.text_hash, 0) < limit]
         self.count("chunks_boilerplate", len(chunks) - len(kept))
         return kept
@@ -62,7 +62,7 @@ class _ChunkAndDiffFn(ProgressDoFn):
         chunks = self._drop_boilerplate(doc.canonical_doc_id, chunks)
         if not chunks:
             raise NoTextError(f"{doc.source.uri}: every chunk is boilerplate seen in many other documents")
-        diff = diff_chunks(self._catalog.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
+        diff = diff_chunks(self._catalog.chunks.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
         self.count("chunks_new", len(diff.new))
         self.count("chunks_kept", len(diff.kept))
         plan = DocumentPlan(

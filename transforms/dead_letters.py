@@ -1,12 +1,15 @@
 """Failures of the steps as dead letters: Beam's ``with_exception_handling``
 records to ``DeadLetter`` rows (:func:`dead_letter_from_beam`,
 :func:`dead_letters_from_beam`, one per document of a failed batch), one
-failed item of a batch (:func:`batch_item_failure`), and the transforms
-that route a step's failures (:class:`ToDeadLetters`, :class:`GuardedStep`)."""
+failed item of a batch (:func:`batch_item_failure`), the transforms
+that route a step's failures (:class:`ToDeadLetters`, :class:`GuardedStep`),
+and the sink that records them or queues their event again
+(:class:`WriteDeadLetters`)."""
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import traceback
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -16,7 +19,8 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.config import Settings
-from ragsync.errors import classify
+from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
+from ragsync.errors import classify, is_retryable
 from ragsync.model import (
     DeadLetter,
     DocumentPlan,
@@ -25,8 +29,10 @@ from ragsync.model import (
     ParsedDocument,
     QueuedEvent,
     SourceFile,
+    payload_field,
 )
 from transforms.metrics import STAGE_NAMESPACE
+from transforms.steps import CatalogDoFn
 
 _TRACEBACK_CHARS = 4000
 
@@ -240,3 +246,90 @@ class _ToDeadLettersFn(beam.DoFn):
         letters = dead_letters_from_beam(self.stage, bad)
         self._errors.inc(len(letters))
         yield from letters
+
+
+class _DeadLetterSinkFn(CatalogDoFn):
+    """DeadLetter -> a row in the dead-letter table (once per failure: a
+    replay adds none); the document's status becomes ``dead_letter``.
+
+    Work that came from an event and failed in a way that may pass later is
+    not dead-lettered yet (``ragsync.decisions.failure_route``): the event
+    goes back to the catalog's queue after an exponential backoff with
+    jitter, until ``max_attempts`` deliveries failed. An event read from
+    Pub/Sub or Kafka has no queue row (its message is acknowledged once the
+    stream handled it): the row is written now from the failed work's
+    payload (``Catalog.retry_event_later(replay=...)``), so the retry is
+    durable and served with the queue's lanes and backoff. When no row can
+    run it again (the event cannot be rebuilt, or its attempts are used up)
+    it is a dead letter (``ragsync.decisions.retry_dead_letters``), never
+    only a log line.
+    """
+
+    def __init__(self, settings: Settings, max_attempts: int) -> None:
+        super().__init__(settings)
+        self.max_attempts = max_attempts
+
+    def process(self, dl: DeadLetter) -> Iterator[str]:
+        route = failure_route(dl.event_id, is_retryable(dl.error_class), dl.attempts, self.max_attempts)
+        if route == FailureRoute.RETRY:
+            state = self._catalog.queue.retry_event_later(
+                (dl.tenant_id, dl.event_id),
+                backoff_delay(dl.attempts),
+                max_attempts=self.max_attempts,
+                replay=replay_event(dl),
+                attempts=dl.attempts,
+            )
+            if not retry_dead_letters(state):
+                logging.getLogger("ragsync.retry").warning(
+                    "event %s: %s failed (%s), queued for retry (attempt %d of %d): %s",
+                    dl.event_id,
+                    dl.stage,
+                    dl.error_class,
+                    dl.attempts,
+                    self.max_attempts,
+                    dl.message,
+                )
+                self.count("events_retried")
+                return
+        source_id = payload_field(dl.payload, "source_id")
+        self._catalog.dead_letters.record_dead_letter(
+            dl, source_id=source_id, parser_version=self.settings.parser_version
+        )
+        if dl.event_id:
+            self._catalog.queue.ack_events([(dl.tenant_id, dl.event_id)], "dead")
+        self.count("dead_lettered")
+        yield dl.error_class
+
+
+def replay_event(dl: DeadLetter) -> Event | None:
+    """The event behind a failed piece of work, to queue again.
+
+    Input: a ``DeadLetter`` whose payload is any stage record of event work
+    (the event row, a ``QueuedEvent``, a ``SourceFile`` or a
+    ``FetchedDocument``). Output: the validated event with the dead letter's
+    tenant, or None when the payload holds no event that still validates.
+    Never raises.
+    """
+    from connectors.events import event_or_none
+    from ragsync.catalog.dead_letters import event_of_payload
+
+    data = event_of_payload(dl.payload)
+    event = event_or_none(data) if data is not None else None
+    if event is None or event.event_id != dl.event_id:
+        return None
+    return dataclasses.replace(event, tenant_id=dl.tenant_id or event.tenant_id)
+
+
+class WriteDeadLetters(beam.PTransform):
+    """Input: ``DeadLetter``. Output: error classes written (for counting).
+    Retryable event failures are re-queued instead (see the sink's doc)."""
+
+    def __init__(self, settings: Settings, *, max_attempts: int = 5) -> None:
+        super().__init__()
+        if max_attempts < 1:
+            raise ValueError("max_attempts must be >= 1")
+        self.settings = settings
+        self.max_attempts = max_attempts
+
+    def expand(self, dead: beam.PCollection) -> beam.PCollection:
+        return dead | "WriteDeadLetter" >> beam.ParDo(_DeadLetterSinkFn(self.settings, self.max_attempts))

@@ -160,7 +160,7 @@ class _CacheLookupFn(CatalogDoFn):
     def _lookup(self, plans: list[DocumentPlan]) -> Iterator[PlanToEmbed]:
         hashes = {c.chunk_id: c.text_hash for p in plans for c in p.chunks}
         wanted = sorted({hashes[cid] for p in plans for cid in p.new_ids})
-        cached = self._catalog.get_embeddings(wanted, self.model_version) if wanted else {}
+        cached = self._catalog.chunks.get_embeddings(wanted, self.model_version) if wanted else {}
         for plan in plans:
             by_id = {c.chunk_id: c for c in plan.chunks}
             hits = {cid: cached[hashes[cid]] for cid in plan.new_ids if hashes[cid] in cached}
@@ -216,7 +216,7 @@ class _CacheStoreFn(ProgressDoFn):
             self._progress.add(len(mine))
             outcomes.append((result, item.plan, vectors, failures))
         if fresh:
-            self._catalog.put_embeddings(fresh, self.model_version)
+            self._catalog.chunks.put_embeddings(fresh, self.model_version)
         for result, plan, vectors, failures in outcomes:
             missing = [cid for cid in plan.new_ids if cid not in vectors]
             if failures:

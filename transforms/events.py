@@ -101,7 +101,7 @@ class _LeaseHeartbeat:
                 if not claims:
                     continue
                 try:
-                    alive = catalog.extend_leases(list(claims), self.lease_s, claimed=claims)
+                    alive = catalog.queue.extend_leases(list(claims), self.lease_s, claimed=claims)
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the lease has slack
                     continue
                 with self._lock:
@@ -128,7 +128,7 @@ class _EventQueueReader(UnboundedReader):
         self._catalog = open_catalog(self.source.settings)
         # Events a killed stream still holds are taken now, not when their
         # lease runs out; their next delivery is not counted (claim_events).
-        self._catalog.release_orphaned_leases(self._holder_gone)
+        self._catalog.queue.release_orphaned_leases(self._holder_gone)
         self._heartbeat = _LeaseHeartbeat(self.source.settings, self.source.lease_s)
         return self.advance()
 
@@ -137,7 +137,7 @@ class _EventQueueReader(UnboundedReader):
 
     def _claim(self) -> list[dict[str, Any]]:
         src = self.source
-        claimed, looped = self._catalog.claim_events(
+        claimed, looped = self._catalog.queue.claim_events(
             limit=src.batch,
             lease_s=src.lease_s,
             lanes=src.lanes,
@@ -150,7 +150,7 @@ class _EventQueueReader(UnboundedReader):
             # Leased again and again and never finished: the worker died on
             # it each time (a parser crash that took the process, an OOM
             # kill). Set aside instead of taking the stream down forever.
-            self._catalog.record_dead_letter(
+            self._catalog.dead_letters.record_dead_letter(
                 crash_loop_dead_letter(row, src.max_deliveries), row["source_id"]
             )
         if claimed and self._heartbeat is not None:
@@ -172,7 +172,7 @@ class _EventQueueReader(UnboundedReader):
             self._current = self._buffer.popleft()
             return True
         src = self.source
-        if src.until_idle and self._catalog.unfinished_events(src.idle_lanes, scope=src.scope) == 0:
+        if src.until_idle and self._catalog.queue.unfinished_events(src.idle_lanes, scope=src.scope) == 0:
             self._done = True
         return False
 
@@ -319,7 +319,7 @@ class _ResolveFn(CatalogDoFn):
         claimed = str(row.get("tenant_id") or event.tenant_id or "")
         key = (claimed, event.source_id)
         if key not in self._sources:
-            source = self._catalog.get_source(event.source_id, tenant_id=claimed or None)
+            source = self._catalog.sources.get_source(event.source_id, tenant_id=claimed or None)
             self._sources[key] = (source.tenant_id, source.uri, source.version_domain) if source else None
         found = self._sources[key]
         if found is None:
@@ -338,13 +338,13 @@ class _ResolveFn(CatalogDoFn):
 
 def known_versions(catalog: Any, doc_id: str) -> DocVersions:
     """What the catalog holds for a document (the gate's authority)."""
-    doc = catalog.get_document(doc_id)
-    tomb = catalog.get_tombstone(doc_id)
-    acl = catalog.get_acl_version(doc_id)
+    doc = catalog.documents.get_document(doc_id)
+    tomb = catalog.queue.get_tombstone(doc_id)
+    acl = catalog.queue.get_acl_version(doc_id)
     indexed = doc.indexed_version if doc is not None and doc.status == "indexed" else None
     complete = True
     if indexed is not None:
-        complete = len(catalog.chunk_ids_for_doc(doc_id)) == (doc.chunk_count or 0)
+        complete = len(catalog.chunks.chunk_ids_for_doc(doc_id)) == (doc.chunk_count or 0)
     accepted = doc.source_version if doc is not None and doc.status != "deleted" else None
     return DocVersions(
         indexed=document_stamp(doc, indexed),
@@ -422,7 +422,7 @@ class _GateFn(CatalogDoFn):
         self.count("events_stale")
         _log.warning("event %s of %s: %s", qe.event.event_id, qe.doc_id, reason)
         if self._catalog is not None:
-            self._catalog.note_event((qe.tenant_id, qe.event.event_id), reason)
+            self._catalog.queue.note_event((qe.tenant_id, qe.event.event_id), reason)
 
 
 class GateEvents(beam.PTransform):
@@ -476,22 +476,22 @@ def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
     (an acl event, a timed listing), or None. Evidence from before the
     document's last delete is about the deleted document: None
     (``ragsync.decisions.evidence_predates_delete``)."""
-    row = catalog.get_acl_version(doc_id)
+    row = catalog.queue.get_acl_version(doc_id)
     if row is None:
         return None
-    tomb = catalog.get_tombstone(doc_id)
+    tomb = catalog.queue.get_tombstone(doc_id)
     if tomb is not None and evidence_predates_delete(
         float(row.get("observed_at") or 0.0), tomb.get("observed_at")
     ):
         return None
-    groups = catalog.get_acl_groups(row["acl_id"])
+    groups = catalog.documents.get_acl_groups(row["acl_id"])
     if groups is None:
         return None
     observed = float(row.get("observed_at") or 0.0)
     return PermissionEvidence(
         tuple(groups),
         observed,
-        tuple(catalog.get_acl_deny(row["acl_id"])),
+        tuple(catalog.documents.get_acl_deny(row["acl_id"])),
         Stamp(str(row["acl_version"]), str(row.get("version_domain") or ""), observed),
     )
 

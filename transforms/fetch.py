@@ -10,8 +10,7 @@ import apache_beam as beam
 
 from connectors.base import Connector
 from connectors.location import source_location
-from connectors.reader import FetchLimits
-from connectors.registry import open_connector
+from connectors.sources import connector_of
 from ragsync import ids
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.chunking import ChunkerConfig
@@ -34,7 +33,7 @@ from ragsync.index.versions import live_spec
 from ragsync.model import FetchedDocument, SourceFile
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions
-from transforms.io import BeamFileSystem, write_bytes_once
+from transforms.io import BeamFileSystem, delete_if_exists, write_bytes_once
 from transforms.steps import CatalogDoFn
 
 #: The version domain of permission evidence read by a listing (compared by time only).
@@ -64,13 +63,13 @@ def fetch_decision(
         The ``FetchAction``.
     """
     rows = (
-        len(catalog.chunk_ids_for_doc(stored.doc_id))
+        len(catalog.chunks.chunk_ids_for_doc(stored.doc_id))
         if stored is not None and stored.status == "indexed"
         else None
     )
     copy_of_live = False
     if stored is not None and stored.status == "duplicate" and stored.canonical_doc_id:
-        holder = catalog.get_document(stored.canonical_doc_id)
+        holder = catalog.documents.get_document(stored.canonical_doc_id)
         copy_of_live = (
             holder is not None
             and holder.deleted_at is None
@@ -105,7 +104,7 @@ class _FetchFn(CatalogDoFn):
     def setup(self) -> None:
         super().setup()
         self._connectors: dict[tuple[str, str], Connector] = {}
-        self._writer: IndexService | None = None
+        self._service: IndexService | None = None
         self._domains: dict[tuple[str, str], str] = {}
 
     def _connector(self, item: SourceFile) -> Connector:
@@ -119,12 +118,12 @@ class _FetchFn(CatalogDoFn):
         """The source's declared version domain ('' when undeclared)."""
         key = (item.tenant_id, item.source_id)
         if key not in self._domains:
-            source = self._catalog.get_source(item.source_id, tenant_id=item.tenant_id)
+            source = self._catalog.sources.get_source(item.source_id, tenant_id=item.tenant_id)
             self._domains[key] = source.version_domain if source is not None else ""
         return self._domains[key]
 
     def _open_connector(self, item: SourceFile, key: tuple[str, str]) -> None:
-        source = self._catalog.get_source(item.source_id, tenant_id=item.tenant_id)
+        source = self._catalog.sources.get_source(item.source_id, tenant_id=item.tenant_id)
         if source is None or source.tenant_id != item.tenant_id or not source.uri:
             raise OutsideLocationError(
                 f"source {item.source_id!r} declares no location, so it takes no content_uri "
@@ -134,17 +133,15 @@ class _FetchFn(CatalogDoFn):
             source_location(source.uri, reserved=self.settings.reserved_locations)
         except ConfigurationError as exc:
             raise OutsideLocationError(f"source {item.source_id!r}: {exc}") from None
-        limits = FetchLimits(max_bytes=self.settings.max_bytes, timeout_s=self.settings.fetch_timeout_s)
-        spec = source.spec()
-        self._connectors[key] = open_connector(spec, fs=BeamFileSystem(), limits=limits)
+        self._connectors[key] = connector_of(source.spec(), self.settings, BeamFileSystem())
 
     def teardown(self) -> None:
         for connector in self._connectors.values():
             connector.close()
         self._connectors = {}
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        if self._service is not None:
+            self._service.close()
+            self._service = None
         super().teardown()
 
     def process(self, item: SourceFile) -> Iterator[Any]:
@@ -173,8 +170,8 @@ class _FetchFn(CatalogDoFn):
         write_bytes_once(raw_uri, data)
         acl = ids.acl_id(item.tenant_id, item.acl_groups, item.deny_groups)
         cat = self._catalog
-        cat.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
-        stored = cat.get_document(doc_id)
+        cat.documents.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
+        stored = cat.documents.get_document(doc_id)
         chunker_id = self.settings.chunker.config_id
         action = fetch_decision(
             cat,
@@ -200,7 +197,7 @@ class _FetchFn(CatalogDoFn):
                 len(data),
             ):
                 # Same bytes, new listing stamp (a touched file): the next listing skips it unread.
-                cat.note_same_bytes(
+                cat.syncs.note_same_bytes(
                     doc_id, chash, item.source_version, size=len(data), observed_at=item.observed_at or None
                 )
             yield beam.pvalue.TaggedOutput(UNCHANGED, doc)
@@ -210,24 +207,26 @@ class _FetchFn(CatalogDoFn):
             # the new one, so a failed update is retried by the next run.
             yield beam.pvalue.TaggedOutput(ACL_ONLY, doc)
             return
-        cat.record_fetch(doc)
+        cat.documents.record_fetch(doc)
         if stored is not None and stored.status in LIVE_STATUSES and stored.acl_id != acl:
             # New bytes and new permissions: the permissions apply to the live
             # version now, whether or not the new bytes parse (here, before
             # this document's write can touch the same rows).
-            self._index_writer().apply_document_acl(doc_id, item.tenant_id, acl)
+            self._index_service().apply_document_acl(doc_id, item.tenant_id, acl)
         was_copy = stored is not None and stored.status == "duplicate"
         if was_copy and stored.canonical_doc_id not in (None, doc_id):
             # A copy changed: its old holder's chunks lose its groups.
             yield beam.pvalue.TaggedOutput(LEFT_COPY, (str(stored.canonical_doc_id), doc))
         yield doc
 
-    def _index_writer(self) -> IndexService:
+    def _index_service(self) -> IndexService:
         """The writer of the indexes, opened on first use (only a document
         whose bytes and permissions both changed needs them here)."""
-        if self._writer is None:
-            self._writer = IndexService.open(self.settings, live_spec(self.settings).dim, count=self.count)
-        return self._writer
+        if self._service is None:
+            self._service = IndexService.open(
+                self.settings, live_spec(self.settings).dim, count=self.count, remove_object=delete_if_exists
+            )
+        return self._service
 
     def _permissions(self, doc_id: str, item: SourceFile) -> SourceFile:
         """Weigh the item's permissions against the evidence the catalog holds
@@ -246,7 +245,7 @@ class _FetchFn(CatalogDoFn):
         # too: an acl event older than it is then stale at the gate, as on
         # every later run.
         acl = ids.acl_id(item.tenant_id, chosen.groups, chosen.deny)
-        self._catalog.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
+        self._catalog.documents.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
         # An upsert event's evidence carries its own version; a listing's is
         # only a time (a sidecar's mtime, the listing time), kept in a domain
         # of its own so an acl event is always ordered against it by time.
@@ -255,7 +254,7 @@ class _FetchFn(CatalogDoFn):
             if item.event_id
             else (f"{chosen.observed_at:.6f}", LISTING_EVIDENCE)
         )
-        self._catalog.set_acl_version(
+        self._catalog.queue.set_acl_version(
             doc_id, item.tenant_id, version, acl, version_domain=domain, observed_at=chosen.observed_at
         )
         return replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)
@@ -274,7 +273,9 @@ class _LinkDuplicatesFn(CatalogDoFn):
         _, docs_iter = keyed
         docs = sorted(docs_iter, key=lambda d: d.doc_id)
         first = docs[0]
-        indexed = self._catalog.find_indexed_by_content(first.source.tenant_id, first.content_hash, "")
+        indexed = self._catalog.documents.find_indexed_by_content(
+            first.source.tenant_id, first.content_hash, ""
+        )
         group_ids = [d.doc_id for d in docs]
         # The copy that holds the chunks keeps the role, in this run's group
         # or not: nothing is re-embedded and the others become its copies.

@@ -30,7 +30,7 @@ class _HandToSlowLaneFn(CatalogDoFn):
         src = doc.source
         if not src.event_id:
             raise ValueError("slow-lane hand-off applies to event-driven work only")
-        self._catalog.move_to_lane([(src.tenant_id, src.event_id)], SLOW)
+        self._catalog.queue.move_to_lane([(src.tenant_id, src.event_id)], SLOW)
         self.count("events_to_slow_lane")
         yield src.event_id
 

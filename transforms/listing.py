@@ -28,8 +28,7 @@ from typing import Any
 import apache_beam as beam
 
 from connectors.base import Connector, make_event, stamp_listed
-from connectors.reader import FetchLimits
-from connectors.registry import open_connector
+from connectors.sources import connector_of
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.decisions import ListingVerdict, listing_verdict, skip_unread
@@ -46,9 +45,9 @@ DEFAULT_LISTING_TIMEOUT_S = 6 * 3600.0
 
 
 def connector_for(spec: SourceSpec, settings: Settings) -> Connector:
-    """The connector of ``spec`` with Beam's file systems and the settings' read limits."""
-    limits = FetchLimits(max_bytes=settings.max_bytes, timeout_s=settings.fetch_timeout_s)
-    return open_connector(spec, fs=BeamFileSystem(), limits=limits)
+    """The connector of ``spec`` with Beam's file systems and the settings'
+    read limits (``connectors.sources.connector_of``)."""
+    return connector_of(spec, settings, BeamFileSystem())
 
 
 def listing_shards(spec: SourceSpec, settings: Settings) -> list[str]:
@@ -206,7 +205,7 @@ class _SkipUnreadFn(CatalogDoFn):
 
     def process(self, batch: list[SourceFile]) -> Iterator[SourceFile]:
         doc_ids = [ids.doc_id(f.tenant_id, f.source_id, f.source_object_id) for f in batch]
-        known = {} if self.reread else self._catalog.unread_states(doc_ids)
+        known = {} if self.reread else self._catalog.syncs.unread_states(doc_ids)
         chunker_id, parser_version = self.settings.chunker.config_id, self.settings.parser_version
         skipped = 0
         for item, doc_id in zip(batch, doc_ids, strict=True):
@@ -267,7 +266,7 @@ class _KnownDocumentsFn(CatalogDoFn):
         self.started_at = listing_started_at
 
     def process(self, _: Any) -> Iterator[tuple[str, tuple[str, str]]]:
-        for doc_id, object_id, version in self._catalog.iter_source_documents(
+        for doc_id, object_id, version in self._catalog.documents.iter_source_documents(
             self.spec.source_id, self.spec.tenant_id, updated_before=self.started_at
         ):
             self.count("documents_known")
@@ -362,7 +361,7 @@ class _QueueEventsFn(CatalogDoFn):
 
     def process(self, batch: list[Event]) -> Iterator[int]:
         # Events of a listing carry their source's tenant (see _DeleteEventFn).
-        queued, _ = self._catalog.enqueue_events(batch)
+        queued, _ = self._catalog.queue.enqueue_events(batch)
         self.count("events_queued", queued)
         yield queued
 

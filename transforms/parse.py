@@ -188,7 +188,7 @@ class _ParseFn(CatalogDoFn):
     def _parse(self, doc: FetchedDocument) -> Iterator[Any]:
         cat = self._catalog
         version = self.settings.parser_version
-        stored = None if is_container(doc.mime) else cat.get_parsed(doc.content_hash, version)
+        stored = None if is_container(doc.mime) else cat.documents.get_parsed(doc.content_hash, version)
         if stored is not None:
             try:
                 elements = _read_elements(stored.elements_uri)
@@ -222,7 +222,7 @@ class _ParseFn(CatalogDoFn):
         uri = self.settings.parsed_uri(doc.content_hash, version)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
-        cat.put_parsed(
+        cat.documents.put_parsed(
             doc.content_hash,
             version,
             uri,
@@ -246,7 +246,7 @@ class _ParseFn(CatalogDoFn):
         old: list[str] = []
         pending = [doc.doc_id]
         while pending:  # every descendant the catalog holds
-            kids = [c.doc_id for c in cat.children_of(pending.pop())]
+            kids = [c.doc_id for c in cat.documents.children_of(pending.pop())]
             old += kids
             pending += kids
         children = expand_children(
@@ -260,7 +260,7 @@ class _ParseFn(CatalogDoFn):
         )
         for child in children:
             write_bytes_once(child.doc.raw_uri, child.data)
-            cat.record_fetch(child.doc, parent_doc_id=child.parent_doc_id)
+            cat.documents.record_fetch(child.doc, parent_doc_id=child.parent_doc_id)
             if child.error is not None:
                 err = child.error
                 yield beam.pvalue.TaggedOutput(CHILD_DEAD, (child.doc, (type(err), repr(err), [])))
@@ -277,7 +277,7 @@ class _ParseFn(CatalogDoFn):
                     "parent_doc_id": child.parent_doc_id,
                 },
             )
-        rows = {r.doc_id: r for r in (cat.get_document(i) for i in old) if r is not None}
+        rows = {r.doc_id: r for r in (cat.documents.get_document(i) for i in old) if r is not None}
         for stale in stale_children(old, [c.doc.doc_id for c in children]):
             row = rows[stale]
             yield beam.pvalue.TaggedOutput(

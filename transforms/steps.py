@@ -1,8 +1,7 @@
-"""Base classes of the Beam steps that use the catalog and the stores:
-:class:`CatalogDoFn` (one catalog per DoFn instance), :class:`CatalogStep`
-(a transform that is one such DoFn) and :class:`WriterDoFn` (a step that
-writes through one ``ragsync.index.service.IndexService``: the catalog, both indexes
-and the index versions being built beside the live one)."""
+"""Base classes of the Beam steps that use the catalog: :class:`CatalogDoFn`
+(one catalog per DoFn instance) and :class:`CatalogStep` (a transform that is
+one such DoFn). Steps that change the index are one generic step,
+``transforms.index.UpdateIndex``."""
 
 from __future__ import annotations
 
@@ -11,7 +10,6 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.config import Settings, open_catalog
-from ragsync.index.service import IndexService, hooks_from_environment
 from transforms.metrics import StageMetrics, counter
 
 
@@ -72,35 +70,3 @@ class CatalogStep(beam.PTransform):
 
     def expand(self, pcoll: beam.PCollection) -> beam.PCollection:
         return pcoll | self.label_ >> beam.ParDo(self.fn(self.settings))
-
-
-class WriterDoFn(CatalogDoFn):
-    """Base for steps that write the catalog and both indexes: they call one
-    ``ragsync.index.service.IndexService`` (``self.writer``), opened in ``setup()``
-    (with the hooks ``$RAGSYNC_WRITE_HOOKS`` names, and this step's counters)
-    and closed in ``teardown()``. ``self._catalog`` is the writer's catalog.
-
-    Args:
-        settings: the home.
-        dim: the live vectors' dimension.
-    """
-
-    writer: IndexService  # set by setup()
-
-    def __init__(self, settings: Settings, dim: int) -> None:
-        super().__init__(settings)
-        self.dim = dim
-
-    def setup(self) -> None:
-        if self.metrics_stage:
-            self._stage = StageMetrics(self.metrics_stage)
-        self.writer = IndexService.open(
-            self.settings, self.dim, hooks=hooks_from_environment(), count=self.count
-        )
-        self._catalog = self.writer.catalog
-
-    def teardown(self) -> None:
-        writer = self.__dict__.pop("writer", None)
-        if writer is not None:
-            writer.close()  # its catalog too
-        self._catalog = None

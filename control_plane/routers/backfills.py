@@ -68,7 +68,7 @@ def create_backfill(body: BackfillIn, tenant_id: Tenant, catalog: CatalogDep) ->
     builds an index version every tenant shares, so only the operator starts it."""
     if body.reason == "embedding_model":
         raise ApiError(403, OPERATOR_ONLY)
-    row = catalog.create_backfill(
+    row = catalog.backfills.create_backfill(
         reason=body.reason,
         target_index=body.target_index,
         max_docs_per_s=body.max_docs_per_s,
@@ -81,7 +81,7 @@ def create_backfill(body: BackfillIn, tenant_id: Tenant, catalog: CatalogDep) ->
 def get_backfill(backfill_id: str, tenant_id: Tenant, catalog: CatalogDep) -> BackfillOut:
     """A backfill's progress; ``eta_s`` from the rate so far, null when unknown."""
     bid = path_id(backfill_id)
-    row = catalog.get_backfill(bid, tenant_id=tenant_id) if bid else None
+    row = catalog.backfills.get_backfill(bid, tenant_id=tenant_id) if bid else None
     if row is None:
         raise not_found(f"backfill {backfill_id!r}")
     return _backfill_out(row)

@@ -58,9 +58,9 @@ def list_dead_letters(
     """The caller's open dead letters, oldest first (404 for a source that is not the caller's)."""
     if source_id is not None:
         sid = path_id(source_id)
-        if sid is None or catalog.get_source(sid, tenant_id=tenant_id) is None:
+        if sid is None or catalog.sources.get_source(sid, tenant_id=tenant_id) is None:
             raise not_found(f"source {source_id!r}")
-    rows = catalog.list_dead_letters(tenant_id=tenant_id, source_id=source_id, limit=limit)
+    rows = catalog.dead_letters.list_dead_letters(tenant_id=tenant_id, source_id=source_id, limit=limit)
     return [_dead_letter_out(r) for r in rows]
 
 
@@ -76,7 +76,9 @@ def retry_dead_letter(event_id: str, tenant_id: Tenant, catalog: CatalogDep) -> 
     is recorded for the next backfill run.
     """
     eid = path_id(event_id)
-    done = catalog.redrive_dead_letter(eid, parse=event_or_none, tenant_id=tenant_id) if eid else []
+    done = (
+        catalog.dead_letters.redrive_dead_letter(eid, parse=event_or_none, tenant_id=tenant_id) if eid else []
+    )
     if not done:
         raise not_found(f"dead letter {event_id!r}")
     r = done[0]

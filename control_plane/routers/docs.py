@@ -77,15 +77,19 @@ def _status(catalog: Catalog, tenant_id: str, doc_id: str, source_id: str | None
         tenant's. A document the pipeline has not written yet but with a
         queued event gets stage ``queued`` (or the event's state).
     """
-    if source_id is not None and catalog.get_source(source_id, tenant_id=tenant_id) is None:
+    if source_id is not None and catalog.sources.get_source(source_id, tenant_id=tenant_id) is None:
         return None
     internal = ids.doc_id(tenant_id, source_id, doc_id) if source_id is not None else doc_id
-    row = catalog.get_document(internal, tenant_id=tenant_id)
+    row = catalog.documents.get_document(internal, tenant_id=tenant_id)
     if row is not None:
-        message = catalog.last_dead_letter_message(internal, tenant_id=tenant_id) if row.error_class else None
+        message = (
+            catalog.dead_letters.last_dead_letter_message(internal, tenant_id=tenant_id)
+            if row.error_class
+            else None
+        )
         error = DocError(error_class=row.error_class, message=message) if row.error_class else None
         return view(DocStatusOut, row, stage=row.status, chunks=row.chunk_count, error=error)
-    event = catalog.latest_event(tenant_id, source_id, doc_id) if source_id is not None else None
+    event = catalog.queue.latest_event(tenant_id, source_id, doc_id) if source_id is not None else None
     if event is None or source_id is None:
         return None
     return DocStatusOut(

@@ -142,8 +142,10 @@ def admit_events(
     Returns:
         (events to queue, indexes refused because their id was reused).
     """
-    sources = {sid: catalog.get_source(sid, tenant_id=tenant_id) for sid in {e.source_id for _, e in parsed}}
-    known = catalog.event_sources(tenant_id, (e.event_id for _, e in parsed))
+    sources = {
+        sid: catalog.sources.get_source(sid, tenant_id=tenant_id) for sid in {e.source_id for _, e in parsed}
+    }
+    known = catalog.queue.event_sources(tenant_id, (e.event_id for _, e in parsed))
     queue: list[Event] = []
     conflicts: list[int] = []
     in_batch: dict[str, Event] = {}
@@ -170,7 +172,7 @@ def admit_events(
             rejected.append(RejectedEvent(index=index, error=str(exc)))
             continue
         if event.event_id in known:
-            stored = catalog.tenant_event(tenant_id, event.event_id)
+            stored = catalog.queue.tenant_event(tenant_id, event.event_id)
             if stored is not None and _conflicts(stored, event):
                 conflicts.append(index)
                 rejected.append(
@@ -249,7 +251,7 @@ def post_events(
             rejected[0].error,
             details=[{"loc": ["body", field], "msg": rejected[0].error, "type": "value_error"}],
         )
-    accepted, duplicates = catalog.enqueue_events(queue) if queue else (0, 0)
+    accepted, duplicates = catalog.queue.enqueue_events(queue) if queue else (0, 0)
     rejected.sort(key=lambda r: r.index)
     return EventsOut(accepted=accepted, duplicates=duplicates, rejected=rejected)
 
@@ -276,7 +278,7 @@ class StaleEventsOut(BaseModel):
 def stale_events(tenant_id: Tenant, catalog: CatalogDep, limit: int = 20) -> StaleEventsOut:
     """Events of the caller's tenant dropped as older than what a document
     holds (each logged, counted and kept with both versions)."""
-    found = catalog.stale_events(tenant_id=tenant_id, limit=max(1, min(limit, 200)))
+    found = catalog.queue.stale_events(tenant_id=tenant_id, limit=max(1, min(limit, 200)))
     return StaleEventsOut(
         count=found["count"],
         recent=[StaleEventOut(**{k: str(r[k]) for k in StaleEventOut.model_fields}) for r in found["recent"]],

@@ -247,11 +247,11 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
     if body.sync == "poll" and interval is None:
         interval = 300
     cap = request.app.state.max_sources
-    if catalog.count_sources(tenant_id) >= cap:
+    if catalog.sources.count_sources(tenant_id) >= cap:
         raise ApiError(403, f"the tenant has {cap} sources (its limit); delete one or ask the operator")
     source_id = body.source_id or new_id("src")
     try:
-        catalog.create_source(
+        catalog.sources.create_source(
             tenant_id,
             source_id=source_id,
             type=body.type,
@@ -263,10 +263,10 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
     except ConflictError as exc:
         raise ApiError(409, str(exc)) from exc
     if body.options is not None or body.version_domain is not None:
-        catalog.configure_source(
+        catalog.syncs.configure_source(
             source_id, tenant_id=tenant_id, options=body.options, version_domain=body.version_domain
         )
-    state = catalog.get_source(source_id, tenant_id=tenant_id)
+    state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
     assert state is not None
     return _source_out(state)
 
@@ -274,12 +274,12 @@ def create_source(body: SourceIn, request: Request, tenant_id: Tenant, catalog: 
 @router.get("/v1/sources", response_model=list[SourceOut], tags=["sources"], responses=ERRORS)
 def list_sources(tenant_id: Tenant, catalog: CatalogDep) -> list[SourceOut]:
     """The caller's sources, with their sync state."""
-    return [_source_out(s) for s in catalog.source_states(tenant_id)]
+    return [_source_out(s) for s in catalog.syncs.source_states(tenant_id)]
 
 
 def _own_source(source_id: str, tenant_id: str, catalog: Any) -> SourceState:
     sid = path_id(source_id)
-    state = catalog.get_source(sid, tenant_id=tenant_id) if sid else None
+    state = catalog.sources.get_source(sid, tenant_id=tenant_id) if sid else None
     if state is None:
         raise not_found(f"source {source_id!r}")
     return state  # type: ignore[no-any-return]
@@ -319,7 +319,7 @@ def source_status(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Sou
     from ragsync.coverage import COVERAGE_TARGET, coverage_by_source
 
     state = _own_source(source_id, tenant_id, catalog)
-    rows = coverage_by_source(catalog.document_outcomes(tenant_id=tenant_id, source_id=state.source_id))
+    rows = coverage_by_source(catalog.runs.document_outcomes(tenant_id=tenant_id, source_id=state.source_id))
     found: dict[str, Any] = rows[0] if rows else {}
     coverage = CoverageOut(
         seen=found.get("seen", 0),
@@ -337,7 +337,7 @@ def source_status(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Sou
 def resume_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceOut:
     """Clear a pause (and the failure count): the next scheduled or requested sync runs."""
     state = _own_source(source_id, tenant_id, catalog)
-    catalog.resume_source(state.source_id, tenant_id)
+    catalog.syncs.resume_source(state.source_id, tenant_id)
     return _source_out(_own_source(source_id, tenant_id, catalog))
 
 
@@ -351,7 +351,11 @@ def request_sync(
     sid = path_id(source_id)
     cap = request.app.state.max_pending_syncs
     try:
-        run = catalog.request_sync(tenant_id, sid, body.mode, origin="api", max_pending=cap) if sid else None
+        run = (
+            catalog.syncs.request_sync(tenant_id, sid, body.mode, origin="api", max_pending=cap)
+            if sid
+            else None
+        )
     except LimitReachedError as exc:
         raise ApiError(429, str(exc), headers={"Retry-After": "60"}) from exc
     if run is None:
@@ -365,7 +369,7 @@ def request_sync(
 def get_sync(source_id: str, sync_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SyncOut:
     """A sync run: its state, and its counts once it succeeded or its error once it failed."""
     sid, rid = path_id(source_id), path_id(sync_id)
-    run = catalog.get_sync_run(rid, tenant_id) if sid and rid else None
+    run = catalog.syncs.get_sync_run(rid, tenant_id) if sid and rid else None
     if run is None or run.source_id != sid:
         raise not_found(f"sync {sync_id!r}")
     return _sync_out(run)

@@ -119,7 +119,7 @@ def authenticate(catalog: Catalog, source_id: str, tokens: list[str]) -> SourceS
     source, no secret set, or no token matches: the caller cannot tell which)."""
     given = [secret_hash(t) for t in tokens]
     sid = path_id(source_id)
-    candidates = catalog.sources_with_id(sid) if sid else []
+    candidates = catalog.syncs.sources_with_id(sid) if sid else []
     if not candidates:  # the same comparisons as for a known source
         any(hmac.compare_digest(g, _NO_SECRET) for g in given)
     for state in candidates:
@@ -143,7 +143,7 @@ def _dead_letter(
     # refused message until it expires, and each redelivery is the same.
     digest = hashlib.sha256(body + b"\x1f" + reason.encode()).hexdigest()[:32]
     uri = f"webhook:{state.source_id}#{digest}"
-    if catalog.open_dead_letter_at(state.tenant_id, state.source_id, uri) is not None:
+    if catalog.dead_letters.open_dead_letter_at(state.tenant_id, state.source_id, uri) is not None:
         return
     kept = body[: EVENT_LIMITS.event_bytes]
     payload = {
@@ -153,7 +153,7 @@ def _dead_letter(
         "truncated": len(kept) < len(body),
         "headers": {h: headers[h][:200] for h in _KEPT_HEADERS if h in headers},
     }
-    catalog.add_dead_letter(
+    catalog.dead_letters.add_dead_letter(
         DeadLetter(
             stage=STAGE,
             doc_id="",
@@ -458,7 +458,7 @@ def receive_webhook(
         raise ApiError(503, f"the source cannot be read now: {exc}", headers={"Retry-After": "30"}) from None
     if found is None:
         try:
-            catalog.request_sync(
+            catalog.syncs.request_sync(
                 state.tenant_id,
                 state.source_id,
                 "incremental",
@@ -481,7 +481,7 @@ def receive_webhook(
     if rejected:
         first = min(rejected, key=lambda r: r.index)
         raise refuse(409 if conflicts else 422, f"notification event {first.index}: {first.error}")
-    accepted, duplicates = catalog.enqueue_events(queue) if queue else (0, 0)
+    accepted, duplicates = catalog.queue.enqueue_events(queue) if queue else (0, 0)
     return WebhookOut(accepted=accepted, duplicates=duplicates)
 
 

@@ -2,23 +2,31 @@
 
 One :class:`Catalog` wraps one SQLAlchemy engine and is the only way any layer
 (pipelines, control plane, command line) reads or writes the catalog. It
-combines one repository per concern, so call sites read
-``catalog.get_document(...)`` whatever the table:
+holds one repository per concern, and a caller names the one it uses
+(``catalog.documents.get_document(...)``), so what a step depends on is
+visible where it is called:
 
-* :mod:`~ragsync.catalog.documents` -- documents, ACLs, parsed documents,
-  exact and near duplicates;
-* :mod:`~ragsync.catalog.chunks` -- chunks and the embedding cache;
-* :mod:`~ragsync.catalog.queue` -- the event queue, leases, tombstones,
-  permission versions and freshness;
-* :mod:`~ragsync.catalog.dead_letters` -- dead letters and their retries;
-* :mod:`~ragsync.catalog.tenants` -- tenants and API keys;
-* :mod:`~ragsync.catalog.sources` -- sources;
-* :mod:`~ragsync.catalog.backfills` -- backfill requests and progress;
-* :mod:`~ragsync.catalog.syncs` -- source sync state (cursor, pause,
-  failures) and sync runs;
-* :mod:`~ragsync.catalog.index_versions` -- the index-version registry;
-* :mod:`~ragsync.catalog.runs` -- pipeline runs and per-source outcomes;
-* :mod:`~ragsync.catalog.identities` -- users, groups and memberships synced from sources.
+* ``catalog.documents`` (:mod:`~ragsync.catalog.documents`) -- documents,
+  ACLs, parsed documents;
+* ``catalog.copies`` (:mod:`~ragsync.catalog.copies`) -- exact copies and
+  near-duplicate groups;
+* ``catalog.chunks`` (:mod:`~ragsync.catalog.chunks`) -- chunks and the embedding cache;
+* ``catalog.queue`` (:mod:`~ragsync.catalog.queue`) -- the event queue,
+  leases, tombstones, permission versions and freshness;
+* ``catalog.dead_letters`` (:mod:`~ragsync.catalog.dead_letters`) -- dead
+  letters and their retries;
+* ``catalog.tenants`` (:mod:`~ragsync.catalog.tenants`) -- tenants and API keys;
+* ``catalog.sources`` (:mod:`~ragsync.catalog.sources`) -- sources;
+* ``catalog.backfills`` (:mod:`~ragsync.catalog.backfills`) -- backfill
+  requests and progress;
+* ``catalog.syncs`` (:mod:`~ragsync.catalog.syncs`) -- source sync state
+  (cursor, pause, failures) and sync runs;
+* ``catalog.index_versions`` (:mod:`~ragsync.catalog.index_versions`) -- the
+  index-version registry;
+* ``catalog.runs`` (:mod:`~ragsync.catalog.runs`) -- pipeline runs and
+  per-source outcomes;
+* ``catalog.identities`` (:mod:`~ragsync.catalog.identities`) -- users,
+  groups and memberships synced from sources.
 
 Every write method is idempotent (an upsert keyed by the row's identity, or
 an update/delete that gives the same end state when repeated) unless its
@@ -38,7 +46,7 @@ from sqlalchemy import Engine, func, select, text
 
 from ragsync.catalog import schema
 from ragsync.catalog.backfills import BackfillsRepository
-from ragsync.catalog.base import acquire_engine, normalize_url, release_engine
+from ragsync.catalog.base import acquire_engine, normalize_url, read_only, release_engine
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.copies import CopiesRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
@@ -53,21 +61,8 @@ from ragsync.catalog.syncs import SyncsRepository
 from ragsync.catalog.tenants import TenantsRepository
 
 
-class Catalog(
-    DocumentsRepository,
-    CopiesRepository,
-    ChunksRepository,
-    QueueRepository,
-    DeadLettersRepository,
-    TenantsRepository,
-    SourcesRepository,
-    BackfillsRepository,
-    SyncsRepository,
-    IndexVersionsRepository,
-    RunsRepository,
-    IdentitiesRepository,
-):
-    """Typed access to every catalog table.
+class Catalog:
+    """Typed access to every catalog table, one repository per concern.
 
     Open with :meth:`Catalog.open`; close with :meth:`close` (or use it as a
     context manager). All methods raise ``sqlalchemy.exc.SQLAlchemyError`` when
@@ -77,7 +72,20 @@ class Catalog(
 
     def __init__(self, engine: Engine, url: str) -> None:
         """Wrap an engine whose schema is already migrated; prefer :meth:`open`."""
-        super().__init__(engine)
+        self._engine = engine
+        self._read_engine = read_only(engine)
+        self.documents = DocumentsRepository(engine)
+        self.chunks = ChunksRepository(engine)
+        self.copies = CopiesRepository(engine, self.chunks)
+        self.queue = QueueRepository(engine)
+        self.dead_letters = DeadLettersRepository(engine)
+        self.tenants = TenantsRepository(engine)
+        self.sources = SourcesRepository(engine)
+        self.backfills = BackfillsRepository(engine)
+        self.syncs = SyncsRepository(engine)
+        self.index_versions = IndexVersionsRepository(engine)
+        self.runs = RunsRepository(engine)
+        self.identities = IdentitiesRepository(engine)
         self._url = url
         self._closed = False
 

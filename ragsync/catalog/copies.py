@@ -9,10 +9,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, and_, bindparam, or_, select, update
+from sqlalchemy import Connection, Engine, and_, bindparam, or_, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import _batches, _now
+from ragsync.catalog.base import Repository, _batches, _now
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.documents import (
     LIVE_STATUSES,
@@ -24,9 +24,19 @@ from ragsync.catalog.documents import (
 from ragsync.model import Chunk
 
 
-class CopiesRepository(ChunksRepository):
+class CopiesRepository(Repository):
     """Exact copies (which document holds the chunks of shared bytes) and
-    near-duplicate groups (MinHash signatures and LSH bands)."""
+    near-duplicate groups (MinHash signatures and LSH bands).
+
+    Args:
+        engine: the catalog's engine.
+        chunks: the chunks repository (a promotion writes chunk rows in its
+            own transaction).
+    """
+
+    def __init__(self, engine: Engine, chunks: ChunksRepository) -> None:
+        super().__init__(engine)
+        self._chunks = chunks
 
     # -- exact duplicates ------------------------------------------------------------
 
@@ -89,7 +99,7 @@ class CopiesRepository(ChunksRepository):
         t = schema.documents
         now = _now()
         with self._engine.begin() as conn:
-            self._write_chunk_rows(conn, chunks)
+            self._chunks._write_chunk_rows(conn, chunks)
             row = conn.execute(select(t.c.source_version).where(t.c.doc_id == doc_id)).first()
             conn.execute(
                 document_update(

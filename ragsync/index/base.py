@@ -201,13 +201,16 @@ class ContainerBackend(Protocol):
     Attributes:
         name: the setting value that selects it (``vector_index`` /
             ``keyword_index``).
-        one_process: True when only one process may open the store
-            (tantivy's single writer, an in-memory store): runners with worker
-            processes refuse it.
     """
 
     name: str
-    one_process: bool
+
+    def one_process(self, settings: Settings) -> str:
+        """Why only one process may open the store, with what to use
+        instead (tantivy's single writer, a Milvus Lite file, a store in
+        memory), or '' when worker processes may share it: runners with
+        worker processes refuse a store that gives a reason."""
+        ...
 
     def version_name(self, settings: Settings, version: int) -> str:
         """The physical name of index version ``version`` (>= 2; version 1
@@ -267,8 +270,10 @@ class ServerAliasBackend:
     an opened store's physical name."""
 
     name = ""
-    one_process = False
     _physical_attr = ""
+
+    def one_process(self, settings: Settings) -> str:
+        return ""
 
     def open_store(self, settings: Settings, physical: str | None, *, create: bool) -> Any:
         raise NotImplementedError

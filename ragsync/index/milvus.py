@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from ragsync.errors import STORE_BUSY, ConfigurationError, StoreBusyError, WriteError
-from ragsync.index.base import ClosesOnExit
+from ragsync.index.base import ClosesOnExit, Settings
 
 BATCH_SIZE = 500
 """Rows per upsert/delete/query request."""
@@ -490,3 +490,14 @@ class MilvusCollection(ClosesOnExit):
             client.close()
             if self._lite_path:
                 _release_lite(self._lite_path)
+
+
+def lite_one_process(settings: Settings) -> str:
+    """Why a Milvus Lite file takes one process ('' for a server URL)."""
+    if "://" in settings.milvus_uri:
+        return ""
+    return (
+        f"Milvus Lite ({settings.milvus_uri}) is locked by the process that opens it: run "
+        "`milvus-lite server --data-dir DIR --host 127.0.0.1 --port P` (or use a Milvus server) and set "
+        "--milvus-uri http://127.0.0.1:P"
+    )

@@ -32,7 +32,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError
 from ragsync.index.base import Hit, ServerAliasBackend, Settings, check_chunk_tenants
-from ragsync.index.milvus import MAX_TOP_K, MilvusCollection
+from ragsync.index.milvus import MAX_TOP_K, MilvusCollection, lite_one_process
 from ragsync.model import Chunk
 
 MAX_TEXT_BYTES = 65_535
@@ -219,6 +219,9 @@ class MilvusBM25Backend(ServerAliasBackend):
 
     name = "milvus"
     _physical_attr = "physical_collection"
+
+    def one_process(self, settings: Settings) -> str:
+        return lite_one_process(settings)
 
     def alias(self, settings: Settings) -> str:
         return settings.keyword_collection

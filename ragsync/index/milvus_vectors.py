@@ -16,7 +16,7 @@ from typing import Any
 
 from ragsync.errors import ConfigurationError
 from ragsync.index.base import Hit, ServerAliasBackend, Settings
-from ragsync.index.milvus import BATCH_SIZE, MAX_TOP_K, MIN_EF, MilvusCollection, _batches
+from ragsync.index.milvus import BATCH_SIZE, MAX_TOP_K, MIN_EF, MilvusCollection, _batches, lite_one_process
 from ragsync.model import Chunk
 
 
@@ -245,6 +245,9 @@ class MilvusVectorBackend(ServerAliasBackend):
 
     name = "milvus"
     _physical_attr = "physical_collection"
+
+    def one_process(self, settings: Settings) -> str:
+        return lite_one_process(settings)
 
     def alias(self, settings: Settings) -> str:
         return settings.collection

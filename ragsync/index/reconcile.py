@@ -1,14 +1,19 @@
 """Reconciliation: chunk counts per document in the vector index, the keyword
-index and the catalog's chunks table must agree."""
+index and the catalog's chunks table must agree; and the reports of the
+repair that fixes what disagrees (``ragsync.index.maintenance.repair``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ragsync.config import Settings, open_catalog
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.index.base import KeywordIndex, VectorIndex
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ragsync.catalog import Catalog
 
 
 @dataclass(frozen=True)
@@ -51,13 +56,20 @@ def reconcile(settings: Settings, dim: int, *, page: int = 5000) -> ReconcileRep
     vectors = open_vector_index(settings, dim)
     keywords = open_keyword_index(settings)
     try:
-        v = vectors.count_by_doc()
-        kw = keywords.count_by_doc()
-        return compare_counts(catalog.iter_chunk_counts_by_doc(page=page), v, kw)
+        return reconcile_stores(catalog, vectors, keywords, page=page)
     finally:
         keywords.close()
         vectors.close()
         catalog.close()
+
+
+def reconcile_stores(
+    catalog: Catalog, vectors: VectorIndex, keywords: KeywordIndex, *, page: int = 5000
+) -> ReconcileReport:
+    """:func:`reconcile` on stores already open (the repair's own, after it ran)."""
+    return compare_counts(
+        catalog.chunks.iter_chunk_counts_by_doc(page=page), vectors.count_by_doc(), keywords.count_by_doc()
+    )
 
 
 def compare_counts(
@@ -148,68 +160,3 @@ class RepairReport:
             "chunks_embedded": self.chunks_embedded,
             "after": self.after.to_dict(),
         }
-
-
-def repair(settings: Settings, dim: int) -> RepairReport:
-    """Fix what reconciliation finds, comparing chunk ids per tenant
-    (``ragsync.decisions.plan_repair``): chunks the catalog holds for a live
-    document but a store lacks are written again from the catalog's chunk
-    rows (vectors from the embedding cache; the model only for a vector
-    missing there); store rows with no catalog row are deleted; chunk rows of
-    deleted documents are deleted everywhere.
-
-    Only safe when no pipeline writes at the same time (like the sweep at the
-    end of a backfill): a writer between its index write and its catalog
-    write looks like an orphan.
-
-    Raises:
-        ValueError: ``dim`` is not the live model's dimension.
-    """
-    from ragsync.decisions import plan_repair
-    from ragsync.embedding import cached_vectors
-    from ragsync.index.versions import live_spec
-
-    spec = live_spec(settings)
-    if spec.dim != dim:
-        raise ValueError(f"dim {dim} is not the live model's ({spec.name}: {spec.dim})")
-    catalog = open_catalog(settings)
-    vectors = open_vector_index(settings, dim)
-    keywords = open_keyword_index(settings)
-    actions: list[RepairAction] = []
-    embedded = 0
-    try:
-        stores: dict[str, Any] = {"vector": vectors, "keyword": keywords}
-        tenants = catalog.tenant_ids()
-        all_rows = catalog.chunk_docs()
-        for tenant in tenants:
-            ids = catalog.chunk_ids_for_tenant(tenant)
-            rows = {cid: all_rows[cid] for cid in ids if cid in all_rows}
-            gone = catalog.gone_doc_ids(sorted(set(rows.values())))
-            stored = {name: s.chunk_ids(tenant) for name, s in stores.items()}
-            plan = plan_repair(rows, gone, stored, catalog.pending_chunk_ids(tenant))
-            if plan.dead_rows:
-                dead = list(plan.dead_rows)
-                for store in stores.values():
-                    store.delete(tenant, dead)
-                catalog.delete_chunks(dead, tenant_id=tenant)
-                actions.append(RepairAction("delete_dead_rows", "catalog", tenant, len(dead)))
-            for name, orphans in plan.orphans.items():
-                if orphans:
-                    stores[name].delete(tenant, list(orphans))
-                    actions.append(RepairAction("delete_orphans", name, tenant, len(orphans)))
-            for name, missing in plan.rewrite.items():
-                if not missing:
-                    continue
-                chunks = [c for cid, c in sorted(catalog.chunks_by_ids(list(missing)).items())]
-                if name == "vector":
-                    vecs, fresh = cached_vectors(catalog, spec, chunks)
-                    embedded += fresh
-                    vectors.upsert(chunks, [vecs[c.text_hash] for c in chunks])
-                else:
-                    keywords.upsert(chunks)
-                actions.append(RepairAction("rewrite", name, tenant, len(chunks)))
-    finally:
-        keywords.close()
-        vectors.close()
-        catalog.close()
-    return RepairReport(actions=actions, chunks_embedded=embedded, after=reconcile(settings, dim))

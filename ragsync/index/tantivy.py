@@ -438,7 +438,12 @@ class TantivyBackend:
     alias is the file ``HOME/keyword.alias``. One writing process."""
 
     name = "tantivy"
-    one_process = True
+
+    def one_process(self, settings: Settings) -> str:
+        return (
+            "the tantivy keyword index has one writer: use --keyword-index milvus (RAGSYNC_KEYWORD_INDEX"
+            "=milvus, BM25 in the vectors' Milvus server) or elasticsearch (--es-url)"
+        )
 
     def open(self, settings: Settings, physical: str | None, *, create: bool) -> TantivyKeywordIndex:
         path = resolve_alias(settings.home) if physical is None else _under_home(settings.home, physical)

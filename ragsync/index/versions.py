@@ -61,7 +61,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
     configured backend, torch when none is set: an index built before
     backends were recorded), when the registry is empty and the Milvus alias
     exists. Nothing happens before the first backfill."""
-    if catalog.has_index_versions():
+    if catalog.index_versions.has_index_versions():
         return
     spec = spec or spec_for("", settings)
     try:
@@ -81,7 +81,7 @@ def _ensure_v1(settings: Settings, catalog: Catalog, spec: ModelSpec | None = No
         retire_after=None,
         note="",
     )
-    catalog.add_index_version(first, only_if_empty=True)
+    catalog.index_versions.add_index_version(first, only_if_empty=True)
 
 
 def register_first_version(settings: Settings, spec: ModelSpec) -> None:
@@ -122,7 +122,7 @@ def list_versions(settings: Settings) -> list[IndexVersion]:
     catalog = open_catalog(settings)
     try:
         _ensure_v1(settings, catalog)
-        return catalog.list_index_versions()
+        return catalog.index_versions.list_index_versions()
     finally:
         catalog.close()
 
@@ -167,7 +167,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
     catalog = open_catalog(settings)
     try:
         _ensure_v1(settings, catalog)
-        existing = catalog.list_index_versions()
+        existing = catalog.index_versions.list_index_versions()
         if not any(v.state == LIVE for v in existing):
             raise ConfigurationError("no live index version: run `ragsync backfill` first")
         n = max(v.version for v in existing) + 1
@@ -186,7 +186,7 @@ def create_version(settings: Settings, model_name: str, model_version: str, dim:
         )
         open_version_vector(settings, new, create=True).close()
         open_version_keyword(settings, new, create=True).close()
-        catalog.add_index_version(new)
+        catalog.index_versions.add_index_version(new)
         return new
     finally:
         catalog.close()
@@ -220,11 +220,13 @@ def flip(settings: Settings, version: int, *, retention_s: float = DEFAULT_RETEN
     now = time.time()
     catalog = open_catalog(settings)
     try:
-        for v in catalog.list_index_versions():
+        for v in catalog.index_versions.list_index_versions():
             if v.state == LIVE and v.version != version:
-                catalog.update_index_version(v.version, state=RETIRED, retire_after=now + retention_s)
-        catalog.update_index_version(version, state=LIVE, flipped_at=now, retire_after=None)
-        return next(v for v in catalog.list_index_versions() if v.version == version)
+                catalog.index_versions.update_index_version(
+                    v.version, state=RETIRED, retire_after=now + retention_s
+                )
+        catalog.index_versions.update_index_version(version, state=LIVE, flipped_at=now, retire_after=None)
+        return next(v for v in catalog.index_versions.list_index_versions() if v.version == version)
     finally:
         catalog.close()
 
@@ -249,7 +251,9 @@ def mark_refused(
     catalog = open_catalog(settings)
     try:
         retire_after = time.time() + retention_s
-        catalog.update_index_version(version, state=REFUSED, note=note, retire_after=retire_after)
+        catalog.index_versions.update_index_version(
+            version, state=REFUSED, note=note, retire_after=retire_after
+        )
     finally:
         catalog.close()
 
@@ -258,7 +262,7 @@ def set_note(settings: Settings, version: int, note: str) -> None:
     """Store a gate report (JSON text) on a version."""
     catalog = open_catalog(settings)
     try:
-        catalog.update_index_version(version, note=note)
+        catalog.index_versions.update_index_version(version, note=note)
     finally:
         catalog.close()
 
@@ -286,7 +290,7 @@ def gc(settings: Settings, *, now: float | None = None) -> list[int]:
             keywords.drop(settings, v.keyword_index)
         catalog = open_catalog(settings)
         try:
-            catalog.update_index_version(v.version, state=DROPPED)
+            catalog.index_versions.update_index_version(v.version, state=DROPPED)
         finally:
             catalog.close()
         dropped.append(v.version)
