@@ -30,13 +30,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from beam_pipelines.quick import BackfillSummary, quick_backfill, source_id_for
-from ragsync import lifecycle
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
+from ragsync.ops import lifecycle
 
 if TYPE_CHECKING:
-    from ragsync.change_plan import ChangePlan
-    from ragsync.embedding import ModelSpec
+    from ragsync.embedding.models import ModelSpec
+    from ragsync.ingest.change_plan import ChangePlan
 
 
 def run_backfill(
@@ -74,7 +74,7 @@ def run_backfill(
         max_delete_share: the partial-listing guard's limit (default 0.5).
 
     Returns:
-        The plan (``ragsync.change_plan.ChangePlan``) of a dry run; else the
+        The plan (``ragsync.ingest.change_plan.ChangePlan``) of a dry run; else the
         summary (``BackfillSummary``).
 
     Raises:

@@ -4,7 +4,7 @@ without writing anything anywhere.
 A full listing is read on this process (``connectors.base.list_all``) and
 every listed object is read and hashed through the source's connector (the
 same bounded reader the pipeline uses), then compared with its catalog row by
-the pipeline's own decision (``ragsync.change_plan.classify_listed``); the
+the pipeline's own decision (``ragsync.ingest.change_plan.classify_listed``); the
 catalog's documents the listing no longer holds are the deletes, behind the
 same partial-listing guard. An incremental sync reads the change feed from
 the stored cursor without saving the cursor or queuing anything.
@@ -26,10 +26,10 @@ from connectors.location import register_location
 from connectors.sources import check_source
 from ragsync import ids
 from ragsync.catalog.queue import EventScope
-from ragsync.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync.ingest.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.source_types import SourceSpec
 from transforms.io import BeamFileSystem
 from transforms.listing import connector_for

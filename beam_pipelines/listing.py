@@ -25,11 +25,11 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from beam_pipelines.runners import refuse_single_process_stores, worker_processes
 from beam_pipelines.runstats import record_run
-from ragsync import lifecycle
 from ragsync.config import Settings
 from ragsync.counters import LISTING
-from ragsync.embedding import ModelSpec
+from ragsync.embedding.models import ModelSpec
 from ragsync.errors import FetchError, RagsyncError
+from ragsync.ops import lifecycle
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
 from transforms.dead_letters import WriteDeadLetters
@@ -118,7 +118,7 @@ def run_listing(
 ) -> dict[str, Any]:
     """Run the listing pipeline once (FnApiRunner unless ``beam_args`` names
     another runner) and return its counters (``ragsync.counters.LISTING``) and
-    ``cost`` (``ragsync.cost.cost_report``; the run is recorded in the
+    ``cost`` (``ragsync.ops.cost.cost_report``; the run is recorded in the
     catalog's ``pipeline_runs``).
 
     Raises:

@@ -73,7 +73,7 @@ class BackfillSummary:
     chunks_deleted: int
     orphans_removed: int
     seconds: float
-    #: ``ragsync.cost.cost_report`` of the listing run: CPU seconds per stage
+    #: ``ragsync.ops.cost.cost_report`` of the listing run: CPU seconds per stage
     #: per 1,000 documents, the embedding-cache hit rate, the Dataflow estimate.
     cost: dict[str, Any] = field(default_factory=dict)
     documents_unread: int = 0

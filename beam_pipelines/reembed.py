@@ -52,13 +52,13 @@ from beam_pipelines.runners import refuse_single_process_stores
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.counters import REEMBED
-from ragsync.embedding import EmbeddingModel, embed_with_cache, get_model
+from ragsync.embedding.models import EmbeddingModel, embed_with_cache, get_model
 from ragsync.errors import ConfigurationError
-from ragsync.eval_retrieval import compare, evaluate, load_golden
 from ragsync.index import versions as iv
 from ragsync.index.hooks import hooks_from_environment
 from ragsync.index.service import IndexService
 from ragsync.model import Chunk
+from ragsync.query.evaluation import compare, evaluate, load_golden
 from transforms.metrics import counter, counter_value
 from transforms.steps import CatalogDoFn
 
@@ -223,7 +223,7 @@ class _ReembedFn(CatalogDoFn):
 
     def _encode_docs(self, docs: list[list[Chunk]]) -> tuple[list[Chunk], list[np.ndarray], int]:
         """Vectors for every chunk of ``docs`` through the shared embedding
-        path (``ragsync.embedding.embed_with_cache``: cache first, batches of
+        path (``ragsync.embedding.models.embed_with_cache``: cache first, batches of
         ``embed_batch_size``, a failing text isolated); a document with a
         chunk the model rejects is left out and counted failed (the gate
         then refuses the version). Returns (chunks, vectors, failed chunks)."""
@@ -334,7 +334,7 @@ def run_reembed(
 
     Args:
         settings: the stores.
-        model_name: a registered model (``ragsync.embedding.get_model``).
+        model_name: a registered model (``ragsync.embedding.models.get_model``).
         max_docs_per_s: documents per second; 0 = unlimited.
         tolerance: largest allowed Recall@10 drop per format and mode.
         golden: golden JSONL file; None = build only, never flip.

@@ -1,7 +1,7 @@
 """What a finished pipeline run cost, recorded in the catalog.
 
 ``record_run`` sums the stage metrics (``transforms.metrics.StageMetrics``)
-over the run's pipelines, computes the cost figures (``ragsync.cost``) and
+over the run's pipelines, computes the cost figures (``ragsync.ops.cost``) and
 stores one ``pipeline_runs`` row, which ``ragsync status``, ``/metrics``
 and ``ragsync report`` read.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ragsync.config import Settings, open_catalog
-from ragsync.cost import Prices, cost_report, sum_stages
+from ragsync.ops.cost import Prices, cost_report, sum_stages
 from transforms.metrics import counter_value, stage_metrics_of
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def record_run(
         tenant_id, source_id: the source listed ('' for a stream).
 
     Returns:
-        ``ragsync.cost.cost_report`` of the run. A catalog failure while
+        ``ragsync.ops.cost.cost_report`` of the run. A catalog failure while
         recording is logged, not raised: the run itself succeeded.
     """
     stages = sum_stages([{"stages": stage_metrics_of(r)} for r in results])

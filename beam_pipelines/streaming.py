@@ -29,12 +29,12 @@ from apache_beam.options.pipeline_options import PipelineOptions, StandardOption
 
 from beam_pipelines.runners import refuse_single_process_stores
 from beam_pipelines.runstats import record_run
-from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import ModelSpec
+from ragsync.embedding.models import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.index.operations import ApplyAclEvents, DeleteDocuments
+from ragsync.ops import lifecycle
 from transforms.ack import AckEvents, outcome_of
 from transforms.chain import IndexDocuments
 from transforms.dead_letters import ToDeadLetters, WriteDeadLetters
@@ -72,7 +72,7 @@ class StreamSummary:
     chunks_deleted: int
     dead_lettered: int
     seconds: float
-    #: ``ragsync.cost.cost_report`` of the run (per 1,000 applied events).
+    #: ``ragsync.ops.cost.cost_report`` of the run (per 1,000 applied events).
     cost: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
@@ -469,7 +469,7 @@ def _run_all(pipelines: list[beam.Pipeline]) -> list[Any]:
                 for t in threads:
                     t.join(timeout=0.2)
     except KeyboardInterrupt:
-        # SIGINT or SIGTERM (ragsync.lifecycle): leased events that were not
+        # SIGINT or SIGTERM (ragsync.ops.lifecycle): leased events that were not
         # acknowledged are delivered again when their lease ends.
         for result in results:
             if result is not None:

@@ -42,16 +42,16 @@ from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
 from connectors.sources import check_source
-from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
 from ragsync.catalog.sources import SourceState
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
-from ragsync.display import host_free, safe_text
-from ragsync.embedding import ModelSpec
+from ragsync.embedding.models import ModelSpec
 from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
 from ragsync.index.versions import prepare_stores
 from ragsync.model import Event
+from ragsync.ops import lifecycle
+from ragsync.ops.display import host_free, safe_text
 from ragsync.source_types import SourceSpec
 from transforms.io import BeamFileSystem
 

@@ -84,9 +84,9 @@ def run(argv: Sequence[str] | None = None) -> int:
         The exit code (see the module docstring).
     """
     from beam_pipelines.backfill import run_backfill
-    from ragsync import lifecycle
-    from ragsync.console import fail, quiet_environment
     from ragsync.errors import SyncError
+    from ragsync.ops import lifecycle
+    from ragsync.ops.console import fail, quiet_environment
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()
@@ -138,8 +138,8 @@ def run_stream_template(argv: Sequence[str] | None = None) -> int:
         a ``model`` that is not the live index version's).
     """
     from beam_pipelines.streaming import run_stream
-    from ragsync import lifecycle
-    from ragsync.console import fail, quiet_environment
+    from ragsync.ops import lifecycle
+    from ragsync.ops.console import fail, quiet_environment
     from ragsync.options import settings_from_pipeline_args
 
     quiet_environment()

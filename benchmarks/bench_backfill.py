@@ -282,7 +282,7 @@ def raw_encode(texts: list[str], batches: list[list[str]]) -> dict[str, float]:
     import torch
     from sentence_transformers import SentenceTransformer
 
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from transforms.embed import PlanEmbeddingHandler
 
     spec = default_model()

@@ -17,7 +17,7 @@ Reads measured (each once, after the build):
 * ``status``: the catalog reads of ``ragsync status`` (the same calls as
   ``cli.main.cmd_status``);
 * ``coverage``: ``coverage_by_source(document_outcomes())``;
-* ``scrape``: one ``/metrics`` body (``ragsync.metrics.render``);
+* ``scrape``: one ``/metrics`` body (``ragsync.ops.metrics.render``);
 * ``reconcile_catalog``: the catalog's part of ``ragsync reconcile``
   (``iter_chunk_counts_by_doc``, 5,000 documents a page; the stores' counts
   are not built here);
@@ -57,8 +57,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ragsync.catalog import Catalog  # noqa: E402
-from ragsync.coverage import coverage_by_source  # noqa: E402
-from ragsync.metrics import render  # noqa: E402
+from ragsync.ops.coverage import coverage_by_source  # noqa: E402
+from ragsync.ops.metrics import render  # noqa: E402
 
 TENANT, SOURCE = "t1", "s1"
 PARSER, CHUNKER = "p1", "c1"

@@ -22,7 +22,7 @@ Needs ``../shared/corpus`` (exits with a message otherwise).
    batch each); the export's own time is reported apart. Ratios are
    backend chunks/s / torch chunks/s. The vectors of each backend are
    compared with torch's (least and mean cosine).
-2. **Recall@10** (``ragsync.eval_retrieval``, vector and hybrid modes) on the
+2. **Recall@10** (``ragsync.query.evaluation``, vector and hybrid modes) on the
    CISI collection converted by ``benchmarks/cisi_to_golden.py`` (1,460
    abstracts, 76 judged queries): one ``run_backfill`` with torch builds
    index v1; ``run_reembed`` with the ``onnx`` and the ``onnx-int8`` settings
@@ -66,8 +66,8 @@ def _loadavg() -> float:
 def corpus_chunks(corpus: Path, pages: int) -> tuple[list[str], int]:
     """Embedding texts of the chunks of every k-th wiki page (k chosen so
     that ``pages`` pages are taken), made by the project's parser and chunker."""
-    from ragsync.chunking import ChunkerConfig, chunk_elements
-    from ragsync.embedding import default_model, load_tokenizer
+    from ragsync.embedding.models import default_model, load_tokenizer
+    from ragsync.ingest.chunking import ChunkerConfig, chunk_elements
     from ragsync.parsing import parse
 
     files = sorted((corpus / WIKI).rglob("*.md"))
@@ -93,8 +93,8 @@ def make_models(home: str, threads: int) -> tuple[dict[str, Any], dict[str, floa
     import torch
 
     from ragsync.config import Settings
-    from ragsync.embedding import SentenceTransformerModel, spec_for
-    from ragsync.embedding_onnx import OnnxModel
+    from ragsync.embedding.models import SentenceTransformerModel, spec_for
+    from ragsync.embedding.onnx import OnnxModel
 
     torch.set_num_threads(threads)
     models: dict[str, Any] = {}
@@ -147,9 +147,9 @@ def recall(corpus: Path, work: Path, groups: tuple[str, ...] = ("everyone",)) ->
     from beam_pipelines.backfill import run_backfill
     from beam_pipelines.reembed import run_reembed
     from ragsync.config import Settings
-    from ragsync.embedding import DEFAULT_MODEL, backend_of
-    from ragsync.eval_retrieval import evaluate, load_golden
+    from ragsync.embedding.models import DEFAULT_MODEL, backend_of
     from ragsync.index import versions as iv
+    from ragsync.query.evaluation import evaluate, load_golden
 
     n_docs, n_queries = cisi_to_golden.convert(str(corpus / CISI), str(work / "cisi"))
     golden = load_golden(str(work / "cisi" / "golden.jsonl"))

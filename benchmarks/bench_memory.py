@@ -90,7 +90,7 @@ def stage(records: list[tuple[str, str]], n: int, dest: Path) -> int:
 
 
 def _tree(root: int) -> list[int]:
-    from ragsync.lifecycle import descendants
+    from ragsync.ops.lifecycle import descendants
 
     return [root, *descendants(root)]
 

@@ -14,8 +14,8 @@ from every 8th text of at least 60 words (``v2``: 3 % of the words replaced;
 near-duplicates.
 
 Each implementation turns a text into a 64-value MinHash of the same 5-word
-shingles (``ragsync.near_dup.shingles``); the same banding (16 bands of 4 rows,
-``ragsync.near_dup.band_keys``) and the same grouping rule as
+shingles (``ragsync.ingest.near_dup.shingles``); the same banding (16 bands of 4 rows,
+``ragsync.ingest.near_dup.band_keys``) and the same grouping rule as
 ``Catalog.set_near_dup`` (``near_dup.choose_group``: join the most similar
 earlier document at estimated Jaccard >= 0.8) then assign groups, so only the
 MinHash differs:
@@ -23,7 +23,7 @@ MinHash differs:
 * ``hand-written (before)``: the numpy/Python MinHash ragsync used until
   catalog revision 0007 (``tests/near_dup_legacy.py``: blake2b per shingle,
   64 universal hashes mod 2^61-1 in Python integers);
-* ``ragsync (datasketch)``: ``ragsync.near_dup.signature_of_shingles``
+* ``ragsync (datasketch)``: ``ragsync.ingest.near_dup.signature_of_shingles``
   (``datasketch.MinHash(num_perm=64, seed=1, scheme="affine64").update_batch``);
 * ``rensa``: ``rensa.RMinHash(num_perm=64).update`` (Rust), when installed.
 
@@ -56,7 +56,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ragsync import near_dup  # noqa: E402
+from ragsync.ingest import near_dup  # noqa: E402
 from tests.near_dup_legacy import legacy_signature_of_shingles  # noqa: E402
 
 CORPUS = ROOT.parent / "shared" / "corpus"

@@ -56,8 +56,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import pypdfium2 as pdfium  # noqa: E402
 
-from ragsync.detect import detect_mime, needs_ocr  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
+from ragsync.ingest.detect import detect_mime, needs_ocr  # noqa: E402
 from ragsync.parsing import parse  # noqa: E402
 from tests.fixtures_gen import long_pdf_bytes  # noqa: E402
 

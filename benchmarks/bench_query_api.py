@@ -119,7 +119,7 @@ def run_size(size: int, queries: int, k: int, workdir: Path) -> dict[str, Any]:
     from ragsync.config import open_catalog
     from ragsync.index.backends import open_keyword_index, open_vector_index
     from ragsync.index.versions import live_spec
-    from ragsync.query import embed_query
+    from ragsync.query.search import embed_query
 
     home = QueryHome(workdir / f"home-{size}")
     spec = live_spec(home.settings)

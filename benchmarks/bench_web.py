@@ -93,7 +93,7 @@ def _load_from_git(ref: str, path: str, module: str) -> Any:
 
 def before_extractor(ref: str) -> Callable[[bytes], str]:
     """The HTML path of ``ref``: its detection, then its HTML parser when that said HTML."""
-    detect = _load_from_git(ref, "ragsync/detect.py", "detect_before")
+    detect = _load_from_git(ref, "ragsync/ingest/detect.py", "detect_before")
     html = _load_from_git(ref, "ragsync/parsing/html.py", "html_before")
 
     def run(data: bytes) -> str:

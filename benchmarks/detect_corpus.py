@@ -3,9 +3,9 @@
 For every file of ``../shared/corpus/MANIFEST.tsv`` (documents, ground truth,
 retrieval sets: every byte of the corpus) the script runs
 
-* **before**: ``ragsync/detect.py`` as committed on ``--before-ref`` (default
+* **before**: ``ragsync/ingest/detect.py`` as committed on ``--before-ref`` (default
   ``main``), loaded from git into its own module;
-* **after**: the working tree's ``ragsync.detect.detect_mime``;
+* **after**: the working tree's ``ragsync.ingest.detect.detect_mime``;
 * **after + magika** (when ``magika`` is installed): the same, except that when
   our answer is only ``text/plain`` or ``application/octet-stream`` and Magika
   (Google's file-type model, shipped inside its wheel, offline) names a type we
@@ -57,7 +57,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 CORPUS = Path(os.environ.get("RAGSYNC_CORPUS", ROOT.parent / "shared" / "corpus"))
 
-from ragsync.detect import detect_mime  # noqa: E402
+from ragsync.ingest.detect import detect_mime  # noqa: E402
 
 DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
 PPTX = "application/vnd.openxmlformats-officedocument.presentationml.presentation"
@@ -112,9 +112,9 @@ def expected_types(rel: str, data: bytes) -> tuple[frozenset[str] | None, str]:
 
 
 def load_before(ref: str) -> Callable[[bytes, str], str]:
-    """``detect_mime`` from ``ragsync/detect.py`` at git ``ref``, as its own module."""
+    """``detect_mime`` from ``ragsync/ingest/detect.py`` at git ``ref``, as its own module."""
     source = subprocess.run(
-        ["git", "-C", str(ROOT), "show", f"{ref}:ragsync/detect.py"], check=True, capture_output=True
+        ["git", "-C", str(ROOT), "show", f"{ref}:ragsync/ingest/detect.py"], check=True, capture_output=True
     ).stdout
     with tempfile.NamedTemporaryFile("wb", suffix="_detect_before.py", delete=False) as fh:
         fh.write(source)
@@ -244,7 +244,8 @@ def report(result: dict[str, Any]) -> str:
     n = len(records)
     secs = result["seconds"]
     lines = [
-        f"Detection over {n} files (before = {result['before_ref']}:ragsync/detect.py, after = working tree)",
+        f"Detection over {n} files (before = {result['before_ref']}:ragsync/ingest/detect.py, "
+        "after = working tree)",
         "",
         "| set | files | judged | misdetected before | after | after + magika |",
         "|---|---:|---:|---:|---:|---:|",

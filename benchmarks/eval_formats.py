@@ -41,7 +41,7 @@ executive).
 
 For each format the files are backfilled in process (``run_backfill``, the
 real pipeline: parse, chunk, embed, Milvus Lite + tantivy) into their own
-home, and the questions are scored with :func:`ragsync.eval_retrieval.evaluate`
+home, and the questions are scored with :func:`ragsync.query.evaluation.evaluate`
 (Recall@10, vector and hybrid). Printed: per format Recall@10 and the
 difference to HTML; target: PDF and DOCX within 0.03 of HTML.
 
@@ -730,7 +730,7 @@ def evaluate_format(
     """
     from beam_pipelines.backfill import run_backfill
     from ragsync.config import Settings
-    from ragsync.eval_retrieval import GoldenQuery, evaluate
+    from ragsync.query.evaluation import GoldenQuery, evaluate
 
     settings = Settings(home=str(home), model_cache_dir=str(model_cache))
     t0 = time.monotonic()

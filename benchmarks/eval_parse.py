@@ -65,8 +65,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ragsync.detect import detect_mime  # noqa: E402
 from ragsync.errors import RagsyncError  # noqa: E402
+from ragsync.ingest.detect import detect_mime  # noqa: E402
 from ragsync.model import ElementType  # noqa: E402
 from ragsync.parsing import ParseResult, parse  # noqa: E402
 from ragsync.parsing.ocr_quality import char_error_rate, edit_distance  # noqa: E402

@@ -111,8 +111,8 @@ def process_file(path: str, rel: str, skip_ocr_over: int | None) -> dict[str, An
         ``empty_elements``, ``pages``, ``pages_for_review``, ``seconds``,
         ``message``.
     """
-    from ragsync.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.errors import RagsyncError
+    from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.parsing import parse
 
     rec: dict[str, Any] = {"path": rel, "mime": "?", "lane": "?", "needs_ocr": False, "elements": 0}
@@ -166,7 +166,7 @@ def _worker(
         kind = resource.RLIMIT_AS if mem_kind == "as" else resource.RLIMIT_DATA
         resource.setrlimit(kind, (mem_bytes, mem_bytes))
     # warm the imports once per worker
-    import ragsync.detect  # noqa: F401
+    import ragsync.ingest.detect  # noqa: F401
     import ragsync.parsing  # noqa: F401
 
     while True:
@@ -224,7 +224,7 @@ class _Slot:
 def _parent_mime(path: str) -> str:
     """Detected format of a file whose worker timed out or died (the lane stays unknown: ``?``)."""
     try:
-        from ragsync.detect import detect_mime
+        from ragsync.ingest.detect import detect_mime
 
         return detect_mime(Path(path).read_bytes(), Path(path).name)
     except Exception:  # noqa: BLE001 - only for the report

@@ -11,10 +11,10 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from ragsync.display import safe_text
+from ragsync.ops.display import safe_text
 
 if TYPE_CHECKING:  # loaded by the dry runs only
-    from ragsync.change_plan import ChangePlan
+    from ragsync.ingest.change_plan import ChangePlan
 
 SHARED_TITLE = "settings shared by every command (also pipeline options after --, and RAGSYNC_* variables)"
 

@@ -27,9 +27,9 @@ from cli.common import (
     shared_parser,
     split_list,
 )
-from ragsync.console import fail, quiet_environment
-from ragsync.display import safe_text
 from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync.ops.console import fail, quiet_environment
+from ragsync.ops.display import safe_text
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
@@ -83,8 +83,8 @@ def parse_command(parser: argparse.ArgumentParser, argv: Sequence[str]) -> argpa
 
 def cmd_backfill(args: argparse.Namespace) -> int:
     from beam_pipelines.backfill import run_backfill
-    from ragsync.change_plan import ChangePlan
     from ragsync.errors import SyncError
+    from ragsync.ingest.change_plan import ChangePlan
     from ragsync.options import option_values
 
     settings = settings_from_args(args)
@@ -115,7 +115,7 @@ def cmd_backfill(args: argparse.Namespace) -> int:
 
 def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str], summary: Any) -> int:
     """Print a backfill's summary (``--json``: its dict); exit code 0."""
-    from ragsync.cost import format_cost
+    from ragsync.ops.cost import format_cost
 
     d = summary.to_dict()
     lines = [f"backfill of {args.source} into {settings.home} finished in {d['seconds']:.1f}s"]
@@ -132,7 +132,7 @@ def _backfill_summary(args: argparse.Namespace, settings: Any, groups: list[str]
 
 
 def cmd_query(args: argparse.Namespace) -> int:
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     groups = split_list(args.groups) if args.groups is not None else None
     results = hybrid_query(
@@ -189,8 +189,8 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
 
 def cmd_status(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
-    from ragsync.cost import Prices, format_cost, run_cost
-    from ragsync.coverage import coverage_by_source
+    from ragsync.ops.cost import Prices, format_cost, run_cost
+    from ragsync.ops.coverage import coverage_by_source
 
     settings = settings_from_args(args)
     prices = Prices(vcpu_hour_usd=settings.vcpu_hour_usd, gpu_hour_usd=settings.gpu_hour_usd)
@@ -290,7 +290,7 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_report(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
-    from ragsync.report import write_report
+    from ragsync.ops.report import write_report
 
     catalog = open_catalog(settings_from_args(args))
     try:
@@ -313,7 +313,7 @@ def _page_runs(parsers: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def cmd_parse(args: argparse.Namespace) -> int:
-    from ragsync.detect import choose_lane, detect_mime, needs_ocr
+    from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.parsing import parse
 
     with open(args.file, "rb") as fh:
@@ -367,7 +367,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
-    from ragsync.samples import write_sample_corpus
+    from ragsync.ops.samples import write_sample_corpus
 
     paths = write_sample_corpus(args.dest)
     emit(args, {"dest": args.dest, "files": paths}, f"wrote {len(paths)} sample documents to {args.dest}")
@@ -477,11 +477,11 @@ def plugins_named(argv: Sequence[str]) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one command. Ctrl-C (SIGINT) and SIGTERM stop it within seconds with
-    exit code 130 / 143; helper processes never outlive it (``ragsync.lifecycle``).
+    exit code 130 / 143; helper processes never outlive it (``ragsync.ops.lifecycle``).
 
     The plug-ins the command names (setting ``plugins``) are imported first.
     """
-    from ragsync import lifecycle
+    from ragsync.ops import lifecycle
 
     quiet_environment()
     words = sys.argv[1:] if argv is None else list(argv)

@@ -69,8 +69,8 @@ def cmd_index_versions(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_retrieval(args: argparse.Namespace) -> int:
-    from ragsync.eval_retrieval import evaluate, format_report, load_golden
     from ragsync.index import versions as iv
+    from ragsync.query.evaluation import evaluate, format_report, load_golden
 
     settings = settings_from_args(args)
     version = iv.get_version(settings, args.version) if args.version is not None else None
@@ -105,7 +105,7 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     v.set_defaults(func=cmd_index_versions)
 
     e = subparsers.add_parser("eval-retrieval", parents=[common], help="golden-set Recall@10 per format")
-    e.add_argument("--golden", required=True, help="golden JSONL file (see ragsync.eval_retrieval)")
+    e.add_argument("--golden", required=True, help="golden JSONL file (see ragsync.query.evaluation)")
     e.add_argument("--version", type=int, default=None, help="index version (default: the live one)")
     e.add_argument("--groups", default="everyone", help="groups the queries run as")
     e.add_argument("-k", type=int, default=10, help="cutoff (default 10)")

@@ -13,8 +13,8 @@ import time
 from typing import Any
 
 from cli.common import add_run_flags, emit, settings_from_args, split_list
-from ragsync.console import fail
 from ragsync.decisions import VERSION_DOMAINS
+from ragsync.ops.console import fail
 from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
 

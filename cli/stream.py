@@ -91,7 +91,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     server, catalog = None, None
     if args.metrics_port is not None:
         from ragsync.config import open_catalog
-        from ragsync.metrics import serve_metrics
+        from ragsync.ops.metrics import serve_metrics
 
         catalog = open_catalog(settings)
         server = serve_metrics(catalog, args.metrics_port, args.metrics_host)
@@ -117,7 +117,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
             server.shutdown()
         if catalog is not None:
             catalog.close()
-    from ragsync.cost import format_cost
+    from ragsync.ops.cost import format_cost
 
     d = summary.to_dict()
     human = ["stream finished"] + [f"  {k:22s} {v}" for k, v in d.items() if k != "cost"]

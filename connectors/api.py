@@ -35,7 +35,7 @@ from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
 from ragsync.errors import FetchError
-from ragsync.identity import Identities
+from ragsync.query.identity import Identities
 
 DEFAULT_RETRY_CAP_S = 60.0
 DEFAULT_MAX_ATTEMPTS = 5

@@ -25,8 +25,8 @@ from typing import Any, BinaryIO, ClassVar, Protocol
 from ragsync import ids
 from ragsync.decisions import ListedObject
 from ragsync.errors import FetchError
-from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 

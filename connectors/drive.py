@@ -37,7 +37,7 @@ and nowhere else: links in file metadata (``webContentLink``,
   user ``alice@example.com`` holds ``user:alice@example.com``,
   ``domain:example.com`` and ``everyone``, and ``group:EMAIL`` of each group
   they are a member of; a member of type ``GROUP`` is a nested group
-  (expanded through ``ragsync.identity``), ``CUSTOMER`` makes every listed
+  (expanded through ``ragsync.query.identity``), ``CUSTOMER`` makes every listed
   user a member. Suspended and archived users, and members whose status is
   not ``ACTIVE``, are left out (fail closed). Without the option the source
   lists no identities.
@@ -57,8 +57,8 @@ from connectors.base import ChangePage, as_object, make_event
 from connectors.location import _refuse
 from connectors.reader import HttpStatusError
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
-from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"

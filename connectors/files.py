@@ -56,8 +56,8 @@ from connectors.base import ChangePage, FileSystem, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
 from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
-from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 ACL_SIDECAR = ".ragsync-acl.json"

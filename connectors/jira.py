@@ -59,8 +59,8 @@ from connectors.api import ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, as_object, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
-from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"

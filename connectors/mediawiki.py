@@ -47,8 +47,8 @@ from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFac
 from connectors.base import ChangePage, CursorExpiredError, make_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
-from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 EVERYONE = "everyone"

@@ -46,11 +46,11 @@ from typing import Any
 
 from ragsync.catalog import BackfillRow, Catalog, SyncRun
 from ragsync.decisions import SourceSchedule, due_syncs
-from ragsync.display import host_free
+from ragsync.ops.display import host_free
 
 DEFAULT_POLL_S = 2.0
 DEFAULT_TIMEOUT_S = 6 * 3600.0
-CHILD_GRACE_S = 10.0  # a stopped child reports and cleans up within 10 s (ragsync.lifecycle)
+CHILD_GRACE_S = 10.0  # a stopped child reports and cleans up within 10 s (ragsync.ops.lifecycle)
 
 
 def _last_json(text: str) -> dict[str, Any] | None:

@@ -24,8 +24,8 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from ragsync.chunking import ChunkerConfig
 from ragsync.errors import ConfigurationError
+from ragsync.ingest.chunking import ChunkerConfig
 
 if TYPE_CHECKING:  # pragma: no cover
     from ragsync.catalog import Catalog
@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
 DEFAULT_HOME = "./ragsync-data"
 
 EMBED_BACKENDS = ("torch", "onnx", "onnx-int8")
-"""Embedding backends (``Settings.embed_backend``); see ``ragsync.embedding``."""
+"""Embedding backends (``Settings.embed_backend``); see ``ragsync.embedding.models``."""
 
 NEW_HOME_BACKEND = "onnx-int8"
 """The backend a home without an index is built with when none is set."""
@@ -138,7 +138,7 @@ class Settings:
             :func:`default_model_cache_dir`, resolved where the model loads
             (per user, shared by every home).
         vcpu_hour_usd: price of one vCPU-hour for the cost estimate
-            (``ragsync.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
+            (``ragsync.ops.cost``; env ``RAGSYNC_VCPU_HOUR_USD``).
         gpu_hour_usd: price of one GPU-hour for the cost estimate
             (env ``RAGSYNC_GPU_HOUR_USD``).
         quick_check_max_objects: the most objects ``ragsync backfill`` of a

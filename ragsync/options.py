@@ -29,9 +29,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
+from ragsync.ingest.chunking import ChunkerConfig
 
 CHUNK_PREFIX = "chunk_"
 """Option prefix of ``ChunkerConfig`` fields (``chunk_max_tokens``)."""

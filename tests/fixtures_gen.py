@@ -8,7 +8,7 @@ from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
 
-from ragsync import samples
+from ragsync.ops import samples
 
 MARKDOWN_EXTRA = """---
 title: Security FAQ

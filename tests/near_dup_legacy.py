@@ -1,5 +1,5 @@
 """The hand-written MinHash ragsync signed documents with until catalog
-revision 0007 (``ragsync/near_dup.py`` before datasketch): the format the
+revision 0007 (``ragsync/ingest/near_dup.py`` before datasketch): the format the
 migration tests start from, and the "before" row of
 ``benchmarks/bench_near_dup.py``.
 
@@ -14,7 +14,7 @@ import hashlib
 
 import numpy as np
 
-from ragsync import near_dup
+from ragsync.ingest import near_dup
 
 _MAX_SHINGLES = 20_000
 _PRIME = (1 << 61) - 1
@@ -37,5 +37,5 @@ def legacy_signature_of_shingles(sh: set[str]) -> np.ndarray:
 
 
 def legacy_signature(text: str) -> np.ndarray:
-    """The old signature of ``text`` (same shingles as ``ragsync.near_dup``)."""
+    """The old signature of ``text`` (same shingles as ``ragsync.ingest.near_dup``)."""
     return legacy_signature_of_shingles(near_dup.shingles(text))

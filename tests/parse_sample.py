@@ -14,8 +14,8 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ragsync.detect import detect_mime
 from ragsync.errors import RagsyncError
+from ragsync.ingest.detect import detect_mime
 from ragsync.parsing import PARSER_VERSION, ParseResult, parse
 
 REGEN = os.environ.get("RAGSYNC_REGEN_GOLDEN") == "1"

@@ -53,7 +53,7 @@ class QueryHome:
 
     def __post_init__(self) -> None:
         from ragsync.config import Settings
-        from ragsync.embedding import default_model
+        from ragsync.embedding.models import default_model
         from ragsync.index.versions import prepare_stores
 
         self.settings = Settings(home=str(self.home))
@@ -61,7 +61,7 @@ class QueryHome:
 
     def embedder(self) -> Callable[[Sequence[str]], list[list[float]]]:
         """The live index's model, as the query path embeds with it."""
-        from ragsync.embedding import model_for
+        from ragsync.embedding.models import model_for
         from ragsync.index.versions import live_spec
 
         model = model_for(live_spec(self.settings))

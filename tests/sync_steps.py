@@ -37,7 +37,7 @@ def register_folder(
     ``tenant`` whose versions (file times) are ``domain`` values, before any
     event names it."""
     from connectors.sources import register_source
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from ragsync.index.versions import prepare_stores
 
     prepare_stores(settings, default_model())
@@ -97,7 +97,7 @@ def visible(
 ) -> dict[str, set[tuple[str, str]]]:
     """What each group finds: ``{group: {(file name, chunk text)}}`` over
     every question (the real query path, top 10 per question)."""
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     out: dict[str, set[tuple[str, str]]] = {}
     for group in groups:

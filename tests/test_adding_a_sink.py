@@ -37,7 +37,7 @@ from ragsync.index.backends import (
 from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
 from ragsync.index.reconcile import reconcile
 from ragsync.model import Chunk
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 
 # ----------------------------------------------------------------- step 1: the store
 

@@ -13,7 +13,6 @@ from email.message import EmailMessage
 import pytest
 
 from ragsync.config import Settings
-from ragsync.detect import detect_mime
 from ragsync.errors import (
     ERROR_CLASSES,
     ArchiveBombError,
@@ -24,6 +23,7 @@ from ragsync.errors import (
     is_retryable,
 )
 from ragsync.ids import child_object_id, doc_id
+from ragsync.ingest.detect import detect_mime
 from ragsync.parsing import ArchiveLimits, parse
 from ragsync.parsing.archive import safe_name
 from tests.corpus import corpus_dir

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from ragsync import embedding_onnx
 from ragsync.config import Settings, default_model_cache_dir, open_catalog
-from ragsync.embedding import backend_of, spec_for
+from ragsync.embedding import onnx as embedding_onnx
+from ragsync.embedding.models import backend_of, spec_for
 from ragsync.errors import ConfigurationError
 from ragsync.index.backends import open_vector_index
 from ragsync.index.versions import (
@@ -130,7 +130,7 @@ def test_the_pipeline_modules_import_neither_torch_nor_sentence_transformers() -
     code = (
         "import json, sys\n"
         "import cli.main, beam_pipelines.sync, beam_pipelines.streaming, transforms.embed\n"
-        "import ragsync.embedding_onnx, ragsync.query\n"
+        "import ragsync.embedding.onnx, ragsync.query.search\n"
         "from apache_beam.ml.inference import base\n"
         "print(json.dumps([m in sys.modules for m in ('torch', 'sentence_transformers', 'transformers')]"
         " + [base.resource is not None, base.RunInference is transforms.embed.RunInference]))\n"

@@ -21,7 +21,7 @@ from beam_pipelines.backfill import run_backfill
 from beam_pipelines.quick import BackfillSummary
 from ragsync.config import Settings, open_catalog
 from ragsync.index.reconcile import reconcile
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.crash_hooks import crash_env
 from tests.proc import cli, run_until_killed
 from tests.store_state import chunk_ids_by_store

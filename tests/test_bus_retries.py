@@ -22,7 +22,7 @@ from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import FailureRoute, failure_route, retry_dead_letters
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.errors import WriteError
 from ragsync.index.backends import open_vector_index
 from ragsync.index.milvus_vectors import MilvusVectorIndex

@@ -15,9 +15,9 @@ from sqlalchemy import event, func, select, text, update
 
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, migrate, schema
 from ragsync.catalog.migrations import alembic_config
-from ragsync.coverage import coverage_by_source
-from ragsync.metrics import render
 from ragsync.model import DeadLetter
+from ragsync.ops.coverage import coverage_by_source
+from ragsync.ops.metrics import render
 
 
 def _record(cat: Catalog, doc_id: str, *, source: str = "s1", tenant: str = "t1") -> None:

@@ -18,9 +18,15 @@ from typing import Any
 
 import pytest
 
-from ragsync.children import ChildBudget, child_document, expand_children, past_time_budget, stale_children
 from ragsync.errors import ArchiveBombError, ChildTimeBudgetError
 from ragsync.ids import child_object_id, doc_id
+from ragsync.ingest.children import (
+    ChildBudget,
+    child_document,
+    expand_children,
+    past_time_budget,
+    stale_children,
+)
 from ragsync.model import Attachment, FetchedDocument, SourceFile
 from ragsync.parsing import ArchiveLimits
 from tests.corpus import corpus_dir
@@ -161,7 +167,7 @@ def _children(settings: Any, parent: str) -> list[str]:
 
 
 def _hits(settings: Any, text: str, groups: list[str], tenant: str) -> list[tuple[str, str | None]]:
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     return [
         (h.doc_id, h.parent_doc_id)
@@ -300,7 +306,7 @@ def test_archive_over_the_limits_is_a_bomb_with_no_children(tmp_path: Path) -> N
 def test_stream_children_follow_their_parents_acl_and_delete(tmp_path: Path) -> None:
     from connectors.sources import register_source
     from ragsync.config import Settings
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from ragsync.index.reconcile import reconcile
     from ragsync.index.versions import prepare_stores
     from tests.queue_events import apply_events, change_event

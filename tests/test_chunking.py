@@ -6,8 +6,8 @@ import random
 
 import pytest
 
-from ragsync.chunking import ChunkerConfig, chunk_elements, count_tokens
-from ragsync.embedding import default_model, load_tokenizer
+from ragsync.embedding.models import default_model, load_tokenizer
+from ragsync.ingest.chunking import ChunkerConfig, chunk_elements, count_tokens
 from ragsync.model import Element
 from ragsync.model import ElementType as T
 

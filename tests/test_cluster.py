@@ -27,12 +27,12 @@ from beam_pipelines.streaming import run_stream
 from connectors.sources import register_source
 from ragsync.catalog.base import catalog_pool_size
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.errors import ConfigurationError
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
 from ragsync.index.versions import prepare_stores
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.crash_hooks import crash_env
 from tests.proc import ROOT, cli, run_json, run_until_killed
 from tests.queue_events import change_event, push_events

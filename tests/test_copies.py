@@ -98,7 +98,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
     processed on its own)."""
     from ragsync import ids
     from ragsync.config import Settings
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from ragsync.errors import WriteError
     from ragsync.index.operations import RecordDuplicates
     from ragsync.index.versions import prepare_stores
@@ -202,7 +202,7 @@ def _run(src: Path, settings: object) -> object:
 
 def _seen_by(settings: object, groups: list[str]) -> list[str]:
     """Relative paths of the notes hits a member of ``groups`` gets."""
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     hits = hybrid_query(settings, QUESTION, groups=groups, k=10)  # type: ignore[arg-type]
     return sorted({h.uri.split("/src/", 1)[1] for h in hits if "Revenue grew" in h.text})
@@ -369,9 +369,9 @@ def test_copies_by_events_acl_change_and_holder_delete(tmp_path: Path) -> None:
 
     from connectors.sources import register_source
     from ragsync.config import Settings
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from ragsync.index.versions import prepare_stores
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
     from tests.queue_events import change_event, push_events, stream_until_idle
 
     content = tmp_path / "content"

@@ -50,7 +50,7 @@ class _Harness:
 
     def __init__(self, home: Path) -> None:
         from ragsync.config import Settings
-        from ragsync.embedding import default_model
+        from ragsync.embedding.models import default_model
         from ragsync.index.service import IndexService
         from ragsync.index.versions import prepare_stores
 
@@ -66,7 +66,7 @@ class _Harness:
 
     def vector(self, text: str) -> list[float]:
         if text not in self.vectors:
-            from ragsync.embedding import get_model
+            from ragsync.embedding.models import get_model
 
             self.vectors[text] = get_model("all-MiniLM-L6-v2").encode_passages([text])[0].tolist()
         return self.vectors[text]
@@ -173,7 +173,7 @@ _ops = st.lists(st.one_of(_put, _put, _delete, _replay), min_size=1, max_size=10
 # hash in the catalog, so g0 could not read the shared content.
 @example(ops=[("put", "a.txt", 0, "g0"), ("put", "b.txt", 1, "g1"), ("put", "a.txt", 1, "g0")])
 def test_random_interleavings_end_in_the_state_the_final_source_grants(harness: Any, ops: list[Any]) -> None:
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     tenant = f"prop{next(_tenants)}"
     source: dict[str, tuple[int, str]] = {}

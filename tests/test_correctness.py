@@ -398,7 +398,7 @@ def test_tied_scores_rank_the_same_whatever_the_store_order(tmp_path: Path) -> N
     from ragsync.config import Settings
     from ragsync.index.backends import open_keyword_index
     from ragsync.index.base import Hit
-    from ragsync.query import ranked_ids, reciprocal_rank_fusion
+    from ragsync.query.search import ranked_ids, reciprocal_rank_fusion
     from tests.store_contract import make_chunk
 
     same = "Travel expenses are reimbursed within thirty days."

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from ragsync.detect import choose_lane, detect_mime
+from ragsync.ingest.detect import choose_lane, detect_mime
 from tests.corpus import corpus_dir
 from tests.fixtures_gen import write_fixtures
 

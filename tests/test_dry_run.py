@@ -16,9 +16,9 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from cli.main import main
-from ragsync.change_plan import ChangePlan, PlannedChange, classify_event, classify_listed
 from ragsync.config import Settings, open_catalog
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.ingest.change_plan import ChangePlan, PlannedChange, classify_event, classify_listed
 
 TENANT = "acme"
 SOURCE = "handbook"

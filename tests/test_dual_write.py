@@ -9,7 +9,7 @@ import pytest
 
 from beam_pipelines.backfill import run_backfill
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import get_model
+from ragsync.embedding.models import get_model
 from ragsync.index import versions as iv
 
 pytestmark = pytest.mark.slow

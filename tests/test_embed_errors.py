@@ -11,7 +11,13 @@ from apache_beam.testing.util import assert_that, equal_to
 
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import EmbeddingModel, ModelSpec, embed_failure, embed_with_cache, register_model
+from ragsync.embedding.models import (
+    EmbeddingModel,
+    ModelSpec,
+    embed_failure,
+    embed_with_cache,
+    register_model,
+)
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument, SourceFile
 from transforms.dead_letters import dead_letters_from_beam
 from transforms.embed import EmbedChunks

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from ragsync import embedding_onnx
 from ragsync.config import Settings
-from ragsync.embedding import (
+from ragsync.embedding import onnx as embedding_onnx
+from ragsync.embedding.models import (
     DEFAULT_MODEL,
     ModelSpec,
     choose_device,

@@ -16,7 +16,7 @@ import io
 import re
 from pathlib import Path
 
-from ragsync.detect import detect_mime
+from ragsync.ingest.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import parse
 from tests.bench_module import load_benchmark

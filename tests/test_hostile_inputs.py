@@ -25,9 +25,9 @@ from connectors.sources import register_source
 from control_plane.app import create_app
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.index.versions import prepare_stores
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.serving import served
 
 pytestmark = pytest.mark.slow

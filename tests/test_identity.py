@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pytest
 
 from ragsync.catalog import Catalog
-from ragsync.identity import Identities, Reader, ReadGrant, expand_groups
+from ragsync.query.identity import Identities, Reader, ReadGrant, expand_groups
 
 
 @pytest.fixture
@@ -103,7 +103,7 @@ def test_nesting_stays_within_the_source_that_holds_the_membership(catalog: Cata
 
 
 def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog) -> None:
-    from ragsync.identity import MAX_GROUP_DEPTH
+    from ragsync.query.identity import MAX_GROUP_DEPTH
 
     chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(MAX_GROUP_DEPTH + 2))
     nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain)

@@ -25,8 +25,8 @@ from beam_pipelines.sync import sync_identities
 from connectors.api import AccessDeniedError
 from ragsync.catalog import Catalog
 from ragsync.errors import FetchError, OutsideLocationError
-from ragsync.identity import Identities
-from ragsync.query import hybrid_query
+from ragsync.query.identity import Identities
+from ragsync.query.search import hybrid_query
 from tests.query_home import Doc, QueryHome
 from tests.test_connectors_api import DRIVE, JIRA, Recorder, _json, _open, _params
 

@@ -17,7 +17,7 @@ from connectors.reader import FetchLimits
 from connectors.registry import open_connector
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from ragsync.source_types import SourceSpec
 from tests.mediawiki import MediaWiki
 from tests.query_home import Doc, QueryHome

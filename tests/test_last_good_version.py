@@ -44,7 +44,7 @@ def test_failed_update_keeps_the_last_good_version(
     from beam_pipelines.quick import source_id_for
     from ragsync.config import Settings, open_catalog
     from ragsync.index.reconcile import reconcile
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     src = tmp_path / "src"
     src.mkdir()
@@ -104,9 +104,9 @@ def test_failed_update_by_event_keeps_the_last_good_version(tmp_path: Path) -> N
     from connectors.sources import register_source
     from ragsync import ids
     from ragsync.config import Settings, open_catalog
-    from ragsync.embedding import default_model
+    from ragsync.embedding.models import default_model
     from ragsync.index.versions import prepare_stores
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
     from tests.queue_events import apply_events, change_event
 
     content = tmp_path / "content"

@@ -58,7 +58,7 @@ def test_connectors_do_not_import_transforms() -> None:
 )
 def test_nothing_imports_the_command_line(package: str) -> None:
     """cli/ is the top layer: what it shares with other entry points (the
-    Dataflow templates' launchers) lives below it (``ragsync.console``)."""
+    Dataflow templates' launchers) lives below it (``ragsync.ops.console``)."""
     offenders = {
         str(p.relative_to(ROOT)): sorted(n for n in _imports(p) if n.split(".")[0] == "cli")
         for p in (ROOT / package).rglob("*.py")
@@ -119,7 +119,7 @@ def test_sql_check_detects_a_violation(tmp_path: Path) -> None:
 # ----------------------------------------------------------------- import circles
 
 # None allowed. The last ones were broken by moving shared code to a module
-# both sides import (e.g. ragsync.embedding_base for the embedding registry and
+# both sides import (e.g. ragsync.embedding.base for the embedding registry and
 # its ONNX backend); a lazy import hides a circle, it does not remove it.
 KNOWN_CIRCLES: frozenset[frozenset[str]] = frozenset()
 

@@ -8,7 +8,7 @@ version's chunks are shown, even while the replaced ones still wait for
 their deletion. A chunk both versions share is shown exactly once.
 
 Real stores (Milvus Lite, tantivy, SQLite), the real write stage on the
-FnApiRunner, and the query path's catalog checks (``ragsync.query._assemble``;
+FnApiRunner, and the query path's catalog checks (``ragsync.query.search._assemble``;
 the query vector is a fixed one).
 """
 
@@ -84,8 +84,8 @@ def _write(settings: Settings, embedded: EmbeddedPlan) -> None:
 
 def _query(settings: Settings) -> list[str]:
     """Chunk ids a reader of ``acl`` gets for a query every chunk matches."""
-    from ragsync.identity import Reader, ReadGrant
-    from ragsync.query import _assemble
+    from ragsync.query.identity import Reader, ReadGrant
+    from ragsync.query.search import _assemble
 
     vectors, keywords, catalog = (
         open_vector_index(settings, DIM),
@@ -210,7 +210,7 @@ def test_sigkill_between_index_write_and_flip(tmp_path: Path, hook: str) -> None
 
     from beam_pipelines.backfill import run_backfill
     from ragsync.index.reconcile import reconcile
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
     from tests.crash_hooks import crash_env
     from tests.proc import cli, run_json, run_until_killed
 

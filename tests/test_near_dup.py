@@ -1,4 +1,4 @@
-"""Near-duplicate signatures (``ragsync.near_dup``, datasketch), their
+"""Near-duplicate signatures (``ragsync.ingest.near_dup``, datasketch), their
 grouping in the catalog, and revision 0008, which re-signs the signatures of
 the hand-written MinHash (``tests/near_dup_legacy.py``), on SQLite and
 PostgreSQL (``catalog_url``)."""
@@ -15,10 +15,10 @@ from alembic import command
 from datasketch import MinHash
 from sqlalchemy import func, inspect, select
 
-from ragsync import near_dup
 from ragsync.catalog import Catalog, FetchRecord, create_catalog_engine, current_revision, migrate, schema
 from ragsync.catalog.copies import ResignCounts, resign_near_dups
 from ragsync.catalog.migrations import alembic_config
+from ragsync.ingest import near_dup
 from ragsync.model import Chunk
 from tests.near_dup_legacy import legacy_signature
 

@@ -13,8 +13,8 @@ from collections.abc import Callable
 import numpy as np
 import pytest
 
-from ragsync.detect import choose_lane, needs_ocr
 from ragsync.errors import CorruptDocumentError, OcrBelowBarError, TooLargeError
+from ragsync.ingest.detect import choose_lane, needs_ocr
 from ragsync.parsing import parse
 from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page
 from ragsync.parsing.ocr_engine import PageOcr

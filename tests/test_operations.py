@@ -19,8 +19,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from ragsync.config import Settings, open_catalog
-from ragsync.cost import Prices, cost_report, format_cost, sum_stages
-from ragsync.coverage import coverage_by_source
+from ragsync.ops.cost import Prices, cost_report, format_cost, sum_stages
+from ragsync.ops.coverage import coverage_by_source
 from tests.mediawiki import free_port
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ import pytest
 from apache_beam.options.pipeline_options import PipelineOptions
 
 from cli.main import build_parser, parse_command, settings_from_args
-from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.errors import ConfigurationError
 from ragsync.index.backends import register_vector_backend
+from ragsync.ingest.chunking import ChunkerConfig
 from ragsync.options import (
     CHUNK_PREFIX,
     SETTING_OPTIONS,

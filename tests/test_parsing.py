@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from ragsync import errors
-from ragsync.chunking import ChunkerConfig, chunk_elements
-from ragsync.embedding import default_model, load_tokenizer
+from ragsync.embedding.models import default_model, load_tokenizer
+from ragsync.ingest.chunking import ChunkerConfig, chunk_elements
 from ragsync.model import ElementType
 from ragsync.parsing import parse
 from tests.corpus import CORPUS, CORPUS_MISSING

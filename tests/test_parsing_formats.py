@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from ragsync.detect import detect_mime
 from ragsync.errors import CorruptDocumentError, EncryptedDocumentError
+from ragsync.ingest.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import ParseResult, parse
 from ragsync.parsing.office import parse_xlsx

@@ -296,8 +296,8 @@ def test_confidence_round_trips_and_old_json_still_reads() -> None:
 
 
 def test_chunk_confidence_is_the_lowest_ocr_confidence() -> None:
-    from ragsync.chunking import ChunkerConfig, chunk_elements
-    from ragsync.embedding import default_model, load_tokenizer
+    from ragsync.embedding.models import default_model, load_tokenizer
+    from ragsync.ingest.chunking import ChunkerConfig, chunk_elements
 
     elements = [
         Element(ElementType.PARAGRAPH, "first scanned paragraph", page=1, order=0, confidence=91.0),

@@ -12,7 +12,7 @@ import pytest
 
 import transforms.progress
 from ragsync.config import Settings
-from ragsync.display import listing_line, progress_line
+from ragsync.ops.display import listing_line, progress_line
 from ragsync.source_types import SourceSpec
 from transforms import listing
 from transforms.listing import _ListShardFn, listing_shards

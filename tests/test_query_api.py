@@ -18,8 +18,8 @@ httpx = pytest.importorskip("httpx")
 
 from control_plane.app import create_app  # noqa: E402
 from ragsync.catalog import Catalog  # noqa: E402
-from ragsync.identity import Identities  # noqa: E402
-from ragsync.query import QueryFilters, highlight, hybrid_query  # noqa: E402
+from ragsync.query.identity import Identities  # noqa: E402
+from ragsync.query.search import QueryFilters, highlight, hybrid_query  # noqa: E402
 from tests.query_home import Doc, QueryHome  # noqa: E402
 from tests.serving import served  # noqa: E402
 
@@ -400,7 +400,7 @@ def rare_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[QueryHome, list
     ``rare`` that they rank last (the opposite vector; the words once in a long
     text), one of them an exact copy whose chunk a ``big`` document holds."""
     from ragsync.index.versions import live_spec
-    from ragsync.query import embed_query
+    from ragsync.query.search import embed_query
 
     home = QueryHome(tmp_path_factory.mktemp("rare-source"))
     query = embed_query(live_spec(home.settings), "hotel nights")
@@ -419,7 +419,9 @@ def test_a_source_filter_is_pushed_into_the_stores_so_a_rare_source_fills_k(
     rare_home: tuple[QueryHome, list[Doc]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     home, rare = rare_home
-    monkeypatch.setattr("ragsync.query.MAX_FILTER_DEPTH", 64)  # over-fetch stops well before the rare ones
+    monkeypatch.setattr(
+        "ragsync.query.search.MAX_FILTER_DEPTH", 64
+    )  # over-fetch stops well before the rare ones
     rare_only = QueryFilters(source_ids=("rare",))
 
     def read() -> list[str]:
@@ -431,5 +433,5 @@ def test_a_source_filter_is_pushed_into_the_stores_so_a_rare_source_fills_k(
     assert read() == sorted(d.doc_id for d in rare)  # k hits, the copy shown as itself
     # Without the push-down (a source of more documents than MAX_PUSHED_DOCS), the post-filter
     # over-fetch reaches its cap among the big source's hits and returns fewer than k.
-    monkeypatch.setattr("ragsync.query.MAX_PUSHED_DOCS", 2)
+    monkeypatch.setattr("ragsync.query.search.MAX_PUSHED_DOCS", 2)
     assert read() == []

@@ -22,12 +22,12 @@ import pytest
 from beam_pipelines.backfill import run_backfill
 from beam_pipelines.reembed import _target_state, backfill_progress, run_reembed
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import EmbeddingModel, get_model, register_model
-from ragsync.eval_retrieval import evaluate, load_golden
+from ragsync.embedding.models import EmbeddingModel, get_model, register_model
 from ragsync.index import versions as iv
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.milvus_vectors import MilvusVectorIndex
 from ragsync.index.tantivy import resolve_alias
+from ragsync.query.evaluation import evaluate, load_golden
 from tests.crash_hooks import crash_env
 from tests.proc import kill_group
 

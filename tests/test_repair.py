@@ -52,7 +52,7 @@ def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.Ca
     from ragsync.config import Settings, open_catalog
     from ragsync.index.backends import open_keyword_index, open_vector_index
     from ragsync.model import Chunk
-    from ragsync.query import hybrid_query
+    from ragsync.query.search import hybrid_query
 
     src = tmp_path / "src"
     src.mkdir()

@@ -20,7 +20,7 @@ from sqlalchemy import insert
 
 from cli.main import main
 from ragsync.catalog import Catalog, schema
-from ragsync.report import queue_depth_series, write_report
+from ragsync.ops.report import queue_depth_series, write_report
 from tests.chromium import CHROMIUM_MISSING, fail_if_chromium_required, find_chromium, run_headless
 
 NOW = 1_796_000_000.0

@@ -7,7 +7,7 @@ document's index upsert, before its catalog rows exist) through the
 ``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N:SIGNAL`` fault hook of
 ``tests/crash_hooks.py`` (loaded by the writer through ``RAGSYNC_WRITE_HOOKS``),
 so every run is stopped at the same point; the handlers that react to it are
-the real ones (``ragsync.lifecycle``).
+the real ones (``ragsync.ops.lifecycle``).
 """
 
 from __future__ import annotations
@@ -219,7 +219,7 @@ def test_a_lease_holder_is_gone_once_its_process_is() -> None:
     import subprocess
     import sys
 
-    from ragsync.lifecycle import holder_gone, run_identity
+    from ragsync.ops.lifecycle import holder_gone, run_identity
 
     me = run_identity()
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])

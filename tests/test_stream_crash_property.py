@@ -35,7 +35,7 @@ from sqlalchemy import text
 from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.index.versions import prepare_stores
 from tests.proc import ROOT, cli, kill_group
 from tests.queue_events import change_event, push_events

@@ -13,9 +13,9 @@ from PIL import Image, ImageDraw, ImageFont
 from beam_pipelines.streaming import run_stream
 from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.index.versions import prepare_stores
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.queue_events import change_event, push_events
 
 pytestmark = pytest.mark.slow

@@ -15,12 +15,12 @@ import pytest
 from connectors.sources import register_source
 from ragsync import ids
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import default_model
+from ragsync.embedding.models import default_model
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
 from ragsync.index.versions import prepare_stores
 from ragsync.parsing import PARSER_VERSION
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.crash_hooks import crash_env
 from tests.proc import cli, run_until_killed
 from tests.queue_events import change_event, push_events, stream_until_idle
@@ -262,7 +262,7 @@ def test_content_permission_and_delete_events_in_one_run(tmp_path: Path) -> None
 def _fetched_handbook(settings: Settings, tmp_path: Path) -> Any:
     """A fetched handbook (its bytes stored under the home's raw objects), as
     the parse step receives it."""
-    from ragsync.detect import detect_mime
+    from ragsync.ingest.detect import detect_mime
     from ragsync.model import FetchedDocument, SourceFile
     from transforms.io import write_bytes_once
 

@@ -26,7 +26,7 @@ from cli.main import main
 from connectors.sources import SourcePausedError
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import SyncError
-from ragsync.query import hybrid_query
+from ragsync.query.search import hybrid_query
 from tests.mediawiki import MediaWiki
 from tests.serving import wait_until_healthy
 

@@ -27,8 +27,8 @@ from beam_pipelines.sync import run_sync
 from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, SyncError
-from ragsync.lifecycle import descendants
 from ragsync.model import Event
+from ragsync.ops.lifecycle import descendants
 from tests.mediawiki import free_port
 from tests.proc import CLI, ROOT, kill_group, live_members
 from tests.serving import wait_until_healthy

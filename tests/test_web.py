@@ -10,7 +10,7 @@ from collections import Counter
 
 import pytest
 
-from ragsync.detect import detect_mime
+from ragsync.ingest.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import ParseResult, parse
 from ragsync.parsing._common import RawElement

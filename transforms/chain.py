@@ -15,7 +15,7 @@ from typing import Any
 import apache_beam as beam
 
 from ragsync.config import Settings
-from ragsync.embedding import ModelSpec
+from ragsync.embedding.models import ModelSpec
 from ragsync.index.operations import (
     ApplyPermissions,
     DeleteStaleChildren,

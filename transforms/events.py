@@ -26,7 +26,7 @@ from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from connectors.events import check_content_uri
-from ragsync import ids, lifecycle
+from ragsync import ids
 from ragsync.catalog.queue import LANES, EventKey, EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import (
@@ -44,6 +44,7 @@ from ragsync.decisions import (
 )
 from ragsync.errors import InvalidEventError
 from ragsync.model import DeadLetter, Event, QueuedEvent, SourceFile
+from ragsync.ops import lifecycle
 from transforms.steps import CatalogDoFn, CatalogStep
 
 _log = logging.getLogger("ragsync.gate")
@@ -246,7 +247,7 @@ class EventQueueSource(UnboundedSource):
             other event queued (a sync applies its own events); None serves
             the whole queue.
         holder: who holds the leases it takes (default: this process,
-            ``ragsync.lifecycle.run_identity``, taken where the source is
+            ``ragsync.ops.lifecycle.run_identity``, taken where the source is
             built: the ``ragsync stream`` process, also when a worker process
             reads). At start, the reader ends the leases of holders whose
             process is gone, and a delivery lost with its whole process is not

@@ -13,7 +13,6 @@ from connectors.location import source_location
 from connectors.sources import connector_of
 from ragsync import ids
 from ragsync.catalog.documents import LIVE_STATUSES
-from ragsync.chunking import ChunkerConfig
 from ragsync.config import Settings
 from ragsync.decisions import (
     FetchAction,
@@ -30,6 +29,7 @@ from ragsync.errors import (
 )
 from ragsync.index.service import IndexService
 from ragsync.index.versions import live_spec
+from ragsync.ingest.chunking import ChunkerConfig
 from ragsync.model import FetchedDocument, SourceFile
 from transforms.dead_letters import ToDeadLetters
 from transforms.events import held_permissions, item_permissions

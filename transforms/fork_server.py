@@ -8,7 +8,7 @@ module as the fork server's preload. On import, in that server:
   forked still holds its "alive" pipe, and a pool child waiting for work
   never lets go;
 - every child it forks from now on exits when the server is gone (the same
-  watch ``ragsync.lifecycle.install_child_watch`` gives forked children);
+  watch ``ragsync.ops.lifecycle.install_child_watch`` gives forked children);
 - the parsers are imported once, so each child starts with them loaded;
 - what they allocated is frozen out of the garbage collector (``gc.freeze``,
   as Python's docs advise before forking): the children share those pages
@@ -19,7 +19,7 @@ module as the fork server's preload. On import, in that server:
 
 from __future__ import annotations
 
-from ragsync import lifecycle
+from ragsync.ops import lifecycle
 
 lifecycle.exit_when_parent_dies()
 lifecycle.install_child_watch()

@@ -32,9 +32,9 @@ from connectors.sources import connector_of
 from ragsync import ids
 from ragsync.config import Settings
 from ragsync.decisions import ListingVerdict, listing_verdict, skip_unread
-from ragsync.display import listing_line
 from ragsync.errors import FetchTimeoutError
 from ragsync.model import Event, SourceFile
+from ragsync.ops.display import listing_line
 from ragsync.source_types import SourceSpec
 from transforms.io import BeamFileSystem
 from transforms.metrics import StageMetrics, counter

@@ -13,10 +13,10 @@ from typing import Any
 
 import apache_beam as beam
 
-from ragsync.children import expand_children, stale_children
 from ragsync.config import Settings
-from ragsync.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.errors import FetchError
+from ragsync.ingest.children import expand_children, stale_children
+from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
 from ragsync.parsing import is_container, parse
 from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
@@ -151,7 +151,7 @@ class _ParseFn(CatalogDoFn):
     is reported by Beam's wrapper as TimeoutError/BrokenProcessPool.
 
     Attachments and archive members become child documents
-    (``ragsync.children``): each is recorded in the catalog under its parent
+    (``ragsync.ingest.children``): each is recorded in the catalog under its parent
     and emitted as a ``ParsedDocument`` of its own; a child that fails is
     emitted on ``CHILD_DEAD``; children the parent no longer has go to
     ``STALE_CHILDREN``. A parent whose children cross the archive limits

@@ -11,7 +11,7 @@ import sys
 import time
 
 from ragsync.config import Settings
-from ragsync.display import progress_line, safe_text
+from ragsync.ops.display import progress_line, safe_text
 from transforms.steps import CatalogDoFn
 
 
@@ -97,7 +97,7 @@ class ListingTally:
 
 
 class Progress:
-    """Prints a progress line to stderr (``ragsync.display.progress_line``):
+    """Prints a progress line to stderr (``ragsync.ops.display.progress_line``):
     the first item, then at most one line every ``every_s`` seconds, and one
     last line when the phase ends.
 

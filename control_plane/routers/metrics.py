@@ -1,5 +1,5 @@
 """``GET /metrics``: the operator's series in Prometheus text format
-(:mod:`ragsync.metrics`), not in the OpenAPI document.
+(:mod:`ragsync.ops.metrics`), not in the OpenAPI document.
 
 Access: the series name every tenant's sources, so they are not tenant data
 to hand out with an API key. With a metrics token configured (``ragsync
@@ -17,7 +17,7 @@ from fastapi import APIRouter, Request, Response
 
 from control_plane.deps import CatalogDep
 from control_plane.errors import ApiError
-from ragsync.metrics import CONTENT_TYPE, render
+from ragsync.ops.metrics import CONTENT_TYPE, render
 
 router = APIRouter()
 

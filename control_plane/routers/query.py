@@ -1,6 +1,6 @@
 """``POST /v1/query``: hybrid retrieval with the CLI's permission rules.
 
-The one query path is :func:`ragsync.query.hybrid_query` (what ``ragsync
+The one query path is :func:`ragsync.query.search.hybrid_query` (what ``ragsync
 query`` runs): vector + BM25 fused, the stores filtered by the ACL ids the
 reader's groups resolve to, deny entries honoured (a deny wins over any
 allow), every hit checked again against the catalog (tenant, ACL ids, a live
@@ -26,8 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_vali
 
 from control_plane.deps import Tenant
 from control_plane.errors import ERRORS, ApiError, ErrorOut
-from ragsync.query import QueryFilters, QueryResult, hybrid_query
-from ragsync.query import highlight as mark_terms
+from ragsync.query.search import QueryFilters, QueryResult, hybrid_query
+from ragsync.query.search import highlight as mark_terms
 
 router = APIRouter()
 

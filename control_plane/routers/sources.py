@@ -292,7 +292,7 @@ def get_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Source
 
 
 class CoverageOut(BaseModel):
-    """Coverage of a source: indexed / (seen - excluded by rule) (``ragsync.coverage``)."""
+    """Coverage of a source: indexed / (seen - excluded by rule) (``ragsync.ops.coverage``)."""
 
     seen: int
     indexed: int
@@ -316,7 +316,7 @@ class SourceStatusOut(BaseModel):
 def source_status(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> SourceStatusOut:
     """One of the caller's sources with its coverage against the 99.5% target
     and the dead-letter reasons for the documents not indexed."""
-    from ragsync.coverage import COVERAGE_TARGET, coverage_by_source
+    from ragsync.ops.coverage import COVERAGE_TARGET, coverage_by_source
 
     state = _own_source(source_id, tenant_id, catalog)
     rows = coverage_by_source(catalog.runs.document_outcomes(tenant_id=tenant_id, source_id=state.source_id))

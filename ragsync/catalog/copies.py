@@ -176,16 +176,16 @@ class CopiesRepository(Repository):
     def set_near_dup(
         self, doc_id: str, tenant_id: str, signature: np.ndarray, band_keys: Sequence[str]
     ) -> str:
-        """Store a document's MinHash signature (``ragsync.near_dup.ALGORITHM``)
+        """Store a document's MinHash signature (``ragsync.ingest.near_dup.ALGORITHM``)
         and join it to the group of the most similar earlier document
-        (``ragsync.near_dup.choose_group``); only signatures of the same
+        (``ragsync.ingest.near_dup.choose_group``); only signatures of the same
         algorithm are candidates.
 
         Returns:
             The document's near-duplicate group id (its own doc id when it
             resembles nothing).
         """
-        from ragsync import near_dup
+        from ragsync.ingest import near_dup
 
         with self._read_engine.connect() as conn:
             candidates = {
@@ -269,7 +269,7 @@ def _band_matches(
 ) -> list[tuple[str, str, np.ndarray, str]]:
     """(band key, doc id, signature, group) of the documents of ``tenant_id``
     holding one of ``band_keys`` and signed by the current algorithm."""
-    from ragsync import near_dup
+    from ragsync.ingest import near_dup
 
     sigs, bands = schema.doc_signatures, schema.doc_bands
     out = []
@@ -298,7 +298,7 @@ class ResignCounts:
 
 def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts:
     """Re-sign every document of ``doc_signatures`` with the current
-    algorithm (``ragsync.near_dup``) and recompute its group, as the pipeline
+    algorithm (``ragsync.ingest.near_dup``) and recompute its group, as the pipeline
     would have: run by catalog revisions that change the signature format.
 
     * Text: the document's stored chunk texts in ordinal order joined by
@@ -352,7 +352,7 @@ def resign_near_dups(conn: Connection, *, batch_size: int = 200) -> ResignCounts
 
 def _resign_page(conn: Connection, page: list[tuple[str, str]]) -> ResignCounts:
     """Re-sign one page of (doc id, tenant), in order (see :func:`resign_near_dups`)."""
-    from ragsync import near_dup
+    from ragsync.ingest import near_dup
 
     sigs, chunks, docs, bands = schema.doc_signatures, schema.chunks, schema.documents, schema.doc_bands
     ids = [doc_id for doc_id, _ in page]

@@ -14,7 +14,7 @@ from sqlalchemy import delete, insert, select
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.identity import IDENTITIES_FROM, MAX_GROUP_DEPTH, Identities, expand_groups
+from ragsync.query.identity import IDENTITIES_FROM, MAX_GROUP_DEPTH, Identities, expand_groups
 
 _TABLES = (schema.identity_memberships, schema.identity_groups, schema.identity_users)
 
@@ -94,7 +94,7 @@ class IdentitiesRepository(Repository):
         """The groups ``user_id`` holds in ``tenant_id``'s sources (or in one), pooled.
 
         For display and operator checks; a query reads per source
-        (:meth:`groups_of_user_by_source`, ``ragsync.identity.Reader``).
+        (:meth:`groups_of_user_by_source`, ``ragsync.query.identity.Reader``).
 
         Returns:
             The union of :meth:`groups_of_user_by_source`, empty for an unknown user.
@@ -112,7 +112,7 @@ class IdentitiesRepository(Repository):
         tenant's rows are read: another tenant's user of the same name gives
         nothing. A user no identity sync listed has no groups (fail closed).
         Nesting is followed within the source that holds the membership
-        (``ragsync.identity.expand_groups``, cycle-safe and depth-limited).
+        (``ragsync.query.identity.expand_groups``, cycle-safe and depth-limited).
 
         Args:
             tenant_id: the reader's tenant.
@@ -162,7 +162,7 @@ class IdentitiesRepository(Repository):
         """Sources of ``tenant_id`` whose ACLs name another source's identities.
 
         Read from each source's option ``identities_from``
-        (``ragsync.identity.IDENTITIES_FROM``); a link to a source the tenant
+        (``ragsync.query.identity.IDENTITIES_FROM``); a link to a source the tenant
         does not have is kept (it grants nothing: that source has no
         memberships of this tenant).
 

@@ -446,7 +446,7 @@ class QueueRepository(Repository):
             max_deliveries: counted deliveries after which an event is a
                 crash loop.
             now: the time (tests).
-            holder: who leases (``ragsync.lifecycle.run_identity``; '' for none).
+            holder: who leases (``ragsync.ops.lifecycle.run_identity``; '' for none).
             holder_gone: whether a previous holder's process no longer runs
                 (None: never known, every delivery counts).
 
@@ -524,7 +524,7 @@ class QueueRepository(Repository):
         it as a delivery (``claim_events``).
 
         Args:
-            holder_gone: whether a holder (``ragsync.lifecycle.run_identity``)
+            holder_gone: whether a holder (``ragsync.ops.lifecycle.run_identity``)
                 no longer runs.
 
         Returns:

@@ -1,7 +1,7 @@
 """Pipeline runs (``pipeline_runs``): one row per backfill, sync or stream
 run with its counters, for the cost figures of ``ragsync status`` and the
 stage series of ``/metrics``; and the per-source document outcomes that
-coverage is computed from (:mod:`ragsync.coverage`)."""
+coverage is computed from (:mod:`ragsync.ops.coverage`)."""
 
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ class RunsRepository(Repository):
             kind: ``listing`` (a backfill or full sync) or ``stream``.
             started_at: epoch seconds.
             documents: documents the run handled (the cost denominator).
-            counters: JSON-serialisable counters (``ragsync.cost`` reads
+            counters: JSON-serialisable counters (``ragsync.ops.cost`` reads
                 ``stages``, ``embedding_cache_hits`` and ``embedding_cache_misses``).
             tenant_id, source_id: the source synced ('' for a stream).
             finished_at: default now.

@@ -251,7 +251,7 @@ events = Table(
     # or dead); the queue's depth at a past instant is counted from it.
     Column("finished_at", Double, nullable=True),
     # Revision 0011: the stream run holding the lease of a claimed pending
-    # event (``ragsync.lifecycle.run_identity``); None when not leased.
+    # event (``ragsync.ops.lifecycle.run_identity``); None when not leased.
     Column("lease_holder", String(_ID), nullable=True),
     Index("ix_events_state_available", "state", "available_at"),
     Index("ix_events_lane_state", "lane", "state", "available_at"),
@@ -431,7 +431,7 @@ freshness = Table(
 # --------------------------------------------------------------- near duplicates
 
 # MinHash signature and near-duplicate group of each indexed document
-# (``ragsync.near_dup``); band keys find candidates without a full scan.
+# (``ragsync.ingest.near_dup``); band keys find candidates without a full scan.
 doc_signatures = Table(
     "doc_signatures",
     metadata,
@@ -440,7 +440,7 @@ doc_signatures = Table(
     Column("signature", LargeBinary, nullable=False),  # uint64 values, native byte order
     Column("near_dup_group", String(_ID), nullable=False),
     Column("updated_at", Double, nullable=False),
-    # ``ragsync.near_dup.ALGORITHM`` of the signature (revision 0008): only
+    # ``ragsync.ingest.near_dup.ALGORITHM`` of the signature (revision 0008): only
     # signatures of the same algorithm are compared.
     Column("algorithm", String(64), nullable=False),
     Index("ix_doc_signatures_group", "near_dup_group"),
@@ -477,7 +477,7 @@ pipeline_runs = Table(
 # Revision 0012: who is in which group, synced per (tenant, source) from the
 # source itself (``ragsync.catalog.identities``). A query by ``user`` reads
 # the user's memberships here and expands nested groups
-# (``ragsync.identity.expand_groups``). Group ids are the names the source's
+# (``ragsync.query.identity.expand_groups``). Group ids are the names the source's
 # connector writes into document ACLs.
 identity_users = Table(
     "identity_users",

@@ -24,9 +24,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from ragsync import ids, near_dup
+from ragsync import ids
 from ragsync.decisions import CopiesPlan, CopyIdentity, CopyLink, copy_lost_its_holder, plan_copies
 from ragsync.errors import WriteError
+from ragsync.ingest import near_dup
 from ragsync.model import Chunk, FetchedDocument
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -179,9 +180,9 @@ def promote(service: IndexCore, owner: Any, plan: CopiesPlan, chunks: list[Chunk
 
 def vectors_for(service: IndexCore, chunks: Iterable[Chunk]) -> dict[str, list[float]]:
     """Vectors of ``chunks`` by text hash for the live model, from the
-    embedding cache (``ragsync.embedding.cached_vectors``; a vector
+    embedding cache (``ragsync.embedding.models.cached_vectors``; a vector
     missing there is computed and counted as ``chunks_embedded``)."""
-    from ragsync.embedding import cached_vectors
+    from ragsync.embedding.models import cached_vectors
     from ragsync.index.versions import live_spec
 
     vectors, fresh = cached_vectors(service.catalog, live_spec(service.settings), list(chunks))

@@ -146,7 +146,7 @@ class IndexCore:
     def index_chunks(self, chunks: list[Chunk], vectors: Sequence[Sequence[float]]) -> None:
         """Upsert ``chunks`` (with their live-model ``vectors``) into both
         indexes, then into every building version, embedded with its model
-        (``ragsync.embedding.embed_with_cache``: cache first).
+        (``ragsync.embedding.models.embed_with_cache``: cache first).
 
         Raises:
             EmbedFailedError: a building version's model gave no vector.
@@ -154,7 +154,7 @@ class IndexCore:
         self.stores.upsert(self.catalog, chunks, vectors, self._embed_for_version)
 
     def _embed_for_version(self, version: IndexVersion, chunks: Sequence[Chunk]) -> list[list[float]]:
-        from ragsync.embedding import embed_failure, embed_with_cache, get_model
+        from ragsync.embedding.models import embed_failure, embed_with_cache, get_model
         from ragsync.index.versions import settings_for_version
 
         # The version's own backend (recorded in its model version), not the setting's.

@@ -95,7 +95,7 @@ def repair(service: IndexCore) -> RepairReport:
         ValueError: the service's vectors are not the live model's dimension.
     """
     from ragsync.decisions import plan_repair
-    from ragsync.embedding import cached_vectors
+    from ragsync.embedding.models import cached_vectors
     from ragsync.index.versions import live_spec
 
     spec = live_spec(service.settings)

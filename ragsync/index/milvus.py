@@ -212,7 +212,7 @@ class MilvusCollection(ClosesOnExit):
             raise ConfigurationError("pip install 'pymilvus[milvus_lite]'") from exc
         self._quiet_client_logs()
         # A process that was just killed may hold Milvus Lite's lock for a
-        # moment (its children exit within a second, ragsync.lifecycle): wait
+        # moment (its children exit within a second, ragsync.ops.lifecycle): wait
         # for it rather than fail the run that follows a crash.
         # A server may be slow to accept a new worker's connection while
         # other workers load it: retry for a while before giving up.
@@ -230,7 +230,7 @@ class MilvusCollection(ClosesOnExit):
                 break
         hint = ""
         if self.is_lite:
-            from ragsync.lifecycle import lock_holders
+            from ragsync.ops.lifecycle import lock_holders
 
             holders = lock_holders(os.path.join(uri, "LOCK"))
             if holders:

@@ -37,7 +37,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from ragsync import near_dup
 from ragsync.decisions import (
     CopiesPlan,
     Order,
@@ -49,6 +48,7 @@ from ragsync.decisions import (
 from ragsync.errors import WriteError
 from ragsync.index import copies, deletes, maintenance
 from ragsync.index.core import IndexCore
+from ragsync.ingest import near_dup
 from ragsync.model import Chunk, DocumentPlan, FetchedDocument
 
 if TYPE_CHECKING:  # pragma: no cover

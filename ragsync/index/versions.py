@@ -37,7 +37,7 @@ from typing import Any
 
 from ragsync.catalog import Catalog, IndexVersion
 from ragsync.config import NEW_HOME_BACKEND, Settings, open_catalog
-from ragsync.embedding import ModelSpec, backend_of, spec_for
+from ragsync.embedding.models import ModelSpec, backend_of, spec_for
 from ragsync.errors import ConfigurationError
 from ragsync.index.backends import keyword_backend, open_keyword_index, open_vector_index, vector_backend
 from ragsync.index.base import KeywordIndex, VectorIndex
@@ -326,7 +326,7 @@ def resolve_backend(configured: str, recorded: str | None) -> str:
 
     Args:
         configured: ``Settings.embed_backend`` (empty = not set).
-        recorded: the live index's backend (:func:`ragsync.embedding.backend_of`
+        recorded: the live index's backend (:func:`ragsync.embedding.models.backend_of`
             of its model version), None when the home has no index yet.
 
     Returns:

@@ -268,7 +268,7 @@ def parse(
 
     Args:
         data: the document bytes.
-        mime: content type from ``ragsync.detect.detect_mime`` (parameters
+        mime: content type from ``ragsync.ingest.detect.detect_mime`` (parameters
             such as ``; charset=`` are ignored).
         filename: the original name, used in error messages (and as the
             member name of a bare ``.gz``).

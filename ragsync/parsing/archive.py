@@ -45,7 +45,7 @@ from ragsync.parsing._common import RawElement, RawParse
 MIME_ZIP = "application/zip"
 MIME_TAR = "application/x-tar"
 MIME_GZIP = "application/gzip"
-#: Types this module expands (``ragsync.detect`` reports the first three; the rest are aliases).
+#: Types this module expands (``ragsync.ingest.detect`` reports the first three; the rest are aliases).
 ARCHIVE_MIMES = (MIME_ZIP, MIME_TAR, MIME_GZIP, "application/x-gzip", "application/x-zip-compressed")
 _RATIO_FLOOR = 1 << 20  # ratios are only judged past 1 MiB expanded
 _CHUNK = 1 << 16
@@ -69,7 +69,7 @@ class ArchiveLimits:
             document (attachments, members, at every nesting level) may
             spend being parsed; past it the parent stops expanding and each
             remaining child is a ``too_large`` dead letter saying so
-            (``ragsync.children.expand_children``). Keep it below the
+            (``ragsync.ingest.children.expand_children``). Keep it below the
             parse timeout, which would otherwise fail the parent whole.
     """
 
@@ -261,7 +261,7 @@ def _kind(data: bytes, name: str) -> str:
     if data[257:262] == b"ustar":
         return MIME_TAR
     if data[:4] == b"PK\x03\x04":
-        from ragsync.detect import detect_mime
+        from ragsync.ingest.detect import detect_mime
 
         return MIME_ZIP if detect_mime(data, name.rsplit("/", 1)[-1]) == MIME_ZIP else ""
     return ""

@@ -1,6 +1,6 @@
 """Near-duplicate signatures by datasketch, with their algorithm recorded.
 
-* ``doc_signatures.algorithm``: ``ragsync.near_dup.ALGORITHM`` of the stored
+* ``doc_signatures.algorithm``: ``ragsync.ingest.near_dup.ALGORITHM`` of the stored
   signature; only signatures of one algorithm are compared.
 * Every stored signature (the hand-written numpy MinHash until now) is
   re-signed from the document's stored chunks and the near-duplicate groups

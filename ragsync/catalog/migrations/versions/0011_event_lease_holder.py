@@ -2,7 +2,7 @@
 
 * ``events.lease_holder``: the stream run that leased a pending event (host,
   process id and process start time of the ``ragsync stream`` process,
-  ``ragsync.lifecycle.run_identity``), cleared when the event is acknowledged,
+  ``ragsync.ops.lifecycle.run_identity``), cleared when the event is acknowledged,
   retried later or handed to another lane. When a lease ends unacknowledged,
   the next claim asks whether that process still runs: a holder that is gone
   (the whole stream process was killed: SIGKILL, OOM, a reboot) does not make

@@ -27,7 +27,7 @@ version's own model encoding the queries:
   (the keyword index is rebuilt from the same chunks), so this is the
   figure that shows a model regression; hybrid fusion would let BM25 hide it.
 * ``hybrid``: vector + BM25 fused with reciprocal rank fusion, the same
-  fusion as ``ragsync query`` (:func:`ragsync.query.reciprocal_rank_fusion`):
+  fusion as ``ragsync query`` (:func:`ragsync.query.search.reciprocal_rank_fusion`):
   what users get.
 
 The re-embedding gate (:func:`compare`) requires both. Evaluating a version
@@ -44,7 +44,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import get_model
+from ragsync.embedding.models import get_model
 from ragsync.errors import ConfigurationError
 from ragsync.index.versions import (
     IndexVersion,
@@ -53,7 +53,7 @@ from ragsync.index.versions import (
     open_version_vector,
     settings_for_version,
 )
-from ragsync.query import reciprocal_rank_fusion
+from ragsync.query.search import reciprocal_rank_fusion
 
 K = 10
 DEPTH = 50

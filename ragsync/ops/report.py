@@ -7,7 +7,7 @@ offline and from a mail attachment. Plots:
 
 * freshness over time by lane (``freshness``: applied_at vs applied_at - event_time);
 * queue depth over time by lane (``events``: enqueued_at .. finished_at);
-* coverage by source against the 99.5% target (``ragsync.coverage``);
+* coverage by source against the 99.5% target (``ragsync.ops.coverage``);
 * open dead letters by error class;
 * OCR confidence distribution (``parsed_docs.ocr_confidence`` of every
   parse that ran OCR).
@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from ragsync.coverage import COVERAGE_TARGET, coverage_by_source
 from ragsync.errors import ConfigurationError
+from ragsync.ops.coverage import COVERAGE_TARGET, coverage_by_source
 
 LANE_COLORS = {"priority": "#d62728", "fast": "#1f77b4", "slow": "#2ca02c"}
 _SIZE = (8.0, 3.6)

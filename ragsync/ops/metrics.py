@@ -37,8 +37,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric, SummaryMetricFamily
 from prometheus_client.registry import Collector
 
-from ragsync.cost import cache_hit_rate, sum_stages
-from ragsync.coverage import COVERAGE_TARGET, coverage_by_source
+from ragsync.ops.cost import cache_hit_rate, sum_stages
+from ragsync.ops.coverage import COVERAGE_TARGET, coverage_by_source
 
 #: The content type of :func:`render`'s output.
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"

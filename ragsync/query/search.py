@@ -7,7 +7,7 @@ again against the catalog's chunk row before it is shown, so a store that
 missed an ACL update cannot leak a chunk.
 
 A reader is caller groups (valid in every source) or a user named in the
-query, whose groups are per source (``ragsync.identity.Reader``): the
+query, whose groups are per source (``ragsync.query.identity.Reader``): the
 stores filter by every ACL id the user's groups allow in some source, and
 the catalog check then shows a document only when its ACL is allowed by the
 groups the user holds in the document's own source (or the source its
@@ -52,9 +52,9 @@ from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog
-from ragsync.embedding import ModelSpec
-from ragsync.identity import Reader, ReadGrant
+from ragsync.embedding.models import ModelSpec
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.query.identity import Reader, ReadGrant
 
 RRF_K = 60
 
@@ -228,7 +228,7 @@ def ranked_ids(hits: Sequence[Any]) -> list[str]:
 
 def embed_query(spec: ModelSpec, text: str) -> list[float]:
     """The query vector, by the same model (and query prefix) as the index."""
-    from ragsync.embedding import model_for
+    from ragsync.embedding.models import model_for
 
     return [float(x) for x in model_for(spec).encode_queries([text])[0]]
 
@@ -320,7 +320,7 @@ def reader_of(
 ) -> Reader:
     """The reader of a query: caller ``groups`` (every source) or a ``user``
     (their groups per source, through the sources' ``identities_from``
-    links; see ``ragsync.identity.Reader``).
+    links; see ``ragsync.query.identity.Reader``).
 
     Raises:
         ValueError: not exactly one of ``groups`` and ``user``.

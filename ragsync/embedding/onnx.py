@@ -51,7 +51,7 @@ from typing import Any
 import numpy as np
 
 from ragsync.config import default_model_cache_dir
-from ragsync.embedding_base import EmbeddingModel, ModelSpec, SentenceTransformerModel, model_fingerprint
+from ragsync.embedding.base import EmbeddingModel, ModelSpec, SentenceTransformerModel, model_fingerprint
 from ragsync.errors import ConfigurationError
 
 FP32_FILE = "model.onnx"

@@ -33,8 +33,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 
 from ragsync import ids
-from ragsync.detect import detect_mime
 from ragsync.errors import ArchiveBombError, ChildTimeBudgetError, RagsyncError
+from ragsync.ingest.detect import detect_mime
 from ragsync.model import Attachment, FetchedDocument
 from ragsync.parsing import DEFAULT_OCR_LANGUAGES, ArchiveLimits, ParseResult, parse
 

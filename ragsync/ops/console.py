@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 
-from ragsync.display import safe_text
+from ragsync.ops.display import safe_text
 
 
 def quiet_environment() -> None:

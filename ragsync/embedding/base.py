@@ -1,11 +1,11 @@
-"""The embedding types both the model registry (``ragsync.embedding``) and the
-ONNX backend (``ragsync.embedding_onnx``) build on: the model description
+"""The embedding types both the model registry (``ragsync.embedding.models``) and the
+ONNX backend (``ragsync.embedding.onnx``) build on: the model description
 (:class:`ModelSpec`), the model interface (:class:`EmbeddingModel`), the torch
 model (:class:`SentenceTransformerModel`, also the ONNX export's reference),
 the device choice and the model-directory fingerprint.
 
 It imports neither of those modules, so they depend on it and not on each
-other: ``ragsync.embedding`` loads the ONNX backend lazily in ``model_for``,
+other: ``ragsync.embedding.models`` loads the ONNX backend lazily in ``model_for``,
 and the ONNX backend checks its exports against the torch model here.
 """
 
@@ -41,7 +41,7 @@ class ModelSpec:
             loads (:func:`choose_device`).
         query_prefix, passage_prefix: text put before queries / chunks.
         cache_dir: where ONNX exports are kept (empty = a temporary default
-            under the user's cache, see ``ragsync.embedding_onnx``).
+            under the user's cache, see ``ragsync.embedding.onnx``).
     """
 
     name: str

@@ -8,7 +8,7 @@ prompts are read from its own files (:func:`model_dimension`,
 :func:`model_max_tokens`, :func:`model_prompts`), never assumed.
 
 Backends (``Settings.embed_backend``): ``torch`` (sentence-transformers),
-``onnx`` and ``onnx-int8`` (``ragsync.embedding_onnx``: exported once from the
+``onnx`` and ``onnx-int8`` (``ragsync.embedding.onnx``: exported once from the
 same files, cached per user under ``Settings.model_cache_dir``). All give the
 same :class:`EmbeddingModel` interface. The model version string, part of the
 embedding cache key and of every index version's row, names the backend when
@@ -23,7 +23,7 @@ Named models (:func:`get_model`) add a second real model for re-embedding:
 the backend setting does not apply to it).
 
 The base types (:class:`ModelSpec`, :class:`EmbeddingModel`, the torch model,
-the device choice) live in ``ragsync.embedding_base``, which the ONNX backend
+the device choice) live in ``ragsync.embedding.base``, which the ONNX backend
 imports too; they are re-exported here, the module callers use.
 """
 
@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ragsync.embedding_base import (
+from ragsync.embedding.base import (
     EmbeddingModel,
     ModelSpec,
     SentenceTransformerModel,
@@ -330,7 +330,7 @@ def model_for(spec: ModelSpec) -> EmbeddingModel:
         if spec.backend == "torch":
             _BY_SPEC[spec] = SentenceTransformerModel(spec)
         elif spec.backend in ("onnx", "onnx-int8"):
-            from ragsync.embedding_onnx import OnnxModel
+            from ragsync.embedding.onnx import OnnxModel
 
             _BY_SPEC[spec] = OnnxModel(spec)
         else:
