@@ -1,4 +1,4 @@
-"""A connector that exists only for the tests: README "Adding a connector"
+"""A connector that exists only for the tests: docs/connectors.md "Adding a connector"
 followed literally (``tests/test_adding_a_connector.py`` drives it).
 
 Step 1, the module: :class:`FakeTicketConnector` reads a ticket system's

@@ -1,4 +1,4 @@
-"""README "Adding a connector", followed literally: a fake ticket system
+"""docs/connectors.md "Adding a connector", followed literally: a fake ticket system
 (``tests/fake_connector.py``: an in-memory HTTP API read through the real
 ``ApiClient`` / ``LocatedHttpClient`` and an ``httpx.MockTransport``),
 registered with ``register_source_type`` when its module is imported and

@@ -1,4 +1,4 @@
-"""README "Adding a sink", followed literally, for both kinds of store: an
+"""docs/connectors.md "Adding a sink", followed literally, for both kinds of store: an
 in-memory keyword store registered through
 ``ragsync.index.backends.register_keyword_backend`` and selected with
 ``keyword_index``, and an in-memory vector store registered through
