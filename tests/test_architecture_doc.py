@@ -32,7 +32,8 @@ def definitions(path: Path) -> list[str]:
 
 
 def missing(text: str) -> list[str]:
-    """Every citation of ``text`` that names no single definition, and every module path that does not exist."""
+    """Every citation of ``text`` that names no single definition, and every
+    module path that does not exist."""
     bad = []
     for path, name in CITED.findall(text):
         file = ROOT / path
