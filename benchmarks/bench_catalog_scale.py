@@ -186,11 +186,11 @@ def status(cat: Catalog, n: int, chunks: int) -> int:
     docs = cat.documents.document_counts_by_status()
     cat.dead_letters.dead_letter_counts()
     cat.dead_letters.list_dead_letters(limit=20)
-    cat.queue.queue_stats()
-    cat.queue.freshness_stats()
-    cat.documents.pages_for_review()
+    cat.queue_views.queue_stats()
+    cat.freshness.freshness_stats()
+    cat.parsed.pages_for_review()
     cat.syncs.source_states()
-    cat.queue.stale_events(limit=20)
+    cat.queue_views.stale_events(limit=20)
     return sum(docs.values())
 
 

@@ -145,7 +145,7 @@ def run_size(size: int, queries: int, k: int, workdir: Path) -> dict[str, Any]:
         return call
 
     cat = open_catalog(home.settings)
-    acl_ids = cat.documents.acl_ids_for_groups(TENANT, ["staff"])
+    acl_ids = cat.acls.acl_ids_for_groups(TENANT, ["staff"])
     cat.close()
     vectors = {t: embed_query(spec, t) for t in texts}  # also warms the model
     vindex = open_vector_index(home.settings, spec.dim)

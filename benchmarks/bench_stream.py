@@ -174,12 +174,12 @@ def _finished(by_state: dict[str, int]) -> int:
 
 def events_by_op_state(catalog: Any) -> dict[str, int]:
     """Queue rows of the run counted by ``op/state``."""
-    return {f"{op}/{state}": n for (op, state), n in sorted(catalog.queue.event_counts().items())}
+    return {f"{op}/{state}": n for (op, state), n in sorted(catalog.queue_views.event_counts().items())}
 
 
 def delete_check(catalog: Any) -> dict[str, int]:
     """Tombstones, how many were completed, and catalog chunks still held by deleted documents."""
-    rows = catalog.queue.list_tombstones()
+    rows = catalog.gate_state.list_tombstones()
     left = sum(len(catalog.chunks.chunk_ids_for_doc(row["doc_id"])) for row in rows)
     return {
         "tombstones": len(rows),
@@ -359,7 +359,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         produced = {op: 0 for op, _ in MIX}
         samples: list[dict[str, Any]] = []
         ops, weights = zip(*MIX, strict=True)
-        before_states = catalog.queue.queue_stats()["by_state"]
+        before_states = catalog.queue_views.queue_stats()["by_state"]
         since = time.time()
         t0 = time.monotonic()
         next_at = t0
@@ -370,7 +370,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 break
             while (now := time.monotonic()) < next_at:
                 if now >= next_sample:
-                    samples.append({"t_s": round(now - t0, 1), **catalog.queue.queue_stats()})
+                    samples.append({"t_s": round(now - t0, 1), **catalog.queue_views.queue_stats()})
                     next_sample += 10.0
                 time.sleep(min(0.05, next_at - now))
             op = rng.choices(ops, weights)[0]
@@ -401,8 +401,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             enqueue(catalog, [ev])
             produced[op] += 1
         produce_s = time.monotonic() - t0
-        end_of_production = catalog.queue.queue_stats()
-        applied_in_window = len(catalog.queue.freshness_rows(since=since))
+        end_of_production = catalog.queue_views.queue_stats()
+        applied_in_window = len(catalog.freshness.freshness_rows(since=since))
         finished_in_window = _finished(end_of_production["by_state"]) - _finished(before_states)
 
         # 4. drain, then stop the stream
@@ -411,12 +411,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         drained = wait_drained(catalog, proc, args.drain_timeout, drain_lanes)
         scans_pending = catalog.queue.unfinished_events(("slow",))
         drain_s = time.monotonic() - start
-        end = catalog.queue.queue_stats()
+        end = catalog.queue_views.queue_stats()
         stopped = stop_group(proc)
         proc = None
         summary = last_json(log, live_offset)
 
-        all_rows = catalog.queue.freshness_rows(since=since)
+        all_rows = catalog.freshness.freshness_rows(since=since)
         rows = [r for r in all_rows if not r[0].startswith("scan-")]
         scans_applied = len(all_rows) - len(rows)
         by_op: dict[str, list[float]] = {}
@@ -430,7 +430,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         edits_applied = max(0, len(content) - len(new_names))
         dead = sum(catalog.dead_letters.dead_letter_counts().values()) - dead_before
         total = sum(produced.values())
-        stats = catalog.queue.freshness_stats(since=since)
+        stats = catalog.freshness.freshness_stats(since=since)
         by_state = end["by_state"]
         finished_total = _finished(by_state) - _finished(before_states)
         by_op_state = events_by_op_state(catalog)

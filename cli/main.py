@@ -201,11 +201,11 @@ def cmd_status(args: argparse.Namespace) -> int:
         docs = catalog.documents.document_counts_by_status()
         dead = catalog.dead_letters.dead_letter_counts()
         recent = catalog.dead_letters.list_dead_letters(limit=args.limit)
-        queue = catalog.queue.queue_stats()
-        fresh = catalog.queue.freshness_stats()
-        review = catalog.documents.pages_for_review()
+        queue = catalog.queue_views.queue_stats()
+        fresh = catalog.freshness.freshness_stats()
+        review = catalog.parsed.pages_for_review()
         sources = catalog.syncs.source_states()
-        stale = catalog.queue.stale_events(limit=args.limit)
+        stale = catalog.queue_views.stale_events(limit=args.limit)
     finally:
         catalog.close()
     data: dict[str, Any] = {

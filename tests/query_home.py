@@ -92,7 +92,7 @@ class QueryHome:
         try:
             chunks: list[Chunk] = []
             for d in {d.acl_id: d for d in docs}.values():  # each ACL once (100k docs share a few)
-                cat.documents.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
+                cat.acls.upsert_acl(d.acl_id, d.tenant, list(d.groups), list(d.deny))
             for d in docs:
                 chash = ids.content_hash(d.text.encode())
                 version = f"{d.mtime:.6f}"
@@ -167,7 +167,7 @@ class QueryHome:
         chash = ids.content_hash(copy.text.encode())
         cat = open_catalog(self.settings)
         try:
-            cat.documents.upsert_acl(copy.acl_id, copy.tenant, list(copy.groups), list(copy.deny))
+            cat.acls.upsert_acl(copy.acl_id, copy.tenant, list(copy.groups), list(copy.deny))
             cat.documents.record_fetch(
                 FetchRecord(
                     doc_id=copy.doc_id,
@@ -224,7 +224,7 @@ class QueryHome:
         acl_id = ids.acl_id(doc.tenant, tuple(groups), tuple(deny))
         cat = open_catalog(self.settings)
         try:
-            cat.documents.upsert_acl(acl_id, doc.tenant, list(groups), list(deny))
+            cat.acls.upsert_acl(acl_id, doc.tenant, list(groups), list(deny))
             cat.documents.set_document_acl(doc.doc_id, acl_id)
         finally:
             cat.close()

@@ -90,7 +90,7 @@ def test_a_bus_event_that_has_no_row_is_queued_for_retry(tmp_path: Path) -> None
         assert cat.queue.retry_event_later((TENANT, "bus-1"), 1.0, replay=event, attempts=1) == "pending"
         assert cat.queue.get_event("bus-1", TENANT)["attempts"] == 2  # type: ignore[index]
         assert cat.queue.get_event("other", TENANT) is None
-        assert cat.queue.queue_stats()["by_state"] == {"pending": 1}
+        assert cat.queue_views.queue_stats()["by_state"] == {"pending": 1}
     finally:
         cat.close()
 
@@ -210,7 +210,7 @@ def test_bus_events_that_meet_a_store_outage_are_applied_when_it_is_back(
             "bus-b2": ("pending", 1, "priority", "delete"),
         }
         assert cat.dead_letters.list_dead_letters(limit=10) == []
-        acl = cat.queue.get_acl_version(ids.doc_id(TENANT, SOURCE, "c"))
+        acl = cat.gate_state.get_acl_version(ids.doc_id(TENANT, SOURCE, "c"))
         assert acl is not None and acl["acl_version"] == "2"
     finally:
         cat.close()
@@ -223,10 +223,12 @@ def test_bus_events_that_meet_a_store_outage_are_applied_when_it_is_back(
     assert [_chunks(settings, n) for n in NOTES] == [(0, 0), (0, 0), (1, 1)]
     cat = open_catalog(settings)
     try:
-        assert cat.queue.queue_stats()["by_state"] == {"done": 5}  # 3 seeded upserts + 2 retried deletes
+        assert cat.queue_views.queue_stats()["by_state"] == {
+            "done": 5
+        }  # 3 seeded upserts + 2 retried deletes
         assert cat.dead_letters.list_dead_letters(limit=10) == []
         for name in ("a", "b"):
-            tomb = cat.queue.get_tombstone(ids.doc_id(TENANT, SOURCE, name))
+            tomb = cat.gate_state.get_tombstone(ids.doc_id(TENANT, SOURCE, name))
             assert tomb is not None and tomb["source_version"] == "2" and tomb["completed_at"] is not None
     finally:
         cat.close()

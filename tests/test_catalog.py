@@ -190,7 +190,7 @@ def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_
         cat.sources.create_source(
             "t1", source_id="s1", type="object_store", uri="file:///data", if_exists="update"
         )
-        cat.documents.upsert_acl("a1", "t1", ["eng", "hr"])
+        cat.acls.upsert_acl("a1", "t1", ["eng", "hr"])
     engine = create_catalog_engine(catalog_url)
     try:
         assert migrate(engine, script_location=migrations_copy(tmp_path, add_column)) == ["9001"]
@@ -202,7 +202,7 @@ def test_a_new_revision_changes_a_catalog_that_holds_rows(catalog_url: str, tmp_
             "file:///data",
             None,
         )
-        assert cat.documents.acl_ids_for_groups("t1", ["hr"]) == ["a1"]
+        assert cat.acls.acl_ids_for_groups("t1", ["hr"]) == ["a1"]
     finally:
         engine.dispose()
 
@@ -234,8 +234,8 @@ def test_a_catalog_of_the_hand_written_migrations_is_stamped_and_keeps_its_rows(
     finally:
         engine.dispose()
     with Catalog.open(catalog_url) as cat:
-        assert cat.documents.acl_ids_for_groups("t1", ["eng"]) == ["a1"]
-        assert cat.documents.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
+        assert cat.acls.acl_ids_for_groups("t1", ["eng"]) == ["a1"]
+        assert cat.acls.acl_ids_for_groups("t2", ["eng", "hr"]) == ["a2"]
 
 
 def test_an_older_hand_written_catalog_is_refused_unchanged(catalog_url: str) -> None:
@@ -430,27 +430,27 @@ def test_get_source_returns_the_one_source_row_and_its_connector_spec(catalog: C
 
 
 def test_acl_ids_for_groups_intersects_and_is_tenant_scoped(catalog: Catalog) -> None:
-    catalog.documents.upsert_acl("acl-eng", "t1", ["eng", "all"])
-    catalog.documents.upsert_acl("acl-hr", "t1", ["hr", "all", "hr"])
-    catalog.documents.upsert_acl("acl-fin", "t1", ["finance"])
-    catalog.documents.upsert_acl("other-eng", "t2", ["eng"])  # same group name, another tenant
+    catalog.acls.upsert_acl("acl-eng", "t1", ["eng", "all"])
+    catalog.acls.upsert_acl("acl-hr", "t1", ["hr", "all", "hr"])
+    catalog.acls.upsert_acl("acl-fin", "t1", ["finance"])
+    catalog.acls.upsert_acl("other-eng", "t2", ["eng"])  # same group name, another tenant
 
-    assert catalog.documents.acl_ids_for_groups("t1", ["eng"]) == ["acl-eng"]
-    assert catalog.documents.acl_ids_for_groups("t1", ["all"]) == ["acl-eng", "acl-hr"]
-    assert catalog.documents.acl_ids_for_groups("t1", ["hr", "finance", "nobody"]) == ["acl-fin", "acl-hr"]
-    assert catalog.documents.acl_ids_for_groups("t1", []) == []
-    assert catalog.documents.acl_ids_for_groups("t1", ["nobody"]) == []
-    assert catalog.documents.acl_ids_for_groups("t2", ["eng", "all"]) == ["other-eng"]
-    assert catalog.documents.acl_ids_for_groups("t3", ["eng"]) == []
-    assert catalog.documents.get_acl_groups("acl-hr") == ("all", "hr")
-    assert catalog.documents.get_acl_groups("missing") is None
+    assert catalog.acls.acl_ids_for_groups("t1", ["eng"]) == ["acl-eng"]
+    assert catalog.acls.acl_ids_for_groups("t1", ["all"]) == ["acl-eng", "acl-hr"]
+    assert catalog.acls.acl_ids_for_groups("t1", ["hr", "finance", "nobody"]) == ["acl-fin", "acl-hr"]
+    assert catalog.acls.acl_ids_for_groups("t1", []) == []
+    assert catalog.acls.acl_ids_for_groups("t1", ["nobody"]) == []
+    assert catalog.acls.acl_ids_for_groups("t2", ["eng", "all"]) == ["other-eng"]
+    assert catalog.acls.acl_ids_for_groups("t3", ["eng"]) == []
+    assert catalog.acls.get_acl_groups("acl-hr") == ("all", "hr")
+    assert catalog.acls.get_acl_groups("missing") is None
 
     # Replacing an ACL's groups removes the old memberships (permission removal).
-    catalog.documents.upsert_acl("acl-eng", "t1", ["eng-leads"])
-    catalog.documents.upsert_acl("acl-eng", "t1", ["eng-leads"])
-    assert catalog.documents.acl_ids_for_groups("t1", ["eng"]) == []
-    assert catalog.documents.acl_ids_for_groups("t1", ["all"]) == ["acl-hr"]
-    assert catalog.documents.acl_ids_for_groups("t1", ["eng-leads"]) == ["acl-eng"]
+    catalog.acls.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    catalog.acls.upsert_acl("acl-eng", "t1", ["eng-leads"])
+    assert catalog.acls.acl_ids_for_groups("t1", ["eng"]) == []
+    assert catalog.acls.acl_ids_for_groups("t1", ["all"]) == ["acl-hr"]
+    assert catalog.acls.acl_ids_for_groups("t1", ["eng-leads"]) == ["acl-eng"]
     with catalog.engine.connect() as conn:
         assert conn.execute(select(schema.acls.c.acl_id)).all().__len__() == 4
         n_groups = conn.execute(select(schema.acl_groups.c.acl_id)).all()
@@ -458,10 +458,10 @@ def test_acl_ids_for_groups_intersects_and_is_tenant_scoped(catalog: Catalog) ->
 
 
 def test_acl_lookup_with_more_groups_than_one_batch(catalog: Catalog) -> None:
-    catalog.documents.upsert_acl("a-last", "t1", ["g1199"])
-    catalog.documents.upsert_acl("a-first", "t1", ["g0000"])
+    catalog.acls.upsert_acl("a-last", "t1", ["g1199"])
+    catalog.acls.upsert_acl("a-first", "t1", ["g0000"])
     groups = [f"g{i:04d}" for i in range(1200)]
-    assert catalog.documents.acl_ids_for_groups("t1", groups) == ["a-first", "a-last"]
+    assert catalog.acls.acl_ids_for_groups("t1", groups) == ["a-first", "a-last"]
 
 
 # ------------------------------------------------------------------------ documents
@@ -632,11 +632,11 @@ def test_documents_for_source_and_counts(catalog: Catalog) -> None:
 
 
 def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
-    assert catalog.documents.get_parsed("h1", "p1") is None
-    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
-    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
-    catalog.documents.put_parsed("h1", "p2", "mem://parsed/h1/p2.json", 12)
-    row = catalog.documents.get_parsed("h1", "p1")
+    assert catalog.parsed.get_parsed("h1", "p1") is None
+    catalog.parsed.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.parsed.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 12, [3, 7], 0.82)
+    catalog.parsed.put_parsed("h1", "p2", "mem://parsed/h1/p2.json", 12)
+    row = catalog.parsed.get_parsed("h1", "p1")
     assert row is not None
     assert (row.elements_uri, row.pages, row.pages_for_review, row.ocr_confidence) == (
         "mem://parsed/h1/p1.json",
@@ -644,10 +644,10 @@ def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
         (3, 7),
         0.82,
     )
-    row2 = catalog.documents.get_parsed("h1", "p2")
+    row2 = catalog.parsed.get_parsed("h1", "p2")
     assert row2 is not None and row2.pages_for_review == () and row2.ocr_confidence is None
-    catalog.documents.put_parsed("h1", "p1", "mem://parsed/h1/p1-v2.json", 11, [], None)
-    row = catalog.documents.get_parsed("h1", "p1")
+    catalog.parsed.put_parsed("h1", "p1", "mem://parsed/h1/p1-v2.json", 11, [], None)
+    row = catalog.parsed.get_parsed("h1", "p1")
     assert row is not None and (row.elements_uri, row.pages, row.pages_for_review) == (
         "mem://parsed/h1/p1-v2.json",
         11,

@@ -275,9 +275,9 @@ def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog
     """Status and every scrape ask for pages for review: the plan starts
     from the partial index of parses with such pages, not from every document."""
     cat = small_catalog
-    cat.documents.put_parsed("h-d05", "p1", "file:///e", pages=3, pages_for_review=[2])
-    cat.documents.put_parsed("h-d06", "p1", "file:///e", pages=3)
-    review = cat.documents.pages_for_review()
+    cat.parsed.put_parsed("h-d05", "p1", "file:///e", pages=3, pages_for_review=[2])
+    cat.parsed.put_parsed("h-d06", "p1", "file:///e", pages=3)
+    review = cat.parsed.pages_for_review()
     assert (review["documents"], review["pages"]) == (1, 1)
     assert review["items"] == [{"doc_id": "d05", "uri": "file:///src/d05", "pages": [2]}]
     statement, params = _captured(cat, cat.pages_for_review)

@@ -213,7 +213,7 @@ def test_oversized_bodies_get_413_before_parsing(api: Api) -> None:
     assert (r.status_code, r.json()) == (413, expected)
     # Unauthenticated too: the size check comes first.
     assert httpx.post(api.base_url + "/v1/sources", content=big).status_code == 413
-    assert api.catalog.queue.queue_stats()["depth"] == 0
+    assert api.catalog.queue_views.queue_stats()["depth"] == 0
 
 
 # ------------------------------------------------------------------- sources
@@ -406,7 +406,7 @@ def test_the_same_event_twice_is_queued_once(api: Api) -> None:
     r2 = api.a.post("/internal/events", json=_event())
     assert (r1.status_code, r1.json()) == (202, {"accepted": 1, "duplicates": 0, "rejected": []})
     assert (r2.status_code, r2.json()) == (202, {"accepted": 0, "duplicates": 1, "rejected": []})
-    assert api.catalog.queue.queue_stats()["depth"] == 1
+    assert api.catalog.queue_views.queue_stats()["depth"] == 1
     (queued,) = api.catalog.queue.pending_events()
     expected = parse_event(_event())
     assert (queued["event_id"], queued["source_id"], queued["doc_id"]) == (
@@ -430,7 +430,7 @@ def test_idempotency_key_deduplicates_single_event_posts(api: Api) -> None:
         {"accepted": 1, "duplicates": 0, "rejected": []},
     ]
     assert (reused.status_code, reused.json()["error"]["code"]) == (409, "conflict")
-    assert api.catalog.queue.queue_stats()["depth"] == 2
+    assert api.catalog.queue_views.queue_stats()["depth"] == 2
     r = api.a.post("/internal/events", json={"events": [_event()]}, headers={"Idempotency-Key": "k-3"})
     assert (r.status_code, r.json()["error"]["code"]) == (400, "bad_request")
 
@@ -455,7 +455,7 @@ def test_an_event_id_reused_with_only_new_deny_groups_is_a_conflict(api: Api) ->
             ],
         },
     )
-    assert api.catalog.queue.queue_stats()["depth"] == 2
+    assert api.catalog.queue_views.queue_stats()["depth"] == 2
 
 
 def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) -> None:
@@ -497,7 +497,7 @@ def test_malformed_events_are_reported_by_index_and_valid_ones_kept(api: Api) ->
     assert (r.status_code, r.json()["error"]["code"]) == (422, "validation_error")
     r = api.a.post("/internal/events", content=b"[" * 50_000, headers={"content-type": "application/json"})
     assert r.status_code == 422
-    assert api.catalog.queue.queue_stats()["depth"] == 2
+    assert api.catalog.queue_views.queue_stats()["depth"] == 2
 
 
 # ----------------------------------------------------------------- documents
@@ -737,7 +737,7 @@ def test_dead_letters_are_listed_and_retried(api: Api) -> None:
         "state": "requeued",
     }
     assert api.catalog.queue.get_event(event_id)["state"] == "pending"  # type: ignore[index]
-    assert api.catalog.queue.queue_stats()["depth"] == 1
+    assert api.catalog.queue_views.queue_stats()["depth"] == 1
 
     r = api.a.post(f"/v1/dead-letters/{file_id}/retry")
     assert r.status_code == 202
@@ -1001,7 +1001,7 @@ def test_source_status_gives_coverage_and_metrics_are_served_to_loopback(api: Ap
          "event_time": 100.0, "applied_at": 100.0 + lag}
         for n, (tenant, lag) in enumerate([(tenant_a, 2.0), (tenant_a, 4.0), ("tenant-b", 60.0)])
     ]  # fmt: skip
-    api.catalog.queue.record_freshness(fresh)
+    api.catalog.freshness.record_freshness(fresh)
     m = httpx.get(api.base_url + "/metrics")
     events = {
         s.labels["tenant_id"]: (s.value, s.labels["source_id"])

@@ -120,7 +120,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
             return FetchedDocument(doc_id, src, chash, "mem://raw", len(NOTES), "acl-g", canonical or doc_id)
 
         a = fetched("a.txt")
-        cat.documents.upsert_acl("acl-g", "t", ["g"], [])
+        cat.acls.upsert_acl("acl-g", "t", ["g"], [])
         cat.documents.record_fetch(a)
         flip = dict(source_version="1", indexed_version="1", chunker_id="c", parser_version="p")
         cat.documents.flip_indexed_version(
@@ -138,7 +138,7 @@ def test_a_copy_linked_to_a_holder_deleted_meanwhile_is_processed_again(tmp_path
         assert cat.documents.get_document(b.doc_id).status == "duplicate"  # type: ignore[union-attr]
 
         # The holder is deleted before the link is recorded: processed again.
-        cat.queue.put_tombstone(a.doc_id, "t", "2", version_domain="", observed_at=2.0)
+        cat.gate_state.put_tombstone(a.doc_id, "t", "2", version_domain="", observed_at=2.0)
         cat.documents.record_fetch(b)
         with pytest.raises(WriteError, match="no longer serves its bytes"):
             list(step.process([b]))

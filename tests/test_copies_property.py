@@ -79,7 +79,7 @@ class _Harness:
         chash = ids.content_hash(data.encode())
         doc_id = ids.doc_id(tenant, SOURCE, path)
         acl = ids.acl_id(tenant, [group])
-        cat.documents.upsert_acl(acl, tenant, [group])
+        cat.acls.upsert_acl(acl, tenant, [group])
         stored = cat.documents.get_document(doc_id)
         action = fetch_decision(
             cat, stored, content_hash=chash, acl_id=acl, parser_version=PARSER, chunker_id=CHUNKER

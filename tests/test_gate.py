@@ -307,14 +307,18 @@ def test_permission_evidence_from_before_a_delete_is_not_applied_to_a_recreated_
     # The catalog side: evidence recorded before the delete is not held for the re-created document.
     cat = open_catalog(Settings(home=str(tmp_path / "home")))
     try:
-        cat.documents.upsert_acl("acl-hr", "t", ["hr"], [])
-        cat.queue.set_acl_version("d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0)
+        cat.acls.upsert_acl("acl-hr", "t", ["hr"], [])
+        cat.gate_state.set_acl_version(
+            "d1", "t", "50", "acl-hr", version_domain="timestamp", observed_at=50.0
+        )
         assert held_permissions(cat, "d1") == PermissionEvidence(
             ("hr",), 50.0, (), Stamp("50", "timestamp", 50.0)
         )
-        cat.queue.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
+        cat.gate_state.put_tombstone("d1", "t", "10", version_domain="timestamp", observed_at=100.0)
         assert held_permissions(cat, "d1") is None
-        cat.queue.set_acl_version("d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0)
+        cat.gate_state.set_acl_version(
+            "d1", "t", "150", "acl-hr", version_domain="timestamp", observed_at=150.0
+        )
         assert held_permissions(cat, "d1") == PermissionEvidence(
             ("hr",), 150.0, (), Stamp("150", "timestamp", 150.0)
         )

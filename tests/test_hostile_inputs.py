@@ -239,7 +239,7 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         good = push(str(world["a"] / "good.md"))
         assert good.json().get("accepted") == 1, good.text
         assert push(str(world["a"] / "later.md"), "later").json()["accepted"] == 1
-        assert app.state.catalog.queue.queue_stats()["depth"] == 2
+        assert app.state.catalog.queue_views.queue_stats()["depth"] == 2
     finally:
         api.close()
         server.close()

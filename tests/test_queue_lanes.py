@@ -47,7 +47,7 @@ def test_deletes_and_permission_changes_never_wait_behind_content(catalog: Catal
     assert [lane_of_op(op) for op in ("upsert", "delete", "acl")] == ["fast", "priority", "priority"]
     catalog.queue.enqueue_events([_event("a", n) for n in range(50)], now=100.0)
     catalog.queue.enqueue_events([_event("b", 1, "acl"), _event("a", 99, "delete")], now=200.0)
-    assert catalog.queue.queue_stats(now=300.0)["by_lane"] == {"fast": 50, "priority": 2}
+    assert catalog.queue_views.queue_stats(now=300.0)["by_lane"] == {"fast": 50, "priority": 2}
     first = catalog.queue.claim_events(limit=3, now=300.0)
     # Both priority events, though queued last, then the oldest content.
     assert _ids(first.claimed) == ["a-delete-99", "b-acl-01", "a-upsert-00"]

@@ -209,7 +209,7 @@ def test_reembed_flips_to_new_model_and_rolls_back(state: tuple[Settings, str]) 
     kw = open_keyword_index(settings)
     try:
         catalog = open_catalog(settings)
-        acl = catalog.documents.acl_ids_for_groups("default", ["everyone"])
+        acl = catalog.acls.acl_ids_for_groups("default", ["everyone"])
         catalog.close()
         query = get_model(E5).encode_queries(["how much can I spend on a hotel room in London"])[0]
         hits = vec.search("default", query.tolist(), acl, 3)

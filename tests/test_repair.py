@@ -82,7 +82,7 @@ def test_reconcile_repair_fixes_damaged_stores(tmp_path: Path, capsys: pytest.Ca
         vec.upsert([ghost], [[1.0] + [0.0] * (DIM - 1)])
         kw.upsert([ghost])
         # A delete that stopped after its tombstone: the rows are still everywhere.
-        cat.queue.put_tombstone(docs["old.txt"].doc_id, "default", "9")
+        cat.gate_state.put_tombstone(docs["old.txt"].doc_id, "default", "9")
     finally:
         kw.close()
         vec.close()

@@ -68,6 +68,6 @@ def test_a_delete_sent_to_serve_is_applied_by_its_worker(tmp_path: Path) -> None
     assert _statuses(home) == {"memo.md": "deleted", "plan.md": "indexed"}
     catalog = open_catalog(Settings(home=home))
     try:
-        assert catalog.queue.queue_stats()["depth"] == 0
+        assert catalog.queue_views.queue_stats()["depth"] == 0
     finally:
         catalog.close()

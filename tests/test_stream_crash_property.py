@@ -158,8 +158,8 @@ def searchable_state(settings: Settings) -> dict[str, Any]:
                 # Deleted before or after its upsert ran: nothing to find either way.
                 docs[name] = {"status": "deleted"}
                 continue
-            groups = cat.documents.get_acl_groups(d.acl_id) if d.acl_id else None
-            deny = cat.documents.get_acl_deny(d.acl_id) if d.acl_id else ()
+            groups = cat.acls.get_acl_groups(d.acl_id) if d.acl_id else None
+            deny = cat.acls.get_acl_deny(d.acl_id) if d.acl_id else ()
             docs[name] = {
                 "status": d.status,
                 "indexed_version": d.indexed_version,

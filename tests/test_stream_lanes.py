@@ -77,7 +77,7 @@ def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path
     assert _docs(settings, "visitors reception desk", "staff") == set()  # narrowed, fail closed
     cat = open_catalog(settings)
     try:
-        assert cat.queue.queue_stats()["by_lane"] == {"slow": 1}
+        assert cat.queue_views.queue_stats()["by_lane"] == {"slow": 1}
     finally:
         cat.close()
     assert _docs(settings, "fire drill north car park", "staff") == set()
@@ -87,7 +87,7 @@ def test_permission_change_and_edit_do_not_wait_for_the_slow_lane(tmp_path: Path
     assert "scan.png" in _docs(settings, "fire drill north car park", "staff")
     cat = open_catalog(settings)
     try:
-        assert cat.queue.queue_stats()["depth"] == 0
+        assert cat.queue_views.queue_stats()["depth"] == 0
     finally:
         cat.close()
 

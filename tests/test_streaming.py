@@ -139,11 +139,11 @@ def test_replay_edit_delete_and_late_events(tmp_path: Path) -> None:
     assert _doc_traces(settings, "notes") == {"vector": 0, "keyword": 0, "catalog": 0, "raw": 0, "parsed": 0}
     cat = open_catalog(settings)
     try:
-        tomb = cat.queue.get_tombstone(ids.doc_id(TENANT, SOURCE, "notes"))
+        tomb = cat.gate_state.get_tombstone(ids.doc_id(TENANT, SOURCE, "notes"))
         assert tomb is not None and tomb["source_version"] == "3" and tomb["completed_at"] is not None
-        assert cat.queue.queue_stats()["depth"] == 0
-        assert cat.queue.queue_stats()["by_state"] == {"done": 5, "duplicate": 3, "dead": 1}
-        fresh = cat.queue.freshness_stats()
+        assert cat.queue_views.queue_stats()["depth"] == 0
+        assert cat.queue_views.queue_stats()["by_state"] == {"done": 5, "duplicate": 3, "dead": 1}
+        fresh = cat.freshness.freshness_stats()
         assert {(f["source_id"], f["kind"]) for f in fresh} == {("wiki", "content"), ("wiki", "permissions")}
     finally:
         cat.close()

@@ -97,7 +97,7 @@ def test_a_plan_older_than_a_tombstone_is_superseded_and_nothing_is_written(writ
     old = _embedded("gone", 2, version="3", event_id="e-3")
     live = _embedded("kept", 1, version="1", event_id="e-1")
     _fetched(writer, [old, live])
-    writer.catalog.queue.put_tombstone(old.plan.doc.doc_id, "t", "5")  # deleted at version 5
+    writer.catalog.gate_state.put_tombstone(old.plan.doc.doc_id, "t", "5")  # deleted at version 5
     outcome = writer.write_batch([old, live])
     assert outcome.superseded == [old.plan]
     assert (outcome.written, outcome.failed) == ([live], [])
@@ -159,7 +159,7 @@ def test_apply_document_acl_moves_the_chunks_to_the_new_acl(writer_of: Any) -> N
     plan = _embedded("a", 3)
     _fetched(writer, [plan])
     writer.write_batch([plan])
-    writer.catalog.documents.upsert_acl("acl-hr", "t", ["hr"])
+    writer.catalog.acls.upsert_acl("acl-hr", "t", ["hr"])
     assert writer.apply_document_acl(plan.plan.doc.doc_id, "t", "acl-hr") == 3
     assert writer.catalog.documents.get_document(plan.plan.doc.doc_id).acl_id == "acl-hr"
     stored = writer.catalog.chunks.chunks_for_doc(plan.plan.doc.doc_id)

@@ -66,7 +66,7 @@ class _AckFn(CatalogDoFn):
         if not outcome.event_id:
             return
         if outcome.state == "done":
-            self._catalog.queue.record_freshness(
+            self._catalog.freshness.record_freshness(
                 [
                     {
                         "event_id": outcome.event_id,

@@ -340,8 +340,8 @@ class _ResolveFn(CatalogDoFn):
 def known_versions(catalog: Any, doc_id: str) -> DocVersions:
     """What the catalog holds for a document (the gate's authority)."""
     doc = catalog.documents.get_document(doc_id)
-    tomb = catalog.queue.get_tombstone(doc_id)
-    acl = catalog.queue.get_acl_version(doc_id)
+    tomb = catalog.gate_state.get_tombstone(doc_id)
+    acl = catalog.gate_state.get_acl_version(doc_id)
     indexed = doc.indexed_version if doc is not None and doc.status == "indexed" else None
     complete = True
     if indexed is not None:
@@ -477,22 +477,22 @@ def held_permissions(catalog: Any, doc_id: str) -> PermissionEvidence | None:
     (an acl event, a timed listing), or None. Evidence from before the
     document's last delete is about the deleted document: None
     (``ragsync.decisions.evidence_predates_delete``)."""
-    row = catalog.queue.get_acl_version(doc_id)
+    row = catalog.gate_state.get_acl_version(doc_id)
     if row is None:
         return None
-    tomb = catalog.queue.get_tombstone(doc_id)
+    tomb = catalog.gate_state.get_tombstone(doc_id)
     if tomb is not None and evidence_predates_delete(
         float(row.get("observed_at") or 0.0), tomb.get("observed_at")
     ):
         return None
-    groups = catalog.documents.get_acl_groups(row["acl_id"])
+    groups = catalog.acls.get_acl_groups(row["acl_id"])
     if groups is None:
         return None
     observed = float(row.get("observed_at") or 0.0)
     return PermissionEvidence(
         tuple(groups),
         observed,
-        tuple(catalog.documents.get_acl_deny(row["acl_id"])),
+        tuple(catalog.acls.get_acl_deny(row["acl_id"])),
         Stamp(str(row["acl_version"]), str(row.get("version_domain") or ""), observed),
     )
 

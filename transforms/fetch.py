@@ -170,7 +170,7 @@ class _FetchFn(CatalogDoFn):
         write_bytes_once(raw_uri, data)
         acl = ids.acl_id(item.tenant_id, item.acl_groups, item.deny_groups)
         cat = self._catalog
-        cat.documents.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
+        cat.acls.upsert_acl(acl, item.tenant_id, list(item.acl_groups), list(item.deny_groups))
         stored = cat.documents.get_document(doc_id)
         chunker_id = self.settings.chunker.config_id
         action = fetch_decision(
@@ -245,7 +245,7 @@ class _FetchFn(CatalogDoFn):
         # too: an acl event older than it is then stale at the gate, as on
         # every later run.
         acl = ids.acl_id(item.tenant_id, chosen.groups, chosen.deny)
-        self._catalog.documents.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
+        self._catalog.acls.upsert_acl(acl, item.tenant_id, list(chosen.groups), list(chosen.deny))
         # An upsert event's evidence carries its own version; a listing's is
         # only a time (a sidecar's mtime, the listing time), kept in a domain
         # of its own so an acl event is always ordered against it by time.
@@ -254,7 +254,7 @@ class _FetchFn(CatalogDoFn):
             if item.event_id
             else (f"{chosen.observed_at:.6f}", LISTING_EVIDENCE)
         )
-        self._catalog.queue.set_acl_version(
+        self._catalog.gate_state.set_acl_version(
             doc_id, item.tenant_id, version, acl, version_domain=domain, observed_at=chosen.observed_at
         )
         return replace(item, acl_groups=chosen.groups, deny_groups=chosen.deny)

@@ -188,7 +188,7 @@ class _ParseFn(CatalogDoFn):
     def _parse(self, doc: FetchedDocument) -> Iterator[Any]:
         cat = self._catalog
         version = self.settings.parser_version
-        stored = None if is_container(doc.mime) else cat.documents.get_parsed(doc.content_hash, version)
+        stored = None if is_container(doc.mime) else cat.parsed.get_parsed(doc.content_hash, version)
         if stored is not None:
             try:
                 elements = _read_elements(stored.elements_uri)
@@ -222,7 +222,7 @@ class _ParseFn(CatalogDoFn):
         uri = self.settings.parsed_uri(doc.content_hash, version)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
-        cat.documents.put_parsed(
+        cat.parsed.put_parsed(
             doc.content_hash,
             version,
             uri,

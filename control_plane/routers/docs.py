@@ -89,7 +89,7 @@ def _status(catalog: Catalog, tenant_id: str, doc_id: str, source_id: str | None
         )
         error = DocError(error_class=row.error_class, message=message) if row.error_class else None
         return view(DocStatusOut, row, stage=row.status, chunks=row.chunk_count, error=error)
-    event = catalog.queue.latest_event(tenant_id, source_id, doc_id) if source_id is not None else None
+    event = catalog.queue_views.latest_event(tenant_id, source_id, doc_id) if source_id is not None else None
     if event is None or source_id is None:
         return None
     return DocStatusOut(

@@ -278,7 +278,7 @@ class StaleEventsOut(BaseModel):
 def stale_events(tenant_id: Tenant, catalog: CatalogDep, limit: int = 20) -> StaleEventsOut:
     """Events of the caller's tenant dropped as older than what a document
     holds (each logged, counted and kept with both versions)."""
-    found = catalog.queue.stale_events(tenant_id=tenant_id, limit=max(1, min(limit, 200)))
+    found = catalog.queue_views.stale_events(tenant_id=tenant_id, limit=max(1, min(limit, 200)))
     return StaleEventsOut(
         count=found["count"],
         recent=[StaleEventOut(**{k: str(r[k]) for k in StaleEventOut.model_fields}) for r in found["recent"]],

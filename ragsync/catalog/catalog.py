@@ -6,13 +6,19 @@ holds one repository per concern, and a caller names the one it uses
 (``catalog.documents.get_document(...)``), so what a step depends on is
 visible where it is called:
 
-* ``catalog.documents`` (:mod:`~ragsync.catalog.documents`) -- documents,
-  ACLs, parsed documents;
+* ``catalog.documents`` (:mod:`~ragsync.catalog.documents`) -- documents;
+* ``catalog.acls`` (:mod:`~ragsync.catalog.acls`) -- ACL ids and their groups;
+* ``catalog.parsed`` (:mod:`~ragsync.catalog.parsed`) -- parsed element lists
+  and pages for OCR review;
 * ``catalog.copies`` (:mod:`~ragsync.catalog.copies`) -- exact copies and
   near-duplicate groups;
 * ``catalog.chunks`` (:mod:`~ragsync.catalog.chunks`) -- chunks and the embedding cache;
-* ``catalog.queue`` (:mod:`~ragsync.catalog.queue`) -- the event queue,
-  leases, tombstones, permission versions and freshness;
+* ``catalog.queue`` (:mod:`~ragsync.catalog.queue`) -- the event queue and leases;
+* ``catalog.queue_views`` (:mod:`~ragsync.catalog.queue_views`) -- depth,
+  age and stale events, for operators;
+* ``catalog.gate_state`` (:mod:`~ragsync.catalog.gate_state`) -- tombstones
+  and permission versions (what the gate compares with);
+* ``catalog.freshness`` (:mod:`~ragsync.catalog.freshness`) -- lag per applied event;
 * ``catalog.dead_letters`` (:mod:`~ragsync.catalog.dead_letters`) -- dead
   letters and their retries;
 * ``catalog.tenants`` (:mod:`~ragsync.catalog.tenants`) -- tenants and API keys;
@@ -45,16 +51,21 @@ from types import TracebackType
 from sqlalchemy import Engine, func, select, text
 
 from ragsync.catalog import schema
+from ragsync.catalog.acls import AclsRepository
 from ragsync.catalog.backfills import BackfillsRepository
 from ragsync.catalog.base import acquire_engine, normalize_url, read_only, release_engine
 from ragsync.catalog.chunks import ChunksRepository
 from ragsync.catalog.copies import CopiesRepository
 from ragsync.catalog.dead_letters import DeadLettersRepository
 from ragsync.catalog.documents import DocumentsRepository
+from ragsync.catalog.freshness import FreshnessRepository
+from ragsync.catalog.gate_state import GateStateRepository
 from ragsync.catalog.identities import IdentitiesRepository
 from ragsync.catalog.index_versions import IndexVersionsRepository
 from ragsync.catalog.migrations import migrate
+from ragsync.catalog.parsed import ParsedRepository
 from ragsync.catalog.queue import QueueRepository
+from ragsync.catalog.queue_views import QueueViewsRepository
 from ragsync.catalog.runs import RunsRepository
 from ragsync.catalog.sources import SourcesRepository
 from ragsync.catalog.syncs import SyncsRepository
@@ -75,9 +86,14 @@ class Catalog:
         self._engine = engine
         self._read_engine = read_only(engine)
         self.documents = DocumentsRepository(engine)
+        self.acls = AclsRepository(engine)
+        self.parsed = ParsedRepository(engine)
         self.chunks = ChunksRepository(engine)
         self.copies = CopiesRepository(engine, self.chunks)
         self.queue = QueueRepository(engine)
+        self.queue_views = QueueViewsRepository(engine)
+        self.gate_state = GateStateRepository(engine)
+        self.freshness = FreshnessRepository(engine)
         self.dead_letters = DeadLettersRepository(engine)
         self.tenants = TenantsRepository(engine)
         self.sources = SourcesRepository(engine)

@@ -8,7 +8,6 @@ fetch writes) and :class:`ParsedRow` (``parsed_docs``). Tables: ``documents``,
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 from sqlalchemy import and_, case, func, select, update
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _batches, _json_list, _now, _tuple_from_json, row_to
+from ragsync.catalog.base import Repository, _batches, _now, row_to
 from ragsync.model import FetchedDocument
 
 #: Document statuses written by this module. Other stages may set their own
@@ -180,93 +179,6 @@ def document_update(doc_id: str, **values: Any) -> Any:
 
 class DocumentsRepository(Repository):
     """Documents, ACLs, parsed documents, exact and near duplicates."""
-
-    # -- ACLs ----------------------------------------------------------------------
-
-    def upsert_acl(
-        self, acl_id: str, tenant_id: str, groups: Sequence[str], deny: Sequence[str] = ()
-    ) -> None:
-        """Create or replace an ACL row and its group lookup rows.
-
-        Args:
-            acl_id: ACL id (stable for a set of allowed and denied groups).
-            tenant_id: owner tenant.
-            groups: groups allowed to read; stored sorted and de-duplicated.
-            deny: groups explicitly denied (their members never read through
-                this ACL, whatever else they belong to).
-        """
-        unique = sorted(set(groups))
-        denied = sorted(set(deny))
-        with self._engine.begin() as conn:
-            self._upsert(
-                conn,
-                schema.acls,
-                [
-                    {
-                        "acl_id": acl_id,
-                        "tenant_id": tenant_id,
-                        "allow_groups": _json_list(unique),
-                        "deny_groups": _json_list(denied),
-                        "updated_at": _now(),
-                    }
-                ],
-                ["acl_id"],
-                ["tenant_id", "allow_groups", "deny_groups", "updated_at"],
-            )
-            for table, names in ((schema.acl_groups, unique), (schema.acl_denies, denied)):
-                conn.execute(table.delete().where(table.c.acl_id == acl_id))
-                if names:
-                    conn.execute(
-                        table.insert(),
-                        [{"tenant_id": tenant_id, "group_name": g, "acl_id": acl_id} for g in names],
-                    )
-
-    def get_acl_groups(self, acl_id: str) -> tuple[str, ...] | None:
-        """The groups of an ACL, sorted, or None when the ACL does not exist."""
-        with self._read_engine.connect() as conn:
-            text = conn.execute(
-                select(schema.acls.c.allow_groups).where(schema.acls.c.acl_id == acl_id)
-            ).scalar_one_or_none()
-        return None if text is None else _tuple_from_json(text)
-
-    def get_acl_deny(self, acl_id: str) -> tuple[str, ...]:
-        """The groups an ACL denies, sorted (``()`` for none or an unknown ACL)."""
-        with self._read_engine.connect() as conn:
-            text = conn.execute(
-                select(schema.acls.c.deny_groups).where(schema.acls.c.acl_id == acl_id)
-            ).scalar_one_or_none()
-        return _tuple_from_json(text) if text else ()
-
-    def acl_ids_denying(self, tenant_id: str, groups: Sequence[str]) -> list[str]:
-        """ACL ids of a tenant that deny at least one of the groups (sorted)."""
-        return self._acl_lookup(schema.acl_denies, tenant_id, groups)
-
-    def _acl_lookup(self, t: Any, tenant_id: str, groups: Sequence[str]) -> list[str]:
-        unique = sorted(set(groups))
-        if not unique:
-            return []
-        found: set[str] = set()
-        with self._read_engine.connect() as conn:
-            for batch in _batches(unique):
-                query = select(t.c.acl_id).where(t.c.tenant_id == tenant_id, t.c.group_name.in_(batch))
-                found.update(conn.execute(query).scalars())
-        return sorted(found)
-
-    def acl_ids_for_groups(self, tenant_id: str, groups: Sequence[str]) -> list[str]:
-        """ACL ids of a tenant that allow at least one of the groups.
-
-        Args:
-            tenant_id: tenant; ACLs of other tenants are never returned.
-            groups: the reader's groups.
-
-        Returns:
-            Sorted, unique ACL ids; ``[]`` when ``groups`` is empty. An ACL
-            that also denies one of the groups is left out (a deny entry wins
-            over every allow).
-        """
-        allowed = self._acl_lookup(schema.acl_groups, tenant_id, groups)
-        denied = set(self.acl_ids_denying(tenant_id, groups))
-        return [a for a in allowed if a not in denied]
 
     # -- documents ---------------------------------------------------------------
 
@@ -583,73 +495,3 @@ class DocumentsRepository(Repository):
             return int(conn.execute(query).scalar() or 0) > 0
 
     # -- parsed documents ---------------------------------------------------------
-
-    def get_parsed(self, content_hash: str, parser_version: str) -> ParsedRow | None:
-        """The stored parse of some bytes by a parser version, or None."""
-        row = self._find(schema.parsed_docs, content_hash=content_hash, parser_version=parser_version)
-        if row is None:
-            return None
-        pages = tuple(int(p) for p in _tuple_from_json(row["pages_for_review"]))
-        return row_to(ParsedRow, row, pages_for_review=pages)
-
-    def put_parsed(
-        self,
-        content_hash: str,
-        parser_version: str,
-        elements_uri: str,
-        pages: int,
-        pages_for_review: Sequence[int] = (),
-        ocr_confidence: float | None = None,
-    ) -> None:
-        """Record (or overwrite) where a parse of some bytes is stored.
-
-        Args:
-            content_hash: sha256 hex of the bytes.
-            parser_version: version of the parser.
-            elements_uri: object-store uri of the elements.
-            pages: number of pages.
-            pages_for_review: pages not indexed.
-            ocr_confidence: mean OCR confidence, or None.
-        """
-        row = {
-            "content_hash": content_hash,
-            "parser_version": parser_version,
-            "elements_uri": elements_uri,
-            "pages": pages,
-            "pages_for_review": _json_list(int(p) for p in pages_for_review),
-            "ocr_confidence": ocr_confidence,
-        }
-        with self._engine.begin() as conn:
-            self._upsert(
-                conn,
-                schema.parsed_docs,
-                [row],
-                ["content_hash", "parser_version"],
-                ["elements_uri", "pages", "pages_for_review", "ocr_confidence"],
-            )
-
-    def pages_for_review(self, *, limit: int = 20) -> dict[str, Any]:
-        """Pages not indexed because OCR fell below the bar: totals and the
-        documents holding them (uri and page numbers)."""
-        p, d = schema.parsed_docs, schema.documents
-        query = (
-            select(d.c.doc_id, d.c.uri, p.c.pages_for_review)
-            .select_from(p.join(d, d.c.content_hash == p.c.content_hash))
-            .where(p.c.pages_for_review.is_not(None))
-            .where(p.c.pages_for_review != "[]")
-            .where(d.c.deleted_at.is_(None))
-        )
-        docs = []
-        with self._read_engine.connect() as conn:
-            # Sorted here, not in SQL: an ORDER BY doc_id makes the planner
-            # walk every document in key order instead of starting from the
-            # few parses with pages for review (ix_parsed_docs_review).
-            for doc_id, uri, pages_json in sorted(conn.execute(query).all()):
-                pages = sorted(set(json.loads(pages_json or "[]")))
-                if pages:
-                    docs.append({"doc_id": doc_id, "uri": uri, "pages": pages})
-        return {
-            "documents": len(docs),
-            "pages": sum(len(x["pages"]) for x in docs),
-            "items": docs[:limit],
-        }

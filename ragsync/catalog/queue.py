@@ -1,11 +1,8 @@
-"""The local event queue and the streaming bookkeeping around it.
-
-Tables: ``events`` (the durable queue of the local default; Pub/Sub or Kafka
-in production), ``tombstones`` (deletes), ``acl_versions`` (the last applied
-permission change per document) and ``freshness`` (one row per applied
-event). Event, tombstone and ACL-version rows are returned as dicts of their
-columns: an event row is also what the Pub/Sub and Kafka readers build, so the
-streaming graph takes one shape from every bus.
+"""The local event queue: table ``events`` (the durable queue of the local
+default; Pub/Sub or Kafka in production). Event rows are returned as dicts
+of their columns: an event row is also what the Pub/Sub and Kafka readers
+build, so the streaming graph takes one shape from every bus. (Tombstones
+and permission versions: ``gate_state``; lag per applied event: ``freshness``.)
 
 Event states: ``pending`` -> ``done`` (or ``stale``, ``duplicate``), or
 ``pending`` -> ``dead`` after the last attempt. ``available_at`` delays a
@@ -347,64 +344,6 @@ class QueueRepository(Repository):
                 alive.update(held)
         return alive
 
-    def queue_stats(self, *, now: float | None = None) -> dict[str, Any]:
-        """Queue depth by state and lane, and the age of the oldest pending
-        event (overall and per lane in ``oldest_pending_age_s_by_lane``)."""
-        t = schema.events
-        ts = _now() if now is None else now
-        by_state = self._count_by(t.c.state)
-        by_lane = self._count_by(t.c.lane, t.c.state == "pending")
-        query = select(t.c.lane, func.min(t.c.enqueued_at)).where(t.c.state == "pending").group_by(t.c.lane)
-        with self._read_engine.connect() as conn:
-            oldest_by_lane = {str(lane): float(at) for lane, at in conn.execute(query).all()}
-        oldest = min(oldest_by_lane.values()) if oldest_by_lane else None
-        return {
-            "by_state": by_state,
-            "by_lane": by_lane,
-            "depth": by_state.get("pending", 0),
-            "oldest_pending_age_s": round(ts - oldest, 3) if oldest is not None else 0.0,
-            "oldest_pending_age_s_by_lane": {
-                lane: round(ts - at, 3) for lane, at in sorted(oldest_by_lane.items())
-            },
-        }
-
-    def queue_intervals(self, *, since: float = 0.0) -> list[tuple[str, float, float | None]]:
-        """``(lane, enqueued_at, finished_at)`` of every event still pending or
-        finished at or after ``since`` (``finished_at`` None: still pending;
-        events finished before revision 0005 have none and are left out
-        unless pending): the queue's depth at an instant ``t`` is the number
-        of intervals with ``enqueued_at <= t < finished_at``."""
-        t = schema.events
-        query = select(t.c.lane, t.c.enqueued_at, t.c.finished_at).where(
-            or_(t.c.state == "pending", t.c.finished_at >= since)
-        )
-        with self._read_engine.connect() as conn:
-            return [
-                (str(lane), float(enq), None if fin is None else float(fin))
-                for lane, enq, fin in conn.execute(query).all()
-            ]
-
-    def latest_event(self, tenant_id: str, source_id: str, source_object_id: str) -> dict[str, Any] | None:
-        """The most recently queued event of one object of a tenant's source
-        (row as a dict), or None."""
-        t = schema.events
-        query = (
-            select(t)
-            .where(t.c.tenant_id == tenant_id, t.c.source_id == source_id, t.c.doc_id == source_object_id)
-            .order_by(t.c.enqueued_at.desc(), t.c.event_id.desc())
-            .limit(1)
-        )
-        with self._read_engine.connect() as conn:
-            row = conn.execute(query).mappings().first()
-        return None if row is None else dict(row)
-
-    def event_counts(self) -> dict[tuple[str, str], int]:
-        """Queue rows counted by ``(op, state)``."""
-        t = schema.events
-        query = select(t.c.op, t.c.state, func.count()).group_by(t.c.op, t.c.state)
-        with self._read_engine.connect() as conn:
-            return {(str(op), str(state)): int(n) for op, state, n in conn.execute(query).all()}
-
     def claim_events(
         self,
         *,
@@ -455,51 +394,14 @@ class QueueRepository(Repository):
         """
         t = schema.events
         ts = _now() if now is None else now
-        rank = case({"priority": 0, "fast": 1, "slow": 2}, value=t.c.lane, else_=3)
-        turn = (
-            func.row_number()
-            .over(partition_by=(t.c.lane, t.c.tenant_id), order_by=(t.c.enqueued_at, t.c.event_id))
-            .label("turn")
-        )
-        due = (
-            select(t.c.tenant_id, t.c.event_id, rank.label("rank"), turn, t.c.enqueued_at)
-            .where(
-                t.c.state == "pending",
-                t.c.available_at <= ts,
-                t.c.lane.in_(list(lanes)),
-                *scope_filter(t, scope),
-            )
-            .subquery()
-        )
-        picked = (
-            select(due.c.tenant_id, due.c.event_id)
-            .order_by(due.c.rank, due.c.turn, due.c.enqueued_at, due.c.tenant_id, due.c.event_id)
-            .limit(limit)
-        )
         with self._engine.begin() as conn:
-            keys = [(str(a), str(b)) for a, b in conn.execute(picked).all()]
+            keys = [(str(a), str(b)) for a, b in conn.execute(_due_events(ts, lanes, scope, limit)).all()]
             if not keys:
                 return ClaimedEvents([], [])
             order = {k: i for i, k in enumerate(keys)}
             rows = [dict(r) for r in conn.execute(select(t).where(self._keyed(t, keys))).mappings()]
             rows.sort(key=lambda r: order[(r["tenant_id"], r["event_id"])])
-            looped: list[dict[str, Any]] = []
-            claimed: list[dict[str, Any]] = []
-            counts: dict[int, list[EventKey]] = {}
-            gone: dict[str, bool] = {}
-            for r in rows:
-                previous = str(r.get("lease_holder") or "")
-                if previous and previous not in gone:
-                    gone[previous] = previous != holder and holder_gone is not None and holder_gone(previous)
-                delivery = next_delivery(
-                    int(r.get("deliveries") or 0),
-                    lost_with_process=bool(previous) and gone[previous],
-                    max_deliveries=max_deliveries,
-                )
-                r["deliveries"] = delivery.deliveries
-                (looped if delivery.crash_loop else claimed).append(r)
-                if not delivery.crash_loop:
-                    counts.setdefault(delivery.deliveries, []).append((r["tenant_id"], r["event_id"]))
+            claimed, looped = _count_deliveries(rows, holder, holder_gone, max_deliveries)
             if looped:
                 dead = [(r["tenant_id"], r["event_id"]) for r in looped]
                 conn.execute(
@@ -507,6 +409,9 @@ class QueueRepository(Repository):
                     .where(self._keyed(t, dead))
                     .values(state="dead", finished_at=ts, lease_holder=None)
                 )
+            counts: dict[int, list[EventKey]] = {}
+            for r in claimed:
+                counts.setdefault(r["deliveries"], []).append((r["tenant_id"], r["event_id"]))
             for deliveries, keys_at in sorted(counts.items()):
                 for batch in _batches(keys_at, 200):
                     conn.execute(
@@ -573,195 +478,69 @@ class QueueRepository(Repository):
 
     # -- tombstones and permission versions --------------------------------
 
-    def get_tombstone(self, doc_id: str) -> dict[str, Any] | None:
-        """The document's tombstone (row as a dict), or None."""
-        return self._find(schema.tombstones, doc_id=doc_id)
-
-    def put_tombstone(
-        self,
-        doc_id: str,
-        tenant_id: str,
-        source_version: str,
-        *,
-        version_domain: str = "",
-        observed_at: float | None = None,
-    ) -> None:
-        """Record a delete (the tombstone blocks older upserts) and mark the
-        document deleted; completion is recorded by ``complete_tombstone``.
-        ``version_domain`` and ``observed_at`` (the delete's event time) let
-        the gate order the tombstone against versions of another domain."""
-        ts = _now()
-        row = {
-            "doc_id": doc_id,
-            "tenant_id": tenant_id,
-            "source_version": source_version,
-            "deleted_at": ts,
-            "completed_at": None,
-            "version_domain": version_domain or None,
-            "observed_at": observed_at or None,
-        }
-        with self._engine.begin() as conn:
-            self._upsert(
-                conn,
-                schema.tombstones,
-                [row],
-                ["doc_id"],
-                ["source_version", "deleted_at", "completed_at", "version_domain", "observed_at"],
-            )
-            d = schema.documents
-            conn.execute(
-                update(d)
-                .where(d.c.doc_id == doc_id)
-                .values(status="deleted", deleted_at=ts, chunk_count=0, updated_at=ts)
-            )
-
-    def list_tombstones(self) -> list[dict[str, Any]]:
-        """Every tombstone row (as dicts), by doc_id."""
-        t = schema.tombstones
-        with self._read_engine.connect() as conn:
-            return [dict(r) for r in conn.execute(select(t).order_by(t.c.doc_id)).mappings()]
-
-    def complete_tombstone(self, doc_id: str) -> None:
-        t = schema.tombstones
-        with self._engine.begin() as conn:
-            conn.execute(update(t).where(t.c.doc_id == doc_id).values(completed_at=_now()))
-
-    def get_acl_version(self, doc_id: str) -> dict[str, Any] | None:
-        """The document's last applied permission change (row as a dict), or None."""
-        return self._find(schema.acl_versions, doc_id=doc_id)
-
-    def set_acl_version(
-        self,
-        doc_id: str,
-        tenant_id: str,
-        acl_version: str,
-        acl_id: str,
-        *,
-        version_domain: str = "",
-        observed_at: float | None = None,
-    ) -> None:
-        """Record the permission evidence a document was given: its version,
-        domain and the time it was true at the source (``observed_at``)."""
-        row = {
-            "doc_id": doc_id,
-            "tenant_id": tenant_id,
-            "acl_version": acl_version,
-            "acl_id": acl_id,
-            "updated_at": _now(),
-            "version_domain": version_domain or None,
-            "observed_at": observed_at or None,
-        }
-        with self._engine.begin() as conn:
-            self._upsert(
-                conn,
-                schema.acl_versions,
-                [row],
-                ["doc_id"],
-                ["acl_version", "acl_id", "updated_at", "version_domain", "observed_at"],
-            )
-
     def note_event(self, key: EventKey, note: str) -> None:
         """Keep why an event was dropped (a stale one names both versions)."""
         t = schema.events
         with self._engine.begin() as conn:
             conn.execute(update(t).where(self._keyed(t, [key])).values(note=note[:2000]))
 
-    def stale_events(self, *, tenant_id: str | None = None, limit: int = 10) -> dict[str, Any]:
-        """Events the version gate dropped as stale: how many, and the newest
-        ``limit`` with the reason naming the event's and the held version."""
-        t = schema.events
-        where = t.c.state == "stale"
-        if tenant_id is not None:
-            where = and_(where, t.c.tenant_id == tenant_id)
-        with self._read_engine.connect() as conn:
-            count = int(conn.execute(select(func.count()).select_from(t).where(where)).scalar() or 0)
-            rows = conn.execute(
-                select(
-                    t.c.tenant_id,
-                    t.c.event_id,
-                    t.c.source_id,
-                    t.c.doc_id,
-                    t.c.op,
-                    t.c.source_version,
-                    t.c.note,
-                )
-                .where(where)
-                .order_by(t.c.enqueued_at.desc(), t.c.event_id)
-                .limit(limit)
-            ).mappings()
-            recent = [{k: ("" if v is None else v) for k, v in r.items()} for r in rows]
-        return {"count": count, "recent": recent}
-
     # -- freshness ----------------------------------------------------------------
 
-    def record_freshness(self, rows: Sequence[Mapping[str, Any]]) -> None:
-        """Store (event_id, source_id, tenant_id, op, lane, event_time,
-        applied_at) rows; a replayed event keeps its first measurement."""
-        if not rows:
-            return
-        with self._engine.begin() as conn:
-            self._upsert(conn, schema.freshness, [dict(r) for r in rows], ["tenant_id", "event_id"], None)
 
-    def freshness_series(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
-        """``(lane, source_id, applied_at, applied_at - event_time)`` of the
-        events applied at or after ``since``, oldest first (for plots)."""
-        t = schema.freshness
-        query = (
-            select(t.c.lane, t.c.source_id, t.c.applied_at, t.c.event_time)
-            .where(t.c.applied_at >= since)
-            .order_by(t.c.applied_at)
+def _due_events(ts: float, lanes: Sequence[str], scope: EventScope | None, limit: int) -> Any:
+    """The query of the keys of up to ``limit`` due pending events of
+    ``lanes`` (and ``scope``): the ``priority`` lane first; within a lane,
+    round-robin over tenants (the n-th oldest event of every tenant before the
+    n+1-th of any); then age."""
+    t = schema.events
+    rank = case({"priority": 0, "fast": 1, "slow": 2}, value=t.c.lane, else_=3)
+    turn = (
+        func.row_number()
+        .over(partition_by=(t.c.lane, t.c.tenant_id), order_by=(t.c.enqueued_at, t.c.event_id))
+        .label("turn")
+    )
+    due = (
+        select(t.c.tenant_id, t.c.event_id, rank.label("rank"), turn, t.c.enqueued_at)
+        .where(
+            t.c.state == "pending",
+            t.c.available_at <= ts,
+            t.c.lane.in_(list(lanes)),
+            *scope_filter(t, scope),
         )
-        with self._read_engine.connect() as conn:
-            return [
-                (str(lane), str(sid), float(at), max(0.0, float(at) - float(et)))
-                for lane, sid, at, et in conn.execute(query).all()
-            ]
-
-    def freshness_rows(self, *, since: float = 0.0) -> list[tuple[str, str, float, float]]:
-        """``(event_id, op, event_time, applied_at)`` of the events applied at or after ``since``."""
-        t = schema.freshness
-        query = select(t.c.event_id, t.c.op, t.c.event_time, t.c.applied_at).where(t.c.applied_at >= since)
-        with self._read_engine.connect() as conn:
-            return [(str(e), str(o), float(et), float(at)) for e, o, et, at in conn.execute(query).all()]
-
-    def freshness_stats(self, *, since: float | None = None) -> list[dict[str, Any]]:
-        """p50/p95 of applied_at - event_time per tenant, source, lane and kind
-        (``content`` for upserts, ``permissions`` for acl and delete); two
-        tenants' sources with the same id are separate rows."""
-        t = schema.freshness
-        query = select(t.c.tenant_id, t.c.source_id, t.c.lane, t.c.op, t.c.event_time, t.c.applied_at)
-        if since is not None:
-            query = query.where(t.c.applied_at >= since)
-        groups: dict[tuple[str, str, str, str], list[float]] = {}
-        with self._read_engine.connect() as conn:
-            for tenant_id, source_id, lane, op, event_time, applied_at in conn.execute(query).all():
-                kind = "content" if op == "upsert" else "permissions"
-                groups.setdefault((tenant_id, source_id, lane, kind), []).append(
-                    max(0.0, applied_at - event_time)
-                )
-        out = []
-        for (tenant_id, source_id, lane, kind), values in sorted(groups.items()):
-            values.sort()
-            out.append(
-                {
-                    "tenant_id": tenant_id,
-                    "source_id": source_id,
-                    "lane": lane,
-                    "kind": kind,
-                    "events": len(values),
-                    "p50_s": round(_percentile(values, 0.50), 3),
-                    "p95_s": round(_percentile(values, 0.95), 3),
-                }
-            )
-        return out
+        .subquery()
+    )
+    return (
+        select(due.c.tenant_id, due.c.event_id)
+        .order_by(due.c.rank, due.c.turn, due.c.enqueued_at, due.c.tenant_id, due.c.event_id)
+        .limit(limit)
+    )
 
 
-def _percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Nearest-rank percentile of an ascending list (0.0 when empty)."""
-    if not sorted_values:
-        return 0.0
-    rank = max(1, int(-(-q * len(sorted_values) // 1)))
-    return float(sorted_values[min(rank, len(sorted_values)) - 1])
+def _count_deliveries(
+    rows: list[dict[str, Any]],
+    holder: str,
+    holder_gone: Callable[[str], bool] | None,
+    max_deliveries: int,
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Split leased rows into (claimed, crash-looped), each row's
+    ``deliveries`` set to its new count (``ragsync.decisions.next_delivery``:
+    a lease lost with its holder's whole process is not counted). Whether a
+    previous holder is gone is asked once per holder."""
+    claimed: list[dict[str, Any]] = []
+    looped: list[dict[str, Any]] = []
+    gone: dict[str, bool] = {}
+    for r in rows:
+        previous = str(r.get("lease_holder") or "")
+        if previous and previous not in gone:
+            gone[previous] = previous != holder and holder_gone is not None and holder_gone(previous)
+        delivery = next_delivery(
+            int(r.get("deliveries") or 0),
+            lost_with_process=bool(previous) and gone[previous],
+            max_deliveries=max_deliveries,
+        )
+        r["deliveries"] = delivery.deliveries
+        (looped if delivery.crash_loop else claimed).append(r)
+    return claimed, looped
 
 
 def _event_row(event: Any, tenant: str, ts: float) -> dict[str, Any]:

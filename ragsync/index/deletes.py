@@ -54,7 +54,7 @@ def delete_document(
     cat = service.catalog
     doc = cat.documents.get_document(doc_id)
     children = cat.documents.children_of(doc_id)  # before the tombstone; a retry finds them deleted
-    cat.queue.put_tombstone(
+    cat.gate_state.put_tombstone(
         doc_id, tenant_id, source_version, version_domain=version_domain, observed_at=observed_at
     )
     if doc is not None and (doc.canonical_doc_id or doc_id) != doc_id:
@@ -85,5 +85,5 @@ def delete_document(
             version_domain=version_domain,
             observed_at=observed_at,
         )
-    cat.queue.complete_tombstone(doc_id)
+    cat.gate_state.complete_tombstone(doc_id)
     return deleted

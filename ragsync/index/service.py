@@ -159,7 +159,7 @@ class IndexService(IndexCore):
         if not src.event_id:
             return False
         version = source_file_stamp(src)
-        tomb = row_stamp(self.catalog.queue.get_tombstone(plan.doc.doc_id), "source_version")
+        tomb = row_stamp(self.catalog.gate_state.get_tombstone(plan.doc.doc_id), "source_version")
         if tomb is not None and compare_versions(version, tomb) != Order.NEWER:
             return True
         doc = self.catalog.documents.get_document(plan.doc.doc_id)
@@ -294,9 +294,9 @@ class IndexService(IndexCore):
         from ragsync import ids
 
         acl_id = ids.acl_id(tenant_id, list(groups), list(deny))
-        self.catalog.documents.upsert_acl(acl_id, tenant_id, list(groups), list(deny))
+        self.catalog.acls.upsert_acl(acl_id, tenant_id, list(groups), list(deny))
         chunks = self.apply_document_acl(doc_id, tenant_id, acl_id)
-        self.catalog.queue.set_acl_version(
+        self.catalog.gate_state.set_acl_version(
             doc_id, tenant_id, source_version, acl_id, version_domain=version_domain, observed_at=observed_at
         )
         return chunks

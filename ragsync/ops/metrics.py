@@ -76,7 +76,7 @@ class CatalogCollector(Collector):
             *by,
         )
         applied = _gauge("ragsync_freshness_events", "Applied events measured", *by)
-        for f in cat.queue.freshness_stats():
+        for f in cat.freshness.freshness_stats():
             labels = [f["tenant_id"], f["source_id"], f["lane"], f["kind"]]
             p50.add_metric(labels, f["p50_s"])
             p95.add_metric(labels, f["p95_s"])
@@ -85,7 +85,7 @@ class CatalogCollector(Collector):
         yield p95
         yield applied
 
-        queue = cat.queue.queue_stats()
+        queue = cat.queue_views.queue_stats()
         depth = _gauge("ragsync_queue_depth", "Pending events by lane", "lane")
         oldest = _gauge(
             "ragsync_queue_oldest_pending_age_seconds", "Age of the oldest pending event by lane", "lane"
@@ -121,7 +121,7 @@ class CatalogCollector(Collector):
 
         yield from _run_series(cat.runs.list_runs(limit=None))
 
-        review = cat.documents.pages_for_review(limit=0)
+        review = cat.parsed.pages_for_review(limit=0)
         yield GaugeMetricFamily(
             "ragsync_pages_for_review", "Pages not indexed: OCR below the bar", value=review["pages"]
         )

@@ -187,7 +187,7 @@ def evaluate(
         for g, qv in zip(golden, vectors_q, strict=True):
             key = (g.tenant, tuple(g.groups or groups))
             if key not in acl_cache:
-                acl_cache[key] = catalog.documents.acl_ids_for_groups(g.tenant, list(key[1]))
+                acl_cache[key] = catalog.acls.acl_ids_for_groups(g.tenant, list(key[1]))
             acl_ids = acl_cache[key]
             vhits = [h.chunk_id for h in vec.search(g.tenant, [float(x) for x in qv], acl_ids, DEPTH)]
             khits = [h.chunk_id for h in kw.search(g.tenant, g.query, acl_ids, DEPTH)]

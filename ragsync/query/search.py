@@ -330,8 +330,8 @@ def reader_of(
 
     def grant(held: Sequence[str]) -> ReadGrant:
         return ReadGrant(
-            frozenset(catalog.documents.acl_ids_for_groups(tenant_id, list(held))),
-            frozenset(catalog.documents.acl_ids_denying(tenant_id, list(held))),
+            frozenset(catalog.acls.acl_ids_for_groups(tenant_id, list(held))),
+            frozenset(catalog.acls.acl_ids_denying(tenant_id, list(held))),
         )
 
     if groups is not None:
