@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from ragsync.errors import ConfigurationError
-from ragsync.index.base import Hit
+from ragsync.index.base import Hit, SearchFilter
 from ragsync.model import Chunk
 
 DIM = 8
@@ -102,7 +102,8 @@ class Harness:
         doc_ids: Sequence[str] | None = None,
     ) -> list[Hit]:
         query = self.query_for(target)
-        return list(store.search(tenant, query, acl, k, deny_acl_ids=deny, doc_ids=doc_ids))
+        where = SearchFilter(tuple(deny), None if doc_ids is None else tuple(doc_ids))
+        return list(store.search(tenant, query, acl, k, where=where))
 
     def set_acl(self, store: Any, tenant: str, chunks: Sequence[Chunk], acl: Sequence[str]) -> None:
         raise NotImplementedError

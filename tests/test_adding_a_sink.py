@@ -34,7 +34,7 @@ from ragsync.index.backends import (
     register_keyword_backend,
     register_vector_backend,
 )
-from ragsync.index.base import ClosesOnExit, Hit, check_chunk_tenants
+from ragsync.index.base import NO_FILTER, ClosesOnExit, Hit, SearchFilter, check_chunk_tenants
 from ragsync.index.reconcile import reconcile
 from ragsync.model import Chunk
 from ragsync.query.search import hybrid_query
@@ -66,15 +66,9 @@ class MemoryKeywordIndex(ClosesOnExit):
         self.upsert(chunks)
 
     def search(
-        self,
-        tenant_id: str,
-        text: str,
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, where: SearchFilter = NO_FILTER
     ) -> list[Hit]:
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         MemoryKeywordIndex.searches.append(text)
         words = set(text.lower().split())
         hits = []
@@ -146,9 +140,9 @@ class MemoryVectorIndex(ClosesOnExit):
         acl_ids: Sequence[str],
         k: int,
         *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        where: SearchFilter = NO_FILTER,
     ) -> list[Hit]:
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         query = np.asarray(vector, dtype=np.float64)
         query = query / (np.linalg.norm(query) or 1.0)
         hits = []

@@ -37,6 +37,25 @@ class Hit:
     score: float
 
 
+@dataclass(frozen=True)
+class SearchFilter:
+    """What narrows a search beyond the reader's ACL ids.
+
+    Attributes:
+        deny_acl_ids: a chunk holding one of these ACL ids is never returned
+            (a deny entry of the reader's groups: deny wins).
+        doc_ids: only chunks of these documents (a source filter pushed
+            down); None for any document, empty for none.
+    """
+
+    deny_acl_ids: tuple[str, ...] = ()
+    doc_ids: tuple[str, ...] | None = None
+
+
+NO_FILTER = SearchFilter()
+"""The filter of a search narrowed by nothing but the reader's ACL ids."""
+
+
 def check_chunk_tenants(tenant_id: str, chunks: Sequence[Chunk]) -> None:
     """Refuse a per-tenant write that carries another tenant's chunk.
 
@@ -90,12 +109,10 @@ class VectorIndex(Protocol):
         acl_ids: Sequence[str],
         k: int,
         *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        where: SearchFilter = NO_FILTER,
     ) -> list[Hit]:
-        """Top k rows of the tenant whose acl_ids intersect ``acl_ids`` and
-        hold none of ``deny_acl_ids`` (and, unless ``doc_ids`` is None,
-        whose doc_id is one of ``doc_ids``: a source filter pushed down)."""
+        """Top k rows of the tenant whose acl_ids intersect ``acl_ids``,
+        narrowed by ``where`` (no denied ACL id; only its documents, when it names some)."""
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]:
@@ -131,17 +148,9 @@ class KeywordIndex(Protocol):
         ...
 
     def search(
-        self,
-        tenant_id: str,
-        text: str,
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, where: SearchFilter = NO_FILTER
     ) -> list[Hit]:
-        """BM25 top k of the tenant within ``acl_ids``, never a chunk holding
-        one of ``deny_acl_ids``; only rows of ``doc_ids`` unless it is None."""
+        """BM25 top k of the tenant within ``acl_ids``, narrowed by ``where``."""
         ...
 
     def count_by_doc(self, tenant_id: str | None = None) -> dict[str, int]: ...

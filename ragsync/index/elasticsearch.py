@@ -35,7 +35,15 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
-from ragsync.index.base import ClosesOnExit, Hit, ServerAliasBackend, Settings, check_chunk_tenants
+from ragsync.index.base import (
+    NO_FILTER,
+    ClosesOnExit,
+    Hit,
+    SearchFilter,
+    ServerAliasBackend,
+    Settings,
+    check_chunk_tenants,
+)
 from ragsync.model import Chunk
 
 BATCH_SIZE = 500
@@ -370,14 +378,7 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
     # -- reads -----------------------------------------------------------------------
 
     def search(
-        self,
-        tenant_id: str,
-        text: str,
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, where: SearchFilter = NO_FILTER
     ) -> list[Hit]:
         """BM25 (``multi_match`` over text and heading) within the tenant and
         the caller's ACLs, never a chunk carrying one of ``deny_acl_ids``
@@ -388,6 +389,7 @@ class ElasticsearchKeywordIndex(ClosesOnExit):
             Up to k hits (at most 10,000), best first; empty ``acl_ids``
             returns ``[]`` without a request (fail closed).
         """
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         es = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
         if not acl or k <= 0 or not text.strip() or (doc_ids is not None and not doc_ids):

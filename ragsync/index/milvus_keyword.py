@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError
-from ragsync.index.base import Hit, ServerAliasBackend, Settings, check_chunk_tenants
+from ragsync.index.base import NO_FILTER, Hit, SearchFilter, ServerAliasBackend, Settings, check_chunk_tenants
 from ragsync.index.milvus import MAX_TOP_K, MilvusCollection, lite_one_process
 from ragsync.model import Chunk
 
@@ -163,14 +163,7 @@ class MilvusKeywordIndex(MilvusCollection):
     # -- reads -------------------------------------------------------------------
 
     def search(
-        self,
-        tenant_id: str,
-        text: str,
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, where: SearchFilter = NO_FILTER
     ) -> list[Hit]:
         """BM25 over heading and text, within the tenant and the caller's ACLs.
 
@@ -188,6 +181,7 @@ class MilvusKeywordIndex(MilvusCollection):
             reports it negated as a distance; a server positive: the
             magnitude is the score either way).
         """
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         client = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
         if not acl or k <= 0 or not _WORD.search(text) or (doc_ids is not None and not doc_ids):

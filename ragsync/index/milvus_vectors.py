@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ragsync.errors import ConfigurationError
-from ragsync.index.base import Hit, ServerAliasBackend, Settings
+from ragsync.index.base import NO_FILTER, Hit, SearchFilter, ServerAliasBackend, Settings
 from ragsync.index.milvus import BATCH_SIZE, MAX_TOP_K, MIN_EF, MilvusCollection, _batches, lite_one_process
 from ragsync.model import Chunk
 
@@ -179,8 +179,7 @@ class MilvusVectorIndex(MilvusCollection):
         acl_ids: Sequence[str],
         k: int,
         *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        where: SearchFilter = NO_FILTER,
     ) -> list[Hit]:
         """Nearest rows of ``tenant_id`` whose ACL ids intersect ``acl_ids``
         and hold none of ``deny_acl_ids``.
@@ -203,6 +202,7 @@ class MilvusVectorIndex(MilvusCollection):
             ValueError: the query vector has the wrong dimension or a
                 non-finite value.
         """
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         client = self._require_open()
         acl = list(dict.fromkeys(acl_ids))
         if not acl or k <= 0 or (doc_ids is not None and not doc_ids):

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from ragsync.errors import ConfigurationError, WriteError
-from ragsync.index.base import ClosesOnExit, Hit, Settings, check_chunk_tenants
+from ragsync.index.base import NO_FILTER, ClosesOnExit, Hit, SearchFilter, Settings, check_chunk_tenants
 from ragsync.model import Chunk
 
 _PATH_LOCKS: dict[str, threading.Lock] = {}
@@ -295,14 +295,7 @@ class TantivyKeywordIndex(ClosesOnExit):
     # -- reads -----------------------------------------------------------------------
 
     def search(
-        self,
-        tenant_id: str,
-        text: str,
-        acl_ids: Sequence[str],
-        k: int,
-        *,
-        deny_acl_ids: Sequence[str] = (),
-        doc_ids: Sequence[str] | None = None,
+        self, tenant_id: str, text: str, acl_ids: Sequence[str], k: int, *, where: SearchFilter = NO_FILTER
     ) -> list[Hit]:
         """BM25 over text and heading, within the tenant and the caller's ACLs.
 
@@ -319,6 +312,7 @@ class TantivyKeywordIndex(ClosesOnExit):
         Returns:
             Up to k hits, best first; ``score`` is the BM25 score.
         """
+        deny_acl_ids, doc_ids = where.deny_acl_ids, where.doc_ids
         acl = list(dict.fromkeys(acl_ids))
         words = _user_query_text(text)
         if not acl or k <= 0 or not words or (doc_ids is not None and not doc_ids):

@@ -54,6 +54,7 @@ from ragsync.catalog.documents import LIVE_STATUSES
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding.models import ModelSpec
 from ragsync.index.backends import open_keyword_index, open_vector_index
+from ragsync.index.base import SearchFilter
 from ragsync.query.identity import Reader, ReadGrant
 
 RRF_K = 60
@@ -298,9 +299,10 @@ def hybrid_query(
                 pushed = catalog.copies.doc_ids_in_sources(
                     tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS
                 )
+            where = SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
             while True:
-                vhits = vectors.search(tenant_id, vector, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
-                khits = keywords.search(tenant_id, text, acl_ids, depth, deny_acl_ids=denied, doc_ids=pushed)
+                vhits = vectors.search(tenant_id, vector, acl_ids, depth, where=where)
+                khits = keywords.search(tenant_id, text, acl_ids, depth, where=where)
                 results = _assemble(catalog, tenant_id, vhits, khits, reader, k, filters)
                 exhausted = len(vhits) < depth and len(khits) < depth
                 # A user's grant is per source (a post-filter too): over-fetch as for filters.
