@@ -216,30 +216,13 @@ def _min_confidence(group: Sequence[_Piece]) -> float | None:
     return min(confs) if confs else None
 
 
-def chunk_elements(
-    elements: Sequence[Element],
-    cfg: ChunkerConfig,
-    tokenizer: Tokenizer,
-    *,
-    doc_id: str,
-    tenant_id: str,
-    acl_ids: Sequence[str],
-) -> list[Chunk]:
-    """Turn a document's elements into chunks with deterministic ids.
-
-    Args:
-        elements: parsed elements in reading order.
-        cfg: chunk size settings.
-        tokenizer: the embedding model's tokenizer.
-        doc_id: the canonical document id (part of every chunk id).
-        tenant_id: owner tenant.
-        acl_ids: ACL ids every chunk carries.
-
-    Returns:
-        Chunks in document order with ``ordinal`` 0..n-1. Two chunks with the
-        same text in one document get distinct ids (an occurrence counter is
-        part of the hashed text). An empty element list gives [].
-    """
+def _sections(
+    elements: Sequence[Element], cfg: ChunkerConfig, tokenizer: Tokenizer
+) -> list[tuple[tuple[str, ...], list[_Piece]]]:
+    """The document as sections: (heading path, pieces) in reading order. A
+    heading closes the section before it; a table gives its pieces (whole,
+    or split with the header row repeated); a paragraph longer than
+    ``cfg.max_tokens`` is cut into overlapping windows."""
     heading_stack: list[tuple[int, str]] = []
     sections: list[tuple[tuple[str, ...], list[_Piece]]] = []
     pieces: list[_Piece] = []
@@ -277,11 +260,37 @@ def chunk_elements(
                     _Piece(window, count_tokens(tokenizer, window), el.page, confidence=el.confidence)
                 )
     close_section()
+    return sections
 
+
+def chunk_elements(
+    elements: Sequence[Element],
+    cfg: ChunkerConfig,
+    tokenizer: Tokenizer,
+    *,
+    doc_id: str,
+    tenant_id: str,
+    acl_ids: Sequence[str],
+) -> list[Chunk]:
+    """Turn a document's elements into chunks with deterministic ids.
+
+    Args:
+        elements: parsed elements in reading order.
+        cfg: chunk size settings.
+        tokenizer: the embedding model's tokenizer.
+        doc_id: the canonical document id (part of every chunk id).
+        tenant_id: owner tenant.
+        acl_ids: ACL ids every chunk carries.
+
+    Returns:
+        Chunks in document order with ``ordinal`` 0..n-1. Two chunks with the
+        same text in one document get distinct ids (an occurrence counter is
+        part of the hashed text). An empty element list gives [].
+    """
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     acl = tuple(sorted(set(acl_ids)))
-    for heading_path, section_pieces in sections:
+    for heading_path, section_pieces in _sections(elements, cfg, tokenizer):
         for group in _pack_section(section_pieces, cfg):
             text = "\n\n".join(p.text for p in group)
             keyed = " > ".join(heading_path) + "\x1e" + text
