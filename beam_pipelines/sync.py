@@ -41,9 +41,8 @@ from beam_pipelines.listing import ListingFailedError, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
-from connectors.sources import check_source
+from connectors.sources import CheckedSource, check_source
 from ragsync.catalog.queue import EventScope
-from ragsync.catalog.sources import SourceState
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.embedding.models import ModelSpec
@@ -143,7 +142,7 @@ def run_sync(
     apply: bool = True,
     tenant_id: str | None = None,
     reread: bool = False,
-    source: SourceState | None = None,
+    source: CheckedSource | None = None,
 ) -> SyncResult:
     """Sync ``source_id`` once (see the module docstring).
 
@@ -162,7 +161,8 @@ def run_sync(
             without it the id must be unique across tenants).
         reread: a full listing reads every object, even those its listing
             metadata shows unchanged.
-        source: the source's row when the caller just registered it (not read again).
+        source: the source as the caller just registered it
+            (``connectors.sources.register_source``): not read or checked again.
 
     Raises:
         ConfigurationError: unknown source, no usable location, bad options.
@@ -175,7 +175,9 @@ def run_sync(
     start = time.monotonic()
     catalog = open_catalog(settings)
     try:
-        checked = check_source(catalog, settings, source_id, tenant_id=tenant_id, state=source, syncing=True)
+        checked = check_source(
+            catalog, settings, source_id, tenant_id=tenant_id, registered=source, syncing=True
+        )
         state, spec = checked.state, checked.spec
         share = max_delete_share
         if share is None:

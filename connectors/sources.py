@@ -59,14 +59,17 @@ def register_source(
     sync: str | None = None,
     poll_interval_s: int | None = None,
     version_domain: str | None = None,
-) -> SourceState:
+) -> CheckedSource | None:
     """Register a source (idempotent) with its location ``uri`` ('' for a
     source that takes no ``content_uri``), then set the connector settings
     given (options, credentials reference, how it syncs, how its versions
     compare: ``revision``, ``timestamp`` or ``etag``).
 
     Returns:
-        The source's row as registered (hand it to :func:`check_source`).
+        The source as registered and checked (its row, spec and location), to
+        hand to the run that follows (``run_sync(source=...)``) so it neither
+        reads the row back nor checks the location again; None for a source
+        without a location.
 
     Raises:
         ConfigurationError: ``uri`` is not a usable location or overlaps
@@ -74,8 +77,9 @@ def register_source(
         ValueError: the id, type, sync kind, poll interval or version domain
             is out of its domain (``check_source_definition``).
     """
-    if uri:
-        uri = register_location(uri, reserved=settings.reserved_locations).uri
+    location = register_location(uri, reserved=settings.reserved_locations) if uri else None
+    if location is not None:
+        uri = location.uri
     catalog = open_catalog(settings)
     try:
         catalog.sources.create_source(
@@ -97,8 +101,9 @@ def register_source(
         state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
     finally:
         catalog.close()
-    assert state is not None  # just written
-    return state
+    if state is None or location is None:
+        return None
+    return CheckedSource(state, state.spec(), location)
 
 
 @dataclass(frozen=True)
@@ -145,7 +150,7 @@ def check_source(
     source_id: str,
     *,
     tenant_id: str | None = None,
-    state: SourceState | None = None,
+    registered: CheckedSource | None = None,
     syncing: bool = False,
 ) -> CheckedSource:
     """Resolve and check a registered source once.
@@ -156,13 +161,15 @@ def check_source(
         source_id: the source.
         tenant_id: its tenant (source ids are unique per tenant; without it
             the id must be unique across tenants).
-        state: the row the caller already holds (just registered): not read again.
+        registered: what :func:`register_source` returned in this run: its
+            row is not read again nor its location checked again.
         syncing: the run syncs the source's documents: a paused source is refused.
 
     Raises:
         ConfigurationError: unknown source, or no usable location.
         SourcePausedError: ``syncing`` and the source is paused.
     """
+    state = registered.state if registered is not None else None
     if state is None:
         state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
     if state is None:
@@ -172,6 +179,8 @@ def check_source(
             f"source {source_id} is paused: {state.pause_reason} "
             f"(resume with `ragsync sources resume {source_id}`)"
         )
+    if registered is not None:
+        return registered
     if not state.uri:
         raise ConfigurationError(f"source {source_id!r} declares no location (`ragsync sources add --uri`)")
     location = source_location(state.uri, reserved=settings.reserved_locations)
