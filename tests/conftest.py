@@ -247,3 +247,42 @@ def mediawiki(mediawiki_template: object, tmp_path: Path) -> Iterator[object]:
         yield wiki
     finally:
         wiki.stop()
+
+
+# -- Redmine --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redmine_template() -> Iterator[object]:
+    """One installed Redmine (SQLite) per session; test modules serve copies of it.
+
+    Skipped when Redmine is not installed, except with ``$CI`` set: CI
+    installs it through ``scripts/setup.sh`` and must run these tests.
+    """
+    from tests import redmine
+
+    if not redmine.available():
+        if _in_ci():
+            pytest.fail(f"{redmine.MISSING} (CI is set: the Redmine tests must run)", pytrace=False)
+        pytest.skip(redmine.MISSING)
+    root = Path(tempfile.mkdtemp(prefix="ragsync-rm-"))
+    try:
+        yield redmine.Redmine.install(root / "template")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def redmine(redmine_template: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A running Redmine of this test module's own (a copy of the session's
+    install; Rails takes seconds to start, so tests of a module share it and
+    each makes its own projects, users and issues)."""
+    from tests.redmine import Redmine
+
+    assert isinstance(redmine_template, Redmine)
+    server = redmine_template.copy_to(tmp_path_factory.mktemp("redmine"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -34,7 +34,7 @@ from tests.proc import ROOT, cli
 
 PLUGIN = "tests.fake_connector"
 TENANT = "acme"
-BUILT_IN = ("object_store", "wiki", "drive", "tickets")
+BUILT_IN = ("object_store", "wiki", "drive", "tickets", "redmine")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:

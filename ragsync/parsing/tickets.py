@@ -1,4 +1,4 @@
-"""JSON parser: ticket records (GitHub issues, Jira REST v2) and any other JSON.
+"""JSON parser: ticket records (GitHub issues, Jira REST v2, Redmine) and any other JSON.
 
 A file is one document: a JSON object, a JSON array of objects, or JSONL
 (one object per line). Each ticket becomes a level-1 heading (its title), a
@@ -214,6 +214,58 @@ def _jira(record: dict[str, Any]) -> list[RawElement]:
     return out
 
 
+def is_redmine_issue(record: Any) -> bool:
+    """Whether a decoded JSON value is a Redmine issue as ``connectors.redmine``
+    fetches it: ``{"redmine_issue": {"id", "subject", ...}}``."""
+    issue = record.get("redmine_issue") if isinstance(record, dict) else None
+    return isinstance(issue, dict) and "subject" in issue and len(record) == 1
+
+
+def _redmine(record: dict[str, Any]) -> list[RawElement]:
+    """An issue: ``#ID subject``, its fields (custom fields included), the
+    description, and each journal's note as a comment."""
+    issue: dict[str, Any] = record["redmine_issue"]
+    subject = clean_text(str(issue.get("subject") or ""))
+    out = [RawElement(ElementType.HEADING, f"#{issue.get('id')} {subject}".strip(), 1)]
+    custom = [
+        (_name(f, "name"), ", ".join(map(str, v)) if isinstance(v, list) else _name(v))
+        for f in issue.get("custom_fields") or []
+        if isinstance(f, dict)
+        for v in [f.get("value")]
+    ]
+    para = _fields_paragraph(
+        [
+            ("Project", _name(issue.get("project"), "name")),
+            ("Tracker", _name(issue.get("tracker"), "name")),
+            ("Status", _name(issue.get("status"), "name")),
+            ("Priority", _name(issue.get("priority"), "name")),
+            ("Author", _name(issue.get("author"), "name")),
+            ("Assignee", _name(issue.get("assigned_to"), "name")),
+            ("Category", _name(issue.get("category"), "name")),
+            ("Target version", _name(issue.get("fixed_version"), "name")),
+            *custom,
+            ("Created", _name(issue.get("created_on"))),
+            ("Closed", _name(issue.get("closed_on"))),
+        ]
+    )
+    if para:
+        out.append(para)
+    description = issue.get("description")
+    if isinstance(description, str):
+        out.extend(
+            RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(description.replace("\r\n", "\n"))
+        )
+    found: list[RawElement] = []
+    for journal in issue.get("journals") or []:
+        if isinstance(journal, dict):
+            notes = str(journal.get("notes") or "")
+            found.extend(_comment(_name(journal.get("user"), "name"), _name(journal.get("created_on")), notes))
+    if found:
+        out.append(RawElement(ElementType.HEADING, "Comments", 2))
+        out.extend(found)
+    return out
+
+
 def _flatten(value: Any, path: str, out: list[RawElement]) -> None:
     if len(out) >= MAX_FLAT_VALUES:
         return
@@ -236,7 +288,7 @@ def parse_json(data: bytes) -> RawParse:
 
     Returns:
         Elements with page 0. Metadata: ``records`` (count), ``kind``
-        (``github``, ``jira``, ``json`` or ``mixed``), ``title`` when the file
+        (``github``, ``jira``, ``redmine``, ``json`` or ``mixed``), ``title`` when the file
         holds one ticket, ``skipped_lines`` when JSONL lines were unreadable,
         ``comments_not_included`` when GitHub records only carry a comment
         count (their ``comments_url`` is not fetched).
@@ -253,6 +305,9 @@ def parse_json(data: bytes) -> RawParse:
         if is_jira_issue(record):
             kinds.add("jira")
             out.extend(_jira(record))
+        elif is_redmine_issue(record):
+            kinds.add("redmine")
+            out.extend(_redmine(record))
         elif is_github_issue(record):
             kinds.add("github")
             out.extend(_github(record, meta))

@@ -1,0 +1,170 @@
+"""A real Redmine for the tests, from Debian's packages (``redmine redmine-sqlite``).
+
+``scripts/setup.sh`` installs them when ``RAGSYNC_WITH_REDMINE=1``
+(``scripts/test.sh`` sets it). The session installs one Redmine into a temp
+directory with ``scripts/redmine.sh install`` (migrations, default data, the
+REST API on, the admin's key); each test module serves a copy of that instance
+(its SQLite file) with ``scripts/redmine.sh start`` on a free port, and each
+test makes its own projects, users and issues through the REST API, the way a
+person's change reaches Redmine.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from tests.mediawiki import free_port
+
+REDMINE_DIR = Path("/usr/share/redmine")
+SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "redmine.sh"
+MISSING = "Redmine is not installed: run RAGSYNC_WITH_REDMINE=1 scripts/setup.sh (apt-get install redmine redmine-sqlite)"
+#: Roles of Redmine's default data: Manager (issues visibility "all"),
+#: Developer and Reporter ("default"); each has view_issues.
+MANAGER, DEVELOPER, REPORTER = 3, 4, 5
+
+
+def available() -> bool:
+    """Whether Ruby and Debian's Redmine are installed."""
+    return shutil.which("ruby") is not None and (REDMINE_DIR / "config" / "environment.rb").exists()
+
+
+def _script(*args: str, port: int | None = None) -> str:
+    env = {**os.environ, **({"RAGSYNC_REDMINE_PORT": str(port)} if port else {})}
+    proc = subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, timeout=600, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"scripts/redmine.sh {args[0]} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return proc.stdout.strip()
+
+
+class Redmine:
+    """One Redmine instance: its files under ``root`` and, while started, a server.
+
+    Attributes:
+        root: the instance directory of ``scripts/redmine.sh``.
+        port: the server's port.
+    """
+
+    def __init__(self, root: Path, port: int) -> None:
+        self.root = root
+        self.port = port
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def key(self) -> str:
+        """The admin's API key."""
+        return (self.root / "admin.key").read_text(encoding="utf-8").strip()
+
+    @classmethod
+    def install(cls, root: Path) -> Redmine:
+        """Install a fresh Redmine under ``root`` (scripts/redmine.sh, the README's)."""
+        _script("install", str(root))
+        return cls(root, 0)
+
+    def copy_to(self, root: Path) -> Redmine:
+        """A copy of this instance (database, configuration) under ``root``, on a new port."""
+        inst = root / "instance"
+        for sub in ("db", "files", "log", "tmp/cache", "tmp/pids"):
+            (inst / sub).mkdir(parents=True)
+        shutil.copytree(self.root / "instance" / "config", inst / "config")
+        shutil.copy2(self.root / "instance" / "db" / "redmine.sqlite3", inst / "db" / "redmine.sqlite3")
+        database = inst / "config" / "database.yml"
+        database.write_text(
+            database.read_text(encoding="utf-8").replace(str(self.root), str(root)), encoding="utf-8"
+        )
+        shutil.copy2(self.root / "admin.key", root / "admin.key")
+        return Redmine(root, free_port())
+
+    def start(self) -> None:
+        """Serve it (``scripts/redmine.sh start``) and wait until the REST API answers."""
+        _script("start", str(self.root), port=self.port)
+
+    def stop(self) -> None:
+        _script("stop", str(self.root))
+
+    # -- the REST API, as the admin or as a user ------------------------------------
+
+    def call(self, method: str, path: str, body: Any = None, *, key: str | None = None) -> Any:
+        """One REST call; the decoded JSON answer (None for an empty one).
+
+        Raises:
+            RuntimeError: an error status, with Redmine's message.
+        """
+        data = None if body is None else json.dumps(body).encode("utf-8")
+        request = urllib.request.Request(
+            f"{self.url}/{path}",
+            data=data,
+            method=method,
+            headers={"X-Redmine-API-Key": key or self.key, "Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=60) as answer:
+                text = answer.read()
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {path}: HTTP {exc.code} {exc.read()[:500]!r}") from None
+        return json.loads(text) if text.strip() else None
+
+    def project(self, identifier: str, *, public: bool = False) -> int:
+        body = {"project": {"name": identifier.title(), "identifier": identifier, "is_public": public}}
+        return int(self.call("POST", "projects.json", body)["project"]["id"])
+
+    def user(self, login: str, *, admin: bool = False) -> int:
+        body = {
+            "user": {
+                "login": login,
+                "firstname": login.title(),
+                "lastname": "Tester",
+                "mail": f"{login}@example.net",
+                "password": "ragsync-test-pass-7d1e",
+                "admin": admin,
+            }
+        }
+        return int(self.call("POST", "users.json", body)["user"]["id"])
+
+    def group(self, name: str, user_ids: list[int]) -> int:
+        return int(self.call("POST", "groups.json", {"group": {"name": name, "user_ids": user_ids}})["group"]["id"])
+
+    def member(self, project: int, principal: int, *roles: int) -> int:
+        """Make a user or group a member of ``project``; the membership's id."""
+        body = {"membership": {"user_id": principal, "role_ids": list(roles)}}
+        return int(self.call("POST", f"projects/{project}/memberships.json", body)["membership"]["id"])
+
+    def remove_member(self, membership: int) -> None:
+        self.call("DELETE", f"memberships/{membership}.json")
+
+    def issue(self, project: int, subject: str, description: str = "", **fields: Any) -> int:
+        body = {"issue": {"project_id": project, "subject": subject, "description": description, **fields}}
+        return int(self.call("POST", "issues.json", body)["issue"]["id"])
+
+    def update(self, issue: int, **fields: Any) -> None:
+        self.call("PUT", f"issues/{issue}.json", {"issue": fields})
+
+    def attach(self, issue: int, filename: str, data: bytes, content_type: str = "text/plain") -> int:
+        """Upload ``data`` and attach it to ``issue``; the attachment's id."""
+        request = urllib.request.Request(
+            f"{self.url}/uploads.json?filename={filename}",
+            data=data,
+            method="POST",
+            headers={"X-Redmine-API-Key": self.key, "Content-Type": "application/octet-stream"},
+        )
+        with urllib.request.urlopen(request, timeout=60) as answer:
+            token = json.loads(answer.read())["upload"]["token"]
+        upload = {"token": token, "filename": filename, "content_type": content_type}
+        self.update(issue, uploads=[upload])
+        found = self.call("GET", f"issues/{issue}.json?include=attachments")["issue"]["attachments"]
+        return int(next(a["id"] for a in found if a["filename"] == filename))
+
+    def delete_issue(self, issue: int) -> None:
+        self.call("DELETE", f"issues/{issue}.json")
+
+    def delete_attachment(self, attachment: int) -> None:
+        self.call("DELETE", f"attachments/{attachment}.json")
