@@ -53,8 +53,8 @@ from typing import Any, ClassVar, Self
 from connectors.api import ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, as_object, make_event
 from connectors.location import _refuse
-from connectors.redmine_access import ProjectAccess, Role, identities, issue_groups
 from connectors.reader import HttpStatusError
+from connectors.redmine_access import ProjectAccess, Role, identities, issue_groups
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
@@ -340,7 +340,9 @@ class RedmineConnector(ApiConnector):
             nxt["id"] = after
         return ChangePage(tuple(events), json.dumps(nxt), more=True)
 
-    def _window(self, since: int, until: int, after: int | None) -> tuple[list[dict[str, Any]], int, int | None]:
+    def _window(
+        self, since: int, until: int, after: int | None
+    ) -> tuple[list[dict[str, Any]], int, int | None]:
         """The next issues of window ``[since, until]`` (whole seconds of
         ``updated_on``); with ``after``, the rest of second ``since`` by id.
 
@@ -421,9 +423,7 @@ class RedmineConnector(ApiConnector):
                 continue
             if hi - lo <= _PAGE:
                 extra = {"issue_id": f"><{known[lo]}|{known[hi - 1]}"}
-                present = {
-                    int(i["id"]) for shard in self.list_shards() for i in self._present(shard, extra)
-                }
+                present = {int(i["id"]) for shard in self.list_shards() for i in self._present(shard, extra)}
                 gone += [i for i in known[lo:hi] if i not in present]
                 continue
             mid = (lo + hi) // 2
@@ -451,7 +451,9 @@ class RedmineConnector(ApiConnector):
             data, _ = self._get(f"issues/{issue_id}.json", params)
         except HttpStatusError as exc:
             if exc.status == 404:
-                raise FetchError(f"Redmine issue {issue_id} is gone (deleted, or its project archived)") from None
+                raise FetchError(
+                    f"Redmine issue {issue_id} is gone (deleted, or its project archived)"
+                ) from None
             raise
         issue = data.get("issue")
         if not isinstance(issue, dict):
@@ -487,7 +489,9 @@ class RedmineConnector(ApiConnector):
         """
         issue = self._read_issue(self._issue_id(item), _ISSUE_INCLUDE)
         issue["journals"] = [
-            j for j in issue.get("journals") or [] if isinstance(j, dict) and j.get("private_notes") is not True
+            j
+            for j in issue.get("journals") or []
+            if isinstance(j, dict) and j.get("private_notes") is not True
         ]
         visible = self.visible_fields()
         issue["custom_fields"] = [
@@ -495,7 +499,11 @@ class RedmineConnector(ApiConnector):
         ]
         files: list[tuple[str, str, bytes]] = []
         for att in issue.get("attachments") or [] if self.attachments else []:
-            if not isinstance(att, dict) or isinstance(att.get("id"), bool) or not isinstance(att.get("id"), int):
+            if (
+                not isinstance(att, dict)
+                or isinstance(att.get("id"), bool)
+                or not isinstance(att.get("id"), int)
+            ):
                 continue
             # Its download address is made here, under the location (Redmine's
             # content_url names whatever host the request came through).
@@ -551,7 +559,9 @@ class RedmineConnector(ApiConnector):
                     members[int(user["id"])] = tuple(sorted({*members.get(int(user["id"]), ()), *roles}))
                 elif group.get("id") in non_member:
                     non_member_roles = roles
-            modules = {str(m.get("name")) for m in project.get("enabled_modules") or [] if isinstance(m, dict)}
+            modules = {
+                str(m.get("name")) for m in project.get("enabled_modules") or [] if isinstance(m, dict)
+            }
             out.append(
                 ProjectAccess(
                     id=int(project["id"]),

@@ -253,8 +253,10 @@ def mediawiki(mediawiki_template: object, tmp_path: Path) -> Iterator[object]:
 
 
 @pytest.fixture(scope="session")
-def redmine_template() -> Iterator[object]:
-    """One installed Redmine (SQLite) per session; test modules serve copies of it.
+def redmine_template() -> object:
+    """The installed Redmine (SQLite) test modules serve copies of: made once
+    per machine by ``scripts/redmine.sh install`` and kept (``tests.redmine.template``),
+    since each test file runs in a process of its own.
 
     Skipped when Redmine is not installed, except with ``$CI`` set: CI
     installs it through ``scripts/setup.sh`` and must run these tests.
@@ -265,11 +267,7 @@ def redmine_template() -> Iterator[object]:
         if _in_ci():
             pytest.fail(f"{redmine.MISSING} (CI is set: the Redmine tests must run)", pytrace=False)
         pytest.skip(redmine.MISSING)
-    root = Path(tempfile.mkdtemp(prefix="ragsync-rm-"))
-    try:
-        yield redmine.Redmine.install(root / "template")
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+    return redmine.template()
 
 
 @pytest.fixture(scope="module")

@@ -1,12 +1,14 @@
 """A real Redmine for the tests, from Debian's packages (``redmine redmine-sqlite``).
 
 ``scripts/setup.sh`` installs them when ``RAGSYNC_WITH_REDMINE=1``
-(``scripts/test.sh`` sets it). The session installs one Redmine into a temp
-directory with ``scripts/redmine.sh install`` (migrations, default data, the
-REST API on, the admin's key); each test module serves a copy of that instance
-(its SQLite file) with ``scripts/redmine.sh start`` on a free port, and each
-test makes its own projects, users and issues through the REST API, the way a
-person's change reaches Redmine.
+(``scripts/test.sh`` sets it). One Redmine is installed per machine with
+``scripts/redmine.sh install`` (migrations, default data, the REST API on, the
+admin's key: about 20 s of CPU) into a template directory kept under the temp
+directory, keyed by the Redmine package and the script (:func:`template`);
+each test module serves a copy of it (its SQLite file) with
+``scripts/redmine.sh start`` on a free port, and each test makes its own
+projects, users and issues through the REST API, the way a person's change
+reaches Redmine.
 """
 
 from __future__ import annotations
@@ -24,7 +26,10 @@ from tests.mediawiki import free_port
 
 REDMINE_DIR = Path("/usr/share/redmine")
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "redmine.sh"
-MISSING = "Redmine is not installed: run RAGSYNC_WITH_REDMINE=1 scripts/setup.sh (apt-get install redmine redmine-sqlite)"
+MISSING = (
+    "Redmine is not installed: run RAGSYNC_WITH_REDMINE=1 scripts/setup.sh "
+    "(apt-get install redmine redmine-sqlite)"
+)
 #: Roles of Redmine's default data: Manager (issues visibility "all"),
 #: Developer and Reporter ("default"); each has view_issues.
 MANAGER, DEVELOPER, REPORTER = 3, 4, 5
@@ -33,6 +38,36 @@ MANAGER, DEVELOPER, REPORTER = 3, 4, 5
 def available() -> bool:
     """Whether Ruby and Debian's Redmine are installed."""
     return shutil.which("ruby") is not None and (REDMINE_DIR / "config" / "environment.rb").exists()
+
+
+def template() -> Redmine:
+    """The machine's template instance, installed on first use.
+
+    Kept under the temp directory, named by a hash of the Redmine package's
+    version file and of ``scripts/redmine.sh`` (either changing makes a new
+    one); test files running in parallel processes wait on a lock for the one
+    that installs it. The admin's key is written last: a directory without it
+    is an install that was cut short, made again.
+    """
+    import fcntl
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256()
+    for path in (REDMINE_DIR / "lib" / "redmine" / "version.rb", SCRIPT):
+        digest.update(path.read_bytes())
+    base = Path(tempfile.gettempdir())
+    root = base / f"ragsync-redmine-template-{os.getuid()}-{digest.hexdigest()[:16]}"
+    with open(base / f"{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (root / "admin.key").exists():
+            shutil.rmtree(root, ignore_errors=True)
+            try:
+                _script("install", str(root))  # the instance's paths name its directory: installed in place
+            except BaseException:
+                shutil.rmtree(root, ignore_errors=True)
+                raise
+    return Redmine(root, 0)
 
 
 def _script(*args: str, port: int | None = None) -> str:
@@ -130,8 +165,17 @@ class Redmine:
         }
         return int(self.call("POST", "users.json", body)["user"]["id"])
 
+    def api_key(self, user: int) -> str:
+        """A user's own API key (the admin may read it)."""
+        return str(self.call("GET", f"users/{user}.json")["user"]["api_key"])
+
+    def lock(self, user: int) -> None:
+        self.call("PUT", f"users/{user}.json", {"user": {"status": 3}})
+
     def group(self, name: str, user_ids: list[int]) -> int:
-        return int(self.call("POST", "groups.json", {"group": {"name": name, "user_ids": user_ids}})["group"]["id"])
+        return int(
+            self.call("POST", "groups.json", {"group": {"name": name, "user_ids": user_ids}})["group"]["id"]
+        )
 
     def member(self, project: int, principal: int, *roles: int) -> int:
         """Make a user or group a member of ``project``; the membership's id."""
@@ -168,3 +212,69 @@ class Redmine:
 
     def delete_attachment(self, attachment: int) -> None:
         self.call("DELETE", f"attachments/{attachment}.json")
+
+
+Fault = tuple[int, dict[str, str]]
+
+
+class FaultProxy:
+    """A local HTTP proxy in front of a Redmine that answers some requests
+    itself: a 429 with ``Retry-After``, a 5xx, a 404 in the middle of a
+    listing. ``plan(path_and_query)`` returns None to forward the request, or
+    (status, headers) to answer with an empty JSON object instead.
+
+    Attributes:
+        url: the proxy's base URL (register the source there).
+        seen: every path (with query) asked, in order.
+    """
+
+    def __init__(self, target: str, plan: Any) -> None:
+        import http.client
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from urllib.parse import urlsplit
+
+        self.plan = plan
+        self.seen: list[str] = []
+        proxy = self
+        upstream = urlsplit(target)
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+                proxy.seen.append(self.path)
+                fault = proxy.plan(self.path)
+                if fault is not None:
+                    status, headers = fault
+                    self.send_response(status)
+                    for name, value in {"Content-Type": "application/json", **headers}.items():
+                        self.send_header(name, value)
+                    self.send_header("Content-Length", "2")
+                    self.end_headers()
+                    self.wfile.write(b"{}")
+                    return
+                conn = http.client.HTTPConnection(upstream.hostname, upstream.port, timeout=60)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                conn.request("GET", self.path, headers=headers)
+                answer = conn.getresponse()
+                body = answer.read()
+                self.send_response(answer.status)
+                for name, value in answer.getheaders():
+                    if name.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+                conn.close()
+
+            def log_message(self, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

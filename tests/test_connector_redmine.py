@@ -5,27 +5,35 @@ permissions, attachments, and what it does when Redmine fails or throttles."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import time
 from typing import Any
 
 import pytest
 
+from connectors import redmine as redmine_module
+from connectors.api import RateLimitedError
 from connectors.base import list_all
-from connectors.redmine import RedmineConnector, decode_ids, encode_ids
 from connectors.reader import FetchLimits
+from connectors.redmine import RedmineConnector, decode_ids, encode_ids
 from connectors.registry import open_connector
 from ragsync.detect import detect_mime
-from ragsync.errors import OutsideLocationError
+from ragsync.errors import FetchError, OutsideLocationError
 from ragsync.model import SourceFile
 from ragsync.parsing import parse
 from ragsync.source_types import SourceSpec
-from tests.redmine import DEVELOPER, Redmine
+from tests.redmine import Fault, FaultProxy, Redmine
 
 
 def _connector(redmine: Redmine, monkeypatch: pytest.MonkeyPatch, **options: Any) -> RedmineConnector:
     monkeypatch.setenv("RAGSYNC_TEST_REDMINE_KEY", redmine.key)
     spec = SourceSpec(
-        "rm", "acme", "redmine", redmine.url, credentials_ref="env://RAGSYNC_TEST_REDMINE_KEY", options=options
+        "rm",
+        "acme",
+        "redmine",
+        redmine.url,
+        credentials_ref="env://RAGSYNC_TEST_REDMINE_KEY",
+        options=options,
     )
     connector = open_connector(spec, limits=FetchLimits(max_bytes=1 << 20, timeout_s=60))
     assert isinstance(connector, RedmineConnector)
@@ -56,7 +64,9 @@ def test_known_ids_round_trip() -> None:
     assert len(encode_ids(list(range(1, 100_001)))) < 400  # dense ids: a few hundred bytes
 
 
-def test_create_edit_comment_attach_private_move_delete(redmine: Redmine, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_create_edit_comment_attach_private_move_delete(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
     alpha = redmine.project("feed-alpha")
     beta = redmine.project("feed-beta", public=True)
     first = redmine.issue(alpha, "Printer on fire", "The printer on floor 3 is on fire.")
@@ -106,7 +116,7 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
 ) -> None:
     project = redmine.project("bundle")
     issue = redmine.issue(project, "Quarterly numbers", "See the attached sheet.")
-    redmine.attach(issue, "numbers.csv", b"quarter,revenue\nQ1,100\nQ2,140\n", "text/csv")
+    attached = redmine.attach(issue, "numbers.csv", b"quarter,revenue\nQ1,100\nQ2,140\n", "text/csv")
     redmine.update(issue, notes="Visible to every reader.")
     redmine.update(issue, notes="Only for managers.", private_notes=True)
     rm = _connector(redmine, monkeypatch, projects=["bundle"])
@@ -118,9 +128,9 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
     assert text.startswith(f"#{issue} Quarterly numbers")
     assert "See the attached sheet." in text and "Visible to every reader." in text
     assert "Only for managers." not in text  # a private note: not in a document its readers share
+    assert mime == "application/vnd.ragsync.ticket-bundle+json"
     assert [(a.name, a.data) for a in result.attachments] == [
-        (f"{redmine.call('GET', f'issues/{issue}.json?include=attachments')['issue']['attachments'][0]['id']}-numbers.csv",
-         b"quarter,revenue\nQ1,100\nQ2,140\n")
+        (f"{attached}-numbers.csv", b"quarter,revenue\nQ1,100\nQ2,140\n")
     ]
     for uri in (
         item.uri.replace("127.0.0.1", "localhost"),
@@ -129,3 +139,118 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
     ):
         with pytest.raises(OutsideLocationError):
             rm.fetch(SourceFile("acme", "rm", item.source_object_id, uri))
+
+
+def _proxied(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch, plan: Any, **options: Any
+) -> tuple[RedmineConnector, FaultProxy, list[float]]:
+    proxy = FaultProxy(redmine.url, plan)
+    monkeypatch.setenv("RAGSYNC_TEST_REDMINE_KEY", redmine.key)
+    spec = SourceSpec(
+        "rm", "acme", "redmine", proxy.url, credentials_ref="env://RAGSYNC_TEST_REDMINE_KEY", options=options
+    )
+    sleeps: list[float] = []
+    connector = open_connector(spec, limits=FetchLimits(max_bytes=1 << 20, timeout_s=60), sleep=sleeps.append)
+    assert isinstance(connector, RedmineConnector)
+    return connector, proxy, sleeps
+
+
+def test_429_and_5xx_are_waited_out_and_nothing_is_skipped(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    project = redmine.project("throttled")
+    issues = [redmine.issue(project, f"Throttled {n}") for n in range(3)]
+    faults: list[Fault] = [(429, {"Retry-After": "1"}), (429, {"Retry-After": "2"}), (502, {})]
+
+    def plan(path: str) -> Fault | None:
+        return faults.pop(0) if path.startswith("/projects/throttled/issues.json") and faults else None
+
+    rm, proxy, sleeps = _proxied(redmine, monkeypatch, plan, projects=["throttled"])
+    try:
+        listed = [int(i.source_object_id) for i in list_all(rm)]
+    finally:
+        proxy.close()
+    assert listed == issues  # every issue, none skipped
+    assert (
+        sleeps[:2] == [1.0, 2.0] and len(sleeps) == 3 and 1.0 < sleeps[2] <= 4.0
+    )  # Retry-After, then backoff
+    assert sum(p.startswith("/projects/throttled/issues.json") for p in proxy.seen) == 4
+
+
+def test_a_wait_longer_than_the_cap_reschedules_instead_of_sleeping(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rm, proxy, sleeps = _proxied(redmine, monkeypatch, lambda path: (429, {"Retry-After": "600"}))
+    try:
+        with pytest.raises(RateLimitedError) as caught:
+            rm.start_cursor()
+    finally:
+        proxy.close()
+    assert caught.value.retry_after_s == 600 and sleeps == []
+
+
+def test_a_listing_cut_short_raises_after_what_it_read(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redmine_module, "_PAGE", 2)
+    project = redmine.project("cutshort")
+    issues = [redmine.issue(project, f"Cut {n}") for n in range(5)]
+
+    def plan(path: str) -> Fault | None:  # the second page is gone (a 404 mid-listing)
+        return (404, {}) if "issue_id=%3E%3D" in path and f"%3E%3D{issues[2]}" in path else None
+
+    rm, proxy, _ = _proxied(redmine, monkeypatch, plan, projects=["cutshort"])
+    read: list[str] = []
+    try:
+        with pytest.raises(FetchError):
+            for item in list_all(rm):
+                read.append(item.source_object_id)
+    finally:
+        proxy.close()
+    assert read == [
+        str(i) for i in issues[:2]
+    ]  # the first page, then the failure: never a short "complete" listing
+
+
+def test_deletes_are_found_by_halving_ranges(redmine: Redmine, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(redmine_module, "_PAGE", 2)
+    project = redmine.project("halving")
+    issues = [redmine.issue(project, f"Halving {n}") for n in range(9)]
+    rm = _connector(redmine, monkeypatch, projects=["halving"])
+    calls: list[str] = []
+    count = rm._count
+    monkeypatch.setattr(rm, "_count", lambda lo, hi: calls.append(f"{lo}-{hi}") or count(lo, hi))
+    assert rm._vanished(issues) == [] and calls == [f"{issues[0]}-{issues[-1]}"]  # nothing deleted: one call
+    redmine.delete_issue(issues[1])
+    redmine.delete_issue(issues[6])
+    assert rm._vanished(issues) == [issues[1], issues[6]]
+    left = [i for i in issues if i not in (issues[1], issues[6])]
+    calls.clear()
+    assert rm._vanished(left) == [] and len(calls) == 1
+
+
+def test_issues_saved_in_one_second_are_each_read_once(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More issues than a page changed in the same second (a bulk edit),
+    their fractions of a second in the opposite order of their ids."""
+    monkeypatch.setattr(redmine_module, "_PAGE", 2)
+    project = redmine.project("samesecond")
+    issues = [redmine.issue(project, f"Same second {n}") for n in range(5)]
+    rm = _connector(redmine, monkeypatch, projects=["samesecond"])
+    _settle(rm)
+    cursor = rm.start_cursor()
+    # A second after the cursor's, in Redmine's own format and time zone (the server's local time).
+    second = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(json.loads(cursor)["since"] + 1))
+    db = sqlite3.connect(redmine.root / "instance" / "db" / "redmine.sqlite3", timeout=30)
+    try:
+        for n, issue in enumerate(issues):
+            db.execute(
+                "UPDATE issues SET updated_on = ? WHERE id = ?", (f"{second}.{900000 - n * 1000}", issue)
+            )
+        db.commit()
+    finally:
+        db.close()
+    _settle(rm)
+    events, cursor = _drain(rm, cursor)
+    assert sorted(int(d) for d, op, _ in events if op == "upsert") == issues  # each once, none lost

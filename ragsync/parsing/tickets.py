@@ -259,7 +259,9 @@ def _redmine(record: dict[str, Any]) -> list[RawElement]:
     for journal in issue.get("journals") or []:
         if isinstance(journal, dict):
             notes = str(journal.get("notes") or "")
-            found.extend(_comment(_name(journal.get("user"), "name"), _name(journal.get("created_on")), notes))
+            found.extend(
+                _comment(_name(journal.get("user"), "name"), _name(journal.get("created_on")), notes)
+            )
     if found:
         out.append(RawElement(ElementType.HEADING, "Comments", 2))
         out.extend(found)
