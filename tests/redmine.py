@@ -207,6 +207,26 @@ class Redmine:
         found = self.call("GET", f"issues/{issue}.json?include=attachments")["issue"]["attachments"]
         return int(next(a["id"] for a in found if a["filename"] == filename))
 
+    def sql(self, statement: str, *params: Any) -> None:
+        """Change Redmine's database directly, for what its REST API cannot
+        change (roles, settings); Redmine reads both from the database per request."""
+        import sqlite3
+
+        db = sqlite3.connect(self.root / "instance" / "db" / "redmine.sqlite3", timeout=30)
+        try:
+            db.execute(statement, params)
+            db.commit()
+        finally:
+            db.close()
+
+    def setting(self, name: str, value: str) -> None:
+        """Set one of Redmine's settings (a newer ``updated_on`` empties its settings cache)."""
+        import time
+
+        now = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(time.time() + 1))
+        self.sql("DELETE FROM settings WHERE name = ?", name)
+        self.sql("INSERT INTO settings (name, value, updated_on) VALUES (?, ?, ?)", name, value, now)
+
     def delete_issue(self, issue: int) -> None:
         self.call("DELETE", f"issues/{issue}.json")
 

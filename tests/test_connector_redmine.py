@@ -254,3 +254,38 @@ def test_issues_saved_in_one_second_are_each_read_once(
     _settle(rm)
     events, cursor = _drain(rm, cursor)
     assert sorted(int(d) for d, op, _ in events if op == "upsert") == issues  # each once, none lost
+
+
+def test_a_hostile_bundle_is_a_corrupt_document_and_limits_hold() -> None:
+    from ragsync.errors import CorruptDocumentError
+    from ragsync.parsing import ArchiveLimits
+    from ragsync.parsing.bundle import PREFIX, ticket_bundle
+
+    issue = {"redmine_issue": {"id": 7, "subject": "Badges", "description": "Badges at the desk."}}
+    for bad in (
+        PREFIX + b"}",  # not JSON
+        PREFIX + b', "record": [], "attachments": []}',  # no record
+        PREFIX + b', "record": {"a": 1}, "attachments": [{"name": "x", "data": "%%%"}]}',  # not base64
+    ):
+        assert detect_mime(bad) == "application/vnd.ragsync.ticket-bundle+json"
+        with pytest.raises(CorruptDocumentError):
+            parse(bad, detect_mime(bad))
+    files = [(f"{n}-note.txt", "text/plain", b"note %d" % n) for n in range(3)]
+    parsed = parse(ticket_bundle(issue, files), "application/vnd.ragsync.ticket-bundle+json")
+    assert [a.name for a in parsed.attachments] == ["0-note.txt", "1-note.txt", "2-note.txt"]
+    assert parsed.elements[-1].text == "Attachments: 0-note.txt, 1-note.txt, 2-note.txt"
+    few = parse(
+        ticket_bundle(issue, files),
+        "application/vnd.ragsync.ticket-bundle+json",
+        limits=ArchiveLimits(max_attachments=2),
+    )
+    assert few.attachments == () and "above the limit of 2" in few.metadata["attachments_skipped"]
+
+
+def test_hits_link_to_the_issue_and_attachment_pages() -> None:
+    from ragsync.query import page_link
+
+    issue = "https://rm.example.org/redmine/issues/12.json?include=journals,attachments"
+    assert page_link(issue) == "https://rm.example.org/redmine/issues/12"
+    assert page_link(issue + "#34-report.pdf") == "https://rm.example.org/redmine/attachments/34"
+    assert page_link("https://rm.example.org/issues/12.json") == "https://rm.example.org/issues/12.json"

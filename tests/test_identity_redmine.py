@@ -5,7 +5,6 @@ user's synced groups allow."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 
@@ -97,11 +96,10 @@ def test_synced_groups_grant_exactly_what_redmine_shows_each_user(
     redmine.member(eng, users["mgr"], MANAGER)
     redmine.member(eng, users["own"], REPORTER)
     redmine.member(pub, users["dev"], MANAGER)
-    # Reporter's issue visibility made "own" (the REST API cannot change a role).
-    db = sqlite3.connect(redmine.root / "instance" / "db" / "redmine.sqlite3", timeout=30)
-    db.execute("UPDATE roles SET issues_visibility = 'own' WHERE id = ?", (REPORTER,))
-    db.commit()
-    db.close()
+    # Reporter's issue visibility made "own" and issues assignable to groups
+    # (the REST API changes neither a role nor a setting).
+    redmine.sql("UPDATE roles SET issues_visibility = 'own' WHERE id = ?", REPORTER)
+    redmine.setting("issue_group_assignment", "1")
     keys = {name: redmine.api_key(uid) for name, uid in users.items()}
     issues = [
         redmine.issue(eng, "Open plan"),

@@ -216,7 +216,7 @@ def _msg(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: in
 
 
 def _ticket_bundle(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
-    from ragsync.parsing.bundle import parse_bundle
+    from ragsync.parsing.tickets import parse_bundle
 
     return parse_bundle(data, depth=depth, limits=limits)
 

@@ -4,16 +4,19 @@ A file is one document: a JSON object, a JSON array of objects, or JSONL
 (one object per line). Each ticket becomes a level-1 heading (its title), a
 paragraph of its fields (state, author, labels...), its description and its
 comments in order, each prefixed by the author. JSON that is not a ticket is
-flattened to ``a.b.0.c: value`` paragraphs.
+flattened to ``a.b.0.c: value`` paragraphs. A ticket bundle (a ticket and its
+attachments, ``ragsync.parsing.bundle``) is parsed by :func:`parse_bundle`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
 from ragsync.errors import CorruptDocumentError
-from ragsync.model import ElementType
+from ragsync.model import Attachment, ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, decode_text, split_paragraphs
 
 #: Flattened key paths kept for non-ticket JSON.
@@ -326,3 +329,47 @@ def parse_json(data: bytes) -> RawParse:
     if bad:
         meta["skipped_lines"] = str(bad)
     return RawParse(out, 0, meta)
+
+
+def parse_bundle(data: bytes, *, depth: int, limits: Any) -> RawParse:
+    """Parse a ticket bundle (``ragsync.parsing.bundle``): the ticket's elements,
+    and its attachments unparsed.
+
+    Args:
+        data: the bundle.
+        depth: containers around it (0 at top level).
+        limits: ``ArchiveLimits`` (``max_depth``, ``max_attachments``).
+
+    Returns:
+        The ticket's elements (:func:`parse_json`) and
+        ``Attachments: NAMES``; ``attachments`` at ``depth + 1`` (empty ones
+        named, not returned); metadata as the ticket parser's plus
+        ``attachments`` (count) and ``attachments_skipped`` past a limit.
+
+    Raises:
+        CorruptDocumentError: not a bundle (unreadable JSON, no record, an
+            attachment that is not base64).
+    """
+    from ragsync.parsing.email import finish, unique_name
+
+    try:
+        bundle = json.loads(data)
+    except ValueError as exc:
+        raise CorruptDocumentError(f"not a ticket bundle: {exc}") from None
+    record = bundle.get("record") if isinstance(bundle, dict) else None
+    files = bundle.get("attachments") if isinstance(bundle, dict) else None
+    if not isinstance(record, dict) or not isinstance(files, list):
+        raise CorruptDocumentError("not a ticket bundle: no record or no list of attachments")
+    raw = parse_json(json.dumps(record, ensure_ascii=False).encode("utf-8"))
+    attachments: list[Attachment] = []
+    seen: set[str] = set()
+    for index, item in enumerate(files, start=1):
+        if not isinstance(item, dict) or not isinstance(item.get("data"), str):
+            raise CorruptDocumentError(f"ticket bundle: attachment {index} has no data")
+        try:
+            body = base64.b64decode(item["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise CorruptDocumentError(f"ticket bundle: attachment {index} is not base64") from None
+        name = unique_name(str(item.get("name") or ""), seen, f"attachment-{index}")
+        attachments.append(Attachment(name, body, str(item.get("media_type") or ""), depth + 1))
+    return finish(list(raw.elements), dict(raw.metadata or {}), attachments, depth, limits)
