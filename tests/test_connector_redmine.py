@@ -18,7 +18,7 @@ from connectors.reader import FetchLimits
 from connectors.redmine import RedmineConnector, decode_ids, encode_ids
 from connectors.registry import open_connector
 from ragsync.detect import detect_mime
-from ragsync.errors import FetchError, OutsideLocationError
+from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError
 from ragsync.model import SourceFile
 from ragsync.parsing import parse
 from ragsync.source_types import SourceSpec
@@ -132,6 +132,7 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
     assert [(a.name, a.data) for a in result.attachments] == [
         (f"{attached}-numbers.csv", b"quarter,revenue\nQ1,100\nQ2,140\n")
     ]
+    assert rm.permissions(item) == item.acl_groups
     for uri in (
         item.uri.replace("127.0.0.1", "localhost"),
         rm.issue_uri(issue + 1),
@@ -289,3 +290,12 @@ def test_hits_link_to_the_issue_and_attachment_pages() -> None:
     assert page_link(issue) == "https://rm.example.org/redmine/issues/12"
     assert page_link(issue + "#34-report.pdf") == "https://rm.example.org/redmine/attachments/34"
     assert page_link("https://rm.example.org/issues/12.json") == "https://rm.example.org/issues/12.json"
+
+
+def test_webhooks_only_trigger_a_feed_read() -> None:
+    spec = SourceSpec("rm", "acme", "redmine", "http://127.0.0.1:9/redmine")
+    rm = open_connector(spec, limits=FetchLimits())
+    assert rm.webhook_events(b'{"payload": {"action": "opened"}}', {}) is None
+    for body in (b"not json", b"[1, 2]"):
+        with pytest.raises(InvalidEventError):
+            rm.webhook_events(body, {})

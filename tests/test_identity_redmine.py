@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from connectors.api import AccessDeniedError
 from connectors.reader import FetchLimits
 from connectors.redmine import RedmineConnector
 from connectors.redmine_access import ProjectAccess, Role, issue_groups, user_groups
@@ -131,6 +132,17 @@ def test_synced_groups_grant_exactly_what_redmine_shows_each_user(
     assert groups_of("own") & acl[mine] and groups_of("dev") & acl[issues[2]]
     assert groups_of("out") & acl[issues[3]] and not groups_of("out") & acl[issues[4]]
     assert ("admin", "admins") in ids.user_groups
+
+
+def test_a_key_that_is_not_an_administrators_cannot_list_identities(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    frank = redmine.user("frank")
+    monkeypatch.setenv("RAGSYNC_TEST_REDMINE_KEY", redmine.api_key(frank))
+    spec = SourceSpec("rm", "acme", "redmine", redmine.url, credentials_ref="env://RAGSYNC_TEST_REDMINE_KEY")
+    rm = open_connector(spec, limits=FetchLimits(max_bytes=1 << 20, timeout_s=60))
+    with pytest.raises(AccessDeniedError, match="403"):
+        rm.list_identities()  # fails whole: the catalog keeps the identities it had
 
 
 def test_a_membership_removed_in_redmine_is_gone_after_one_identity_sync(
