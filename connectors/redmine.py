@@ -51,11 +51,11 @@ from datetime import datetime, timezone
 from typing import Any, ClassVar, Self
 
 from connectors.api import ApiClient, ApiConnector, ClientFactory
-from connectors.base import ChangePage, as_object, make_event
+from connectors.base import ChangePage, as_object, json_object, make_event, upsert_event
 from connectors.location import _refuse
 from connectors.reader import HttpStatusError
 from connectors.redmine_access import ProjectAccess, Role, identities, issue_groups
-from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
+from ragsync.errors import ConfigurationError, FetchError
 from ragsync.identity import Identities
 from ragsync.model import Event, SourceFile
 from ragsync.parsing.bundle import ticket_bundle
@@ -391,16 +391,7 @@ class RedmineConnector(ApiConnector):
             known.discard(issue_id)
             return make_event(self.spec, str(issue_id), "delete", str(updated * 1000), event_time=updated)
         known.add(issue_id)
-        item = self._record(issue, updated * 1000)
-        return make_event(
-            self.spec,
-            item.source_object_id,
-            "upsert",
-            item.source_version,
-            acl_groups=item.acl_groups,
-            content_uri=item.uri,
-            event_time=updated,
-        )
+        return upsert_event(self.spec, self._record(issue, updated * 1000), event_time=updated)
 
     def _count(self, low: int, high: int) -> int:
         """Issues of the source with ids in ``[low, high]`` now."""
@@ -603,10 +594,5 @@ class RedmineConnector(ApiConnector):
         Raises:
             InvalidEventError: the body is not a JSON object.
         """
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            raise InvalidEventError(f"webhook body is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise InvalidEventError("not a Redmine notification (a JSON object)")
+        json_object(body)
         return None

@@ -15,7 +15,7 @@
 #
 # DIR is the whole instance (database, configuration, attachments, logs); Redmine's own code is
 # Debian's, in /usr/share/redmine, pointed at DIR through REDMINE_INSTANCE. tests/redmine.py installs
-# one Redmine per test session with `install` and serves copies of it.
+# one Redmine per machine with `install` (a template) and serves copies of it.
 set -euo pipefail
 RM=/usr/share/redmine
 PORT="${RAGSYNC_REDMINE_PORT:-8932}"

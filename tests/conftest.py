@@ -215,6 +215,15 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 # -- MediaWiki ------------------------------------------------------------------
 
 
+def _require(available: bool, missing: str, service: str) -> None:
+    """Skip when a service's packages are missing, except with ``$CI`` set:
+    CI installs them through ``scripts/setup.sh`` and must run its tests."""
+    if not available:
+        if _in_ci():
+            pytest.fail(f"{missing} (CI is set: the {service} tests must run)", pytrace=False)
+        pytest.skip(missing)
+
+
 @pytest.fixture(scope="session")
 def mediawiki_template() -> Iterator[object]:
     """One installed MediaWiki (SQLite) per session; tests serve copies of it.
@@ -224,10 +233,7 @@ def mediawiki_template() -> Iterator[object]:
     """
     from tests import mediawiki
 
-    if not mediawiki.available():
-        if _in_ci():
-            pytest.fail(f"{mediawiki.MISSING} (CI is set: the MediaWiki tests must run)", pytrace=False)
-        pytest.skip(mediawiki.MISSING)
+    _require(mediawiki.available(), mediawiki.MISSING, "MediaWiki")
     root = Path(tempfile.mkdtemp(prefix="ragsync-mw-"))
     try:
         yield mediawiki.MediaWiki.install(root / "template")
@@ -263,10 +269,7 @@ def redmine_template() -> object:
     """
     from tests import redmine
 
-    if not redmine.available():
-        if _in_ci():
-            pytest.fail(f"{redmine.MISSING} (CI is set: the Redmine tests must run)", pytrace=False)
-        pytest.skip(redmine.MISSING)
+    _require(redmine.available(), redmine.MISSING, "Redmine")
     return redmine.template()
 
 

@@ -96,6 +96,13 @@ def _markdown_body(text: str) -> list[RawElement]:
     ]
 
 
+def _plain(text: Any) -> list[RawElement]:
+    """A plain-text field (a description) as paragraphs; nothing when it is not text."""
+    if not isinstance(text, str):
+        return []
+    return [RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(text.replace("\r\n", "\n"))]
+
+
 def _comment(author: str, when: str, body: str) -> list[RawElement]:
     paragraphs = split_paragraphs(body.replace("\r\n", "\n"))
     if not paragraphs:
@@ -175,11 +182,7 @@ def _jira(record: dict[str, Any]) -> list[RawElement]:
     )
     if para:
         out.append(para)
-    description = fields.get("description")
-    if isinstance(description, str):
-        out.extend(
-            RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(description.replace("\r\n", "\n"))
-        )
+    out.extend(_plain(fields.get("description")))
     block = fields.get("comment")
     comments = block.get("comments") if isinstance(block, dict) else None
     found: list[RawElement] = []
@@ -253,11 +256,7 @@ def _redmine(record: dict[str, Any]) -> list[RawElement]:
     )
     if para:
         out.append(para)
-    description = issue.get("description")
-    if isinstance(description, str):
-        out.extend(
-            RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(description.replace("\r\n", "\n"))
-        )
+    out.extend(_plain(issue.get("description")))
     found: list[RawElement] = []
     for journal in issue.get("journals") or []:
         if isinstance(journal, dict):
