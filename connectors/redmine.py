@@ -210,26 +210,24 @@ class RedmineConnector(ApiConnector):
             return f"projects/{shard}/issues.json", {"status_id": "*", "subproject_id": "!*"}
         return "issues.json", {"status_id": "*"}
 
-    def _keyset(self, shard: str, extra: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-        """Every issue of a shard in id order, paged by id (``issue_id >= next``):
-        an issue deleted while listing shifts no page.
+    def _keyset(self, shard: str, low: int = 1, high: int = 0) -> Iterator[dict[str, Any]]:
+        """Every issue of a shard in id order (ids from ``low``, to ``high``
+        when given), paged by id (``issue_id >= next``): an issue deleted
+        while listing shifts no page. The listing ends when a page holds all
+        that is left (``total_count``), never on a short page alone.
 
         Raises:
             FetchError: a page failed.
         """
         path, params = self._issues_path(shard)
-        after = 0
+        after = low - 1
         while True:
-            query = {**params, **extra, "sort": "id", "limit": str(_PAGE), "issue_id": f">={after + 1}"}
-            data, _ = self._get(path, query)
-            rows = data.get("issues")
-            if not isinstance(rows, list):
-                raise FetchError(f"Redmine answered a page of {path} without a list of issues")
-            for row in rows:
-                issue = self._issue(row)
+            ids = f"><{after + 1}|{high}" if high else f">={after + 1}"
+            rows, total = self._issue_page(path, {**params, "sort": "id", "issue_id": ids})
+            for issue in rows:
                 after = max(after, int(issue["id"]))
                 yield issue
-            if len(rows) < _PAGE:
+            if not rows or len(rows) >= total:
                 return
 
     @staticmethod
@@ -289,13 +287,13 @@ class RedmineConnector(ApiConnector):
             raise ValueError(f"{shard!r} is not one of this source's projects")
         _, now = self._get("issues.json", {"limit": "1"})
         as_of = (now - self.lag_s) * 1000 - 1
-        for issue in self._keyset(shard, {}):
+        for issue in self._keyset(shard):
             yield self._record(issue, as_of)
 
     # -- change feed ------------------------------------------------------------------
 
     def _known_now(self) -> list[int]:
-        return sorted(int(i["id"]) for shard in self.list_shards() for i in self._keyset(shard, {}))
+        return sorted(int(i["id"]) for shard in self.list_shards() for i in self._keyset(shard))
 
     def start_cursor(self) -> str:
         """The feed's position now, and the ids of every issue of the source
@@ -354,31 +352,37 @@ class RedmineConnector(ApiConnector):
             return [], since, None
         if after is not None:  # the rest of second ``since``, by id
             span = f"><{_iso(since)}|{_iso(since + 1)}"
-            query = {"updated_on": span, "sort": "id", "issue_id": f">={after + 1}"}
-            page = self._issue_page(query)
+            page, total = self._issue_page(
+                "issues.json", {"updated_on": span, "sort": "id", "issue_id": f">={after + 1}"}
+            )
             rows = [r for r in page if _seconds(r.get("updated_on")) == since]
-            if len(page) == _PAGE:
+            if page and len(page) < total:
                 return rows, since, max(int(r["id"]) for r in page)
             return rows, since + 1, None
-        page = self._issue_page({"updated_on": f"><{_iso(since)}|{_iso(until + 1)}", "sort": "updated_on,id"})
+        span = f"><{_iso(since)}|{_iso(until + 1)}"
+        page, total = self._issue_page("issues.json", {"updated_on": span, "sort": "updated_on,id"})
         rows = [r for r in page if since <= _seconds(r.get("updated_on")) <= until]
-        if len(page) < _PAGE:
+        if not page or len(page) >= total:
             return rows, until + 1, None
         last = _seconds(page[-1].get("updated_on"))
         # The last second of a full page may go on past it: it is read again, whole, by id.
         return [r for r in rows if _seconds(r.get("updated_on")) < last], max(last, since), 0
 
-    def _issue_page(self, query: Mapping[str, str]) -> list[dict[str, Any]]:
-        """One page of the change feed (every issue, open and closed).
+    def _issue_page(self, path: str, query: Mapping[str, str]) -> tuple[list[dict[str, Any]], int]:
+        """One page of issues, open and closed: (the issues, how many match in all).
 
         Raises:
             FetchError: the page failed or holds no list of issues.
         """
-        data, _ = self._get("issues.json", {"status_id": "*", **query, "limit": str(_PAGE)})
+        data, _ = self._get(path, {"status_id": "*", **query, "limit": str(_PAGE)})
         rows = data.get("issues")
         if not isinstance(rows, list):
-            raise FetchError("Redmine answered a page of changes without a list of issues")
-        return [self._issue(r) for r in rows]
+            raise FetchError(f"Redmine answered a page of {path} without a list of issues")
+        try:
+            total = int(data.get("total_count", 0))
+        except (TypeError, ValueError):
+            raise FetchError(f"Redmine answered a page of {path} whose total_count is not a number") from None
+        return [self._issue(r) for r in rows], total
 
     def _event(self, issue: dict[str, Any], known: set[int]) -> Event | None:
         """The event of one changed issue (an upsert; a delete when it left
@@ -413,17 +417,13 @@ class RedmineConnector(ApiConnector):
             if lo >= hi or self._count(known[lo], known[hi - 1]) == hi - lo:
                 continue
             if hi - lo <= _PAGE:
-                extra = {"issue_id": f"><{known[lo]}|{known[hi - 1]}"}
-                present = {int(i["id"]) for shard in self.list_shards() for i in self._present(shard, extra)}
+                shards = self.list_shards()
+                present = {int(i["id"]) for s in shards for i in self._keyset(s, known[lo], known[hi - 1])}
                 gone += [i for i in known[lo:hi] if i not in present]
                 continue
             mid = (lo + hi) // 2
             spans += [(lo, mid), (mid, hi)]
         return sorted(gone)
-
-    def _present(self, shard: str, extra: Mapping[str, str]) -> Iterator[dict[str, Any]]:
-        path, params = self._issues_path(shard)
-        return self._pages(path, "issues", {**params, **extra, "sort": "id"})
 
     # -- content and permissions ------------------------------------------------------
 

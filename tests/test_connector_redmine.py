@@ -299,3 +299,29 @@ def test_webhooks_only_trigger_a_feed_read() -> None:
     for body in (b"not json", b"[1, 2]"):
         with pytest.raises(InvalidEventError):
             rm.webhook_events(body, {})
+
+
+def test_an_issue_deleted_while_listing_shifts_no_page(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Pages go by id, not by offset: a deletion behind the listing skips nothing ahead of it."""
+    monkeypatch.setattr(redmine_module, "_PAGE", 2)
+    project = redmine.project("shifting")
+    issues = [redmine.issue(project, f"Shifting {n}") for n in range(5)]
+    deleted: list[int] = []
+    pages: list[str] = []
+
+    def plan(path: str) -> Fault | None:
+        if path.startswith("/projects/shifting/issues.json"):
+            pages.append(path)
+            if len(pages) == 2:  # before the second page: delete an issue the first one held
+                deleted.append(issues[0])
+                redmine.delete_issue(issues[0])
+        return None
+
+    rm, proxy, _ = _proxied(redmine, monkeypatch, plan, projects=["shifting"])
+    try:
+        listed = [int(i.source_object_id) for i in list_all(rm)]
+    finally:
+        proxy.close()
+    assert deleted == [issues[0]] and listed == issues
