@@ -374,7 +374,7 @@ class RedmineConnector(ApiConnector):
         Raises:
             FetchError: the page failed or holds no list of issues.
         """
-        data, _ = self._get(path, {"status_id": "*", **query, "limit": str(_PAGE)})
+        data, _ = self._get(path, {"status_id": "*", "limit": str(_PAGE), **query})
         rows = data.get("issues")
         if not isinstance(rows, list):
             raise FetchError(f"Redmine answered a page of {path} without a list of issues")
@@ -402,8 +402,7 @@ class RedmineConnector(ApiConnector):
         total = 0
         for shard in self.list_shards():
             path, params = self._issues_path(shard)
-            data, _ = self._get(path, {**params, "issue_id": f"><{low}|{high}", "limit": "1"})
-            total += int(data.get("total_count", 0) or 0)
+            total += self._issue_page(path, {**params, "issue_id": f"><{low}|{high}", "limit": "1"})[1]
         return total
 
     def _vanished(self, known: list[int]) -> list[int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -18,7 +19,7 @@ from connectors.reader import FetchLimits
 from connectors.redmine import RedmineConnector, decode_ids, encode_ids
 from connectors.registry import open_connector
 from ragsync.detect import detect_mime
-from ragsync.errors import FetchError, InvalidEventError, OutsideLocationError
+from ragsync.errors import ConfigurationError, FetchError, InvalidEventError, OutsideLocationError
 from ragsync.model import SourceFile
 from ragsync.parsing import parse
 from ragsync.source_types import SourceSpec
@@ -325,3 +326,24 @@ def test_an_issue_deleted_while_listing_shifts_no_page(
     finally:
         proxy.close()
     assert deleted == [issues[0]] and listed == issues
+
+
+def test_the_api_key_comes_from_the_tenants_secret_store(
+    redmine: Redmine, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A tenant's source names its key in a store the operator granted it;
+    any other reference is refused before a request is made."""
+    store = tmp_path / "secrets"
+    (store / "acme").mkdir(parents=True)
+    (store / "acme" / "redmine-key").write_text(redmine.key + "\n", encoding="utf-8")
+    (tmp_path / "elsewhere").write_text(redmine.key, encoding="utf-8")
+    monkeypatch.setenv("RAGSYNC_TENANT_SECRETS", f"file://{store}/{{tenant}}")
+
+    def spec(ref: str) -> SourceSpec:
+        return SourceSpec("rm", "acme", "redmine", redmine.url, credentials_ref=ref, credentials_by="tenant")
+
+    rm = open_connector(spec(f"file://{store}/acme/redmine-key"), limits=FetchLimits())
+    assert "admin" in rm.list_identities().users  # an administrator's call: the key was sent
+    for ref in (f"file://{tmp_path}/elsewhere", "env://RAGSYNC_TEST_REDMINE_KEY"):
+        with pytest.raises(ConfigurationError, match="no readable secret of this tenant"):
+            open_connector(spec(ref), limits=FetchLimits())
