@@ -227,6 +227,36 @@ class Redmine:
         self.sql("DELETE FROM settings WHERE name = ?", name)
         self.sql("INSERT INTO settings (name, value, updated_on) VALUES (?, ?, ?)", name, value, now)
 
+    def custom_field(self, name: str, *, visible: bool, role: int | None = None) -> int:
+        """An issue custom field (text) for every project and tracker; one not
+        ``visible`` to all is seen by ``role`` only. Redmine 5.0's REST API
+        cannot make one: written as its admin page would."""
+        import sqlite3
+
+        db = sqlite3.connect(self.root / "instance" / "db" / "redmine.sqlite3", timeout=30)
+        try:
+            field = db.execute(
+                "INSERT INTO custom_fields (type, name, field_format, is_for_all, visible, format_store,"
+                " position) VALUES ('IssueCustomField', ?, 'string', 1, ?, ?, 1)",
+                (
+                    name,
+                    visible,
+                    "--- !ruby/hash:ActiveSupport::HashWithIndifferentAccess\ntext_formatting: ''\n",
+                ),
+            ).lastrowid
+            db.executemany(
+                "INSERT INTO custom_fields_trackers (custom_field_id, tracker_id) VALUES (?, ?)",
+                [(field, t) for t in (1, 2, 3)],
+            )
+            if role is not None:
+                db.execute(
+                    "INSERT INTO custom_fields_roles (custom_field_id, role_id) VALUES (?, ?)", (field, role)
+                )
+            db.commit()
+        finally:
+            db.close()
+        return int(field or 0)
+
     def delete_issue(self, issue: int) -> None:
         self.call("DELETE", f"issues/{issue}.json")
 

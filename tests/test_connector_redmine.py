@@ -23,7 +23,7 @@ from ragsync.errors import ConfigurationError, FetchError, InvalidEventError, Ou
 from ragsync.model import SourceFile
 from ragsync.parsing import parse
 from ragsync.source_types import SourceSpec
-from tests.redmine import Fault, FaultProxy, Redmine
+from tests.redmine import MANAGER, Fault, FaultProxy, Redmine
 
 
 def _connector(redmine: Redmine, monkeypatch: pytest.MonkeyPatch, **options: Any) -> RedmineConnector:
@@ -116,10 +116,16 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
     redmine: Redmine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     project = redmine.project("bundle")
-    issue = redmine.issue(project, "Quarterly numbers", "See the attached sheet.")
+    customer = redmine.custom_field("Customer", visible=True)
+    margin = redmine.custom_field("Margin", visible=False, role=MANAGER)  # managers only
+    fields = [{"id": customer, "value": "Acme Rockets"}, {"id": margin, "value": "42 percent"}]
+    issue = redmine.issue(project, "Quarterly numbers", "See the attached sheet.", custom_fields=fields)
+    shown = redmine.call("GET", f"issues/{issue}.json")["issue"]["custom_fields"]
+    assert {f["name"]: f["value"] for f in shown} == {"Customer": "Acme Rockets", "Margin": "42 percent"}
     attached = redmine.attach(issue, "numbers.csv", b"quarter,revenue\nQ1,100\nQ2,140\n", "text/csv")
     redmine.update(issue, notes="Visible to every reader.")
     redmine.update(issue, notes="Only for managers.", private_notes=True)
+    redmine.update(issue, status_id=5)  # Closed: still indexed, with its status
     rm = _connector(redmine, monkeypatch, projects=["bundle"])
     (item,) = list(list_all(rm))
     data = rm.fetch(item)
@@ -128,6 +134,8 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
     text = "\n".join(e.text for e in result.elements)
     assert text.startswith(f"#{issue} Quarterly numbers")
     assert "See the attached sheet." in text and "Visible to every reader." in text
+    assert "Status: Closed" in text and "Customer: Acme Rockets" in text
+    assert "42 percent" not in text  # a custom field not visible to every reader: left out
     assert "Only for managers." not in text  # a private note: not in a document its readers share
     assert mime == "application/vnd.ragsync.ticket-bundle+json"
     assert [(a.name, a.data) for a in result.attachments] == [
