@@ -52,7 +52,6 @@ from typing import Any, ClassVar, Self
 
 from connectors.api import ApiClient, ApiConnector, ClientFactory
 from connectors.base import ChangePage, as_object, json_object, make_event, upsert_event
-from connectors.location import _refuse
 from connectors.reader import HttpStatusError
 from connectors.redmine_access import ProjectAccess, Role, identities, issue_groups
 from ragsync.errors import ConfigurationError, FetchError
@@ -428,12 +427,7 @@ class RedmineConnector(ApiConnector):
 
     def _issue_id(self, item: SourceFile) -> int:
         """The issue an item names; only the address this connector makes for it is read."""
-        if not item.source_object_id.isdigit():
-            raise _refuse(item.uri)
-        issue_id = int(item.source_object_id)
-        if self.location.resolve(item.uri) != self.location.resolve(self.issue_uri(issue_id)):
-            raise _refuse(item.uri)
-        return issue_id
+        return self._own_numbered(item, self.issue_uri)
 
     def _read_issue(self, issue_id: int, include: str = "") -> dict[str, Any]:
         params = {"include": include} if include else None

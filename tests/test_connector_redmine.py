@@ -151,6 +151,13 @@ def test_the_fetched_issue_is_a_bundle_with_its_attachments(
             rm.fetch(SourceFile("acme", "rm", item.source_object_id, uri))
 
 
+def _issues(redmine: Redmine, monkeypatch: pytest.MonkeyPatch, project: str, n: int) -> list[int]:
+    """Pages of two issues, and ``n`` issues in a new project named ``project``."""
+    monkeypatch.setattr(redmine_module, "_PAGE", 2)
+    project_id = redmine.project(project)
+    return [redmine.issue(project_id, f"{project} {k}") for k in range(n)]
+
+
 def _proxied(
     redmine: Redmine, monkeypatch: pytest.MonkeyPatch, plan: Any, **options: Any
 ) -> tuple[RedmineConnector, FaultProxy, list[float]]:
@@ -202,9 +209,7 @@ def test_a_wait_longer_than_the_cap_reschedules_instead_of_sleeping(
 def test_a_listing_cut_short_raises_after_what_it_read(
     redmine: Redmine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(redmine_module, "_PAGE", 2)
-    project = redmine.project("cutshort")
-    issues = [redmine.issue(project, f"Cut {n}") for n in range(5)]
+    issues = _issues(redmine, monkeypatch, "cutshort", 5)
 
     def plan(path: str) -> Fault | None:  # the second page is gone (a 404 mid-listing)
         return (404, {}) if "issue_id=%3E%3D" in path and f"%3E%3D{issues[2]}" in path else None
@@ -223,9 +228,7 @@ def test_a_listing_cut_short_raises_after_what_it_read(
 
 
 def test_deletes_are_found_by_halving_ranges(redmine: Redmine, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(redmine_module, "_PAGE", 2)
-    project = redmine.project("halving")
-    issues = [redmine.issue(project, f"Halving {n}") for n in range(9)]
+    issues = _issues(redmine, monkeypatch, "halving", 9)
     rm = _connector(redmine, monkeypatch, projects=["halving"])
     calls: list[str] = []
     count = rm._count
@@ -244,9 +247,7 @@ def test_issues_saved_in_one_second_are_each_read_once(
 ) -> None:
     """More issues than a page changed in the same second (a bulk edit),
     their fractions of a second in the opposite order of their ids."""
-    monkeypatch.setattr(redmine_module, "_PAGE", 2)
-    project = redmine.project("samesecond")
-    issues = [redmine.issue(project, f"Same second {n}") for n in range(5)]
+    issues = _issues(redmine, monkeypatch, "samesecond", 5)
     rm = _connector(redmine, monkeypatch, projects=["samesecond"])
     _settle(rm)
     cursor = rm.start_cursor()
@@ -314,9 +315,7 @@ def test_an_issue_deleted_while_listing_shifts_no_page(
     redmine: Redmine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Pages go by id, not by offset: a deletion behind the listing skips nothing ahead of it."""
-    monkeypatch.setattr(redmine_module, "_PAGE", 2)
-    project = redmine.project("shifting")
-    issues = [redmine.issue(project, f"Shifting {n}") for n in range(5)]
+    issues = _issues(redmine, monkeypatch, "shifting", 5)
     deleted: list[int] = []
     pages: list[str] = []
 
