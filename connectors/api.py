@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, ClassVar, Self
 
 from connectors.credentials import auth_headers
-from connectors.location import Location
+from connectors.location import Location, _refuse
 from connectors.oauth import RefreshingToken, refresh_credentials
 from connectors.reader import FetchLimits, HttpStatusError, LocatedHttpClient
 from ragsync.decisions import backoff_delay
@@ -312,3 +312,18 @@ class ApiConnector:
 
     def _url(self, path: str) -> str:
         return f"{self.location.base_url}/{path}"
+
+    def _own_numbered(self, item: Any, address: Callable[[int], str]) -> int:
+        """The number an item's object id is, when the item's address is the
+        one this connector makes for that object (``address(number)``): an
+        event naming another object, another call or another host is refused.
+
+        Raises:
+            OutsideLocationError: the id is not a number, or the address is another.
+        """
+        if not item.source_object_id.isdigit():
+            raise _refuse(item.uri)
+        number = int(item.source_object_id)
+        if self.location.resolve(item.uri) != self.location.resolve(address(number)):
+            raise _refuse(item.uri)
+        return number

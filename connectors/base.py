@@ -17,16 +17,18 @@ and a ``from_spec`` constructor, registered with
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar, Protocol
 
+from ragsync.query.search.identity import Identities
+
 from ragsync import ids
 from ragsync.decisions import ListedObject
-from ragsync.errors import FetchError
+from ragsync.errors import FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
-from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 
@@ -166,6 +168,21 @@ def as_object(value: Any) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
+def json_object(body: bytes) -> dict[str, Any]:
+    """A webhook body that must be one JSON object.
+
+    Raises:
+        InvalidEventError: not JSON, or JSON that is not an object.
+    """
+    try:
+        data = json.loads(body)
+    except ValueError as exc:
+        raise InvalidEventError(f"webhook body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidEventError("webhook body must be a JSON object")
+    return data
+
+
 def list_all(connector: Connector) -> Iterator[SourceFile]:
     """A full listing: every shard in order (one process; workers list
     shards in parallel through ``transforms.listing``)."""
@@ -207,6 +224,19 @@ def make_event(
         content_uri=content_uri if op == "upsert" else "",
         event_time=time.time() if event_time is None else event_time,
         tenant_id=spec.tenant_id,
+    )
+
+
+def upsert_event(spec: SourceSpec, item: SourceFile, *, event_time: float) -> Event:
+    """The upsert event of a listing record: its object, version, groups and address."""
+    return make_event(
+        spec,
+        item.source_object_id,
+        "upsert",
+        item.source_version,
+        acl_groups=item.acl_groups,
+        content_uri=item.uri,
+        event_time=event_time,
     )
 
 

@@ -52,7 +52,7 @@ from datetime import datetime
 from typing import Any, ClassVar
 from urllib.parse import quote, unquote_plus
 
-from connectors.base import ChangePage, FileSystem, make_event
+from connectors.base import ChangePage, FileSystem, json_object, make_event
 from connectors.location import LOCAL, Location
 from connectors.reader import ContentReader, FetchLimits
 from ragsync.errors import ConfigurationError, InvalidEventError, OutsideLocationError
@@ -312,12 +312,7 @@ class FolderConnector:
             OutsideLocationError: an object outside the root (another bucket,
                 or a key outside the prefix): the whole notification is refused.
         """
-        try:
-            data = json.loads(body)
-        except ValueError as exc:
-            raise InvalidEventError(f"webhook body is not JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise InvalidEventError("webhook body must be a JSON object")
+        data = json_object(body)
         if isinstance(data.get("message"), dict):
             return self._gcs_events(data["message"])
         if isinstance(data.get("Records"), list):

@@ -56,7 +56,7 @@ from typing import Any, ClassVar, Literal, Self
 from urllib.parse import urlencode
 
 from connectors.api import ApiClient, ApiConnector, ClientFactory
-from connectors.base import ChangePage, as_object, make_event
+from connectors.base import ChangePage, as_object, make_event, upsert_event
 from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
@@ -238,15 +238,7 @@ class JiraConnector(ApiConnector):
 
     def _upsert(self, item: SourceFile) -> Event:
         """The upsert event of a listing record (its version is the update time in milliseconds)."""
-        return make_event(
-            self.spec,
-            item.source_object_id,
-            "upsert",
-            item.source_version,
-            acl_groups=item.acl_groups,
-            content_uri=item.uri,
-            event_time=int(item.source_version) / 1000,
-        )
+        return upsert_event(self.spec, item, event_time=int(item.source_version) / 1000)
 
     def _issue_groups(self, fields: dict[str, Any]) -> tuple[str, ...]:
         security = fields.get("security")

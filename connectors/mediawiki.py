@@ -45,7 +45,6 @@ from urllib.parse import urlencode
 
 from connectors.api import AccessDeniedError, ApiClient, ApiConnector, ClientFactory, RateLimitedError
 from connectors.base import ChangePage, CursorExpiredError, make_event
-from connectors.location import _refuse
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
 from ragsync.query.identity import Identities
@@ -382,14 +381,9 @@ class MediaWikiConnector(ApiConnector):
     # -- content and permissions ------------------------------------------------------
 
     def _pageid(self, item: SourceFile) -> int:
-        if not item.source_object_id.isdigit():
-            raise _refuse(item.uri)
-        pageid = int(item.source_object_id)
         # Only the address this connector makes for the page is read: an event
         # naming another page, another action or another host is refused.
-        if self.location.resolve(item.uri) != self.location.resolve(self.content_uri(pageid)):
-            raise _refuse(item.uri)
-        return pageid
+        return self._own_numbered(item, self.content_uri)
 
     def fetch(self, item: SourceFile) -> bytes:
         """The page rendered as an HTML document titled with its current title.

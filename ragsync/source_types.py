@@ -3,7 +3,7 @@
 A source type names a connector family and the class that serves it, as a
 ``"module:Class"`` path imported on first use (this module imports no
 connector). :func:`register_source_type` is the one way a type is declared:
-the built-in four below, and a plug-in's own when its module is imported
+the built-in five below, and a plug-in's own when its module is imported
 (setting ``plugins``, ``ragsync.plugins``). Every reader asks this registry
 when it needs the list, so a registered type is accepted everywhere at once:
 the catalog (``ragsync.catalog.sources``), ``ragsync sources add --type``,
@@ -131,7 +131,7 @@ def register_source_type(name: str, target: str, *, default_uri: str = "") -> No
 
 
 def source_types() -> tuple[str, ...]:
-    """Every registered type, in registration order (the built-in four first)."""
+    """Every registered type, in registration order (the built-in five first)."""
     return tuple(_TYPES)
 
 
@@ -153,3 +153,4 @@ register_source_type(
     "drive", "connectors.drive:DriveConnector", default_uri="https://www.googleapis.com/drive/v3"
 )
 register_source_type("tickets", "connectors.jira:JiraConnector")
+register_source_type("redmine", "connectors.redmine:RedmineConnector")

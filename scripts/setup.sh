@@ -29,6 +29,13 @@ if [ "${RAGSYNC_WITH_MEDIAWIKI:-0}" = "1" ] && { ! command -v php >/dev/null 2>&
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     mediawiki php-cli php-sqlite3 php-intl php-mbstring php-xml >/dev/null
 fi
+# Redmine (Debian's package on SQLite, Ruby on Rails) for the Redmine connector's tests.
+if [ "${RAGSYNC_WITH_REDMINE:-0}" = "1" ] && { ! command -v ruby >/dev/null 2>&1 || [ ! -e /usr/share/redmine/config/environment.rb ]; }; then
+  echo "[setup] installing Redmine (redmine redmine-sqlite)" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
+    redmine redmine-sqlite >/dev/null
+fi
 # Chromium (Debian's package) renders `ragsync report` pages in the report's test.
 if [ "${RAGSYNC_WITH_CHROMIUM:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
   echo "[setup] installing Chromium (headless rendering of ragsync report in the tests)" >&2

@@ -15,7 +15,7 @@ files=(${RAGSYNC_TEST_FILES:-tests/test_*.py})
 # that with two jobs the run does not end on one long file while the other
 # job idles. Only the order changes; every file still runs.
 slow_first=(tests/test_interleavings_property.py tests/test_cluster.py tests/test_signals.py
-  tests/test_sync.py tests/test_copies.py tests/test_stream_crash_property.py tests/test_streaming.py
+  tests/test_sync.py tests/test_sync_redmine.py tests/test_copies.py tests/test_stream_crash_property.py tests/test_streaming.py
   tests/test_readme_walkthroughs.py tests/test_backfill.py tests/test_correctness.py)
 if [ -z "${RAGSYNC_TEST_FILES:-}" ]; then
   ordered=()

@@ -215,6 +215,15 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
 # -- MediaWiki ------------------------------------------------------------------
 
 
+def _require(available: bool, missing: str, service: str) -> None:
+    """Skip when a service's packages are missing, except with ``$CI`` set:
+    CI installs them through ``scripts/setup.sh`` and must run its tests."""
+    if not available:
+        if _in_ci():
+            pytest.fail(f"{missing} (CI is set: the {service} tests must run)", pytrace=False)
+        pytest.skip(missing)
+
+
 @pytest.fixture(scope="session")
 def mediawiki_template() -> Iterator[object]:
     """One installed MediaWiki (SQLite) per session; tests serve copies of it.
@@ -224,10 +233,7 @@ def mediawiki_template() -> Iterator[object]:
     """
     from tests import mediawiki
 
-    if not mediawiki.available():
-        if _in_ci():
-            pytest.fail(f"{mediawiki.MISSING} (CI is set: the MediaWiki tests must run)", pytrace=False)
-        pytest.skip(mediawiki.MISSING)
+    _require(mediawiki.available(), mediawiki.MISSING, "MediaWiki")
     root = Path(tempfile.mkdtemp(prefix="ragsync-mw-"))
     try:
         yield mediawiki.MediaWiki.install(root / "template")
@@ -247,3 +253,37 @@ def mediawiki(mediawiki_template: object, tmp_path: Path) -> Iterator[object]:
         yield wiki
     finally:
         wiki.stop()
+
+
+# -- Redmine --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redmine_template() -> object:
+    """The installed Redmine (SQLite) test modules serve copies of: made once
+    per machine by ``scripts/redmine.sh install`` and kept (``tests.redmine.template``),
+    since each test file runs in a process of its own.
+
+    Skipped when Redmine is not installed, except with ``$CI`` set: CI
+    installs it through ``scripts/setup.sh`` and must run these tests.
+    """
+    from tests import redmine
+
+    _require(redmine.available(), redmine.MISSING, "Redmine")
+    return redmine.template()
+
+
+@pytest.fixture(scope="module")
+def redmine(redmine_template: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """A running Redmine of this test module's own (a copy of the session's
+    install; Rails takes seconds to start, so tests of a module share it and
+    each makes its own projects, users and issues)."""
+    from tests.redmine import Redmine
+
+    assert isinstance(redmine_template, Redmine)
+    server = redmine_template.copy_to(tmp_path_factory.mktemp("redmine"))
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()

@@ -34,7 +34,7 @@ from tests.proc import ROOT, cli
 
 PLUGIN = "tests.fake_connector"
 TENANT = "acme"
-BUILT_IN = ("object_store", "wiki", "drive", "tickets")
+BUILT_IN = ("object_store", "wiki", "drive", "tickets", "redmine")
 
 
 def _cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, Any]:
@@ -143,7 +143,7 @@ def test_post_v1_sources_accepts_the_registered_type_and_still_refuses_unknown_o
             "/v1/sources", json={**body, "type": "nope", "source_id": "t2"}, headers=headers
         )
         assert unknown.status_code == 422
-        assert "must be one of object_store, wiki, drive, tickets, fake" in unknown.text
+        assert "must be one of object_store, wiki, drive, tickets, redmine, fake" in unknown.text
         schema = client.get("/openapi.json").json()["components"]["schemas"]["SourceIn"]
         assert schema["properties"]["type"]["enum"] == [*BUILT_IN, "fake"]
 

@@ -576,23 +576,24 @@ def test_one_list_of_source_types_for_the_registry_the_catalog_the_cli_and_the_a
     from control_plane.routers.sources import SourceIn
     from ragsync.source_types import SYNC_KINDS, default_uri, source_types
 
-    assert source_types()[:4] == ("object_store", "wiki", "drive", "tickets")
+    assert source_types()[:5] == ("object_store", "wiki", "drive", "tickets", "redmine")
     classes = {
         t: connector_class(SourceSpec("s", "t", t, "/srv/docs" if t == "object_store" else JIRA)).__name__
-        for t in source_types()[:4]
+        for t in source_types()[:5]
     }
     assert classes == {
         "object_store": "FolderConnector",
         "wiki": "MediaWikiConnector",
         "drive": "DriveConnector",
         "tickets": "JiraConnector",
+        "redmine": "RedmineConnector",
     }
     assert default_uri("drive") == DriveConnector.default_uri == DRIVE
     assert [default_uri(t) for t in ("object_store", "wiki", "tickets", "nope")] == ["", "", "", ""]
     schema = SourceIn.model_json_schema()["properties"]
     assert schema["type"]["enum"] == list(source_types())
     assert schema["sync"]["enum"] == list(SYNC_KINDS)
-    with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets"):
+    with pytest.raises(ValueError, match="must be one of object_store, wiki, drive, tickets, redmine"):
         SourceIn.model_validate({"type": "sharepoint", "sync": "poll"})
 
 

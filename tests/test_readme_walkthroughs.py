@@ -1,11 +1,12 @@
-"""The README's walkthroughs, run exactly as written.
+"""The README's walkthroughs (and those of docs/*.md), run exactly as written.
 
 Each fenced block after a ``<!-- walkthrough:NAME -->`` comment in README.md
-is extracted from the README at test time (no copy of its commands here) and
+(or in a page of docs/) is extracted from that file at test time (no copy of
+its commands here) and
 run with ``bash -e`` in an empty directory that holds what a clone's root
 holds for it (``scripts/`` and ``.venv``, linked to this checkout's), with
 ``.venv/bin`` first on ``PATH`` as after ``source .venv/bin/activate``. The
-ports come from ``$RAGSYNC_PORT`` and ``$RAGSYNC_WIKI_PORT`` (free ones here),
+ports come from ``$RAGSYNC_PORT``, ``$RAGSYNC_WIKI_PORT`` and ``$RAGSYNC_REDMINE_PORT`` (free ones here),
 which the blocks read. Asserted: the exact counts, hits and documents the
 README's text says they print.
 """
@@ -23,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from tests import mediawiki
+from tests import mediawiki, redmine
 from tests.mediawiki import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,9 +44,9 @@ def walkthroughs(readme: str) -> dict[str, str]:
     return found
 
 
-def _block(name: str) -> str:
-    blocks = walkthroughs((ROOT / "README.md").read_text(encoding="utf-8"))
-    assert name in blocks, f"README.md has no block marked <!-- walkthrough:{name} -->"
+def _block(name: str, page: str = "README.md") -> str:
+    blocks = walkthroughs((ROOT / page).read_text(encoding="utf-8"))
+    assert name in blocks, f"{page} has no block marked <!-- walkthrough:{name} -->"
     return blocks[name]
 
 
@@ -56,6 +57,7 @@ def test_every_walkthrough_is_found_once() -> None:
         "then-try",
         "wiki",
     ]
+    assert sorted(walkthroughs((ROOT / "docs" / "redmine.md").read_text(encoding="utf-8"))) == ["redmine"]
     with pytest.raises(AssertionError, match="marked twice"):
         walkthroughs("<!-- walkthrough:a -->\n```bash\ntrue\n```\n<!-- walkthrough:a -->\n```\nfalse\n```\n")
 
@@ -167,6 +169,33 @@ def test_wiki(tmp_path: Path) -> None:
     assert re.search(
         r"^\[sync\] wiki-eng: 2 changes in 1 pages, 2 queued, [\d.]+s \([\d.]+ changes/s\)$", err, re.M
     )
+
+
+def test_redmine(tmp_path: Path) -> None:
+    """docs/redmine.md's walkthrough. Its ``./redmine`` is a copy of the tests'
+    installed one (``scripts/redmine.sh install``, as the block's first line
+    would run it), which saves a minute of CI."""
+    if not redmine.available():
+        if os.environ.get("CI"):
+            pytest.fail(redmine.MISSING)
+        pytest.skip(redmine.MISSING)
+    cwd = _directory(tmp_path)
+    redmine.template().copy_to(cwd / "redmine")
+    port = free_port()
+    try:
+        done = _run(_block("redmine", "docs/redmine.md"), cwd, RAGSYNC_REDMINE_PORT=str(port))
+    finally:
+        subprocess.run([str(ROOT / "scripts" / "redmine.sh"), "stop", str(cwd / "redmine")], check=False)
+    out = done.stdout
+    # The first sync (a full listing), then the incremental one: the comment and the delete.
+    assert _counter(out, "documents_listed") == [2, 0]
+    assert _counter(out, "documents_indexed") == [2, 1]
+    assert _counter(out, "changes_read") == [0, 2]
+    assert _counter(out, "documents_deleted") == [0, 1]
+    hits = re.findall(r"^ *\d+\. [\d.]+ +(\S+)$", out, re.MULTILINE)
+    assert hits == [f"http://127.0.0.1:{port}/issues/1"]  # read as the user admin, linked to its page
+    assert "Resurfacing moved to the first week of June." in out
+    assert not (cwd / "redmine" / "server.pid").exists()  # the block's last line stopped Redmine
 
 
 def test_api_with_curl(tmp_path: Path) -> None:

@@ -19,6 +19,8 @@ import zlib
 
 from ragsync.model import Lane
 from ragsync.parsing._common import text_encoding
+from ragsync.parsing.bundle import MIME_TICKET_BUNDLE
+from ragsync.parsing.bundle import PREFIX as BUNDLE_PREFIX
 
 MIME_PDF = "application/pdf"
 MIME_DOCX = "application/vnd.openxmlformats-officedocument.wordprocessingml.document"
@@ -404,6 +406,8 @@ def detect_mime(data: bytes, filename: str = "") -> str:
     """
     if not data:
         return MIME_EMPTY
+    if data.startswith(BUNDLE_PREFIX):
+        return MIME_TICKET_BUNDLE  # a ticket and its attachments, as a connector fetched them
     head = data[:1024]
     if b"%PDF-" in head:
         return MIME_PDF

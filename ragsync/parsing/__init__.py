@@ -26,6 +26,7 @@ from ragsync.errors import (
 from ragsync.model import Attachment, Element
 from ragsync.parsing._common import RawParse
 from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
+from ragsync.parsing.bundle import MIME_TICKET_BUNDLE
 
 # Change whenever any parser's output changes (it is part of cache keys).
 PARSER_VERSION = "p7"
@@ -214,6 +215,12 @@ def _msg(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: in
     return parse_msg(data, filename=filename, depth=depth, limits=limits)
 
 
+def _ticket_bundle(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
+    from ragsync.parsing.tickets import parse_bundle
+
+    return parse_bundle(data, depth=depth, limits=limits)
+
+
 def _archive(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth: int) -> RawParse:
     from ragsync.parsing.archive import parse_archive
 
@@ -224,6 +231,7 @@ def _archive(data: bytes, mime: str, filename: str, limits: ArchiveLimits, depth
 _CONTAINERS: dict[str, Container] = {
     "message/rfc822": _email,
     "application/vnd.ms-outlook": _msg,
+    MIME_TICKET_BUNDLE: _ticket_bundle,
     **{mime: _archive for mime in ARCHIVE_MIMES},
 }
 

@@ -1,19 +1,22 @@
-"""JSON parser: ticket records (GitHub issues, Jira REST v2) and any other JSON.
+"""JSON parser: ticket records (GitHub issues, Jira REST v2, Redmine) and any other JSON.
 
 A file is one document: a JSON object, a JSON array of objects, or JSONL
 (one object per line). Each ticket becomes a level-1 heading (its title), a
 paragraph of its fields (state, author, labels...), its description and its
 comments in order, each prefixed by the author. JSON that is not a ticket is
-flattened to ``a.b.0.c: value`` paragraphs.
+flattened to ``a.b.0.c: value`` paragraphs. A ticket bundle (a ticket and its
+attachments, ``ragsync.parsing.bundle``) is parsed by :func:`parse_bundle`.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from typing import Any
 
 from ragsync.errors import CorruptDocumentError
-from ragsync.model import ElementType
+from ragsync.model import Attachment, ElementType
 from ragsync.parsing._common import RawElement, RawParse, clean_text, decode_text, split_paragraphs
 
 #: Flattened key paths kept for non-ticket JSON.
@@ -91,6 +94,13 @@ def _markdown_body(text: str) -> list[RawElement]:
         RawElement(e.type, e.text, min(6, e.level + 1) if e.type is ElementType.HEADING else e.level, 0)
         for e in parsed
     ]
+
+
+def _plain(text: Any) -> list[RawElement]:
+    """A plain-text field (a description) as paragraphs; nothing when it is not text."""
+    if not isinstance(text, str):
+        return []
+    return [RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(text.replace("\r\n", "\n"))]
 
 
 def _comment(author: str, when: str, body: str) -> list[RawElement]:
@@ -172,11 +182,7 @@ def _jira(record: dict[str, Any]) -> list[RawElement]:
     )
     if para:
         out.append(para)
-    description = fields.get("description")
-    if isinstance(description, str):
-        out.extend(
-            RawElement(ElementType.PARAGRAPH, p) for p in split_paragraphs(description.replace("\r\n", "\n"))
-        )
+    out.extend(_plain(fields.get("description")))
     block = fields.get("comment")
     comments = block.get("comments") if isinstance(block, dict) else None
     found: list[RawElement] = []
@@ -214,6 +220,56 @@ def _jira(record: dict[str, Any]) -> list[RawElement]:
     return out
 
 
+def is_redmine_issue(record: Any) -> bool:
+    """Whether a decoded JSON value is a Redmine issue as ``connectors.redmine``
+    fetches it: ``{"redmine_issue": {"id", "subject", ...}}``."""
+    issue = record.get("redmine_issue") if isinstance(record, dict) else None
+    return isinstance(issue, dict) and "subject" in issue and len(record) == 1
+
+
+def _redmine(record: dict[str, Any]) -> list[RawElement]:
+    """An issue: ``#ID subject``, its fields (custom fields included), the
+    description, and each journal's note as a comment."""
+    issue: dict[str, Any] = record["redmine_issue"]
+    subject = clean_text(str(issue.get("subject") or ""))
+    out = [RawElement(ElementType.HEADING, f"#{issue.get('id')} {subject}".strip(), 1)]
+    custom = [
+        (_name(f, "name"), ", ".join(map(str, v)) if isinstance(v, list) else _name(v))
+        for f in issue.get("custom_fields") or []
+        if isinstance(f, dict)
+        for v in [f.get("value")]
+    ]
+    para = _fields_paragraph(
+        [
+            ("Project", _name(issue.get("project"), "name")),
+            ("Tracker", _name(issue.get("tracker"), "name")),
+            ("Status", _name(issue.get("status"), "name")),
+            ("Priority", _name(issue.get("priority"), "name")),
+            ("Author", _name(issue.get("author"), "name")),
+            ("Assignee", _name(issue.get("assigned_to"), "name")),
+            ("Category", _name(issue.get("category"), "name")),
+            ("Target version", _name(issue.get("fixed_version"), "name")),
+            *custom,
+            ("Created", _name(issue.get("created_on"))),
+            ("Closed", _name(issue.get("closed_on"))),
+        ]
+    )
+    if para:
+        out.append(para)
+    out.extend(_plain(issue.get("description")))
+    found: list[RawElement] = []
+    for journal in issue.get("journals") or []:
+        if isinstance(journal, dict):
+            notes = str(journal.get("notes") or "")
+            found.extend(
+                _comment(_name(journal.get("user"), "name"), _name(journal.get("created_on")), notes)
+            )
+    if found:
+        out.append(RawElement(ElementType.HEADING, "Comments", 2))
+        out.extend(found)
+    return out
+
+
 def _flatten(value: Any, path: str, out: list[RawElement]) -> None:
     if len(out) >= MAX_FLAT_VALUES:
         return
@@ -236,7 +292,7 @@ def parse_json(data: bytes) -> RawParse:
 
     Returns:
         Elements with page 0. Metadata: ``records`` (count), ``kind``
-        (``github``, ``jira``, ``json`` or ``mixed``), ``title`` when the file
+        (``github``, ``jira``, ``redmine``, ``json`` or ``mixed``), ``title`` when the file
         holds one ticket, ``skipped_lines`` when JSONL lines were unreadable,
         ``comments_not_included`` when GitHub records only carry a comment
         count (their ``comments_url`` is not fetched).
@@ -253,6 +309,9 @@ def parse_json(data: bytes) -> RawParse:
         if is_jira_issue(record):
             kinds.add("jira")
             out.extend(_jira(record))
+        elif is_redmine_issue(record):
+            kinds.add("redmine")
+            out.extend(_redmine(record))
         elif is_github_issue(record):
             kinds.add("github")
             out.extend(_github(record, meta))
@@ -269,3 +328,47 @@ def parse_json(data: bytes) -> RawParse:
     if bad:
         meta["skipped_lines"] = str(bad)
     return RawParse(out, 0, meta)
+
+
+def parse_bundle(data: bytes, *, depth: int, limits: Any) -> RawParse:
+    """Parse a ticket bundle (``ragsync.parsing.bundle``): the ticket's elements,
+    and its attachments unparsed.
+
+    Args:
+        data: the bundle.
+        depth: containers around it (0 at top level).
+        limits: ``ArchiveLimits`` (``max_depth``, ``max_attachments``).
+
+    Returns:
+        The ticket's elements (:func:`parse_json`) and
+        ``Attachments: NAMES``; ``attachments`` at ``depth + 1`` (empty ones
+        named, not returned); metadata as the ticket parser's plus
+        ``attachments`` (count) and ``attachments_skipped`` past a limit.
+
+    Raises:
+        CorruptDocumentError: not a bundle (unreadable JSON, no record, an
+            attachment that is not base64).
+    """
+    from ragsync.parsing.email import finish, unique_name
+
+    try:
+        bundle = json.loads(data)
+    except ValueError as exc:
+        raise CorruptDocumentError(f"not a ticket bundle: {exc}") from None
+    record = bundle.get("record") if isinstance(bundle, dict) else None
+    files = bundle.get("attachments") if isinstance(bundle, dict) else None
+    if not isinstance(record, dict) or not isinstance(files, list):
+        raise CorruptDocumentError("not a ticket bundle: no record or no list of attachments")
+    raw = parse_json(json.dumps(record, ensure_ascii=False).encode("utf-8"))
+    attachments: list[Attachment] = []
+    seen: set[str] = set()
+    for index, item in enumerate(files, start=1):
+        if not isinstance(item, dict) or not isinstance(item.get("data"), str):
+            raise CorruptDocumentError(f"ticket bundle: attachment {index} has no data")
+        try:
+            body = base64.b64decode(item["data"], validate=True)
+        except (binascii.Error, ValueError):
+            raise CorruptDocumentError(f"ticket bundle: attachment {index} is not base64") from None
+        name = unique_name(str(item.get("name") or ""), seen, f"attachment-{index}")
+        attachments.append(Attachment(name, body, str(item.get("media_type") or ""), depth + 1))
+    return finish(list(raw.elements), dict(raw.metadata or {}), attachments, depth, limits)

@@ -67,16 +67,27 @@ MAX_PUSHED_DOCS = 2000
 stores' search (a ``doc_id`` filter); a larger one is post-filtered."""
 
 
+_REDMINE_ISSUE = re.compile(r"^(.*)/issues/([0-9]+)\.json$")
+
+
 def page_link(uri: str) -> str:
     """Where a reader opens a hit: a MediaWiki page's rendered-content
     address (the Action API's ``api.php?action=parse&pageid=N``, what the
     connector fetches) becomes the page itself (``index.php?curid=N`` next to
     ``api.php``, which MediaWiki serves as the page under any article path);
-    any other address is returned unchanged."""
+    a Redmine issue's REST address (``issues/N.json?include=...``) becomes the
+    issue's page (``issues/N``), and an attachment of it (a child document,
+    ``...#ID-name``) the attachment's page (``attachments/ID``); any other
+    address is returned unchanged."""
     parts = urlsplit(uri)
+    params = parse_qs(parts.query)
+    issue = _REDMINE_ISSUE.match(parts.path)
+    if issue is not None and params.get("include") == ["journals,attachments"]:
+        attachment = re.match(r"^([0-9]+)-", parts.fragment)
+        path = f"{issue[1]}/attachments/{attachment[1]}" if attachment else f"{issue[1]}/issues/{issue[2]}"
+        return urlunsplit((parts.scheme, parts.netloc, path, "", ""))
     if not parts.path.endswith("/api.php"):
         return uri
-    params = parse_qs(parts.query)
     if params.get("action") != ["parse"] or len(params.get("pageid", [])) != 1:
         return uri
     path = parts.path[: -len("api.php")] + "index.php"
