@@ -23,7 +23,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar, Protocol
 
-from ragsync.query.search.identity import Identities
+from ragsync.query.identity import Identities
 
 from ragsync import ids
 from ragsync.decisions import ListedObject
