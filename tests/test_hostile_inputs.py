@@ -246,6 +246,58 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         app.state.catalog.close()
 
 
+def test_every_refused_location_gets_the_same_answer_so_the_state_cannot_be_found(tmp_path: Path) -> None:
+    """The red team's LOW: a location under ragsync's own state got its own
+    message ("outside ragsync's own state"), any other refused one another:
+    trying locations told a tenant where the state lives."""
+    import json
+
+    grants = tmp_path / "grants"
+    mine = grants / "a"
+    home = mine / "state"  # the worst case: the operator's home inside a tenant's grant
+    (home / "objects").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mine / "to-state").symlink_to(home / "objects")
+    (mine / "to-elsewhere").symlink_to(elsewhere)
+    (mine / "docs").mkdir()
+    app = create_app(
+        f"sqlite:///{tmp_path / 'catalog.db'}",
+        allowed_locations=(f"{grants}/{{tenant}}",),
+        reserved_locations=(str(home),),
+    )
+    _, key = app.state.keys.create_tenant("a")
+    refused = [
+        home,  # ragsync's state itself
+        home / "objects" / "raw",  # inside it
+        mine,  # containing it
+        mine / "to-state",  # a link into it
+        elsewhere,  # outside the grant, existing
+        tmp_path / "no-such-folder",  # outside the grant, missing
+        mine / "to-elsewhere",  # a link out of the grant
+        "/etc",
+        "relative/folder",
+        "/proc/self",
+    ]
+    with served(app) as port:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key})
+        try:
+            answers = set()
+            for uri in refused:
+                r = api.post("/v1/sources", json={"type": "object_store", "sync": "webhook", "uri": str(uri)})
+                assert r.status_code == 422, (uri, r.text)
+                assert str(uri) not in r.text
+                answers.add(json.dumps(r.json(), sort_keys=True))
+            assert len(answers) == 1, answers
+            ok = api.post(
+                "/v1/sources", json={"type": "object_store", "sync": "webhook", "uri": str(mine / "docs")}
+            )
+            assert ok.status_code == 201, ok.text
+        finally:
+            api.close()
+            app.state.catalog.close()
+
+
 # ------------------------------------------------------------ one hostile document
 
 
