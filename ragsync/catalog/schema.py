@@ -477,7 +477,7 @@ pipeline_runs = Table(
 # Revision 0012: who is in which group, synced per (tenant, source) from the
 # source itself (``ragsync.catalog.identities``). A query by ``user`` reads
 # the user's memberships here and expands nested groups
-# (``ragsync.identity.expand_groups``). Group ids are the names the source's
+# (``Catalog.groups_of_user_by_source``: one recursive query, any depth). Group ids are the names the source's
 # connector writes into document ACLs.
 identity_users = Table(
     "identity_users",

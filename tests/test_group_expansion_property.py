@@ -1,0 +1,205 @@
+"""Nested groups and deny entries, as a user named in a query meets them.
+
+The red team's MEDIUM: a document with ``deny_groups: ["contractors"]`` was
+returned to a user whose group reached ``contractors`` through 11 or more
+nesting levels (hidden at 3 and 10): the expansion stopped at 10 levels, and
+for a deny "fewer groups" is not fail-closed. The expansion is now complete
+(one recursive query, any depth, cycles included); past a bound on the groups
+reached, the user reads nothing.
+
+Checked against a reference model (a plain graph walk) on random group graphs
+with cycles and chains up to 50 levels deep, at the catalog (SQLite and
+PostgreSQL) and through ``POST /v1/query`` on real stores (``tests.query_home``:
+Milvus Lite, tantivy, SQLite).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+pytest.importorskip("fastapi")
+pytest.importorskip("hypothesis")
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from ragsync.catalog import Catalog  # noqa: E402
+from ragsync.identity import Identities  # noqa: E402
+from ragsync.index_versions import live_spec  # noqa: E402
+from tests.query_home import Doc, QueryHome  # noqa: E402
+
+SOURCE = "wiki"
+USER = "u"
+
+
+def reach(direct: set[str], edges: set[tuple[str, str]]) -> set[str]:
+    """The reference model: every group reachable from ``direct`` along
+    (member group, parent group) edges, by a plain graph walk."""
+    seen, todo = set(direct), list(direct)
+    while todo:
+        group = todo.pop()
+        for member, parent in edges:
+            if member == group and parent not in seen:
+                seen.add(parent)
+                todo.append(parent)
+    return seen
+
+
+@st.composite
+def group_graphs(draw: Any) -> tuple[set[str], set[tuple[str, str]]]:
+    """(the user's direct groups, nesting edges): a chain g0 -> g1 -> ... up to
+    50 levels above the user's group, plus random edges among the chain and a
+    few side groups (cycles included: an edge may point back down)."""
+    depth = draw(st.integers(min_value=0, max_value=50))
+    chain = [f"g{i}" for i in range(depth + 1)]
+    names = chain + ["side0", "side1", "side2", "contractors", "staff"]
+    edges = {(chain[i], chain[i + 1]) for i in range(depth)}
+    extra = draw(st.lists(st.tuples(st.sampled_from(names), st.sampled_from(names)), max_size=12))
+    edges |= {(a, b) for a, b in extra if a != b}
+    direct = {"g0"} | set(draw(st.lists(st.sampled_from(names), max_size=2)))
+    return direct, edges
+
+
+# --------------------------------------------------------------------- catalog
+
+
+@pytest.fixture
+def catalog(catalog_url: str) -> Iterator[Catalog]:
+    cat = Catalog.open(catalog_url)
+    try:
+        yield cat
+    finally:
+        cat.close()
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(graph=group_graphs(), noise=group_graphs())
+def test_the_catalog_expands_exactly_the_reachable_groups(
+    catalog: Catalog,
+    graph: tuple[set[str], set[tuple[str, str]]],
+    noise: tuple[set[str], set[tuple[str, str]]],
+) -> None:
+    direct, edges = graph
+    users = frozenset((USER, g) for g in direct)
+    catalog.replace_identities("t1", SOURCE, Identities(user_groups=users, group_groups=frozenset(edges)))
+    # Another source of the tenant with other nesting: never followed from this one.
+    other_users, other_edges = noise
+    catalog.replace_identities(
+        "t1",
+        "other",
+        Identities(user_groups=frozenset(("v", g) for g in other_users), group_groups=frozenset(other_edges)),
+    )
+    assert catalog.groups_of_user_by_source("t1", USER) == {SOURCE: reach(direct, edges)}
+
+
+# ------------------------------------------------------------ POST /v1/query
+
+
+@dataclass
+class World:
+    qh: QueryHome
+    client: Any
+    app: Any
+    n: int = 0
+
+    def tenant(self) -> tuple[str, str]:
+        """A new tenant and its API key (each example has its own)."""
+        self.n += 1
+        tenant = f"t{self.n}"
+        _, key = self.app.state.keys.create_tenant(tenant)
+        return tenant, key
+
+    def hits(self, key: str, k: int = 50) -> set[str]:
+        r = self.client.post(
+            "/v1/query", json={"text": "hotel", "user": USER, "k": k}, headers={"X-API-Key": key}
+        )
+        assert r.status_code == 200, r.text
+        return {h["doc_id"] for h in r.json()["hits"]}
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
+    from fastapi.testclient import TestClient
+
+    from control_plane.app import create_app
+
+    qh = QueryHome(tmp_path_factory.mktemp("groups"))
+    app = create_app(qh.settings.catalog_url, settings=qh.settings)
+    with TestClient(app) as client:
+        yield World(qh, client, app)
+    app.state.catalog.close()
+
+
+def _write(world: World, docs: list[Doc]) -> None:
+    dim = live_spec(world.qh.settings).dim
+    world.qh.write(docs, [[1.0] + [0.0] * (dim - 1)] * len(docs))
+
+
+@pytest.mark.parametrize("depth", [3, 10, 11, 50])
+def test_a_deny_applies_through_any_number_of_nesting_levels(world: World, depth: int) -> None:
+    tenant, key = world.tenant()
+    chain = {(f"g{i}", f"g{i + 1}") for i in range(depth - 1)} | {(f"g{depth - 1}", "contractors")}
+    users = frozenset({(USER, "g0"), (USER, "staff")})
+    world.app.state.catalog.replace_identities(
+        tenant, SOURCE, Identities(user_groups=users, group_groups=frozenset(chain))
+    )
+    denied = Doc(tenant, SOURCE, "denied", "hotel booking rules", ("staff",), ("contractors",))
+    allowed = Doc(tenant, SOURCE, "allowed", "hotel price list", ("staff",))
+    _write(world, [denied, allowed])
+    assert world.hits(key) == {allowed.doc_id}
+
+
+def test_a_user_past_the_bound_of_reached_groups_reads_nothing(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragsync.catalog.identities as repo
+
+    tenant, key = world.tenant()
+    chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(30))
+    users = frozenset({(USER, "g0"), (USER, "staff")})
+    world.app.state.catalog.replace_identities(
+        tenant, SOURCE, Identities(user_groups=users, group_groups=chain)
+    )
+    doc = Doc(tenant, SOURCE, "open", "hotel price list", ("staff",))
+    _write(world, [doc])
+    assert world.hits(key) == {doc.doc_id}
+    monkeypatch.setattr(repo, "MAX_REACHED_GROUPS", 20)  # 32 groups reached: past it
+    assert world.hits(key) == set()
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    graph=group_graphs(),
+    acls=st.lists(
+        st.tuples(
+            st.lists(st.sampled_from(["g0", "g3", "g12", "g49", "side1", "staff"]), min_size=1, max_size=2),
+            st.lists(st.sampled_from(["g1", "g11", "g30", "g50", "contractors", "side2"]), max_size=2),
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+)
+def test_a_user_reads_exactly_what_the_reference_model_allows(
+    world: World, graph: tuple[set[str], set[tuple[str, str]]], acls: list[tuple[list[str], list[str]]]
+) -> None:
+    direct, edges = graph
+    tenant, key = world.tenant()
+    world.app.state.catalog.replace_identities(
+        tenant,
+        SOURCE,
+        Identities(user_groups=frozenset((USER, g) for g in direct), group_groups=frozenset(edges)),
+    )
+    docs = [
+        Doc(
+            tenant, SOURCE, f"d{i}", f"hotel note {i}", tuple(allow), tuple(g for g in deny if g not in allow)
+        )
+        for i, (allow, deny) in enumerate(acls)
+    ]
+    _write(world, docs)
+    groups = reach(direct, edges)
+    expected = {d.doc_id for d in docs if groups & set(d.groups) and not groups & set(d.deny)}
+    assert world.hits(key) == expected, (sorted(direct), sorted(edges), acls)
