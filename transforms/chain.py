@@ -114,7 +114,7 @@ class IndexDocuments(beam.PTransform):
     def expand(self, files: beam.PCollection) -> dict[str, list[beam.PCollection]]:
         s, spec = self.settings, self.spec
         fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
-        routed = fetched["process"] | "RouteByType" >> RouteByType()
+        routed = fetched["process"] | "RouteByType" >> RouteByType(s)
         fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(self, Lane.FAST.value)
         duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> RecordDuplicates(s, spec.dim)
         left = fetched[LEFT_COPY] | "RefreshCopies" >> RefreshCopies(s, spec.dim)
