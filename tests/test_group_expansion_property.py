@@ -67,15 +67,6 @@ def group_graphs(draw: Any) -> tuple[set[str], set[tuple[str, str]]]:
 # --------------------------------------------------------------------- catalog
 
 
-@pytest.fixture
-def catalog(catalog_url: str) -> Iterator[Catalog]:
-    cat = Catalog.open(catalog_url)
-    try:
-        yield cat
-    finally:
-        cat.close()
-
-
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(graph=group_graphs(), noise=group_graphs())
 def test_the_catalog_expands_exactly_the_reachable_groups(

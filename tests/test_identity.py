@@ -2,22 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from ragsync.catalog import Catalog
 from ragsync.identity import Identities, Reader, ReadGrant
-
-
-@pytest.fixture
-def catalog(catalog_url: str) -> Iterator[Catalog]:
-    cat = Catalog.open(catalog_url)
-    try:
-        yield cat
-    finally:
-        cat.close()
-
 
 # ------------------------------------------------------------------------ catalog
 
