@@ -74,7 +74,7 @@ ALL_TABLES = {
     "identity_memberships",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = [f"{n:04d}" for n in range(1, 15)]
+ALL_VERSIONS = [f"{n:04d}" for n in range(1, 16)]
 
 
 def fetch(

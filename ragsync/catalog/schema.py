@@ -276,6 +276,8 @@ backfills = Table(
     Column("max_docs_per_s", Double, nullable=True),
     Column("started_at", Double, nullable=True),
     Column("updated_at", Double, nullable=True),
+    # Revision 0015: why it failed or left documents behind (the requester reads it).
+    Column("error", Text, nullable=True),
 )
 
 dead_letters = Table(
