@@ -278,9 +278,8 @@ def parse(
         max_bytes: size limit in bytes.
         max_pages: page limit (PDF pages, image frames); a longer document
             is refused with ``TooLargeError``, never cut.
-        limits: archive expansion and container nesting limits, also the
-            bound on a PDF's decoded streams (``Settings.archive_limits()``;
-            defaults ``ArchiveLimits()``).
+        limits: expansion limits of archives and PDF streams, container
+            nesting (``Settings.archive_limits()``; default ``ArchiveLimits()``).
         depth: how many containers (archives, e-mails) enclose this
             document: 0 for a top-level document, ``Attachment.depth`` for a
             child.
