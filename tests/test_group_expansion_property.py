@@ -16,7 +16,6 @@ Milvus Lite, tantivy, SQLite).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -30,7 +29,7 @@ from hypothesis import strategies as st  # noqa: E402
 from ragsync.catalog import Catalog  # noqa: E402
 from ragsync.identity import Identities  # noqa: E402
 from ragsync.index_versions import live_spec  # noqa: E402
-from tests.query_home import Doc, QueryHome  # noqa: E402
+from tests.query_home import Doc, QueryWorld, query_world  # noqa: E402
 
 SOURCE = "wiki"
 USER = "u"
@@ -90,49 +89,37 @@ def test_the_catalog_expands_exactly_the_reachable_groups(
 # ------------------------------------------------------------ POST /v1/query
 
 
-@dataclass
-class World:
-    qh: QueryHome
-    client: Any
-    app: Any
-    n: int = 0
+def _tenant(world: QueryWorld) -> tuple[str, str]:
+    """A new tenant and its API key (each example has its own)."""
+    world.n += 1
+    tenant = f"t{world.n}"
+    _, key = world.app.state.keys.create_tenant(tenant)
+    return tenant, key
 
-    def tenant(self) -> tuple[str, str]:
-        """A new tenant and its API key (each example has its own)."""
-        self.n += 1
-        tenant = f"t{self.n}"
-        _, key = self.app.state.keys.create_tenant(tenant)
-        return tenant, key
 
-    def hits(self, key: str, k: int = 50) -> set[str]:
-        r = self.client.post(
-            "/v1/query", json={"text": "hotel", "user": USER, "k": k}, headers={"X-API-Key": key}
-        )
-        assert r.status_code == 200, r.text
-        return {h["doc_id"] for h in r.json()["hits"]}
+def _hits(world: QueryWorld, key: str) -> set[str]:
+    """The doc ids ``USER`` finds with a query every document matches."""
+    r = world.client.post(
+        "/v1/query", json={"text": "hotel", "user": USER, "k": 50}, headers={"X-API-Key": key}
+    )
+    assert r.status_code == 200, r.text
+    return {h["doc_id"] for h in r.json()["hits"]}
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from fastapi.testclient import TestClient
-
-    from control_plane.app import create_app
-
-    qh = QueryHome(tmp_path_factory.mktemp("groups"))
-    app = create_app(qh.settings.catalog_url, settings=qh.settings)
-    with TestClient(app) as client:
-        yield World(qh, client, app)
-    app.state.catalog.close()
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueryWorld]:
+    with query_world(tmp_path_factory.mktemp("groups")) as served:
+        yield served
 
 
-def _write(world: World, docs: list[Doc]) -> None:
+def _write(world: QueryWorld, docs: list[Doc]) -> None:
     dim = live_spec(world.qh.settings).dim
     world.qh.write(docs, [[1.0] + [0.0] * (dim - 1)] * len(docs))
 
 
 @pytest.mark.parametrize("depth", [3, 10, 11, 50])
-def test_a_deny_applies_through_any_number_of_nesting_levels(world: World, depth: int) -> None:
-    tenant, key = world.tenant()
+def test_a_deny_applies_through_any_number_of_nesting_levels(world: QueryWorld, depth: int) -> None:
+    tenant, key = _tenant(world)
     chain = {(f"g{i}", f"g{i + 1}") for i in range(depth - 1)} | {(f"g{depth - 1}", "contractors")}
     users = frozenset({(USER, "g0"), (USER, "staff")})
     world.app.state.catalog.replace_identities(
@@ -141,15 +128,15 @@ def test_a_deny_applies_through_any_number_of_nesting_levels(world: World, depth
     denied = Doc(tenant, SOURCE, "denied", "hotel booking rules", ("staff",), ("contractors",))
     allowed = Doc(tenant, SOURCE, "allowed", "hotel price list", ("staff",))
     _write(world, [denied, allowed])
-    assert world.hits(key) == {allowed.doc_id}
+    assert _hits(world, key) == {allowed.doc_id}
 
 
 def test_a_user_past_the_bound_of_reached_groups_reads_nothing(
-    world: World, monkeypatch: pytest.MonkeyPatch
+    world: QueryWorld, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import ragsync.catalog.identities as repo
 
-    tenant, key = world.tenant()
+    tenant, key = _tenant(world)
     chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(30))
     users = frozenset({(USER, "g0"), (USER, "staff")})
     world.app.state.catalog.replace_identities(
@@ -157,9 +144,9 @@ def test_a_user_past_the_bound_of_reached_groups_reads_nothing(
     )
     doc = Doc(tenant, SOURCE, "open", "hotel price list", ("staff",))
     _write(world, [doc])
-    assert world.hits(key) == {doc.doc_id}
+    assert _hits(world, key) == {doc.doc_id}
     monkeypatch.setattr(repo, "MAX_REACHED_GROUPS", 20)  # 32 groups reached: past it
-    assert world.hits(key) == set()
+    assert _hits(world, key) == set()
 
 
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -175,10 +162,10 @@ def test_a_user_past_the_bound_of_reached_groups_reads_nothing(
     ),
 )
 def test_a_user_reads_exactly_what_the_reference_model_allows(
-    world: World, graph: tuple[set[str], set[tuple[str, str]]], acls: list[tuple[list[str], list[str]]]
+    world: QueryWorld, graph: tuple[set[str], set[tuple[str, str]]], acls: list[tuple[list[str], list[str]]]
 ) -> None:
     direct, edges = graph
-    tenant, key = world.tenant()
+    tenant, key = _tenant(world)
     world.app.state.catalog.replace_identities(
         tenant,
         SOURCE,
@@ -193,4 +180,4 @@ def test_a_user_reads_exactly_what_the_reference_model_allows(
     _write(world, docs)
     groups = reach(direct, edges)
     expected = {d.doc_id for d in docs if groups & set(d.groups) and not groups & set(d.deny)}
-    assert world.hits(key) == expected, (sorted(direct), sorted(edges), acls)
+    assert _hits(world, key) == expected, (sorted(direct), sorted(edges), acls)
