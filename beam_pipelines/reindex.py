@@ -47,11 +47,10 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import apache_beam as beam
-from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
 from beam_pipelines.listing import root_cause
 from beam_pipelines.reembed import RateLimiter
-from beam_pipelines.runners import refuse_single_process_stores
+from beam_pipelines.runners import run_to_end
 from ragsync.catalog import BackfillRow, Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.counters import REINDEX
@@ -186,12 +185,9 @@ def _load(catalog: Catalog, backfill_id: str) -> BackfillRow:
 def _run_pipeline(
     settings: Settings, work: list[tuple[str, str]], row: BackfillRow, beam_args: Sequence[str], show: bool
 ) -> dict[str, int]:
-    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
-    refuse_single_process_stores(settings, options)
-    p = beam.Pipeline(runner=options.view_as(StandardOptions).runner or "FnApiRunner", options=options)
-    build_reindex_pipeline(p, work, settings, row, show_progress=show)
-    result = p.run()
-    result.wait_until_finish()
+    result = run_to_end(
+        settings, beam_args, lambda p: build_reindex_pipeline(p, work, settings, row, show_progress=show)
+    )
     return {name: counter_value(result, name) for name in REINDEX}
 
 
