@@ -46,9 +46,8 @@ from typing import Any
 
 import apache_beam as beam
 import numpy as np
-from apache_beam.options.pipeline_options import PipelineOptions
 
-from beam_pipelines.runners import refuse_single_process_stores
+from beam_pipelines.runners import run_to_end
 from ragsync.catalog import Catalog
 from ragsync.config import Settings, open_catalog
 from ragsync.counters import REEMBED
@@ -302,18 +301,17 @@ def _run_pipeline(
     beam_args: Sequence[str],
     show_progress: bool,
 ) -> dict[str, int]:
-    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
-    refuse_single_process_stores(settings, options)
-    runner = options.get_all_options().get("runner") or "FnApiRunner"
-    p = beam.Pipeline(runner=runner, options=options)
-    _ = (
-        p
-        | "StoredChunks" >> beam.Create(work)
-        | "EmbedAndWrite"
-        >> beam.ParDo(_ReembedFn(settings, live_dim, version, batch_chunks, max_docs_per_s, show_progress))
-    )
-    result = p.run()
-    result.wait_until_finish()
+    def build(p: beam.Pipeline) -> None:
+        _ = (
+            p
+            | "StoredChunks" >> beam.Create(work)
+            | "EmbedAndWrite"
+            >> beam.ParDo(
+                _ReembedFn(settings, live_dim, version, batch_chunks, max_docs_per_s, show_progress)
+            )
+        )
+
+    result = run_to_end(settings, beam_args, build)
     return {name: counter_value(result, name) for name in REEMBED}
 
 

@@ -1,11 +1,13 @@
 """What a pipeline's runner means for ragsync's stores: whether it runs steps
 in worker processes other than this one (:func:`worker_processes`), and the
 refusal of a store that takes one process there
-(:func:`refuse_single_process_stores`). Settings and job parameters as
-options live in ``ragsync.options``."""
+(:func:`refuse_single_process_stores`), and one bounded run of a graph
+(:func:`run_to_end`). Settings and job parameters as options live in
+``ragsync.options``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
@@ -51,3 +53,26 @@ def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> Non
                 f"the {backend.name} {kind} index takes one process, but this runner runs steps in "
                 f"several worker processes: {reason}; or run on one process (--runner=FnApiRunner)"
             )
+
+
+def run_to_end(settings: Any, beam_args: Sequence[str], build: Callable[[Any], None]) -> Any:
+    """Build a bounded graph with ``build(pipeline)`` on the runner
+    ``beam_args`` name (default the FnApiRunner), its stores checked by
+    :func:`refuse_single_process_stores`, run it and wait for its end.
+
+    Returns:
+        The finished pipeline's result (for its counters).
+
+    Raises:
+        ConfigurationError: a single-process store with worker processes.
+    """
+    import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    options = PipelineOptions(list(beam_args) or ["--runner=FnApiRunner"])
+    refuse_single_process_stores(settings, options)
+    p = beam.Pipeline(runner=options.view_as(StandardOptions).runner or "FnApiRunner", options=options)
+    build(p)
+    result = p.run()
+    result.wait_until_finish()
+    return result

@@ -312,16 +312,68 @@ def _page_runs(parsers: tuple[str, ...]) -> list[dict[str, Any]]:
     return runs
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
-    from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
+def _route_file(path: str, limits: Any) -> tuple[str, str]:
+    """In ``ragsync parse``'s bounded child: the file's type and lane."""
+    from ragsync.parsing import route
+
+    with open(path, "rb") as fh:
+        data = fh.read()
+    return route(data, os.path.basename(path), limits)
+
+
+def _parse_file(path: str, mime: str, settings: Any) -> dict[str, Any]:
+    """In ``ragsync parse``'s bounded child: what the parser makes of the
+    file, as ``cmd_parse`` shows it (attachments by name and size: their
+    bytes stay in the child)."""
     from ragsync.parsing import parse
 
-    with open(args.file, "rb") as fh:
+    with open(path, "rb") as fh:
         data = fh.read()
-    mime = detect_mime(data, os.path.basename(args.file))
+    result = parse(
+        data,
+        mime,
+        filename=os.path.basename(path),
+        max_bytes=settings.max_bytes,
+        max_pages=settings.max_pages,
+        limits=settings.archive_limits(),
+        ocr_languages=settings.ocr_languages,
+    )
+    return {
+        "attachments": [
+            {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
+            for a in result.attachments
+        ],
+        "elements": [
+            {
+                "type": e.type.value,
+                "text": e.text,
+                "level": e.level,
+                "page": e.page,
+                "confidence": e.confidence,
+            }
+            for e in result.elements
+        ],
+        "pages_for_review": list(result.pages_for_review),
+        "ocr_confidence": result.ocr_confidence,
+        "page_parsers": _page_runs(result.page_parsers),
+    }
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    """Detect and parse one file in a child process under the parse child's
+    limits (``ragsync.ops.lifecycle.BoundedChild``: memory, the lane's time,
+    the expansion limits), as the pipeline does: nothing of the file is
+    decoded in this process."""
+    from ragsync.model import Lane
+    from ragsync.ops.lifecycle import BoundedChild
+
+    # The child imports the functions it runs by module name: this module
+    # may be running as __main__ (``python -m cli.main``), which it cannot.
+    here = importlib.import_module("cli.main")
+    settings = settings_from_args(args)
     out: dict[str, Any] = {
-        "mime": mime,
-        "lane": choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime)),
+        "mime": "",
+        "lane": "",
         "elements": [],
         "pages_for_review": [],
         "ocr_confidence": None,
@@ -331,32 +383,21 @@ def cmd_parse(args: argparse.Namespace) -> int:
     }
     code = 0
     try:
-        limits = settings_from_args(args).archive_limits()
-        result = parse(data, mime, filename=os.path.basename(args.file), limits=limits)
-        out["attachments"] = [
-            {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
-            for a in result.attachments
-        ]
-        out["elements"] = [
-            {
-                "type": e.type.value,
-                "text": e.text,
-                "level": e.level,
-                "page": e.page,
-                "confidence": e.confidence,
-            }
-            for e in result.elements
-        ]
-        out["pages_for_review"] = list(result.pages_for_review)
-        out["ocr_confidence"] = result.ocr_confidence
-        out["page_parsers"] = _page_runs(result.page_parsers)
+        with BoundedChild(settings.parse_memory_mb) as child:
+            out["mime"], out["lane"] = child.call(
+                here._route_file, args.file, settings.archive_limits(), timeout_s=settings.parse_timeout_s
+            )
+            slow = out["lane"] == Lane.SLOW.value
+            limit = settings.slow_parse_timeout_s if slow else settings.parse_timeout_s
+            out.update(child.call(here._parse_file, args.file, out["mime"], settings, timeout_s=limit))
     except RagsyncError as exc:
         out["error"] = {"class": exc.error_class, "message": str(exc)}
         code = 2
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
-        print(safe_text(f"{args.file}: {mime} ({out['lane']} lane)"))
+        kind = f"{out['mime']} ({out['lane']} lane)" if out["mime"] else "not detected"
+        print(safe_text(f"{args.file}: {kind}"))
         if out["error"]:
             print(safe_text(f"dead letter [{out['error']['class']}]: {out['error']['message']}"))
         for e in out["elements"]:

@@ -1,9 +1,11 @@
-"""``ragsync reembed``, ``ragsync index-versions`` and ``ragsync eval-retrieval``.
+"""``ragsync reembed``, ``ragsync reindex``, ``ragsync index-versions`` and
+``ragsync eval-retrieval``.
 
 Registered through ``PLUGIN_MODULES`` in :mod:`cli.main`. Exit
 codes: 0 success (``reembed``: the new version went live, or was built
-without a golden set), 1 the gate refused the new version, 2 usage or
-configuration error.
+without a golden set; ``reindex``: it ran, its ``failed`` count and
+``error`` say what was left behind), 1 the gate refused the new version, 2
+usage or configuration error.
 """
 
 from __future__ import annotations
@@ -44,6 +46,39 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     return 1 if d["state"] == "refused" else 0
 
 
+def cmd_reindex(args: argparse.Namespace) -> int:
+    from beam_pipelines.reindex import run_reindex
+    from ragsync.config import open_catalog
+
+    settings = settings_from_args(args)
+    backfill_id = args.backfill_id
+    if backfill_id is None:
+        if args.reason is None:
+            raise SystemExit("ragsync reindex: give a BACKFILL_ID or --reason parser|chunker")
+        catalog = open_catalog(settings)
+        try:
+            row = catalog.backfills.create_backfill(
+                reason=args.reason,
+                target_index=settings.collection,
+                max_docs_per_s=args.max_docs_per_s or None,
+                tenant_id=args.tenant,
+            )
+        finally:
+            catalog.close()
+        backfill_id = row.backfill_id
+    summary = run_reindex(
+        settings, backfill_id, beam_args=args.beam_args, show_progress=not args.quiet and not args.json
+    )
+    d = summary.to_dict()
+    who = f"tenant {d['tenant_id']}" if d["tenant_id"] else "every tenant"
+    human = (
+        f"{d['reason']} backfill {d['backfill_id']} of {who}: {d['state']}, {d['done']} of {d['total']} "
+        f"documents at the current {d['reason']}, {d['failed']} failed ({d['seconds']:.1f}s)"
+    )
+    emit(args, d, human + (f"\n  {d['error']}" if d["error"] else ""))
+    return 0
+
+
 def cmd_index_versions(args: argparse.Namespace) -> int:
     from ragsync.index import versions as iv
 
@@ -82,7 +117,7 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
 
 
 def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
-    """Add ``reembed``, ``index-versions`` and ``eval-retrieval``."""
+    """Add ``reembed``, ``reindex``, ``index-versions`` and ``eval-retrieval``."""
     r = subparsers.add_parser(
         "reembed", parents=[common], help="re-embed stored chunks into a new index version, gated flip"
     )
@@ -98,6 +133,22 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     r.add_argument("--batch-size", type=int, default=None, help="chunks per embed/write batch")
     add_run_flags(r)
     r.set_defaults(func=cmd_reembed)
+
+    x = subparsers.add_parser(
+        "reindex",
+        parents=[common],
+        help="parse or chunk indexed documents again from their stored copies (a parser or chunker backfill)",
+    )
+    x.add_argument(
+        "backfill_id", nargs="?", help="a requested backfill (POST /v1/backfills) to run or resume"
+    )
+    x.add_argument(
+        "--reason", choices=["parser", "chunker"], help="without BACKFILL_ID: request one and run it"
+    )
+    x.add_argument("--tenant", help="with --reason: only this tenant's documents (default: every tenant)")
+    x.add_argument("--max-docs-per-s", type=float, default=0.0, help="with --reason: rate limit (0: none)")
+    add_run_flags(x)
+    x.set_defaults(func=cmd_reindex)
 
     v = subparsers.add_parser("index-versions", parents=[common], help="list, flip, roll back or gc versions")
     v.add_argument("action", nargs="?", default="list", choices=["list", "flip", "rollback", "gc"])

@@ -266,6 +266,21 @@ def real_location(location: Location) -> Location:
     return Location(LOCAL, _clean_local(os.path.realpath(location.root)))
 
 
+REFUSED_LOCATION = (
+    "is refused as a source location: give an absolute folder, gs:// or s3:// prefix or http(s) URL "
+    "that is its own real path (no symbolic link on the way) and lies apart from ragsync's own home "
+    "and object store"
+)
+"""The one wording of every refused source location (an overlap with ragsync's
+own state, a link, an unusable address): the answer tells nobody which rule
+refused it, so a tenant cannot probe where ragsync's state lives."""
+
+
+def refused_location(uri: str) -> ConfigurationError:
+    """The error for a refused source location ``uri`` (:data:`REFUSED_LOCATION`)."""
+    return ConfigurationError(f"source location {_shown(uri)!r} {REFUSED_LOCATION}")
+
+
 def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     """The location a source declares, checked against ragsync's own state.
 
@@ -282,7 +297,8 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
     Raises:
         ConfigurationError: not a usable location, it overlaps ``reserved``,
             or a local root that is not its own real path (a link was put in
-            its place or on its way since it was registered).
+            its place or on its way since it was registered); the overlap and
+            the link are refused in one wording (:func:`refused_location`).
     """
     location = Location.parse(uri)
     real = real_location(location)
@@ -294,15 +310,9 @@ def source_location(uri: str, *, reserved: tuple[str, ...] = ()) -> Location:
         if any(
             mine.overlaps(theirs) for mine in (location, real) for theirs in (other, real_location(other))
         ):
-            raise ConfigurationError(
-                f"source location {location.uri!r} overlaps ragsync's own state at {other.uri!r}; "
-                "keep sources and the ragsync home apart"
-            )
+            raise refused_location(location.uri)
     if real != location:
-        raise ConfigurationError(
-            f"source folder {location.uri!r} is, or passes through, a symbolic link: "
-            "register the folder's real path"
-        )
+        raise refused_location(location.uri)
     return location
 
 

@@ -1,5 +1,9 @@
 """The one error shape of the API, ``{"error": {"code", "message", "details"}}``,
-and the handlers that give every 4xx/5xx answer that shape."""
+and the handlers that give every 4xx/5xx answer that shape.
+
+``code`` is the problem type (stable, machine-readable); ``message`` says what
+to do and is written here, never copied from a library's exception (its
+text can carry addresses, paths or internals: the server's log keeps it)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,20 @@ STATUS_CODES = {
     500: "internal_error",
     503: "unavailable",
 }
+
+
+#: Problem types (``code``) of answers whose cause is the source, not the request.
+SOURCE_UNAVAILABLE = "source_unavailable"
+SOURCE_UNAVAILABLE_MESSAGE = (
+    "the source cannot be read now (its listing or its ACL sidecar could not be read); "
+    "send the notification again later"
+)
+SOURCE_UNUSABLE = "source_unusable"
+SOURCE_UNUSABLE_MESSAGE = (
+    "the source's connector cannot be used: check its options, its credentials_ref and its ACL "
+    "sidecar (.ragsync-acl.json: a JSON object with default, rules and deny lists); the operator's "
+    "log names the cause"
+)
 
 
 class ApiError(Exception):

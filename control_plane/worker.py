@@ -16,7 +16,11 @@ keep the API and the work apart. Each pass:
 3. **runs one backfill request**: an operator's (no tenant)
    ``embedding_model`` backfill re-embeds into a new index version with
    ``ragsync reembed --model TARGET_INDEX`` (built, not flipped: flipping needs
-   a golden set, ``ragsync index-versions flip``);
+   a golden set, ``ragsync index-versions flip``); a ``parser`` or ``chunker``
+   backfill (a tenant's: that tenant's documents only) parses or chunks again
+   from the stored copies with ``ragsync reindex BACKFILL_ID``, which records
+   its progress, its end and why documents were left behind on the request;
+   a request the worker cannot run ends ``failed`` with the reason;
 4. **applies the queued events** that are due (``POST /internal/events``,
    ``ragsync events push``): ``ragsync stream --until-idle`` in a child, so
    what the API accepted is applied without a separate ``ragsync stream``.
@@ -68,6 +72,15 @@ def _last_json(text: str) -> dict[str, Any] | None:
 def _tail(text: str, limit: int = 1500) -> str:
     text = text.strip()
     return text if len(text) <= limit else "..." + text[-limit:]
+
+
+def _child_error(code: int, out: str, err: str, command: str) -> str:
+    """Why a child ``ragsync COMMAND`` failed, in one line for the requester
+    (``GET /v1/backfills/{id}``): its JSON error, else its last stderr line
+    (``ragsync: configuration error: ...``), host details removed."""
+    lines = err.strip().splitlines()
+    error = str((_last_json(out) or {}).get("error") or "") or (lines[-1] if lines else "")
+    return host_free(error or f"ragsync {command} exited with {code}")[:1000]
 
 
 class Worker:
@@ -216,28 +229,49 @@ class Worker:
 
     def run_backfill(self, row: BackfillRow) -> None:
         """Run one claimed backfill request and record how it ended."""
+        if row.reason in ("parser", "chunker"):
+            self._run_reindex(row)
+            return
         if row.reason != "embedding_model":
-            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="failed")
+            error = f"no worker runs a backfill of reason {row.reason!r}"
+            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="failed", error=error)
             return
         if row.tenant_id is not None:
             # Re-embedding builds an index version of every tenant's chunks:
             # a tenant's request (one queued before the API refused them) is
             # refused here too, never run.
-            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="refused")
+            error = (
+                "an embedding_model backfill builds an index version every tenant shares: ask the operator"
+            )
+            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="refused", error=error)
             return
         args = ["reembed", "--model", row.target_index, "--quiet"]
         if row.max_docs_per_s:
             args += ["--max-docs-per-s", str(row.max_docs_per_s)]
-        code, out, _ = self._child(args)
+        code, out, err = self._child(args)
         data = _last_json(out) or {}
         total, failed = int(data.get("total") or 0), int(data.get("failed") or 0)
         if code == 0:
             state = "flipped" if data.get("state") == "live" else "built"
         else:
             state = "refused" if code == 1 else "failed"
+        reasons = "; ".join((data.get("gate") or {}).get("reasons") or []) if code == 1 else ""
         self.catalog.backfills.update_backfill_progress(
-            row.backfill_id, total=total, done=max(total - failed, 0), failed=failed, state=state
+            row.backfill_id,
+            total=total,
+            done=max(total - failed, 0),
+            failed=failed,
+            state=state,
+            error=reasons or (_child_error(code, out, err, "reembed") if code not in (0, 1) else ""),
         )
+
+    def _run_reindex(self, row: BackfillRow) -> None:
+        """``ragsync reindex BACKFILL_ID``: the child records progress and
+        the end itself; a child that fails before it could is recorded here."""
+        code, out, err = self._child(["reindex", row.backfill_id, "--quiet"])
+        if code != 0:
+            error = _child_error(code, out, err, "reindex")
+            self.catalog.backfills.update_backfill_progress(row.backfill_id, state="failed", error=error)
 
     # -- the loop -------------------------------------------------------------------------
 

@@ -42,6 +42,9 @@ COUNTERS: dict[str, str] = {
     "chunks_deleted": "chunks deleted from both indexes",
     "chunks_failed": "chunks a re-embedding could not write",
     "documents_written": "documents a re-embedding wrote into the new index version",
+    "documents_reindexed": "documents a parser or chunker backfill wrote again from what was stored of them",
+    "documents_reindex_failed": "documents a parser or chunker backfill left behind (see their dead letters)",
+    "documents_reindex_skipped": "documents a parser or chunker backfill found gone before reading them",
     "copies_promoted": "exact copies that became the holder of their content when it left",
     "copies_relinked": "exact copies pointed at a new holder",
     # events
@@ -93,6 +96,20 @@ STREAM: tuple[str, ...] = (
 
 REEMBED: tuple[str, ...] = ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed")
 """What a re-embedding pass reports."""
+
+REINDEX: tuple[str, ...] = (
+    "documents_reindexed",
+    "documents_reindex_failed",
+    "documents_reindex_skipped",
+    "events_stale",
+    "chunks_embedded",
+    "embedding_cache_hits",
+    "chunks_written",
+    "chunks_deleted",
+    "dead_lettered",
+)
+"""What a parser or chunker backfill reports (``events_stale``: documents a
+newer version overtook while they were re-read, written by that version)."""
 
 
 def declared(name: str) -> str:

@@ -116,7 +116,12 @@ class OcrBelowBarError(RagsyncError, error_class="ocr_below_bar"):
 
 
 class ParserCrashError(RagsyncError, error_class="crash", permanent=False):
-    """A parser's native engine failed on its own (not the document's fault)."""
+    """A parser's native engine failed on its own (not the document's fault),
+    or the isolated process reading the bytes died (``ragsync.ops.lifecycle.BoundedChild``)."""
+
+
+class ParseTimeoutError(RagsyncError, error_class="timeout", permanent=False):
+    """Reading a document's bytes (detection, parsing) ran past its time limit."""
 
 
 class NoPermissionsError(RagsyncError, error_class="no_permissions"):

@@ -168,6 +168,10 @@ class SourceFile(JsonRecord):
             connector returning current permissions); 0 when unknown.
         deny_groups: groups explicitly denied (never see the document, even
             when another of their groups is allowed).
+        stored_copy: the work re-reads the document's stored raw copy (a
+            parser or chunker backfill: nothing is fetched): the version is
+            the catalog's live one, and it is written only while the catalog
+            still holds that version (as an event's).
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("acl_groups", "deny_groups")
@@ -186,6 +190,7 @@ class SourceFile(JsonRecord):
     observed_at: float = 0.0
     acl_observed_at: float = 0.0
     deny_groups: tuple[str, ...] = ()
+    stored_copy: bool = False
 
 
 @dataclass(frozen=True)

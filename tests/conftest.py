@@ -29,6 +29,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sqlalchemy.engine import make_url
@@ -210,6 +211,18 @@ def catalog_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]
     finally:
         with psycopg.connect(admin, autocommit=True) as conn:
             conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+@pytest.fixture
+def catalog(catalog_url: str) -> Iterator[Any]:
+    """A ``Catalog`` open on :func:`catalog_url` (each backend), closed after the test."""
+    from ragsync.catalog import Catalog
+
+    cat = Catalog.open(catalog_url)
+    try:
+        yield cat
+    finally:
+        cat.close()
 
 
 # -- MediaWiki ------------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import zlib
 from collections.abc import Callable
 from email.message import EmailMessage
 from pathlib import Path
@@ -251,3 +252,30 @@ def write_fixtures(dest: Path) -> dict[str, Path]:
         path.write_bytes(data)
         out[name] = path
     return out
+
+
+def flate_bomb_pdf(decoded_mib: int) -> bytes:
+    """A one-page PDF whose content stream inflates to ``decoded_mib`` MiB of
+    spaces (~1000x its size: 1.5 GiB from ~1.6 MB), made in about a second:
+    each MiB is deflated once after a full flush (which resets the window,
+    so every later MiB deflates to the same bytes) and repeated, then closed
+    with the Adler-32 of the whole (a valid zlib stream)."""
+    block = b" " * (1 << 20)
+    pack = zlib.compressobj(9)
+    first = pack.compress(block) + pack.flush(zlib.Z_FULL_FLUSH)
+    again = pack.compress(block) + pack.flush(zlib.Z_FULL_FLUSH)
+    adler = 1
+    for _ in range(decoded_mib):
+        adler = zlib.adler32(block, adler)
+    # b"\x03\x00": an empty final block (fixed Huffman), then the checksum.
+    stream = first + again * (decoded_mib - 1) + b"\x03\x00" + adler.to_bytes(4, "big")
+    objects = [
+        b"<< /Type /Catalog /Pages 2 0 R >>",
+        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
+        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+    ]
+    out = b"%PDF-1.4\n"
+    for n, body in enumerate(objects, 1):
+        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
+    return out + b"trailer\n<< /Root 1 0 R /Size 5 >>\n%%EOF\n"

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -69,3 +70,67 @@ def run_json(argv: list[str], env: dict[str, str], cwd: Path, timeout_s: float =
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout_s, cwd=cwd)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def peak_rss_mib(pid: int) -> float:
+    """The peak resident set size (``VmHWM``) of process ``pid`` so far in
+    MiB; 0.0 when it is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def run_watching_memory(
+    argv: list[str], env: dict[str, str], timeout_s: float = 900, interval_s: float = 0.05
+) -> tuple[subprocess.CompletedProcess[str], dict[str, float]]:
+    """Run ``argv`` from the repository root to its end while reading the
+    peak RSS of it and every process it starts (each ``interval_s``; a
+    process's peak stays readable while it lives, so only one living less
+    than that can be missed).
+
+    Returns:
+        The finished process (text output) and ``{"PID command": peak MiB}``
+        of every process seen, the command itself under ``"main"``.
+    """
+    from ragsync.ops.lifecycle import descendants
+
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    peaks: dict[int, float] = {}
+    names: dict[int, str] = {}
+    out: list[str] = []
+    reader = threading.Thread(target=lambda: out.extend(proc.communicate(timeout=timeout_s)), daemon=True)
+    reader.start()
+    try:
+        while reader.is_alive():
+            for pid in (proc.pid, *descendants(proc.pid)):
+                peak = peak_rss_mib(pid)
+                if peak > peaks.get(pid, 0.0):
+                    peaks[pid] = peak
+                    names.setdefault(pid, _cmdline(pid))
+            time.sleep(interval_s)
+        reader.join()
+    finally:
+        kill_group(proc.pid)
+    done = subprocess.CompletedProcess(argv, proc.returncode, *(out or ["", ""]))
+    return done, {("main" if p == proc.pid else f"{p} {names[p]}"): v for p, v in peaks.items()}
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            return fh.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()[:120]
+    except OSError:
+        return "?"

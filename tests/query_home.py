@@ -6,7 +6,8 @@ backfill takes ~25 s here)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -231,3 +232,31 @@ class QueryHome:
         if stores:
             self.set_chunk_acls(doc, (acl_id,))
         return acl_id
+
+
+@dataclass
+class QueryWorld:
+    """A :class:`QueryHome` served by the control plane (a TestClient), for
+    property tests that give each example its own tenant (``n`` counts them)."""
+
+    qh: QueryHome
+    client: Any
+    app: Any
+    n: int = 0
+
+
+@contextmanager
+def query_world(path: Path, **app_options: Any) -> Iterator[QueryWorld]:
+    """A :class:`QueryWorld` on a new home at ``path``; ``app_options`` go to
+    ``control_plane.app.create_app``. The app's catalog is closed after."""
+    from fastapi.testclient import TestClient
+
+    from control_plane.app import create_app
+
+    qh = QueryHome(path)
+    app = create_app(qh.settings.catalog_url, settings=qh.settings, **app_options)
+    try:
+        with TestClient(app) as client:
+            yield QueryWorld(qh, client, app)
+    finally:
+        app.state.catalog.close()

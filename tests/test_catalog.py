@@ -6,7 +6,6 @@ import gc
 import json
 import multiprocessing
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -75,16 +74,7 @@ ALL_TABLES = {
     "identity_memberships",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = [f"{n:04d}" for n in range(1, 15)]
-
-
-@pytest.fixture
-def catalog(catalog_url: str) -> Iterator[Catalog]:
-    cat = Catalog.open(catalog_url)
-    try:
-        yield cat
-    finally:
-        cat.close()
+ALL_VERSIONS = [f"{n:04d}" for n in range(1, 16)]
 
 
 def fetch(

@@ -614,6 +614,7 @@ def test_embedding_model_backfill_is_the_operators(api: Api, tmp_path: Any) -> N
     mine = api.catalog.backfills.get_backfill(queued.backfill_id)
     ops = api.catalog.backfills.get_backfill(operator.backfill_id)
     assert mine is not None and (mine.state, mine.total) == ("refused", 0)
+    assert mine.error is not None and "ask the operator" in mine.error
     assert ops is not None and (ops.state, ops.total) == ("flipped", 7)
 
 
@@ -636,6 +637,7 @@ def test_backfill_request_and_progress(api: Api) -> None:
         "failed": 0,
         "eta_s": None,
         "created_at": created["created_at"],
+        "error": None,
     }
     assert api.a.get(f"/v1/backfills/{bid}").json() == created
     # The worker reports: started 100 s ago, 40 done + 10 failed of 150 -> 0.5 docs/s, 100 left.

@@ -13,13 +13,14 @@ import pytest
 
 from beam_pipelines.quick import BackfillSummary
 from beam_pipelines.streaming import StreamSummary
-from ragsync.counters import COUNTERS, LISTING, REEMBED, STREAM
+from ragsync.counters import COUNTERS, LISTING, REEMBED, REINDEX, STREAM
 from transforms.metrics import counter
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = [
     *(ROOT / "transforms").glob("*.py"),
     ROOT / "beam_pipelines" / "reembed.py",
+    ROOT / "beam_pipelines" / "reindex.py",
     ROOT / "ragsync" / "writer.py",
 ]
 
@@ -72,4 +73,5 @@ def test_run_summaries_report_the_declared_counters_of_their_run() -> None:
     extras = {"seconds", "cost", "orphans_removed", "pipeline_skipped"}
     assert sorted(backfill_fields - extras - set(COUNTERS)) == []
     assert set(LISTING) <= set(COUNTERS) and set(REEMBED) <= set(COUNTERS) and set(STREAM) <= set(COUNTERS)
+    assert set(REINDEX) <= set(COUNTERS)
     assert all(COUNTERS[name].strip() for name in COUNTERS)

@@ -10,6 +10,7 @@ secret outside the location never becomes searchable.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from contextlib import ExitStack
@@ -28,6 +29,8 @@ from ragsync.config import Settings, open_catalog
 from ragsync.embedding.models import default_model
 from ragsync.index.versions import prepare_stores
 from ragsync.query.search import hybrid_query
+from tests.fixtures_gen import flate_bomb_pdf
+from tests.proc import cli, run_watching_memory
 from tests.serving import served
 
 pytestmark = pytest.mark.slow
@@ -246,6 +249,56 @@ def test_the_api_refuses_outside_addresses_the_same_whether_they_exist(tmp_path:
         app.state.catalog.close()
 
 
+def test_every_refused_location_gets_the_same_answer_so_the_state_cannot_be_found(tmp_path: Path) -> None:
+    """The red team's LOW: a location under ragsync's own state got its own
+    message ("outside ragsync's own state"), any other refused one another:
+    trying locations told a tenant where the state lives."""
+    grants = tmp_path / "grants"
+    mine = grants / "a"
+    home = mine / "state"  # the worst case: the operator's home inside a tenant's grant
+    (home / "objects").mkdir(parents=True)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (mine / "to-state").symlink_to(home / "objects")
+    (mine / "to-elsewhere").symlink_to(elsewhere)
+    (mine / "docs").mkdir()
+    app = create_app(
+        f"sqlite:///{tmp_path / 'catalog.db'}",
+        allowed_locations=(f"{grants}/{{tenant}}",),
+        reserved_locations=(str(home),),
+    )
+    _, key = app.state.keys.create_tenant("a")
+    refused = [
+        home,  # ragsync's state itself
+        home / "objects" / "raw",  # inside it
+        mine,  # containing it
+        mine / "to-state",  # a link into it
+        elsewhere,  # outside the grant, existing
+        tmp_path / "no-such-folder",  # outside the grant, missing
+        mine / "to-elsewhere",  # a link out of the grant
+        "/etc",
+        "relative/folder",
+        "/proc/self",
+    ]
+    with served(app) as port:
+        api = httpx.Client(base_url=f"http://127.0.0.1:{port}", headers={"X-API-Key": key})
+        try:
+            answers = set()
+            for uri in refused:
+                r = api.post("/v1/sources", json={"type": "object_store", "sync": "webhook", "uri": str(uri)})
+                assert r.status_code == 422, (uri, r.text)
+                assert str(uri) not in r.text
+                answers.add(json.dumps(r.json(), sort_keys=True))
+            assert len(answers) == 1, answers
+            ok = api.post(
+                "/v1/sources", json={"type": "object_store", "sync": "webhook", "uri": str(mine / "docs")}
+            )
+            assert ok.status_code == 201, ok.text
+        finally:
+            api.close()
+            app.state.catalog.close()
+
+
 # ------------------------------------------------------------ one hostile document
 
 
@@ -275,25 +328,6 @@ def test_deeply_nested_html_is_a_clean_dead_letter_and_the_cli_prints_it(tmp_pat
     assert "dead letter [too_large]: HTML elements nested deeper than 256 levels" in run.stdout + run.stderr
 
 
-def _flate_bomb_pdf(decoded_mib: int) -> bytes:
-    """A one-page PDF whose content stream inflates ~1000x (spaces)."""
-    import zlib
-
-    pack = zlib.compressobj(9)
-    block = b" " * (1 << 20)
-    stream = b"".join(pack.compress(block) for _ in range(decoded_mib)) + pack.flush()
-    objects = [
-        b"<< /Type /Catalog /Pages 2 0 R >>",
-        b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
-        b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R >>",
-        b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
-    ]
-    out = b"%PDF-1.4\n"
-    for n, body in enumerate(objects, 1):
-        out += b"%d 0 obj\n" % n + body + b"\nendobj\n"
-    return out + b"trailer\n<< /Root 1 0 R /Size 5 >>\n%%EOF\n"
-
-
 def test_a_flate_bomb_pdf_is_refused_in_bounded_memory() -> None:
     """The red team's MEDIUM: a small PDF whose stream inflates ~1000x took
     gigabytes. Refused as ``archive_bomb`` after inflating at most the limit,
@@ -304,7 +338,7 @@ def test_a_flate_bomb_pdf_is_refused_in_bounded_memory() -> None:
     from ragsync.parsing import parse
     from ragsync.parsing.pdf import check_stream_expansion
 
-    bomb = _flate_bomb_pdf(100)  # ~100 KB on disk, 100 MiB decoded
+    bomb = flate_bomb_pdf(100)  # ~100 KB on disk, 100 MiB decoded
     assert len(bomb) < 200_000
     tracemalloc.start()
     try:
@@ -316,7 +350,64 @@ def test_a_flate_bomb_pdf_is_refused_in_bounded_memory() -> None:
     assert caught.value.error_class == "archive_bomb"
     assert peak < 8 * len(bomb) + (4 << 20)
     # Under the 64 MiB floor the ratio is not judged: 8 MiB of spaces is counted, then parsed.
-    assert check_stream_expansion(_flate_bomb_pdf(8)) == 8 << 20
+    assert check_stream_expansion(flate_bomb_pdf(8)) == 8 << 20
+
+
+def _bomb_folder(tmp_path: Path) -> Path:
+    """A folder holding the red team's bomb (a ~1.6 MB PDF whose content
+    stream inflates to 1.5 GiB, made at test time) beside a good document."""
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "bomb.pdf").write_bytes(flate_bomb_pdf(1536))
+    (folder / "good.md").write_text(GOOD)
+    assert (folder / "bomb.pdf").stat().st_size < 2_000_000
+    return folder
+
+
+@pytest.mark.parametrize(
+    ("limits", "memory_mb", "outcome"),
+    [
+        # The expansion limits (512 MiB decoded) refuse it before PDFium opens it.
+        ((), 2048, "archive_bomb"),
+        # Expansion limits raised past it: PDFium inflates it, in the bounded
+        # child, whose 2 GiB heap ends it.
+        (("--max-archive-bytes", str(8 << 30), "--max-archive-ratio", "100000"), 2048, "crash"),
+    ],
+    ids=["expansion-limit", "memory-limit"],
+)
+def test_a_flate_bomb_is_decoded_only_in_a_bounded_child(
+    tmp_path: Path, limits: tuple[str, ...], memory_mb: int, outcome: str
+) -> None:
+    """The red team's MEDIUM: the bomb was dead-lettered, but the sync process
+    peaked at 3.0 GB and ``ragsync parse`` at 2.67 GB: the look for scanned
+    pages (``needs_ocr`` through PDFium) inflated it in the pipeline process,
+    outside the parse child's memory limit. Now every process of a backfill
+    and of ``ragsync parse`` stays under the parse child's limit, and the bomb
+    is one dead letter of its detection."""
+    folder = _bomb_folder(tmp_path)
+    home = tmp_path / "home"
+    bounds = ("--parse-memory-mb", str(memory_mb), *limits)
+    env = {**os.environ, "RAGSYNC_HOME": str(home)}
+    run, peaks = run_watching_memory(cli("backfill", str(folder), "--json", "--quiet", *bounds), env)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert {k: v for k, v in peaks.items() if v >= memory_mb} == {}, peaks
+    settings = Settings(home=str(home))
+    cat = open_catalog(settings)
+    try:
+        letters = [
+            (Path(r.uri).name, r.stage, r.error_class) for r in cat.dead_letters.list_dead_letters(limit=10)
+        ]
+    finally:
+        cat.close()
+    assert letters == [("bomb.pdf", "detect", outcome)]
+    assert [h.text for h in hybrid_query(settings, "office closes August", groups=["everyone"])][:1] == [
+        "The office closes on the first Monday of August for the summer holiday."
+    ]
+    parsed, peaks = run_watching_memory(cli("parse", str(folder / "bomb.pdf"), "--json", *bounds), env)
+    assert parsed.returncode == 2, parsed.stderr[-3000:]
+    assert "Traceback" not in parsed.stdout + parsed.stderr
+    assert {k: v for k, v in peaks.items() if v >= memory_mb} == {}, peaks
+    assert json.loads(parsed.stdout)["error"]["class"] == outcome
 
 
 def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcome() -> None:

@@ -2,50 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
 from ragsync.catalog import Catalog
-from ragsync.query.identity import Identities, Reader, ReadGrant, expand_groups
-
-
-@pytest.fixture
-def catalog(catalog_url: str) -> Iterator[Catalog]:
-    cat = Catalog.open(catalog_url)
-    try:
-        yield cat
-    finally:
-        cat.close()
-
-
-# ------------------------------------------------------------------ expand_groups
-
-
-def test_expand_follows_nesting_transitively() -> None:
-    parents = {"eng": ["staff"], "staff": ["all"], "other": ["x"]}
-    assert expand_groups(["eng"], parents) == {"eng", "staff", "all"}
-
-
-def test_expand_without_parents_is_the_direct_groups() -> None:
-    assert expand_groups(["a", "b"], {}) == {"a", "b"}
-    assert expand_groups([], {"a": ["b"]}) == frozenset()
-
-
-def test_expand_stops_on_cycles() -> None:
-    parents = {"a": ["b"], "b": ["c"], "c": ["a", "d"]}
-    assert expand_groups(["a"], parents) == {"a", "b", "c", "d"}
-    assert expand_groups(["self"], {"self": ["self"]}) == {"self"}
-
-
-def test_expand_is_depth_limited() -> None:
-    chain = {f"g{i}": [f"g{i + 1}"] for i in range(20)}
-    assert expand_groups(["g0"], chain, max_depth=0) == {"g0"}
-    assert expand_groups(["g0"], chain, max_depth=3) == {"g0", "g1", "g2", "g3"}
-    assert len(expand_groups(["g0"], chain)) == 11  # MAX_GROUP_DEPTH = 10 levels above g0
-    with pytest.raises(ValueError, match="max_depth"):
-        expand_groups(["g0"], chain, max_depth=-1)
-
+from ragsync.query.identity import Identities, Reader, ReadGrant
 
 # ------------------------------------------------------------------------ catalog
 
@@ -102,13 +62,26 @@ def test_nesting_stays_within_the_source_that_holds_the_membership(catalog: Cata
     assert catalog.identities.groups_of_user("t1", "u", source_id="wiki") == {"eng"}
 
 
-def test_groups_of_user_follows_nesting_to_the_depth_limit_only(catalog: Catalog) -> None:
-    from ragsync.query.identity import MAX_GROUP_DEPTH
-
-    chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(MAX_GROUP_DEPTH + 2))
-    nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain)
+def test_groups_of_user_follows_nesting_to_any_depth(catalog: Catalog) -> None:
+    """The red team's MEDIUM: nesting past 10 levels was not followed, so a
+    deny entry on a group 11 levels up did not apply."""
+    chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(60))
+    nested = Identities(user_groups=frozenset({("u", "g0")}), group_groups=chain | {("g60", "g0")})
     catalog.identities.replace_identities("t1", "wiki", nested)
-    assert catalog.identities.groups_of_user("t1", "u") == {f"g{i}" for i in range(MAX_GROUP_DEPTH + 1)}
+    assert catalog.identities.groups_of_user("t1", "u") == {f"g{i}" for i in range(61)}
+
+
+def test_a_user_past_the_bound_of_reached_groups_gets_none(
+    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ragsync.catalog.identities as repo
+
+    monkeypatch.setattr(repo, "MAX_REACHED_GROUPS", 20)
+    chain = frozenset((f"g{i}", f"g{i + 1}") for i in range(25))
+    users = frozenset({("deep", "g0"), ("shallow", "g10")})
+    catalog.identities.replace_identities("t1", "wiki", Identities(user_groups=users, group_groups=chain))
+    assert catalog.identities.groups_of_user("t1", "shallow") == {f"g{i}" for i in range(10, 26)}  # 16 groups
+    assert catalog.identities.groups_of_user_by_source("t1", "deep") == {}  # 26 > 20: fail closed
 
 
 def test_same_user_id_in_two_sources_keeps_each_sources_groups(catalog: Catalog) -> None:

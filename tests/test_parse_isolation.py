@@ -108,3 +108,23 @@ def test_a_parse_past_its_time_limit_is_a_timeout_dead_letter_the_rest_indexed(t
         ("long.pdf", "parse", "timeout")
     ]
     assert time.monotonic() - t0 < 300  # ended by the limit, not by parsing it all
+
+
+def test_a_bounded_child_ends_a_call_past_its_time_or_memory_limit() -> None:
+    """``ragsync parse``'s child (``ragsync.ops.lifecycle.BoundedChild``): the
+    parse child's limits, and each way past them is a ragsync error with its
+    dead-letter class, never a traceback."""
+    import pytest
+
+    from ragsync.errors import ParserCrashError, ParseTimeoutError
+    from ragsync.ops.lifecycle import BoundedChild
+
+    with BoundedChild(2048) as child:
+        assert child.call(pow, 2, 10, timeout_s=60) == 1024
+        with pytest.raises(ParseTimeoutError) as late:
+            child.call(time.sleep, 60, timeout_s=1)
+    assert late.value.error_class == "timeout"
+    for explode in ((bytearray, 3 << 30), (os.abort,)):  # a refused allocation; a native crash
+        with BoundedChild(2048) as child, pytest.raises(ParserCrashError) as died:
+            child.call(*explode, timeout_s=60)
+        assert died.value.error_class == "crash", explode

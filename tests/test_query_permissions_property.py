@@ -19,7 +19,6 @@ in the stores and the catalog's chunk rows. Then, for random readers:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -31,31 +30,16 @@ from hypothesis import HealthCheck, given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from ragsync.index.versions import live_spec  # noqa: E402
-from tests.query_home import Doc, QueryHome  # noqa: E402
+from tests.query_home import Doc, QueryWorld, query_world  # noqa: E402
 
 GROUPS = ("g0", "g1", "g2", "g3")
 WORDS = ("hotel", "canteen", "laptop")
 
 
-@dataclass
-class World:
-    qh: QueryHome
-    client: Any
-    app: Any
-    n: int = 0
-
-
 @pytest.fixture(scope="module")
-def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
-    from fastapi.testclient import TestClient
-
-    from control_plane.app import create_app
-
-    qh = QueryHome(tmp_path_factory.mktemp("query-perm"))
-    app = create_app(qh.settings.catalog_url, settings=qh.settings, allow_caller_groups=True)
-    with TestClient(app) as client:
-        yield World(qh, client, app)
-    app.state.catalog.close()
+def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[QueryWorld]:
+    with query_world(tmp_path_factory.mktemp("query-perm"), allow_caller_groups=True) as served:
+        yield served
 
 
 groups_st = st.lists(st.sampled_from(GROUPS), min_size=1, max_size=2, unique=True)
@@ -83,7 +67,7 @@ def _reads(groups: set[str], allow: set[str], deny: set[str]) -> bool:
     readers=st.lists(st.lists(st.sampled_from(GROUPS), max_size=3, unique=True), min_size=1, max_size=4),
 )
 def test_query_returns_exactly_the_readable_documents(
-    world: World, specs: list[dict[str, Any]], readers: list[list[str]]
+    world: QueryWorld, specs: list[dict[str, Any]], readers: list[list[str]]
 ) -> None:
     world.n += 1
     tenant, neighbour = f"t{world.n}", f"n{world.n}"

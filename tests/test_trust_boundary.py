@@ -266,9 +266,9 @@ def test_unusable_locations_are_refused(uri: str) -> None:
 
 def test_a_source_location_may_not_overlap_ragsyncs_own_state(tmp_path: Path) -> None:
     home = tmp_path / "home"
-    with pytest.raises(ConfigurationError, match="overlaps ragsync's own state"):
+    with pytest.raises(ConfigurationError, match="is refused as a source location"):
         source_location(str(home / "objects" / "parsed"), reserved=(str(home),))
-    with pytest.raises(ConfigurationError, match="overlaps"):
+    with pytest.raises(ConfigurationError, match="is refused as a source location"):
         source_location(str(tmp_path), reserved=(str(home),))
     assert source_location(str(tmp_path / "docs"), reserved=(str(home),)).root == str(tmp_path / "docs")
 
@@ -571,7 +571,7 @@ def test_a_symlink_in_a_tenants_grant_is_judged_by_where_it_leads(tmp_path: Path
     assert not allowed_for_tenant(Location.parse(str(docs / "t1" / "to-t2")), grants, "t1")
     assert allowed_for_tenant(Location.parse(str(docs / "t2")), grants, "t2")
     assert allowed_for_tenant(Location.parse(str(docs / "t1" / "own")), grants, "t1")
-    with pytest.raises(ConfigurationError, match="overlaps ragsync's own state"):
+    with pytest.raises(ConfigurationError, match="is refused as a source location"):
         source_location(str(docs / "t1" / "to-store"), reserved=(str(home),))
     # A linked grant is judged by its target too (the operator's own link).
     (tmp_path / "linked-docs").symlink_to(docs)

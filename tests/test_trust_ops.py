@@ -141,8 +141,28 @@ def test_broken_credentials_back_off_then_pause_with_a_host_free_reason(
         run_sync("wiki", settings, tenant_id=TENANT, apply=False, show_progress=False)
     paused, failures, reason, _ = _state(settings, "wiki")
     assert (paused, failures) == (True, 2)
-    assert reason.startswith("2 syncs failed in a row; last error: ")
-    assert str(tmp_path) not in reason and "<path>" in reason
+    # The red team's LOW: the path's closing quote went with it ("'<path> cannot").
+    assert reason == (
+        "2 syncs failed in a row; last error: credentials_ref '<path>' cannot be used: "
+        "no readable secret of this tenant is there"
+    )
+    assert str(tmp_path) not in reason
+
+
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        ("credentials_ref 'file:///srv/t/token' cannot be used", "credentials_ref '<path>' cannot be used"),
+        ('cannot open "/srv/home/milvus.db": busy', 'cannot open "<path>": busy'),
+        ("see (/srv/a/b) and [/srv/c], then /srv/d.", "see (<path>) and [<path>], then <path>."),
+        ("read /srv/x.md now; ~/notes: gone", "read <path> now; <path>: gone"),
+        ("https://wiki.example.org/w/api.php and/or 42", "https://wiki.example.org/w/api.php and/or 42"),
+    ],
+)
+def test_host_free_hides_paths_and_keeps_what_surrounds_them(text: str, shown: str) -> None:
+    from ragsync.ops.display import host_free
+
+    assert host_free(text) == shown
 
 
 def test_a_sync_refused_by_a_concurrent_run_does_not_pause_its_source(tmp_path: Path) -> None:

@@ -491,3 +491,62 @@ def _rsa_pair() -> tuple[Any, bytes]:
         .sign(key, hashes.SHA256())
     )
     return key, cert.public_bytes(serialization.Encoding.PEM)
+
+
+class _Sidecar(_NoSidecar):
+    """An object store that has an ACL sidecar: unreadable (opening it fails
+    the way Beam's file systems fail) or holding ``text``."""
+
+    def __init__(self, text: bytes | None) -> None:
+        super().__init__()
+        self.text = text
+
+    def match(self, pattern: str) -> list[FileInfo]:
+        self.patterns.append(pattern)
+        return [FileInfo(path=pattern, size=100, mtime=1796119000.0)]
+
+    def open(self, path: str) -> Any:
+        import io
+
+        from apache_beam.io.filesystem import BeamIOError
+
+        if self.text is None:
+            cause = OSError('Could not connect to the endpoint URL: "http://10.0.0.7:9000/acme-docs"')
+            raise BeamIOError("Open operation failed with exceptions", {path: cause})
+        return io.BytesIO(self.text)
+
+
+@pytest.mark.parametrize(
+    ("sidecar", "code", "leaked"),
+    [
+        (None, "source_unavailable", ("BeamIOError", "10.0.0.7", "Open operation", "endpoint")),
+        (b"{'default': ['staff']}", "source_unusable", ("Expecting", "double quotes", "char 1")),
+    ],
+    ids=["unreadable", "malformed"],
+)
+def test_an_acl_sidecar_that_cannot_be_read_answers_a_problem_type_without_library_text(
+    hook: Hook, sidecar: bytes | None, code: str, leaked: tuple[str, ...]
+) -> None:
+    """The red team's LOW: the 503 carried the raw ``BeamIOError`` (with the
+    store's internal address) or ``ValueError`` text."""
+    from control_plane.errors import SOURCE_UNAVAILABLE_MESSAGE, SOURCE_UNUSABLE_MESSAGE
+
+    fs = _Sidecar(sidecar)
+    hook.client.app.state.webhook_connector = lambda spec: open_connector(spec, fs=fs)
+    r = hook.post("gcs-docs", _fixture("gcs_finalize.json"))
+    assert r.status_code == 503, r.text
+    message = SOURCE_UNAVAILABLE_MESSAGE if sidecar is None else SOURCE_UNUSABLE_MESSAGE
+    assert r.json() == {"error": {"code": code, "message": message, "details": []}}
+    for text in leaked:
+        assert text not in r.text
+    assert set(fs.patterns) == {"gs://acme-docs/docs/.ragsync-acl.json"}  # nothing else is read
+    assert hook.queued("gcs-docs") == []
+    letters = hook.dead_letters("gcs-docs")
+    if sidecar is None:
+        assert letters == []  # a passing failure: the sender redelivers
+    else:
+        assert [(d.error_class, d.message) for d in letters] == [("configuration", SOURCE_UNUSABLE_MESSAGE)]
+        listed = hook.client.get(
+            "/v1/dead-letters", params={"source_id": "gcs-docs"}, headers={"X-API-Key": hook.key_a}
+        )
+        assert all(text not in listed.text for text in leaked), listed.text

@@ -106,6 +106,35 @@ def test_a_plan_older_than_a_tombstone_is_superseded_and_nothing_is_written(writ
     assert dict(writer.counts) == {"events_stale": 1, "chunks_written": 1, "documents_indexed": 1}
 
 
+def _from_stored_copy(e: EmbeddedPlan) -> EmbeddedPlan:
+    """``e`` as a parser or chunker backfill makes it: re-read from the stored copy."""
+    doc = e.plan.doc
+    source = dataclasses.replace(doc.source, event_id="", stored_copy=True)
+    return EmbeddedPlan(dataclasses.replace(e.plan, doc=dataclasses.replace(doc, source=source)), e.vectors)
+
+
+def test_work_re_read_from_a_stored_copy_never_writes_back_a_version_a_newer_one_replaced(
+    writer_of: Any,
+) -> None:
+    """A parser or chunker backfill read version 3; an event wrote version 5
+    meanwhile: the backfill's plan is superseded (as an event's would be), not
+    written over it. A plan of the live version is written."""
+    writer = writer_of()
+    old = _embedded("doc", 2, version="3", event_id="e-3")
+    _fetched(writer, [old])
+    assert writer.write_batch([old]).written == [old]
+    newer = _embedded("doc", 1, version="5", event_id="e-5")
+    _fetched(writer, [newer])
+    assert writer.write_batch([newer]).written == [newer]
+    reread = _from_stored_copy(old)
+    outcome = writer.write_batch([reread])
+    assert (outcome.superseded, outcome.written) == ([reread.plan], [])
+    assert writer.catalog.documents.get_document(old.plan.doc.doc_id).source_version == "5"
+    assert writer.counts["events_stale"] == 1
+    live = _from_stored_copy(newer)
+    assert writer.write_batch([live]).written == [live]
+
+
 def test_hooks_are_called_at_their_points_with_running_counts(writer_of: Any) -> None:
     calls = _Calls()
     writer = writer_of(calls.hooks())

@@ -1,5 +1,5 @@
 """Embedded plans and empty homes for the write path's tests (``ragsync.index.service``
-and ``transforms.write``), without the model: vectors are constants of the
+and ``transforms.index``), without the model: vectors are constants of the
 stores' dimension."""
 
 from __future__ import annotations

@@ -44,7 +44,7 @@ class _IndexLane(beam.PTransform):
         lane: ``fast`` or ``slow`` (which timeout the parse has).
     """
 
-    def __init__(self, chain: IndexDocuments, lane: str) -> None:
+    def __init__(self, chain: IndexFetchedDocuments, lane: str) -> None:
         super().__init__()
         self.chain = chain
         self.lane = lane
@@ -71,7 +71,54 @@ class _IndexLane(beam.PTransform):
         }
 
 
-class IndexDocuments(beam.PTransform):
+class IndexFetchedDocuments(beam.PTransform):
+    """Route fetched documents by type, then per lane parse, chunk, diff,
+    embed and write: the part of the chain after the fetch, shared by
+    :class:`IndexDocuments` and the parser/chunker backfills that re-read
+    stored raw copies (``beam_pipelines.reindex``).
+
+    Input: ``FetchedDocument``. Outputs (a dict of lists of PCollections):
+    ``written`` and ``superseded`` (``DocumentPlan``), ``dead`` (``DeadLetter``).
+
+    Args: as :class:`IndexDocuments` (all but ``group_duplicates``).
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        spec: ModelSpec,
+        *,
+        total: int | ListingTally = 0,
+        show_progress: bool = False,
+        slow_handoff: bool = False,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.spec = spec
+        self.total = total
+        self.show_progress = show_progress
+        self.slow_handoff = slow_handoff
+
+    def expand(self, docs: beam.PCollection) -> dict[str, list[beam.PCollection]]:
+        routed = docs | "RouteByType" >> RouteByType(self.settings)
+        fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(self, Lane.FAST.value)
+        out: dict[str, list[beam.PCollection]] = {
+            "written": [fast["written"]],
+            "superseded": [fast["superseded"]],
+            "dead": [routed["dead"], *fast["dead"]],
+        }
+        if self.slow_handoff:
+            handed = routed[Lane.SLOW.value] | "HandToSlowLane" >> HandToSlowLane(self.settings)
+            out["dead"].append(handed["dead"])
+            return out
+        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(self, Lane.SLOW.value)
+        out["written"].append(slow["written"])
+        out["superseded"].append(slow["superseded"])
+        out["dead"].extend(slow["dead"])
+        return out
+
+
+class IndexDocuments(IndexFetchedDocuments):
     """Fetch and hash, route by type, then per lane parse, chunk, diff, embed
     and write.
 
@@ -100,52 +147,23 @@ class IndexDocuments(beam.PTransform):
     """
 
     def __init__(
-        self,
-        settings: Settings,
-        spec: ModelSpec,
-        *,
-        group_duplicates: bool = True,
-        total: int | ListingTally = 0,
-        show_progress: bool = False,
-        slow_handoff: bool = False,
+        self, settings: Settings, spec: ModelSpec, *, group_duplicates: bool = True, **chain: Any
     ) -> None:
-        super().__init__()
-        self.settings = settings
-        self.spec = spec
+        super().__init__(settings, spec, **chain)
         self.group_duplicates = group_duplicates
-        self.total = total
-        self.show_progress = show_progress
-        self.slow_handoff = slow_handoff
 
     def expand(self, files: beam.PCollection) -> dict[str, list[beam.PCollection]]:
         s, spec = self.settings, self.spec
         fetched = files | "FetchDocuments" >> FetchDocuments(s, group_duplicates=self.group_duplicates)
-        routed = fetched["process"] | "RouteByType" >> RouteByType()
-        fast = routed[Lane.FAST.value] | "FastLane" >> _IndexLane(self, Lane.FAST.value)
+        indexed = super().expand(fetched["process"])
         duplicates = fetched[DUPLICATE] | "RecordDuplicates" >> UpdateIndex(s, spec.dim, RecordDuplicates())
         left = fetched[LEFT_COPY] | "RefreshCopies" >> UpdateIndex(s, spec.dim, RefreshCopies())
         acl = fetched[ACL_ONLY] | "ApplyAclChanges" >> UpdateIndex(s, spec.dim, ApplyPermissions())
-        out: dict[str, list[beam.PCollection]] = {
-            "written": [fast["written"]],
-            "superseded": [fast["superseded"]],
+        return {
+            "written": indexed["written"],
+            "superseded": indexed["superseded"],
             UNCHANGED: [fetched[UNCHANGED]],
             "duplicates": [duplicates["recorded"]],
             "acl_updated": [acl["updated"]],
-            "dead": [
-                fetched["dead"],
-                routed["dead"],
-                *fast["dead"],
-                acl["dead"],
-                duplicates["dead"],
-                left["dead"],
-            ],
+            "dead": [fetched["dead"], *indexed["dead"], acl["dead"], duplicates["dead"], left["dead"]],
         }
-        if self.slow_handoff:
-            handed = routed[Lane.SLOW.value] | "HandToSlowLane" >> HandToSlowLane(s)
-            out["dead"].append(handed["dead"])
-            return out
-        slow = routed[Lane.SLOW.value] | "SlowLane" >> _IndexLane(self, Lane.SLOW.value)
-        out["written"].append(slow["written"])
-        out["superseded"].append(slow["superseded"])
-        out["dead"].extend(slow["dead"])
-        return out

@@ -339,3 +339,73 @@ class FetchDocuments(beam.PTransform):
             LEFT_COPY: fetched[LEFT_COPY],
             "dead": fetched["bad"] | "FetchDeadLetters" >> ToDeadLetters("fetch"),
         }
+
+
+class _StoredCopyFn(CatalogDoFn):
+    """(tenant id, doc id) -> the document's ``FetchedDocument`` as the catalog
+    holds its live version: its raw copy in the object store, its version,
+    permissions and exact copies. Nothing is fetched from the source. A
+    document that is no longer a live holder of that tenant (deleted, or
+    become an exact copy since the work list was made) is skipped and counted
+    ``documents_reindex_skipped``."""
+
+    metrics_stage = "fetch"
+
+    def process(self, item: tuple[str, str]) -> Iterator[FetchedDocument]:
+        yield from self._stage.run(self._stored, item)
+
+    def _stored(self, item: tuple[str, str]) -> Iterator[FetchedDocument]:
+        tenant_id, doc_id = item
+        cat = self._catalog
+        row = cat.documents.get_document(doc_id, tenant_id=tenant_id)
+        live = row is not None and row.status in LIVE_STATUSES and bool(row.indexed_version)
+        if row is None or not live or row.canonical_doc_id not in (None, row.doc_id) or row.deleted_at:
+            self.count("documents_reindex_skipped")
+            return
+        assert row.content_hash is not None  # a live version has its bytes
+        acl = row.acl_id or ""
+        source = SourceFile(
+            tenant_id=row.tenant_id,
+            source_id=row.source_id,
+            source_object_id=row.source_object_id,
+            uri=row.uri,
+            size=row.size,
+            acl_groups=tuple(cat.acls.get_acl_groups(acl) or ()),
+            source_version=row.source_version or "",
+            version_domain=row.version_domain or "",
+            observed_at=row.version_observed_at or 0.0,
+            deny_groups=tuple(cat.acls.get_acl_deny(acl)),
+            stored_copy=True,
+        )
+        # The chunks carry every exact copy's ACL id too (as a run that links them gives).
+        shared = sorted({d.acl_id for d in cat.copies.duplicates_of(doc_id) if d.acl_id} - {acl})
+        yield FetchedDocument(
+            doc_id=row.doc_id,
+            source=source,
+            content_hash=row.content_hash,
+            raw_uri=self.settings.raw_uri(row.content_hash),
+            size=row.size,
+            acl_id=acl,
+            canonical_doc_id=row.doc_id,
+            mime=row.mime,
+            shared_acl_ids=tuple(shared),
+        )
+
+
+class ReadStoredCopies(beam.PTransform):
+    """The documents a parser or chunker backfill works on, read back from
+    what ragsync stored of them (DESIGN §8: nothing is fetched again; the
+    parse step re-reads the raw copy or the stored elements).
+
+    Input: ``(tenant id, doc id)``. Outputs: ``docs`` (``FetchedDocument``
+    with ``source.stored_copy`` set: the writer writes it only while the
+    catalog holds that version) and ``dead`` (``DeadLetter``).
+    """
+
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
+    def expand(self, items: beam.PCollection) -> dict[str, beam.PCollection]:
+        read = items | "StoredCopy" >> beam.ParDo(_StoredCopyFn(self.settings)).with_exception_handling()
+        return {"docs": read["good"], "dead": read["bad"] | "StoredCopyDeadLetters" >> ToDeadLetters("fetch")}

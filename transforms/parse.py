@@ -16,9 +16,9 @@ import apache_beam as beam
 from ragsync.config import Settings
 from ragsync.errors import FetchError
 from ragsync.ingest.children import expand_children, stale_children
-from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
 from ragsync.model import Attachment, Element, FetchedDocument, Lane, ParsedDocument
-from ragsync.parsing import is_container, parse
+from ragsync.ops import lifecycle
+from ragsync.parsing import is_container, parse, route
 from transforms import beam_compat  # noqa: F401 - the parse child's teardown without a fixed sleep
 from transforms.dead_letters import ToDeadLetters
 from transforms.io import read_bytes, write_bytes_once
@@ -69,66 +69,75 @@ start_parse_children_from_a_fork_server()
 
 
 class _DetectFn(beam.DoFn):
-    """FetchedDocument -> the same with ``mime`` and ``lane``, tagged by lane."""
+    """FetchedDocument -> (the same with ``mime`` and ``lane``, CPU s, wall s),
+    run in an isolated child under the parse child's limits: PDFium's look
+    for scanned pages decodes the document's streams, and no untrusted bytes
+    are decoded in the pipeline process (``ragsync.parsing.route``). Beam
+    metrics do not leave the child: ``_LaneFn`` records them in the parent."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def setup(self) -> None:
+        lifecycle.bound_this_process(self.settings.parse_memory_mb)
+
+    def process(self, doc: FetchedDocument) -> Iterator[tuple[FetchedDocument, float, float]]:
+        wall0, cpu0 = time.perf_counter(), time.process_time()
+        data = read_bytes(doc.raw_uri)
+        name = os.path.basename(doc.source.source_object_id)
+        mime, lane = route(data, name, self.settings.archive_limits())
+        yield replace(doc, mime=mime, lane=lane), time.process_time() - cpu0, time.perf_counter() - wall0
+
+
+class _LaneFn(beam.DoFn):
+    """(FetchedDocument, CPU s, wall s) -> the document, tagged by lane;
+    records the detect stage's metrics and the lane counters."""
 
     def setup(self) -> None:
         self._stage = StageMetrics("detect")
         warm_up_fork_server()  # the parse step comes next
 
-    def process(self, doc: FetchedDocument) -> Iterator[Any]:
-        yield from self._stage.run(self._detect, doc)
-
-    def _detect(self, doc: FetchedDocument) -> Iterator[Any]:
-        data = read_bytes(doc.raw_uri)
-        mime = detect_mime(data, os.path.basename(doc.source.source_object_id))
-        lane = choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime))
-        out = replace(doc, mime=mime, lane=lane)
-        if lane == Lane.SLOW.value:
+    def process(self, item: tuple[FetchedDocument, float, float]) -> Iterator[Any]:
+        doc, cpu_s, wall_s = item
+        self._stage.record(elements=1, cpu_s=cpu_s, wall_s=wall_s)
+        if doc.lane == Lane.SLOW.value:
             counter("lane_slow").inc()
-            yield beam.pvalue.TaggedOutput(Lane.SLOW.value, out)
+            yield beam.pvalue.TaggedOutput(Lane.SLOW.value, doc)
         else:
             counter("lane_fast").inc()
-            yield out
+            yield doc
 
 
 class RouteByType(beam.PTransform):
     """Detect each document's type from its bytes and split by lane.
+
+    Detection runs in an isolated child process with the parse child's
+    memory limit and the fast lane's time limit: a document that exhausts
+    either (a decompression bomb, a hang) is a dead letter (``crash``,
+    ``timeout``), and a PDF whose streams decode past the expansion limits
+    one of class ``archive_bomb``, before anything is parsed.
 
     Input: ``FetchedDocument``. Outputs: ``fast`` and ``slow``
     (``FetchedDocument`` with ``mime``/``lane`` set) and ``dead``
     (``DeadLetter``).
     """
 
+    def __init__(self, settings: Settings) -> None:
+        super().__init__()
+        self.settings = settings
+
     def expand(self, docs: beam.PCollection) -> dict[str, beam.PCollection]:
-        routed = docs | "Detect" >> beam.ParDo(_DetectFn()).with_outputs(
+        detected = docs | "Detect" >> beam.ParDo(_DetectFn(self.settings)).with_exception_handling(
+            use_subprocess=True, timeout=self.settings.parse_timeout_s
+        )
+        routed = detected["good"] | "Route" >> beam.ParDo(_LaneFn()).with_outputs(
             Lane.SLOW.value, main=Lane.FAST.value
-        ).with_exception_handling(main_tag=Lane.FAST.value)
+        )
         return {
             Lane.FAST.value: routed[Lane.FAST.value],
             Lane.SLOW.value: routed[Lane.SLOW.value],
-            "dead": routed["bad"] | "DetectDeadLetters" >> ToDeadLetters("detect"),
+            "dead": detected["bad"] | "DetectDeadLetters" >> ToDeadLetters("detect"),
         }
-
-
-def _die_with_parent() -> None:
-    """Ask Linux to SIGKILL this child when its parent dies.
-
-    The parent is the fork server (:func:`start_parse_children_from_a_fork_server`),
-    which exits as soon as the pipeline process is gone, SIGKILL included, or
-    the pipeline process itself where a ``spawn`` start method was chosen: so
-    no parse child outlives a killed run and keeps working on its behalf.
-    Neither start method lets a child inherit open files (index lock files
-    included), so nothing is released here. No-op off Linux.
-    """
-    try:
-        import ctypes
-        import signal
-
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        pr_set_pdeathsig = 1
-        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
-    except OSError:  # pragma: no cover - not Linux
-        pass
 
 
 def _read_elements(uri: str) -> tuple[Element, ...]:
@@ -159,14 +168,8 @@ class _ParseFn(CatalogDoFn):
     """
 
     def setup(self) -> None:
-        _die_with_parent()
-        # Runs inside the isolated child: cap its heap so a decompression
-        # bomb ends as a MemoryError (a dead letter), not an out-of-memory
-        # kill of the whole pipeline. RLIMIT_DATA, not RLIMIT_AS: Tika's
-        # native VM reserves a large address range it never touches, which
-        # an address-space cap would refuse.
-        limit = self.settings.parse_memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
+        # Runs inside the isolated child (``lifecycle.bound_this_process``).
+        lifecycle.bound_this_process(self.settings.parse_memory_mb)
         super().setup()
 
     def process(self, doc: FetchedDocument) -> Iterator[Any]:

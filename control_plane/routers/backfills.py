@@ -1,6 +1,18 @@
 """``POST /v1/backfills`` and ``GET /v1/backfills/{backfill_id}``: re-parsing
 and re-chunking backfills of the caller's documents.
 
+A ``parser`` or ``chunker`` request is run by the control plane's worker
+(``ragsync reindex``, ``beam_pipelines.reindex``): the caller's indexed
+documents whose live version another parser or chunker made are parsed or
+chunked again from their stored raw copies or elements (nothing is fetched
+from the source), each written through the index writer and flipped on its
+own, so queries see the old version or the new one; nothing of another tenant
+is read or written. ``total`` counts the caller's indexed documents, ``done``
+those at the current parser or chunker, ``failed`` those left behind;
+``error`` says why a request failed or left documents behind.
+``target_index`` is kept as the caller's label: the documents are written in
+the live index (an index version is every tenant's).
+
 Re-embedding (reason ``embedding_model``) is the operator's, not a tenant's:
 an index version (``ragsync.index.versions``) is one collection holding every
 tenant's chunks behind one alias, and its flip moves every tenant's queries to
@@ -53,6 +65,7 @@ class BackfillOut(BaseModel):
     failed: int
     eta_s: float | None
     created_at: float
+    error: str | None = Field(description="why it failed or left documents behind; null while nothing did")
 
 
 def _backfill_out(row: BackfillRow) -> BackfillOut:
@@ -63,9 +76,10 @@ def _backfill_out(row: BackfillRow) -> BackfillOut:
     "/v1/backfills", status_code=201, response_model=BackfillOut, tags=["backfills"], responses=ERRORS
 )
 def create_backfill(body: BackfillIn, tenant_id: Tenant, catalog: CatalogDep) -> BackfillOut:
-    """Request a re-parsing/re-chunking backfill of the caller's documents into
-    ``target_index``; ``embedding_model`` is refused (``403``): re-embedding
-    builds an index version every tenant shares, so only the operator starts it."""
+    """Request a re-parsing/re-chunking backfill of the caller's documents
+    (the module's docstring says what it does; ``target_index`` is a label);
+    ``embedding_model`` is refused (``403``): re-embedding builds an index
+    version every tenant shares, so only the operator starts it."""
     if body.reason == "embedding_model":
         raise ApiError(403, OPERATOR_ONLY)
     row = catalog.backfills.create_backfill(

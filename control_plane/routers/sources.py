@@ -190,12 +190,24 @@ def _invalid(field: str, message: str) -> ApiError:
     )
 
 
+#: The one answer to every refused ``uri`` (unusable, overlapping ragsync's own
+#: state, a link, a type's connector that cannot read it, outside the tenant's
+#: grant): which rule refused it is not said, so a tenant cannot find out where
+#: ragsync's state lives by trying locations (the input is never echoed either).
+REFUSED_URI = (
+    "not a location this server lets your tenant declare: give a folder, gs:// or s3:// prefix "
+    "(object_store) or an http(s) API URL that lies under a location the operator allows your tenant "
+    "(`ragsync serve --allow-location` or RAGSYNC_ALLOWED_LOCATIONS)"
+)
+
+
 def _location(request: Request, body: SourceIn, tenant_id: str) -> str:
     """The checked location of a new source ('' when none applies).
 
     Raises:
-        ApiError: 422 when it is unusable, overlaps ragsync's own state, or no
-            connector reads this type there (the input is never echoed).
+        ApiError: 422 :data:`REFUSED_URI` when it is unusable, overlaps
+            ragsync's own state, no connector reads this type there, or it
+            lies outside what the operator allows the tenant.
     """
     uri = body.uri or default_uri(body.type)
     if not uri:
@@ -205,21 +217,13 @@ def _location(request: Request, body: SourceIn, tenant_id: str) -> str:
         location = register_location(uri, reserved=reserved)
         connector_class(SourceSpec(source_id="-", tenant_id="-", type=body.type, uri=location.uri))
     except ConfigurationError:
-        raise _invalid(
-            "uri",
-            "not a usable location for this type: a folder, gs:// or s3:// prefix (object_store), or an "
-            "http(s) API URL, outside ragsync's own state",
-        ) from None
+        raise _invalid("uri", REFUSED_URI) from None
     # A tenant may only declare a location the operator allows it: without
     # this, a tenant could name another tenant's folder, the host's files or
     # an internal address. A type's fixed public API (Drive's) needs no grant.
     allowed: tuple[str, ...] = getattr(request.app.state, "allowed_locations", ())
     if body.uri is not None and not allowed_for_tenant(location, allowed, tenant_id):
-        raise _invalid(
-            "uri",
-            "not a location this server lets your tenant declare (the operator lists them with "
-            "`ragsync serve --allow-location` or RAGSYNC_ALLOWED_LOCATIONS)",
-        )
+        raise _invalid("uri", REFUSED_URI)
     # The real path is stored, so a later read follows no link the check did not judge.
     return real_location(location).uri if body.uri is not None else location.uri
 

@@ -49,7 +49,11 @@ bytes, listed by ``GET /v1/dead-letters`` (not retried: the sender
 redelivers; a redelivery of the same payload adds no second one, so give
 the Pub/Sub subscription a dead-letter topic and SNS a redrive policy). A
 source whose connector cannot be opened (options, credentials, a malformed
-ACL sidecar) is answered 503 with a dead letter of class ``configuration``.
+ACL sidecar) is answered 503 ``source_unusable`` with a dead letter of class
+``configuration``; one whose ACL sidecar cannot be read now, 503
+``source_unavailable`` (send again later). Neither answer carries the error
+text of the layers below (a library's message, an internal address): that
+goes to the server's log.
 Nothing is ever read at an address a notification names.
 """
 
@@ -76,7 +80,15 @@ from connectors.credentials import webhook_secret_hash as secret_hash
 from connectors.events import parse_event
 from connectors.location import Location
 from control_plane.deps import CatalogDep, path_id
-from control_plane.errors import ERRORS, ApiError, ErrorOut
+from control_plane.errors import (
+    ERRORS,
+    SOURCE_UNAVAILABLE,
+    SOURCE_UNAVAILABLE_MESSAGE,
+    SOURCE_UNUSABLE,
+    SOURCE_UNUSABLE_MESSAGE,
+    ApiError,
+    ErrorOut,
+)
 from control_plane.routers.events import RejectedEvent, admit_events, spend_event_budget
 from ragsync.catalog import Catalog, LimitReachedError, SourceState
 from ragsync.errors import ConfigurationError, FetchError, InvalidEventError
@@ -441,9 +453,11 @@ def receive_webhook(
     if state is None or not _oidc_ok(request, state, headers) or not _sns_ok(request, state, body, headers):
         raise ApiError(401, _UNAUTHORIZED)
 
-    def refuse(status: int, reason: str, error_class: str = "invalid_event") -> ApiError:
+    def refuse(
+        status: int, reason: str, error_class: str = "invalid_event", code: str | None = None
+    ) -> ApiError:
         _dead_letter(catalog, state, reason, body, headers, error_class)
-        return ApiError(status, reason)
+        return ApiError(status, reason, code=code)
 
     try:
         inner, note = _unwrap(state, body, headers)
@@ -453,9 +467,16 @@ def receive_webhook(
     except InvalidEventError as exc:
         raise refuse(422, f"not a notification of this source: {exc}") from None
     except ConfigurationError as exc:
-        raise refuse(503, f"the source's connector cannot be used: {exc}", "configuration") from None
+        # What failed below (a library's error text, an address) is the
+        # operator's to read in the log; the sender and the tenant get the
+        # problem type and what to do.
+        log.warning("source %s of tenant %s: connector unusable: %s", source_id, state.tenant_id, exc)
+        raise refuse(503, SOURCE_UNUSABLE_MESSAGE, "configuration", SOURCE_UNUSABLE) from None
     except FetchError as exc:
-        raise ApiError(503, f"the source cannot be read now: {exc}", headers={"Retry-After": "30"}) from None
+        log.warning("source %s of tenant %s: cannot be read: %s", source_id, state.tenant_id, exc)
+        raise ApiError(
+            503, SOURCE_UNAVAILABLE_MESSAGE, code=SOURCE_UNAVAILABLE, headers={"Retry-After": "30"}
+        ) from None
     if found is None:
         try:
             catalog.syncs.request_sync(

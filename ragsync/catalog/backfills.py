@@ -12,10 +12,11 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import select, update
+from sqlalchemy import or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import ID_PATTERN, ID_RE, Repository, _now, new_id, row_to
+from ragsync.catalog.documents import LIVE_STATUSES
 
 BACKFILL_REASONS = ("embedding_model", "parser", "chunker")
 #: ``requested`` .. ``cancelled`` are the API's; a re-embedding ends ``built``
@@ -53,6 +54,8 @@ class BackfillRow:
         created_at: epoch seconds of the request.
         started_at: when the worker first reported, else None.
         updated_at: when the worker last reported, else None.
+        error: why it failed, or why ``failed`` documents were left behind;
+            None while nothing went wrong.
     """
 
     backfill_id: str
@@ -68,6 +71,7 @@ class BackfillRow:
     created_at: float
     started_at: float | None
     updated_at: float | None
+    error: str | None = None
 
     def eta_s(self, now: float | None = None) -> float | None:
         """Seconds left at the rate so far.
@@ -154,6 +158,7 @@ class BackfillsRepository(Repository):
             "max_docs_per_s": max_docs_per_s,
             "started_at": None,
             "updated_at": None,
+            "error": None,
         }
         self._insert_new(schema.backfills, row, f"backfill {row['backfill_id']!r} exists")
         return _backfill_from_row(row)
@@ -199,6 +204,7 @@ class BackfillsRepository(Repository):
         failed: int | None = None,
         state: str | None = None,
         cursor: str | None = None,
+        error: str | None = None,
         now: float | None = None,
     ) -> BackfillRow | None:
         """Record a worker's progress (absolute counts, not increments).
@@ -214,6 +220,7 @@ class BackfillsRepository(Repository):
             failed: documents failed so far.
             state: one of :data:`BACKFILL_STATES`.
             cursor: the worker's resume position.
+            error: why it failed or left documents behind ('' clears it).
             now: epoch seconds of the report (default: the clock).
 
         Returns:
@@ -234,8 +241,11 @@ class BackfillsRepository(Repository):
             "failed": failed,
             "state": state,
             "cursor": cursor,
+            "error": error,
         }
         values.update({k: v for k, v in given.items() if v is not None})
+        if error == "":
+            values["error"] = None
         t = schema.backfills
         with self._engine.begin() as conn:
             if state == "running" or done is not None or failed is not None:
@@ -291,6 +301,7 @@ class BackfillsRepository(Repository):
             "state": "running",
             "max_docs_per_s": max_docs_per_s,
             "updated_at": now,
+            "error": None,
         }
         with self._engine.begin() as conn:
             exists = conn.execute(select(t.c.backfill_id).where(t.c.backfill_id == backfill_id)).first()
@@ -324,3 +335,32 @@ class BackfillsRepository(Repository):
                 .where(t.c.backfill_id == backfill_id)
                 .values(done=t.c.done + done, failed=t.c.failed + failed, updated_at=_now())
             )
+
+    def reindex_candidates(self, tenant_id: str | None) -> list[tuple[str, str, str | None, str | None]]:
+        """What a parser or chunker backfill covers: every document of
+        ``tenant_id`` (None: of every tenant) with a live version (``indexed``,
+        or ``stale``: a later version failed, or an earlier backfill could not
+        redo it), not deleted, top-level (a child document is parsed again
+        with its parent) and holding its own chunks (an exact copy follows its
+        holder), sorted by doc id.
+
+        Returns:
+            ``(doc_id, tenant_id, parser_version, chunker_id)`` per document,
+            the versions of its live parse and chunks.
+        """
+        d = schema.documents
+        query = (
+            select(d.c.doc_id, d.c.tenant_id, d.c.parser_version, d.c.chunker_id)
+            .where(
+                d.c.status.in_(LIVE_STATUSES),
+                d.c.indexed_version.is_not(None),
+                d.c.deleted_at.is_(None),
+                d.c.parent_doc_id.is_(None),
+                or_(d.c.canonical_doc_id.is_(None), d.c.canonical_doc_id == d.c.doc_id),
+            )
+            .order_by(d.c.doc_id)
+        )
+        if tenant_id is not None:
+            query = query.where(d.c.tenant_id == tenant_id)
+        with self._read_engine.connect() as conn:
+            return [(str(a), str(b), c, e) for a, b, c, e in conn.execute(query)]

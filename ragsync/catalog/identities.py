@@ -8,13 +8,16 @@ identity sync: a membership removed at the source is gone after the next one.
 from __future__ import annotations
 
 import json
+import logging
 from typing import Any
 
 from sqlalchemy import delete, insert, select
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.query.identity import IDENTITIES_FROM, MAX_GROUP_DEPTH, Identities, expand_groups
+from ragsync.query.identity import IDENTITIES_FROM, MAX_REACHED_GROUPS, Identities
+
+log = logging.getLogger(__name__)
 
 _TABLES = (schema.identity_memberships, schema.identity_groups, schema.identity_users)
 
@@ -111,8 +114,14 @@ class IdentitiesRepository(Repository):
         gets each source's groups under that source, never pooled. Only this
         tenant's rows are read: another tenant's user of the same name gives
         nothing. A user no identity sync listed has no groups (fail closed).
-        Nesting is followed within the source that holds the membership
-        (``ragsync.query.identity.expand_groups``, cycle-safe and depth-limited).
+        Nesting is followed within the source that holds the membership, to
+        any depth and through cycles, in one recursive query (each step by
+        the member index: never a whole source's group graph). Complete, so
+        a deny entry on a group reached through any number of levels applies.
+        A user whose memberships reach more than
+        :data:`ragsync.query.identity.MAX_REACHED_GROUPS` groups gets none (fail
+        closed: the groups past the bound could be denied ones); the operator's
+        log says so.
 
         Args:
             tenant_id: the reader's tenant.
@@ -120,43 +129,41 @@ class IdentitiesRepository(Repository):
             source_id: only this source's memberships; None: every source of the tenant.
 
         Returns:
-            source id -> the user's groups there; sources where the user holds none are absent.
+            source id -> the user's groups there; sources where the user holds
+            none are absent; ``{}`` past the bound.
         """
         m = schema.identity_memberships
-        where = [m.c.tenant_id == tenant_id]
+        direct = select(m.c.source_id, m.c.group_id).where(
+            m.c.tenant_id == tenant_id, m.c.member_kind == "user", m.c.member_id == user_id
+        )
         if source_id is not None:
-            where.append(m.c.source_id == source_id)
+            direct = direct.where(m.c.source_id == source_id)
+        reach = direct.cte("reach", recursive=True)
+        # UNION (not UNION ALL) keeps each (source, group) once: a cycle ends the walk.
+        reach = reach.union(
+            select(m.c.source_id, m.c.group_id).where(
+                m.c.tenant_id == tenant_id,
+                m.c.member_kind == "group",
+                m.c.source_id == reach.c.source_id,
+                m.c.member_id == reach.c.group_id,
+            )
+        )
         with self._read_engine.connect() as conn:
-            direct = conn.execute(
-                select(m.c.source_id, m.c.group_id).where(
-                    *where, m.c.member_kind == "user", m.c.member_id == user_id
-                )
+            rows = conn.execute(
+                select(reach.c.source_id, reach.c.group_id).limit(MAX_REACHED_GROUPS + 1)
             ).all()
-            sources = sorted({str(s) for s, _ in direct})
-            # Only the groups reachable from the user's, a level per query by
-            # the member index (never a whole source's group graph).
-            parents: dict[str, dict[str, list[str]]] = {src: {} for src in sources}
-            frontier = {(str(s), str(g)) for s, g in direct}
-            seen = set(frontier)
-            for _ in range(MAX_GROUP_DEPTH):
-                if not frontier:
-                    break
-                rows = conn.execute(
-                    select(m.c.source_id, m.c.member_id, m.c.group_id).where(
-                        m.c.tenant_id == tenant_id,
-                        m.c.member_kind == "group",
-                        m.c.member_id.in_(sorted({g for _, g in frontier})),
-                        m.c.source_id.in_(sources),
-                    )
-                ).all()
-                reached: set[tuple[str, str]] = set()
-                for s, child, parent in rows:
-                    if (str(s), str(child)) in frontier:
-                        parents[str(s)].setdefault(str(child), []).append(str(parent))
-                        reached.add((str(s), str(parent)))
-                frontier = reached - seen
-                seen |= frontier
-        return {src: expand_groups((str(g) for s, g in direct if s == src), parents[src]) for src in sources}
+        if len(rows) > MAX_REACHED_GROUPS:
+            log.warning(
+                "user %r of tenant %r reaches more than %d groups: refused every document (fail closed)",
+                user_id,
+                tenant_id,
+                MAX_REACHED_GROUPS,
+            )
+            return {}
+        found: dict[str, set[str]] = {}
+        for src, group in rows:
+            found.setdefault(str(src), set()).add(str(group))
+        return {src: frozenset(groups) for src, groups in found.items()}
 
     def identity_links(self, tenant_id: str) -> dict[str, str]:
         """Sources of ``tenant_id`` whose ACLs name another source's identities.

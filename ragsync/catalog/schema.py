@@ -276,6 +276,8 @@ backfills = Table(
     Column("max_docs_per_s", Double, nullable=True),
     Column("started_at", Double, nullable=True),
     Column("updated_at", Double, nullable=True),
+    # Revision 0015: why it failed or left documents behind (the requester reads it).
+    Column("error", Text, nullable=True),
 )
 
 dead_letters = Table(
@@ -477,7 +479,7 @@ pipeline_runs = Table(
 # Revision 0012: who is in which group, synced per (tenant, source) from the
 # source itself (``ragsync.catalog.identities``). A query by ``user`` reads
 # the user's memberships here and expands nested groups
-# (``ragsync.query.identity.expand_groups``). Group ids are the names the source's
+# (``Catalog.groups_of_user_by_source``: one recursive query, any depth). Group ids are the names the source's
 # connector writes into document ACLs.
 identity_users = Table(
     "identity_users",

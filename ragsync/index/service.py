@@ -153,10 +153,10 @@ class IndexService(IndexCore):
 
     def _superseded(self, plan: DocumentPlan) -> bool:
         """True when the catalog holds a newer content version or a tombstone
-        at or above this plan's version (event-driven work only; a backfill
-        listing has no version order)."""
+        at or above this plan's version (event-driven work and work re-read
+        from a stored copy only; a backfill listing has no version order)."""
         src = plan.doc.source
-        if not src.event_id:
+        if not src.event_id and not src.stored_copy:
             return False
         version = source_file_stamp(src)
         tomb = row_stamp(self.catalog.gate_state.get_tombstone(plan.doc.doc_id), "source_version")

@@ -150,8 +150,9 @@ def _zip_kind(data: bytes) -> str:
         return MIME_VISIO
     if "mimetype" in names:
         try:
-            with zipfile.ZipFile(io.BytesIO(data)) as zf:
-                declared = zf.read("mimetype").decode("ascii", "replace").strip()
+            with zipfile.ZipFile(io.BytesIO(data)) as zf, zf.open("mimetype") as member:
+                # At most a line: a "mimetype" member that inflates to gigabytes is a bomb, not a type.
+                declared = member.read(256).decode("ascii", "replace").strip()
             if declared.startswith("application/"):
                 return declared
         except Exception:  # noqa: BLE001
@@ -439,7 +440,10 @@ def needs_ocr(data: bytes, mime: str) -> bool:
     A PDF is looked at cheaply (PDFium, first 3 pages, a few ms): a page
     with under 50 characters of text layer and images covering at least 5%
     of it is a scan. Later scanned pages are still OCR'd by the parser, in
-    whichever lane the document went to.
+    whichever lane the document went to. PDFium holds a page's decoded
+    content streams: untrusted bytes come here through
+    ``ragsync.parsing.route``, which checks the streams' expansion first and
+    runs where the parse child's limits hold.
 
     Args:
         data: the document bytes.

@@ -37,8 +37,11 @@ def safe_text(text: object, *, keep_newlines: bool = False) -> str:
 
 
 # An absolute file path (not the path part of a URL: a '/' after a word
-# character, ':' or '/' is not a start), a file:// URI, a process id.
-_HOST_PATH = re.compile(r"file://\S+|(?<![\w:/.~-])~?/[^\s'\"(),;]+")
+# character, ':' or '/' is not a start), a file:// URI, a process id. Neither
+# takes a quote, bracket or separator after it, nor the punctuation that ends
+# the sentence: ``'file:///x/y'.`` becomes ``'<path>'.``, its quotes kept.
+_STOP = r"\s'\"(),;<>\[\]{}"
+_HOST_PATH = re.compile(rf"(?:file://|(?<![\w:/.~-])~?/)[^{_STOP}]+?(?=[.:!?]*(?:[{_STOP}]|$))")
 _PIDS = re.compile(r"\b(?:process(?:\(es\))?|pids?)[\s:=#]*\d+(?:\s*,\s*\d+)*", re.IGNORECASE)
 
 

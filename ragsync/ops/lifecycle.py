@@ -24,7 +24,10 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 _WATCH_INTERVAL_S = 0.2
 _installed = False
@@ -221,3 +224,125 @@ def lock_holders(path: str) -> list[int]:
             except OSError:
                 continue
     return holders
+
+
+# ----------------------------------------------------------- bounded children
+
+
+def die_with_parent() -> None:
+    """Ask Linux to SIGKILL this process when its parent dies
+    (``PR_SET_PDEATHSIG``), so a child working on untrusted bytes never
+    outlives the run that started it and keeps working on its behalf.
+
+    The parent is a fork server (``transforms.parse``'s, or
+    :class:`BoundedChild`'s), which exits as soon as the process that started
+    it is gone, SIGKILL included. A fork server's child inherits no open
+    files (index lock files included), so nothing is released here. No-op
+    off Linux."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        pr_set_pdeathsig = 1
+        libc.prctl(pr_set_pdeathsig, signal.SIGKILL)
+    except OSError:  # pragma: no cover - not Linux
+        pass
+
+
+def bound_this_process(memory_mb: int) -> None:
+    """Put this process, a child that reads untrusted bytes (detection,
+    parsing), under the parse child's limits: it dies with its parent and its
+    heap is capped at ``memory_mb`` MiB, so a decompression bomb ends as a
+    MemoryError or a crash of this child (a dead letter), never as an
+    out-of-memory kill of the run. RLIMIT_DATA, not RLIMIT_AS: Tika's native
+    VM reserves a large address range it never touches, which an
+    address-space cap would refuse.
+
+    Args:
+        memory_mb: ``Settings.parse_memory_mb``.
+    """
+    import resource
+
+    die_with_parent()
+    limit = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_DATA, (limit, resource.RLIM_INFINITY))
+
+
+class BoundedChild:
+    """One child process, started from a fork server (a clean single-threaded
+    interpreter: nothing of the caller's threads, locks or open files) under
+    :func:`bound_this_process`, that runs functions on untrusted bytes with a
+    time limit per call. The caller holds nothing of what the child decodes.
+    Use as a context manager; the child ends with the block (or the caller).
+
+    Args:
+        memory_mb: the child's heap limit (``Settings.parse_memory_mb``).
+    """
+
+    def __init__(self, memory_mb: int) -> None:
+        self.memory_mb = memory_mb
+        self._pool: Any = None
+
+    def __enter__(self) -> BoundedChild:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self._pool = ProcessPoolExecutor(
+            1,
+            mp_context=multiprocessing.get_context("forkserver"),
+            initializer=bound_this_process,
+            initargs=(self.memory_mb,),
+        )
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._end()
+
+    def call(self, fn: Callable[..., T], *args: Any, timeout_s: float) -> T:
+        """``fn(*args)`` in the child (``fn`` importable, arguments and result
+        picklable); what ``fn`` raises is raised here.
+
+        Raises:
+            ParseTimeoutError: it ran past ``timeout_s`` (the child is killed).
+            ParserCrashError: the child died or ran out of memory: over its
+                memory limit (an allocation the limit refused) or a crash of
+                native code.
+        """
+        from concurrent.futures import TimeoutError as FuturesTimeout
+        from concurrent.futures.process import BrokenProcessPool
+
+        from ragsync.errors import ParserCrashError, ParseTimeoutError
+
+        if self._pool is None:
+            raise RuntimeError("BoundedChild.call outside its with block, or after its process ended")
+        try:
+            return self._pool.submit(fn, *args).result(timeout_s)  # type: ignore[no-any-return]
+        except MemoryError:
+            # An allocation the heap limit refused, raised in the child and
+            # sent back: the same outcome as a child the limit killed.
+            self._end()
+            raise ParserCrashError(
+                f"the isolated process ran past its {self.memory_mb} MiB memory limit"
+            ) from None
+        except FuturesTimeout:
+            self._end()
+            raise ParseTimeoutError(
+                f"ran past the time limit of {timeout_s:g} s (the process was ended)"
+            ) from None
+        except BrokenProcessPool:
+            self._end()
+            raise ParserCrashError(
+                f"the isolated process died: past its {self.memory_mb} MiB memory limit, or a crash"
+            ) from None
+
+    def _end(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for proc in processes:
+            if proc.is_alive():
+                proc.kill()
+        for proc in processes:
+            proc.join(5)

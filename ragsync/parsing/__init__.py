@@ -113,29 +113,32 @@ class ParseResult:
     attachments: tuple[Attachment, ...] = ()
 
 
-Parser = Callable[[bytes, int, str], RawParse]
-"""A format's parser: ``(data, max_pages, ocr_languages) -> RawParse``."""
+Parser = Callable[[bytes, int, str, ArchiveLimits], RawParse]
+"""A format's parser: ``(data, max_pages, ocr_languages, limits) -> RawParse``."""
 
 
-def _lazy(module: str, name: str, *, paged: bool = False, **options: Any) -> Parser:
+def _lazy(module: str, name: str, *, paged: bool = False, expands: bool = False, **options: Any) -> Parser:
     """The parser ``name`` of ``ragsync.parsing.<module>``, imported on first
     use (parsers pull heavy libraries). Called ``name(data, **options)``, with
     ``max_pages=`` and ``ocr_options=`` (Tesseract's languages) too when
-    ``paged`` (formats with pages: the ones that may be scans)."""
+    ``paged`` (formats with pages: the ones that may be scans), and
+    ``limits=`` (the expansion limits) when ``expands`` (compressed streams
+    inside: PDF)."""
 
-    def run(data: bytes, max_pages: int, ocr_languages: str) -> RawParse:
+    def run(data: bytes, max_pages: int, ocr_languages: str, limits: ArchiveLimits) -> RawParse:
         parser = getattr(importlib.import_module(f"ragsync.parsing.{module}"), name)
+        kwargs = {**options, **({"limits": limits} if expands else {})}
         if not paged:
-            return parser(data, **options)
+            return parser(data, **kwargs)
         from ragsync.parsing.ocr_engine import OcrOptions
 
-        return parser(data, max_pages=max_pages, ocr_options=OcrOptions(lang=ocr_languages), **options)
+        return parser(data, max_pages=max_pages, ocr_options=OcrOptions(lang=ocr_languages), **kwargs)
 
     return run
 
 
 def _tika(mime: str) -> Parser:
-    def run(data: bytes, max_pages: int, ocr_languages: str) -> RawParse:
+    def run(data: bytes, max_pages: int, ocr_languages: str, limits: ArchiveLimits) -> RawParse:
         from ragsync.parsing.tika import parse_tika
 
         if mime in _ZIP_CONTAINERS and not data.startswith((b"PK\x03\x04", b"PK\x05\x06")):
@@ -177,7 +180,7 @@ _json = _lazy("tickets", "parse_json")
 _image = _lazy("ocr", "parse_image", paged=True)
 
 _PARSERS: dict[str, Parser] = {
-    MIME_PDF: _lazy("pdf", "parse_pdf", paged=True),
+    MIME_PDF: _lazy("pdf", "parse_pdf", paged=True, expands=True),
     MIME_DOCX: _lazy("docx", "parse_docx"),
     "text/html": _html,
     "application/xhtml+xml": _html,
@@ -283,8 +286,8 @@ def parse(
         max_bytes: size limit in bytes.
         max_pages: page limit (PDF pages, image frames); a longer document
             is refused with ``TooLargeError``, never cut.
-        limits: archive expansion and container nesting limits
-            (``Settings.archive_limits()``; defaults ``ArchiveLimits()``).
+        limits: expansion limits of archives and PDF streams, container
+            nesting (``Settings.archive_limits()``; default ``ArchiveLimits()``).
         depth: how many containers (archives, e-mails) enclose this
             document: 0 for a top-level document, ``Attachment.depth`` for a
             child.
@@ -333,7 +336,7 @@ def parse(
             raw = container(data, base, filename, limits or ArchiveLimits(), depth)
         else:
             assert parser is not None
-            raw = parser(data, max_pages, ocr_languages)
+            raw = parser(data, max_pages, ocr_languages, limits or ArchiveLimits())
     except RagsyncError:
         raise
     except (RecursionError, MemoryError):
@@ -358,6 +361,37 @@ def parse(
     )
 
 
+def route(data: bytes, filename: str = "", limits: ArchiveLimits | None = None) -> tuple[str, str]:
+    """A document's type and lane from its bytes (``ragsync.ingest.detect``:
+    ``detect_mime``, then ``choose_lane`` with ``needs_ocr``), a PDF's streams
+    checked against ``limits`` before PDFium opens it to look for scans
+    (PDFium would hold a stream's whole decoded content). Untrusted bytes:
+    call it where the parse child's memory and time limits hold
+    (``transforms.parse.RouteByType``'s isolated step, ``ragsync parse``'s
+    bounded child).
+
+    Args:
+        data: the document bytes.
+        filename: the original name (breaks ties between text flavours).
+        limits: the expansion limits (``Settings.archive_limits()``; default
+            ``ArchiveLimits()``).
+
+    Returns:
+        (mime, lane).
+
+    Raises:
+        ArchiveBombError: a PDF whose streams decode past ``limits``.
+    """
+    from ragsync.ingest.detect import choose_lane, detect_mime, needs_ocr
+
+    mime = detect_mime(data, filename)
+    if mime == MIME_PDF:
+        from ragsync.parsing.pdf import check_stream_expansion
+
+        check_stream_expansion(data, limits)
+    return mime, choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime))
+
+
 __all__ = [
     "DEFAULT_OCR_LANGUAGES",
     "PARSER_VERSION",
@@ -367,5 +401,6 @@ __all__ = [
     "ParseResult",
     "is_container",
     "parse",
+    "route",
     "supported_mimes",
 ]

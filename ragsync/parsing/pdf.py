@@ -238,7 +238,13 @@ def check_stream_expansion(data: bytes, limits: ArchiveLimits | None = None) -> 
     return total
 
 
-def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | None = None) -> RawParse:
+def parse_pdf(
+    data: bytes,
+    *,
+    max_pages: int = 2000,
+    ocr_options: OcrOptions | None = None,
+    limits: ArchiveLimits | None = None,
+) -> RawParse:
     """Parse a PDF through the fallback chain (see the module docstring).
 
     Running headers/footers (edge lines set apart from the body whose text
@@ -253,6 +259,8 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
         data: the PDF bytes. Owner-encrypted files open with the empty password.
         max_pages: page limit; a longer document is refused, never cut.
         ocr_options: OCR bar and limits for scanned pages (defaults when None).
+        limits: the expansion limits its streams are checked against
+            (``check_stream_expansion``; default ``ArchiveLimits()``).
 
     Returns:
         Elements with 1-based ``page`` numbers, the page count, metadata
@@ -268,7 +276,7 @@ def parse_pdf(data: bytes, *, max_pages: int = 2000, ocr_options: OcrOptions | N
         ArchiveBombError: its streams decode past the expansion limits
             (``check_stream_expansion``).
     """
-    check_stream_expansion(data)
+    check_stream_expansion(data, limits)
     with PDFIUM_LOCK:
         try:
             doc = pdfium.PdfDocument(data)
