@@ -64,7 +64,9 @@ DEFAULT_MIN_CONFIDENCE = 60.0
 # Tesseract misses half the text scores ~0.5 (tests/test_ocr.py). 0.7 keeps a margin of 0.2
 # below the worst real text page and flags a third or more of the text missing.
 DEFAULT_MIN_COVERAGE = 0.7
-DEFAULT_MIN_REGION_CONFIDENCE = 0.0
+# A page below the bar keeps its lines read at this mean word confidence or more (readable_part):
+# on a page read as one block, lines of text read at 85-97 beside marks read as letters at 10-40.
+DEFAULT_MIN_REGION_CONFIDENCE = 50.0
 DEFAULT_MAX_PIXELS = 100_000_000
 # PDF pages are rendered at 300 dpi, scaled down so that one page stays under this many pixels.
 DEFAULT_MAX_RENDER_PIXELS = 25_000_000
@@ -99,15 +101,11 @@ class OcrOptions:
             when it meets that engine's bar; on a page Tesseract read, read
             again the ruled table regions and the text lines it read with low
             confidence (``choose_region``, ``choose_line``).
-        normalise_resolution: scale a page with small glyphs (a low
-            resolution scan) up before Tesseract reads it
-            (``ocr_quality.upscale_factor``). Off by default: on 150 and
-            100 dpi rescans of the transcribed pages it raised word recall
-            (0.929 -> 0.958 at 100 dpi) but not CER on most pages (reading
-            order of captions moved), and table crops it scaled up passed
-            Tesseract's bar, so the second engine, which reads them far
-            better, no longer ran (cell recall 0.829 -> 0.339;
-            benchmarks/README.md).
+        normalise_resolution: scale a page with small glyphs up before
+            Tesseract reads it (``ocr_quality.upscale_factor``). Off by
+            default: it moved captions in the reading order, and table crops
+            it scaled up passed Tesseract's bar, so the second engine no
+            longer read them (cell recall 0.829 -> 0.339; benchmarks/README.md).
         preprocess: clean a degraded page before Tesseract reads it, as its
             measured properties call for (``ocr_quality.preprocessing``): a
             median filter for speckle, the background divided out for
@@ -121,14 +119,13 @@ class OcrOptions:
             CER rose.
         tables: find ruled tables on a page Tesseract read
             (``ocr_tables``) and emit them as tables, not text.
-        unruled_tables: also take runs of lines with aligned columns and no
-            rules as tables (``ocr_tables.aligned_runs``). On by default
-            (``RAGSYNC_OCR_UNRULED_TABLES=0`` turns it off): runs end at wide
-            vertical gaps, columns of prose are refused (``ocr_tables.is_prose``,
-            long cells), and a table read with whole segments as cells needs
-            digits in a quarter of them; on the corpus's 37 scanned prose
-            pages it finds no table, on the 13 full pages with tables it
-            raised cell recall (benchmarks/README.md, fourth stop).
+        min_region_confidence: the region bar: a page below the page bar
+            keeps its lines read at this mean word confidence or more
+            (``readable_part``), indexed, the page listed for review.
+        unruled_tables: also take runs of aligned lines without rules as
+            tables (``ocr_tables.aligned_runs``; ``RAGSYNC_OCR_UNRULED_TABLES=0``
+            turns it off): never a column's prose (``ocr_layout.prose_paragraphs``),
+            and only with figures in a quarter of the cells or a form's fields.
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -143,9 +140,7 @@ class OcrOptions:
     normalise_resolution: bool = False
     preprocess: bool = True
     tables: bool = True
-    min_region_confidence: float = field(
-        default_factory=lambda: float(os.environ.get("RAGSYNC_OCR_REGION_BAR", DEFAULT_MIN_REGION_CONFIDENCE))
-    )
+    min_region_confidence: float = DEFAULT_MIN_REGION_CONFIDENCE
     unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") != "0")
 
 
@@ -192,6 +187,9 @@ class PageOcr:
         rotation: clockwise degrees the kept result's image was turned
             (orientation detection in the retry), 0 otherwise.
         paragraph_confidences: mean word confidence of each paragraph.
+        line_confidences: for each paragraph, the mean word confidence of
+            each of its lines (a page below the bar keeps the lines read at
+            the region bar: ``readable_part``); empty when not known.
         engine: whose text was kept: ``tesseract``, ``rapidocr`` (the second
             engine, when Tesseract failed the bar) or ``none``.
         confidences: each engine that read the page and its mean confidence,
@@ -232,6 +230,7 @@ class PageOcr:
     seconds: float = 0.0
     rotation: int = 0
     paragraph_confidences: tuple[float, ...] = ()
+    line_confidences: tuple[tuple[float, ...], ...] = ()
     engine: str = "tesseract"
     confidences: tuple[tuple[str, float], ...] = ()
     tables: tuple[tuple[tuple[str, ...], ...], ...] = ()
@@ -307,6 +306,7 @@ def _attempt(
             choices.extend(line_choices)
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
     para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
+    line_confs = tuple(tuple(round(float(np.mean(c)), 1) for c in p) for p in tsv.line_confs)
     return PageOcr(
         page.page,
         paragraphs,
@@ -317,6 +317,7 @@ def _attempt(
         passed,
         psm=psm,
         paragraph_confidences=para_confs,
+        line_confidences=line_confs,
         tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
         table_positions=positions,
         region_engines=tuple(choices),
@@ -471,31 +472,44 @@ def _retry(state: _Reading, best: PageOcr, opts: OcrOptions) -> PageOcr:
 
 
 def readable_part(result: PageOcr, bar: float) -> PageOcr:
-    """A page below the bar with only its paragraphs read at ``bar`` or more
+    """A page below the bar with only its lines read at ``bar`` or more
     (pure): low confidence is recorded, not a reason to drop readable text
-    (the page stays ``passed=False``: listed for review, its paragraphs
-    indexed with their confidences). Tables it holds (the second engine's
-    reading) are kept.
+    (the page stays ``passed=False``: listed for review, what it read at
+    ``bar`` indexed with its confidence). The bar applies to lines (to whole
+    paragraphs when line confidences are not known): a page read as one
+    block mixes lines of text with lines of marks read as letters, and the
+    mean of them all would drop both. A paragraph's confidence becomes the
+    mean of its kept lines'. Tables it holds (the second engine's reading)
+    are kept.
 
     Args:
         result: the page's kept result, below the page bar.
-        bar: the least mean word confidence (0-100) a paragraph needs.
+        bar: the least mean word confidence (0-100) a line needs.
 
     Returns:
-        ``result`` with the paragraphs under ``bar`` left out (table positions
-        moved with them).
+        ``result`` with the lines under ``bar`` left out, paragraphs left
+        empty gone (table positions moved with them).
     """
-    confs = [
-        result.paragraph_confidences[i] if i < len(result.paragraph_confidences) else result.confidence
-        for i in range(len(result.paragraphs))
-    ]
-    keep = [i for i, c in enumerate(confs) if c >= bar]
-    positions = tuple(sum(1 for i in keep if i < at) for at in result.table_positions)
+    paragraphs: list[tuple[str, ...]] = []
+    confs: list[float] = []
+    lines_kept: list[tuple[float, ...]] = []
+    kept: list[int] = []  # the indices of the paragraphs that keep a line
+    confidences = result.paragraph_confidences
+    for i, lines in enumerate(result.paragraphs):
+        whole = confidences[i] if i < len(confidences) else result.confidence
+        per_line = result.line_confidences[i] if i < len(result.line_confidences) else (whole,) * len(lines)
+        keep = [(text, c) for text, c in zip(lines, per_line, strict=False) if c >= bar]
+        if keep:
+            kept.append(i)
+            paragraphs.append(tuple(text for text, _ in keep))
+            lines_kept.append(tuple(c for _, c in keep))
+            confs.append(whole if len(keep) == len(lines) else float(np.mean([c for _, c in keep])))
     return _replace(
         result,
-        paragraphs=tuple(result.paragraphs[i] for i in keep),
-        paragraph_confidences=tuple(confs[i] for i in keep),
-        table_positions=positions,
+        paragraphs=tuple(paragraphs),
+        paragraph_confidences=tuple(confs),
+        line_confidences=tuple(lines_kept),
+        table_positions=tuple(sum(1 for i in kept if i < at) for at in result.table_positions),
     )
 
 

@@ -36,10 +36,12 @@ class TsvWord:
 
 @dataclass
 class Tsv:
-    """Words of one page: paragraphs (lists of lines), word confidences and boxes, and the words."""
+    """Words of one page: paragraphs (lists of lines), word confidences (per
+    paragraph, per line of each paragraph, all) and boxes, and the words."""
 
     paragraphs: list[list[str]] = field(default_factory=list)
     paragraph_confs: list[list[float]] = field(default_factory=list)
+    line_confs: list[list[list[float]]] = field(default_factory=list)
     confs: list[float] = field(default_factory=list)
     boxes: list[tuple[int, int, int, int]] = field(default_factory=list)
     words: list[TsvWord] = field(default_factory=list)
@@ -95,14 +97,17 @@ def group_words(words: Sequence[TsvWord]) -> Tsv:
         if w.paragraph != para:
             out.paragraphs.append([])
             out.paragraph_confs.append([])
+            out.line_confs.append([])
             para, line = w.paragraph, None
         if w.line != line:
             out.paragraphs[-1].append(w.text)
+            out.line_confs[-1].append([])
             line = w.line
         else:
             out.paragraphs[-1][-1] += " " + w.text
         out.confs.append(w.conf)
         out.paragraph_confs[-1].append(w.conf)
+        out.line_confs[-1][-1].append(w.conf)
         out.boxes.append(w.box)
     return out
 
