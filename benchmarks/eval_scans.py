@@ -676,12 +676,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--set", choices=("tune", "report", "all"), default="all")
     ap.add_argument("--classes", default="", help="comma-separated classes (default: all)")
     ap.add_argument("--limit", type=int, default=0, help="at most this many pages (0: all)")
-    ap.add_argument(
-        "--per-class",
-        type=int,
-        default=0,
-        help="at most this many pages of each class and set, over its documents",
-    )
+    ap.add_argument("--per-class", type=int, default=0, help="at most this many pages of a class and set")
     ap.add_argument("--jobs", type=int, default=2, help="pages scored at once (default 2)")
     ap.add_argument("--label", default="run", help="results go to WORK/LABEL.json")
     ap.add_argument(
