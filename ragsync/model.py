@@ -244,7 +244,8 @@ class ParsedDocument(JsonRecord):
         parser_version: version string of the parser that produced it.
         elements: elements in reading order.
         pages: number of pages (0 when the format has none).
-        pages_for_review: pages that were not indexed (OCR below the bar).
+        pages_for_review: pages below the OCR bar, listed for review (what they
+            read at the region bar is indexed; docs/ocr.md).
         metadata: format metadata such as title or front matter.
         cpu_s: CPU seconds the parse took in its child process, OCR
             subprocesses included (0.0 when read back from a stored parse).
@@ -352,7 +353,7 @@ class DocumentPlan(JsonRecord):
         new_ids: ids among ``chunks`` that must be embedded and written.
         vanished_ids: stored ids to delete once the new version is live.
         acl_ids: ACL ids the chunks carry (the union over exact duplicates).
-        pages_for_review: pages not indexed (OCR below the bar).
+        pages_for_review: pages below the OCR bar, listed for review.
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("new_ids", "vanished_ids", "acl_ids", "pages_for_review")

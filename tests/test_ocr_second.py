@@ -84,11 +84,11 @@ def test_a_line_keeps_the_reading_with_the_higher_confidence_only_under_the_line
 def test_only_lines_under_the_line_bar_are_read_again_and_the_kept_reading_replaces_their_words(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """``ocr_engine._reread_lines`` with a stand-in recogniser: the line
+    """``ocr_regions.reread_lines`` with a stand-in recogniser: the line
     Tesseract read at 50 is read again (its crop padded by a quarter of its
     height) and takes RapidOCR's words, boxes cut by character count; the line
     at 90 is not read; both confidences are listed for the line read again."""
-    from ragsync.parsing import ocr_engine, ocr_second
+    from ragsync.parsing import ocr_regions, ocr_second
 
     crops: list[tuple[int, int]] = []
 
@@ -104,7 +104,7 @@ def test_only_lines_under_the_line_bar_are_read_again_and_the_kept_reading_repla
         TsvWord((70, 50, 120, 70), "stays", 60.0, 0, 1),
     ]
     image = np.full((100, 200), 255, dtype=np.uint8)
-    out, choices = ocr_engine._reread_lines(image, words)
+    out, choices = ocr_regions.reread_lines(image, words)
     assert crops == [(20 + 2 * 6, 110 + 2 * 6)]
     assert choices == [("rapidocr", (("tesseract", 50.0), ("rapidocr", 96.0)))]
     assert out[:2] == words[:2]
@@ -113,7 +113,7 @@ def test_only_lines_under_the_line_bar_are_read_again_and_the_kept_reading_repla
         TsvWord((70, 50, 120, 70), "stays", 96.0, 0, 1),
     ]
     monkeypatch.setattr(ocr_second, "read_line", lambda gray: ("Hotel stays", 84.0))
-    assert ocr_engine._reread_lines(image, words) == (
+    assert ocr_regions.reread_lines(image, words) == (
         words,
         [("tesseract", (("tesseract", 50.0), ("rapidocr", 84.0)))],
     )
@@ -139,7 +139,7 @@ def test_a_page_read_in_another_language_keeps_tesseracts_lines(monkeypatch: pyt
         seen.append(len(words))
         return words, []
 
-    monkeypatch.setattr(ocr_engine, "_reread_lines", counting)
+    monkeypatch.setattr(ocr_engine, "reread_lines", counting)
     image = Image.new("L", (1200, 300), 255)
     font = ImageFont.truetype("DejaVuSans.ttf", 40)
     ImageDraw.Draw(image).text((60, 100), "The travel policy covers hotel stays.", font=font, fill=0)

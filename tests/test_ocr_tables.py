@@ -14,8 +14,9 @@ import pytest
 
 from ragsync.model import ElementType
 from ragsync.parsing import parse
-from ragsync.parsing.ocr_engine import table_positions
 from ragsync.parsing.ocr_layout import TsvWord
+from ragsync.parsing.ocr_regions import table_positions
+from ragsync.parsing.ocr_rules import off_rules, rule_positions, ruled_regions, vertical_rules
 from ragsync.parsing.ocr_second import Word, group_lines, table_rows
 from ragsync.parsing.ocr_tables import (
     aligned_runs,
@@ -24,16 +25,12 @@ from ragsync.parsing.ocr_tables import (
     form_rows,
     is_form,
     is_prose,
-    off_rules,
     page_tables,
-    rule_positions,
-    ruled_regions,
     scaled_back,
     segment_table,
     segments,
     small_print,
     split_at_long_lines,
-    vertical_rules,
 )
 
 needs_tesseract = pytest.mark.skipif(shutil.which("tesseract") is None, reason="tesseract-ocr not installed")
@@ -450,19 +447,19 @@ def test_a_ruled_region_of_small_print_is_read_again_scaled_up(monkeypatch: pyte
     second reading); with the bar raised past its words (standing for small
     print) its crop is read again at twice the size, once, and the table is
     the same; a region RapidOCR takes is not read again."""
-    from ragsync.parsing import ocr_engine, ocr_second, ocr_tables
+    from ragsync.parsing import ocr_engine, ocr_regions, ocr_second, ocr_tables
     from ragsync.parsing.ocr import iter_image_pages
 
     page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
     calls: list[float] = []
-    reread = ocr_engine._small_print_words
+    reread = ocr_regions.small_print_words
 
     def spy(*args: object) -> list[Word]:
         words = reread(*args)  # type: ignore[arg-type]
         calls.append(statistics.median(w.height for w in words))
         return words
 
-    monkeypatch.setattr(ocr_engine, "_small_print_words", spy)
+    monkeypatch.setattr(ocr_regions, "small_print_words", spy)
     assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),) and calls == []
     monkeypatch.setattr(ocr_tables, "SMALL_PRINT_PX", 100.0)
     assert ocr_engine.ocr_page(page).tables == (tuple(tuple(r) for r in COUNTRIES),)

@@ -123,7 +123,7 @@ class CatalogCollector(Collector):
 
         review = cat.parsed.pages_for_review(limit=0)
         yield GaugeMetricFamily(
-            "ragsync_pages_for_review", "Pages not indexed: OCR below the bar", value=review["pages"]
+            "ragsync_pages_for_review", "Pages below the OCR bar, listed for review", value=review["pages"]
         )
 
 

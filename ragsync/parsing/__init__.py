@@ -91,8 +91,9 @@ class ParseResult:
     Attributes:
         elements: elements numbered 0..n-1 in reading order (never empty).
         pages: page count (0 when the format has none).
-        pages_for_review: 1-based pages not indexed because their OCR fell
-            below the bar (confidence or coverage).
+        pages_for_review: 1-based pages whose OCR fell below the bar
+            (confidence or coverage), listed for review: their paragraphs
+            read at the region bar are among ``elements``, with their confidence.
         metadata: format metadata such as ``title`` or front-matter keys.
         ocr_confidence: mean Tesseract word confidence (0-100) over the
             non-blank OCR'd pages, ``None`` when nothing was OCR'd.

@@ -4,10 +4,13 @@ Image files (PNG, JPEG, TIFF including multi-page, BMP, WebP) are checked for
 decompression bombs from their headers, decoded one frame at a time and
 OCR'd (``ragsync.parsing.ocr_engine``); scanned PDF pages are found (little
 text layer, images over the page) and rendered at 300 dpi for the same
-engine. Page results become paragraph elements; pages below the bar are
-listed for review. The modules behind it: ``ocr_engine`` (Tesseract, the bar,
-parallel pages), ``ocr_layout`` (TSV words to paragraphs) and ``ocr_quality``
-(ink, coverage, denoising, character error rate).
+engine. Page results become paragraph and table elements; pages below the
+bar are listed for review, with what they read at the region bar emitted.
+The modules behind it: ``ocr_engine`` (Tesseract, the bar, parallel pages),
+``ocr_layout`` (TSV words to paragraphs, prose columns), ``ocr_regions``
+(tables and second readings), ``ocr_tables`` and ``ocr_rules`` (tables and
+rules on a page), ``ocr_second`` (RapidOCR) and ``ocr_quality`` (ink,
+coverage, denoising, character error rate). See docs/ocr.md.
 
 Nothing here imports Apache Beam.
 """
@@ -61,7 +64,8 @@ class OcrRawParse(RawParse):
     """A ``RawParse`` with the OCR outcome; ``parse`` copies both into ``ParseResult``.
 
     Attributes:
-        pages_for_review: 1-based pages below the OCR bar (not emitted).
+        pages_for_review: 1-based pages below the OCR bar (their paragraphs
+            read at the region bar are emitted).
         ocr_confidence: mean word confidence over the non-blank OCR'd pages,
             ``None`` when no page was OCR'd.
     """
@@ -78,7 +82,8 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
 
     Returns:
         ``(elements, pages_for_review, ocr_confidence)``: a paragraph element
-        per paragraph of each passing page and a table element per table
+        per paragraph of each page (a page below the bar holds only what it
+        read at the region bar: ``ocr_engine.readable_part``) and a table element per table
         (where ``table_positions`` puts it), in page order, carrying the mean
         confidence of its words; sorted pages below the bar; the mean
         confidence over non-blank pages (``None`` if all blank).
@@ -90,9 +95,8 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
         if r.blank:
             continue
         confs.append(r.confidence)
-        if not r.passed:
+        if not r.passed:  # listed for review; what it read at the region bar is indexed
             review.append(r.page)
-            continue
         positions = r.table_positions or (0,) * len(r.tables)
         for i, lines in enumerate([*r.paragraphs, ()]):
             for rows, at in zip(r.tables, positions, strict=True):

@@ -20,17 +20,16 @@ Nothing here imports Apache Beam.
 from __future__ import annotations
 
 import os
-import re
 from collections import deque
 from collections.abc import Iterable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, parse_tsv
+from ragsync.parsing.ocr_layout import group_words, join_lines, parse_tsv
 from ragsync.parsing.ocr_quality import (
     BLANK_INK,
     SMALL_GLYPH_CONFIDENCE,
@@ -48,10 +47,14 @@ from ragsync.parsing.ocr_quality import (
     speck_density,
     upscale_factor,
 )
-from ragsync.parsing.tesseract import DEFAULT_PAGE_TIMEOUT_S, run_tesseract, tesseract_path
-
-if TYPE_CHECKING:
-    from ragsync.parsing import ocr_second
+from ragsync.parsing.ocr_regions import (
+    read_tables,
+    reads_lines_again,
+    reread_lines,
+    second_engine_page,
+    table_positions,
+)
+from ragsync.parsing.tesseract import DEFAULT_PAGE_TIMEOUT_S, orientation, run_tesseract, tesseract_path
 
 DEFAULT_MIN_CONFIDENCE = 60.0
 # Coverage counts only text-like ink (see ``text_ink``). Measured on 27 corpus pages
@@ -61,6 +64,11 @@ DEFAULT_MIN_CONFIDENCE = 60.0
 # Tesseract misses half the text scores ~0.5 (tests/test_ocr.py). 0.7 keeps a margin of 0.2
 # below the worst real text page and flags a third or more of the text missing.
 DEFAULT_MIN_COVERAGE = 0.7
+# A page below the bar keeps its lines read at the page bar's confidence or more (readable_part): the
+# bar applies to lines, not the page. At 50 a line of a noise page ("Ae", 51.4) was kept; the text
+# lines of the chart page of tests/test_ocr_layout.py clear 60. Not tuned on benchmarks/eval_scans.py:
+# no page of its samples fell below the page bar.
+DEFAULT_MIN_REGION_CONFIDENCE = DEFAULT_MIN_CONFIDENCE
 DEFAULT_MAX_PIXELS = 100_000_000
 # PDF pages are rendered at 300 dpi, scaled down so that one page stays under this many pixels.
 DEFAULT_MAX_RENDER_PIXELS = 25_000_000
@@ -95,15 +103,11 @@ class OcrOptions:
             when it meets that engine's bar; on a page Tesseract read, read
             again the ruled table regions and the text lines it read with low
             confidence (``choose_region``, ``choose_line``).
-        normalise_resolution: scale a page with small glyphs (a low
-            resolution scan) up before Tesseract reads it
-            (``ocr_quality.upscale_factor``). Off by default: on 150 and
-            100 dpi rescans of the transcribed pages it raised word recall
-            (0.929 -> 0.958 at 100 dpi) but not CER on most pages (reading
-            order of captions moved), and table crops it scaled up passed
-            Tesseract's bar, so the second engine, which reads them far
-            better, no longer ran (cell recall 0.829 -> 0.339;
-            benchmarks/README.md).
+        normalise_resolution: scale a page with small glyphs up before
+            Tesseract reads it (``ocr_quality.upscale_factor``). Off by
+            default: it moved captions in the reading order, and table crops
+            it scaled up passed Tesseract's bar, so the second engine no
+            longer read them (cell recall 0.829 -> 0.339; benchmarks/README.md).
         preprocess: clean a degraded page before Tesseract reads it, as its
             measured properties call for (``ocr_quality.preprocessing``): a
             median filter for speckle, the background divided out for
@@ -117,14 +121,13 @@ class OcrOptions:
             CER rose.
         tables: find ruled tables on a page Tesseract read
             (``ocr_tables``) and emit them as tables, not text.
-        unruled_tables: also take runs of lines with aligned columns and no
-            rules as tables (``ocr_tables.aligned_runs``). On by default
-            (``RAGSYNC_OCR_UNRULED_TABLES=0`` turns it off): runs end at wide
-            vertical gaps, columns of prose are refused (``ocr_tables.is_prose``,
-            long cells), and a table read with whole segments as cells needs
-            digits in a quarter of them; on the corpus's 37 scanned prose
-            pages it finds no table, on the 13 full pages with tables it
-            raised cell recall (benchmarks/README.md, fourth stop).
+        min_region_confidence: the region bar: a page below the page bar
+            keeps its lines read at this mean word confidence or more
+            (``readable_part``), indexed, the page listed for review.
+        unruled_tables: also take runs of aligned lines without rules as
+            tables (``ocr_tables.aligned_runs``; ``RAGSYNC_OCR_UNRULED_TABLES=0``
+            turns it off): never a column's prose (``ocr_layout.prose_paragraphs``),
+            and only with figures in a quarter of the cells or a form's fields.
     """
 
     min_confidence: float = DEFAULT_MIN_CONFIDENCE
@@ -139,6 +142,7 @@ class OcrOptions:
     normalise_resolution: bool = False
     preprocess: bool = True
     tables: bool = True
+    min_region_confidence: float = DEFAULT_MIN_REGION_CONFIDENCE
     unruled_tables: bool = field(default_factory=lambda: os.environ.get(UNRULED_TABLES_ENV, "") != "0")
 
 
@@ -185,6 +189,9 @@ class PageOcr:
         rotation: clockwise degrees the kept result's image was turned
             (orientation detection in the retry), 0 otherwise.
         paragraph_confidences: mean word confidence of each paragraph.
+        line_confidences: for each paragraph, the mean word confidence of
+            each of its lines (a page below the bar keeps the lines read at
+            the region bar: ``readable_part``); empty when not known.
         engine: whose text was kept: ``tesseract``, ``rapidocr`` (the second
             engine, when Tesseract failed the bar) or ``none``.
         confidences: each engine that read the page and its mean confidence,
@@ -225,6 +232,7 @@ class PageOcr:
     seconds: float = 0.0
     rotation: int = 0
     paragraph_confidences: tuple[float, ...] = ()
+    line_confidences: tuple[tuple[float, ...], ...] = ()
     engine: str = "tesseract"
     confidences: tuple[tuple[str, float], ...] = ()
     tables: tuple[tuple[tuple[str, ...], ...], ...] = ()
@@ -263,97 +271,6 @@ class PageOcr:
 # --------------------------------------------------------------------------- one page
 
 
-def _small_print_words(
-    image: GrayImage, box: tuple[float, float, float, float], dpi: int, options: OcrOptions
-) -> list[ocr_second.Word]:
-    """Tesseract's words (``ocr_second.Word``, page pixels, centres inside
-    ``box``) of the crop ``box`` of ``image`` scaled up
-    ``ocr_tables.SMALL_PRINT_SCALE`` times (bicubic), read with ``--psm 3``
-    at the page's ``dpi``; ``[]`` when Tesseract fails or times out."""
-    import cv2
-
-    from ragsync.parsing import ocr_second
-    from ragsync.parsing.ocr_tables import SMALL_PRINT_SCALE, inside, scaled_back
-
-    x0, y0, x1, y1 = (int(v) for v in box)
-    crop = cv2.resize(
-        image[y0:y1, x0:x1], None, fx=SMALL_PRINT_SCALE, fy=SMALL_PRINT_SCALE, interpolation=cv2.INTER_CUBIC
-    )
-    try:
-        tsv = parse_tsv(
-            run_tesseract(np.ascontiguousarray(crop), 3, dpi, lang=options.lang, timeout_s=options.timeout_s)
-        )
-    except (TimeoutError, RuntimeError, OSError):
-        return []
-    read = [ocr_second.Word(*w.box, w.text, w.conf) for w in tsv.words]
-    return [w for w in scaled_back(read, SMALL_PRINT_SCALE, x0, y0) if inside(w, box)]
-
-
-def _tables(
-    image: GrayImage, words: list[TsvWord], letter: float, options: OcrOptions, dpi: int = 0
-) -> tuple[list[tuple[float, list[list[str]]]], set[int], list[tuple[str, tuple[tuple[str, float], ...]]]]:
-    """The tables among the words of ``image`` (``ocr_tables.page_tables``,
-    ruled regions found on ``image``), the indices of Tesseract's words they
-    took, and the engine choice of each ruled region Tesseract read below
-    ``ocr_second.MIN_REGION_CONFIDENCE``: with ``options.second_engine`` on,
-    RapidOCR reads that region's crop and its words replace Tesseract's
-    there when ``ocr_second.choose_region`` picks them. A region that keeps
-    Tesseract's words and is small print (``ocr_tables.small_print``) is
-    read again by Tesseract scaled up (``_small_print_words``, at the page's
-    ``dpi``), whose words replace the first reading's when
-    ``ocr_tables.better_reading``."""
-    from ragsync.parsing import ocr_second
-    from ragsync.parsing.ocr_tables import (
-        better_reading,
-        inside,
-        page_tables,
-        rule_positions,
-        ruled_regions,
-        scaled_back,
-        small_print,
-        vertical_rules,
-    )
-
-    ink = image < ink_threshold(image)[0]
-    regions = ruled_regions(ink, letter)
-    verticals = vertical_rules(ink, letter)
-    columns = [rule_positions(verticals, letter, box) for box in regions]
-    page = [ocr_second.Word(*w.box, w.text, w.conf) for w in words]
-    replaced: set[int] = set()
-    extra: list[ocr_second.Word] = []
-    choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
-    for box, rules in zip(regions, columns, strict=True):
-        mine = [i for i, w in enumerate(page) if i not in replaced and inside(w, box)]
-        read = [page[i] for i in mine]
-        new: list[ocr_second.Word] | None = None  # words that replace Tesseract's first reading
-        if options.second_engine and ocr_second.needs_second_read(read):
-            x0, y0, x1, y1 = (int(v) for v in box)
-            crop_words = ocr_second.read_words(np.ascontiguousarray(image[y0:y1, x0:x1]))
-            second = [w for w in scaled_back(crop_words, 1, x0, y0) if inside(w, box)]
-            choice = ocr_second.choose_region(read, second, rules)
-            choices.append((choice.engine, choice.confidences))
-            if choice.engine == "rapidocr":
-                new = second
-        if (
-            new is None
-            and small_print(read)
-            and better_reading(read, again := _small_print_words(image, box, dpi, options))
-        ):
-            new = again
-        if new is not None:
-            replaced.update(mine)
-            extra.extend(new)
-    kept = [i for i in range(len(page)) if i not in replaced]
-    tables, used = page_tables(
-        [*(page[i] for i in kept), *extra],
-        regions,
-        unruled=options.unruled_tables,
-        columns=columns,
-        verticals=verticals,
-    )
-    return tables, replaced | {kept[i] for i in used if i < len(kept)}, choices
-
-
 def _attempt(
     page: PageImage,
     image: GrayImage,
@@ -380,17 +297,18 @@ def _attempt(
     positions: tuple[int, ...] = ()
     choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
     if options.tables and passed and letter > 0:
-        tables, used, choices = _tables(image, tsv.words, letter, options, page.dpi)
+        tables, used, choices = read_tables(image, tsv.words, letter, options, page.dpi)
         if tables:
             tsv = group_words([w for i, w in enumerate(tsv.words) if i not in used])
             positions = table_positions([top for top, _ in tables], tsv.words)
-    if options.second_engine and passed and _reads_lines_again(options.lang):
-        lines, line_choices = _reread_lines(image, tsv.words)
+    if options.second_engine and passed and reads_lines_again(options.lang):
+        lines, line_choices = reread_lines(image, tsv.words)
         if line_choices:
             tsv = group_words(lines)
             choices.extend(line_choices)
     paragraphs = tuple(tuple(p) for p in tsv.paragraphs)
     para_confs = tuple(float(np.mean(c)) for c in tsv.paragraph_confs)
+    line_confs = tuple(tuple(round(float(np.mean(c)), 1) for c in p) for p in tsv.line_confs)
     return PageOcr(
         page.page,
         paragraphs,
@@ -401,105 +319,11 @@ def _attempt(
         passed,
         psm=psm,
         paragraph_confidences=para_confs,
+        line_confidences=line_confs,
         tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
         table_positions=positions,
         region_engines=tuple(choices),
     )
-
-
-def _reads_lines_again(lang: str) -> bool:
-    from ragsync.parsing import ocr_second  # imported on first use, as in _tables
-
-    return ocr_second.rereads_lines(lang)
-
-
-def _reread_lines(
-    image: GrayImage, words: list[TsvWord]
-) -> tuple[list[TsvWord], list[tuple[str, tuple[tuple[str, float], ...]]]]:
-    """Each line of ``words`` (Tesseract's, reading order) whose mean word
-    confidence is under ``ocr_second.MIN_LINE_CONFIDENCE``, read again by
-    RapidOCR's recogniser on its crop of ``image`` (the words' boxes padded
-    by ``ocr_second.LINE_PAD`` line heights); the line keeps the reading
-    ``ocr_second.choose_line`` picks. A line RapidOCR takes becomes its words,
-    each at RapidOCR's score, boxes cut from the line's box by character count.
-
-    Returns:
-        The words (lines in place, same paragraph and line indices), and the
-        engine choice of each line read again (reading order).
-    """
-    from ragsync.parsing import ocr_second
-
-    lines: dict[int, list[TsvWord]] = {}
-    for w in words:
-        lines.setdefault(w.line, []).append(w)
-    taken: dict[int, list[TsvWord]] = {}
-    choices: list[tuple[str, tuple[tuple[str, float], ...]]] = []
-    for index, line in lines.items():
-        conf = float(np.mean([w.conf for w in line]))
-        if conf >= ocr_second.MIN_LINE_CONFIDENCE:
-            continue
-        x0, y0 = min(w.box[0] for w in line), min(w.box[1] for w in line)
-        x1, y1 = max(w.box[2] for w in line), max(w.box[3] for w in line)
-        pad = int(ocr_second.LINE_PAD * (y1 - y0)) + 1
-        crop = image[max(y0 - pad, 0) : y1 + pad, max(x0 - pad, 0) : x1 + pad]
-        text, score = ocr_second.read_line(np.ascontiguousarray(crop))
-        choice = ocr_second.choose_line((" ".join(w.text for w in line), conf), (text, score))
-        choices.append((choice.engine, choice.confidences))
-        if choice.engine == "rapidocr":
-            taken[index] = _line_words(text, score, (x0, y0, x1, y1), line[0].paragraph, index)
-    if not taken:
-        return words, choices
-    out: list[TsvWord] = []
-    for w in words:
-        if w.line not in taken:
-            out.append(w)
-        elif w is lines[w.line][0]:
-            out.extend(taken[w.line])
-    return out, choices
-
-
-def _line_words(
-    text: str, score: float, box: tuple[int, int, int, int], paragraph: int, line: int
-) -> list[TsvWord]:
-    """``text``'s words as ``TsvWord`` at ``score``, the line's ``box`` cut
-    between them in proportion to their characters (spaces counted) (pure)."""
-    x0, y0, x1, y1 = box
-    per_char = (x1 - x0) / max(len(text), 1)
-    out: list[TsvWord] = []
-    start = 0
-    for word in text.split():
-        at = text.index(word, start)
-        start = at + len(word)
-        left, right = x0 + int(at * per_char), x0 + int(start * per_char)
-        out.append(TsvWord((left, y0, max(right, left + 1), y1), word, score, paragraph, line))
-    return out
-
-
-def table_positions(tops: list[float], words: list[TsvWord]) -> tuple[int, ...]:
-    """Where each table goes among the page's paragraphs (pure): the number
-    of paragraphs (of ``words``, by their ``paragraph`` index in reading
-    order) whose first line starts above the table's top edge."""
-    starts: dict[int, float] = {}
-    for w in words:
-        starts[w.paragraph] = min(starts.get(w.paragraph, w.box[1]), w.box[1])
-    return tuple(sum(1 for y in starts.values() if y < top) for top in tops)
-
-
-def _orientation(gray: GrayImage, dpi: int, options: OcrOptions) -> int:
-    """Clockwise rotation (0/90/180/270) that makes the page upright, by Tesseract's OSD.
-
-    Returns 0 when OSD is unsure (orientation confidence < 2) or fails.
-    """
-    try:
-        out = run_tesseract(gray, 0, dpi, timeout_s=options.timeout_s, tsv=False, with_stderr=True)
-    except (TimeoutError, RuntimeError, OSError):
-        return 0
-    rotate = re.search(r"^Rotate:\s*(\d+)", out, re.M)
-    conf = re.search(r"^Orientation confidence:\s*([\d.]+)", out, re.M)
-    if not rotate or not conf or float(conf.group(1)) < 2.0:
-        return 0
-    angle = int(rotate.group(1)) % 360
-    return angle if angle in (90, 180, 270) else 0
 
 
 def _score(r: PageOcr) -> tuple[bool, float]:
@@ -529,7 +353,7 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
     came (retry, second engine). With
     ``options.second_engine`` on, each line of a page that met the bar and
     that Tesseract read under ``ocr_second.MIN_LINE_CONFIDENCE`` is read
-    again by RapidOCR's recogniser (``_reread_lines``).
+    again by RapidOCR's recogniser (``ocr_regions.reread_lines``).
 
     Args:
         page: the page image.
@@ -546,63 +370,149 @@ def ocr_page(page: PageImage, options: OcrOptions | None = None) -> PageOcr:
 
     opts = options or OcrOptions()
     started = time.monotonic()
-    gray = page.gray
-    threshold, ink_frac = ink_threshold(gray)
+    threshold, ink_frac = ink_threshold(page.gray)
     if ink_frac < BLANK_INK:
         return PageOcr(page.page, (), 0.0, 1.0, 0, ink_frac, True, blank=True, psm=0)
     tesseract_path()
-    letter = glyph_height(gray < threshold)
-    steps = preprocessing(speck_density(gray, threshold), paper_spread(gray)) if opts.preprocess else ()
-    if steps:
-        page = prepared(page, steps, letter)
-        gray = page.gray
-        threshold, ink_frac = ink_threshold(gray)
-        letter = glyph_height(gray < threshold)
-    scale = upscale_factor(letter) if opts.normalise_resolution else 1.0
-    if scale > 1.0:
-        page = normalised(page, scale)
-        gray = page.gray
-        letter *= scale
-    text = page_text_ink(gray, threshold, page.dpi)
-    best = _attempt(page, gray, ink_frac, text, 3, opts, page.source, letter)
-    upright, upright_text = gray, text  # what the second engine reads: the page as it came, upright
-    rescaled = False
-    small = upscale_factor(letter) if scale == 1.0 and opts.preprocess else 1.0
-    if small > 1.0 and not best.error and best.confidence < SMALL_GLYPH_CONFIDENCE:
-        larger = normalised(page, small)
-        larger_text = page_text_ink(larger.gray, threshold, larger.dpi)
-        again = _attempt(larger, larger.gray, ink_frac, larger_text, 3, opts, letter=letter * small)
-        if again.passed and _score(again) > _score(best):  # a page failing both ways goes on as it came
-            rescaled = not best.passed
-            best, page, gray, text, letter, scale = (
-                again,
-                larger,
-                larger.gray,
-                larger_text,
-                letter * small,
-                small,
-            )
+    state = _prepare(page, threshold, opts)
+    first = state.page
+    best = _attempt(first, first.gray, state.ink, state.text, 3, opts, first.source, state.letter)
+    state.upright, state.upright_text = state.page.gray, state.text
+    best, rescaled = _small_glyphs_again(state, best, opts)
     if not best.passed and opts.retry and not best.error.startswith("tesseract ran past"):
-        cleaned = denoise(gray)
-        angle = _orientation(gray, page.dpi, opts) if best.words >= 5 else 0
-        if angle:  # np.rot90 turns counter-clockwise
-            cleaned = np.ascontiguousarray(np.rot90(cleaned, -angle // 90))
-            text = (np.rot90(text[0], -angle // 90), text[1])
-            upright, upright_text = np.ascontiguousarray(np.rot90(gray, -angle // 90)), text
-        # --psm 6 reads the whole page as one block: it rescues pages where layout analysis
-        # dropped regions, but turns a page with no text found at all (noise, a photo) into
-        # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
-        psm = 6 if best.words >= 20 else 3
-        second = _attempt(page, cleaned, ink_frac, text, psm, opts, letter=letter)
-        second = _replace(second, retried=True, rotation=angle)
-        best = second if _score(second) > _score(best) else _replace(best, retried=True)
+        best = _retry(state, best, opts)
     if (
         (not best.passed or rescaled)
         and opts.second_engine
         and not best.error.startswith("tesseract ran past")
     ):
-        best = _second_engine(best, upright, upright_text, tables_only=best.passed)
-    return _replace(best, seconds=time.monotonic() - started, scale=round(scale, 3), preprocessed=steps)
+        best = second_engine_page(best, state.upright, state.upright_text, tables_only=best.passed)
+    if not best.passed:
+        best = readable_part(best, opts.min_region_confidence)
+    return _replace(
+        best, seconds=time.monotonic() - started, scale=round(state.scale, 3), preprocessed=state.steps
+    )
+
+
+@dataclass
+class _Reading:
+    """What ``ocr_page`` reads a page as: the page (cleaned, scaled), its ink
+    threshold and share, its text ink (``page_text_ink``), glyph height, the
+    pre-processing steps and scale it got, and the upright page and text ink
+    the second engine reads (the page as it came, turned upright)."""
+
+    page: PageImage
+    threshold: int
+    ink: float
+    text: tuple[NDArray[np.bool_], int]
+    letter: float
+    steps: tuple[str, ...]
+    scale: float
+    upright: GrayImage
+    upright_text: tuple[NDArray[np.bool_], int]
+
+
+def _prepare(page: PageImage, threshold: int, opts: OcrOptions) -> _Reading:
+    """The page as Tesseract first reads it: cleaned as its measured
+    properties call for (``preprocessing``, with ``opts.preprocess``), then
+    scaled up when its glyphs are small and ``opts.normalise_resolution`` is on."""
+    gray = page.gray
+    ink_frac = ink_threshold(gray)[1]
+    letter = glyph_height(gray < threshold)
+    steps = preprocessing(speck_density(gray, threshold), paper_spread(gray)) if opts.preprocess else ()
+    if steps:
+        page = prepared(page, steps, letter)
+        threshold, ink_frac = ink_threshold(page.gray)
+        letter = glyph_height(page.gray < threshold)
+    scale = upscale_factor(letter) if opts.normalise_resolution else 1.0
+    if scale > 1.0:
+        page = normalised(page, scale)
+        letter *= scale
+    text = page_text_ink(page.gray, threshold, page.dpi)
+    return _Reading(page, threshold, ink_frac, text, letter, steps, scale, page.gray, text)
+
+
+def _small_glyphs_again(state: _Reading, best: PageOcr, opts: OcrOptions) -> tuple[PageOcr, bool]:
+    """With ``opts.preprocess``, a page of small glyphs read under
+    ``SMALL_GLYPH_CONFIDENCE`` read again scaled up; that reading (and its
+    page, in ``state``) is kept when it meets the bar and scores better.
+    Returns the kept result and whether only the scaled-up reading met the
+    bar (the second engine's table of the page as it came may still win)."""
+    small = upscale_factor(state.letter) if state.scale == 1.0 and opts.preprocess else 1.0
+    if small <= 1.0 or best.error or best.confidence >= SMALL_GLYPH_CONFIDENCE:
+        return best, False
+    larger = normalised(state.page, small)
+    larger_text = page_text_ink(larger.gray, state.threshold, larger.dpi)
+    again = _attempt(larger, larger.gray, state.ink, larger_text, 3, opts, letter=state.letter * small)
+    if not (again.passed and _score(again) > _score(best)):  # a page failing both ways goes on as it came
+        return best, False
+    rescaled = not best.passed
+    state.page, state.text, state.letter, state.scale = larger, larger_text, state.letter * small, small
+    return again, rescaled
+
+
+def _retry(state: _Reading, best: PageOcr, opts: OcrOptions) -> PageOcr:
+    """A page below the bar read again on ``denoise`` of it with ``--psm 6``
+    (``--psm 3`` when the first reading found under 20 words), turned
+    upright first when orientation detection is sure (5+ words read); the
+    better of the two readings. Turns ``state``'s text ink and upright page
+    with it."""
+    gray, text = state.page.gray, state.text
+    cleaned = denoise(gray)
+    angle = orientation(gray, state.page.dpi, opts.timeout_s) if best.words >= 5 else 0
+    if angle:  # np.rot90 turns counter-clockwise
+        cleaned = np.ascontiguousarray(np.rot90(cleaned, -angle // 90))
+        text = (np.rot90(text[0], -angle // 90), text[1])
+        state.upright, state.upright_text = np.ascontiguousarray(np.rot90(gray, -angle // 90)), text
+    # --psm 6 reads the whole page as one block: it rescues pages where layout analysis
+    # dropped regions, but turns a page with no text found at all (noise, a photo) into
+    # ~1000 garbage words at 5-10x the cost. Pages with under 20 words are retried with --psm 3.
+    psm = 6 if best.words >= 20 else 3
+    second = _attempt(state.page, cleaned, state.ink, text, psm, opts, letter=state.letter)
+    second = _replace(second, retried=True, rotation=angle)
+    return second if _score(second) > _score(best) else _replace(best, retried=True)
+
+
+def readable_part(result: PageOcr, bar: float) -> PageOcr:
+    """A page below the bar with only its lines read at ``bar`` or more
+    (pure): low confidence is recorded, not a reason to drop readable text
+    (the page stays ``passed=False``: listed for review, what it read at
+    ``bar`` indexed with its confidence). The bar applies to lines (to whole
+    paragraphs when line confidences are not known): a page read as one
+    block mixes lines of text with lines of marks read as letters, and the
+    mean of them all would drop both. A paragraph's confidence becomes the
+    mean of its kept lines'. Tables it holds (the second engine's reading)
+    are kept.
+
+    Args:
+        result: the page's kept result, below the page bar.
+        bar: the least mean word confidence (0-100) a line needs.
+
+    Returns:
+        ``result`` with the lines under ``bar`` left out, paragraphs left
+        empty gone (table positions moved with them).
+    """
+    paragraphs: list[tuple[str, ...]] = []
+    confs: list[float] = []
+    lines_kept: list[tuple[float, ...]] = []
+    kept: list[int] = []  # the indices of the paragraphs that keep a line
+    confidences = result.paragraph_confidences
+    for i, lines in enumerate(result.paragraphs):
+        whole = confidences[i] if i < len(confidences) else result.confidence
+        per_line = result.line_confidences[i] if i < len(result.line_confidences) else (whole,) * len(lines)
+        keep = [(text, c) for text, c in zip(lines, per_line, strict=False) if c >= bar]
+        if keep:
+            kept.append(i)
+            paragraphs.append(tuple(text for text, _ in keep))
+            lines_kept.append(tuple(c for _, c in keep))
+            confs.append(whole if len(keep) == len(lines) else float(np.mean([c for _, c in keep])))
+    return _replace(
+        result,
+        paragraphs=tuple(paragraphs),
+        paragraph_confidences=tuple(confs),
+        line_confidences=tuple(lines_kept),
+        table_positions=tuple(sum(1 for i in kept if i < at) for at in result.table_positions),
+    )
 
 
 def prepared(page: PageImage, steps: tuple[str, ...], letter: float) -> PageImage:
@@ -624,42 +534,6 @@ def normalised(page: PageImage, scale: float) -> PageImage:
 
     gray = cv2.resize(page.gray, None, fx=scale, fy=scale, interpolation=cv2.INTER_CUBIC)
     return PageImage(page.page, np.ascontiguousarray(gray), int(round(page.dpi * scale)))
-
-
-def _second_engine(
-    best: PageOcr, gray: GrayImage, text: tuple[NDArray[np.bool_], int], tables_only: bool = False
-) -> PageOcr:
-    """``best`` (Tesseract's failing result) or the second engine's reading of
-    the page when it meets that engine's bar (``ocr_second.choose``); both
-    confidences are kept either way. ``gray`` is the page turned upright when
-    Tesseract's orientation detection found it rotated (the second engine
-    runs without its per-box angle classifier). ``tables_only``: Tesseract
-    met the bar only on the page scaled up (it failed it as the page came):
-    the second engine's reading replaces it only when it is a table (on
-    table crops RapidOCR's tables are far better than Tesseract's text)."""
-    from ragsync.parsing import ocr_second
-
-    words = ocr_second.read_words(gray)
-    read = ocr_second.second_read(words)
-    confidences = (("tesseract", round(best.confidence, 1)), ("rapidocr", round(read.confidence, 1)))
-    engine = ocr_second.choose(best.passed and not tables_only, read)
-    if tables_only and not (engine == "rapidocr" and read.table):
-        return _replace(best, confidences=confidences)
-    if engine != "rapidocr":
-        return _replace(best, engine="none", confidences=confidences)
-    boxes = [(int(w.x0), int(w.y0), int(w.x1) + 1, int(w.y1) + 1) for w in words]
-    return _replace(
-        best,
-        paragraphs=() if read.table else (tuple(" ".join(line) for line in read.lines),),
-        confidence=read.confidence,
-        coverage=coverage(text[0], boxes, text[1]),
-        words=len(words),
-        passed=True,
-        paragraph_confidences=(read.confidence,),
-        engine="rapidocr",
-        confidences=confidences,
-        tables=(read.table,) if read.table else (),
-    )
 
 
 def _replace(r: PageOcr, **changes: Any) -> PageOcr:

@@ -36,10 +36,12 @@ class TsvWord:
 
 @dataclass
 class Tsv:
-    """Words of one page: paragraphs (lists of lines), word confidences and boxes, and the words."""
+    """Words of one page: paragraphs (lists of lines), word confidences (per
+    paragraph, per line of each paragraph, all) and boxes, and the words."""
 
     paragraphs: list[list[str]] = field(default_factory=list)
     paragraph_confs: list[list[float]] = field(default_factory=list)
+    line_confs: list[list[list[float]]] = field(default_factory=list)
     confs: list[float] = field(default_factory=list)
     boxes: list[tuple[int, int, int, int]] = field(default_factory=list)
     words: list[TsvWord] = field(default_factory=list)
@@ -95,14 +97,17 @@ def group_words(words: Sequence[TsvWord]) -> Tsv:
         if w.paragraph != para:
             out.paragraphs.append([])
             out.paragraph_confs.append([])
+            out.line_confs.append([])
             para, line = w.paragraph, None
         if w.line != line:
             out.paragraphs[-1].append(w.text)
+            out.line_confs[-1].append([])
             line = w.line
         else:
             out.paragraphs[-1][-1] += " " + w.text
         out.confs.append(w.conf)
         out.paragraph_confs[-1].append(w.conf)
+        out.line_confs[-1][-1].append(w.conf)
         out.boxes.append(w.box)
     return out
 
@@ -131,4 +136,50 @@ def join_lines(paragraphs: Sequence[Sequence[str]]) -> list[str]:
                 text = text + " " + line
         if text:
             out.append(text)
+    return out
+
+
+# A line of prose: at least PROSE_LINE_WORDS words, at most PROSE_DIGIT_SHARE of them holding a digit,
+# and no gap between two words wider than PROSE_GAP times the line's median word height (one column's
+# line, not a table row whose cells Tesseract read as one line). A paragraph of Tesseract's (a block's
+# paragraph: one column) is prose when it has two or more lines and PROSE_LINE_SHARE of them are prose
+# lines: a sentence wrapped inside a column, which no table's column is.
+PROSE_LINE_WORDS = 5
+PROSE_DIGIT_SHARE = 0.2
+PROSE_GAP = 1.5
+PROSE_LINE_SHARE = 0.5
+
+
+def prose_line(line: Sequence[TsvWord]) -> bool:
+    """Whether a line's words (left to right) are a line of prose (pure): see ``PROSE_LINE_WORDS``."""
+    if len(line) < PROSE_LINE_WORDS:
+        return False
+    if sum(1 for w in line if any(ch.isdigit() for ch in w.text)) > PROSE_DIGIT_SHARE * len(line):
+        return False
+    heights = sorted(w.box[3] - w.box[1] for w in line)
+    gap = PROSE_GAP * max(heights[len(heights) // 2], 1)
+    return all(b.box[0] - a.box[2] <= gap for a, b in zip(line, line[1:], strict=False))
+
+
+def prose_paragraphs(words: Sequence[TsvWord]) -> set[int]:
+    """The paragraphs (``TsvWord.paragraph``) of a page's words that are
+    prose (pure): two or more lines, ``PROSE_LINE_SHARE`` of them lines of
+    prose (``prose_line``). Their words are a column's text: the page's
+    table search leaves them out, so two columns of prose never make a table.
+
+    Args:
+        words: a page's words as Tesseract read them (reading order).
+
+    Returns:
+        The paragraph indices.
+    """
+    lines: dict[int, dict[int, list[TsvWord]]] = {}
+    for w in words:
+        lines.setdefault(w.paragraph, {}).setdefault(w.line, []).append(w)
+    out: set[int] = set()
+    for paragraph, by_line in lines.items():
+        rows = [sorted(line, key=lambda w: w.box[0]) for line in by_line.values()]
+        prose = sum(1 for line in rows if prose_line(line))
+        if len(rows) >= 2 and prose >= PROSE_LINE_SHARE * len(rows):
+            out.add(paragraph)
     return out

@@ -4,8 +4,8 @@ Mean word confidence alone misses the worst OCR failure: on a bad scan
 Tesseract drops whole regions while the confidence of the words it does keep
 stays at 80+. So every page also gets a *coverage*: the fraction of the page's
 text-like ink (pixels clearly darker than the paper, in components the size
-of letters) that lies inside recognised word boxes. Pure numpy (scipy for
-connected components when installed); nothing here runs Tesseract.
+of letters) that lies inside recognised word boxes. Pure numpy (OpenCV for
+connected components and filters); nothing here runs Tesseract.
 """
 
 from __future__ import annotations
@@ -292,8 +292,7 @@ def text_ink(ink: NDArray[np.bool_], dpi: int) -> tuple[NDArray[np.bool_], int]:
     Photos, rules, table grids, big logos and solid fills form larger
     components and are left out, so a page with a picture is not mistaken
     for one where Tesseract missed text. The mask is OR-pooled 2x2 first on
-    pages above 2 megapixels (4x less work, same geometry). Without scipy
-    every ink pixel counts as text.
+    pages above 2 megapixels (4x less work, same geometry).
 
     Args:
         ink: ink mask (see ``ink_mask``).
@@ -310,19 +309,17 @@ def text_ink(ink: NDArray[np.bool_], dpi: int) -> tuple[NDArray[np.bool_], int]:
 
 
 def _text_components(ink: NDArray[np.bool_], res: float) -> NDArray[np.bool_]:
-    """Keep the connected components of ``ink`` at most 0.4 in tall and 2 in wide (``res`` px per inch)."""
-    try:
-        from scipy import ndimage
-    except ImportError:  # pragma: no cover - scipy is optional
+    """Keep the connected components (8-connected) of ``ink`` at most 0.4 in
+    tall and 2 in wide (``res`` px per inch). OpenCV's labelling, already
+    loaded for the page's other steps: scipy's costs a parse process ~0.5
+    CPU-s to import (benchmarks/README.md, scans that generalize)."""
+    import cv2
+
+    n, labels, stats, _ = cv2.connectedComponentsWithStats(ink.astype(np.uint8), connectivity=8)
+    if n <= 1:
         return ink
-    labels, n = ndimage.label(ink, structure=np.ones((3, 3), dtype=bool))
-    if n == 0:
-        return ink
-    keep = np.zeros(n + 1, dtype=bool)
-    max_h, max_w = 0.4 * res, 2.0 * res
-    for i, sl in enumerate(ndimage.find_objects(labels)):
-        if sl is not None:
-            keep[i + 1] = (sl[0].stop - sl[0].start) <= max_h and (sl[1].stop - sl[1].start) <= max_w
+    keep = (stats[:, cv2.CC_STAT_HEIGHT] <= 0.4 * res) & (stats[:, cv2.CC_STAT_WIDTH] <= 2.0 * res)
+    keep[0] = False
     return keep[labels]
 
 

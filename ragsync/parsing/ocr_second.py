@@ -319,7 +319,7 @@ def table_rows(
 
     Args:
         lines: the region's lines (``group_lines``).
-        rules: x positions of the region's vertical rules (``ocr_tables.rule_positions``).
+        rules: x positions of the region's vertical rules (``ocr_rules.rule_positions``).
         multi_share: the share of rows that need two or more cells (word
             gaps' columns only).
     """

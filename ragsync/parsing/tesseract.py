@@ -4,7 +4,8 @@ One ``tesseract FILE stdout tsv`` process reads one page image from a
 temporary file (the image file's own bytes when Tesseract decodes them to the
 same pixels, else an uncompressed TIFF or a PBM: ``tesseract_input``), with
 ``OMP_THREAD_LIMIT=1`` (Tesseract's own OpenMP threading makes a page ~5x
-slower on a busy machine) and a time limit enforced by ``timeout -s KILL``.
+slower on a busy machine) and a time limit in CPU seconds (``prlimit --cpu``;
+``timeout -s KILL`` ends a run that hangs at ``WALL_FACTOR`` times it).
 What to read and how to judge it is ``ragsync.parsing.ocr_engine``'s.
 
 Nothing here imports Apache Beam.
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -25,6 +27,10 @@ from ragsync.errors import ConfigurationError
 from ragsync.parsing.ocr_quality import GrayImage
 
 DEFAULT_PAGE_TIMEOUT_S = 120.0
+# The time limit of a run is CPU seconds (``prlimit --cpu``); the wall-clock limit, for a run that
+# hangs without using CPU, is this many times longer. A wall-clock limit alone dropped 300 dpi pages
+# whose reading takes ~5 CPU-s on a machine loaded ~18 deep (benchmarks/README.md, scans that generalize).
+WALL_FACTOR = 10.0
 
 _TESSERACT_LOCK = threading.Lock()
 _installed_languages: frozenset[str] | None = None
@@ -158,7 +164,8 @@ def run_tesseract(
     ``--psm 0`` prints its orientation report).
 
     Raises:
-        TimeoutError: past ``timeout_s``.
+        TimeoutError: past ``timeout_s`` CPU seconds (or ``WALL_FACTOR``
+            times that of wall-clock time).
         RuntimeError: Tesseract exited with an error.
     """
     lang = "osd" if psm == 0 else lang  # OSD with -l eng misreads 180-degree pages
@@ -179,24 +186,46 @@ def _run_tesseract_file(
         cmd += ["--dpi", str(dpi)]
     if tsv:
         cmd.append("tsv")
+    limit = shutil.which("prlimit")
+    if limit:  # the limit is CPU time: a page on a busy machine is not cut short by waiting for a core
+        cmd = [limit, f"--cpu={max(int(timeout_s), 1)}", *cmd]
+    wall = timeout_s * (WALL_FACTOR if limit else 1)
     killer = shutil.which("timeout")
     if killer:  # the page dies on time even if this process is killed first
-        cmd = [killer, "-s", "KILL", f"{timeout_s:.0f}", *cmd]
+        cmd = [killer, "-s", "KILL", f"{wall:.0f}", *cmd]
     try:
         proc = subprocess.run(
             cmd,
             stdin=subprocess.DEVNULL,
             capture_output=True,
             env=tesseract_env(),
-            timeout=timeout_s + 5,
+            timeout=wall + 5,
             check=False,
         )
     except subprocess.TimeoutExpired as exc:
         raise TimeoutError(f"tesseract ran past {timeout_s:.0f} s") from exc
-    if proc.returncode == 137 or proc.returncode == -9:
+    # KILL (the wall limit, or the CPU limit's hard end) or XCPU (the CPU limit), direct or through timeout
+    if proc.returncode in (137, -9, 152, -24):
         raise TimeoutError(f"tesseract ran past {timeout_s:.0f} s")
     if proc.returncode != 0:
         err = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise RuntimeError(f"tesseract exited {proc.returncode}: {err[-1] if err else ''}")
     out = proc.stdout.decode("utf-8", "replace")
     return out + "\n" + proc.stderr.decode("utf-8", "replace") if with_stderr else out
+
+
+def orientation(gray: GrayImage, dpi: int, timeout_s: float = DEFAULT_PAGE_TIMEOUT_S) -> int:
+    """Clockwise rotation (0/90/180/270) that makes the page upright, by Tesseract's OSD.
+
+    Returns 0 when OSD is unsure (orientation confidence < 2) or fails.
+    """
+    try:
+        out = run_tesseract(gray, 0, dpi, timeout_s=timeout_s, tsv=False, with_stderr=True)
+    except (TimeoutError, RuntimeError, OSError):
+        return 0
+    rotate = re.search(r"^Rotate:\s*(\d+)", out, re.M)
+    conf = re.search(r"^Orientation confidence:\s*([\d.]+)", out, re.M)
+    if not rotate or not conf or float(conf.group(1)) < 2.0:
+        return 0
+    angle = int(rotate.group(1)) % 360
+    return angle if angle in (90, 180, 270) else 0
