@@ -315,6 +315,137 @@ def _run_pipeline(
     return {name: counter_value(result, name) for name in REEMBED}
 
 
+@dataclass
+class _Passes:
+    """What the catch-up passes of a re-embedding did (``ReembedSummary``'s fields)."""
+
+    totals: dict[str, int] = field(
+        default_factory=lambda: dict.fromkeys(
+            ("chunks_written", "chunks_embedded", "embedding_cache_hits", "chunks_failed"), 0
+        )
+    )
+    orphans_removed: int = 0
+    already_present: int = -1
+    pipeline_seconds: float = 0.0
+    passes: int = 0
+
+
+def _catch_up(
+    settings: Settings,
+    live: iv.IndexVersion,
+    target: iv.IndexVersion,
+    *,
+    batch_chunks: int,
+    max_docs_per_s: float,
+    beam_args: Sequence[str],
+    show_progress: bool,
+) -> _Passes:
+    """Steps 2-4 of the module docstring: at most ``CATCH_UP_PASSES`` passes,
+    each embedding what the catalog holds and the target lacks (a set
+    difference of deterministic ids) after pruning what left the catalog."""
+    out = _Passes()
+    for _ in range(CATCH_UP_PASSES):
+        catalog = open_catalog(settings)
+        try:
+            wanted = catalog.chunks.chunk_docs()
+        finally:
+            catalog.close()
+        vec_ids, kw_ids, _, _ = _target_state(settings, target)
+        present = vec_ids & kw_ids & set(wanted)
+        out.orphans_removed += _delete_orphans(settings, live.dim, target, (vec_ids | kw_ids) - set(wanted))
+        if out.already_present < 0:
+            out.already_present = len(present)
+        todo: dict[str, list[str]] = {}
+        for cid in sorted(set(wanted) - present):
+            todo.setdefault(wanted[cid], []).append(cid)
+        catalog = open_catalog(settings)
+        try:
+            _progress_start(catalog, target, len(wanted), len(present), max_docs_per_s)
+        finally:
+            catalog.close()
+        if not todo:
+            break
+        out.passes += 1
+        t0 = time.monotonic()
+        got = _run_pipeline(
+            settings,
+            live.dim,
+            target,
+            [(doc, tuple(ids)) for doc, ids in sorted(todo.items())],
+            batch_chunks=batch_chunks,
+            max_docs_per_s=max_docs_per_s,
+            beam_args=beam_args,
+            show_progress=show_progress,
+        )
+        out.pipeline_seconds += time.monotonic() - t0
+        for k, v in got.items():
+            out.totals[k] += v
+        if got["chunks_failed"]:
+            break  # the same chunks would fail again; the gate reports it
+    return out
+
+
+def _gate(
+    settings: Settings,
+    live: iv.IndexVersion,
+    target: iv.IndexVersion,
+    golden_set: Any,
+    tolerance: float,
+    groups: Sequence[str],
+) -> tuple[set[str], dict[str, int], dict[str, Any], str]:
+    """Step 5: chunk counts agree and, with a golden set, Recall@10 holds per
+    format and mode; then flip, refuse or leave the target building. Returns
+    (catalog chunk ids, row counts, the gate's report, the target's state)."""
+    catalog = open_catalog(settings)
+    try:
+        wanted_ids = set(catalog.chunks.chunk_docs())
+    finally:
+        catalog.close()
+    vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, target)
+    counts = {"catalog": len(wanted_ids), "vector": vec_rows, "keyword": kw_rows}
+    gate: dict[str, Any] = {"tolerance": tolerance, "counts_agree": False, "reasons": []}
+    reasons: list[str] = gate["reasons"]
+    if not (wanted_ids == vec_ids == kw_ids and vec_rows == kw_rows == len(wanted_ids)):
+        reasons.append(
+            f"chunk counts disagree: catalog {len(wanted_ids)}, vector {vec_rows} rows "
+            f"({len(vec_ids)} ids), keyword {kw_rows} rows ({len(kw_ids)} ids)"
+        )
+    else:
+        gate["counts_agree"] = True
+    if golden_set is not None and not reasons:
+        before = evaluate(settings, golden_set, version=live, groups=groups)
+        after = evaluate(
+            settings, golden_set, version=iv.get_version(settings, target.version), groups=groups
+        )
+        _, why = compare(before, after, tolerance)
+        reasons += why
+        gate["live"] = before.to_dict()
+        gate["candidate"] = after.to_dict()
+    return wanted_ids, counts, gate, _settle(settings, target, gate, golden_set is not None)
+
+
+def _settle(settings: Settings, target: iv.IndexVersion, gate: dict[str, Any], flip: bool) -> str:
+    """Record the gate on the target and flip, refuse or keep it building; returns its state."""
+    note = json.dumps(gate, sort_keys=True)
+    catalog = open_catalog(settings)
+    try:
+        if gate["reasons"]:
+            iv.mark_refused(settings, target.version, note)
+            state = iv.REFUSED
+        elif not flip:
+            iv.set_note(settings, target.version, note)
+            state = iv.BUILDING
+        else:
+            iv.set_note(settings, target.version, note)
+            iv.flip(settings, target.version)
+            state = iv.LIVE
+        progress = {iv.LIVE: "flipped", iv.REFUSED: "refused", iv.BUILDING: "built"}[state]
+        catalog.backfills.update_backfill_progress(_backfill_id(target.version), state=progress)
+    finally:
+        catalog.close()
+    return state
+
+
 def run_reembed(
     settings: Settings,
     model_name: str,
@@ -366,107 +497,31 @@ def run_reembed(
             f"[reembed] {model.version} into index v{target.version} (live: v{live.version})", file=sys.stderr
         )
 
-    totals = {"chunks_written": 0, "chunks_embedded": 0, "embedding_cache_hits": 0, "chunks_failed": 0}
-    orphans_removed = 0
-    already_present = -1
-    pipeline_seconds = 0.0
-    passes = 0
-    for _ in range(CATCH_UP_PASSES):
-        catalog = open_catalog(settings)
-        try:
-            wanted = catalog.chunks.chunk_docs()
-        finally:
-            catalog.close()
-        vec_ids, kw_ids, _, _ = _target_state(settings, target)
-        present = vec_ids & kw_ids & set(wanted)
-        orphans_removed += _delete_orphans(settings, live.dim, target, (vec_ids | kw_ids) - set(wanted))
-        if already_present < 0:
-            already_present = len(present)
-        todo: dict[str, list[str]] = {}
-        for cid in sorted(set(wanted) - present):
-            todo.setdefault(wanted[cid], []).append(cid)
-        catalog = open_catalog(settings)
-        try:
-            _progress_start(catalog, target, len(wanted), len(present), max_docs_per_s)
-        finally:
-            catalog.close()
-        if not todo:
-            break
-        passes += 1
-        t0 = time.monotonic()
-        got = _run_pipeline(
-            settings,
-            live.dim,
-            target,
-            [(doc, tuple(ids)) for doc, ids in sorted(todo.items())],
-            batch_chunks=batch_chunks or settings.embed_batch_size,
-            max_docs_per_s=max_docs_per_s,
-            beam_args=beam_args,
-            show_progress=show_progress,
-        )
-        pipeline_seconds += time.monotonic() - t0
-        for k, v in got.items():
-            totals[k] += v
-        if got["chunks_failed"]:
-            break  # the same chunks would fail again; the gate reports it
-
-    catalog = open_catalog(settings)
-    try:
-        wanted_ids = set(catalog.chunks.chunk_docs())
-    finally:
-        catalog.close()
-    vec_ids, kw_ids, vec_rows, kw_rows = _target_state(settings, target)
-    counts = {"catalog": len(wanted_ids), "vector": vec_rows, "keyword": kw_rows}
-    gate: dict[str, Any] = {"tolerance": tolerance, "counts_agree": False, "reasons": []}
-    reasons: list[str] = gate["reasons"]
-    if not (wanted_ids == vec_ids == kw_ids and vec_rows == kw_rows == len(wanted_ids)):
-        reasons.append(
-            f"chunk counts disagree: catalog {len(wanted_ids)}, vector {vec_rows} rows "
-            f"({len(vec_ids)} ids), keyword {kw_rows} rows ({len(kw_ids)} ids)"
-        )
-    else:
-        gate["counts_agree"] = True
-    if golden_set is not None and not reasons:
-        before = evaluate(settings, golden_set, version=live, groups=groups)
-        after = evaluate(
-            settings, golden_set, version=iv.get_version(settings, target.version), groups=groups
-        )
-        ok, why = compare(before, after, tolerance)
-        reasons += why
-        gate["live"] = before.to_dict()
-        gate["candidate"] = after.to_dict()
-    note = json.dumps(gate, sort_keys=True)
-    catalog = open_catalog(settings)
-    try:
-        if reasons:
-            iv.mark_refused(settings, target.version, note)
-            state = iv.REFUSED
-        elif golden_set is None:
-            iv.set_note(settings, target.version, note)
-            state = iv.BUILDING
-        else:
-            iv.set_note(settings, target.version, note)
-            iv.flip(settings, target.version)
-            state = iv.LIVE
-        progress = {iv.LIVE: "flipped", iv.REFUSED: "refused", iv.BUILDING: "built"}[state]
-        catalog.backfills.update_backfill_progress(_backfill_id(target.version), state=progress)
-    finally:
-        catalog.close()
-    written = totals["chunks_written"]
+    passes = _catch_up(
+        settings,
+        live,
+        target,
+        batch_chunks=batch_chunks or settings.embed_batch_size,
+        max_docs_per_s=max_docs_per_s,
+        beam_args=beam_args,
+        show_progress=show_progress,
+    )
+    wanted_ids, counts, gate, state = _gate(settings, live, target, golden_set, tolerance, groups)
+    totals, written = passes.totals, passes.totals["chunks_written"]
     return ReembedSummary(
         version=target.version,
         model=model.version,
         state=state,
         total=len(wanted_ids),
-        already_present=max(already_present, 0),
+        already_present=max(passes.already_present, 0),
         chunks_written=written,
         chunks_embedded=totals["chunks_embedded"],
         embedding_cache_hits=totals["embedding_cache_hits"],
         failed=totals["chunks_failed"],
-        orphans_removed=orphans_removed,
-        passes=passes,
-        pipeline_seconds=round(pipeline_seconds, 3),
-        chunks_per_s=round(written / pipeline_seconds, 2) if pipeline_seconds > 0 else 0.0,
+        orphans_removed=passes.orphans_removed,
+        passes=passes.passes,
+        pipeline_seconds=round(passes.pipeline_seconds, 3),
+        chunks_per_s=round(written / passes.pipeline_seconds, 2) if passes.pipeline_seconds > 0 else 0.0,
         seconds=round(time.monotonic() - start, 3),
         counts=counts,
         gate=gate,
