@@ -42,6 +42,7 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import skip_unread
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.model import SourceFile
+from ragsync.source_types import SourceSpec
 
 if TYPE_CHECKING:
     from ragsync.catalog import Catalog
@@ -156,6 +157,50 @@ def _listed_unread(
     return listed
 
 
+def _settled_source(
+    catalog: Any, settings: Settings, uri: str, source_id: str, tenant_id: str, acl_groups: Sequence[str]
+) -> SourceSpec | None:
+    """The registered source of ``uri`` when nothing but a listing can have
+    changed it: an ``object_store`` source fully listed before, not paused,
+    registered with this location and these groups, none of its own events
+    queued. None otherwise (the pipeline runs)."""
+    state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
+    if state is None or state.paused or state.type != "object_store" or state.last_full_at is None:
+        return None
+    try:
+        location = register_location(uri, reserved=settings.reserved_locations).uri
+    except ConfigurationError:
+        return None
+    spec: SourceSpec = state.spec()
+    if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
+        return None
+    if catalog.queue.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:
+        return None  # the source's own queued events: the sync applies them
+    return spec
+
+
+def _unchanged(listed: int, seconds: float) -> BackfillSummary:
+    """The summary of a backfill that found ``listed`` objects, every one unchanged."""
+    return BackfillSummary(
+        documents_listed=listed,
+        documents_seen=listed,
+        documents_indexed=0,
+        documents_unchanged=listed,
+        documents_duplicate=0,
+        documents_acl_updated=0,
+        documents_deleted=0,
+        dead_lettered=0,
+        chunks_embedded=0,
+        embedding_cache_hits=0,
+        chunks_written=0,
+        chunks_deleted=0,
+        orphans_removed=0,
+        seconds=round(seconds, 3),
+        documents_unread=listed,
+        pipeline_skipped=1,
+    )
+
+
 def quick_backfill(
     uri: str,
     settings: Settings,
@@ -199,18 +244,9 @@ def quick_backfill(
     source_id = source_id or source_id_for(uri)
     catalog = open_catalog(settings)
     try:
-        state = catalog.sources.get_source(source_id, tenant_id=tenant_id)
-        if state is None or state.paused or state.type != "object_store" or state.last_full_at is None:
+        spec = _settled_source(catalog, settings, uri, source_id, tenant_id, acl_groups)
+        if spec is None:
             return None
-        try:
-            location = register_location(uri, reserved=settings.reserved_locations).uri
-        except ConfigurationError:
-            return None
-        spec = state.spec()
-        if state.uri != location or spec.options.get("acl_groups") != [g for g in acl_groups if g]:
-            return None
-        if catalog.queue.unfinished_events(scope=EventScope(state.tenant_id, source_id)) > 0:
-            return None  # the source's own queued events: the sync applies them
         cap = settings.quick_check_max_objects if object_store else None
         # Every listed object must be a known live document; any other known one vanished.
         known = catalog.documents.iter_source_documents(source_id, tenant_id, updated_before=float("inf"))
@@ -235,21 +271,4 @@ def quick_backfill(
         catalog.syncs.sync_succeeded(source_id, full=True, listed=listed, tenant_id=tenant_id)
     finally:
         catalog.close()
-    return BackfillSummary(
-        documents_listed=listed,
-        documents_seen=listed,
-        documents_indexed=0,
-        documents_unchanged=listed,
-        documents_duplicate=0,
-        documents_acl_updated=0,
-        documents_deleted=0,
-        dead_lettered=0,
-        chunks_embedded=0,
-        embedding_cache_hits=0,
-        chunks_written=0,
-        chunks_deleted=0,
-        orphans_removed=0,
-        seconds=round(time.monotonic() - start, 3),
-        documents_unread=listed,
-        pipeline_skipped=1,
-    )
+    return _unchanged(listed, time.monotonic() - start)
