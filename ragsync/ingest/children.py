@@ -28,6 +28,7 @@ Pure Python, no Beam: ``transforms/parse.py`` runs it in the parse step.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
@@ -225,17 +226,11 @@ def expand_children(
             out.append(Child(doc, parent.doc_id, att.data, error=budget.over_time(att)))
             continue
         budget.parsed += 1
+        read = functools.partial(
+            parse, max_bytes=max_bytes, max_pages=max_pages, limits=limits, ocr_languages=ocr_languages
+        )
         try:
-            result = parse(
-                att.data,
-                doc.mime,
-                filename=filename,
-                max_bytes=max_bytes,
-                max_pages=max_pages,
-                limits=limits,
-                depth=att.depth,
-                ocr_languages=ocr_languages,
-            )
+            result = read(att.data, doc.mime, filename=filename, depth=att.depth)
         except ArchiveBombError:
             raise
         except RagsyncError as exc:
