@@ -1,16 +1,25 @@
-"""What a pipeline's runner means for ragsync's stores: whether it runs steps
-in worker processes other than this one (:func:`worker_processes`), and the
-refusal of a store that takes one process there
-(:func:`refuse_single_process_stores`), and one bounded run of a graph
+"""What a pipeline's runner means for ragsync: whether it runs steps in
+worker processes other than this one (:func:`worker_processes`), the refusal
+of a store that takes one process there (:func:`refuse_single_process_stores`),
+running pipelines so that a stop is prompt and a dead worker process ends the
+run (:func:`run_pipelines`), and one bounded run of a graph
 (:func:`run_to_end`). Settings and job parameters as options live in
 ``ragsync.options``."""
 
 from __future__ import annotations
 
+import contextlib
+import re
+import signal
+import subprocess
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.runners.portability import local_job_service
+
+from ragsync import lifecycle
+from ragsync.errors import WorkerLostError
 
 IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 """Runners whose SDK workers run in the launcher process unless
@@ -62,16 +71,136 @@ def refuse_single_process_stores(settings: Any, options: PipelineOptions) -> Non
         )
 
 
+#: Why each SDK worker process that died during a run died (see :func:`watch_sdk_workers`).
+_LOST_WORKERS: list[str] = []
+#: The shell Beam started each SDK worker process with, by worker id.
+_WORKER_SHELLS: dict[str, int] = {}
+#: The SDK worker process under each shell (resolved while it runs).
+_WORKER_PIDS: dict[str, int] = {}
+
+
+class _RecordingSubprocess:
+    """Beam's local job service's view of the ``subprocess`` module: the
+    same, except that ``Popen`` notes which process it started for which
+    worker (``WORKER_ID`` in its environment), so a dead worker can be named."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+    @staticmethod
+    def Popen(*args: Any, **kwargs: Any) -> subprocess.Popen[Any]:  # noqa: N802 - subprocess's name
+        proc = subprocess.Popen(*args, **kwargs)
+        worker = str((kwargs.get("env") or {}).get("WORKER_ID") or "")
+        if worker:
+            _WORKER_SHELLS[worker] = proc.pid
+        return proc
+
+
+def lost_worker_reason(worker_id: str, code: int, pid: int | None) -> str:
+    """What to tell the operator about SDK worker ``worker_id`` that exited
+    with ``code`` (a shell's code: 128 + N for signal N; or -N)."""
+    number = -code if code < 0 else code - 128 if code > 128 else 0
+    try:
+        how = f"killed by {signal.Signals(number).name}" if number else f"exit code {code}"
+    except ValueError:
+        how = f"exit code {code}"
+    hint = " (the kernel's out-of-memory killer sends it)" if number == signal.SIGKILL else ""
+    name = f"SDK worker {worker_id}" + (f" (process {pid})" if pid else "")
+    return (
+        f"{name} died: {how}{hint}. The local runner does not retry a lost worker's work and would wait "
+        "for it forever, so this run is stopped; nothing is left half-written: run the same command again "
+        "to resume (if memory ran out: fewer workers with --direct_num_workers, or more memory)"
+    )
+
+
+def _run_sdk_worker(self: Any) -> None:
+    """Beam's ``SubprocessSdkWorker.run`` (a thread per worker process that
+    waits for the process), noting a worker that died for
+    :func:`watch_sdk_workers` instead of leaving a traceback nobody acts on."""
+    try:
+        _BEAM_WORKER_RUN(self)
+    except RuntimeError as exc:  # 'Worker subprocess exited with return code N'
+        found = re.search(r"return code (-?\d+)", str(exc))
+        if found is None:
+            raise
+        worker = str(self._worker_id or "")
+        _LOST_WORKERS.append(lost_worker_reason(worker, int(found.group(1)), _WORKER_PIDS.get(worker)))
+
+
+_BEAM_WORKER_RUN: Callable[[Any], None] = local_job_service.SubprocessSdkWorker.run
+local_job_service.SubprocessSdkWorker.run = _run_sdk_worker  # type: ignore[method-assign]
+local_job_service.subprocess = _RecordingSubprocess()  # type: ignore[assignment]
+
+
+def watch_sdk_workers() -> None:
+    """A watch for :func:`ragsync.lifecycle.run_watched`: notes the process
+    of each SDK worker while it runs, and raises once one has died.
+
+    Raises:
+        WorkerLostError: naming the worker, how it died and what to do.
+    """
+    for worker, shell in list(_WORKER_SHELLS.items()):
+        if worker not in _WORKER_PIDS:
+            children = lifecycle.child_pids(shell)
+            if children:
+                _WORKER_PIDS[worker] = children[0]
+    if _LOST_WORKERS:
+        raise WorkerLostError(_LOST_WORKERS.pop(0))
+
+
+def run_pipelines(pipelines: Sequence[Any], *, cancel_on_interrupt: bool = False) -> list[Any]:
+    """Run ``pipelines`` at once and wait for all of them
+    (``ragsync.lifecycle.run_watched``: the calling thread stays free to
+    handle Ctrl-C and SIGTERM at once, and a dead SDK worker process ends the
+    wait).
+
+    Args:
+        pipelines: ``beam.Pipeline`` objects, ready to run.
+        cancel_on_interrupt: on Ctrl-C or SIGTERM, cancel the jobs already
+            submitted (a remote runner's) before the interrupt is raised.
+
+    Returns:
+        Their ``PipelineResult``, finished, in order.
+
+    Raises:
+        WorkerLostError: an SDK worker process died (see :func:`watch_sdk_workers`).
+        KeyboardInterrupt: Ctrl-C or SIGTERM (``ragsync.lifecycle``).
+        whatever a pipeline's run raised.
+    """
+    _LOST_WORKERS.clear()
+    results: list[Any] = [None] * len(pipelines)
+
+    def runner(i: int) -> Callable[[], Any]:
+        def run() -> Any:
+            results[i] = pipelines[i].run()
+            results[i].wait_until_finish()
+            return results[i]
+
+        return run
+
+    try:
+        return lifecycle.run_watched([runner(i) for i in range(len(pipelines))], watch=[watch_sdk_workers])
+    except KeyboardInterrupt:
+        if cancel_on_interrupt:
+            for result in results:
+                if result is not None:
+                    with contextlib.suppress(Exception):  # best effort: the stop goes on
+                        result.cancel()
+        raise
+
+
 def run_to_end(settings: Any, beam_args: Sequence[str], build: Callable[[Any], None]) -> Any:
     """Build a bounded graph with ``build(pipeline)`` on the runner
     ``beam_args`` name (default the FnApiRunner), its stores checked by
-    :func:`refuse_single_process_stores`, run it and wait for its end.
+    :func:`refuse_single_process_stores`, run it (:func:`run_pipelines`) and
+    wait for its end.
 
     Returns:
         The finished pipeline's result (for its counters).
 
     Raises:
         ConfigurationError: a single-process store with worker processes.
+        WorkerLostError: an SDK worker process died.
     """
     import apache_beam as beam
     from apache_beam.options.pipeline_options import StandardOptions
@@ -80,6 +209,5 @@ def run_to_end(settings: Any, beam_args: Sequence[str], build: Callable[[Any], N
     refuse_single_process_stores(settings, options)
     p = beam.Pipeline(runner=options.view_as(StandardOptions).runner or "FnApiRunner", options=options)
     build(p)
-    result = p.run()
-    result.wait_until_finish()
+    (result,) = run_pipelines([p])
     return result

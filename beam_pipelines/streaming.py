@@ -16,9 +16,7 @@ Pub/Sub or Kafka (production; see ``event_source``).
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
@@ -27,7 +25,7 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.runners import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores, run_pipelines
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.catalog.queue import EventScope
@@ -444,42 +442,14 @@ def _summary(settings: Settings, results: Sequence[Any], *, start: float, starte
 
 
 def _run_all(pipelines: list[beam.Pipeline]) -> list[Any]:
-    """Run the pipelines at once (one thread each; the local runner does its
-    work inside ``run()``) and wait for all. An error in one stops the wait
-    and is raised; Ctrl-C and SIGTERM reach the main thread, which cancels
-    what it can and re-raises (the command ends the process)."""
-    results: list[Any] = [None] * len(pipelines)
-    errors: list[BaseException] = []
-
-    def work(i: int) -> None:
-        try:
-            result = pipelines[i].run()
-            results[i] = result
-            result.wait_until_finish()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors.append(exc)
-
-    if len(pipelines) == 1:
-        work(0)
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(pipelines))]
+    """Run the pipelines at once and wait for all (``run_pipelines``: this
+    thread stays free for Ctrl-C and SIGTERM, which cancel what a remote
+    runner started and are raised; the command ends the process). An error
+    in one stops the wait and is raised."""
     try:
-        if len(pipelines) > 1:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads) and not errors:
-                for t in threads:
-                    t.join(timeout=0.2)
+        return run_pipelines(pipelines, cancel_on_interrupt=True)
     except KeyboardInterrupt:
-        # SIGINT or SIGTERM (ragsync.lifecycle): leased events that were not
-        # acknowledged are delivered again when their lease ends.
-        for result in results:
-            if result is not None:
-                with contextlib.suppress(Exception):
-                    result.cancel()
+        # Leased events that were not acknowledged are delivered again when
+        # their lease ends.
         print("[stream] interrupted", file=sys.stderr, flush=True)
         raise
-    if errors:
-        if isinstance(errors[0], KeyboardInterrupt):
-            print("[stream] interrupted", file=sys.stderr, flush=True)
-        raise errors[0]
-    return results

@@ -147,6 +147,12 @@ class OutsideLocationError(InvalidEventError):
     exists at the address."""
 
 
+class WorkerLostError(RagsyncError, error_class="crash"):
+    """A worker process of the local runner died during the run (killed, out
+    of memory): the run is stopped instead of waiting for it forever; the
+    message names the worker and what to do."""
+
+
 class EmbedFailedError(RagsyncError, error_class="embed_failed"):
     """The embedding model rejected a chunk even alone, or gave a bad vector."""
 

@@ -7,7 +7,8 @@ builds that environment.
   SIGKILL) to the writer's process once the index upsert of the batch holding
   its N-th document is done, before any catalog row of that batch exists - the
   worst place to be stopped - and parks the writing thread until the process
-  exits. It prints ``[fault] sending SIGNAL`` to stderr first.
+  exits. It prints ``[fault] sending SIGNAL ... from the step's thread NAME``
+  to stderr first.
 * ``RAGSYNC_CRASH_ONCE=PATH``: only the first process to create PATH fires
   that hook (one worker of many, and a re-run goes through).
 * ``RAGSYNC_CRASH_BEFORE_FLIPS=N``: SIGKILL before the writer's N-th version
@@ -72,8 +73,10 @@ def first_to_crash(marker: str) -> bool:
 
 def _stop(signum: signal.Signals, why: str) -> None:
     """Send ``signum`` to this process, then park the calling thread (the run
-    is stopped right here, whatever else this thread's bundle holds)."""
-    print(f"[fault] sending {signum.name}{why}", file=sys.stderr, flush=True)
+    is stopped right here, whatever else this thread's bundle holds). The
+    line it prints names the thread the step runs in."""
+    thread = threading.current_thread().name
+    print(f"[fault] sending {signum.name}{why} from the step's thread {thread}", file=sys.stderr, flush=True)
     os.kill(os.getpid(), signum)
     threading.Event().wait()
 
