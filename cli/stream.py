@@ -82,6 +82,14 @@ def _lanes(args: argparse.Namespace) -> str:
     return str(option_values(getattr(args, "pipeline_values", None)).get("lanes") or "all")
 
 
+def _until_idle(args: argparse.Namespace) -> bool:
+    """``--until-idle``, else the pipeline option ``--until_idle`` (a flag, or
+    1/0) or ``$RAGSYNC_UNTIL_IDLE``."""
+    from ragsync.options import option_values
+
+    return bool(args.until_idle or option_values(getattr(args, "pipeline_values", None)).get("until_idle"))
+
+
 def cmd_stream(args: argparse.Namespace) -> int:
     from beam_pipelines.streaming import run_stream
 
@@ -103,7 +111,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     try:
         summary = run_stream(
             settings,
-            until_idle=args.until_idle,
+            until_idle=_until_idle(args),
             source=args.source,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
@@ -215,7 +223,14 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     push.set_defaults(func=cmd_events_push)
 
     st = sub.add_parser("stream", parents=[common], help="run the streaming pipeline")
-    st.add_argument("--until-idle", action="store_true", help="exit once the queue is drained and written")
+    st.add_argument(
+        "--until-idle",
+        "--until_idle",
+        dest="until_idle",
+        action="store_true",
+        help="exit once the queue is drained and written (--source queue; default: pipeline option "
+        "--until_idle, $RAGSYNC_UNTIL_IDLE)",
+    )
     st.add_argument("--source", default="queue", choices=("queue", "pubsub", "kafka"), help="event bus")
     st.add_argument("--pubsub-subscription", help="projects/P/subscriptions/S (with --source pubsub)")
     st.add_argument("--kafka-topic", help="topic (with --source kafka)")
