@@ -12,6 +12,7 @@ import contextlib
 import re
 import signal
 import subprocess
+import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -127,9 +128,27 @@ def _run_sdk_worker(self: Any) -> None:
         _LOST_WORKERS.append(lost_worker_reason(worker, int(found.group(1)), _WORKER_PIDS.get(worker)))
 
 
+#: Beam's threads of this process that read an SDK worker's gRPC streams.
+_WORKER_LINK_THREADS = ("read_grpc_client_inputs", "beam_control_read")
+
+
+def _quiet_broken_worker_links(args: Any) -> None:
+    """``threading.excepthook``: Beam's threads that read an SDK worker's
+    streams end with an ``RpcError`` when the worker dies; their tracebacks
+    say less than :func:`watch_sdk_workers` does, and only theirs are
+    silenced."""
+    import grpc
+
+    if getattr(args.thread, "name", "") in _WORKER_LINK_THREADS and isinstance(args.exc_value, grpc.RpcError):
+        return
+    _PREVIOUS_EXCEPTHOOK(args)
+
+
 _BEAM_WORKER_RUN: Callable[[Any], None] = local_job_service.SubprocessSdkWorker.run
 local_job_service.SubprocessSdkWorker.run = _run_sdk_worker  # type: ignore[method-assign]
 local_job_service.subprocess = _RecordingSubprocess()  # type: ignore[assignment]
+_PREVIOUS_EXCEPTHOOK = threading.excepthook
+threading.excepthook = _quiet_broken_worker_links
 
 
 def watch_sdk_workers() -> None:
