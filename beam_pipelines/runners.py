@@ -137,9 +137,8 @@ def _quiet_broken_worker_links(args: Any) -> None:
     streams end with an ``RpcError`` when the worker dies; their tracebacks
     say less than :func:`watch_sdk_workers` does, and only theirs are
     silenced."""
-    import grpc
-
-    if getattr(args.thread, "name", "") in _WORKER_LINK_THREADS and isinstance(args.exc_value, grpc.RpcError):
+    rpc_error = any(c.__name__ == "RpcError" and c.__module__ == "grpc" for c in type(args.exc_value).__mro__)
+    if rpc_error and getattr(args.thread, "name", "") in _WORKER_LINK_THREADS:
         return
     _PREVIOUS_EXCEPTHOOK(args)
 
