@@ -27,16 +27,77 @@ IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", 
 ``direct_running_mode=multi_processing`` asks for worker processes."""
 
 
+def runner_name(options: PipelineOptions) -> str:
+    """The runner of ``options`` by class name (default ``FnApiRunner``)."""
+    from apache_beam.options.pipeline_options import StandardOptions
+
+    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
+    return str(runner if isinstance(runner, str) else type(runner).__name__).split(".")[-1]
+
+
+def local_runner(options: PipelineOptions) -> bool:
+    """Whether ``options`` run the pipeline on this machine's Python runner:
+    an in-process runner (also with worker processes) or Beam's embedded job
+    service (``--runner=PortableRunner --job_endpoint=embed``)."""
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    name = runner_name(options)
+    endpoint = options.view_as(PortableOptions).job_endpoint
+    return name in IN_PROCESS_RUNNERS or (name == "PortableRunner" and endpoint in (None, "", "embed"))
+
+
+NATIVE_PUBSUB_RUNNERS = ("DataflowRunner", "TestDataflowRunner")
+"""Runners that run Beam's Pub/Sub read (``ReadFromPubSub``) themselves."""
+
+
+def stream_route(source: str, options: PipelineOptions) -> str:
+    """How a stream of ``source`` (``queue``, ``pubsub`` or ``kafka``) is
+    read on the runner of ``options``.
+
+    Returns:
+        ``queue``: the catalog's queue. ``relay``: Pub/Sub anywhere but on
+        Dataflow (the local runners cannot run Beam's Pub/Sub read and would
+        read nothing): ``connectors.pubsub.PubSubRelay`` feeds the queue
+        from this process and the stream serves the queue. ``bus``: the
+        runner reads the bus (Pub/Sub on Dataflow; Kafka on Flink or
+        Dataflow).
+
+    Raises:
+        ConfigurationError: a runner that cannot read ``source``, with what to use.
+    """
+    from ragsync.errors import ConfigurationError
+
+    name = runner_name(options)
+    if name == "BundleBasedDirectRunner":
+        raise ConfigurationError(
+            "BundleBasedDirectRunner cannot run the stream's readers (unbounded splittable sources): "
+            "leave --runner out (FnApiRunner, this process) or use --runner=DirectRunner"
+        )
+    if source == "queue":
+        return "queue"
+    if source == "pubsub":
+        return "bus" if name in NATIVE_PUBSUB_RUNNERS else "relay"
+    if source == "kafka":
+        if local_runner(options):
+            raise ConfigurationError(
+                "Kafka is read by Beam's cross-language ReadFromKafka (Java), which the local runner "
+                "cannot run: use a runner that runs Java transforms (Flink: --runner=PortableRunner "
+                "--job_endpoint=HOST:8099, see docs/flink.md; or --runner=DataflowRunner); to apply "
+                "events here, queue them with `ragsync events push` or use --source pubsub"
+            )
+        return "bus"
+    raise ConfigurationError(f"unknown event source {source!r}: use queue, pubsub or kafka")
+
+
 def worker_processes(options: PipelineOptions) -> bool:
     """Whether the runner of ``options`` runs steps in processes other than
     this one: a remote or portable runner (except the ``LOOPBACK``
     environment, whose worker is this process) or the local runner with
     ``--direct_running_mode=multi_processing``."""
-    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions, StandardOptions
+    from apache_beam.options.pipeline_options import DirectOptions, PortableOptions
 
-    runner = options.view_as(StandardOptions).runner or "FnApiRunner"
-    name = runner if isinstance(runner, str) else type(runner).__name__
-    if name.split(".")[-1] in IN_PROCESS_RUNNERS:
+    name = runner_name(options)
+    if name in IN_PROCESS_RUNNERS:
         return options.view_as(DirectOptions).direct_running_mode == "multi_processing"
     return (options.view_as(PortableOptions).environment_type or "").upper() != "LOOPBACK"
 
@@ -166,7 +227,9 @@ def watch_sdk_workers() -> None:
         raise WorkerLostError(_LOST_WORKERS.pop(0))
 
 
-def run_pipelines(pipelines: Sequence[Any], *, cancel_on_interrupt: bool = False) -> list[Any]:
+def run_pipelines(
+    pipelines: Sequence[Any], *, cancel_on_interrupt: bool = False, watch: Sequence[Callable[[], None]] = ()
+) -> list[Any]:
     """Run ``pipelines`` at once and wait for all of them
     (``ragsync.lifecycle.run_watched``: the calling thread stays free to
     handle Ctrl-C and SIGTERM at once, and a dead SDK worker process ends the
@@ -176,6 +239,8 @@ def run_pipelines(pipelines: Sequence[Any], *, cancel_on_interrupt: bool = False
         pipelines: ``beam.Pipeline`` objects, ready to run.
         cancel_on_interrupt: on Ctrl-C or SIGTERM, cancel the jobs already
             submitted (a remote runner's) before the interrupt is raised.
+        watch: more watches beside the SDK workers' (one that raises ends
+            the wait with its error).
 
     Returns:
         Their ``PipelineResult``, finished, in order.
@@ -197,7 +262,8 @@ def run_pipelines(pipelines: Sequence[Any], *, cancel_on_interrupt: bool = False
         return run
 
     try:
-        return lifecycle.run_watched([runner(i) for i in range(len(pipelines))], watch=[watch_sdk_workers])
+        works = [runner(i) for i in range(len(pipelines))]
+        return lifecycle.run_watched(works, watch=[watch_sdk_workers, *watch])
     except KeyboardInterrupt:
         if cancel_on_interrupt:
             for result in results:

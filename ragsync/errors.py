@@ -141,6 +141,10 @@ class InvalidEventError(RagsyncError, error_class="invalid_event"):
     """A malformed input record."""
 
 
+class UnknownSourceError(InvalidEventError):
+    """An event for a source that is not registered (for the tenant it came for)."""
+
+
 class OutsideLocationError(InvalidEventError):
     """An address that does not resolve under its source's location, or that
     names something other than a regular file. The message is the same whatever

@@ -192,23 +192,9 @@ def _index_rows(settings: Settings) -> tuple[int, int]:
         vec.close()
 
 
-def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
-    corpus: Path,
-    tmp_path: Path,
-    single: Settings,
-    postgres_url: str,
-    milvus_uri: str,  # noqa: F811
-) -> None:
-    """SIGKILL of the SDK worker in the write stage, after its index upsert
-    and before any catalog row of its batch (the fault hook, once: the first
-    worker to create the marker dies). Under PortableRunner LOOPBACK the SDK
-    worker runs in the launcher, so the job dies visibly (-9) and nothing
-    retries the bundle; under multi_processing the FnApiRunner does not retry
-    either and waits forever for the dead worker's bundle (docs/flink.md). A
-    plain re-run of the same command (same environment: the marker now
-    exists) must end where a clean run ends."""
-    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
-    cmd = cli(
+def _backfill_cmd(corpus: Path, settings: Settings, runner: tuple[str, ...]) -> list[str]:
+    """``ragsync backfill`` of ``corpus`` into the cluster stores of ``settings`` on ``runner``."""
+    return cli(
         "backfill",
         str(corpus),
         "--acl-groups",
@@ -226,8 +212,27 @@ def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
         "--quiet",
         "--json",
         "--",
-        *LOOPBACK,
+        *runner,
     )
+
+
+def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
+    corpus: Path,
+    tmp_path: Path,
+    single: Settings,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    """SIGKILL of the SDK worker in the write stage, after its index upsert
+    and before any catalog row of its batch (the fault hook, once: the first
+    worker to create the marker dies). Under PortableRunner LOOPBACK the SDK
+    worker runs in the launcher, so the job dies visibly (-9) and nothing
+    retries the bundle; under multi_processing the FnApiRunner does not retry
+    either and waits forever for the dead worker's bundle (docs/flink.md). A
+    plain re-run of the same command (same environment: the marker now
+    exists) must end where a clean run ends."""
+    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
+    cmd = _backfill_cmd(corpus, settings, LOOPBACK)
     marker = tmp_path / "worker-killed"
     env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="1", RAGSYNC_CRASH_ONCE=str(marker))
     log = tmp_path / "killed.log"
@@ -270,26 +275,7 @@ def test_a_dead_sdk_worker_ends_the_run_naming_it_then_a_rerun_equals_single_pro
     no process of its session behind; the same command again ends where a
     clean run ends. (The run's bound below only catches a hang.)"""
     settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
-    cmd = cli(
-        "backfill",
-        str(corpus),
-        "--acl-groups",
-        ",".join(GROUPS),
-        "--home",
-        settings.home,
-        "--catalog-url",
-        settings.catalog_url,
-        "--milvus-uri",
-        settings.milvus_uri,
-        "--milvus-database",
-        settings.milvus_database,
-        "--keyword-index",
-        "milvus",
-        "--quiet",
-        "--json",
-        "--",
-        *MULTI,
-    )
+    cmd = _backfill_cmd(corpus, settings, MULTI)
     marker = tmp_path / "worker-killed"
     env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="1", RAGSYNC_CRASH_ONCE=str(marker))
     log = tmp_path / "killed.log"
