@@ -411,11 +411,7 @@ def run_stream(
     args = list(beam_args) or ["--runner=FnApiRunner"]
     if "--streaming" not in args:
         args.append("--streaming")
-    route = stream_route(source, PipelineOptions(args))
-    if until_idle and source != "queue":
-        raise ConfigurationError(
-            f"--until-idle applies to --source queue: {source} has no end (stop with Ctrl-C)"
-        )
+    route = _route(source, args, until_idle, source_args)
     relay = _pubsub_relay(settings, source_args, show_progress) if route == "relay" else None
     served = source if route == "bus" else "queue"
     groups = _lane_groups(served, lanes)
@@ -458,6 +454,26 @@ def _announce(
     print(f"[stream] reading {served} events{fed} ({lanes_served}) {mode}", file=sys.stderr, flush=True)
 
 
+def _route(source: str, args: list[str], until_idle: bool, source_args: dict[str, str]) -> str:
+    """How the stream reads ``source`` on the runner ``args`` name
+    (``runners.stream_route``), the source's own settings checked first.
+
+    Raises:
+        ConfigurationError: a bus setting missing, ``until_idle`` with a bus,
+            or a runner that cannot read the source.
+    """
+    if source == "pubsub" and not source_args.get("subscription"):
+        raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")
+    if source == "kafka" and not (source_args.get("topic") and source_args.get("bootstrap")):
+        raise ConfigurationError("--kafka-topic and --kafka-bootstrap are required")
+    route = stream_route(source, PipelineOptions(args))
+    if until_idle and source != "queue":
+        raise ConfigurationError(
+            f"--until-idle applies to --source queue: {source} has no end (stop with Ctrl-C)"
+        )
+    return route
+
+
 def _lane_groups(source: str, lanes: str) -> list[tuple[str, ...]]:
     """The lane groups served, one pipeline each (``LANE_GROUPS``); a bus
     the runner reads is one pipeline, its lanes as branches.
@@ -477,15 +493,12 @@ def _pubsub_relay(settings: Settings, source_args: dict[str, str], show_progress
     subscription checked before anything else is opened.
 
     Raises:
-        ConfigurationError: no or a malformed subscription path, or one that
+        ConfigurationError: a malformed subscription path, or one that
             cannot be read (missing, refused, no credentials).
     """
     from connectors.pubsub import PubSubRelay
 
-    subscription = source_args.get("subscription", "")
-    if not subscription:
-        raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")
-    relay = PubSubRelay(settings, subscription, show_progress=show_progress)
+    relay = PubSubRelay(settings, source_args["subscription"], show_progress=show_progress)
     relay.check()
     return relay
 

@@ -38,6 +38,9 @@ sys.path.insert(0, str(ROOT))
 PHASES = {"parse": "[parse+chunk]", "embed": "[embed]"}
 
 
+from tests.proc import start_as_at_a_terminal  # noqa: E402
+
+
 def make_pdfs(folder: Path, count: int = 40, pages: int = 6) -> None:
     """``count`` text PDFs of ``pages`` pages each (three paragraphs a page)."""
     from tests.fixtures_gen import long_pdf_bytes
@@ -77,15 +80,7 @@ def one_stop(args: argparse.Namespace, pdfs: Path, work: Path, n: int) -> dict[s
         cmd = [*base, "stream", "--home", str(home)]
     else:
         cmd = [*base, "backfill", str(pdfs), "--home", str(home)]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = start_as_at_a_terminal(cmd, env, None)
     lines: list[str] = []
     closed: dict[str, float] = {}
 

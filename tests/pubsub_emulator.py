@@ -13,12 +13,13 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.mediawiki import free_port
 
 MISSING = (
     "the Pub/Sub emulator needs gcloud's pubsub-emulator component and Java: apt-get install "
@@ -45,12 +46,6 @@ def available() -> bool:
     return emulator_jar() is not None and shutil.which("java") is not None
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @dataclass
 class PubSubEmulator:
     """A running emulator: ``host`` is the value of ``PUBSUB_EMULATOR_HOST``."""
@@ -70,7 +65,7 @@ class PubSubEmulator:
         java = shutil.which("java")
         assert jar is not None and java is not None, MISSING
         folder.mkdir(parents=True, exist_ok=True)
-        port = _free_port()
+        port = free_port()
         log = folder / "pubsub-emulator.log"
         with open(log, "wb") as fh:
             proc = subprocess.Popen(

@@ -38,7 +38,7 @@ from tests.bus_events import (
     readers_of_notes,
     write_notes,
 )
-from tests.proc import ROOT, cli, kill_group
+from tests.proc import ROOT, cli, kill_group, start_as_at_a_terminal
 from tests.pubsub_emulator import PubSubEmulator
 
 pytestmark = pytest.mark.slow
@@ -89,16 +89,7 @@ def test_stream_reads_pubsub_on_every_local_runner_and_admits_like_a_push(
     cmd += ["--", *runner] if runner else []
     log = tmp_path / "stream.log"
     env = dict(os.environ, HF_HUB_OFFLINE="1", **pubsub_emulator.env())
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd,
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=fh,
-            start_new_session=True,
-            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-        )
+    proc = start_as_at_a_terminal(cmd, env, log)
     try:
         # A long-running stream, as an operator runs it: wait for the outcome,
         # then Ctrl-C. (The bound only catches a run that never gets there.)

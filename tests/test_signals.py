@@ -36,7 +36,7 @@ from ragsync.config import Settings, open_catalog, open_keyword_index, open_vect
 from ragsync.lifecycle import KILLED_AFTER_GRACE
 from ragsync.reconcile import reconcile
 from tests.crash_hooks import crash_env
-from tests.proc import kill_group, live_members
+from tests.proc import kill_group, live_members, start_as_at_a_terminal
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
@@ -91,15 +91,6 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, HF_HUB_OFFLINE="1", **extra)
 
 
-def _sigint_as_at_a_terminal() -> None:
-    """In the child before exec: SIGINT's default action, as a shell gives a
-    foreground command. A suite started in the background of a script
-    (``scripts/test.sh &``) inherits SIGINT ignored, and ragsync, like any
-    program, keeps an ignored SIGINT ignored (``nohup`` relies on it): the
-    run under test is a user's Ctrl-C, not that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, str]:
     """Run ``cmd`` in its own session until the fault hook sends ``signame``;
     returns (exit code, log text). For SIGINT and SIGTERM, asserts the path
@@ -108,16 +99,7 @@ def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, st
     env = crash_env(
         RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", RAGSYNC_STOP_REPORT=str(report), **extra_env
     )
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=ROOT,
-            stdout=fh,
-            stderr=fh,
-            start_new_session=True,
-            preexec_fn=_sigint_as_at_a_terminal,
-        )
+    proc = start_as_at_a_terminal(cmd, env, log)
     try:
         deadline = time.monotonic() + 600
         while "[fault] sending" not in log.read_text(errors="replace"):
