@@ -207,6 +207,18 @@ class Stopped(KeyboardInterrupt):
 _stop_signal: int | None = None
 
 
+_abandoning = False
+
+
+def stopping() -> bool:
+    """Whether this process is being stopped: a SIGINT or SIGTERM arrived, or
+    it is ending a run it leaves behind (:func:`exit_abandoning_run`). A
+    failure a step meets now may be the stop's own doing (a helper process
+    it ended), not its input's: it is not recorded, the next run does the
+    work again."""
+    return _stop_signal is not None or _abandoning
+
+
 def stop_signal() -> int | None:
     """The signal that asked this process to stop, or None. Beam may wrap the
     ``KeyboardInterrupt`` raised inside a step in its own error; callers
@@ -322,6 +334,8 @@ def exit_abandoning_run(code: int, why: str) -> NoReturn:
     ``$RAGSYNC_STOP_REPORT`` set, how it went is written there first."""
     import sys
 
+    global _abandoning
+    _abandoning = True  # before any helper dies: see stopping()
     sys.stdout.flush()
     sys.stderr.flush()
     helpers = terminate_descendants()

@@ -4,10 +4,12 @@ helper processes ended without waiting on those that cannot react."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -99,3 +101,49 @@ def test_helpers_that_ignore_sigterm_are_killed_at_once_the_others_get_the_grace
         },
         "left": 0,
     }
+
+
+def test_parse_children_leave_a_group_signal_to_the_run() -> None:
+    """A terminal's Ctrl-C and a service manager's SIGTERM reach the whole
+    process group: the parse children (and their fork server) ignore both,
+    so none dies of it and is recorded as a crash of the document it read;
+    the run's main process ends them."""
+    import os
+
+    import transforms.parse  # noqa: F401 - sets the fork server and its preload
+    from ragsync.lifecycle import BoundedChild
+
+    with BoundedChild(512) as child:
+        pid = child.call(os.getpid, timeout_s=120)
+        with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+            ignored = int(next(line for line in fh if line.startswith("SigIgn:")).split()[1], 16)
+    assert ignored & (1 << (signal.SIGINT - 1)) and ignored & (1 << (signal.SIGTERM - 1))
+
+
+def test_a_failure_met_while_the_process_stops_is_not_recorded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Once a stop began, a step's failure may be the stop's own doing (a
+    parse child it ended): the dead-letter sink records nothing then, and the
+    next run does the work again."""
+    import apache_beam as beam
+
+    from ragsync.config import Settings, open_catalog
+    from ragsync.model import DeadLetter
+    from transforms.write import WriteDeadLetters
+
+    settings = Settings(home=str(tmp_path / "home"))
+    crash = DeadLetter(stage="parse", doc_id="d1", uri="/x/a.pdf", error_class="crash", message="child died")
+
+    def write(stopping: bool) -> int:
+        monkeypatch.setattr(lifecycle, "_abandoning", stopping)
+        with beam.Pipeline(runner="FnApiRunner") as p:
+            _ = p | beam.Create([crash]) | WriteDeadLetters(settings)
+        catalog = open_catalog(settings)
+        try:
+            return len(catalog.list_dead_letters(limit=10))
+        finally:
+            catalog.close()
+
+    assert write(stopping=True) == 0
+    assert write(stopping=False) == 1
