@@ -60,7 +60,8 @@ EXTRAS = {
     "postgres": ["psycopg[binary]>=3.1"],
     # Pin the client's major version to your server's (8.x or 9.x).
     "elasticsearch": ["elasticsearch>=8,<10"],
-    "gcp": ["apache-beam[gcp]==2.77.0"],
+    # gs:// sources; Pub/Sub events (Beam's read on Dataflow, the relay on the local runners).
+    "gcp": ["apache-beam[gcp]==2.77.0", "google-cloud-pubsub>=2.20"],
     # s3:// through Beam's S3 file system; moto's S3 server for the tests.
     "aws": ["apache-beam[aws]==2.77.0"],
     "s3-server": ["moto[server]>=5"],

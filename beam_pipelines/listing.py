@@ -24,13 +24,13 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.runners import refuse_single_process_stores, worker_processes
+from beam_pipelines.runners import refuse_single_process_stores, run_pipelines, worker_processes
 from beam_pipelines.runstats import record_run
 from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
-from ragsync.errors import FetchError, RagsyncError
+from ragsync.errors import FetchError, RagsyncError, WorkerLostError
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
@@ -136,7 +136,7 @@ def run_listing(
     p = beam.Pipeline(runner=runner, options=options)
     # The listing's counts for the progress lines: a directory on this
     # machine (workers elsewhere cannot reach it and show count and rate only).
-    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-")
+    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-", ignore_cleanup_errors=True)
     build_listing_pipeline(
         p,
         source,
@@ -151,11 +151,10 @@ def run_listing(
     )
     try:
         with tally_dir:
-            result = p.run()
-            result.wait_until_finish()
+            (result,) = run_pipelines([p])
     except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
-        if lifecycle.stop_signal() is not None:
-            raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
+        if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
+            raise  # a stop, or a dead worker process: not a failed listing of the source
         raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
     counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING}
     counters["cost"] = record_run(

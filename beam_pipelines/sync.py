@@ -50,7 +50,14 @@ from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.display import host_free, safe_text
 from ragsync.embedding import ModelSpec
-from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
+from ragsync.errors import (
+    STORE_BUSY,
+    ConfigurationError,
+    RagsyncError,
+    StoreBusyError,
+    SyncError,
+    WorkerLostError,
+)
 from ragsync.index_versions import prepare_stores
 from ragsync.model import Event
 from ragsync.source_types import SourceSpec
@@ -237,8 +244,8 @@ def run_sync(
             )
             identities = sync_identities(catalog, connector, spec)
         except Exception as exc:
-            if lifecycle.stop_signal() is not None:
-                raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
+            if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
+                raise  # stopped by Ctrl-C or SIGTERM, or a worker process died: not the source's failure
             if _store_busy(exc):
                 # Another run holds the stores: this run is refused, the
                 # source did nothing wrong (not counted, never paused).

@@ -29,7 +29,7 @@ from cli.common import (
 )
 from ragsync.console import fail, quiet_environment
 from ragsync.display import safe_text
-from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync.errors import ConfigurationError, RagsyncError, WorkerLostError
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
@@ -545,9 +545,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()
         return code
     except ConfigurationError as exc:
-        return fail(f"configuration error: {exc}", 2)
+        code, why = fail(f"configuration error: {exc}", 2), "configuration error"
     except FileNotFoundError as exc:
-        return fail(exc, 2)
+        code, why = fail(exc, 2), "file not found"
+    except WorkerLostError as exc:
+        code, why = fail(exc, 1), "a worker process died"
     except BaseException as exc:
         # A stop asked for by SIGINT/SIGTERM, even when a Beam step wrapped
         # the interrupt in its own error.
@@ -564,6 +566,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is None:  # a real process, not a call from a test or a script
             lifecycle.exit_after_interrupt(143 if stopped else 130)
         return 143 if stopped else 130
+    if argv is None and lifecycle.runs_left():
+        # A pipeline that will not return (a dead worker's, one whose event
+        # relay failed) would hold the process: end it with its helpers.
+        lifecycle.exit_abandoning_run(code, why)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -141,10 +141,20 @@ class InvalidEventError(RagsyncError, error_class="invalid_event"):
     """A malformed input record."""
 
 
+class UnknownSourceError(InvalidEventError):
+    """An event for a source that is not registered (for the tenant it came for)."""
+
+
 class OutsideLocationError(InvalidEventError):
     """An address that does not resolve under its source's location, or that
     names something other than a regular file. The message is the same whatever
     exists at the address."""
+
+
+class WorkerLostError(RagsyncError, error_class="crash"):
+    """A worker process of the local runner died during the run (killed, out
+    of memory): the run is stopped instead of waiting for it forever; the
+    message names the worker and what to do."""
 
 
 class EmbedFailedError(RagsyncError, error_class="embed_failed"):

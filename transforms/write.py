@@ -10,6 +10,7 @@ from typing import Any
 
 import apache_beam as beam
 
+from ragsync import lifecycle
 from ragsync.config import Settings
 from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
 from ragsync.errors import is_retryable
@@ -142,6 +143,10 @@ class _DeadLetterSinkFn(CatalogDoFn):
         self.max_attempts = max_attempts
 
     def process(self, dl: DeadLetter) -> Iterator[str]:
+        if lifecycle.stopping():
+            # The process is being stopped: this failure may be the stop's own
+            # doing (a parse child it ended). Not recorded: the next run redoes it.
+            return
         route = failure_route(dl.event_id, is_retryable(dl.error_class), dl.attempts, self.max_attempts)
         if route == FailureRoute.RETRY:
             state = self._catalog.retry_event_later(
