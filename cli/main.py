@@ -27,8 +27,9 @@ from cli.common import (
     shared_parser,
     split_list,
 )
+from ragsync import __version__
 from ragsync.console import fail, quiet_environment
-from ragsync.display import safe_text
+from ragsync.display import safe_text, shorten
 from ragsync.errors import ConfigurationError, RagsyncError
 
 # Modules that add their own subcommands (see ``build_parser``).
@@ -281,7 +282,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     human += [f"  {x['uri']}: pages {', '.join(map(str, x['pages']))}" for x in review["items"]]
     if recent:
         human.append("oldest open dead letters:")
-        human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {r.message[:120]}" for r in recent]
+        human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {shorten(r.message, 120)}" for r in recent]
     emit(args, data, "\n".join(human))
     return 0
 
@@ -375,6 +376,7 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     common = shared_parser()
     parser = RagsyncArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"ragsync {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=RagsyncArgumentParser)
 
     b = sub.add_parser("backfill", parents=[common], help="index a folder or object-store prefix")

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from cli.common import add_run_flags, emit, settings_from_args
+from ragsync.display import shorten
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
@@ -150,7 +151,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     ]
     human = [
         f"{d['event_id']:34s} [{d['error_class']}] {d['stage']:7s} "
-        f"{d['uri'] or d['doc_id']}: {d['message'][:100]}"
+        f"{d['uri'] or d['doc_id']}: {shorten(d['message'], 100)}"
         for d in data
     ]
     emit(args, data, "\n".join(human) or "no dead letters")

@@ -166,3 +166,43 @@ def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0, 0] []", done.stderr[-2000:]
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    import ragsync
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"ragsync {ragsync.__version__}\n"
+    # One version: the installed package's metadata (setup.py) reads the same.
+    assert importlib.metadata.version("ragsync") == ragsync.__version__
+
+
+def test_status_and_dead_letters_cut_reasons_between_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragsync.config import Settings, open_catalog
+    from ragsync.model import DeadLetter
+
+    home = str(tmp_path / "home")
+    words = "neither PDFium nor pdfminer could open the file because its cross reference table is " * 3
+    catalog = open_catalog(Settings(home=home))
+    try:
+        catalog.add_dead_letter(
+            DeadLetter(stage="parse", doc_id="d1", uri="a.pdf", error_class="corrupt", message=words.strip())
+        )
+    finally:
+        catalog.close()
+    code, out = _run(capsys, "status", "--home", home)
+    (line,) = [x for x in out.splitlines() if "a.pdf" in x]
+    assert code == 0 and line.endswith("…")
+    shown = line.split("a.pdf: ", 1)[1].removesuffix("…").split()
+    assert len(line.split("a.pdf: ", 1)[1]) <= 120
+    assert shown == words.split()[: len(shown)]  # whole words only
+    code, out = _run(capsys, "dead-letters", "list", "--home", home)
+    shown = out.strip().split("a.pdf: ", 1)[1]
+    assert code == 0 and shown.endswith("…") and len(shown) <= 100
+    assert shown.removesuffix("…").split() == words.split()[: len(shown.removesuffix("…").split())]
