@@ -69,6 +69,17 @@ def test_running_header_footer_removed(fixtures: dict[str, Path]) -> None:
     assert {e.page for e in result.elements} == {1, 2, 3, 4}
 
 
+def test_handbook_pdf_says_each_sentence_once(fixtures: dict[str, Path]) -> None:
+    """The sample corpus's handbook (``ragsync sample-corpus``) printed every
+    sentence twice in a row; each page now holds its topic's sentences once."""
+    from ragsync.samples import TOPICS
+
+    joined = " ".join(e.text for e in parse_file(fixtures["handbook.pdf"]).elements)
+    for sentences in list(TOPICS.values())[:4]:
+        for sentence in sentences:
+            assert joined.count(sentence) == 1, sentence
+
+
 def test_pdf_table_markdown_and_no_duplicate(fixtures: dict[str, Path]) -> None:
     result = parse_file(fixtures["handbook.pdf"])
     tables = [e for e in result.elements if e.type is ElementType.TABLE]
