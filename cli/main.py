@@ -23,6 +23,7 @@ from cli.common import (
     RagsyncArgumentParser,
     add_run_flags,
     emit,
+    existing_settings,
     settings_from_args,
     shared_parser,
     split_list,
@@ -137,7 +138,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     groups = split_list(args.groups) if args.groups is not None else None
     results = hybrid_query(
-        settings_from_args(args), args.text, groups=groups, user=args.user, tenant_id=args.tenant, k=args.k
+        existing_settings(args), args.text, groups=groups, user=args.user, tenant_id=args.tenant, k=args.k
     )
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
@@ -158,7 +159,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from ragsync.index_versions import live_spec
     from ragsync.reconcile import reconcile, repair
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     dim = live_spec(settings).dim
     if args.repair:
         fixed = repair(settings, dim)
@@ -191,7 +192,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ragsync.cost import Prices, format_cost, run_cost
     from ragsync.coverage import coverage_by_source
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     prices = Prices(vcpu_hour_usd=settings.vcpu_hour_usd, gpu_hour_usd=settings.gpu_hour_usd)
     catalog = open_catalog(settings)
     try:
@@ -291,7 +292,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
     from ragsync.report import write_report
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         path = write_report(catalog, args.out)
     finally:
@@ -311,13 +312,24 @@ def _page_runs(parsers: tuple[str, ...]) -> list[dict[str, Any]]:
     return runs
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
+def parse_file(path: str, limits: Any) -> dict[str, Any]:
+    """What the pipeline's detect and parse steps make of one file: ``mime``,
+    ``lane``, ``elements``, ``pages_for_review``, ``ocr_confidence``,
+    ``page_parsers``, ``attachments`` and ``error`` (the dead letter's
+    ``{"class", "message"}`` it would get, else None).
+
+    Raises:
+        ConfigurationError: the file cannot be read (missing, no access).
+    """
     from ragsync.detect import choose_lane, detect_mime, needs_ocr
     from ragsync.parsing import parse
 
-    with open(args.file, "rb") as fh:
-        data = fh.read()
-    mime = detect_mime(data, os.path.basename(args.file))
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read()
+    except OSError as exc:
+        raise ConfigurationError(f"cannot read {path}: {exc.strerror or exc}") from None
+    mime = detect_mime(data, os.path.basename(path))
     out: dict[str, Any] = {
         "mime": mime,
         "lane": choose_lane(mime, len(data), needs_ocr=needs_ocr(data, mime)),
@@ -328,41 +340,80 @@ def cmd_parse(args: argparse.Namespace) -> int:
         "attachments": [],
         "error": None,
     }
-    code = 0
     try:
-        limits = settings_from_args(args).archive_limits()
-        result = parse(data, mime, filename=os.path.basename(args.file), limits=limits)
-        out["attachments"] = [
-            {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
-            for a in result.attachments
-        ]
-        out["elements"] = [
-            {
-                "type": e.type.value,
-                "text": e.text,
-                "level": e.level,
-                "page": e.page,
-                "confidence": e.confidence,
-            }
-            for e in result.elements
-        ]
-        out["pages_for_review"] = list(result.pages_for_review)
-        out["ocr_confidence"] = result.ocr_confidence
-        out["page_parsers"] = _page_runs(result.page_parsers)
+        result = parse(data, mime, filename=os.path.basename(path), limits=limits)
     except RagsyncError as exc:
         out["error"] = {"class": exc.error_class, "message": str(exc)}
-        code = 2
+        return out
+    out["attachments"] = [
+        {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
+        for a in result.attachments
+    ]
+    out["elements"] = [
+        {"type": e.type.value, "text": e.text, "level": e.level, "page": e.page, "confidence": e.confidence}
+        for e in result.elements
+    ]
+    out["pages_for_review"] = list(result.pages_for_review)
+    out["ocr_confidence"] = result.ocr_confidence
+    out["page_parsers"] = _page_runs(result.page_parsers)
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _folder_files(folder: str) -> list[str]:
+    """The files of ``folder`` a backfill of it would list: regular files
+    under it (links only where they stay inside), hidden ones left out, by path."""
+    from connectors.location import Location
+    from connectors.reader import ContentReader
+
+    reader = ContentReader(Location.parse(os.path.abspath(folder)))
+    out = []
+    for path, _ in reader.walk():
+        relative = os.path.relpath(path, reader.real_root)
+        if not any(part.startswith(".") for part in relative.split(os.sep)):
+            out.append(os.path.join(folder, relative))
+    return out
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    """``ragsync parse FILE``: the file's type, lane and elements, or the dead
+    letter it would be (exit 2). ``ragsync parse FOLDER``: each file a
+    backfill of the folder would read, one line each (``--json``: each file's
+    result under ``files``); exit 2 when any would be dead-lettered."""
+    limits = settings_from_args(args).archive_limits()
+    if os.path.isdir(args.file):
+        files = [{"file": path, **parse_file(path, limits)} for path in _folder_files(args.file)]
+        failed = [f for f in files if f["error"]]
+        human = [
+            f"{f['file']}: {f['mime']} ({f['lane']} lane) "
+            + (
+                f"dead letter [{f['error']['class']}]"
+                if f["error"]
+                else _count(len(f["elements"]), "element")
+            )
+            for f in files
+        ]
+        human.append(
+            f"{_count(len(files), 'file')}: {len(files) - len(failed)} parsed, "
+            f"{len(failed)} would be dead-lettered"
+        )
+        emit(args, {"files": files}, "\n".join(human))
+        return 2 if failed else 0
+    out = parse_file(args.file, limits)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
-        print(safe_text(f"{args.file}: {mime} ({out['lane']} lane)"))
+        print(safe_text(f"{args.file}: {out['mime']} ({out['lane']} lane)"))
         if out["error"]:
             print(safe_text(f"dead letter [{out['error']['class']}]: {out['error']['message']}"))
         for e in out["elements"]:
             print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
         for a in out["attachments"]:
             print(f"  attachment {a['name']!r}: {a['bytes']} bytes (child document)")
-    return code
+    return 2 if out["error"] else 0
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
@@ -442,8 +493,10 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True, help="directory for index.html (created if missing)")
     rp.set_defaults(func=cmd_report)
 
-    pa = sub.add_parser("parse", parents=[common], help="show what the parser makes of one file")
-    pa.add_argument("file")
+    pa = sub.add_parser(
+        "parse", parents=[common], help="show what the parser makes of one file (or of each file of a folder)"
+    )
+    pa.add_argument("file", help="a file, or a folder: one line for each file a backfill of it would read")
     pa.set_defaults(func=cmd_parse)
 
     sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")

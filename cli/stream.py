@@ -8,7 +8,7 @@ import dataclasses
 import sys
 from typing import Any
 
-from cli.common import add_run_flags, emit, settings_from_args
+from cli.common import add_run_flags, emit, existing_settings, settings_from_args
 from ragsync.display import shorten
 
 
@@ -130,7 +130,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         rows = catalog.list_dead_letters(source_id=args.source_id, limit=args.limit)
     finally:
@@ -169,7 +169,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
     if not args.all and args.id is None:
         print("ragsync: give a dead letter's event id (or row id) or --all", file=sys.stderr)
         return 2
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     done: list[Any] = []
     missed: list[str] = []
     try:
