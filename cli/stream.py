@@ -14,16 +14,21 @@ from ragsync.display import shorten
 
 def cmd_events_push(args: argparse.Namespace) -> int:
     """Queue the events of a JSONL file, each line on its own: a line that is
-    not UTF-8, not JSON, nested too deeply, too long or not a valid event (an
-    unknown source, a content_uri outside the source's location) is reported
-    with its line number; every other line is queued. Memory stays bounded
-    (lines are read and queued in batches)."""
+    not UTF-8, not JSON, nested too deeply, too long or not a valid event (a
+    content_uri outside its source's location) is reported with its line
+    number; every other line is queued. An event of a source that is not
+    registered is queued too, and listed: the stream applies it if the
+    source is registered by then, else makes it an ``invalid_event`` dead
+    letter (as for a Pub/Sub or Kafka message), which ``dead-letters retry``
+    queues again once the source exists. Memory stays bounded (lines are
+    read and queued in batches)."""
     from connectors.events import check_content_uri, parse_event_line, read_event_lines
     from ragsync.config import open_catalog
     from ragsync.errors import AmbiguousSourceError, InvalidEventError
     from ragsync.model import EVENT_LIMITS
 
     rejected: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
     queued = duplicates = 0
     catalog = open_catalog(settings_from_args(args))
     sources: dict[tuple[str, str], tuple[str, str] | None] = {}
@@ -53,9 +58,11 @@ def cmd_events_push(args: argparse.Namespace) -> int:
                     event = parse_event_line(raw)
                     found = source_of(event)
                     if found is None:
-                        raise InvalidEventError(f"unknown source {event.source_id!r}")
-                    check_content_uri(event, found[1])
-                    event = dataclasses.replace(event, tenant_id=found[0])
+                        unknown.append({"line": number, "source_id": event.source_id})
+                        event = dataclasses.replace(event, tenant_id=args.tenant or event.tenant_id)
+                    else:
+                        check_content_uri(event, found[1])
+                        event = dataclasses.replace(event, tenant_id=found[0])
                 except InvalidEventError as exc:
                     rejected.append({"line": number, "error": str(exc)})
                     continue
@@ -67,9 +74,14 @@ def cmd_events_push(args: argparse.Namespace) -> int:
             queued, duplicates = queued + added, duplicates + dup
     finally:
         catalog.close()
-    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}
+    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected, "unknown_sources": unknown}
     human = [f"queued {queued} events ({duplicates} already queued), rejected {len(rejected)}"]
     human += [f"  line {r['line']}: {r['error']}" for r in rejected]
+    human += [
+        f"  line {u['line']}: source {u['source_id']!r} is not registered (`ragsync sources add`): queued; "
+        "the stream makes it an invalid_event dead letter unless the source is registered by then"
+        for u in unknown
+    ]
     emit(args, data, "\n".join(human))
     return 1 if rejected else 0
 

@@ -145,6 +145,43 @@ def test_an_event_without_groups_takes_the_source_default_groups(
     assert user.run("status")["dead_letters"] == {}
 
 
+def test_an_event_of_an_unregistered_source_is_a_dead_letter_until_the_source_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README promises that events of unknown sources become dead
+    letters; ``events push`` refused them instead (exit 1). Queued, the
+    stream dead-letters the event (``invalid_event``); once the source is
+    registered, retrying the dead letter applies it."""
+    user = User(tmp_path, capsys)
+    user.add_source()
+    (user.folder / "memo.md").write_text("# Memo\n\nThe parking garage closes for repairs in May.\n")
+    event = {
+        "source_id": "later",
+        "doc_id": "memo.md",
+        "op": "upsert",
+        "source_version": 1,
+        "event_time": time.time(),
+        "content_uri": str(user.folder / "memo.md"),
+        "acl_groups": ["staff"],
+    }
+    user.events.write_text(json.dumps(event) + "\n")
+    pushed = user.run("events", "push", str(user.events), "--tenant", TENANT)
+    assert (pushed["queued"], pushed["rejected"]) == (1, [])
+    assert pushed["unknown_sources"] == [{"line": 1, "source_id": "later"}]
+    user.stream()
+    (letter,) = user.run("dead-letters", "list")
+    assert letter["error_class"] == "invalid_event" and "unknown source 'later'" in letter["message"]
+    assert user.run("status")["dead_letters"] == {"invalid_event": 1}
+    # Registered now: the retried event is applied, the dead letter resolved.
+    user.run(
+        "sources", "add", "later", "--tenant", TENANT, "--type", "object_store", "--uri", str(user.folder)
+    )
+    user.run("dead-letters", "retry", letter["event_id"])
+    user.stream()
+    assert user.query("parking garage repairs", "staff") == ["memo.md"]
+    assert user.run("dead-letters", "list") == []
+
+
 def test_a_backfill_rerun_keeps_a_newer_acl_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     user = User(tmp_path, capsys)
     (user.folder / "salaries.md").write_text(
