@@ -265,11 +265,54 @@ def test_without_a_timed_source_the_narrower_groups_win(
         }
     )
     user.stream()
-    # --acl-groups is configuration with no time at the source: against the
-    # acl event the order is unknown, so the narrower set stays (fail closed).
+    # --acl-groups is configuration with no time at the source: the acl
+    # event, timed, stands against it (here the narrower set).
     user.backfill("everyone,staff")
     assert user.query("offsite lakeside hotel", "everyone") == []
     assert user.query("offsite lakeside hotel", "staff") == ["memo.md"]
+
+
+def test_an_acl_event_on_a_folder_source_stands_against_the_next_sync(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 43): an ``acl`` event (numeric version) on a folder
+    source without a sidecar, then a sync, gave a ``no_permissions`` "could
+    not be read" dead letter and a ``stale`` document: the sync met the
+    event's groups with the source's default groups, which carry no time,
+    and took the groups both allow (none). Permission evidence is ordered by
+    the time it was true: the source's default groups say nothing about when,
+    so the event about the document stands."""
+    user = User(tmp_path, capsys)
+    (user.folder / "desk.md").write_text("# Help desk\n\nThe help desk answers tickets within four hours.\n")
+    user.add_source()
+    user.backfill()  # --acl-groups everyone
+    question = "help desk tickets four hours"
+    user.push(
+        {
+            "doc_id": "desk.md",
+            "op": "acl",
+            "source_version": 2,
+            "acl_groups": ["it"],
+            "event_time": time.time(),
+        }
+    )
+    user.stream()
+    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], ["desk.md"])
+    synced = user.run("sync", SOURCE, "--quiet")
+    assert synced["totals"]["dead_lettered"] == 0
+    status = user.run("status")
+    assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
+    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], ["desk.md"])
+    # An acl event naming no groups hides the document from everyone; the
+    # next sync keeps it so (nobody may read it is not "could not be read").
+    user.push(
+        {"doc_id": "desk.md", "op": "acl", "source_version": 3, "acl_groups": [], "event_time": time.time()}
+    )
+    user.stream()
+    assert user.run("sync", SOURCE, "--quiet")["totals"]["dead_lettered"] == 0
+    status = user.run("status")
+    assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
+    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], [])
 
 
 def test_deny_entries_win_over_every_allow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -272,9 +272,12 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
 
     The newest evidence wins. A tie, or an unknown time on either side,
     falls back to the two versions (:func:`compare_versions`: an acl event of
-    revision 5 beats the content's revision 4 observed in the same second);
-    only when they do not order either takes the narrower set (fail closed):
-    the groups both allow, and the denials of both.
+    revision 5 beats the content's revision 4 observed in the same second).
+    Configuration (a source's default groups: no time, no version) says
+    nothing about when it was true of the document, so evidence that does
+    (an acl event, a sidecar's time) stands against it. Only when neither
+    orders them does it take the narrower set (fail closed): the groups both
+    allow, and the denials of both.
 
     Args:
         held: what the catalog applied last with a known time (None: nothing).
@@ -291,6 +294,8 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         order = compare_versions(new.version, held.version)
         if order in (Order.NEWER, Order.OLDER):
             return new if order == Order.NEWER else held
+    if _configuration(new) != _configuration(held):
+        return held if _configuration(new) else new
     if set(new.groups) <= set(held.groups) and set(held.deny) <= set(new.deny):
         return new
     if set(held.groups) <= set(new.groups) and set(new.deny) <= set(held.deny):
@@ -300,6 +305,12 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         max(held.observed_at, new.observed_at),
         tuple(sorted(set(held.deny) | set(new.deny))),
     )
+
+
+def _configuration(evidence: PermissionEvidence) -> bool:
+    """Groups with neither a time nor a version: configuration (a folder's
+    ``--acl-groups`` without a sidecar), not evidence of a moment."""
+    return evidence.observed_at <= 0 and evidence.version is None
 
 
 def evidence_predates_delete(observed_at: float, deleted_observed_at: float | None) -> bool:
