@@ -352,6 +352,52 @@ def test_deny_entries_win_over_every_allow(tmp_path: Path, capsys: pytest.Captur
     assert user.query(question, "eng,interns") == ["roadmap.md"]  # the new ACL no longer denies interns
 
 
+def test_a_fixed_or_deleted_file_leaves_no_open_dead_letter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 43): dead letters stayed open after their file was
+    fixed or deleted, so ``status`` showed ``corrupt 1`` beside the document
+    indexed. A later good version (a backfill's or an event's), an exact
+    copy or a delete of the document resolves them."""
+    from ragsync.samples import two_column_pdf_bytes
+
+    user = User(tmp_path, capsys)
+    (user.folder / "keep.md").write_text("# Canteen\n\nThe canteen opens at eight on weekdays.\n")
+    (user.folder / "report.pdf").write_bytes(b"%PDF-1.4 cut short")
+    (user.folder / "copy.pdf").write_bytes(b"%PDF-1.4 cut shorter")
+    (user.folder / "empty.txt").write_bytes(b"")
+    user.add_source()
+    user.backfill()
+    status = user.run("status")
+    assert status["dead_letters"] == {"corrupt": 2, "empty": 1}
+    # Fixed (report.pdf parses, copy.pdf is now an exact copy of it) and deleted.
+    (user.folder / "report.pdf").write_bytes(two_column_pdf_bytes())
+    (user.folder / "copy.pdf").write_bytes(two_column_pdf_bytes())
+    (user.folder / "empty.txt").unlink()
+    user.backfill()
+    status = user.run("status")
+    assert status["dead_letters"] == {} and user.run("dead-letters", "list") == []
+    assert {k: v for k, v in status["documents"].items() if k != "deleted"} == {"indexed": 2, "duplicate": 1}
+    # An event whose bytes do not parse leaves the live version (stale) and a
+    # dead letter; the next good version resolves it.
+    bad = tmp_path / "share" / "drafts"
+    bad.mkdir()
+    (bad / "keep-v5.pdf").write_bytes(b"%PDF-1.4 broken draft")
+    now = time.time()
+    upsert = {"doc_id": "keep.md", "op": "upsert", "acl_groups": ["everyone"]}
+    user.push({**upsert, "source_version": 5, "event_time": now, "content_uri": str(bad / "keep-v5.pdf")})
+    user.stream()
+    status = user.run("status")
+    assert (status["dead_letters"], status["documents"]["stale"]) == ({"corrupt": 1}, 1)
+    user.push(
+        {**upsert, "source_version": 6, "event_time": now + 1, "content_uri": str(user.folder / "keep.md")}
+    )
+    user.stream()
+    status = user.run("status")
+    assert status["dead_letters"] == {} and "stale" not in status["documents"]
+    assert "keep.md" in user.query("canteen opens eight", "everyone")  # k=10: every readable document
+
+
 def test_a_parse_failure_from_the_stream_is_redriven_by_its_event_id(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -45,6 +45,7 @@ from ragsync.decisions.gate import (
     next_delivery,
     retry_dead_letters,
     row_stamp,
+    settles_dead_letter,
     source_file_stamp,
     version_key,
 )
@@ -123,6 +124,7 @@ __all__ = [
     "retry_dead_letters",
     "row_stamp",
     "skip_unread",
+    "settles_dead_letter",
     "source_file_stamp",
     "version_key",
 ]

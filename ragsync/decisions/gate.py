@@ -434,6 +434,38 @@ def event_stamp(qe: QueuedEvent) -> Stamp:
     return Stamp(qe.event.source_version, qe.version_domain, qe.event.event_time or 0.0)
 
 
+def settles_dead_letter(
+    failed_version: str, recorded_at: float, *, from_event: bool, written: Stamp, by_event: bool
+) -> bool:
+    """Whether a successful write (or delete) of a document settles one of
+    its open dead letters (a later good version replaces a failed one).
+
+    Between two works from events the versions decide, when they order: the
+    written version settles a failure of an older or the same version, never
+    one of a newer version (another worker's, failing while this one was
+    written: the document is not at its source's version, the dead letter
+    stays open). Otherwise (a backfill's listing on either side, versions of
+    two domains) the times do: a failure recorded before the source showed
+    what was written (a listing's time, an event's time) is settled.
+
+    Args:
+        failed_version: the dead letter's ``source_version`` ('' if unknown).
+        recorded_at: when the dead letter was recorded (epoch seconds).
+        from_event: the failed work came from a change event.
+        written: the version written (or the delete's), with its domain and
+            when the source showed it.
+        by_event: the written work came from a change event.
+
+    Returns:
+        True when the dead letter is settled.
+    """
+    if from_event and by_event:
+        order = compare_versions(written, Stamp(failed_version, written.domain))
+        if order != Order.UNKNOWN:
+            return order in (Order.NEWER, Order.SAME)
+    return written.observed_at > 0 and recorded_at <= written.observed_at
+
+
 def source_file_stamp(item: SourceFile) -> Stamp:
     """A work item's version (a listing's or an event's)."""
     return Stamp(item.source_version, item.version_domain, item.observed_at or item.event_time or 0.0)
