@@ -126,12 +126,30 @@ def test_help_loads_no_heavy_module() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _in_a_fresh_process(commands: list[list[str]], home: str) -> tuple[list[int], list[str], str]:
+    """Run ``commands`` (``ragsync`` argument lists, each with ``--home home``)
+    one after the other in a new Python process: their exit codes, which of
+    Beam and torch that process imported, and its stderr."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\nfrom cli.main import main\n"
+        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
+        "print(json.dumps([codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    codes, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, heavy, done.stderr
+
+
 def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
     """Registering a source, listing sources, status, dead letters and pushing
     events touch only the catalog: they run without Beam or torch (with Beam,
     ``sources add`` took 2.2 s instead of 0.5 s)."""
-    import subprocess
-    import sys
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -156,16 +174,8 @@ def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
         ["dead-letters", "list", "--json"],
         ["status", "--json"],
     ]
-    probe = (
-        "import sys\nfrom cli.main import main\n"
-        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
-        "print(codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0, 0] []", done.stderr[-2000:]
+    codes, heavy, err = _in_a_fresh_process(commands, home)
+    assert (codes, heavy) == ([0, 0, 0, 0, 0], []), err
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
@@ -240,8 +250,6 @@ def test_unknown_ids_are_answered_without_loading_beam(tmp_path: Path) -> None:
     """An unknown source id, model name or folder is refused before Beam is
     imported (the import took the 3.5-7 s such an answer took; the figures
     are measured outside the tests, not asserted)."""
-    import subprocess
-    import sys
 
     home = str(tmp_path / "home")
     commands = [
@@ -251,18 +259,10 @@ def test_unknown_ids_are_answered_without_loading_beam(tmp_path: Path) -> None:
         ["reembed", "--model", "nosuch"],
         ["backfill", str(tmp_path / "nosuch")],
     ]
-    probe = (
-        "import sys\nfrom cli.main import main\n"
-        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
-        "print(codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[0, 2, 2, 2, 2] []", done.stderr[-2000:]
-    assert done.stderr.count("unknown source 'nosuch'") == 2
-    assert "unknown embedding model 'nosuch'" in done.stderr and "does not exist" in done.stderr
+    codes, heavy, err = _in_a_fresh_process(commands, home)
+    assert (codes, heavy) == ([0, 2, 2, 2, 2], []), err
+    assert err.count("unknown source 'nosuch'") == 2
+    assert "unknown embedding model 'nosuch'" in err and "does not exist" in err
 
 
 def test_parse_of_a_folder_reads_each_file_a_backfill_would(
