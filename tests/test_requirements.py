@@ -173,3 +173,17 @@ def test_the_readme_names_the_beam_extras_the_runtime_installs() -> None:
     for extra in extras:
         said = re.findall(rf"apache-beam\[{extra}\]`? \(([^)]*)\)", readme)
         assert not [s for s in said if "not in" in s], (extra, said)
+
+
+def test_the_design_cards_replaced_packages_are_listed_and_not_required() -> None:
+    """``docs/design-card.md`` names each package of the design card that
+    ragsync replaces (first column); none of them is a requirement, and each
+    package it says is used instead is one."""
+    text = (ROOT / "docs" / "design-card.md").read_text(encoding="utf-8")
+    replaced = re.findall(r"^\| `([A-Za-z0-9_.-]+)` \|", text.split("## ")[0], re.M)
+    assert {"pytesseract", "tensorflow-text"} <= set(replaced)
+    required = set(_inputs("requirements.in")) | set(_inputs("requirements-dev.in"))
+    assert not {canonicalize_name(p) for p in replaced} & required
+    used = re.findall(r"^\| [^|`]+ \| ((?:`[^`]+`(?:, )?)+)", text, re.M)
+    named = {canonicalize_name(p.split("[")[0]) for row in used for p in re.findall(r"`([^`]+)`", row)}
+    assert named and named <= set(_inputs("requirements.in")), named - set(_inputs("requirements.in"))
