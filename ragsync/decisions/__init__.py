@@ -123,8 +123,8 @@ __all__ = [
     "plan_sync",
     "retry_dead_letters",
     "row_stamp",
-    "skip_unread",
     "settles_dead_letter",
+    "skip_unread",
     "source_file_stamp",
     "version_key",
 ]
