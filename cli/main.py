@@ -424,6 +424,18 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_file_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``parse`` and ``sample-corpus``: commands on local files, no home needed."""
+    pa = sub.add_parser(
+        "parse", parents=[common], help="show what the parser makes of one file (or of each file of a folder)"
+    )
+    pa.add_argument("file", help="a file, or a folder: one line for each file a backfill of it would read")
+    pa.set_defaults(func=cmd_parse)
+    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
+    sc.add_argument("dest")
+    sc.set_defaults(func=cmd_sample_corpus)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = shared_parser()
     parser = RagsyncArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
@@ -493,16 +505,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True, help="directory for index.html (created if missing)")
     rp.set_defaults(func=cmd_report)
 
-    pa = sub.add_parser(
-        "parse", parents=[common], help="show what the parser makes of one file (or of each file of a folder)"
-    )
-    pa.add_argument("file", help="a file, or a folder: one line for each file a backfill of it would read")
-    pa.set_defaults(func=cmd_parse)
-
-    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
-    sc.add_argument("dest")
-    sc.set_defaults(func=cmd_sample_corpus)
-
+    _add_file_commands(sub, common)
     # Command groups that live beside the code they drive. Each module has
     # ``add_commands(subparsers, common)``; its handlers return an exit code.
     for name in PLUGIN_MODULES:

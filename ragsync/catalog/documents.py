@@ -173,6 +173,15 @@ def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
 # --------------------------------------------------------------------- repository
 
 
+def _make_live(conn: Any, doc_id: str, live_chunk_ids: Sequence[str]) -> None:
+    """Exactly ``live_chunk_ids`` of the document's chunk rows are live (the
+    others pending), in the caller's transaction (a flip's)."""
+    c = schema.chunks
+    conn.execute(update(c).where(c.c.doc_id == doc_id).values(pending=True))
+    for batch in _batches(sorted(set(live_chunk_ids))):
+        conn.execute(update(c).where(c.c.doc_id == doc_id, c.c.chunk_id.in_(batch)).values(pending=False))
+
+
 def document_update(doc_id: str, **values: Any) -> Any:
     """The statement that sets ``values`` (column=value) on the row of ``doc_id``."""
     t = schema.documents
@@ -461,16 +470,11 @@ class DocumentsRepository(Repository):
             version_observed_at=version_observed_at,
             **({"mime": mime} if mime is not None else {}),
         )
-        c = schema.chunks
         with self._engine.begin() as conn:
             if conn.execute(stmt).rowcount != 1:
                 return False
             if live_chunk_ids is not None:
-                conn.execute(update(c).where(c.c.doc_id == doc_id).values(pending=True))
-                for batch in _batches(sorted(set(live_chunk_ids))):
-                    conn.execute(
-                        update(c).where(c.c.doc_id == doc_id, c.c.chunk_id.in_(batch)).values(pending=False)
-                    )
+                _make_live(conn, doc_id, live_chunk_ids)
             written = Stamp(source_version, version_domain or "", version_observed_at or 0.0)
             dead_letters: Any = self  # the one Catalog's DeadLettersRepository
             dead_letters.settle_dead_letters(conn, doc_id, written, by_event=by_event)
