@@ -303,16 +303,23 @@ def test_an_acl_event_on_a_folder_source_stands_against_the_next_sync(
     status = user.run("status")
     assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
     assert (user.query(question, "everyone"), user.query(question, "it")) == ([], ["desk.md"])
-    # An acl event naming no groups hides the document from everyone; the
-    # next sync keeps it so (nobody may read it is not "could not be read").
+    # Evidence that leaves no group: a sidecar written the very second of a
+    # later acl event, naming another group. The two do not order, and the
+    # groups both allow are none: nobody may read the document, which is not
+    # "its permissions could not be read" (a dead letter, a stale document
+    # and the old groups kept).
+    moment = float(int(time.time()))
     user.push(
-        {"doc_id": "desk.md", "op": "acl", "source_version": 3, "acl_groups": [], "event_time": time.time()}
+        {"doc_id": "desk.md", "op": "acl", "source_version": 4, "acl_groups": ["it"], "event_time": moment}
     )
     user.stream()
+    sidecar = user.folder / ".ragsync-acl.json"
+    sidecar.write_text(json.dumps({"default": ["hr"]}))
+    os.utime(sidecar, (moment, moment))
     assert user.run("sync", SOURCE, "--quiet")["totals"]["dead_lettered"] == 0
     status = user.run("status")
     assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
-    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], [])
+    assert [user.query(question, g) for g in ("everyone", "it", "hr")] == [[], [], []]
 
 
 def test_deny_entries_win_over_every_allow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
