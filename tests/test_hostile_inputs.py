@@ -79,6 +79,16 @@ def _dead_letters(settings: Settings, tenant: str) -> dict[str, str]:
     return {_object_name(r.doc_id, r.uri): r.error_class for r in rows}
 
 
+def _status(settings: Settings, name: str) -> str:
+    """The status of tenant A's document ``name`` (an event's object id)."""
+    cat = open_catalog(settings)
+    try:
+        row = cat.get_document(ids.doc_id("tenant-a", "a-docs", name))
+    finally:
+        cat.close()
+    return row.status if row is not None else "missing"
+
+
 def _object_name(doc_id: str, uri: str) -> str:
     """The event's object id when the dead letter is one of the events below
     (ragsync's document id hashes it), else the file's name."""
@@ -130,7 +140,14 @@ def test_events_naming_anything_outside_the_location_become_dead_letters(tmp_pat
         cat.close()
     summary = run_stream(settings, until_idle=True, show_progress=False)
     assert summary is not None
-    assert summary.documents_indexed == 2  # good and its in-root alias
+    # good and its in-root alias (the same bytes) are both live: the second
+    # read is indexed too, or linked as an exact copy when the first was
+    # written before it was read (the machine's load decides which).
+    assert summary.events_applied == 2 and summary.documents_indexed in (1, 2)
+    assert sorted(_status(settings, name) for name in ("good", "alias")) in (
+        ["duplicate", "indexed"],
+        ["indexed", "indexed"],
+    )
     assert summary.dead_lettered == 8
     refused = {
         n: "invalid_event" for n in ("passwd", "dotdot", "encoded", "other-tenant", "leak", "zero", "pipe")
