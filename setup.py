@@ -6,7 +6,13 @@ from requirements.in / requirements-dev.in (scripts/lock.sh) and then this
 package with ``--no-deps``; keep the two in step when adding a dependency.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# One version, kept in ragsync/__init__.py (what `ragsync --version` prints).
+_INIT = (Path(__file__).parent / "ragsync" / "__init__.py").read_text()
+VERSION = _INIT.split('__version__ = "', 1)[1].split('"', 1)[0]
 
 CORE = [
     "apache-beam==2.77.0",
@@ -83,7 +89,7 @@ EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "gcp" for d in v})
 
 setup(
     name="ragsync",
-    version="0.1.0",
+    version=VERSION,
     description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
     python_requires=">=3.10",
     packages=find_packages(

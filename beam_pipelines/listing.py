@@ -30,7 +30,7 @@ from ragsync import lifecycle
 from ragsync.config import Settings, open_catalog, open_keyword_index, open_vector_index
 from ragsync.counters import LISTING
 from ragsync.embedding import ModelSpec
-from ragsync.errors import FetchError, RagsyncError, WorkerLostError
+from ragsync.errors import ListingFailedError, WorkerLostError, root_cause
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
 from transforms.listing import FindVanished, ListSource, QueueEvents, SkipUnread
@@ -101,11 +101,6 @@ def build_listing_pipeline(
     return {"listed": listed, "indexed": indexed}
 
 
-class ListingFailedError(FetchError):
-    """The listing pipeline failed (a shard could not be listed, timed out,
-    or a store failed): nothing was deleted."""
-
-
 def run_listing(
     source: SourceSpec,
     settings: Settings,
@@ -168,24 +163,6 @@ def run_listing(
         source_id=source.source_id,
     )
     return counters
-
-
-def root_cause(exc: BaseException) -> str:
-    """A one-line cause of a pipeline failure: the innermost ragsync error's
-    class and message when there is one (Beam wraps what a step raised)."""
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for e in reversed(seen):
-        if isinstance(e, RagsyncError):
-            return f"[{e.error_class}] {e}"[:1000]
-    text = str(seen[-1]) or type(seen[-1]).__name__
-    for line in reversed(text.splitlines()):
-        if "Error:" in line:
-            return line.strip()[:1000]
-    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__
 
 
 #: Chunk ids compared with the catalog (and deleted) per step of the orphan sweep.

@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from beam_pipelines.listing import ListingFailedError, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
@@ -53,15 +52,16 @@ from ragsync.embedding import ModelSpec
 from ragsync.errors import (
     STORE_BUSY,
     ConfigurationError,
+    ListingFailedError,
     RagsyncError,
     StoreBusyError,
     SyncError,
     WorkerLostError,
+    root_cause,
 )
 from ragsync.index_versions import prepare_stores
 from ragsync.model import Event
 from ragsync.source_types import SourceSpec
-from transforms.listing import connector_for
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
 DEFAULT_PAUSE_AFTER = 5
@@ -145,6 +145,17 @@ def _option_float(spec: SourceSpec, name: str, default: float) -> float:
     return float(value)
 
 
+def _connector(spec: SourceSpec, settings: Settings) -> Connector:
+    """The source's connector (``transforms.listing.connector_for``).
+
+    Beam (which that module and a full listing need) is imported here, once
+    the source is known: an unknown id or a paused source is answered in a
+    fraction of a second, not after the seconds an import of Beam takes."""
+    from transforms.listing import connector_for
+
+    return connector_for(spec, settings)
+
+
 def _registered(catalog: Catalog, source_id: str, tenant_id: str | None) -> SourceState:
     """The registered source (``Catalog.get_source``).
 
@@ -216,7 +227,7 @@ def run_sync(
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
         pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
         try:
-            connector = connector_for(spec, settings)
+            connector = _connector(spec, settings)
         except ConfigurationError as exc:
             # Broken credentials or options fail every sync the same way:
             # counted (backed off, then paused), never retried forever.
@@ -339,7 +350,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
             )
         source_location(state.uri, reserved=settings.reserved_locations)
         spec = state.spec()
-        connector = connector_for(spec, settings)
+        connector = _connector(spec, settings)
         try:
             counts = sync_identities(catalog, connector, spec)
         finally:
@@ -423,6 +434,8 @@ def _full_listing(
         print(
             safe_text(f"[sync] {spec.source_id}: full listing ({plan.reason})"), file=sys.stderr, flush=True
         )
+    from beam_pipelines.listing import run_listing  # Beam: only a full listing loads it
+
     counters = run_listing(
         spec,
         settings,

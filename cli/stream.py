@@ -8,23 +8,29 @@ import dataclasses
 import sys
 from typing import Any
 
-from cli.common import add_run_flags, emit, settings_from_args
+from cli.common import add_run_flags, emit, existing_settings, settings_from_args
+from ragsync.display import shorten
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
     """Queue the events of a JSONL file, each line on its own: a line that is
     not UTF-8, not JSON, nested too deeply, too long or not a valid event, or
-    that the admission refuses (``connectors.events.EventAdmission``: an
-    unknown source, a content_uri outside the source's location, another
-    tenant), is reported with its line number; every other line is queued
-    (with its source's default groups when it names none). Memory stays
-    bounded (lines are read and queued in batches)."""
+    that the admission refuses (``connectors.events.EventAdmission``: a
+    content_uri outside the source's location, another tenant), is reported
+    with its line number; every other line is queued (with its source's
+    default groups when it names none). An event of a source that is not
+    registered is queued too, and listed: the stream applies it if the
+    source is registered by then, else makes it an ``invalid_event`` dead
+    letter (as for a Pub/Sub or Kafka message), which ``dead-letters retry``
+    queues again once the source exists. Memory stays bounded (lines are
+    read and queued in batches)."""
     from connectors.events import EventAdmission, parse_event_line, read_event_lines
     from ragsync.config import open_catalog
-    from ragsync.errors import InvalidEventError
+    from ragsync.errors import InvalidEventError, UnknownSourceError
     from ragsync.model import EVENT_LIMITS
 
     rejected: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
     queued = duplicates = 0
     catalog = open_catalog(settings_from_args(args))
     admission = EventAdmission(catalog)
@@ -35,10 +41,16 @@ def cmd_events_push(args: argparse.Namespace) -> int:
                 try:
                     if raw is None:
                         raise InvalidEventError(f"the line is longer than {EVENT_LIMITS.event_bytes} bytes")
-                    batch.append(admission.admit(parse_event_line(raw), args.tenant or "").event)
+                    event = parse_event_line(raw)
+                    try:
+                        event = admission.admit(event, args.tenant or "").event
+                    except UnknownSourceError:
+                        unknown.append({"line": number, "source_id": event.source_id})
+                        event = dataclasses.replace(event, tenant_id=args.tenant or event.tenant_id)
                 except InvalidEventError as exc:
                     rejected.append({"line": number, "error": str(exc)})
                     continue
+                batch.append(event)
                 if len(batch) >= 1000:
                     added, dup = catalog.enqueue_events(batch)
                     queued, duplicates, batch = queued + added, duplicates + dup, []
@@ -46,9 +58,14 @@ def cmd_events_push(args: argparse.Namespace) -> int:
             queued, duplicates = queued + added, duplicates + dup
     finally:
         catalog.close()
-    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}
+    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected, "unknown_sources": unknown}
     human = [f"queued {queued} events ({duplicates} already queued), rejected {len(rejected)}"]
     human += [f"  line {r['line']}: {r['error']}" for r in rejected]
+    human += [
+        f"  line {u['line']}: source {u['source_id']!r} is not registered (`ragsync sources add`): queued; "
+        "the stream makes it an invalid_event dead letter unless the source is registered by then"
+        for u in unknown
+    ]
     emit(args, data, "\n".join(human))
     return 1 if rejected else 0
 
@@ -117,7 +134,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         rows = catalog.list_dead_letters(source_id=args.source_id, limit=args.limit)
     finally:
@@ -138,7 +155,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     ]
     human = [
         f"{d['event_id']:34s} [{d['error_class']}] {d['stage']:7s} "
-        f"{d['uri'] or d['doc_id']}: {d['message'][:100]}"
+        f"{d['uri'] or d['doc_id']}: {shorten(d['message'], 100)}"
         for d in data
     ]
     emit(args, data, "\n".join(human) or "no dead letters")
@@ -156,7 +173,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
     if not args.all and args.id is None:
         print("ragsync: give a dead letter's event id (or row id) or --all", file=sys.stderr)
         return 2
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     done: list[Any] = []
     missed: list[str] = []
     try:

@@ -217,3 +217,26 @@ class StoreBusyError(ConfigurationError):
 
 
 STORE_BUSY = "held by another ragsync run"
+
+
+class ListingFailedError(FetchError):
+    """A full listing failed (a shard could not be listed, timed out,
+    or a store failed): nothing was deleted."""
+
+
+def root_cause(exc: BaseException) -> str:
+    """A one-line cause of a pipeline failure: the innermost ragsync error's
+    class and message when there is one (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):
+        if isinstance(e, RagsyncError):
+            return f"[{e.error_class}] {e}"[:1000]
+    text = str(seen[-1]) or type(seen[-1]).__name__
+    for line in reversed(text.splitlines()):
+        if "Error:" in line:
+            return line.strip()[:1000]
+    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__

@@ -512,6 +512,7 @@ class IndexWriter:
             version_observed_at=doc.source.observed_at or doc.source.event_time or None,
             expected_version_guard=self._seen_versions.pop(doc.doc_id, None),
             live_chunk_ids=[c.chunk_id for c in plan.chunks],
+            by_event=bool(doc.source.event_id),
         )
         if not flipped:
             # Overtaken between the superseded check and here: the event runs
@@ -687,7 +688,13 @@ class IndexWriter:
         stored = cat.get_document(doc.doc_id)
         if stored is not None and (stored.canonical_doc_id or doc.doc_id) == doc.doc_id:
             self.retire_holder(doc.doc_id)
-        cat.mark_duplicate(doc.doc_id, doc.canonical_doc_id, content_hash=doc.content_hash)
+        cat.mark_duplicate(
+            doc.doc_id,
+            doc.canonical_doc_id,
+            content_hash=doc.content_hash,
+            written=source_file_stamp(doc.source),
+            by_event=bool(doc.source.event_id),
+        )
         self.sync_copies(doc.canonical_doc_id)
         row = cat.get_document(doc.doc_id)
         if row is None:

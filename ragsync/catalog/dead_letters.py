@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, select, update
+from sqlalchemy import Connection, and_, case, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
+from ragsync.decisions.gate import Stamp, settles_dead_letter
 from ragsync.model import DeadLetter, Event, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
@@ -80,6 +81,16 @@ def event_of_payload(payload: str) -> dict[str, Any] | None:
         "content_uri": source.get("uri"),
         "event_time": source.get("event_time"),
     }
+
+
+def _object_id_of(payload: str) -> str | None:
+    """The source's own id of the object behind a dead letter (a listed
+    file's or an event's), or None when the payload names none."""
+    found = payload_field(payload, "source_object_id")
+    if not found:
+        event = event_of_payload(payload)
+        found = str(event.get("doc_id") or "") if event is not None else ""
+    return found or None
 
 
 @dataclass(frozen=True)
@@ -362,6 +373,9 @@ class DeadLettersRepository(Repository):
                     "doc_id": dl.doc_id,
                     "source_id": source_id,
                     "tenant_id": dl.tenant_id,
+                    # The source's own id, so a listing that no longer holds
+                    # the object deletes this row (and settles its dead letter).
+                    "source_object_id": _object_id_of(dl.payload),
                     "uri": dl.uri,
                     "source_version": dl.source_version,
                     "status": "dead_letter",
@@ -370,6 +384,43 @@ class DeadLettersRepository(Repository):
                     "updated_at": _now(),
                 }
                 self._upsert(conn, t, [row], ["doc_id"], ["status", "error_class", "updated_at"])
+
+    def settle_dead_letters(self, conn: Connection, doc_id: str, written: Stamp, *, by_event: bool) -> int:
+        """Resolve the document's open dead letters that a successful write
+        or delete settles (``ragsync.decisions.settles_dead_letter``), in the
+        caller's transaction: the flip of a new version, the link of an
+        exact copy, a completed delete. A fixed or deleted file then leaves no
+        open dead letter behind it (``status`` showed ``corrupt 1`` beside
+        the document indexed).
+
+        Args:
+            conn: the connection of the transaction that records the success.
+            doc_id: the document.
+            written: the version written (or deleted), its domain and when
+                the source showed it.
+            by_event: the work came from a change event.
+
+        Returns:
+            Dead letters resolved.
+        """
+        t = schema.dead_letters
+        query = select(t.c.id, t.c.source_version, t.c.created_at, t.c.payload).where(
+            t.c.doc_id == doc_id, t.c.resolved_at.is_(None)
+        )
+        settled = [
+            int(row.id)
+            for row in conn.execute(query)
+            if settles_dead_letter(
+                row.source_version or "",
+                float(row.created_at),
+                from_event=bool(event_id_of_payload(row.payload or "")),
+                written=written,
+                by_event=by_event,
+            )
+        ]
+        if settled:
+            conn.execute(update(t).where(t.c.id.in_(settled)).values(resolved_at=_now()))
+        return len(settled)
 
     def resolve_dead_letter(self, dead_letter_id: int, resolved_at: float | None = None) -> bool:
         """Mark a dead letter resolved (kept for audit, hidden from open lists).
