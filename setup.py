@@ -6,7 +6,13 @@ from requirements.in / requirements-dev.in (scripts/lock.sh) and then this
 package with ``--no-deps``; keep the two in step when adding a dependency.
 """
 
+from pathlib import Path
+
 from setuptools import find_packages, setup
+
+# One version, kept in ragsync/__init__.py (what `ragsync --version` prints).
+_INIT = (Path(__file__).parent / "ragsync" / "__init__.py").read_text()
+VERSION = _INIT.split('__version__ = "', 1)[1].split('"', 1)[0]
 
 CORE = [
     "apache-beam==2.77.0",
@@ -60,7 +66,8 @@ EXTRAS = {
     "postgres": ["psycopg[binary]>=3.1"],
     # Pin the client's major version to your server's (8.x or 9.x).
     "elasticsearch": ["elasticsearch>=8,<10"],
-    "gcp": ["apache-beam[gcp]==2.77.0"],
+    # gs:// sources; Pub/Sub events (Beam's read on Dataflow, the relay on the local runners).
+    "gcp": ["apache-beam[gcp]==2.77.0", "google-cloud-pubsub>=2.20"],
     # s3:// through Beam's S3 file system; moto's S3 server for the tests.
     "aws": ["apache-beam[aws]==2.77.0"],
     "s3-server": ["moto[server]>=5"],
@@ -82,7 +89,7 @@ EXTRAS["all"] = sorted({d for k, v in EXTRAS.items() if k != "gcp" for d in v})
 
 setup(
     name="ragsync",
-    version="0.1.0",
+    version=VERSION,
     description="Keeps a vector index and a keyword index in step with enterprise documents (Apache Beam)",
     python_requires=">=3.10",
     packages=find_packages(

@@ -121,18 +121,19 @@ def _sync_backfill(
 ) -> BackfillSummary:
     """Register ``uri`` as an ``object_store`` source and run a full sync,
     then sweep orphan index rows (outcome 3 of the module docstring)."""
-    from beam_pipelines.sync import run_sync
-    from connectors.sources import register_source
-    from ragsync.index.service import IndexService
-
     start = time.monotonic()
-    lifecycle.install_child_watch()  # parse children never outlive this process
     if "://" not in uri:
         if not os.path.isdir(uri):
             raise ConfigurationError(
                 f"source folder {uri!r} does not exist (give a folder, gs://... or s3://...)"
             )
         uri = os.path.abspath(uri)
+    # Beam (the listing pipeline) is imported once the folder is known to exist.
+    from beam_pipelines.sync import run_sync
+    from connectors.sources import register_source
+    from ragsync.index.service import IndexService
+
+    lifecycle.install_child_watch()  # parse children never outlive this process
     if spec is None:
         from ragsync.index.versions import live_spec
 

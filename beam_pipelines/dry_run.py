@@ -26,7 +26,7 @@ from connectors.location import register_location
 from connectors.sources import check_source
 from ragsync import ids
 from ragsync.catalog.queue import EventScope
-from ragsync.config import Settings, open_catalog
+from ragsync.config import Settings, missing_catalog, open_catalog
 from ragsync.decisions import listing_verdict, plan_sync
 from ragsync.errors import ConfigurationError, RagsyncError
 from ragsync.ingest.change_plan import DELETE, ChangePlan, PlannedChange, classify_event, classify_listed
@@ -40,10 +40,7 @@ DEFAULT_MAX_DELETE_SHARE = 0.5
 def _existing_catalog(settings: Settings) -> Any | None:
     """The catalog, or None when its SQLite file does not exist (opening
     would create it)."""
-    url = settings.catalog_url
-    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
-        return None
-    return open_catalog(settings)
+    return None if missing_catalog(settings) is not None else open_catalog(settings)
 
 
 def plan_backfill(

@@ -23,12 +23,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.runners import refuse_single_process_stores, worker_processes
+from beam_pipelines.runners import refuse_single_process_stores, run_pipelines, worker_processes
 from beam_pipelines.runstats import record_run
 from ragsync.config import Settings
 from ragsync.counters import LISTING
 from ragsync.embedding.models import ModelSpec
-from ragsync.errors import FetchError, RagsyncError
+from ragsync.errors import FetchError, ListingFailedError, RagsyncError, WorkerLostError, root_cause
 from ragsync.ops import lifecycle
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
@@ -100,11 +100,6 @@ def build_listing_pipeline(
     return {"listed": listed, "indexed": indexed}
 
 
-class ListingFailedError(FetchError):
-    """The listing pipeline failed (a shard could not be listed, timed out,
-    or a store failed): nothing was deleted."""
-
-
 def run_listing(
     source: SourceSpec,
     settings: Settings,
@@ -135,7 +130,7 @@ def run_listing(
     p = beam.Pipeline(runner=runner, options=options)
     # The listing's counts for the progress lines: a directory on this
     # machine (workers elsewhere cannot reach it and show count and rate only).
-    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-")
+    tally_dir = tempfile.TemporaryDirectory(prefix="ragsync-listing-", ignore_cleanup_errors=True)
     build_listing_pipeline(
         p,
         source,
@@ -150,11 +145,10 @@ def run_listing(
     )
     try:
         with tally_dir:
-            result = p.run()
-            result.wait_until_finish()
+            (result,) = run_pipelines([p])
     except Exception as exc:  # noqa: BLE001 - any failure of the run fails the listing
-        if lifecycle.stop_signal() is not None:
-            raise  # Ctrl-C or SIGTERM that a step wrapped: a stop, not a failed listing
+        if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
+            raise  # a stop, or a dead worker process: not a failed listing of the source
         raise ListingFailedError(f"full listing of {source.source_id} failed: {root_cause(exc)}") from exc
     counters: dict[str, Any] = {name: counter_value(result, name) for name in LISTING}
     counters["cost"] = record_run(
@@ -170,19 +164,3 @@ def run_listing(
     return counters
 
 
-def root_cause(exc: BaseException) -> str:
-    """A one-line cause of a pipeline failure: the innermost ragsync error's
-    class and message when there is one (Beam wraps what a step raised)."""
-    seen: list[BaseException] = []
-    cur: BaseException | None = exc
-    while cur is not None and cur not in seen:
-        seen.append(cur)
-        cur = cur.__cause__ or cur.__context__
-    for e in reversed(seen):
-        if isinstance(e, RagsyncError):
-            return f"[{e.error_class}] {e}"[:1000]
-    text = str(seen[-1]) or type(seen[-1]).__name__
-    for line in reversed(text.splitlines()):
-        if "Error:" in line:
-            return line.strip()[:1000]
-    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__

@@ -11,29 +11,34 @@ Graph (the shared chain is the backfill's ``IndexDocuments``)::
     an event read from Pub/Sub or Kafka gets a queue row there)
 
 Event sources: the catalog's ``events`` table (local default, no server),
-Pub/Sub or Kafka (production; see ``event_source``).
+Pub/Sub or Kafka. Every event is admitted the same way, whatever brought it
+(``connectors.events.EventAdmission``). Where it is read depends on the
+runner (``runners.stream_route``): on Dataflow the runner reads Pub/Sub, and
+Flink or Dataflow read Kafka (``event_source``); the local runners cannot
+run Beam's Pub/Sub read, so there ``connectors.pubsub.PubSubRelay`` relays
+the subscription into the queue from this process and the stream serves the
+queue; Kafka needs a runner of Java transforms and is refused locally.
 """
 
 from __future__ import annotations
 
-import contextlib
 import sys
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import apache_beam as beam
 from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
-from beam_pipelines.runners import refuse_single_process_stores
+from beam_pipelines.runners import refuse_single_process_stores, run_pipelines, stream_route
 from beam_pipelines.runstats import record_run
 from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.embedding.models import ModelSpec
 from ragsync.errors import ConfigurationError
 from ragsync.index.operations import ApplyAclEvents, DeleteDocuments
+from ragsync.model import DeadLetter
 from ragsync.ops import lifecycle
 from transforms.ack import AckEvents, outcome_of
 from transforms.chain import IndexDocuments
@@ -42,6 +47,7 @@ from transforms.events import (
     ACL,
     DELETE,
     DUPLICATE,
+    REFUSED,
     STALE,
     UPSERT,
     EventQueueSource,
@@ -52,6 +58,10 @@ from transforms.events import (
 from transforms.fetch import UNCHANGED
 from transforms.index import UpdateIndex
 from transforms.metrics import counters_of
+from transforms.steps import CatalogDoFn
+
+if TYPE_CHECKING:
+    from connectors.pubsub import PubSubRelay
 
 
 @dataclass(frozen=True)
@@ -128,18 +138,27 @@ def build_streaming_pipeline(
     return {"acked": acked, "dead": dead}
 
 
-class _GuardWireFn(beam.DoFn):
-    """Bus message bytes -> queue-shaped rows; anything that is not a valid
-    event goes to the ``dead`` output with its raw bytes (never an exception:
-    a raised error fails the bundle, which a streaming runner retries forever)."""
+class _AdmitBusFn(CatalogDoFn):
+    """Bus message -> a queue-shaped row of the admitted event
+    (``connectors.events.admit_bus_message``: the one admission, with the
+    source's default groups); a message that is not a valid event, or that
+    the admission refuses, goes to the ``dead`` output with its raw bytes
+    (never an exception: a raised error fails the bundle, which a streaming
+    runner retries forever)."""
 
-    def __init__(self, bus: str, where: str) -> None:
+    def __init__(self, settings: Settings, bus: str, where: str) -> None:
+        super().__init__(settings)
         self.bus = bus
         self.where = where
 
+    def setup(self) -> None:
+        from connectors.events import EventAdmission
+
+        super().setup()
+        self._admission = EventAdmission(self._catalog)
+
     def process(self, raw: Any) -> Iterator[Any]:
-        from connectors.events import wire_dead_letter, wire_message_to_row
-        from ragsync.errors import InvalidEventError
+        from connectors.events import admit_bus_message, queue_row
 
         where = self.where
         if hasattr(raw, "attributes") and hasattr(raw, "data"):
@@ -152,17 +171,20 @@ class _GuardWireFn(beam.DoFn):
             raw = (
                 bytes(raw) if isinstance(raw, bytearray | memoryview) else str(raw).encode("utf-8", "replace")
             )
-        try:
-            yield wire_message_to_row(raw, bus=self.bus)
-        except InvalidEventError as exc:
-            yield beam.pvalue.TaggedOutput("dead", wire_dead_letter(raw, exc, bus=self.bus, where=where))
+        outcome = admit_bus_message(raw, self._admission, bus=self.bus, where=where)
+        if isinstance(outcome, DeadLetter):
+            yield beam.pvalue.TaggedOutput("dead", outcome)
+        else:
+            yield queue_row(outcome.event)
 
 
 class GuardBusMessages(beam.PTransform):
     """Input: Pub/Sub messages (``PubsubMessage``, read with attributes) or
-    message bodies (bytes: Kafka record values). Output: rows for
-    the resolve step; invalid messages are written as ``invalid_event`` dead
-    letters (stage ``decode``) with their raw bytes, and counted."""
+    message bodies (bytes: Kafka record values). Output: rows of admitted
+    events for the resolve step; a message that is not a valid event, or for
+    a source that is not registered or an address outside it, is written as
+    an ``invalid_event`` dead letter (stage ``admit``) with its raw bytes,
+    and counted."""
 
     def __init__(self, settings: Settings, bus: str, where: str) -> None:
         super().__init__()
@@ -171,11 +193,21 @@ class GuardBusMessages(beam.PTransform):
         self.where = where
 
     def expand(self, messages: beam.PCollection) -> beam.PCollection:
-        out = messages | "Decode" >> beam.ParDo(_GuardWireFn(self.bus, self.where)).with_outputs(
-            "dead", main="rows"
-        )
+        fn = _AdmitBusFn(self.settings, self.bus, self.where)
+        out = messages | "Admit" >> beam.ParDo(fn).with_outputs("dead", main="rows")
         out.dead | "WriteBusDeadLetters" >> WriteDeadLetters(self.settings)
         return out.rows
+
+
+def kafka_event_rows(records: beam.PCollection, settings: Settings, topic: str) -> beam.PCollection:
+    """Kafka records ``(key, value)``, as ``ReadFromKafka`` gives them ->
+    event rows: the value is the event, admitted like every other
+    (``GuardBusMessages``); a tombstone (no value) is a dead letter."""
+    return (
+        records
+        | "KafkaValue" >> beam.Map(lambda kv: kv[1])
+        | "KafkaToRow" >> GuardBusMessages(settings, "kafka", topic)
+    )
 
 
 def event_source(
@@ -190,11 +222,16 @@ def event_source(
     kafka_group: str = "ragsync-stream",
 ) -> beam.PCollection:
     """Event rows from the configured bus, as dicts shaped like catalog rows
-    (``payload`` holds the event JSON, ``attempts`` the failed deliveries).
+    (``payload`` holds the event JSON, ``attempts`` the failed deliveries),
+    for a runner that reads the bus itself (``runners.stream_route``
+    ``bus``: Pub/Sub on Dataflow, Kafka on Flink or Dataflow; elsewhere
+    Pub/Sub is relayed into the queue).
 
-    A bus message that is not a valid event (not UTF-8, not JSON, not an
-    event, empty) becomes a dead letter with its raw bytes
-    (``GuardBusMessages``); it never fails the bundle. Acknowledgement: the
+    Every message goes through the one admission of events
+    (``GuardBusMessages``): one that is not a valid event (not UTF-8, not
+    JSON, not an event, empty), names an unknown source or an address
+    outside it becomes a dead letter with its raw bytes (it never fails the
+    bundle); an upsert without groups takes its source's defaults. Acknowledgement: the
     local queue acknowledges each event after its writes (``AckEvents``);
     Kafka offsets are committed when the runner finalizes a checkpoint
     (``commit_offset_in_finalize``, consumer group ``kafka_group``); Pub/Sub
@@ -221,11 +258,11 @@ def event_source(
             raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")
         from apache_beam.io.gcp.pubsub import ReadFromPubSub
 
-        return (
-            p
-            | "ReadPubSub" >> ReadFromPubSub(subscription=subscription, with_attributes=True)
-            | "PubSubToRow" >> GuardBusMessages(settings, "pubsub", subscription)
-        )
+        try:
+            read = ReadFromPubSub(subscription=subscription, with_attributes=True)
+        except ValueError as exc:  # Beam checks the path's parts (a project of 6-30 characters...)
+            raise ConfigurationError(f"--pubsub-subscription {subscription!r}: {exc}") from None
+        return p | "ReadPubSub" >> read | "PubSubToRow" >> GuardBusMessages(settings, "pubsub", subscription)
     if source == "kafka":
         if not (topic and bootstrap):
             raise ConfigurationError("--kafka-topic and --kafka-bootstrap are required")
@@ -237,13 +274,10 @@ def event_source(
             "enable.auto.commit": "false",
             "auto.offset.reset": "earliest",
         }
-        return (
-            p
-            | "ReadKafka"
-            >> ReadFromKafka(consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True)
-            | "KafkaValue" >> beam.Map(lambda kv: kv[1])
-            | "KafkaToRow" >> GuardBusMessages(settings, "kafka", topic)
+        records = p | "ReadKafka" >> ReadFromKafka(
+            consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True
         )
+        return kafka_event_rows(records, settings, topic)
     raise ConfigurationError(f"unknown event source {source!r}: use queue, pubsub or kafka")
 
 
@@ -307,8 +341,9 @@ def apply_event_rows(
     slow_handoff: bool = False,
 ) -> dict[str, list[beam.PCollection]]:
     """The graph after an event source, the same for every bus: resolve each
-    row (an unknown source or an address outside it: a dead letter), then
-    ``build_streaming_pipeline``.
+    row through the one admission of events (an unknown source or an
+    address outside it: an ``invalid_event`` dead letter of stage
+    ``admit``), then ``build_streaming_pipeline``.
 
     Input: event rows as ``event_source`` gives them (dicts with
     ``payload``, ``event_id``, ``attempts``; a queue row also its
@@ -316,7 +351,10 @@ def apply_event_rows(
     retryable failure of an event from any bus becomes a queue row
     (``WriteDeadLetters``), a permanent one a dead letter.
     """
-    resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_exception_handling()
+    resolved = rows | "Resolve" >> beam.ParDo(_ResolveFn(settings)).with_outputs(
+        REFUSED, main="good"
+    ).with_exception_handling(main_tag="good")
+    resolved[REFUSED] | "WriteRefusedEvents" >> WriteDeadLetters(settings)
     (
         resolved["bad"]
         | "ResolveDeadLetters" >> ToDeadLetters("resolve")
@@ -359,7 +397,8 @@ def run_stream(
         ``scope``, only the scope's events).
 
     Raises:
-        ConfigurationError: an unknown lane group or event source setting.
+        ConfigurationError: an unknown lane group, an event source setting,
+            or a runner that cannot read the source (``runners.stream_route``).
         KeyboardInterrupt: Ctrl-C or SIGTERM stopped the run (a remote job is
             cancelled first); ``ragsync status`` shows what was applied.
     """
@@ -368,17 +407,14 @@ def run_stream(
     start = time.monotonic()
     started_at = time.time()
     lifecycle.install_child_watch()  # parse children never outlive this process
-    if lanes != "all" and lanes not in LANE_GROUPS:
-        raise ConfigurationError(f"--lanes must be all or one of {', '.join(LANE_GROUPS)}, got {lanes!r}")
-    if source != "queue":
-        groups: list[tuple[str, ...]] = [
-            ("priority", "fast", "slow")
-        ]  # a bus of its own: one pipeline, lanes as branches
-    elif lanes == "all":
-        groups = list(LANE_GROUPS.values())
-    else:
-        groups = [LANE_GROUPS[lanes]]
-    if until_idle and source == "queue" and _drained(settings, groups, scope):
+    args = list(beam_args) or ["--runner=FnApiRunner"]
+    if "--streaming" not in args:
+        args.append("--streaming")
+    route = _route(source, args, until_idle, source_args)
+    relay = _pubsub_relay(settings, source_args, show_progress) if route == "relay" else None
+    served = source if route == "bus" else "queue"
+    groups = _lane_groups(served, lanes)
+    if until_idle and _drained(settings, groups, scope):
         # Nothing to apply: no store is opened and no pipeline built or run
         # (~4 s of a small run's 6 s); the run is recorded with zero counts.
         return _summary(settings, [], start=start, started_at=started_at)
@@ -387,15 +423,12 @@ def run_stream(
 
         spec = live_spec(settings)
     prepare_stores(settings, spec)
-    args = list(beam_args) or ["--runner=FnApiRunner"]
-    if "--streaming" not in args:
-        args.append("--streaming")
     pipelines = [
         _lane_pipeline(
             settings,
             spec,
             args,
-            source=source,
+            source=served,
             until_idle=until_idle,
             lanes=group,
             combined=len(groups) > 1,
@@ -406,10 +439,67 @@ def run_stream(
         for group in groups
     ]
     if show_progress:
-        mode = "until the queue is drained" if until_idle else "until interrupted (Ctrl-C)"
-        served = " + ".join("/".join(g) for g in groups)
-        print(f"[stream] reading {source} events ({served}) {mode}", file=sys.stderr, flush=True)
-    return _summary(settings, _run_all(pipelines), start=start, started_at=started_at)
+        _announce(served, groups, relay, until_idle)
+    return _summary(settings, _run_all(pipelines, relay), start=start, started_at=started_at)
+
+
+def _announce(
+    served: str, groups: Sequence[tuple[str, ...]], relay: PubSubRelay | None, until_idle: bool
+) -> None:
+    """The stream's first progress line: what it reads, and until when."""
+    mode = "until the queue is drained" if until_idle else "until interrupted (Ctrl-C)"
+    fed = f" fed by Pub/Sub {relay.subscription}" if relay is not None else ""
+    lanes_served = " + ".join("/".join(g) for g in groups)
+    print(f"[stream] reading {served} events{fed} ({lanes_served}) {mode}", file=sys.stderr, flush=True)
+
+
+def _route(source: str, args: list[str], until_idle: bool, source_args: dict[str, str]) -> str:
+    """How the stream reads ``source`` on the runner ``args`` name
+    (``runners.stream_route``), the source's own settings checked first.
+
+    Raises:
+        ConfigurationError: a bus setting missing, ``until_idle`` with a bus,
+            or a runner that cannot read the source.
+    """
+    if source == "pubsub" and not source_args.get("subscription"):
+        raise ConfigurationError("--pubsub-subscription projects/P/subscriptions/S is required")
+    if source == "kafka" and not (source_args.get("topic") and source_args.get("bootstrap")):
+        raise ConfigurationError("--kafka-topic and --kafka-bootstrap are required")
+    route = stream_route(source, PipelineOptions(args))
+    if until_idle and source != "queue":
+        raise ConfigurationError(
+            f"--until-idle applies to --source queue: {source} has no end (stop with Ctrl-C)"
+        )
+    return route
+
+
+def _lane_groups(source: str, lanes: str) -> list[tuple[str, ...]]:
+    """The lane groups served, one pipeline each (``LANE_GROUPS``); a bus
+    the runner reads is one pipeline, its lanes as branches.
+
+    Raises:
+        ConfigurationError: an unknown ``lanes`` value.
+    """
+    if lanes != "all" and lanes not in LANE_GROUPS:
+        raise ConfigurationError(f"--lanes must be all or one of {', '.join(LANE_GROUPS)}, got {lanes!r}")
+    if source != "queue":
+        return [("priority", "fast", "slow")]
+    return list(LANE_GROUPS.values()) if lanes == "all" else [LANE_GROUPS[lanes]]
+
+
+def _pubsub_relay(settings: Settings, source_args: dict[str, str], show_progress: bool) -> PubSubRelay:
+    """The relay of ``--pubsub-subscription`` into the queue, its
+    subscription checked before anything else is opened.
+
+    Raises:
+        ConfigurationError: a malformed subscription path, or one that
+            cannot be read (missing, refused, no credentials).
+    """
+    from connectors.pubsub import PubSubRelay
+
+    relay = PubSubRelay(settings, source_args["subscription"], show_progress=show_progress)
+    relay.check()
+    return relay
 
 
 def _drained(settings: Settings, groups: Sequence[tuple[str, ...]], scope: EventScope | None) -> bool:
@@ -442,43 +532,22 @@ def _summary(settings: Settings, results: Sequence[Any], *, start: float, starte
     return StreamSummary(**totals)
 
 
-def _run_all(pipelines: list[beam.Pipeline]) -> list[Any]:
-    """Run the pipelines at once (one thread each; the local runner does its
-    work inside ``run()``) and wait for all. An error in one stops the wait
-    and is raised; Ctrl-C and SIGTERM reach the main thread, which cancels
-    what it can and re-raises (the command ends the process)."""
-    results: list[Any] = [None] * len(pipelines)
-    errors: list[BaseException] = []
-
-    def work(i: int) -> None:
-        try:
-            result = pipelines[i].run()
-            results[i] = result
-            result.wait_until_finish()
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors.append(exc)
-
-    if len(pipelines) == 1:
-        work(0)
-    threads = [threading.Thread(target=work, args=(i,), daemon=True) for i in range(len(pipelines))]
+def _run_all(pipelines: list[beam.Pipeline], relay: PubSubRelay | None = None) -> list[Any]:
+    """Run the pipelines at once and wait for all (``run_pipelines``: this
+    thread stays free for Ctrl-C and SIGTERM, which cancel what a remote
+    runner started and are raised; the command ends the process), with the
+    Pub/Sub ``relay`` feeding the queue meanwhile. An error in one, or of
+    the relay, stops the wait and is raised."""
+    watch = [relay.raise_if_failed] if relay is not None else []
+    if relay is not None:
+        relay.start()
     try:
-        if len(pipelines) > 1:
-            for t in threads:
-                t.start()
-            while any(t.is_alive() for t in threads) and not errors:
-                for t in threads:
-                    t.join(timeout=0.2)
+        return run_pipelines(pipelines, cancel_on_interrupt=True, watch=watch)
     except KeyboardInterrupt:
-        # SIGINT or SIGTERM (ragsync.ops.lifecycle): leased events that were not
-        # acknowledged are delivered again when their lease ends.
-        for result in results:
-            if result is not None:
-                with contextlib.suppress(Exception):
-                    result.cancel()
+        # Leased events that were not acknowledged are delivered again when
+        # their lease ends.
         print("[stream] interrupted", file=sys.stderr, flush=True)
         raise
-    if errors:
-        if isinstance(errors[0], KeyboardInterrupt):
-            print("[stream] interrupted", file=sys.stderr, flush=True)
-        raise errors[0]
-    return results
+    finally:
+        if relay is not None:
+            relay.stop()

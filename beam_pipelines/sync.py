@@ -37,7 +37,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from beam_pipelines.listing import ListingFailedError, root_cause, run_listing
 from connectors.api import RateLimitedError
 from connectors.base import Connector, CursorExpiredError
 from connectors.feed import FeedResult, read_feed
@@ -46,13 +45,21 @@ from ragsync.catalog.queue import EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import SyncMode, SyncPlan, after_failure, listing_verdict, plan_sync
 from ragsync.embedding.models import ModelSpec
-from ragsync.errors import STORE_BUSY, ConfigurationError, RagsyncError, StoreBusyError, SyncError
+from ragsync.errors import (
+    STORE_BUSY,
+    ConfigurationError,
+    ListingFailedError,
+    RagsyncError,
+    StoreBusyError,
+    SyncError,
+    WorkerLostError,
+    root_cause,
+)
 from ragsync.index.versions import prepare_stores
 from ragsync.model import Event
 from ragsync.ops import lifecycle
 from ragsync.ops.display import host_free, safe_text
 from ragsync.source_types import SourceSpec
-from transforms.io import BeamFileSystem
 
 DEFAULT_MAX_DELETE_SHARE = 0.5
 DEFAULT_PAUSE_AFTER = 5
@@ -130,6 +137,16 @@ def _option_float(spec: SourceSpec, name: str, default: float) -> float:
     return float(value)
 
 
+def _file_system() -> Any:
+    """Beam's file systems (``transforms.io.BeamFileSystem``) for a source's
+    connector. Beam is imported here, once the source is known and checked:
+    an unknown id or a paused source is answered in a fraction of a second,
+    not after the seconds an import of Beam takes."""
+    from transforms.io import BeamFileSystem
+
+    return BeamFileSystem()
+
+
 def run_sync(
     source_id: str,
     settings: Settings,
@@ -184,7 +201,7 @@ def run_sync(
             share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
         pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
         try:
-            connector = checked.open(settings, BeamFileSystem())
+            connector = checked.open(settings, _file_system())
         except ConfigurationError as exc:
             # Broken credentials or options fail every sync the same way:
             # counted (backed off, then paused), never retried forever.
@@ -212,8 +229,8 @@ def run_sync(
             )
             identities = sync_identities(catalog, connector, spec)
         except Exception as exc:
-            if lifecycle.stop_signal() is not None:
-                raise  # stopped by Ctrl-C or SIGTERM: not a failure of the source
+            if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
+                raise  # stopped by Ctrl-C or SIGTERM, or a worker process died: not the source's failure
             if _store_busy(exc):
                 # Another run holds the stores: this run is refused, the
                 # source did nothing wrong (not counted, never paused).
@@ -304,7 +321,7 @@ def run_identity_sync(source_id: str, settings: Settings, *, tenant_id: str | No
     try:
         checked = check_source(catalog, settings, source_id, tenant_id=tenant_id)
         state, spec = checked.state, checked.spec
-        connector = checked.open(settings, BeamFileSystem())
+        connector = checked.open(settings, _file_system())
         try:
             counts = sync_identities(catalog, connector, spec)
         finally:
@@ -388,6 +405,8 @@ def _full_listing(
         print(
             safe_text(f"[sync] {spec.source_id}: full listing ({plan.reason})"), file=sys.stderr, flush=True
         )
+    from beam_pipelines.listing import run_listing  # Beam: only a full listing loads it
+
     counters = run_listing(
         spec,
         settings,

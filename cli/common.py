@@ -74,6 +74,20 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     return settings_from(option_values(flags, getattr(args, "pipeline_values", None)))
 
 
+def existing_settings(args: argparse.Namespace) -> Any:
+    """:func:`settings_from_args` for a command that reads a home (query,
+    status, sources, dead letters, a sync...): one run where nothing was
+    indexed says so instead of creating an empty home and reporting nothing.
+
+    Raises:
+        ConfigurationError: a bad setting, or the home's catalog does not
+            exist (``ragsync.config.require_catalog``).
+    """
+    from ragsync.config import require_catalog
+
+    return require_catalog(settings_from_args(args))
+
+
 def emit(args: argparse.Namespace, data: Any, human: str) -> None:
     """A command's result on stdout: ``data`` as one JSON document with
     ``--json``, else the ``human`` text (control characters made visible)."""

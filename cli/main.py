@@ -23,13 +23,15 @@ from cli.common import (
     RagsyncArgumentParser,
     add_run_flags,
     emit,
+    existing_settings,
     settings_from_args,
     shared_parser,
     split_list,
 )
-from ragsync.errors import ConfigurationError, RagsyncError
+from ragsync import __version__
+from ragsync.errors import ConfigurationError, RagsyncError, WorkerLostError
 from ragsync.ops.console import fail, quiet_environment
-from ragsync.ops.display import safe_text
+from ragsync.ops.display import safe_text, shorten
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
@@ -136,7 +138,7 @@ def cmd_query(args: argparse.Namespace) -> int:
 
     groups = split_list(args.groups) if args.groups is not None else None
     results = hybrid_query(
-        settings_from_args(args), args.text, groups=groups, user=args.user, tenant_id=args.tenant, k=args.k
+        existing_settings(args), args.text, groups=groups, user=args.user, tenant_id=args.tenant, k=args.k
     )
     if args.json:
         print(json.dumps([r.to_dict() for r in results], ensure_ascii=False))
@@ -158,7 +160,7 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     from ragsync.index.service import IndexService
     from ragsync.index.versions import live_spec
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     dim = live_spec(settings).dim
     if args.repair:
         with IndexService.open(settings, dim) as service:
@@ -192,7 +194,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from ragsync.ops.cost import Prices, format_cost, run_cost
     from ragsync.ops.coverage import coverage_by_source
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     prices = Prices(vcpu_hour_usd=settings.vcpu_hour_usd, gpu_hour_usd=settings.gpu_hour_usd)
     catalog = open_catalog(settings)
     try:
@@ -283,7 +285,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     human += [f"  {x['uri']}: pages {', '.join(map(str, x['pages']))}" for x in review["items"]]
     if recent:
         human.append("oldest open dead letters:")
-        human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {r.message[:120]}" for r in recent]
+        human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {shorten(r.message, 120)}" for r in recent]
     emit(args, data, "\n".join(human))
     return 0
 
@@ -292,7 +294,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
     from ragsync.ops.report import write_report
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         path = write_report(catalog, args.out)
     finally:
@@ -359,18 +361,28 @@ def _parse_file(path: str, mime: str, settings: Any) -> dict[str, Any]:
     }
 
 
-def cmd_parse(args: argparse.Namespace) -> int:
-    """Detect and parse one file in a child process under the parse child's
-    limits (``ragsync.ops.lifecycle.BoundedChild``: memory, the lane's time,
-    the expansion limits), as the pipeline does: nothing of the file is
-    decoded in this process."""
+def parse_file(path: str, settings: Any) -> dict[str, Any]:
+    """What the pipeline's detect and parse steps make of one file, in a
+    child process under the parse child's limits
+    (``ragsync.ops.lifecycle.BoundedChild``: memory, the lane's time, the
+    expansion limits), as the pipeline does: nothing of the file is decoded
+    in this process. Keys: ``mime``, ``lane``, ``elements``,
+    ``pages_for_review``, ``ocr_confidence``, ``page_parsers``,
+    ``attachments`` and ``error`` (the dead letter's ``{"class", "message"}``
+    it would get, else None).
+
+    Raises:
+        ConfigurationError: the file cannot be read (missing, no access).
+    """
+
     from ragsync.model import Lane
     from ragsync.ops.lifecycle import BoundedChild
 
+    if not os.access(path, os.R_OK) or not os.path.isfile(path):
+        raise ConfigurationError(f"cannot read {path}: no such file, or no access")
     # The child imports the functions it runs by module name: this module
     # may be running as __main__ (``python -m cli.main``), which it cannot.
     here = importlib.import_module("cli.main")
-    settings = settings_from_args(args)
     out: dict[str, Any] = {
         "mime": "",
         "lane": "",
@@ -381,18 +393,63 @@ def cmd_parse(args: argparse.Namespace) -> int:
         "attachments": [],
         "error": None,
     }
-    code = 0
     try:
         with BoundedChild(settings.parse_memory_mb) as child:
             out["mime"], out["lane"] = child.call(
-                here._route_file, args.file, settings.archive_limits(), timeout_s=settings.parse_timeout_s
+                here._route_file, path, settings.archive_limits(), timeout_s=settings.parse_timeout_s
             )
             slow = out["lane"] == Lane.SLOW.value
             limit = settings.slow_parse_timeout_s if slow else settings.parse_timeout_s
-            out.update(child.call(here._parse_file, args.file, out["mime"], settings, timeout_s=limit))
+            out.update(child.call(here._parse_file, path, out["mime"], settings, timeout_s=limit))
     except RagsyncError as exc:
         out["error"] = {"class": exc.error_class, "message": str(exc)}
-        code = 2
+    return out
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
+def _folder_files(folder: str) -> list[str]:
+    """The files of ``folder`` a backfill of it would list: regular files
+    under it (links only where they stay inside), hidden ones left out, by path."""
+    from connectors.location import Location
+    from connectors.reader import ContentReader
+
+    reader = ContentReader(Location.parse(os.path.abspath(folder)))
+    out = []
+    for path, _ in reader.walk():
+        relative = os.path.relpath(path, reader.real_root)
+        if not any(part.startswith(".") for part in relative.split(os.sep)):
+            out.append(os.path.join(folder, relative))
+    return out
+
+
+def cmd_parse(args: argparse.Namespace) -> int:
+    """``ragsync parse FILE``: the file's type, lane and elements, or the dead
+    letter it would be (exit 2). ``ragsync parse FOLDER``: each file a
+    backfill of the folder would read, one line each (``--json``: each file's
+    result under ``files``); exit 2 when any would be dead-lettered."""
+    settings = settings_from_args(args)
+    if os.path.isdir(args.file):
+        files = [{"file": path, **parse_file(path, settings)} for path in _folder_files(args.file)]
+        failed = [f for f in files if f["error"]]
+        human = [
+            f"{f['file']}: {f['mime'] or 'not detected'} ({f['lane']} lane) "
+            + (
+                f"dead letter [{f['error']['class']}]"
+                if f["error"]
+                else _count(len(f["elements"]), "element")
+            )
+            for f in files
+        ]
+        human.append(
+            f"{_count(len(files), 'file')}: {len(files) - len(failed)} parsed, "
+            f"{len(failed)} would be dead-lettered"
+        )
+        emit(args, {"files": files}, "\n".join(human))
+        return 2 if failed else 0
+    out = parse_file(args.file, settings)
     if args.json:
         print(json.dumps(out, ensure_ascii=False))
     else:
@@ -404,7 +461,7 @@ def cmd_parse(args: argparse.Namespace) -> int:
             print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
         for a in out["attachments"]:
             print(f"  attachment {a['name']!r}: {a['bytes']} bytes (child document)")
-    return code
+    return 2 if out["error"] else 0
 
 
 def cmd_sample_corpus(args: argparse.Namespace) -> int:
@@ -415,9 +472,22 @@ def cmd_sample_corpus(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_file_commands(sub: Any, common: argparse.ArgumentParser) -> None:
+    """``parse`` and ``sample-corpus``: commands on local files, no home needed."""
+    pa = sub.add_parser(
+        "parse", parents=[common], help="show what the parser makes of one file (or of each file of a folder)"
+    )
+    pa.add_argument("file", help="a file, or a folder: one line for each file a backfill of it would read")
+    pa.set_defaults(func=cmd_parse)
+    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
+    sc.add_argument("dest")
+    sc.set_defaults(func=cmd_sample_corpus)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = shared_parser()
     parser = RagsyncArgumentParser(prog="ragsync", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"ragsync {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=RagsyncArgumentParser)
 
     b = sub.add_parser("backfill", parents=[common], help="index a folder or object-store prefix")
@@ -483,14 +553,7 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True, help="directory for index.html (created if missing)")
     rp.set_defaults(func=cmd_report)
 
-    pa = sub.add_parser("parse", parents=[common], help="show what the parser makes of one file")
-    pa.add_argument("file")
-    pa.set_defaults(func=cmd_parse)
-
-    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
-    sc.add_argument("dest")
-    sc.set_defaults(func=cmd_sample_corpus)
-
+    _add_file_commands(sub, common)
     # Command groups that live beside the code they drive. Each module has
     # ``add_commands(subparsers, common)``; its handlers return an exit code.
     for name in PLUGIN_MODULES:
@@ -547,9 +610,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             gc.freeze()
         return code
     except ConfigurationError as exc:
-        return fail(f"configuration error: {exc}", 2)
+        code, why = fail(f"configuration error: {exc}", 2), "configuration error"
     except FileNotFoundError as exc:
-        return fail(exc, 2)
+        code, why = fail(exc, 2), "file not found"
+    except WorkerLostError as exc:
+        code, why = fail(exc, 1), "a worker process died"
     except BaseException as exc:
         # A stop asked for by SIGINT/SIGTERM, even when a Beam step wrapped
         # the interrupt in its own error.
@@ -566,6 +631,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if argv is None:  # a real process, not a call from a test or a script
             lifecycle.exit_after_interrupt(143 if stopped else 130)
         return 143 if stopped else 130
+    if argv is None and lifecycle.runs_left():
+        # A pipeline that will not return (a dead worker's, one whose event
+        # relay failed) would hold the process: end it with its helpers.
+        lifecycle.exit_abandoning_run(code, why)
+    return code
 
 
 if __name__ == "__main__":  # pragma: no cover

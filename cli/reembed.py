@@ -13,13 +13,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from cli.common import add_run_flags, emit, settings_from_args, split_list
+from cli.common import add_run_flags, emit, existing_settings, split_list
 
 
 def cmd_reembed(args: argparse.Namespace) -> int:
+    from ragsync.embedding.models import spec_for
+
+    settings = existing_settings(args)
+    # A model name that names nothing is refused before Beam is imported
+    # (seconds): run_reembed checks it again where it loads the model.
+    spec_for(args.model, settings)
     from beam_pipelines.reembed import run_reembed
 
-    settings = settings_from_args(args)
     summary = run_reembed(
         settings,
         args.model,
@@ -50,7 +55,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
     from beam_pipelines.reindex import run_reindex
     from ragsync.config import open_catalog
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     backfill_id = args.backfill_id
     if backfill_id is None:
         if args.reason is None:
@@ -82,7 +87,7 @@ def cmd_reindex(args: argparse.Namespace) -> int:
 def cmd_index_versions(args: argparse.Namespace) -> int:
     from ragsync.index import versions as iv
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     if args.action == "flip":
         if args.version is None:
             raise SystemExit("ragsync index-versions flip: give the version number")
@@ -107,7 +112,7 @@ def cmd_eval_retrieval(args: argparse.Namespace) -> int:
     from ragsync.index import versions as iv
     from ragsync.query.evaluation import evaluate, format_report, load_golden
 
-    settings = settings_from_args(args)
+    settings = existing_settings(args)
     version = iv.get_version(settings, args.version) if args.version is not None else None
     report = evaluate(
         settings, load_golden(args.golden), version=version, k=args.k, groups=split_list(args.groups)

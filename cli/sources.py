@@ -12,7 +12,8 @@ import json
 import time
 from typing import Any
 
-from cli.common import add_run_flags, emit, settings_from_args, split_list
+from cli.common import add_run_flags, emit, existing_settings, settings_from_args, split_list
+from ragsync.ops.console import fail
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.ops.console import fail
 from ragsync.source_types import SYNC_KINDS, default_uri, source_types
@@ -74,7 +75,7 @@ def cmd_sources_list(args: argparse.Namespace) -> int:
     """Sources with their sync state (paused ones with the reason)."""
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         states = catalog.syncs.source_states(args.tenant)
     finally:
@@ -111,7 +112,7 @@ def cmd_sources_webhook_secret(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
     token = secrets.token_urlsafe(32)
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         state = catalog.sources.get_source(args.source_id, tenant_id=args.tenant)
         if state is None:
@@ -135,7 +136,7 @@ def _set_paused(args: argparse.Namespace, paused: bool) -> int:
     the tenant has no such source."""
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         if paused:
             reason = args.reason or "paused by an operator"
@@ -161,7 +162,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
 
         plan = plan_source_sync(
             args.source_id,
-            settings_from_args(args),
+            existing_settings(args),
             full=args.full,
             tenant_id=args.tenant,
             max_delete_share=args.max_delete_share,
@@ -170,7 +171,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
     try:
         result = run_sync(
             args.source_id,
-            settings_from_args(args),
+            existing_settings(args),
             full=args.full,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
@@ -196,7 +197,7 @@ def cmd_identities_sync(args: argparse.Namespace) -> int:
     """Refresh one source's users, groups and memberships (see ``beam_pipelines.sync.run_identity_sync``)."""
     from beam_pipelines.sync import run_identity_sync
 
-    d = run_identity_sync(args.source, settings_from_args(args), tenant_id=args.tenant)
+    d = run_identity_sync(args.source, existing_settings(args), tenant_id=args.tenant)
     text = (
         f"identities of {d['source_id']} (tenant {d['tenant_id']}): {d['users']} users, "
         f"{d['groups']} groups, {d['memberships']} memberships in {d['seconds']:.1f}s"

@@ -8,40 +8,32 @@ import dataclasses
 import sys
 from typing import Any
 
-from cli.common import add_run_flags, emit, settings_from_args
+from cli.common import add_run_flags, emit, existing_settings, settings_from_args
+from ragsync.ops.display import shorten
 
 
 def cmd_events_push(args: argparse.Namespace) -> int:
     """Queue the events of a JSONL file, each line on its own: a line that is
-    not UTF-8, not JSON, nested too deeply, too long or not a valid event (an
-    unknown source, a content_uri outside the source's location) is reported
-    with its line number; every other line is queued. Memory stays bounded
-    (lines are read and queued in batches)."""
-    from connectors.events import check_content_uri, parse_event_line, read_event_lines
+    not UTF-8, not JSON, nested too deeply, too long or not a valid event, or
+    that the admission refuses (``connectors.events.EventAdmission``: a
+    content_uri outside the source's location, another tenant), is reported
+    with its line number; every other line is queued (with its source's
+    default groups when it names none). An event of a source that is not
+    registered is queued too, and listed: the stream applies it if the
+    source is registered by then, else makes it an ``invalid_event`` dead
+    letter (as for a Pub/Sub or Kafka message), which ``dead-letters retry``
+    queues again once the source exists. Memory stays bounded (lines are
+    read and queued in batches)."""
+    from connectors.events import EventAdmission, parse_event_line, read_event_lines
     from ragsync.config import open_catalog
-    from ragsync.errors import AmbiguousSourceError, InvalidEventError
+    from ragsync.errors import InvalidEventError, UnknownSourceError
     from ragsync.model import EVENT_LIMITS
 
     rejected: list[dict[str, Any]] = []
+    unknown: list[dict[str, Any]] = []
     queued = duplicates = 0
     catalog = open_catalog(settings_from_args(args))
-    sources: dict[tuple[str, str], tuple[str, str] | None] = {}
-
-    def source_of(event: Any) -> tuple[str, str] | None:
-        """(tenant, location) of the event's source, for this line's tenant:
-        --tenant, else the event's own tenant_id, else the source's only owner."""
-        if event.tenant_id and args.tenant and event.tenant_id != args.tenant:
-            raise InvalidEventError(f"'tenant_id' {event.tenant_id!r} is not --tenant {args.tenant!r}")
-        tenant = args.tenant or event.tenant_id or ""
-        key = (tenant, event.source_id)
-        if key not in sources:
-            try:
-                row = catalog.sources.get_source(event.source_id, tenant_id=tenant or None)
-            except AmbiguousSourceError as exc:
-                raise InvalidEventError(str(exc)) from None
-            sources[key] = None if row is None else (row.tenant_id, row.uri or "")
-        return sources[key]
-
+    admission = EventAdmission(catalog)
     try:
         with open(args.file, "rb") as fh:
             batch = []
@@ -50,11 +42,11 @@ def cmd_events_push(args: argparse.Namespace) -> int:
                     if raw is None:
                         raise InvalidEventError(f"the line is longer than {EVENT_LIMITS.event_bytes} bytes")
                     event = parse_event_line(raw)
-                    found = source_of(event)
-                    if found is None:
-                        raise InvalidEventError(f"unknown source {event.source_id!r}")
-                    check_content_uri(event, found[1])
-                    event = dataclasses.replace(event, tenant_id=found[0])
+                    try:
+                        event = admission.admit(event, args.tenant or "").event
+                    except UnknownSourceError:
+                        unknown.append({"line": number, "source_id": event.source_id})
+                        event = dataclasses.replace(event, tenant_id=args.tenant or event.tenant_id)
                 except InvalidEventError as exc:
                     rejected.append({"line": number, "error": str(exc)})
                     continue
@@ -66,9 +58,14 @@ def cmd_events_push(args: argparse.Namespace) -> int:
             queued, duplicates = queued + added, duplicates + dup
     finally:
         catalog.close()
-    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected}
+    data = {"queued": queued, "duplicates": duplicates, "rejected": rejected, "unknown_sources": unknown}
     human = [f"queued {queued} events ({duplicates} already queued), rejected {len(rejected)}"]
     human += [f"  line {r['line']}: {r['error']}" for r in rejected]
+    human += [
+        f"  line {u['line']}: source {u['source_id']!r} is not registered (`ragsync sources add`): queued; "
+        "the stream makes it an invalid_event dead letter unless the source is registered by then"
+        for u in unknown
+    ]
     emit(args, data, "\n".join(human))
     return 1 if rejected else 0
 
@@ -80,6 +77,14 @@ def _lanes(args: argparse.Namespace) -> str:
     from ragsync.options import option_values
 
     return str(option_values(getattr(args, "pipeline_values", None)).get("lanes") or "all")
+
+
+def _until_idle(args: argparse.Namespace) -> bool:
+    """``--until-idle``, else the pipeline option ``--until_idle`` (a flag, or
+    1/0) or ``$RAGSYNC_UNTIL_IDLE``."""
+    from ragsync.options import option_values
+
+    return bool(args.until_idle or option_values(getattr(args, "pipeline_values", None)).get("until_idle"))
 
 
 def cmd_stream(args: argparse.Namespace) -> int:
@@ -103,7 +108,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
     try:
         summary = run_stream(
             settings,
-            until_idle=args.until_idle,
+            until_idle=_until_idle(args),
             source=args.source,
             beam_args=args.beam_args,
             show_progress=not args.quiet,
@@ -129,7 +134,7 @@ def cmd_stream(args: argparse.Namespace) -> int:
 def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     from ragsync.config import open_catalog
 
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     try:
         rows = catalog.dead_letters.list_dead_letters(source_id=args.source_id, limit=args.limit)
     finally:
@@ -150,7 +155,7 @@ def cmd_dead_letters_list(args: argparse.Namespace) -> int:
     ]
     human = [
         f"{d['event_id']:34s} [{d['error_class']}] {d['stage']:7s} "
-        f"{d['uri'] or d['doc_id']}: {d['message'][:100]}"
+        f"{d['uri'] or d['doc_id']}: {shorten(d['message'], 100)}"
         for d in data
     ]
     emit(args, data, "\n".join(human) or "no dead letters")
@@ -168,7 +173,7 @@ def cmd_dead_letters_retry(args: argparse.Namespace) -> int:
     if not args.all and args.id is None:
         print("ragsync: give a dead letter's event id (or row id) or --all", file=sys.stderr)
         return 2
-    catalog = open_catalog(settings_from_args(args))
+    catalog = open_catalog(existing_settings(args))
     done: list[Any] = []
     missed: list[str] = []
     try:
@@ -215,7 +220,14 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     push.set_defaults(func=cmd_events_push)
 
     st = sub.add_parser("stream", parents=[common], help="run the streaming pipeline")
-    st.add_argument("--until-idle", action="store_true", help="exit once the queue is drained and written")
+    st.add_argument(
+        "--until-idle",
+        "--until_idle",
+        dest="until_idle",
+        action="store_true",
+        help="exit once the queue is drained and written (--source queue; default: pipeline option "
+        "--until_idle, $RAGSYNC_UNTIL_IDLE)",
+    )
     st.add_argument("--source", default="queue", choices=("queue", "pubsub", "kafka"), help="event bus")
     st.add_argument("--pubsub-subscription", help="projects/P/subscriptions/S (with --source pubsub)")
     st.add_argument("--kafka-topic", help="topic (with --source kafka)")

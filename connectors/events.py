@@ -29,15 +29,18 @@ whatever this schema accepts the queue can store.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import hashlib
 import json
 import math
+import time
+from collections.abc import Callable
 from datetime import datetime, timezone
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from ragsync.errors import InvalidEventError
+from ragsync.errors import AmbiguousSourceError, InvalidEventError, UnknownSourceError
 from ragsync.model import EVENT_LIMITS, DeadLetter, Event
 
 OPS = ("upsert", "delete", "acl")
@@ -321,28 +324,149 @@ def check_content_uri(event: Event, location_uri: str) -> None:
         raise OutsideLocationError(f"source {event.source_id!r}: {exc}") from None
 
 
-WIRE_STAGE = "decode"
-"""Dead-letter stage of a bus message that is not a valid event."""
+ADMIT_STAGE = "admit"
+"""Dead-letter stage of an event refused at the pipeline's door: a bus
+message that is not a valid event, or an event whose source is not
+registered or whose ``content_uri`` lies outside the source."""
 
 
-def wire_message_to_row(raw: bytes | None, *, bus: str) -> dict[str, Any]:
-    """A Pub/Sub message body or Kafka record value -> a queue-shaped row
-    (``event_id``, ``payload`` the event's JSON, ``attempts`` 0).
+class Admitted(NamedTuple):
+    """An event let in (:meth:`EventAdmission.admit`): its tenant set and
+    its source's default groups applied, with its source's version domain."""
 
-    Raises:
-        InvalidEventError: empty (a Kafka tombstone), not UTF-8, too long,
-            not JSON or not a valid event; the message says which.
+    event: Event
+    version_domain: str
+
+
+class EventAdmission:
+    """The one admission of a change event, whatever brought it: ``ragsync
+    events push``, the Pub/Sub relay (``connectors.pubsub``), a bus the
+    runner reads (Pub/Sub on Dataflow, Kafka) and the stream's resolve step
+    for queued events.
+
+    An event is let in when, in this order: its tenant is known (the one it
+    came for: ``--tenant``, a queue row's; else its own ``tenant_id``, and
+    the two agree; else its source's only owner); its source is registered
+    for that tenant; an upsert's ``content_uri`` lies under the source's
+    location. It then carries that tenant, and an upsert or permission
+    change that names no groups takes the source's default groups
+    (``sources add --acl-groups``; without defaults it stays without and
+    fails closed later: a ``no_permissions`` dead letter).
+
+    Args:
+        catalog: where sources are registered (``get_source``).
+        ttl_s: how long a looked-up source, or its absence, is reused (a
+            source registered while a stream runs is seen within this time).
+        clock: monotonic seconds (tests).
     """
-    if not raw:
-        raise InvalidEventError(f"an empty {bus} message is not an event")
-    event = parse_event_line(raw)
-    return {"event_id": event.event_id, "payload": event.to_json(), "attempts": 0}
+
+    def __init__(
+        self, catalog: Any, *, ttl_s: float = 30.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._catalog = catalog
+        self._ttl_s = ttl_s
+        self._clock = clock
+        self._sources: dict[tuple[str, str], tuple[float, Any]] = {}
+
+    def _source(self, tenant: str, source_id: str) -> Any:
+        key = (tenant, source_id)
+        now = self._clock()
+        cached = self._sources.get(key)
+        if cached is None or now - cached[0] > self._ttl_s:
+            try:
+                found = self._catalog.get_source(source_id, tenant_id=tenant or None)
+            except AmbiguousSourceError as exc:
+                raise InvalidEventError(str(exc)) from None
+            cached = self._sources[key] = (now, found)
+        return cached[1]
+
+    def admit(self, event: Event, tenant: str = "") -> Admitted:
+        """Let ``event`` in (class docstring).
+
+        Args:
+            event: a validated event (``parse_event``).
+            tenant: the tenant it came for ('' when the channel names none).
+
+        Returns:
+            The event as it is applied, and its source's version domain.
+
+        Raises:
+            UnknownSourceError: no such source (of that tenant).
+            OutsideLocationError: an upsert's address outside the source.
+            InvalidEventError: the event's ``tenant_id`` is not ``tenant``,
+                or no tenant is known and several own a source of that id.
+        """
+        if tenant and event.tenant_id and event.tenant_id != tenant:
+            raise InvalidEventError(f"'tenant_id' {event.tenant_id!r} is not the tenant {tenant!r}")
+        source = self._source(tenant or event.tenant_id, event.source_id)
+        if source is None:
+            raise UnknownSourceError(
+                f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
+            )
+        check_content_uri(event, source.uri)
+        admitted = dataclasses.replace(event, tenant_id=source.tenant_id)
+        return Admitted(admitted.with_default_groups(source.spec().option_groups()), source.version_domain)
+
+
+def queue_row(event: Event) -> dict[str, Any]:
+    """An admitted bus event as a row of the shape the queue's reader gives
+    the stream (``event_id``, ``payload`` the event's JSON, ``tenant_id``,
+    ``attempts`` 0)."""
+    return {
+        "event_id": event.event_id,
+        "payload": event.to_json(),
+        "tenant_id": event.tenant_id,
+        "attempts": 0,
+    }
+
+
+def admit_bus_message(
+    raw: bytes | None, admission: EventAdmission, *, bus: str, where: str
+) -> Admitted | DeadLetter:
+    """A Pub/Sub message body or Kafka record value through the one
+    admission: the admitted event, or the dead letter of a message that is
+    not a valid event (empty, not UTF-8, too long, not JSON, a field at
+    fault) or that :class:`EventAdmission` refuses. Never raises for what
+    the message holds.
+
+    Args:
+        raw: the body as received.
+        admission: the stream's (or relay's) admission.
+        bus: ``pubsub`` or ``kafka``.
+        where: the subscription or topic, with the message's id when known.
+    """
+    try:
+        if not raw:
+            raise InvalidEventError(f"an empty {bus} message is not an event")
+        return admission.admit(parse_event_line(raw))
+    except InvalidEventError as exc:
+        return wire_dead_letter(raw, exc, bus=bus, where=where)
+
+
+def refused_event_dead_letter(row: dict[str, Any], error: InvalidEventError, doc_id: str = "") -> DeadLetter:
+    """The dead letter of a queued event the admission refused (its source
+    was removed, or it never existed): stage ``admit``, the reason as is, the
+    event's JSON and id, so ``ragsync dead-letters retry`` can re-drive it
+    once the source is registered."""
+    return DeadLetter(
+        stage=ADMIT_STAGE,
+        doc_id=doc_id,
+        uri="",
+        error_class=error.error_class,
+        message=str(error)[:1000],
+        payload=str(row.get("payload") or ""),
+        attempts=int(row.get("attempts") or 0) + 1,
+        tenant_id=str(row.get("tenant_id") or ""),
+        source_version=str(row.get("source_version") or ""),
+        event_id=str(row.get("event_id") or ""),
+    )
 
 
 def wire_dead_letter(raw: bytes | None, error: InvalidEventError, *, bus: str, where: str) -> DeadLetter:
-    """The dead letter of a bus message that is not a valid event: the reason
-    and the raw bytes (base64, the first ``EVENT_LIMITS.event_bytes`` of
-    them), so it can be inspected and re-published after a fix.
+    """The dead letter of a bus message that is not a valid event, or that
+    the admission refused: the reason and the raw bytes (base64, the first
+    ``EVENT_LIMITS.event_bytes`` of them), so it can be inspected and
+    re-published after a fix.
 
     Args:
         raw: the message body as received.
@@ -360,7 +484,7 @@ def wire_dead_letter(raw: bytes | None, error: InvalidEventError, *, bus: str, w
         "truncated": len(kept) < len(data),
     }
     return DeadLetter(
-        stage=WIRE_STAGE,
+        stage=ADMIT_STAGE,
         doc_id="",
         uri=f"{bus}:{where}",
         error_class="invalid_event",

@@ -70,6 +70,31 @@ def _split_scheme(uri: str) -> tuple[str, str]:
     return match.group(1).lower(), uri[match.end() :]
 
 
+# A host name, or a host and port, where a location starts (an address given
+# without its scheme: ``wiki.example.com/w/api.php``, ``localhost:8931/api.php``).
+_HOST = re.compile(r"^(localhost|\d{1,3}(\.\d{1,3}){3}|[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+)(:\d+)?$")
+_LOOPBACK = ("localhost", "127.")
+
+
+def _refuse_schemeless_host(uri: str, scheme: str, rest: str) -> None:
+    """Refuse an API address given without ``http(s)://``, saying so (it was
+    taken for a relative folder, or ``localhost`` for a scheme).
+
+    Raises:
+        ConfigurationError: ``uri`` starts with a host name (or host:port).
+    """
+    head = uri.split("/", 1)[0]
+    looks_like_host = (scheme == "" and _HOST.match(head)) or (
+        scheme not in ("", LOCAL, *OBJECT_SCHEMES, *HTTP_SCHEMES) and re.match(r"^\d+(/|$)", rest)
+    )
+    if looks_like_host:
+        guess = ("http://" if head.startswith(_LOOPBACK) else "https://") + uri
+        raise ConfigurationError(
+            f"{uri!r} has no scheme: an API's location (a wiki's api.php, Jira's base URL) starts with "
+            f"http:// or https:// (did you mean {guess!r}?)"
+        )
+
+
 @dataclass(frozen=True)
 class Location:
     """Where one source's content lives.
@@ -95,10 +120,14 @@ class Location:
         if not uri or len(uri) > MAX_URI_CHARS or "\x00" in uri:
             raise ConfigurationError("a source location must be a folder, gs://, s3:// or http(s):// address")
         scheme, rest = _split_scheme(uri.strip())
+        _refuse_schemeless_host(uri.strip(), scheme, rest)
         if scheme in ("", LOCAL):
             path = cls._local_path(uri.strip(), scheme, rest)
             if path is None or not path.startswith("/"):
-                raise ConfigurationError(f"source folder {uri!r} must be an absolute path")
+                raise ConfigurationError(
+                    f"{uri!r} is not a location: a folder is an absolute path (/srv/docs); other "
+                    "locations start with their scheme (https://host/w/api.php, gs://bucket/prefix, s3://...)"
+                )
             path = _clean_local(path)
             for bad in _FORBIDDEN_LOCAL_ROOTS:
                 if path == bad or (bad != "/" and path.startswith(bad + "/")):

@@ -318,6 +318,35 @@ def _join(root: str, *parts: str) -> str:
     return os.path.join(root, *parts)
 
 
+def missing_catalog(settings: Settings) -> str | None:
+    """The path of the SQLite catalog file when it does not exist (opening
+    it would create it, and an empty home with it), else None (it exists, or
+    the catalog is a server's)."""
+    url = settings.catalog_url
+    if url.startswith("sqlite:///") and not os.path.exists(url[len("sqlite:///") :]):
+        return url[len("sqlite:///") :]
+    return None
+
+
+def require_catalog(settings: Settings) -> Settings:
+    """``settings``, once their catalog is known to exist: the commands that
+    only read it (query, status, reconcile, dead letters...) never create an
+    empty home where a user ran them by mistake.
+
+    Raises:
+        ConfigurationError: the SQLite catalog does not exist; the message
+            says where it was looked for and what to do.
+    """
+    path = missing_catalog(settings)
+    if path is None:
+        return settings
+    where = settings.home if path == os.path.join(settings.home, "catalog.db") else path
+    raise ConfigurationError(
+        f"nothing is indexed at {where} (no catalog there): run `ragsync backfill FOLDER` first, "
+        "or point --home (or RAGSYNC_HOME) at an existing home"
+    )
+
+
 def open_catalog(settings: Settings) -> Catalog:
     """The catalog (migrated to the current schema)."""
     from ragsync.catalog import Catalog

@@ -141,10 +141,20 @@ class InvalidEventError(RagsyncError, error_class="invalid_event"):
     """A malformed input record."""
 
 
+class UnknownSourceError(InvalidEventError):
+    """An event for a source that is not registered (for the tenant it came for)."""
+
+
 class OutsideLocationError(InvalidEventError):
     """An address that does not resolve under its source's location, or that
     names something other than a regular file. The message is the same whatever
     exists at the address."""
+
+
+class WorkerLostError(RagsyncError, error_class="crash"):
+    """A worker process of the local runner died during the run (killed, out
+    of memory): the run is stopped instead of waiting for it forever; the
+    message names the worker and what to do."""
 
 
 class EmbedFailedError(RagsyncError, error_class="embed_failed"):
@@ -207,3 +217,26 @@ class StoreBusyError(ConfigurationError):
 
 
 STORE_BUSY = "held by another ragsync run"
+
+
+class ListingFailedError(FetchError):
+    """A full listing failed (a shard could not be listed, timed out,
+    or a store failed): nothing was deleted."""
+
+
+def root_cause(exc: BaseException) -> str:
+    """A one-line cause of a pipeline failure: the innermost ragsync error's
+    class and message when there is one (Beam wraps what a step raised)."""
+    seen: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in seen:
+        seen.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    for e in reversed(seen):
+        if isinstance(e, RagsyncError):
+            return f"[{e.error_class}] {e}"[:1000]
+    text = str(seen[-1]) or type(seen[-1]).__name__
+    for line in reversed(text.splitlines()):
+        if "Error:" in line:
+            return line.strip()[:1000]
+    return text.strip().splitlines()[-1][:1000] if text.strip() else type(seen[-1]).__name__

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, ClassVar, TypeVar
@@ -433,6 +434,18 @@ class Event(JsonRecord):
     event_time: float
     tenant_id: str = ""
     deny_groups: tuple[str, ...] = ()
+
+    @property
+    def needs_groups(self) -> bool:
+        """An upsert or permission change that names no groups (it takes its
+        source's default groups, or fails closed without them)."""
+        return self.op in ("upsert", "acl") and not self.acl_groups
+
+    def with_default_groups(self, groups: Sequence[str]) -> Event:
+        """The event, with ``groups`` (its source's defaults) when it
+        :attr:`needs_groups`; otherwise unchanged."""
+        chosen = tuple(sorted({g.strip() for g in groups if g.strip()}))
+        return dataclasses.replace(self, acl_groups=chosen) if self.needs_groups and chosen else self
 
 
 @dataclass(frozen=True)

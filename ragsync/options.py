@@ -60,6 +60,31 @@ def _o(name: str, typ: type, help_: str, secret: bool = False) -> Option:
     return Option(name, typ, help_, secret)
 
 
+_YES = ("1", "true", "yes", "on")
+_NO = ("0", "false", "no", "off", "")
+
+
+def yes_no(text: str) -> bool:
+    """The value of a flag option given with a value (``--until_idle=1``, as a
+    Flex Template passes parameters, or its environment variable).
+
+    Raises:
+        ValueError: not one of 1/0, true/false, yes/no, on/off.
+    """
+    word = text.strip().lower()
+    if word in _YES or word in _NO:
+        return word in _YES
+    raise ValueError(f"{text!r} is not 1 or 0 (true/false, yes/no, on/off)")
+
+
+def _flag_value(text: str) -> bool:
+    """``yes_no`` for argparse (its error names the flag)."""
+    try:
+        return yes_no(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 SETTING_OPTIONS: tuple[Option, ...] = (
     _o("home", str, "local state directory (default ./ragsync-data)"),
     _o(
@@ -187,9 +212,9 @@ JOB_OPTIONS: tuple[Option, ...] = (
     _o("lanes", str, "streaming, local queue: all, 'priority,fast' or slow (default all)"),
     _o(
         "reread",
-        int,
-        "1: read every listed object, even those whose size, modification time or version match the "
-        "catalog (default 0: those are skipped unread)",
+        bool,
+        "a flag (or true/false, 1/0): read every listed object, even those whose size, modification "
+        "time or version match the catalog (default off: those are skipped unread)",
     ),
 )
 
@@ -204,9 +229,9 @@ STREAM_OPTIONS: tuple[Option, ...] = (
     _o("kafka_bootstrap", str, "Kafka bootstrap servers, host:port[,host:port] (event_source kafka)"),
     _o(
         "until_idle",
-        int,
-        "1: finish once the queue is drained and written (event_source queue only; default 0: run until "
-        "the job is drained or cancelled)",
+        bool,
+        "a flag (or true/false, 1/0): finish once the queue is drained and written (event_source queue "
+        "only; default off: run until the job is drained or cancelled)",
     ),
 )
 """The long-running stream's own parameters (its Flex Template's, beside ``lanes``)."""
@@ -230,6 +255,16 @@ def add_pipeline_flags(parser: Any) -> None:
     """Add ``--name`` (underscores, Beam's style) for every option, default
     None: ``parse_pipeline_args`` uses it."""
     for opt in ALL_OPTIONS:
+        if opt.type is bool:  # a flag, or a flag with a value (a template's ``--until_idle=1``)
+            parser.add_argument(
+                f"--{opt.name}",
+                type=_flag_value,
+                nargs="?",
+                const=True,
+                default=None,
+                help=f"{opt.help} [env {opt.env}]",
+            )
+            continue
         parser.add_argument(f"--{opt.name}", type=opt.type, default=None, help=f"{opt.help} [env {opt.env}]")
 
 
@@ -250,6 +285,11 @@ def add_setting_flags(
 
 
 def _convert(opt: Option, raw: Any) -> Any:
+    if isinstance(raw, str) and opt.type is bool:
+        try:
+            return yes_no(raw)
+        except ValueError:
+            raise ConfigurationError(f"{opt.env}={raw!r}: {opt.name} must be 1 or 0 (true/false)") from None
     if isinstance(raw, str) and opt.type is not str:
         try:
             return opt.type(raw.strip())

@@ -36,6 +36,26 @@ if [ "${RAGSYNC_WITH_REDMINE:-0}" = "1" ] && { ! command -v ruby >/dev/null 2>&1
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends \
     redmine redmine-sqlite >/dev/null
 fi
+# Google's Pub/Sub emulator (google-cloud-cli's pubsub-emulator component, a Java program) for the
+# stream's Pub/Sub tests (tests/pubsub_emulator.py). Java is Debian's; the component comes from Google's
+# apt repository (https://cloud.google.com/sdk/docs/install#deb), which a clean Debian does not list.
+if [ "${RAGSYNC_WITH_PUBSUB:-0}" = "1" ]; then
+  if ! command -v java >/dev/null 2>&1; then
+    echo "[setup] installing Java for the Pub/Sub emulator (openjdk-17-jre-headless)" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq openjdk-17-jre-headless >/dev/null
+  fi
+  sdk="$(dirname "$(dirname "$(readlink -f "$(command -v gcloud || echo /usr/lib/google-cloud-sdk/bin/gcloud)")")")"
+  if ! ls "$sdk"/platform/pubsub-emulator/lib/cloud-pubsub-emulator-*-all.jar >/dev/null 2>&1; then
+    if apt-cache policy google-cloud-cli-pubsub-emulator 2>/dev/null | grep -q 'Candidate: [0-9]'; then
+      echo "[setup] installing the Pub/Sub emulator (google-cloud-cli-pubsub-emulator)" >&2
+      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq google-cloud-cli-pubsub-emulator >/dev/null
+    else
+      echo "[setup] no Pub/Sub emulator: add Google's apt repository and install google-cloud-cli-pubsub-emulator" \
+        "(its tests fail under CI=1 without it)" >&2
+    fi
+  fi
+fi
 # Chromium (Debian's package) renders `ragsync report` pages in the report's test.
 if [ "${RAGSYNC_WITH_CHROMIUM:-0}" = "1" ] && ! command -v chromium >/dev/null 2>&1; then
   echo "[setup] installing Chromium (headless rendering of ragsync report in the tests)" >&2

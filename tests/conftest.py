@@ -300,3 +300,26 @@ def redmine(redmine_template: object, tmp_path_factory: pytest.TempPathFactory) 
         yield server
     finally:
         server.stop()
+
+
+# -- Pub/Sub emulator -------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def pubsub_emulator() -> Iterator[object]:
+    """Google's Pub/Sub emulator on a free port for the session
+    (``tests/pubsub_emulator.py``), its Java process owned and stopped here.
+
+    Skipped when gcloud's pubsub-emulator component or Java is missing,
+    except with ``$CI`` set: CI's machine has both and must run these tests.
+    """
+    from tests import pubsub_emulator as emulator
+
+    _require(emulator.available(), emulator.MISSING, "Pub/Sub")
+    root = Path(tempfile.mkdtemp(prefix="ragsync-pubsub-"))
+    running = emulator.PubSubEmulator.start(root)
+    try:
+        yield running
+    finally:
+        running.stop()
+        shutil.rmtree(root, ignore_errors=True)

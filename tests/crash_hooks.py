@@ -3,11 +3,13 @@
 (``ragsync.index.service.HOOKS_ENV``) and one of the variables below; :func:`crash_env`
 builds that environment.
 
-* ``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N[:SIGNAL]`` sends SIGNAL (default
-  SIGKILL) to the writer's process once the index upsert of the batch holding
+* ``RAGSYNC_CRASH_AFTER_INDEX_WRITES=N[:SIGNAL[:group]]`` sends SIGNAL (default
+  SIGKILL) to the writer's process (with ``:group``, to its whole process
+  group, as a terminal's Ctrl-C does) once the index upsert of the batch holding
   its N-th document is done, before any catalog row of that batch exists - the
   worst place to be stopped - and parks the writing thread until the process
-  exits. It prints ``[fault] sending SIGNAL`` to stderr first.
+  exits. It prints ``[fault] sending SIGNAL ... from the step's thread NAME``
+  to stderr first.
 * ``RAGSYNC_CRASH_ONCE=PATH``: only the first process to create PATH fires
   that hook (one worker of many, and a re-run goes through).
 * ``RAGSYNC_CRASH_BEFORE_FLIPS=N``: SIGKILL before the writer's N-th version
@@ -70,11 +72,18 @@ def first_to_crash(marker: str) -> bool:
     return True
 
 
-def _stop(signum: signal.Signals, why: str) -> None:
-    """Send ``signum`` to this process, then park the calling thread (the run
-    is stopped right here, whatever else this thread's bundle holds)."""
-    print(f"[fault] sending {signum.name}{why}", file=sys.stderr, flush=True)
-    os.kill(os.getpid(), signum)
+def _stop(signum: signal.Signals, why: str, *, group: bool = False) -> None:
+    """Send ``signum`` to this process (``group``: to its whole process
+    group, as a terminal's Ctrl-C or a service manager's stop does), then
+    park the calling thread (the run is stopped right here, whatever else
+    this thread's bundle holds). The line it prints names the thread the
+    step runs in."""
+    thread = threading.current_thread().name
+    print(f"[fault] sending {signum.name}{why} from the step's thread {thread}", file=sys.stderr, flush=True)
+    if group:
+        os.killpg(os.getpgid(0), signum)
+    else:
+        os.kill(os.getpid(), signum)
     threading.Event().wait()
 
 
@@ -87,6 +96,7 @@ def hooks_for(environ: Mapping[str, str]) -> WriteHooks:
         AttributeError: a signal name is unknown.
     """
     after, _, signame = environ.get("RAGSYNC_CRASH_AFTER_INDEX_WRITES", "").partition(":")
+    signame, _, to_group = signame.partition(":")
     after_writes = int(after or 0)
     after_signal = getattr(signal, signame or "SIGKILL")
     once = environ.get("RAGSYNC_CRASH_ONCE", "")
@@ -96,7 +106,7 @@ def hooks_for(environ: Mapping[str, str]) -> WriteHooks:
 
     def after_index_writes(n: int) -> None:
         if after_writes and n == after_writes and first_to_crash(once):
-            _stop(after_signal, "")
+            _stop(after_signal, " to the process group" if to_group else "", group=bool(to_group))
 
     def before_flip(n: int, plan: DocumentPlan) -> None:
         if before_flips and n >= before_flips:

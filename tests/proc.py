@@ -51,6 +51,32 @@ def cli(*args: str) -> list[str]:
     return [*CLI, *args]
 
 
+def sigint_as_at_a_terminal() -> None:
+    """In a child before exec: SIGINT's default action, as a shell gives a
+    foreground command. A suite started in the background of a script
+    (``scripts/test.sh &``) inherits SIGINT ignored, and ragsync, like any
+    program, keeps an ignored SIGINT ignored (``nohup`` relies on it): a test
+    of a Ctrl-C is about a user's Ctrl-C, not that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def start_as_at_a_terminal(cmd: list[str], env: dict[str, str], log: Path | None) -> subprocess.Popen[bytes]:
+    """Start ``cmd`` from the repository root as a shell starts a foreground
+    command a user may Ctrl-C: in a session of its own, SIGINT's default
+    action, its output (both streams) to ``log``, or to a pipe
+    (``proc.stdout``) when ``log`` is None."""
+    with open(log, "wb") if log is not None else open(os.devnull, "wb") as fh:
+        return subprocess.Popen(
+            cmd,
+            env=env,
+            cwd=ROOT,
+            stdout=fh if log is not None else subprocess.PIPE,
+            stderr=fh if log is not None else subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=sigint_as_at_a_terminal,
+        )
+
+
 def run_until_killed(cmd: list[str], env: dict[str, str], log: Path, timeout_s: float = 600) -> int:
     """Run ``cmd`` from the repository root in its own session, its output to
     ``log``, until it exits (a fault hook in it sends the signal); then end

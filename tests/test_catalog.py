@@ -6,6 +6,7 @@ import gc
 import json
 import multiprocessing
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -31,6 +32,7 @@ from ragsync.catalog import (
     schema,
 )
 from ragsync.catalog.base import POOL_SIZE_ENV, catalog_pool_size, shared_engine_users
+from ragsync.decisions import Stamp
 from ragsync.errors import AmbiguousSourceError
 from ragsync.model import Chunk, DeadLetter, FetchedDocument, SourceFile
 from ragsync.source_types import SourceSpec
@@ -783,6 +785,67 @@ def test_dead_letters_list_counts_and_resolve(catalog: Catalog) -> None:
     assert [r.doc_id for r in catalog.dead_letters.list_dead_letters(source_id="s1")] == ["d1"]
     all_s1 = catalog.dead_letters.list_dead_letters(source_id="s1", unresolved_only=False)
     assert [(r.doc_id, r.resolved_at is not None) for r in all_s1] == [("d1", False), ("d2", True)]
+
+
+def test_a_later_good_version_or_delete_settles_the_documents_dead_letters(catalog: Catalog) -> None:
+    """A dead letter stays open until a later success of its document: the
+    flip of a version that settles it, the link of an exact copy, a completed
+    delete (``ragsync.decisions.settles_dead_letter``, in the same
+    transaction). A failure of a newer version stays open when an older one
+    is written (two workers), and so does another document's."""
+
+    def dead(doc: str, version: str, *, event: str = "") -> int:
+        payload = {"event_id": event, "doc_id": doc} if event else {"source_object_id": doc}
+        letter = DeadLetter(
+            stage="parse",
+            doc_id=doc,
+            uri=f"file:///{doc}",
+            error_class="corrupt",
+            message="bad",
+            payload=json.dumps(payload),
+            tenant_id="t1",
+            source_version=version,
+        )
+        return catalog.record_dead_letter(letter, source_id="s1")[0]
+
+    def open_ids() -> list[int]:
+        return sorted(r.id for r in catalog.list_dead_letters())
+
+    # A backfill's failure, then a later listing writes the fixed file: the
+    # listing saw it after the failure was recorded (its mtime may be older).
+    catalog.record_fetch(fetch("d1", version="100.0"))
+    listed = dead("d1", "200.0")
+    other = dead("d9", "200.0")
+    assert flip(
+        catalog, "d1", version="150.0", version_domain="timestamp", version_observed_at=time.time() - 60
+    )
+    assert open_ids() == [listed, other]  # observed before the failure: not settled
+    assert flip(
+        catalog, "d1", version="150.0", version_domain="timestamp", version_observed_at=time.time() + 1
+    )
+    assert open_ids() == [other]
+    assert catalog.document_counts_by_status() == {"dead_letter": 1, STATUS_INDEXED: 1}
+
+    # Events: version 7 failed while version 6 was written (another worker):
+    # still open; version 8 settles it. Times do not decide between events.
+    catalog.record_fetch(fetch("d2", version="5"))
+    assert flip(catalog, "d2", version="5", by_event=True)
+    newer = dead("d2", "7", event="ev7")
+    assert flip(catalog, "d2", version="6", by_event=True, version_observed_at=time.time() + 60)
+    assert open_ids() == [other, newer] and catalog.get_document("d2").status == STATUS_INDEXED
+    assert flip(catalog, "d2", version="8", by_event=True)
+    assert open_ids() == [other]
+
+    # An exact copy linked after its failure, and a completed delete.
+    catalog.record_fetch(fetch("d3", version="1"))
+    copied = dead("d3", "1", event="ev3")
+    catalog.mark_duplicate("d3", "d1", content_hash="h1", written=Stamp("2"), by_event=True)
+    assert open_ids() == [other] and catalog.get_document("d3").status == "duplicate"
+    gone = dead("d9", "201.0")
+    catalog.put_tombstone("d9", "t1", "300.0", version_domain="timestamp", observed_at=time.time() + 1)
+    assert open_ids() == [other, gone]  # recorded, not completed: still open
+    catalog.complete_tombstone("d9")
+    assert open_ids() == [] and copied not in open_ids()
 
 
 def test_close_is_safe_twice(catalog_url: str) -> None:

@@ -126,12 +126,30 @@ def test_help_loads_no_heavy_module() -> None:
     assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
+def _in_a_fresh_process(commands: list[list[str]], home: str) -> tuple[list[int], list[str], str]:
+    """Run ``commands`` (``ragsync`` argument lists, each with ``--home home``)
+    one after the other in a new Python process: their exit codes, which of
+    Beam and torch that process imported, and its stderr."""
+    import subprocess
+    import sys
+
+    probe = (
+        "import json, sys\nfrom cli.main import main\n"
+        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
+        "print(json.dumps([codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules)]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    codes, heavy = json.loads(done.stdout.strip().splitlines()[-1])
+    return codes, heavy, done.stderr
+
+
 def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
     """Registering a source, listing sources, status, dead letters and pushing
     events touch only the catalog: they run without Beam or torch (with Beam,
     ``sources add`` took 2.2 s instead of 0.5 s)."""
-    import subprocess
-    import sys
 
     folder = tmp_path / "docs"
     folder.mkdir()
@@ -156,13 +174,150 @@ def test_light_commands_load_no_pipeline_code(tmp_path: Path) -> None:
         ["dead-letters", "list", "--json"],
         ["status", "--json"],
     ]
-    probe = (
-        "import sys\nfrom cli.main import main\n"
-        f"codes = [main([*argv, '--home', {home!r}]) for argv in {commands!r}]\n"
-        "print(codes, sorted(m for m in ('apache_beam', 'torch') if m in sys.modules))\n"
-    )
-    done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, cwd=ROOT
-    )
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip().splitlines()[-1] == "[0, 0, 0, 0, 0] []", done.stderr[-2000:]
+    codes, heavy, err = _in_a_fresh_process(commands, home)
+    assert (codes, heavy) == ([0, 0, 0, 0, 0], []), err
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import importlib.metadata
+
+    import ragsync
+
+    with pytest.raises(SystemExit) as stop:
+        main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"ragsync {ragsync.__version__}\n"
+    # One version: the installed package's metadata (setup.py) reads the same.
+    assert importlib.metadata.version("ragsync") == ragsync.__version__
+
+
+def test_status_and_dead_letters_cut_reasons_between_words(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from ragsync.config import Settings, open_catalog
+    from ragsync.model import DeadLetter
+
+    home = str(tmp_path / "home")
+    words = "neither PDFium nor pdfminer could open the file because its cross reference table is " * 3
+    catalog = open_catalog(Settings(home=home))
+    try:
+        catalog.add_dead_letter(
+            DeadLetter(stage="parse", doc_id="d1", uri="a.pdf", error_class="corrupt", message=words.strip())
+        )
+    finally:
+        catalog.close()
+    code, out = _run(capsys, "status", "--home", home)
+    (line,) = [x for x in out.splitlines() if "a.pdf" in x]
+    assert code == 0 and line.endswith("…")
+    shown = line.split("a.pdf: ", 1)[1].removesuffix("…").split()
+    assert len(line.split("a.pdf: ", 1)[1]) <= 120
+    assert shown == words.split()[: len(shown)]  # whole words only
+    code, out = _run(capsys, "dead-letters", "list", "--home", home)
+    shown = out.strip().split("a.pdf: ", 1)[1]
+    assert code == 0 and shown.endswith("…") and len(shown) <= 100
+    assert shown.removesuffix("…").split() == words.split()[: len(shown.removesuffix("…").split())]
+
+
+def test_reading_commands_where_nothing_was_indexed_say_so_and_create_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``query`` in a directory without a home created ``./ragsync-data`` and
+    answered "no results"; it now says where it looked and what to do."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("RAGSYNC_HOME", raising=False)
+    for argv in (
+        ["query", "laptop policy", "--groups", "everyone"],
+        ["status"],
+        ["reconcile"],
+        ["sources", "list"],
+        ["dead-letters", "list"],
+        ["sync", "docs"],
+    ):
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err
+        assert f"nothing is indexed at {tmp_path / 'ragsync-data'}" in err, (argv, err)
+        assert "ragsync backfill FOLDER" in err and "--home" in err
+    assert list(tmp_path.iterdir()) == []
+    # --home names it the same way; a home with a catalog answers as before.
+    home = tmp_path / "elsewhere"
+    assert main(["status", "--home", str(home)]) == 2
+    assert f"nothing is indexed at {home} " in capsys.readouterr().err and not home.exists()
+    assert main(["sources", "add", "docs", "--type", "wiki", "--tenant", "t", "--home", str(home)]) == 0
+    assert main(["status", "--home", str(home), "--json"]) == 0
+
+
+def test_unknown_ids_are_answered_without_loading_beam(tmp_path: Path) -> None:
+    """An unknown source id, model name or folder is refused before Beam is
+    imported (the import took the 3.5-7 s such an answer took; the figures
+    are measured outside the tests, not asserted)."""
+
+    home = str(tmp_path / "home")
+    commands = [
+        ["sources", "add", "docs", "--type", "wiki", "--tenant", "acme"],
+        ["sync", "nosuch"],
+        ["identities", "sync", "--source", "nosuch", "--tenant", "acme"],
+        ["reembed", "--model", "nosuch"],
+        ["backfill", str(tmp_path / "nosuch")],
+    ]
+    codes, heavy, err = _in_a_fresh_process(commands, home)
+    assert (codes, heavy) == ([0, 2, 2, 2, 2], []), err
+    assert err.count("unknown source 'nosuch'") == 2
+    assert "unknown embedding model 'nosuch'" in err and "does not exist" in err
+
+
+def test_parse_of_a_folder_reads_each_file_a_backfill_would(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``ragsync parse DIR`` ended in a traceback (IsADirectoryError, exit 1):
+    it now parses each file a backfill of the folder would list, one line each,
+    and exits 2 when any of them would be dead-lettered (as for one file)."""
+    folder = tmp_path / "docs"
+    (folder / "sub").mkdir(parents=True)
+    (folder / "a.md").write_text("# Parking\n\nThe garage closes in May.\n")
+    (folder / "sub" / "b.html").write_text("<html><body><h1>B</h1><p>Body text.</p></body></html>")
+    (folder / "sub" / "broken.pdf").write_bytes(b"%PDF-1.4 truncated")
+    (folder / ".hidden.md").write_text("# Hidden\n\nNot listed.\n")
+    (folder / "empty.txt").write_bytes(b"")
+    code, out = _run(capsys, "parse", str(folder), "--json")
+    files = json.loads(out)["files"]
+    assert code == 2
+    assert [
+        (Path(f["file"]).relative_to(folder).as_posix(), f["error"] and f["error"]["class"]) for f in files
+    ] == [
+        ("a.md", None),
+        ("empty.txt", "empty"),
+        ("sub/b.html", None),
+        ("sub/broken.pdf", "corrupt"),
+    ]
+    assert [e["text"] for e in files[0]["elements"]] == ["Parking", "The garage closes in May."]
+    code, out = _run(capsys, "parse", str(folder))
+    lines = out.splitlines()
+    assert code == 2 and len(lines) == 5
+    assert lines[0] == f"{folder / 'a.md'}: text/markdown (fast lane) 2 elements"
+    assert lines[3].endswith("dead letter [corrupt]")
+    assert lines[4] == "4 files: 2 parsed, 2 would be dead-lettered"
+    (folder / "sub" / "broken.pdf").unlink()
+    (folder / "empty.txt").unlink()
+    assert _run(capsys, "parse", str(folder))[0] == 0
+    # A file that cannot be read is one line and exit 2, not a traceback.
+    assert main(["parse", str(tmp_path / "missing.pdf")]) == 2
+    assert "missing.pdf" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("uri", "meant"),
+    [
+        ("wiki.example.com/w/api.php", "https://wiki.example.com/w/api.php"),
+        ("localhost:8931/api.php", "http://localhost:8931/api.php"),
+        ("127.0.0.1:8931/w/api.php", "http://127.0.0.1:8931/w/api.php"),
+    ],
+)
+def test_a_wiki_url_without_its_scheme_is_not_called_a_folder(
+    uri: str, meant: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = str(tmp_path / "home")
+    code = main(["sources", "add", "w", "--tenant", "acme", "--type", "wiki", "--uri", uri, "--home", home])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert f"{uri!r} has no scheme" in err and f"did you mean {meant!r}" in err
+    assert "folder" not in err and "unsupported location scheme" not in err

@@ -11,8 +11,11 @@ must equal a single-process run's exactly.
 from __future__ import annotations
 
 import os
+import re
 import signal
+import subprocess
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +37,7 @@ from ragsync.index.reconcile import reconcile
 from ragsync.index.versions import prepare_stores
 from ragsync.query.search import hybrid_query
 from tests.crash_hooks import crash_env
-from tests.proc import ROOT, cli, run_json, run_until_killed
+from tests.proc import ROOT, cli, kill_group, live_members, run_json, run_until_killed
 from tests.queue_events import change_event, push_events
 from tests.store_state import chunk_ids_by_store
 from tests.test_backfill import _make_corpus
@@ -192,23 +195,9 @@ def _index_rows(settings: Settings) -> tuple[int, int]:
         vec.close()
 
 
-def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
-    corpus: Path,
-    tmp_path: Path,
-    single: Settings,
-    postgres_url: str,
-    milvus_uri: str,  # noqa: F811
-) -> None:
-    """SIGKILL of the SDK worker in the write stage, after its index upsert
-    and before any catalog row of its batch (the fault hook, once: the first
-    worker to create the marker dies). Under PortableRunner LOOPBACK the SDK
-    worker runs in the launcher, so the job dies visibly (-9) and nothing
-    retries the bundle; under multi_processing the FnApiRunner does not retry
-    either and waits forever for the dead worker's bundle (docs/flink.md). A
-    plain re-run of the same command (same environment: the marker now
-    exists) must end where a clean run ends."""
-    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
-    cmd = cli(
+def _backfill_cmd(corpus: Path, settings: Settings, runner: tuple[str, ...]) -> list[str]:
+    """``ragsync backfill`` of ``corpus`` into the cluster stores of ``settings`` on ``runner``."""
+    return cli(
         "backfill",
         str(corpus),
         "--acl-groups",
@@ -226,8 +215,27 @@ def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
         "--quiet",
         "--json",
         "--",
-        *LOOPBACK,
+        *runner,
     )
+
+
+def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
+    corpus: Path,
+    tmp_path: Path,
+    single: Settings,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    """SIGKILL of the SDK worker in the write stage, after its index upsert
+    and before any catalog row of its batch (the fault hook, once: the first
+    worker to create the marker dies). Under PortableRunner LOOPBACK the SDK
+    worker runs in the launcher, so the job dies visibly (-9) and nothing
+    retries the bundle; under multi_processing the FnApiRunner does not retry
+    either and waits forever for the dead worker's bundle (docs/flink.md). A
+    plain re-run of the same command (same environment: the marker now
+    exists) must end where a clean run ends."""
+    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
+    cmd = _backfill_cmd(corpus, settings, LOOPBACK)
     marker = tmp_path / "worker-killed"
     env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="1", RAGSYNC_CRASH_ONCE=str(marker))
     log = tmp_path / "killed.log"
@@ -253,6 +261,49 @@ def test_worker_killed_mid_write_then_plain_rerun_equals_single_process(
     finally:
         cat.close()
     assert _server_activity(settings.catalog_url) == (0, 0)  # no session, lock or transaction left
+    assert reconcile(settings, DIM).ok
+
+
+def test_a_dead_sdk_worker_ends_the_run_naming_it_then_a_rerun_equals_single_process(
+    corpus: Path,
+    tmp_path: Path,
+    single: Settings,
+    postgres_url: str,
+    milvus_uri: str,  # noqa: F811
+) -> None:
+    """Under ``multi_processing`` one SDK worker process is SIGKILLed mid-write
+    (the fault hook, once). Beam's FnApiRunner neither retries nor fails then:
+    it waits for the dead worker's bundle forever. The launcher notices the
+    death, names the worker and what to do, and ends with exit code 1, leaving
+    no process of its session behind; the same command again ends where a
+    clean run ends. (The run's bound below only catches a hang.)"""
+    settings = _cluster_settings(tmp_path, postgres_url, milvus_uri)
+    cmd = _backfill_cmd(corpus, settings, MULTI)
+    marker = tmp_path / "worker-killed"
+    env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES="1", RAGSYNC_CRASH_ONCE=str(marker))
+    log = tmp_path / "killed.log"
+    with open(log, "wb") as fh:
+        proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=fh, stderr=fh, start_new_session=True)
+    try:
+        code = proc.wait(timeout=900)
+        settle = time.monotonic() + 10  # orphans of the exited launcher are reaped by init
+        while live_members(proc.pid, "sid") and time.monotonic() < settle:
+            time.sleep(0.1)
+        left = live_members(proc.pid, "sid")
+    finally:
+        kill_group(proc.pid)
+    text = log.read_text(errors="replace")
+    assert marker.exists() and "[fault] sending SIGKILL" in text
+    assert code == 1, text[-3000:]
+    reason = next(line for line in text.splitlines() if line.startswith("ragsync: SDK worker"))
+    assert re.search(r"SDK worker worker_\d+ \(process \d+\) died: killed by SIGKILL", reason), reason
+    assert "run the same command again to resume" in reason and "--direct_num_workers" in reason
+    assert "Traceback" not in text and "exited with return code" not in text
+    assert left == [], f"processes outlived the run: {left}"
+
+    summary = run_json(cmd, env, ROOT, timeout_s=900)
+    assert (summary["documents_seen"], summary["documents_indexed"]) == (6, 4)
+    assert _state(settings) == _state(single)
     assert reconcile(settings, DIM).ok
 
 

@@ -275,6 +275,25 @@ def test_create_source_and_request_sync(api: Api) -> None:
     assert api.b.get(f"/v1/sources/wiki-eng/sync/{body['sync_id']}").status_code == 404  # another tenant
 
 
+def test_a_sync_request_needs_no_body(api: Api) -> None:
+    """``POST /v1/sources/{id}/sync`` answered 422 without the ``{"mode": ...}``
+    body the README did not show; no body (or ``{}``) is an incremental
+    sync, which lists everything when the source has no cursor yet."""
+    _source(api)
+    r = api.a.post("/v1/sources/wiki-eng/sync")
+    assert r.status_code == 202, r.text
+    assert (r.json()["mode"], r.json()["state"]) == ("incremental", "queued")
+    run = api.catalog.claim_sync_run()
+    assert run is not None
+    api.catalog.finish_sync_run(run.sync_id, succeeded=True)
+    r = api.a.post("/v1/sources/wiki-eng/sync", json={})
+    assert (r.status_code, r.json()["mode"]) == (202, "incremental")
+    assert api.a.post("/v1/sources/wiki-eng/sync", json={"mode": "sometimes"}).status_code == 422
+    schema_ = api.a.get("/openapi.json").json()
+    body = schema_["paths"]["/v1/sources/{source_id}/sync"]["post"]["requestBody"]
+    assert body.get("required", False) is False
+
+
 def test_version_domain_and_stale_events_over_the_api(api: Api) -> None:
     body = {"type": "wiki", "sync": "webhook"}
     r = api.a.post("/v1/sources", json={**body, "source_id": "rev", "version_domain": "revision"})

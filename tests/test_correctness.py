@@ -145,6 +145,43 @@ def test_an_event_without_groups_takes_the_source_default_groups(
     assert user.run("status")["dead_letters"] == {}
 
 
+def test_an_event_of_an_unregistered_source_is_a_dead_letter_until_the_source_exists(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The README promises that events of unknown sources become dead
+    letters; ``events push`` refused them instead (exit 1). Queued, the
+    stream dead-letters the event (``invalid_event``); once the source is
+    registered, retrying the dead letter applies it."""
+    user = User(tmp_path, capsys)
+    user.add_source()
+    (user.folder / "memo.md").write_text("# Memo\n\nThe parking garage closes for repairs in May.\n")
+    event = {
+        "source_id": "later",
+        "doc_id": "memo.md",
+        "op": "upsert",
+        "source_version": 1,
+        "event_time": time.time(),
+        "content_uri": str(user.folder / "memo.md"),
+        "acl_groups": ["staff"],
+    }
+    user.events.write_text(json.dumps(event) + "\n")
+    pushed = user.run("events", "push", str(user.events), "--tenant", TENANT)
+    assert (pushed["queued"], pushed["rejected"]) == (1, [])
+    assert pushed["unknown_sources"] == [{"line": 1, "source_id": "later"}]
+    user.stream()
+    (letter,) = user.run("dead-letters", "list")
+    assert letter["error_class"] == "invalid_event" and "unknown source 'later'" in letter["message"]
+    assert user.run("status")["dead_letters"] == {"invalid_event": 1}
+    # Registered now: the retried event is applied, the dead letter resolved.
+    user.run(
+        "sources", "add", "later", "--tenant", TENANT, "--type", "object_store", "--uri", str(user.folder)
+    )
+    user.run("dead-letters", "retry", letter["event_id"])
+    user.stream()
+    assert user.query("parking garage repairs", "staff") == ["memo.md"]
+    assert user.run("dead-letters", "list") == []
+
+
 def test_a_backfill_rerun_keeps_a_newer_acl_event(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     user = User(tmp_path, capsys)
     (user.folder / "salaries.md").write_text(
@@ -228,11 +265,61 @@ def test_without_a_timed_source_the_narrower_groups_win(
         }
     )
     user.stream()
-    # --acl-groups is configuration with no time at the source: against the
-    # acl event the order is unknown, so the narrower set stays (fail closed).
+    # --acl-groups is configuration with no time at the source: the acl
+    # event, timed, stands against it (here the narrower set).
     user.backfill("everyone,staff")
     assert user.query("offsite lakeside hotel", "everyone") == []
     assert user.query("offsite lakeside hotel", "staff") == ["memo.md"]
+
+
+def test_an_acl_event_on_a_folder_source_stands_against_the_next_sync(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 43): an ``acl`` event (numeric version) on a folder
+    source without a sidecar, then a sync, gave a ``no_permissions`` "could
+    not be read" dead letter and a ``stale`` document: the sync met the
+    event's groups with the source's default groups, which carry no time,
+    and took the groups both allow (none). Permission evidence is ordered by
+    the time it was true: the source's default groups say nothing about when,
+    so the event about the document stands."""
+    user = User(tmp_path, capsys)
+    (user.folder / "desk.md").write_text("# Help desk\n\nThe help desk answers tickets within four hours.\n")
+    user.add_source()
+    user.backfill()  # --acl-groups everyone
+    question = "help desk tickets four hours"
+    user.push(
+        {
+            "doc_id": "desk.md",
+            "op": "acl",
+            "source_version": 2,
+            "acl_groups": ["it"],
+            "event_time": time.time(),
+        }
+    )
+    user.stream()
+    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], ["desk.md"])
+    synced = user.run("sync", SOURCE, "--quiet")
+    assert synced["totals"]["dead_lettered"] == 0
+    status = user.run("status")
+    assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
+    assert (user.query(question, "everyone"), user.query(question, "it")) == ([], ["desk.md"])
+    # Evidence that leaves no group: a sidecar written the very second of a
+    # later acl event, naming another group. The two do not order, and the
+    # groups both allow are none: nobody may read the document, which is not
+    # "its permissions could not be read" (a dead letter, a stale document
+    # and the old groups kept).
+    moment = float(int(time.time()))
+    user.push(
+        {"doc_id": "desk.md", "op": "acl", "source_version": 4, "acl_groups": ["it"], "event_time": moment}
+    )
+    user.stream()
+    sidecar = user.folder / ".ragsync-acl.json"
+    sidecar.write_text(json.dumps({"default": ["hr"]}))
+    os.utime(sidecar, (moment, moment))
+    assert user.run("sync", SOURCE, "--quiet")["totals"]["dead_lettered"] == 0
+    status = user.run("status")
+    assert (status["documents"], status["dead_letters"]) == ({"indexed": 1}, {})
+    assert [user.query(question, g) for g in ("everyone", "it", "hr")] == [[], [], []]
 
 
 def test_deny_entries_win_over_every_allow(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -270,6 +357,52 @@ def test_deny_entries_win_over_every_allow(tmp_path: Path, capsys: pytest.Captur
     assert user.query(question, "contractors") == []
     assert user.query(question, "eng,contractors") == []
     assert user.query(question, "eng,interns") == ["roadmap.md"]  # the new ACL no longer denies interns
+
+
+def test_a_fixed_or_deleted_file_leaves_no_open_dead_letter(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Regression (issue 43): dead letters stayed open after their file was
+    fixed or deleted, so ``status`` showed ``corrupt 1`` beside the document
+    indexed. A later good version (a backfill's or an event's), an exact
+    copy or a delete of the document resolves them."""
+    from ragsync.ops.samples import two_column_pdf_bytes
+
+    user = User(tmp_path, capsys)
+    (user.folder / "keep.md").write_text("# Canteen\n\nThe canteen opens at eight on weekdays.\n")
+    (user.folder / "report.pdf").write_bytes(b"%PDF-1.4 cut short")
+    (user.folder / "copy.pdf").write_bytes(b"%PDF-1.4 cut shorter")
+    (user.folder / "empty.txt").write_bytes(b"")
+    user.add_source()
+    user.backfill()
+    status = user.run("status")
+    assert status["dead_letters"] == {"corrupt": 2, "empty": 1}
+    # Fixed (report.pdf parses, copy.pdf is now an exact copy of it) and deleted.
+    (user.folder / "report.pdf").write_bytes(two_column_pdf_bytes())
+    (user.folder / "copy.pdf").write_bytes(two_column_pdf_bytes())
+    (user.folder / "empty.txt").unlink()
+    user.backfill()
+    status = user.run("status")
+    assert status["dead_letters"] == {} and user.run("dead-letters", "list") == []
+    assert {k: v for k, v in status["documents"].items() if k != "deleted"} == {"indexed": 2, "duplicate": 1}
+    # An event whose bytes do not parse leaves the live version (stale) and a
+    # dead letter; the next good version resolves it.
+    bad = tmp_path / "share" / "drafts"
+    bad.mkdir()
+    (bad / "keep-v5.pdf").write_bytes(b"%PDF-1.4 broken draft")
+    now = time.time()
+    upsert = {"doc_id": "keep.md", "op": "upsert", "acl_groups": ["everyone"]}
+    user.push({**upsert, "source_version": 5, "event_time": now, "content_uri": str(bad / "keep-v5.pdf")})
+    user.stream()
+    status = user.run("status")
+    assert (status["dead_letters"], status["documents"]["stale"]) == ({"corrupt": 1}, 1)
+    user.push(
+        {**upsert, "source_version": 6, "event_time": now + 1, "content_uri": str(user.folder / "keep.md")}
+    )
+    user.stream()
+    status = user.run("status")
+    assert status["dead_letters"] == {} and "stale" not in status["documents"]
+    assert "keep.md" in user.query("canteen opens eight", "everyone")  # k=10: every readable document
 
 
 def test_a_parse_failure_from_the_stream_is_redriven_by_its_event_id(

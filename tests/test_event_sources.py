@@ -1,9 +1,13 @@
-"""Production event buses: the Pub/Sub and Kafka readers are wired into the
-streaming graph. They cannot run here (no credentials, emulator or Java
-expansion service); the graph is constructed where the library allows it,
-and wire messages are validated like every other event: raw bytes that are
-not a valid event become dead letters with those bytes, never a failed
-bundle."""
+"""Production event buses: the Pub/Sub and Kafka readers a runner runs itself
+(Pub/Sub on Dataflow, Kafka on Flink or Dataflow) are wired into the
+streaming graph. Those runners and Beam's Java expansion service cannot run
+here; the graph is constructed where the library allows it, and bus messages
+go through the one admission of events (``connectors.events.EventAdmission``,
+what ``ragsync events push`` and the Pub/Sub relay use): raw bytes that are
+not a valid event, or that name an unknown source, become dead letters with
+those bytes, never a failed bundle; a groupless upsert takes its source's
+default groups. (The Pub/Sub relay of the local runners runs against the
+emulator: ``tests/test_pubsub_stream.py``.)"""
 
 from __future__ import annotations
 
@@ -15,10 +19,11 @@ import apache_beam as beam
 import pytest
 
 from beam_pipelines.streaming import GuardBusMessages, event_source
-from connectors.events import wire_message_to_row
+from connectors.events import Admitted, EventAdmission, admit_bus_message, parse_event, queue_row
+from connectors.registration import register_source
 from ragsync.config import Settings, open_catalog
-from ragsync.errors import ConfigurationError, InvalidEventError
-from ragsync.model import EVENT_LIMITS, Event
+from ragsync.errors import ConfigurationError, UnknownSourceError
+from ragsync.model import EVENT_LIMITS, DeadLetter, Event
 
 
 def test_pubsub_reader_is_constructed_into_the_graph(tmp_path: Path) -> None:
@@ -44,9 +49,14 @@ def test_kafka_reader_is_the_cross_language_transform() -> None:
 
     from apache_beam.io.kafka import ReadFromKafka
 
-    source = inspect.getsource(event_source)
-    assert "ReadFromKafka(consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True)" in source
-    assert '"enable.auto.commit": "false"' in source and '"KafkaToRow" >> GuardBusMessages' in source
+    source = " ".join(inspect.getsource(event_source).split())
+    assert (
+        "ReadFromKafka( consumer_config=consumer, topics=[topic], commit_offset_in_finalize=True )" in source
+    )
+    assert (
+        '"enable.auto.commit": "false"' in source
+        and "return kafka_event_rows(records, settings, topic)" in source
+    )
     assert {"consumer_config", "topics", "commit_offset_in_finalize"} <= set(
         inspect.signature(ReadFromKafka.__init__).parameters
     )
@@ -65,23 +75,109 @@ def test_event_source_settings_are_checked(tmp_path: Path, kwargs: dict[str, str
         event_source(beam.Pipeline(), Settings(home=str(tmp_path)), until_idle=False, **kwargs)  # type: ignore[arg-type]
 
 
-def test_wire_messages_become_queue_rows_or_invalid_events() -> None:
-    msg = {
+def _registered(tmp_path: Path, *, groups: tuple[str, ...] = ()) -> Settings:
+    """A home where source ``wiki`` of tenant ``acme`` is registered over a
+    folder (with default groups ``groups``)."""
+    settings = Settings(home=str(tmp_path / "home"))
+    (tmp_path / "wiki").mkdir()
+    options = {"acl_groups": list(groups)} if groups else None
+    register_source(settings, "wiki", "acme", "object_store", str(tmp_path / "wiki"), options=options)
+    return settings
+
+
+def test_bus_messages_are_admitted_or_dead_lettered_with_their_reason(tmp_path: Path) -> None:
+    settings = _registered(tmp_path, groups=("staff",))
+    acl = {
         "source_id": "wiki",
         "doc_id": "p1",
         "op": "acl",
         "source_version": "7",
-        "acl_groups": ["eng"],
         "event_time": 1796119200,
     }
-    row = wire_message_to_row(json.dumps(msg).encode(), bus="pubsub")
-    event = Event.from_json(row["payload"])
-    assert (event.op, event.acl_groups, row["attempts"]) == ("acl", ("eng",), 0)
-    assert row["event_id"] == event.event_id
-    with pytest.raises(InvalidEventError):
-        wire_message_to_row(b'{"op": "upsert"}', bus="kafka")
-    with pytest.raises(InvalidEventError, match="empty kafka message"):
-        wire_message_to_row(None, bus="kafka")
+    catalog = open_catalog(settings)
+    try:
+        admission = EventAdmission(catalog)
+
+        def admit(raw: bytes | None) -> Admitted | DeadLetter:
+            return admit_bus_message(raw, admission, bus="kafka", where="events")
+
+        named = admit(json.dumps({**acl, "acl_groups": ["eng"]}).encode())
+        bare = admit(json.dumps(acl).encode())
+        assert isinstance(named, Admitted) and isinstance(bare, Admitted)
+        assert (named.event.tenant_id, named.event.acl_groups) == ("acme", ("eng",))
+        assert bare.event.acl_groups == ("staff",)  # the source's default groups
+        row = queue_row(bare.event)
+        assert (Event.from_json(row["payload"]), row["tenant_id"], row["attempts"]) == (bare.event, "acme", 0)
+        refused = {
+            "not an event": admit(b'{"op": "upsert"}'),
+            "empty": admit(None),
+            "unknown": admit(json.dumps({**acl, "source_id": "nope"}).encode()),
+            "tenant": admit(json.dumps({**acl, "tenant_id": "other"}).encode()),
+            "outside": admit(json.dumps({**acl, "op": "upsert", "content_uri": "/etc/passwd"}).encode()),
+        }
+    finally:
+        catalog.close()
+    assert all(isinstance(d, DeadLetter) for d in refused.values())
+    reasons = {
+        k: (d.stage, d.error_class, d.message) for k, d in refused.items() if isinstance(d, DeadLetter)
+    }
+    assert {stage for stage, _, _ in reasons.values()} == {"admit"}
+    assert {cls for _, cls, _ in reasons.values()} == {"invalid_event"}
+    assert "'doc_id' is required" in reasons["not an event"][2]
+    assert "empty kafka message" in reasons["empty"][2]
+    assert reasons["unknown"][2] == "unknown source 'nope': register it with `ragsync sources add` first"
+    assert "unknown source 'wiki'" in reasons["tenant"][2]  # another tenant's view: no such source
+    assert "outside" in reasons["outside"][2]
+
+
+def test_one_admission_for_a_push_and_a_bus_message(tmp_path: Path) -> None:
+    """``ragsync events push`` and a bus message admit the same event the
+    same way: same tenant, same default groups, same refusal."""
+    from cli.main import main
+
+    settings = _registered(tmp_path, groups=("staff",))
+    body = {
+        "source_id": "wiki",
+        "doc_id": "a.md",
+        "op": "upsert",
+        "source_version": 1,
+        "content_uri": str(tmp_path / "wiki" / "a.md"),
+        "event_time": 1796119200,
+    }
+    lines = [json.dumps(body), json.dumps({**body, "source_id": "nope"})]
+    (tmp_path / "events.jsonl").write_text("\n".join(lines) + "\n")
+    assert main(["events", "push", str(tmp_path / "events.jsonl"), "--home", settings.home]) == 1
+    catalog = open_catalog(settings)
+    try:
+        pushed = Event.from_json(catalog.pending_events()[0]["payload"])
+        bus = [admit_bus_message(x.encode(), EventAdmission(catalog), bus="pubsub", where="s") for x in lines]
+    finally:
+        catalog.close()
+    assert isinstance(bus[0], Admitted) and bus[0].event == pushed
+    assert (pushed.tenant_id, pushed.acl_groups) == ("acme", ("staff",))
+    assert isinstance(bus[1], DeadLetter) and "unknown source 'nope'" in bus[1].message
+
+
+def test_a_source_registered_while_a_stream_runs_is_seen_after_the_cache_time(tmp_path: Path) -> None:
+    settings = Settings(home=str(tmp_path / "home"))
+    now = [0.0]
+    event = {"source_id": "wiki", "doc_id": "p1", "op": "delete", "source_version": 1, "event_time": 1}
+    (tmp_path / "other").mkdir()
+    register_source(settings, "other", "acme", "object_store", str(tmp_path / "other"))
+    catalog = open_catalog(settings)
+    try:
+        admission = EventAdmission(catalog, ttl_s=30.0, clock=lambda: now[0])
+        with pytest.raises(UnknownSourceError):
+            admission.admit(parse_event(event))
+        (tmp_path / "wiki").mkdir()
+        register_source(settings, "wiki", "acme", "object_store", str(tmp_path / "wiki"))
+        now[0] = 10.0
+        with pytest.raises(UnknownSourceError):  # still the cached answer
+            admission.admit(parse_event(event))
+        now[0] = 31.0
+        assert admission.admit(parse_event(event)).event.tenant_id == "acme"
+    finally:
+        catalog.close()
 
 
 GOOD = {"source_id": "wiki", "doc_id": "p1", "op": "delete", "source_version": "3", "event_time": 1796119200}
@@ -99,7 +195,7 @@ RAW_MESSAGES = [
 
 
 def test_bus_messages_that_are_not_events_become_dead_letters_with_their_raw_bytes(tmp_path: Path) -> None:
-    settings = Settings(home=str(tmp_path / "home"))
+    settings = _registered(tmp_path)
     out = tmp_path / "rows.json"
     p = beam.Pipeline(runner="FnApiRunner")
     rows = p | beam.Create(RAW_MESSAGES) | GuardBusMessages(settings, "kafka", "ragsync-events")
@@ -118,7 +214,7 @@ def test_bus_messages_that_are_not_events_become_dead_letters_with_their_raw_byt
         catalog.close()
     assert len(dead) == 7
     assert {(d.stage, d.error_class, d.uri) for d in dead} == {
-        ("decode", "invalid_event", "kafka:ragsync-events")
+        ("admit", "invalid_event", "kafka:ragsync-events")
     }
     payloads = [json.loads(d.payload) for d in dead]
     raw = sorted(base64.b64decode(x["raw_base64"]) for x in payloads)
@@ -163,7 +259,7 @@ def test_pubsub_messages_with_attributes_through_test_stream(tmp_path: Path) -> 
         .add_elements(second)
         .advance_watermark_to_infinity()
     )
-    settings = Settings(home=str(tmp_path / "home"))
+    settings = _registered(tmp_path)
     options = PipelineOptions()
     options.view_as(StandardOptions).streaming = True
     sub = "projects/acme-prod/subscriptions/ragsync-events"
@@ -177,9 +273,49 @@ def test_pubsub_messages_with_attributes_through_test_stream(tmp_path: Path) -> 
     finally:
         catalog.close()
     assert sorted((d.uri, d.stage, d.error_class) for d in dead) == [
-        (f"pubsub:{sub}#m{n}", "decode", "invalid_event") for n in (2, 3, 5)
+        (f"pubsub:{sub}#m{n}", "admit", "invalid_event") for n in (2, 3, 5)
     ]
     reasons = {d.uri.rsplit("#", 1)[1]: d.message for d in dead}
     assert "not valid JSON" in reasons["m2"]
     assert "empty pubsub message" in reasons["m3"]
     assert "not valid UTF-8" in reasons["m5"]
+
+
+@pytest.mark.slow
+def test_recorded_kafka_records_are_admitted_like_pushed_events(tmp_path: Path) -> None:
+    """Kafka cannot run here: its recorded records (``(key, value)`` as
+    ``ReadFromKafka`` gives them, ``tests/fixtures/bus``) go through the
+    graph the Kafka read feeds (``kafka_event_rows``, then
+    ``apply_event_rows``) on the streaming runner, and end as the same
+    events do through Pub/Sub (``tests/test_pubsub_stream.py``): the three
+    groupless upserts indexed for the source's default groups, the refusals
+    and the tombstone dead letters of stage ``admit`` with their reasons."""
+    from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
+    from apache_beam.testing.test_stream import TestStream
+
+    from beam_pipelines.streaming import apply_event_rows, kafka_event_rows
+    from ragsync.embedding.models import default_model
+    from ragsync.index.versions import prepare_stores
+    from tests import bus_events as bus
+
+    settings = Settings(home=str(tmp_path / "home"))
+    bus.write_notes(tmp_path / "notes")
+    prepare_stores(settings, default_model())
+    groups = {"acl_groups": list(bus.DEFAULT_GROUPS)}
+    register_source(settings, bus.SOURCE, bus.TENANT, "object_store", str(tmp_path / "notes"), options=groups)
+    records = bus.kafka_records()
+    assert [value for _, value in records[:-1]] == bus.event_bodies() and records[-1][1] is None
+    stream = TestStream().advance_watermark_to(0).add_elements(records).advance_watermark_to_infinity()
+    options = PipelineOptions()
+    options.view_as(StandardOptions).streaming = True
+    p = beam.Pipeline(runner="BundleBasedDirectRunner", options=options)
+    apply_event_rows(kafka_event_rows(p | stream, settings, "ragsync-events"), settings, default_model())
+    p.run().wait_until_finish()
+    catalog = open_catalog(settings)
+    try:
+        assert catalog.document_counts_by_status() == {"indexed": 3}
+    finally:
+        catalog.close()
+    tombstone = ("admit", "invalid_event", "an empty kafka message is not an event")
+    bus.assert_dead_as_expected(bus.dead_letters(settings), [*bus.EXPECTED_DEAD, tombstone])
+    assert bus.readers_of_notes(settings) == {name: ["staff"] for name in bus.NOTES}

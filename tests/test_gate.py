@@ -406,3 +406,32 @@ def test_a_delivery_lost_with_its_whole_process_is_not_counted() -> None:
     assert next_delivery(5, lost_with_process=True, max_deliveries=5) == Delivery(False, 5)
     assert next_delivery(6, lost_with_process=True, max_deliveries=5) == Delivery(True, 5)
     assert next_delivery(0, lost_with_process=True, max_deliveries=5) == Delivery(False, 1)
+
+
+@pytest.mark.parametrize(
+    ("held", "new", "expected"),
+    [
+        # An acl event (numeric version, timed) on a folder whose listing gives
+        # the source's default groups (no time, no version): the event stands.
+        # The two share no group, and meeting them gave none (issue 43).
+        (
+            PermissionEvidence(("it",), 100.0, (), Stamp("2", "", 100.0)),
+            PermissionEvidence(("everyone",)),
+            ("it",),
+        ),
+        # An acl event that widened the document stands too.
+        (
+            PermissionEvidence(("it", "staff"), 100.0, (), Stamp("2", "", 100.0)),
+            PermissionEvidence(("staff",)),
+            ("it", "staff"),
+        ),
+        # Held configuration, new timed evidence: the evidence.
+        (PermissionEvidence(("staff",)), PermissionEvidence(("hr",), 50.0), ("hr",)),
+        # Two pieces of configuration: still the groups both allow.
+        (PermissionEvidence(("a", "b")), PermissionEvidence(("b", "c")), ("b",)),
+    ],
+)
+def test_configuration_without_a_time_never_outranks_timed_evidence(
+    held: PermissionEvidence, new: PermissionEvidence, expected: tuple[str, ...]
+) -> None:
+    assert choose_permissions(held, new).groups == expected

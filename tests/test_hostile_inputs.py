@@ -82,6 +82,16 @@ def _dead_letters(settings: Settings, tenant: str) -> dict[str, str]:
     return {_object_name(r.doc_id, r.uri): r.error_class for r in rows}
 
 
+def _status(settings: Settings, name: str) -> str:
+    """The status of tenant A's document ``name`` (an event's object id)."""
+    cat = open_catalog(settings)
+    try:
+        row = cat.get_document(ids.doc_id("tenant-a", "a-docs", name))
+    finally:
+        cat.close()
+    return row.status if row is not None else "missing"
+
+
 def _object_name(doc_id: str, uri: str) -> str:
     """The event's object id when the dead letter is one of the events below
     (ragsync's document id hashes it), else the file's name."""
@@ -133,7 +143,14 @@ def test_events_naming_anything_outside_the_location_become_dead_letters(tmp_pat
         cat.close()
     summary = run_stream(settings, until_idle=True, show_progress=False)
     assert summary is not None
-    assert summary.documents_indexed == 2  # good and its in-root alias
+    # good and its in-root alias (the same bytes) are both live: the second
+    # read is indexed too, or linked as an exact copy when the first was
+    # written before it was read (the machine's load decides which).
+    assert summary.events_applied == 2 and summary.documents_indexed in (1, 2)
+    assert sorted(_status(settings, name) for name in ("good", "alias")) in (
+        ["duplicate", "indexed"],
+        ["indexed", "indexed"],
+    )
     assert summary.dead_lettered == 8
     refused = {
         n: "invalid_event" for n in ("passwd", "dotdot", "encoded", "other-tenant", "leak", "zero", "pipe")
@@ -410,13 +427,27 @@ def test_a_flate_bomb_is_decoded_only_in_a_bounded_child(
     assert json.loads(parsed.stdout)["error"]["class"] == outcome
 
 
-def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcome() -> None:
+def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcome(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The red team's MEDIUM: a 5,000-attachment e-mail took 25 minutes and
     3 GB (each attachment a child document). Past ``max_attachments`` (500)
     the message is indexed, none of its attachments is decoded or returned,
-    and it names why (1,000 here: the same rule, a shorter test)."""
+    and it names why (1,000 here: the same rule, a shorter test). What is
+    asserted is the work not done (no attachment decoded), not a time, which
+    load could break."""
+    from ragsync.parsing import email as email_parser
     from ragsync.parsing import parse
     from ragsync.parsing.archive import ArchiveLimits
+
+    decoded: list[str] = []
+    real_bytes = email_parser._attachment_bytes
+
+    def counted(part: object) -> bytes:
+        decoded.append(str(part.get_filename()))  # type: ignore[attr-defined]
+        return real_bytes(part)
+
+    monkeypatch.setattr(email_parser, "_attachment_bytes", counted)
 
     def message(n: int) -> bytes:
         head = b'MIME-Version: 1.0\nSubject: Scans\nContent-Type: multipart/mixed; boundary="b"\n\n'
@@ -427,9 +458,8 @@ def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcom
         ]
         return head + b"".join(parts) + b"--b--\n"
 
-    started = time.monotonic()
     flood = parse(message(1_000), "message/rfc822", filename="flood.eml")
-    assert time.monotonic() - started < 60
+    assert decoded == []
     assert flood.attachments == ()
     assert flood.metadata["attachments"] == "1000"
     assert flood.metadata["attachments_skipped"].startswith(
@@ -437,6 +467,7 @@ def test_an_email_with_thousands_of_attachments_ends_quickly_with_a_clear_outcom
     )
     few = parse(message(3), "message/rfc822", filename="few.eml", limits=ArchiveLimits(max_attachments=3))
     assert [a.name for a in few.attachments] == ["scan-0.txt", "scan-1.txt", "scan-2.txt"]
+    assert decoded == ["scan-0.txt", "scan-1.txt", "scan-2.txt"]  # the count is of real decodes
     assert "attachments_skipped" not in few.metadata
 
 

@@ -22,6 +22,7 @@ from ragsync.options import (
     SETTING_OPTIONS,
     option,
     option_values,
+    parse_pipeline_args,
     setting_flags,
     setting_names,
     settings_from,
@@ -324,3 +325,51 @@ def test_help_shows_the_commands_own_arguments_before_the_shared_settings(path: 
 def test_shared_settings_still_parse_after_the_commands_own_arguments() -> None:
     args = build_parser().parse_args(["status", "--json", "--home", "h", "--catalog-url", "sqlite:///c.db"])
     assert (args.json, args.home, args.catalog_url) == (True, "h", "sqlite:///c.db")
+
+
+@pytest.mark.parametrize(
+    ("given", "value"),
+    [
+        (["--until_idle"], True),  # a flag, as its help says
+        (["--until_idle=1"], True),  # what templates and scripts pass: kept
+        (["--until_idle=true"], True),
+        (["--until_idle=0"], False),
+        (["--until_idle=false"], False),
+        (["--reread"], True),
+        (["--reread=1"], True),
+        (["--reread=no"], False),
+        ([], None),
+    ],
+)
+def test_yes_no_options_are_flags_that_also_take_a_value(given: list[str], value: bool | None) -> None:
+    """``until_idle`` and ``reread`` are flags: given bare they are on; a
+    value (1/0, true/false, yes/no, on/off), as a Flex Template passes
+    parameters, still works."""
+    values, rest = parse_pipeline_args([*given, "--runner=DirectRunner"])
+    assert rest == ["--runner=DirectRunner"]
+    name = given[0].lstrip("-").split("=")[0] if given else "until_idle"
+    assert values.get(name) is value
+    assert all(isinstance(v, bool) for k, v in values.items() if k in ("until_idle", "reread"))
+
+
+def test_a_yes_no_option_refuses_other_values_and_reads_the_environment() -> None:
+    with pytest.raises(SystemExit):  # argparse: "invalid yes/no value: 'maybe'"
+        parse_pipeline_args(["--until_idle=maybe"])
+    assert option_values(env={"RAGSYNC_UNTIL_IDLE": "1"})["until_idle"] is True
+    assert option_values(env={"RAGSYNC_UNTIL_IDLE": "off"})["until_idle"] is False
+    with pytest.raises(ConfigurationError, match="RAGSYNC_UNTIL_IDLE='maybe': until_idle must be 1 or 0"):
+        option_values(env={"RAGSYNC_UNTIL_IDLE": "maybe"})
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [["stream", "--until-idle"], ["stream", "--until_idle"], ["stream", "--", "--until_idle"]],
+)
+def test_stream_until_idle_is_a_flag_in_every_spelling(argv: list[str], tmp_path: Path) -> None:
+    """With nothing queued the stream returns at once (no pipeline): the
+    flag was read. ``-- --until_idle`` was refused ("expected one argument")
+    and ``-- --until_idle=1`` ignored."""
+    from cli.main import main
+
+    code = main([*argv[:1], "--home", str(tmp_path), "--quiet", "--json", *argv[1:]])
+    assert code == 0

@@ -206,3 +206,26 @@ def test_a_listing_of_several_shards_names_each_and_totals_when_the_last_is_list
         listing_line(12, 2.0, complete=True, shard="kb/a")
         == "[list] shard kb/a listed: 12 objects in 2.0s (6.0/s)"
     )
+
+
+def test_an_empty_shard_prints_no_line_of_its_own(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """An ``s3://`` listing has 63 shards (one per leading key character) and
+    most are empty: each printed ``shard ... listed: 0 objects``. An empty
+    shard now says nothing; the listing's total still comes when the last
+    shard is listed."""
+    settings, spec = _folder_source(tmp_path, 0)
+    monkeypatch.setattr(listing.time, "monotonic", _Ticking())
+    tally = ListingTally(str(tmp_path / "tally"), shards=3, started=90.0)
+    tally.shard_listed("a", 5)  # other workers listed the other shards
+    fn = _ListShardFn(spec, settings, timeout_s=3600.0, show_progress=True, tally=tally, shards=3)
+    fn.setup()
+    try:
+        assert list(fn.process("")) == []
+        assert capsys.readouterr().err == ""  # not the last shard: nothing to say
+        tally.shard_listed("b", 0)
+        assert list(fn.process("")) == []  # now the last one
+    finally:
+        fn.teardown()
+    assert capsys.readouterr().err.splitlines() == ["[list] listing complete: 5 objects in 14.0s (0.4/s)"]

@@ -8,6 +8,14 @@ document's index upsert, before its catalog rows exist) through the
 ``tests/crash_hooks.py`` (loaded by the writer through ``RAGSYNC_WRITE_HOOKS``),
 so every run is stopped at the same point; the handlers that react to it are
 the real ones (``ragsync.ops.lifecycle``).
+
+"Promptly" is asserted on the path the stop took, not on a clock a loaded
+machine can stretch (the time is measured by ``benchmarks/bench_stop.py``):
+the step that sent the signal runs outside the main thread (so the main thread
+handles the signal at once, whatever native call a step is in), the process
+exits while that step is still parked (it waits for no step), and no helper
+process cost the grace period (``$RAGSYNC_STOP_REPORT``, written by
+``ragsync.ops.lifecycle.exit_abandoning_run``).
 """
 
 from __future__ import annotations
@@ -27,13 +35,18 @@ from beam_pipelines.streaming import run_stream
 from ragsync.config import Settings, open_catalog
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.reconcile import reconcile
+from ragsync.ops.lifecycle import KILLED_AFTER_GRACE
 from tests.crash_hooks import crash_env
-from tests.proc import kill_group, live_members
+from tests.proc import kill_group, live_members, start_as_at_a_terminal
 
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[1]
 DIM = 384
-EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -signal.SIGKILL}
+EXIT = {"SIGINT": 130, "SIGTERM": 143, "SIGKILL": -signal.SIGKILL, "SIGINT:group": 130, "SIGTERM:group": 143}
+"""Exit code by how the run is stopped (``:group``: the signal reaches the
+whole process group, as a terminal's Ctrl-C or a service manager's stop
+does: the parse children get it too, and must not turn it into a crash of
+the document they read)."""
 TOPICS = [
     "hotel limits",
     "taxi rides",
@@ -83,38 +96,22 @@ def _env(**extra: str) -> dict[str, str]:
     return dict(os.environ, HF_HUB_OFFLINE="1", **extra)
 
 
-def _sigint_as_at_a_terminal() -> None:
-    """In the child before exec: SIGINT's default action, as a shell gives a
-    foreground command. A suite started in the background of a script
-    (``scripts/test.sh &``) inherits SIGINT ignored, and ragsync, like any
-    program, keeps an ignored SIGINT ignored (``nohup`` relies on it): the
-    run under test is a user's Ctrl-C, not that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
-def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, float, str]:
+def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, str]) -> tuple[int, str]:
     """Run ``cmd`` in its own session until the fault hook sends ``signame``;
-    returns (exit code, seconds from the signal to exit, log text)."""
-    env = crash_env(RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", **extra_env)
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(
-            cmd,
-            env=env,
-            cwd=ROOT,
-            stdout=fh,
-            stderr=fh,
-            start_new_session=True,
-            preexec_fn=_sigint_as_at_a_terminal,
-        )
+    returns (exit code, log text). For SIGINT and SIGTERM, asserts the path
+    of a prompt stop (module docstring)."""
+    report = log.with_suffix(".stop.json")
+    env = crash_env(
+        RAGSYNC_CRASH_AFTER_INDEX_WRITES=f"2:{signame}", RAGSYNC_STOP_REPORT=str(report), **extra_env
+    )
+    proc = start_as_at_a_terminal(cmd, env, log)
     try:
         deadline = time.monotonic() + 600
         while "[fault] sending" not in log.read_text(errors="replace"):
             assert proc.poll() is None, log.read_text()[-3000:]
             assert time.monotonic() < deadline, "the fault hook never fired"
             time.sleep(0.05)
-        sent = time.monotonic()
-        code = proc.wait(timeout=120)
-        elapsed = time.monotonic() - sent
+        code = proc.wait(timeout=120)  # a bound for a hung run, not the promptness asserted below
         # No helper process (parse children, Tika, the Milvus Lite server)
         # outlives the main one - for SIGKILL too, without our help.
         wait_until = time.monotonic() + 10
@@ -124,10 +121,27 @@ def _stopped_by(cmd: list[str], signame: str, log: Path, extra_env: dict[str, st
     finally:
         kill_group(proc.pid)
     assert left == [], f"processes outlived the stopped run: {left}"
-    return code, elapsed, log.read_text(errors="replace")
+    text = log.read_text(errors="replace")
+    if signame != "SIGKILL":
+        _assert_prompt_stop(signame, text, report)
+    return code, text
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGKILL"])
+def _assert_prompt_stop(signame: str, text: str, report: Path) -> None:
+    """The stop handled in a main thread that runs no step, taken without
+    waiting for the step in progress or for any helper's grace period."""
+    sender = text.split("[fault] sending", 1)[1].split("\n", 1)[0]
+    assert "from the step's thread" in sender and "MainThread" not in sender, sender
+    how = json.loads(report.read_text())
+    assert how["why"] == signame.split(":")[0]
+    # The step that sent the signal is parked for good: the process ended
+    # with that pipeline's thread still running (it waited for no step).
+    assert how["left_running"], how
+    slow = {pid: way for pid, way in how["helpers"].items() if way == KILLED_AFTER_GRACE}
+    assert slow == {}, f"helpers that cost the grace period: {how['helpers']}"
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGKILL", "SIGINT:group"])
 def test_backfill_stopped_by_a_signal_then_rerun_matches_a_clean_run(
     signame: str, corpus: Path, clean_state: dict[str, object], tmp_path: Path
 ) -> None:
@@ -142,9 +156,8 @@ def test_backfill_stopped_by_a_signal_then_rerun_matches_a_clean_run(
         str(home),
         "--quiet",
     ]
-    code, elapsed, text = _stopped_by(cmd, signame, tmp_path / "run.log", {})
+    code, text = _stopped_by(cmd, signame, tmp_path / "run.log", {})
     assert code == EXIT[signame], text[-3000:]
-    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
     if signame != "SIGKILL":
         assert "run the same command again to resume" in text
         assert "Traceback" not in text
@@ -195,7 +208,7 @@ def clean_stream_state(corpus: Path, tmp_path_factory: pytest.TempPathFactory) -
     return _state(settings)
 
 
-@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM"])
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGTERM:group"])
 def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
     signame: str, corpus: Path, clean_stream_state: dict[str, object], tmp_path: Path
 ) -> None:
@@ -204,9 +217,8 @@ def test_stream_stopped_by_a_signal_then_resumed_matches_a_clean_run(
     # A long-running stream (no --until-idle), as an operator runs it; short
     # leases so the resumed run gets the unacknowledged events back quickly.
     cmd = [*base, "stream", "--home", str(home), "--lease-s", "2", "--quiet"]
-    code, elapsed, text = _stopped_by(cmd, signame, tmp_path / "stream.log", {})
+    code, text = _stopped_by(cmd, signame, tmp_path / "stream.log", {})
     assert code == EXIT[signame], text[-3000:]
-    assert elapsed < 10, f"took {elapsed:.1f} s to stop"
     assert "run the same command again to resume" in text
     resumed = run_stream(Settings(home=str(home)), until_idle=True, show_progress=False)
     assert resumed.documents_indexed >= len(TOPICS) - 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import socket
 import subprocess
@@ -90,7 +91,12 @@ def test_serve_stopped_by_sigterm_ends_its_running_sync_child(tmp_path: Path) ->
             time.sleep(0.2)
             children = [p for p in descendants(serve.pid) if " sync wiki " in _cmdline(p)]
         assert api.get(f"/v1/sources/wiki/sync/{run['sync_id']}").json()["state"] == "running"
-        time.sleep(1.0)  # the child is past its start-up, inside the hanging request
+        # The child is inside the hanging request once its connection waits
+        # on the silent wiki (was a 1 s sleep: a loaded machine had not got
+        # the child that far, and the test then stopped it still starting).
+        deadline = time.monotonic() + 120
+        while not select.select([silent], [], [], 0.2)[0]:
+            assert time.monotonic() < deadline, log.read_text()
         os.kill(serve.pid, signal.SIGTERM)  # serve only: it must end its child itself
         assert serve.wait(timeout=60) == 0, log.read_text()
         assert [p for p in children if _alive(p)] == []

@@ -19,6 +19,7 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.config import Settings
+from ragsync.ops import lifecycle
 from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
 from ragsync.errors import classify, is_retryable
 from ragsync.model import (
@@ -270,6 +271,10 @@ class _DeadLetterSinkFn(CatalogDoFn):
         self.max_attempts = max_attempts
 
     def process(self, dl: DeadLetter) -> Iterator[str]:
+        if lifecycle.stopping():
+            # The process is being stopped: this failure may be the stop's own
+            # doing (a parse child it ended). Not recorded: the next run redoes it.
+            return
         route = failure_route(dl.event_id, is_retryable(dl.error_class), dl.attempts, self.max_attempts)
         if route == FailureRoute.RETRY:
             state = self._catalog.queue.retry_event_later(

@@ -11,7 +11,6 @@ make the redelivery harmless.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import json
 import logging
 import threading
@@ -25,8 +24,9 @@ from apache_beam.io.unbounded_source import CheckpointMark, UnboundedReader, Unb
 from apache_beam.transforms.userstate import ReadModifyWriteStateSpec
 from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
-from connectors.events import check_content_uri
+from connectors.events import EventAdmission, refused_event_dead_letter
 from ragsync import ids
+from ragsync.ops import lifecycle
 from ragsync.catalog.queue import LANES, EventKey, EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import (
@@ -299,39 +299,44 @@ class EventQueueSource(UnboundedSource):
 # -- decode and resolve --------------------------------------------------------
 
 
+REFUSED = "refused"
+"""``_ResolveFn``'s output of events the admission refused (``DeadLetter``)."""
+
+
 class _ResolveFn(CatalogDoFn):
-    """Event row -> (doc_id, QueuedEvent); an unknown source, or an upsert whose
-    content_uri lies outside the source's location, is an ``invalid_event``
-    dead letter."""
+    """Event row -> (doc_id, QueuedEvent), through the one admission of events
+    (``connectors.events.EventAdmission``: the tenant, a registered source,
+    an upsert's address under its location, the source's default groups).
+    An event it refuses goes to the ``refused`` output as an
+    ``invalid_event`` dead letter of stage ``admit`` (the same as a bus
+    message refused at the door); any other failure is raised (the caller's
+    exception handling makes it a ``resolve`` dead letter, retried when
+    transient)."""
 
     metrics_stage = "resolve"
 
     def setup(self) -> None:
         super().setup()
-        self._sources: dict[tuple[str, str], tuple[str, str, str] | None] = {}
+        self._admission = EventAdmission(self._catalog)
 
     def process(self, row: dict[str, Any]) -> Iterator[Any]:
         yield from self._stage.run(self._resolve, row)
 
     def _resolve(self, row: dict[str, Any]) -> Iterator[Any]:
         event = Event.from_json(row["payload"])
-        # The tenant: the queue row's (set when it was queued), else the
-        # message's own, else the source's only owner.
-        claimed = str(row.get("tenant_id") or event.tenant_id or "")
-        key = (claimed, event.source_id)
-        if key not in self._sources:
-            source = self._catalog.sources.get_source(event.source_id, tenant_id=claimed or None)
-            self._sources[key] = (source.tenant_id, source.uri, source.version_domain) if source else None
-        found = self._sources[key]
-        if found is None:
-            raise InvalidEventError(
-                f"unknown source {event.source_id!r}: register it with `ragsync sources add` first"
-            )
-        tenant, location, domain = found
-        check_content_uri(event, location)  # an outside address never reaches fetch
-        event = dataclasses.replace(event, tenant_id=tenant)
-        doc_id = ids.doc_id(tenant, event.source_id, event.doc_id)
-        yield (doc_id, QueuedEvent(event, tenant, doc_id, int(row.get("attempts") or 0), domain))
+        try:
+            # The tenant: the queue row's (set when it was queued), else the
+            # message's own, else the source's only owner.
+            admitted = self._admission.admit(event, str(row.get("tenant_id") or ""))
+        except InvalidEventError as exc:
+            tenant = str(row.get("tenant_id") or event.tenant_id or "")
+            doc = ids.doc_id(tenant, event.source_id, event.doc_id) if tenant else ""
+            yield beam.pvalue.TaggedOutput(REFUSED, refused_event_dead_letter(row, exc, doc))
+            return
+        event = admitted.event
+        doc_id = ids.doc_id(event.tenant_id, event.source_id, event.doc_id)
+        attempts = int(row.get("attempts") or 0)
+        yield (doc_id, QueuedEvent(event, event.tenant_id, doc_id, attempts, admitted.version_domain))
 
 
 # -- the version gate ------------------------------------------------------------

@@ -152,11 +152,16 @@ class _FetchFn(CatalogDoFn):
         doc_id = ids.doc_id(item.tenant_id, item.source_id, item.source_object_id)
         if not item.version_domain:
             item = replace(item, version_domain=self._domain(item))
-        item = self._permissions(doc_id, item)
         if not item.acl_groups:
             raise NoPermissionsError(
                 f"permissions of {item.uri} could not be read: not indexed (fail closed)"
             )
+        # Weighed against the evidence the catalog holds, the groups may come
+        # out empty (an acl event said nobody may read it; two pieces of
+        # evidence that do not order share no group): the permissions were
+        # read, and the document gets an ACL no user holds, as an acl event
+        # naming no groups gives it.
+        item = self._permissions(doc_id, item)
         if item.size > self.settings.max_bytes:
             raise TooLargeError(f"{item.size} bytes is above the {self.settings.max_bytes}-byte limit")
         data = self._connector(item).fetch(item)

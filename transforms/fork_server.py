@@ -9,6 +9,8 @@ module as the fork server's preload. On import, in that server:
   never lets go;
 - every child it forks from now on exits when the server is gone (the same
   watch ``ragsync.ops.lifecycle.install_child_watch`` gives forked children);
+- it and its children ignore SIGINT and SIGTERM sent to the process group
+  (a terminal's Ctrl-C): the pipeline process decides the stop and ends them;
 - the parsers are imported once, so each child starts with them loaded;
 - what they allocated is frozen out of the garbage collector (``gc.freeze``,
   as Python's docs advise before forking): the children share those pages
@@ -19,10 +21,18 @@ module as the fork server's preload. On import, in that server:
 
 from __future__ import annotations
 
+import signal
+
 from ragsync.ops import lifecycle
 
 lifecycle.exit_when_parent_dies()
 lifecycle.install_child_watch()
+# The run's main process decides a stop, not its helpers: a terminal's Ctrl-C
+# or a service manager's SIGTERM reaches the whole process group, and a parse
+# child that died of it would be recorded as a crash of the document it was
+# reading. The main process ends them (SIGKILL) once it stops.
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 import gc  # noqa: E402
 

@@ -135,7 +135,10 @@ class _ListShardFn(beam.DoFn):
         if self.shards == 1:
             print(listing_line(n, wall, complete=True), file=sys.stderr, flush=True)
             return
-        print(listing_line(n, wall, complete=True, shard=label), file=sys.stderr, flush=True)
+        if n:
+            # Most shards of a prefix (one per leading key character) are
+            # empty: only those that held something get a line.
+            print(listing_line(n, wall, complete=True, shard=label), file=sys.stderr, flush=True)
         listed = self.tally.listed() if self.tally is not None else None
         if listed is not None and self.tally is not None:  # this was the last shard to finish
             print(listing_line(listed, now - self.tally.started, complete=True), file=sys.stderr, flush=True)

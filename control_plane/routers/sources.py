@@ -16,9 +16,9 @@ A sync request is run by the worker that ``ragsync serve`` owns (or a
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Body, Request
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from connectors.credentials import CREDENTIALS_REFUSED, tenant_may_use
@@ -146,9 +146,13 @@ class SourceOut(BaseModel):
 
 
 class SyncIn(_Model):
-    """``POST /v1/sources/{source_id}/sync`` body."""
+    """``POST /v1/sources/{source_id}/sync`` body; optional (none: incremental)."""
 
-    mode: Literal["incremental", "full"]
+    mode: Literal["incremental", "full"] = Field(
+        default="incremental",
+        description="incremental (default): the changes since the source's cursor, or a full listing when "
+        "it has no change feed or no cursor yet; full: list everything (objects gone become deletes)",
+    )
 
 
 class SyncOut(BaseModel):
@@ -347,19 +351,21 @@ def resume_source(source_id: str, tenant_id: Tenant, catalog: CatalogDep) -> Sou
 
 @router.post("/v1/sources/{source_id}/sync", response_model=SyncOut, tags=["sources"], **ACCEPTED)
 def request_sync(
-    source_id: str, body: SyncIn, request: Request, tenant_id: Tenant, catalog: CatalogDep
+    source_id: str,
+    request: Request,
+    tenant_id: Tenant,
+    catalog: CatalogDep,
+    body: Annotated[SyncIn | None, Body()] = None,
 ) -> SyncOut:
     """Queue a sync of one of the caller's sources (404 for others'); while one
     is queued or running, that one is answered instead of a second. A tenant
-    with ``--max-pending-syncs-per-tenant`` syncs queued or running gets 429."""
+    with ``--max-pending-syncs-per-tenant`` syncs queued or running gets 429.
+    The body is optional: without one (or with ``{}``) the sync is incremental."""
     sid = path_id(source_id)
     cap = request.app.state.max_pending_syncs
+    mode = (body or SyncIn()).mode
     try:
-        run = (
-            catalog.syncs.request_sync(tenant_id, sid, body.mode, origin="api", max_pending=cap)
-            if sid
-            else None
-        )
+        run = catalog.syncs.request_sync(tenant_id, sid, mode, origin="api", max_pending=cap) if sid else None
     except LimitReachedError as exc:
         raise ApiError(429, str(exc), headers={"Retry-After": "60"}) from exc
     if run is None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection, Engine, and_, bindparam, or_, select, update
@@ -21,6 +22,8 @@ from ragsync.catalog.documents import (
     _document_from_row,
     document_update,
 )
+from ragsync.catalog.settling import settle_dead_letters
+from ragsync.decisions.gate import Stamp
 from ragsync.model import Chunk
 
 
@@ -40,9 +43,19 @@ class CopiesRepository(Repository):
 
     # -- exact duplicates ------------------------------------------------------------
 
-    def mark_duplicate(self, doc_id: str, canonical_doc_id: str, *, content_hash: str) -> None:
+    def mark_duplicate(
+        self,
+        doc_id: str,
+        canonical_doc_id: str,
+        *,
+        content_hash: str,
+        written: Stamp | None = None,
+        by_event: bool = False,
+    ) -> None:
         """Record that ``doc_id`` is an exact copy served by ``canonical_doc_id``'s
-        chunks: status ``duplicate``, no chunks of its own.
+        chunks: status ``duplicate``, no chunks of its own. With ``written``
+        (the copy's version), the open dead letters it settles are resolved
+        in the same transaction (``settle_dead_letters``).
 
         Args:
             doc_id: the copy.
@@ -65,6 +78,8 @@ class CopiesRepository(Repository):
                     updated_at=_now(),
                 )
             )
+            if written is not None:
+                settle_dead_letters(conn, doc_id, written, by_event=by_event)
 
     def promote_copy(
         self,

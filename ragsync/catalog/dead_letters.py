@@ -17,11 +17,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, select, update
+from sqlalchemy import Connection, and_, case, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
+from ragsync.decisions.gate import Stamp, settles_dead_letter
 from ragsync.model import DeadLetter, Event, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
@@ -80,6 +81,16 @@ def event_of_payload(payload: str) -> dict[str, Any] | None:
         "content_uri": source.get("uri"),
         "event_time": source.get("event_time"),
     }
+
+
+def _object_id_of(payload: str) -> str | None:
+    """The source's own id of the object behind a dead letter (a listed
+    file's or an event's), or None when the payload names none."""
+    found = payload_field(payload, "source_object_id")
+    if not found:
+        event = event_of_payload(payload)
+        found = str(event.get("doc_id") or "") if event is not None else ""
+    return found or None
 
 
 @dataclass(frozen=True)
@@ -362,6 +373,9 @@ class DeadLettersRepository(Repository):
                     "doc_id": dl.doc_id,
                     "source_id": source_id,
                     "tenant_id": dl.tenant_id,
+                    # The source's own id, so a listing that no longer holds
+                    # the object deletes this row (and settles its dead letter).
+                    "source_object_id": _object_id_of(dl.payload),
                     "uri": dl.uri,
                     "source_version": dl.source_version,
                     "status": "dead_letter",

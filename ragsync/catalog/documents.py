@@ -16,6 +16,8 @@ from sqlalchemy import and_, case, func, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now, row_to
+from ragsync.catalog.settling import settle_dead_letters
+from ragsync.decisions.gate import Stamp
 from ragsync.model import FetchedDocument
 
 #: Document statuses written by this module. Other stages may set their own
@@ -171,6 +173,15 @@ def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:
 # --------------------------------------------------------------------- repository
 
 
+def _make_live(conn: Any, doc_id: str, live_chunk_ids: Sequence[str]) -> None:
+    """Exactly ``live_chunk_ids`` of the document's chunk rows are live (the
+    others pending), in the caller's transaction (a flip's)."""
+    c = schema.chunks
+    conn.execute(update(c).where(c.c.doc_id == doc_id).values(pending=True))
+    for batch in _batches(sorted(set(live_chunk_ids))):
+        conn.execute(update(c).where(c.c.doc_id == doc_id, c.c.chunk_id.in_(batch)).values(pending=False))
+
+
 def document_update(doc_id: str, **values: Any) -> Any:
     """The statement that sets ``values`` (column=value) on the row of ``doc_id``."""
     t = schema.documents
@@ -317,12 +328,16 @@ class DocumentsRepository(Repository):
         version_domain: str | None = None,
         version_observed_at: float | None = None,
         live_chunk_ids: Sequence[str] | None = None,
+        by_event: bool = False,
     ) -> bool:
         """Make a new version of a document live, in one transaction.
 
         Sets ``content_hash``, ``source_version``, ``indexed_version``,
         ``chunker_id``, ``parser_version``, ``chunk_count``, ``indexed_at``,
-        ``status='indexed'`` and clears ``error_class``.
+        ``status='indexed'`` and clears ``error_class``; the document's open
+        dead letters this version settles are resolved in the same
+        transaction (``settle_dead_letters``; ``by_event``: the version came
+        from a change event).
 
         Args:
             doc_id: the document.
@@ -368,16 +383,13 @@ class DocumentsRepository(Repository):
             version_observed_at=version_observed_at,
             **({"mime": mime} if mime is not None else {}),
         )
-        c = schema.chunks
         with self._engine.begin() as conn:
             if conn.execute(stmt).rowcount != 1:
                 return False
             if live_chunk_ids is not None:
-                conn.execute(update(c).where(c.c.doc_id == doc_id).values(pending=True))
-                for batch in _batches(sorted(set(live_chunk_ids))):
-                    conn.execute(
-                        update(c).where(c.c.doc_id == doc_id, c.c.chunk_id.in_(batch)).values(pending=False)
-                    )
+                _make_live(conn, doc_id, live_chunk_ids)
+            written = Stamp(source_version, version_domain or "", version_observed_at or 0.0)
+            settle_dead_letters(conn, doc_id, written, by_event=by_event)
             return True
 
     def documents_for_source(self, source_id: str) -> list[DocumentRow]:

@@ -11,6 +11,8 @@ from sqlalchemy import select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now
+from ragsync.catalog.settling import settle_dead_letters
+from ragsync.decisions.gate import row_stamp
 
 
 class GateStateRepository(Repository):
@@ -65,9 +67,15 @@ class GateStateRepository(Repository):
             return [dict(r) for r in conn.execute(select(t).order_by(t.c.doc_id)).mappings()]
 
     def complete_tombstone(self, doc_id: str) -> None:
+        """Record that a delete finished everywhere; the document's open dead
+        letters it settles are resolved with it (``catalog.settling``)."""
         t = schema.tombstones
         with self._engine.begin() as conn:
             conn.execute(update(t).where(t.c.doc_id == doc_id).values(completed_at=_now()))
+            row = conn.execute(select(t).where(t.c.doc_id == doc_id)).mappings().first()
+            deleted = row_stamp(dict(row) if row is not None else None, "source_version")
+            if deleted is not None:
+                settle_dead_letters(conn, doc_id, deleted, by_event=True)
 
     def get_acl_version(self, doc_id: str) -> dict[str, Any] | None:
         """The document's last applied permission change (row as a dict), or None."""

@@ -22,7 +22,7 @@ from sqlalchemy import and_, case, func, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.decisions.gate import next_delivery
+from ragsync.decisions.gate import next_delivery, row_stamp
 
 #: Queue lanes, in the order they are served.
 LANES = ("priority", "fast", "slow")
@@ -108,15 +108,15 @@ class QueueRepository(Repository):
         in place of missing ones on upserts and permission changes; events
         that carry groups, deletes and sources without defaults are unchanged."""
         s = schema.sources
-        bare = {(tid, e.source_id) for e, tid in zip(events, tenants, strict=True) if _needs_groups(e)}
+        bare = {(tid, e.source_id) for e, tid in zip(events, tenants, strict=True) if e.needs_groups}
         defaults: dict[tuple[str, str], tuple[str, ...]] = {}
         for tid, sid in sorted(bare):
             query = select(s.c.options).where(s.c.tenant_id == tid, s.c.source_id == sid)
             raw = conn.execute(query).scalar()
             groups = (json.loads(raw) if raw else {}).get("acl_groups") or []
-            defaults[(tid, sid)] = tuple(sorted({str(g).strip() for g in groups if str(g).strip()}))
+            defaults[(tid, sid)] = tuple(str(g) for g in groups)
         return [
-            replace(e, acl_groups=defaults[(tid, e.source_id)]) if _needs_groups(e) else e
+            e.with_default_groups(defaults[(tid, e.source_id)]) if e.needs_groups else e
             for e, tid in zip(events, tenants, strict=True)
         ]
 
@@ -561,8 +561,3 @@ def _event_row(event: Any, tenant: str, ts: float) -> dict[str, Any]:
         "lane": lane_of_op(event.op),
         "deliveries": 0,
     }
-
-
-def _needs_groups(event: Any) -> bool:
-    """An upsert or permission change that names no groups."""
-    return event.op in ("upsert", "acl") and not event.acl_groups

@@ -45,6 +45,7 @@ from ragsync.decisions.gate import (
     next_delivery,
     retry_dead_letters,
     row_stamp,
+    settles_dead_letter,
     source_file_stamp,
     version_key,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "plan_sync",
     "retry_dead_letters",
     "row_stamp",
+    "settles_dead_letter",
     "skip_unread",
     "source_file_stamp",
     "version_key",

@@ -272,9 +272,12 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
 
     The newest evidence wins. A tie, or an unknown time on either side,
     falls back to the two versions (:func:`compare_versions`: an acl event of
-    revision 5 beats the content's revision 4 observed in the same second);
-    only when they do not order either takes the narrower set (fail closed):
-    the groups both allow, and the denials of both.
+    revision 5 beats the content's revision 4 observed in the same second).
+    Configuration (a source's default groups: no time, no version) says
+    nothing about when it was true of the document, so evidence that does
+    (an acl event, a sidecar's time) stands against it. Only when neither
+    orders them does it take the narrower set (fail closed): the groups both
+    allow, and the denials of both.
 
     Args:
         held: what the catalog applied last with a known time (None: nothing).
@@ -291,6 +294,8 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         order = compare_versions(new.version, held.version)
         if order in (Order.NEWER, Order.OLDER):
             return new if order == Order.NEWER else held
+    if _configuration(new) != _configuration(held):
+        return held if _configuration(new) else new
     if set(new.groups) <= set(held.groups) and set(held.deny) <= set(new.deny):
         return new
     if set(held.groups) <= set(new.groups) and set(new.deny) <= set(held.deny):
@@ -300,6 +305,12 @@ def choose_permissions(held: PermissionEvidence | None, new: PermissionEvidence)
         max(held.observed_at, new.observed_at),
         tuple(sorted(set(held.deny) | set(new.deny))),
     )
+
+
+def _configuration(evidence: PermissionEvidence) -> bool:
+    """Groups with neither a time nor a version: configuration (a folder's
+    ``--acl-groups`` without a sidecar), not evidence of a moment."""
+    return evidence.observed_at <= 0 and evidence.version is None
 
 
 def evidence_predates_delete(observed_at: float, deleted_observed_at: float | None) -> bool:
@@ -421,6 +432,38 @@ def retry_dead_letters(queue_state: str) -> bool:
 def event_stamp(qe: QueuedEvent) -> Stamp:
     """An event's version, in its source's domain, observed at its event time."""
     return Stamp(qe.event.source_version, qe.version_domain, qe.event.event_time or 0.0)
+
+
+def settles_dead_letter(
+    failed_version: str, recorded_at: float, *, from_event: bool, written: Stamp, by_event: bool
+) -> bool:
+    """Whether a successful write (or delete) of a document settles one of
+    its open dead letters (a later good version replaces a failed one).
+
+    Between two works from events the versions decide, when they order: the
+    written version settles a failure of an older or the same version, never
+    one of a newer version (another worker's, failing while this one was
+    written: the document is not at its source's version, the dead letter
+    stays open). Otherwise (a backfill's listing on either side, versions of
+    two domains) the times do: a failure recorded before the source showed
+    what was written (a listing's time, an event's time) is settled.
+
+    Args:
+        failed_version: the dead letter's ``source_version`` ('' if unknown).
+        recorded_at: when the dead letter was recorded (epoch seconds).
+        from_event: the failed work came from a change event.
+        written: the version written (or the delete's), with its domain and
+            when the source showed it.
+        by_event: the written work came from a change event.
+
+    Returns:
+        True when the dead letter is settled.
+    """
+    if from_event and by_event:
+        order = compare_versions(written, Stamp(failed_version, written.domain))
+        if order != Order.UNKNOWN:
+            return order in (Order.NEWER, Order.SAME)
+    return written.observed_at > 0 and recorded_at <= written.observed_at
 
 
 def source_file_stamp(item: SourceFile) -> Stamp:

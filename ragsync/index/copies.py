@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from ragsync import ids
 from ragsync.decisions import CopiesPlan, CopyIdentity, CopyLink, copy_lost_its_holder, plan_copies
+from ragsync.decisions.gate import source_file_stamp
 from ragsync.errors import WriteError
 from ragsync.ingest import near_dup
 from ragsync.model import Chunk, FetchedDocument
@@ -222,7 +223,13 @@ def record_duplicate(service: IndexCore, doc: FetchedDocument) -> None:
     stored = cat.documents.get_document(doc.doc_id)
     if stored is not None and (stored.canonical_doc_id or doc.doc_id) == doc.doc_id:
         retire_holder(service, doc.doc_id)
-    cat.copies.mark_duplicate(doc.doc_id, doc.canonical_doc_id, content_hash=doc.content_hash)
+    cat.copies.mark_duplicate(
+        doc.doc_id,
+        doc.canonical_doc_id,
+        content_hash=doc.content_hash,
+        written=source_file_stamp(doc.source),
+        by_event=bool(doc.source.event_id),
+    )
     sync_copies(service, doc.canonical_doc_id)
     row = cat.documents.get_document(doc.doc_id)
     if row is None:

@@ -246,6 +246,7 @@ class IndexService(IndexCore):
             version_observed_at=doc.source.observed_at or doc.source.event_time or None,
             expected_version_guard=self._seen_versions.pop(doc.doc_id, None),
             live_chunk_ids=[c.chunk_id for c in plan.chunks],
+            by_event=bool(doc.source.event_id),
         )
         if not flipped:
             # Overtaken between the superseded check and here: the event runs

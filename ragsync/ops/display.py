@@ -36,6 +36,27 @@ def safe_text(text: object, *, keep_newlines: bool = False) -> str:
     return _UNSAFE.sub(escape, value)
 
 
+def shorten(text: str, width: int) -> str:
+    """``text`` cut to at most ``width`` characters at a word boundary, ending
+    in an ellipsis when cut (a line of ``status`` never ends mid-word).
+
+    A first word longer than the width (a long path) is cut inside it: a
+    line still shows what it can.
+
+    >>> shorten("neither PDFium nor pdfminer could open it", 24)
+    'neither PDFium nor…'
+    >>> shorten("short", 24)
+    'short'
+    """
+    if len(text) <= width:
+        return text
+    cut = text[: max(width - 1, 0)]
+    space = cut.rstrip().rfind(" ")
+    if space > 0:
+        cut = cut[:space]
+    return cut.rstrip(" ,;:(") + "…"
+
+
 # An absolute file path (not the path part of a URL: a '/' after a word
 # character, ':' or '/' is not a start), a file:// URI, a process id. Neither
 # takes a quote, bracket or separator after it, nor the punctuation that ends

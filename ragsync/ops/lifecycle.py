@@ -5,10 +5,14 @@ Two guarantees for a ``ragsync`` process (Linux):
 - **SIGINT and SIGTERM stop it promptly and cleanly.** Both raise
   ``KeyboardInterrupt`` in the main thread (SIGTERM's default would kill the
   process without unwinding); the command reports what it did and exits 130 /
-  143. Every write is content-keyed and ordered (indexes, then chunk rows, then
+  143. Pipelines run in threads of :func:`run_watched`, so the main thread is
+  free to handle the signal at once, whatever native call a step is in; the
+  process then exits without waiting for them (:func:`exit_abandoning_run`).
+  Every write is content-keyed and ordered (indexes, then chunk rows, then
   the version flip in one transaction), so a run stopped at any point is
-  resumed by the next one; :func:`terminate_descendants` then ends helper
-  processes (parse children, Tika, Tesseract) so none outlives the command.
+  resumed by the next one; :func:`terminate_descendants` ends helper
+  processes (parse children, Tika, Tesseract) so none outlives the command,
+  without waiting on those that ignore SIGTERM.
 - **After SIGKILL no child outlives it.** Nothing runs in a SIGKILLed process,
   so the children watch for it themselves: :func:`install_child_watch`
   registers a fork hook that starts, in every forked child, a thread that
@@ -24,8 +28,8 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, NoReturn, TypeVar
 
 T = TypeVar("T")
 
@@ -82,23 +86,70 @@ def descendants(pid: int | None = None) -> list[int]:
     return out
 
 
-def terminate_descendants(grace_s: float = 3.0) -> int:
-    """SIGTERM every descendant, then SIGKILL those still alive after
-    ``grace_s``. Returns how many there were."""
-    pids = descendants()
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(_alive(p) for p in pids):
-        time.sleep(0.05)
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    for pid in pids:  # reap our own children so none stays a zombie
-        with contextlib.suppress(ChildProcessError, OSError):
-            os.waitpid(pid, os.WNOHANG)
-    return len(pids)
+def child_pids(pid: int) -> list[int]:
+    """The children of ``pid`` (``/proc/PID/task/PID/children``; empty when
+    it is gone or the kernel does not list them)."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", encoding="ascii") as fh:
+            return [int(p) for p in fh.read().split()]
+    except (OSError, ValueError):
+        return []
+
+
+#: How :func:`terminate_descendants` ended a helper process.
+ENDED_ON_SIGTERM = "exited on SIGTERM"
+KILLED_IGNORING_SIGTERM = "killed at once: it ignores SIGTERM"
+KILLED_AFTER_GRACE = "killed after the grace period"
+
+
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether ``pid`` ignores or blocks SIGTERM (``/proc/PID/status``), so
+    waiting for it to react would only spend the grace period (Python's
+    multiprocessing resource tracker ignores SIGTERM by design)."""
+    bit = 1 << (signal.SIGTERM - 1)
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as fh:
+            masks = dict(line.split(":", 1) for line in fh if line.startswith(("SigIgn:", "SigBlk:")))
+    except OSError:
+        return False
+    return any(int(v.strip() or "0", 16) & bit for v in masks.values())
+
+
+def terminate_descendants(grace_s: float = 3.0) -> dict[int, str]:
+    """End every descendant of this process: SIGKILL at once for those that
+    ignore SIGTERM, SIGTERM for the others, then SIGKILL for any of those
+    still alive after ``grace_s``. A second look catches children started
+    meanwhile (a pool replacing a worker it lost).
+
+    Returns:
+        How each one ended, by pid: :data:`ENDED_ON_SIGTERM`,
+        :data:`KILLED_IGNORING_SIGTERM` or :data:`KILLED_AFTER_GRACE`.
+    """
+    outcome: dict[int, str] = {}
+    for _ in range(3):
+        pids = [p for p in descendants() if p not in outcome and _alive(p)]
+        if not pids:
+            break
+        waiting = []
+        for pid in pids:
+            ignores = _ignores_sigterm(pid)
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL if ignores else signal.SIGTERM)
+            if ignores:
+                outcome[pid] = KILLED_IGNORING_SIGTERM
+            else:
+                waiting.append(pid)
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and any(_alive(p) for p in waiting):
+            time.sleep(0.02)
+        for pid in waiting:
+            outcome[pid] = KILLED_AFTER_GRACE if _alive(pid) else ENDED_ON_SIGTERM
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for pid in pids:  # reap our own children so none stays a zombie
+            with contextlib.suppress(ChildProcessError, OSError):
+                os.waitpid(pid, os.WNOHANG)
+    return outcome
 
 
 def _alive(pid: int) -> bool:
@@ -156,6 +207,18 @@ class Stopped(KeyboardInterrupt):
 _stop_signal: int | None = None
 
 
+_abandoning = False
+
+
+def stopping() -> bool:
+    """Whether this process is being stopped: a SIGINT or SIGTERM arrived, or
+    it is ending a run it leaves behind (:func:`exit_abandoning_run`). A
+    failure a step meets now may be the stop's own doing (a helper process
+    it ended), not its input's: it is not recorded, the next run does the
+    work again."""
+    return _stop_signal is not None or _abandoning
+
+
 def stop_signal() -> int | None:
     """The signal that asked this process to stop, or None. Beam may wrap the
     ``KeyboardInterrupt`` raised inside a step in its own error; callers
@@ -192,17 +255,105 @@ def graceful_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
-def exit_after_interrupt(code: int) -> None:
-    """End the process after an interrupt was reported: stop every helper
-    process, then exit at once even if a runner thread is still inside a
-    bundle (a stopped run is resumed by the next one; waiting for threads
-    that are not coming back would break the 10 s promise)."""
+STOP_REPORT_ENV = "RAGSYNC_STOP_REPORT"
+"""A file that :func:`exit_abandoning_run` writes how the stop went to, as
+JSON (tests and ``benchmarks/bench_stop.py`` read it): ``why``,
+``left_running`` (the threads of :func:`run_watched` still at work, not
+waited for) and ``helpers`` (pid -> how it ended)."""
+
+_RUN_THREADS: set[threading.Thread] = set()
+
+
+def run_watched(
+    works: Sequence[Callable[[], T]], *, watch: Sequence[Callable[[], None]] = (), poll_s: float = 0.2
+) -> list[T]:
+    """Run each of ``works`` (a pipeline's run) in a thread of its own and
+    wait for them here, calling every ``watch`` each ``poll_s`` seconds.
+
+    Why not run them in the calling thread: Python handles a signal in the
+    main thread, between two of its Python steps. A main thread running a
+    pipeline's bundle handles Ctrl-C only once the native call it is in
+    returns (a model's batch, a store's flush, a parse child's teardown);
+    waiting here, it handles it at once, and the stop never waits for the
+    step in progress (every write is ordered so that a run stopped anywhere
+    is resumed by the next one). A watch that raises ends the wait with its
+    error (a dead worker process the runner would otherwise wait for forever).
+
+    Returns:
+        The works' results, in order.
+
+    Raises:
+        The first error a work raised, or the error of a watch; the other
+        works are left running (daemon threads: the process exits without
+        them). KeyboardInterrupt (SIGINT) and ``Stopped`` (SIGTERM) reach
+        the caller at once, the works left running.
+    """
+    results: list[Any] = [None] * len(works)
+    errors: list[BaseException] = []
+    finished = threading.Event()
+
+    def run(i: int) -> None:
+        try:
+            results[i] = works[i]()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            errors.append(exc)
+        finally:
+            finished.set()
+
+    threads = [
+        threading.Thread(target=run, args=(i,), name=f"ragsync-run-{i}", daemon=True)
+        for i in range(len(works))
+    ]
+    _RUN_THREADS.update(threads)
+    try:
+        for thread in threads:
+            thread.start()
+        while not errors and any(t.is_alive() for t in threads):
+            finished.wait(poll_s)  # a lock wait: a signal interrupts it at once
+            finished.clear()
+            for check in watch:
+                check()
+    finally:
+        _RUN_THREADS.difference_update(t for t in threads if not t.is_alive())
+    if errors:
+        raise errors[0]
+    return results
+
+
+def runs_left() -> bool:
+    """Whether a thread of :func:`run_watched` is still at work (its wait
+    ended on an error or an interrupt, not on the run's end)."""
+    return any(t.is_alive() for t in _RUN_THREADS)
+
+
+def exit_abandoning_run(code: int, why: str) -> NoReturn:
+    """End the process now: stop every helper process, then exit with
+    ``code`` even if a thread of :func:`run_watched` is still inside a bundle
+    (a stopped run is resumed by the next one; waiting for threads that are
+    not coming back would break the promise of a prompt stop). With
+    ``$RAGSYNC_STOP_REPORT`` set, how it went is written there first."""
     import sys
 
+    global _abandoning
+    _abandoning = True  # before any helper dies: see stopping()
     sys.stdout.flush()
     sys.stderr.flush()
-    terminate_descendants()
+    helpers = terminate_descendants()
+    report = os.environ.get(STOP_REPORT_ENV)
+    if report:
+        import json
+
+        left = sorted(t.name for t in _RUN_THREADS if t.is_alive())
+        ended = {str(pid): how for pid, how in helpers.items()}
+        with contextlib.suppress(OSError), open(report, "w", encoding="utf-8") as fh:
+            json.dump({"why": why, "left_running": left, "helpers": ended}, fh)
     os._exit(code)
+
+
+def exit_after_interrupt(code: int) -> NoReturn:
+    """:func:`exit_abandoning_run` after a reported SIGINT (``code`` 130) or
+    SIGTERM (143)."""
+    exit_abandoning_run(code, "SIGTERM" if code == 143 else "SIGINT")
 
 
 def lock_holders(path: str) -> list[int]:

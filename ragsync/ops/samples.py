@@ -198,7 +198,7 @@ def policy_pdf_bytes(pages: int = 4) -> bytes:
         pdf.ln(4)
         pdf.set_font("Helvetica", "", 11)
         for s in sentences:
-            pdf.multi_cell(0, 6, s + " " + s, new_x="LMARGIN", new_y="NEXT")
+            pdf.multi_cell(0, 6, s, new_x="LMARGIN", new_y="NEXT")
             pdf.ln(3)
         if n == 1:
             pdf.ln(4)
