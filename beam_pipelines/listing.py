@@ -28,7 +28,7 @@ from beam_pipelines.runstats import record_run
 from ragsync.config import Settings
 from ragsync.counters import LISTING
 from ragsync.embedding.models import ModelSpec
-from ragsync.errors import FetchError, ListingFailedError, RagsyncError, WorkerLostError, root_cause
+from ragsync.errors import ListingFailedError, WorkerLostError, root_cause
 from ragsync.ops import lifecycle
 from ragsync.source_types import SourceSpec
 from transforms.chain import IndexDocuments
@@ -162,5 +162,3 @@ def run_listing(
         source_id=source.source_id,
     )
     return counters
-
-

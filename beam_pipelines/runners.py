@@ -19,8 +19,8 @@ from typing import Any
 from apache_beam.options.pipeline_options import PipelineOptions
 from apache_beam.runners.portability import local_job_service
 
-from ragsync.ops import lifecycle
 from ragsync.errors import WorkerLostError
+from ragsync.ops import lifecycle
 
 IN_PROCESS_RUNNERS = ("FnApiRunner", "DirectRunner", "BundleBasedDirectRunner", "SwitchingDirectRunner")
 """Runners whose SDK workers run in the launcher process unless

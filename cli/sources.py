@@ -13,7 +13,6 @@ import time
 from typing import Any
 
 from cli.common import add_run_flags, emit, existing_settings, settings_from_args, split_list
-from ragsync.ops.console import fail
 from ragsync.decisions import VERSION_DOMAINS
 from ragsync.ops.console import fail
 from ragsync.source_types import SYNC_KINDS, default_uri, source_types

@@ -374,7 +374,7 @@ class EventAdmission:
         cached = self._sources.get(key)
         if cached is None or now - cached[0] > self._ttl_s:
             try:
-                found = self._catalog.get_source(source_id, tenant_id=tenant or None)
+                found = self._catalog.sources.get_source(source_id, tenant_id=tenant or None)
             except AmbiguousSourceError as exc:
                 raise InvalidEventError(str(exc)) from None
             cached = self._sources[key] = (now, found)

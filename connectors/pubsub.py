@@ -150,9 +150,9 @@ class PubSubRelay:
                 dead.append(outcome)
             else:
                 events.append(outcome.event)
-        queued, _ = catalog.enqueue_events(events) if events else (0, 0)
+        queued, _ = catalog.queue.enqueue_events(events) if events else (0, 0)
         for letter in dead:
-            catalog.record_dead_letter(letter)
+            catalog.dead_letters.record_dead_letter(letter)
         # Acknowledged only once queued and recorded: a crash before this
         # gets the batch again, and the queue keeps each event once.
         acks = [item.ack_id for item in received]

@@ -91,7 +91,9 @@ def dead_letters(settings: Settings) -> list[tuple[str, str, str]]:
     """(stage, error class, message) of every open dead letter, sorted."""
     cat = open_catalog(settings)
     try:
-        return sorted((d.stage, d.error_class, d.message) for d in cat.list_dead_letters(limit=100))
+        return sorted(
+            (d.stage, d.error_class, d.message) for d in cat.dead_letters.list_dead_letters(limit=100)
+        )
     finally:
         cat.close()
 

@@ -806,14 +806,14 @@ def test_a_later_good_version_or_delete_settles_the_documents_dead_letters(catal
             tenant_id="t1",
             source_version=version,
         )
-        return catalog.record_dead_letter(letter, source_id="s1")[0]
+        return catalog.dead_letters.record_dead_letter(letter, source_id="s1")[0]
 
     def open_ids() -> list[int]:
-        return sorted(r.id for r in catalog.list_dead_letters())
+        return sorted(r.id for r in catalog.dead_letters.list_dead_letters())
 
     # A backfill's failure, then a later listing writes the fixed file: the
     # listing saw it after the failure was recorded (its mtime may be older).
-    catalog.record_fetch(fetch("d1", version="100.0"))
+    catalog.documents.record_fetch(fetch("d1", version="100.0"))
     listed = dead("d1", "200.0")
     other = dead("d9", "200.0")
     assert flip(
@@ -824,27 +824,29 @@ def test_a_later_good_version_or_delete_settles_the_documents_dead_letters(catal
         catalog, "d1", version="150.0", version_domain="timestamp", version_observed_at=time.time() + 1
     )
     assert open_ids() == [other]
-    assert catalog.document_counts_by_status() == {"dead_letter": 1, STATUS_INDEXED: 1}
+    assert catalog.documents.document_counts_by_status() == {"dead_letter": 1, STATUS_INDEXED: 1}
 
     # Events: version 7 failed while version 6 was written (another worker):
     # still open; version 8 settles it. Times do not decide between events.
-    catalog.record_fetch(fetch("d2", version="5"))
+    catalog.documents.record_fetch(fetch("d2", version="5"))
     assert flip(catalog, "d2", version="5", by_event=True)
     newer = dead("d2", "7", event="ev7")
     assert flip(catalog, "d2", version="6", by_event=True, version_observed_at=time.time() + 60)
-    assert open_ids() == [other, newer] and catalog.get_document("d2").status == STATUS_INDEXED
+    assert open_ids() == [other, newer] and catalog.documents.get_document("d2").status == STATUS_INDEXED
     assert flip(catalog, "d2", version="8", by_event=True)
     assert open_ids() == [other]
 
     # An exact copy linked after its failure, and a completed delete.
-    catalog.record_fetch(fetch("d3", version="1"))
+    catalog.documents.record_fetch(fetch("d3", version="1"))
     copied = dead("d3", "1", event="ev3")
-    catalog.mark_duplicate("d3", "d1", content_hash="h1", written=Stamp("2"), by_event=True)
-    assert open_ids() == [other] and catalog.get_document("d3").status == "duplicate"
+    catalog.copies.mark_duplicate("d3", "d1", content_hash="h1", written=Stamp("2"), by_event=True)
+    assert open_ids() == [other] and catalog.documents.get_document("d3").status == "duplicate"
     gone = dead("d9", "201.0")
-    catalog.put_tombstone("d9", "t1", "300.0", version_domain="timestamp", observed_at=time.time() + 1)
+    catalog.gate_state.put_tombstone(
+        "d9", "t1", "300.0", version_domain="timestamp", observed_at=time.time() + 1
+    )
     assert open_ids() == [other, gone]  # recorded, not completed: still open
-    catalog.complete_tombstone("d9")
+    catalog.gate_state.complete_tombstone("d9")
     assert open_ids() == [] and copied not in open_ids()
 
 

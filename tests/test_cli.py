@@ -201,7 +201,7 @@ def test_status_and_dead_letters_cut_reasons_between_words(
     words = "neither PDFium nor pdfminer could open the file because its cross reference table is " * 3
     catalog = open_catalog(Settings(home=home))
     try:
-        catalog.add_dead_letter(
+        catalog.dead_letters.add_dead_letter(
             DeadLetter(stage="parse", doc_id="d1", uri="a.pdf", error_class="corrupt", message=words.strip())
         )
     finally:

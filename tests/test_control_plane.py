@@ -283,9 +283,9 @@ def test_a_sync_request_needs_no_body(api: Api) -> None:
     r = api.a.post("/v1/sources/wiki-eng/sync")
     assert r.status_code == 202, r.text
     assert (r.json()["mode"], r.json()["state"]) == ("incremental", "queued")
-    run = api.catalog.claim_sync_run()
+    run = api.catalog.syncs.claim_sync_run()
     assert run is not None
-    api.catalog.finish_sync_run(run.sync_id, succeeded=True)
+    api.catalog.syncs.finish_sync_run(run.sync_id, succeeded=True)
     r = api.a.post("/v1/sources/wiki-eng/sync", json={})
     assert (r.status_code, r.json()["mode"]) == (202, "incremental")
     assert api.a.post("/v1/sources/wiki-eng/sync", json={"mode": "sometimes"}).status_code == 422

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import apache_beam as beam
 import pytest
+from connectors.registration import register_source
 
 from beam_pipelines.streaming import GuardBusMessages, event_source
 from connectors.events import Admitted, EventAdmission, admit_bus_message, parse_event, queue_row
-from connectors.registration import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, UnknownSourceError
 from ragsync.model import EVENT_LIMITS, DeadLetter, Event
@@ -149,7 +149,7 @@ def test_one_admission_for_a_push_and_a_bus_message(tmp_path: Path) -> None:
     assert main(["events", "push", str(tmp_path / "events.jsonl"), "--home", settings.home]) == 1
     catalog = open_catalog(settings)
     try:
-        pushed = Event.from_json(catalog.pending_events()[0]["payload"])
+        pushed = Event.from_json(catalog.queue.pending_events()[0]["payload"])
         bus = [admit_bus_message(x.encode(), EventAdmission(catalog), bus="pubsub", where="s") for x in lines]
     finally:
         catalog.close()
@@ -313,7 +313,7 @@ def test_recorded_kafka_records_are_admitted_like_pushed_events(tmp_path: Path) 
     p.run().wait_until_finish()
     catalog = open_catalog(settings)
     try:
-        assert catalog.document_counts_by_status() == {"indexed": 3}
+        assert catalog.documents.document_counts_by_status() == {"indexed": 3}
     finally:
         catalog.close()
     tombstone = ("admit", "invalid_event", "an empty kafka message is not an event")

@@ -86,7 +86,7 @@ def _status(settings: Settings, name: str) -> str:
     """The status of tenant A's document ``name`` (an event's object id)."""
     cat = open_catalog(settings)
     try:
-        row = cat.get_document(ids.doc_id("tenant-a", "a-docs", name))
+        row = cat.documents.get_document(ids.doc_id("tenant-a", "a-docs", name))
     finally:
         cat.close()
     return row.status if row is not None else "missing"

@@ -127,10 +127,10 @@ def test_a_failure_met_while_the_process_stops_is_not_recorded(
     parse child it ended): the dead-letter sink records nothing then, and the
     next run does the work again."""
     import apache_beam as beam
+    from transforms.write import WriteDeadLetters
 
     from ragsync.config import Settings, open_catalog
     from ragsync.model import DeadLetter
-    from transforms.write import WriteDeadLetters
 
     settings = Settings(home=str(tmp_path / "home"))
     crash = DeadLetter(stage="parse", doc_id="d1", uri="/x/a.pdf", error_class="crash", message="child died")
@@ -141,7 +141,7 @@ def test_a_failure_met_while_the_process_stops_is_not_recorded(
             _ = p | beam.Create([crash]) | WriteDeadLetters(settings)
         catalog = open_catalog(settings)
         try:
-            return len(catalog.list_dead_letters(limit=10))
+            return len(catalog.dead_letters.list_dead_letters(limit=10))
         finally:
             catalog.close()
 

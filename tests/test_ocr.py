@@ -17,8 +17,8 @@ from ragsync.errors import CorruptDocumentError, OcrBelowBarError, TooLargeError
 from ragsync.ingest.detect import choose_lane, needs_ocr
 from ragsync.parsing import parse
 from ragsync.parsing.ocr import OcrOptions, PageImage, iter_image_pages, ocr_page
-from ragsync.parsing.ocr_engine import PageOcr
 from ragsync.parsing.ocr_layout import parse_tsv
+from ragsync.parsing.ocr_model import PageOcr
 from ragsync.parsing.ocr_quality import (
     PAPER_SPREAD,
     SMALL_GLYPH_CONFIDENCE,

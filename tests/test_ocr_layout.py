@@ -12,8 +12,9 @@ import shutil
 
 import pytest
 
-from ragsync.parsing.ocr_engine import PageOcr, readable_part
+from ragsync.parsing.ocr_engine import readable_part
 from ragsync.parsing.ocr_layout import TsvWord, prose_line, prose_paragraphs
+from ragsync.parsing.ocr_model import PageOcr
 from ragsync.parsing.ocr_second import Word
 from ragsync.parsing.ocr_tables import page_tables
 
@@ -286,7 +287,7 @@ def test_an_rgba_page_below_the_bar_that_tesseract_reads_is_indexed_and_listed_f
     short line of them clears it), and the page is listed for review.
     Before issue 38 the page was refused whole (``ocr_below_bar``)."""
     from ragsync.parsing.ocr import parse_image
-    from ragsync.parsing.ocr_engine import DEFAULT_MIN_REGION_CONFIDENCE, OcrOptions
+    from ragsync.parsing.ocr_model import DEFAULT_MIN_REGION_CONFIDENCE, OcrOptions
     from ragsync.parsing.ocr_quality import char_error_rate
 
     result = parse_image(_rgba_chart_page(), ocr_options=OcrOptions(second_engine=False))

@@ -11,8 +11,9 @@ from PIL import Image, ImageDraw, ImageFont
 
 from ragsync.model import ElementType
 from ragsync.parsing.ocr import assemble, iter_image_pages
-from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+from ragsync.parsing.ocr_engine import ocr_page
 from ragsync.parsing.ocr_layout import TsvWord
+from ragsync.parsing.ocr_model import OcrOptions
 from ragsync.parsing.ocr_second import (
     MIN_CONFIDENCE,
     MIN_LINE_CONFIDENCE,

@@ -409,7 +409,8 @@ def test_a_ruled_region_tesseract_reads_below_the_region_bar_is_read_again_by_ra
     region's crop, its table is kept, and both confidences are stored."""
     from ragsync.parsing import ocr_second
     from ragsync.parsing.ocr import iter_image_pages
-    from ragsync.parsing.ocr_engine import OcrOptions, ocr_page
+    from ragsync.parsing.ocr_engine import ocr_page
+    from ragsync.parsing.ocr_model import OcrOptions
 
     page = next(iter_image_pages(_ruled_grid_scan(COUNTRIES, column=260, pitch=60, gray=0)))
     plain = ocr_page(page, OcrOptions())

@@ -63,7 +63,11 @@ def _status(settings: Settings) -> tuple[dict[str, int], int, int]:
     """(documents by status, open dead letters, unfinished queued events)."""
     cat = open_catalog(settings)
     try:
-        return cat.document_counts_by_status(), len(cat.list_dead_letters(limit=100)), cat.unfinished_events()
+        return (
+            cat.documents.document_counts_by_status(),
+            len(cat.dead_letters.list_dead_letters(limit=100)),
+            cat.queue.unfinished_events(),
+        )
     finally:
         cat.close()
 
@@ -107,7 +111,7 @@ def test_stream_reads_pubsub_on_every_local_runner_and_admits_like_a_push(
     assert readers_of_notes(settings) == {name: ["staff"] for name in NOTES}
     cat = open_catalog(settings)
     try:
-        assert cat.queue_stats()["by_state"] == {"done": 3}
+        assert cat.queue_views.queue_stats()["by_state"] == {"done": 3}
     finally:
         cat.close()
     assert pubsub_emulator.waiting(subscription) == 0  # every message was acknowledged

@@ -19,7 +19,6 @@ from apache_beam.metrics import Metrics
 
 from ragsync import ids
 from ragsync.config import Settings
-from ragsync.ops import lifecycle
 from ragsync.decisions import FailureRoute, backoff_delay, failure_route, retry_dead_letters
 from ragsync.errors import classify, is_retryable
 from ragsync.model import (
@@ -32,6 +31,7 @@ from ragsync.model import (
     SourceFile,
     payload_field,
 )
+from ragsync.ops import lifecycle
 from transforms.metrics import STAGE_NAMESPACE
 from transforms.steps import CatalogDoFn
 

@@ -26,7 +26,6 @@ from apache_beam.utils.timestamp import MAX_TIMESTAMP, Timestamp
 
 from connectors.events import EventAdmission, refused_event_dead_letter
 from ragsync import ids
-from ragsync.ops import lifecycle
 from ragsync.catalog.queue import LANES, EventKey, EventScope
 from ragsync.config import Settings, open_catalog
 from ragsync.decisions import (

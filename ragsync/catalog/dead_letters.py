@@ -17,12 +17,11 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, and_, case, select, update
+from sqlalchemy import and_, case, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
-from ragsync.decisions.gate import Stamp, settles_dead_letter
 from ragsync.model import DeadLetter, Event, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id

@@ -22,7 +22,7 @@ from sqlalchemy import and_, case, func, or_, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _batches, _now
-from ragsync.decisions.gate import next_delivery, row_stamp
+from ragsync.decisions.gate import next_delivery
 
 #: Queue lanes, in the order they are served.
 LANES = ("priority", "fast", "slow")

@@ -131,7 +131,7 @@ def _lazy(module: str, name: str, *, paged: bool = False, expands: bool = False,
         kwargs = {**options, **({"limits": limits} if expands else {})}
         if not paged:
             return parser(data, **kwargs)
-        from ragsync.parsing.ocr_engine import OcrOptions
+        from ragsync.parsing.ocr_model import OcrOptions
 
         return parser(data, max_pages=max_pages, ocr_options=OcrOptions(lang=ocr_languages), **kwargs)
 

@@ -31,20 +31,18 @@ from ragsync.errors import CorruptDocumentError, TooLargeError, UnsupportedForma
 from ragsync.model import ElementType
 from ragsync.parsing._common import RawElement, RawParse, table_to_markdown
 from ragsync.parsing._pdfium import PDFIUM_LOCK
-from ragsync.parsing.ocr_engine import (
+from ragsync.parsing.ocr_engine import ocr_page, ocr_pages
+from ragsync.parsing.ocr_layout import join_lines
+from ragsync.parsing.ocr_model import (
     DEFAULT_MAX_PIXELS,
     DEFAULT_MIN_CONFIDENCE,
     DEFAULT_MIN_COVERAGE,
     RENDER_DPI,
-    GrayImage,
     OcrOptions,
     PageImage,
     PageOcr,
-    ocr_page,
-    ocr_pages,
 )
-from ragsync.parsing.ocr_layout import join_lines
-from ragsync.parsing.ocr_quality import char_error_rate, ink_mask
+from ragsync.parsing.ocr_quality import GrayImage, char_error_rate, ink_mask
 from ragsync.parsing.tesseract import check_languages
 
 if TYPE_CHECKING:  # pragma: no cover

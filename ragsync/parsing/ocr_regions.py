@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from numpy.typing import NDArray
 
     from ragsync.parsing import ocr_second
-    from ragsync.parsing.ocr_engine import OcrOptions, PageOcr
+    from ragsync.parsing.ocr_model import OcrOptions, PageOcr
 
 
 def small_print_words(
