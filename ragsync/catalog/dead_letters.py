@@ -82,14 +82,15 @@ def event_of_payload(payload: str) -> dict[str, Any] | None:
     }
 
 
-def _object_id_of(payload: str) -> str | None:
+def _object_id_of(payload: str) -> str:
     """The source's own id of the object behind a dead letter (a listed
-    file's or an event's), or None when the payload names none."""
+    file's or an event's), or '' (the column's default) when the payload
+    names none."""
     found = payload_field(payload, "source_object_id")
     if not found:
         event = event_of_payload(payload)
         found = str(event.get("doc_id") or "") if event is not None else ""
-    return found or None
+    return found
 
 
 @dataclass(frozen=True)
