@@ -23,12 +23,11 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, BinaryIO, ClassVar, Protocol
 
-from ragsync.query.search.identity import Identities
-
 from ragsync import ids
 from ragsync.decisions import ListedObject
 from ragsync.errors import FetchError, InvalidEventError
 from ragsync.model import Event, SourceFile
+from ragsync.query.identity import Identities
 from ragsync.source_types import SourceSpec
 
 
