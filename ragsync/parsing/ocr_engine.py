@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, parse_tsv
+from ragsync.parsing.ocr_layout import TsvWord, group_words, join_lines, line_boxes, parse_tsv
 from ragsync.parsing.ocr_quality import (
     BLANK_INK,
     SMALL_GLYPH_CONFIDENCE,
@@ -209,6 +209,10 @@ class PageOcr:
         preprocessed: the pre-processing steps the page got before OCR
             (``ocr_quality.preprocessing``: ``"despeckle"``, ``"flatten"``),
             ``()`` when it was read as it came.
+        line_boxes: for each of ``paragraphs``, its lines' pixel boxes
+            ``(left, top, right, bottom)`` in the image Tesseract read (the
+            words' boxes, ``ocr_layout.line_boxes``); ``()`` when not known.
+        image_size: that image's ``(width, height)`` in pixels.
     """
 
     page: int
@@ -232,6 +236,8 @@ class PageOcr:
     region_engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     scale: float = 1.0
     preprocessed: tuple[str, ...] = ()
+    line_boxes: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()
+    image_size: tuple[int, int] = (0, 0)
 
     @property
     def text(self) -> str:
@@ -404,6 +410,8 @@ def _attempt(
         tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
         table_positions=positions,
         region_engines=tuple(choices),
+        line_boxes=line_boxes(tsv.words),
+        image_size=(int(image.shape[1]), int(image.shape[0])),
     )
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -55,7 +55,10 @@ from ragsync.config import Settings, open_catalog
 from ragsync.embedding.models import ModelSpec
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.base import SearchFilter
+from ragsync.ingest.boilerplate import BoilerplateRule
 from ragsync.query.identity import Reader, ReadGrant
+from ragsync.query.ranking import RERANK_DEPTH, demote_boilerplate, rerank, source_boilerplate
+from ragsync.query.rerank import Reranker, reranker_for
 
 RRF_K = 60
 
@@ -108,6 +111,15 @@ class QueryResult:
     mime: str = ""
     modified_at: float | None = None  # see document_modified_at
     parent_uri: str | None = None  # the container's link, when the reader may read it
+    # Citation (ragsync.model.Chunk): page range, span in the document's text, line boxes.
+    page_end: int = 0
+    char_start: int = 0
+    char_end: int = 0
+    boxes: list[list[float]] = field(default_factory=list)
+    boilerplate: float = 0.0  # share of the chunk's text that is its source's boilerplate
+    source_text: str = ""  # the chunk's text whole, when ``text`` shows it without boilerplate
+    context: str = ""  # the document's identity as embedded and indexed (title | issuer | period | name)
+    rerank_score: float | None = None  # the reranker's own score, when a reranker ran
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -311,21 +323,42 @@ def hybrid_query(
                     tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS
                 )
             where = SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
+            reranker = reranker_for(settings.rerank, spec)
+            want = max(k, RERANK_DEPTH) if reranker is not None else k
+            depth = max(depth, want)
             while True:
                 vhits = vectors.search(tenant_id, vector, acl_ids, depth, where=where)
                 khits = keywords.search(tenant_id, text, acl_ids, depth, where=where)
-                results = _assemble(catalog, tenant_id, vhits, khits, reader, k, filters)
+                results = _assemble(catalog, tenant_id, vhits, khits, reader, want, filters)
                 exhausted = len(vhits) < depth and len(khits) < depth
                 # A user's grant is per source (a post-filter too): over-fetch as for filters.
                 post_filtered = filters is not None or reader.everywhere is None
                 if not post_filtered or len(results) >= k or exhausted or depth >= MAX_FILTER_DEPTH:
-                    return results
+                    return _ranked(settings, catalog, tenant_id, text, results, k, reranker)
                 depth = min(depth * 4, MAX_FILTER_DEPTH)
         finally:
             keywords.close()
             vectors.close()
     finally:
         catalog.close()
+
+
+def _ranked(
+    settings: Settings,
+    catalog: Any,
+    tenant_id: str,
+    text: str,
+    results: list[QueryResult],
+    k: int,
+    reranker: Reranker | None,
+) -> list[QueryResult]:
+    """The first ``k`` of the checked hits after boilerplate and reranking
+    (``ragsync.query.ranking``), scores rounded."""
+    rule = BoilerplateRule(settings.boilerplate_share, settings.boilerplate_min_docs)
+    results = demote_boilerplate(results, source_boilerplate(catalog, tenant_id, results, rule))
+    if reranker is not None:
+        results = rerank(reranker, text, results, settings.rerank_weight)
+    return [replace(r, score=round(r.score, 6)) for r in results[:k]]
 
 
 def reader_of(
@@ -402,13 +435,18 @@ def _assemble(
                 uri=page_link(doc.uri),
                 heading_path=list(chunk.heading_path),
                 page=chunk.page,
-                score=round(score, 6),
+                score=score,
                 text=chunk.text,
                 parent_doc_id=parent,
                 source_id=doc.source_id,
                 mime=doc.mime,
                 modified_at=document_modified_at(doc),
                 parent_uri=parents.get(parent) if parent else None,
+                page_end=max(chunk.page_end, chunk.page),
+                char_start=chunk.char_start,
+                char_end=chunk.char_end,
+                boxes=[list(b) for b in chunk.boxes],
+                context=chunk.context,
             )
         )
         if len(results) >= k:
