@@ -44,8 +44,11 @@ _ORG_SUFFIX = (
     r"Inc\.?|Incorporated|Corporation|Corp\.|Company|Co\.|Ltd\.?|Limited|plc|PLC|LLC|L\.L\.C\.|L\.P\.|"
     r"N\.V\.|S\.A\.|SE|AG|Group|Holdings|Bancorp|Trust"
 )
+# A name of capitalised words on one line, then a legal suffix ("Group plc" counts as one).
 _ORG = re.compile(
-    r"\b((?:[A-Z0-9][\w&'.-]*,?\s+){0,5}?(?:[A-Z][\w&'.-]*,?\s+)(?:" + _ORG_SUFFIX + r"))(?=[\s,.;:)]|$)"
+    r"\b((?:[A-Z0-9][\w&'.-]*,?[ \t]+){0,5}?(?:[A-Z][\w&'.-]*,?[ \t]+)(?:(?:Group|Holdings)[ \t]+)?(?:"
+    + _ORG_SUFFIX
+    + r"))(?=[\s,.;:)]|$)"
 )
 _ORG_NOISE = re.compile(r"^(The|This|Our|Each|Such|Any|All|A|An|In|Of|For|And|See|Item|Part)\s+", re.I)
 _MONTH = (
@@ -132,9 +135,9 @@ def document_context(elements: Sequence[Element], metadata: Mapping[str, str], o
     for el in elements:
         if size >= FIRST_PAGES_CHARS:
             break
-        head_parts.append(el.text)
+        head_parts.append(" ".join(el.text.split()))
         size += len(el.text) + 1
-    head = _WS.sub(" ", " ".join(head_parts))[:FIRST_PAGES_CHARS]
+    head = "\n".join(head_parts)[:FIRST_PAGES_CHARS]  # one element a line: a name never spans two
     parts: list[str] = []
     for part in (_title(elements, metadata), _issuer(head, metadata), _period(head), _name(object_id)):
         folded = part.lower()

@@ -5,12 +5,12 @@ this module orders what passed:
 
 1. **Boilerplate** (``ragsync.ingest.boilerplate``): the paragraphs of each
    hit that a sizeable share of its source's documents hold (the catalog's
-   counts, looked up per source for the hits at hand). A hit's score is
-   multiplied by the share of its text that is not boilerplate; a boilerplate
-   paragraph is shown by the first hit that holds it only (the others show
-   their own text, ``source_text`` keeps the chunk whole), and a hit with no
-   text of its own left is dropped. So a disclaimer copied into every memo is
-   shown once, below the memos' own text.
+   counts, looked up per source for the hits at hand). A boilerplate
+   paragraph is shown by the first hit that holds it only; the others show
+   their own text (``source_text`` keeps the chunk whole), their score
+   multiplied by the share of their text that is not that paragraph, and a
+   hit with no text of its own left is dropped. So a disclaimer copied into
+   every memo is shown once, and its copies rank below unique text.
 2. **Reranking** (``ragsync.query.rerank``): the first :data:`RERANK_DEPTH`
    hits scored again by the reranker on the document's identity, the heading
    path and the hit's own text; the final score mixes the fused score and the
@@ -81,10 +81,14 @@ def demote_boilerplate(
 ) -> list[QueryResult]:
     """Step 1 of the module docstring over fused, checked hits (best first).
 
+    The first hit holding a boilerplate paragraph shows it and keeps its
+    score; every later hit holding it shows its own text only and its score
+    is multiplied by the share of its text that is not that boilerplate (what
+    it matched with was already shown); one with no text of its own left is
+    dropped.
+
     Returns:
-        The hits re-ordered by their demoted scores (ties keep their order),
-        each boilerplate paragraph's text shown once, hits with no text of
-        their own after that dropped.
+        The hits re-ordered by their scores (ties keep their order).
     """
     if not boilerplate:
         return list(results)
@@ -99,13 +103,17 @@ def demote_boilerplate(
         mine = {h for h, _ in text_paragraphs(r.text) if h in found}
         hide = {h for h in mine if (r.source_id, h) in shown}
         shown.update((r.source_id, h) for h in mine)
-        text = _own_text(r.text, hide) if hide else r.text
+        if not hide:
+            out.append((r.score, i, replace(r, boilerplate=round(share, 4))))
+            continue
+        text = _own_text(r.text, hide)
         if not text:
             continue
-        shown_r = replace(r, score=r.score * (1.0 - share), text=text, boilerplate=round(share, 4))
-        if hide:
-            shown_r = replace(shown_r, source_text=r.text)
-        out.append((shown_r.score, i, shown_r))
+        hidden, _ = boilerplate_share(r.text, frozenset(hide))
+        demoted = replace(
+            r, score=r.score * (1.0 - hidden), text=text, boilerplate=round(share, 4), source_text=r.text
+        )
+        out.append((demoted.score, i, demoted))
     out.sort(key=lambda t: (-t[0], t[1]))
     return [r for _, _, r in out]
 
