@@ -364,8 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(split.upper())
             for label, per in figures.items():
                 a = per["all"]
-                print(f"  {label:60s} doc {a['doc@10']:.3f}  page {a['page@10']:.3f}  range {a['range@10']:.3f}  "
-                      f"near {a['near@10']:.3f}  (n={a['n']})")  # fmt: skip
+                print(f"  {label:60s} doc {a['doc@10']:.3f}  page {a['page@10']:.3f}  "
+                      f"range {a['range@10']:.3f}  near {a['near@10']:.3f}  (n={a['n']})")  # fmt: skip
                 for cls, f in per.items():
                     if cls != "all":
                         print(f"      {cls:12s} n={f['n']:3d} doc {f['doc@10']:.3f} page {f['page@10']:.3f}")

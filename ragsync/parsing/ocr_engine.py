@@ -209,10 +209,8 @@ class PageOcr:
         preprocessed: the pre-processing steps the page got before OCR
             (``ocr_quality.preprocessing``: ``"despeckle"``, ``"flatten"``),
             ``()`` when it was read as it came.
-        line_boxes: for each of ``paragraphs``, its lines' pixel boxes
-            ``(left, top, right, bottom)`` in the image Tesseract read (the
-            words' boxes, ``ocr_layout.line_boxes``); ``()`` when not known.
-        image_size: that image's ``(width, height)`` in pixels.
+        line_boxes: per paragraph, its lines' pixel boxes in the image read (``ocr_layout.line_boxes``).
+        image_size: that image's ``(width, height)``.
     """
 
     page: int

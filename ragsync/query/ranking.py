@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, Any
 
 from ragsync.ingest.boilerplate import BoilerplateRule, boilerplate_of, boilerplate_share, text_paragraphs
 from ragsync.ingest.chunking import MIN_BOILERPLATE_CHARS, paragraph_hash
+from ragsync.query.results import QueryResult
 
 if TYPE_CHECKING:
     from ragsync.query.rerank import Reranker
-    from ragsync.query.search import QueryResult
 
 RERANK_DEPTH = 50
 """Hits scored by the reranker (the rest keep their fused order after them)."""

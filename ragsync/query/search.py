@@ -46,7 +46,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -59,6 +59,7 @@ from ragsync.ingest.boilerplate import BoilerplateRule
 from ragsync.query.identity import Reader, ReadGrant
 from ragsync.query.ranking import RERANK_DEPTH, demote_boilerplate, rerank, source_boilerplate
 from ragsync.query.rerank import Reranker, reranker_for
+from ragsync.query.results import QueryResult
 
 RRF_K = 60
 
@@ -95,34 +96,6 @@ def page_link(uri: str) -> str:
         return uri
     path = parts.path[: -len("api.php")] + "index.php"
     return urlunsplit((parts.scheme, parts.netloc, path, urlencode({"curid": params["pageid"][0]}), ""))
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    doc_id: str
-    chunk_id: str
-    uri: str
-    heading_path: list[str]
-    page: int
-    score: float
-    text: str
-    parent_doc_id: str | None = None  # a child document's container (e-mail, archive)
-    source_id: str = ""
-    mime: str = ""
-    modified_at: float | None = None  # see document_modified_at
-    parent_uri: str | None = None  # the container's link, when the reader may read it
-    # Citation (ragsync.model.Chunk): page range, span in the document's text, line boxes.
-    page_end: int = 0
-    char_start: int = 0
-    char_end: int = 0
-    boxes: list[list[float]] = field(default_factory=list)
-    boilerplate: float = 0.0  # share of the chunk's text that is its source's boilerplate
-    source_text: str = ""  # the chunk's text whole, when ``text`` shows it without boilerplate
-    context: str = ""  # the document's identity as embedded and indexed (title | issuer | period | name)
-    rerank_score: float | None = None  # the reranker's own score, when a reranker ran
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def document_modified_at(doc: Any) -> float | None:
@@ -315,17 +288,10 @@ def hybrid_query(
         keywords = open_keyword_index(settings)
         try:
             vector = embed_query(spec, text)
-            depth = max(k * 4, 20)
-            pushed = None
-            if filters is not None and filters.source_ids:
-                # A source of few documents: the stores search only its documents.
-                pushed = catalog.copies.doc_ids_in_sources(
-                    tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS
-                )
-            where = SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
+            where = _search_filter(catalog, tenant_id, denied, filters)
             reranker = reranker_for(settings.rerank, spec)
-            want = max(k, RERANK_DEPTH) if reranker is not None else k
-            depth = max(depth, want)
+            want = max(k, RERANK_DEPTH) if reranker is not None else k  # the reranker's candidates
+            depth = max(k * 4, 20, want)
             while True:
                 vhits = vectors.search(tenant_id, vector, acl_ids, depth, where=where)
                 khits = keywords.search(tenant_id, text, acl_ids, depth, where=where)
@@ -341,6 +307,18 @@ def hybrid_query(
             vectors.close()
     finally:
         catalog.close()
+
+
+def _search_filter(
+    catalog: Any, tenant_id: str, denied: Sequence[str], filters: QueryFilters | None
+) -> SearchFilter:
+    """What both stores filter on: the denying ACL ids and, for a source filter
+    over at most :data:`MAX_PUSHED_DOCS` documents, those documents' ids (a
+    source of few documents: the stores search only its documents)."""
+    pushed = None
+    if filters is not None and filters.source_ids:
+        pushed = catalog.copies.doc_ids_in_sources(tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS)
+    return SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
 
 
 def _ranked(
