@@ -57,8 +57,9 @@ def _pdf(path: Path) -> None:
     ]
     for lines in pages:
         pdf.add_page()
-        for line in lines:
-            pdf.multi_cell(0, 8, line)
+        for i, line in enumerate(lines):
+            pdf.set_font("helvetica", size=20 if i == 0 else 12)  # each page under a heading of its own
+            pdf.multi_cell(0, 10 if i == 0 else 8, line)
             pdf.ln(4)
     pdf.output(str(path))
 

@@ -13,7 +13,7 @@ already returns (no model, no network):
   else the format's ``author`` when it reads as a name;
 * **period or date**: "fiscal year ended December 31, 2022", "quarterly
   period ended ...", "FY2022", "Q3 2021", else the year named most often on
-  the first pages;
+  the first pages (of two named as often, the first);
 * **name**: the source's object name without its folder and extension, words
   split at ``_``/``-``/``.`` ("AMD_2022_10K.pdf" -> "AMD 2022 10K"), unless it
   is an opaque id (digits, a hash).
@@ -103,9 +103,10 @@ def _period(head: str) -> str:
         m = pattern.search(head)
         if m:
             return _clean(m.group(1))
-    years = Counter(_YEAR.findall(head))
+    found = _YEAR.findall(head)
+    years = Counter(found)
     if years:
-        return max(years, key=lambda y: (years[y], y))
+        return max(years, key=lambda y: (years[y], -found.index(y)))  # a tie: the one named first
     return ""
 
 
