@@ -55,6 +55,7 @@ from control_plane.routers import (
     events,
     health,
     metrics,
+    pages,
     query,
     sources,
     webhooks,
@@ -73,6 +74,7 @@ ROUTERS = (
     backfills.router,
     dead_letters.router,
     query.router,
+    pages.router,
     metrics.router,
 )
 

@@ -107,8 +107,19 @@ class Settings:
             rest are dead-lettered ``too_large`` (keep it below
             ``parse_timeout_s``).
         embed_batch_size: largest embedding batch.
-        boilerplate_min_docs: a chunk text already in this many other
-            documents is boilerplate and not indexed again (0 turns it off).
+        boilerplate_min_docs: a paragraph held by this many documents of a
+            source is boilerplate whatever their share of the source (0 turns
+            boilerplate off); see ``ragsync.ingest.boilerplate``.
+        boilerplate_share: a paragraph held by this share of a source's live
+            documents, and by at least ``boilerplate.MIN_HOLDERS``, is
+            boilerplate: left out of the documents chunked after it is
+            known, and ranked below unique text (one copy shown) by queries.
+        rerank: the reranking stage after fusion (``ragsync.query.rerank``):
+            ``windows`` (the packaged embedding model reads each candidate
+            again in windows of a few sentences), ``off``, or the directory
+            of a sentence-transformers CrossEncoder (``$RAGSYNC_RERANK``).
+        rerank_weight: the reranker's share of the final score (0-1; the
+            fused score has the rest).
         event_lease_s: how long a read event stays hidden from other readers;
             one not acknowledged by then (its worker died) is delivered again.
         es_api_key: Elasticsearch API key (base64 ``id:key``); empty for none.
@@ -185,6 +196,9 @@ class Settings:
     embed_batch_size: int = 64
     event_lease_s: float = 300.0
     boilerplate_min_docs: int = 50
+    boilerplate_share: float = 0.2
+    rerank: str = field(default_factory=lambda: os.environ.get("RAGSYNC_RERANK", "windows"))
+    rerank_weight: float = 0.5
     es_api_key: str = field(default="", repr=False)
     es_username: str = ""
     es_password: str = field(default="", repr=False)
@@ -222,6 +236,12 @@ class Settings:
             raise ConfigurationError("keyword_index elasticsearch needs es_url")
         if self.embed_max_tokens < 0:
             raise ConfigurationError("embed_max_tokens must be >= 0 (0 = the model's own limit)")
+        if not 0 <= self.rerank_weight <= 1:
+            raise ConfigurationError(f"rerank_weight must be in [0, 1], got {self.rerank_weight}")
+        if not self.rerank:
+            raise ConfigurationError("rerank must be 'windows', 'off' or a CrossEncoder directory")
+        if not 0 < self.boilerplate_share <= 1:
+            raise ConfigurationError(f"boilerplate_share must be in (0, 1], got {self.boilerplate_share}")
         if not self.catalog_url:
             object.__setattr__(self, "catalog_url", "sqlite:///" + os.path.join(home, "catalog.db"))
         if not self.milvus_uri:

@@ -32,7 +32,7 @@ COUNTERS: dict[str, str] = {
     "documents_deleted": "documents removed from the catalog and both indexes",
     "children_deleted": "attachments and archive members removed with their parent",
     "dead_lettered": "documents or events that ended in the dead-letter table",
-    "chunks_boilerplate": "chunks dropped as repeated boilerplate (headers, footers)",
+    "paragraphs_boilerplate": "paragraphs left out as a source's boilerplate (disclaimers, signatures)",
     "chunks_new": "chunks whose id the indexed version did not have",
     "chunks_kept": "chunks whose id the indexed version already had (not embedded again)",
     "chunks_embedded": "chunks the model embedded (cache misses)",

@@ -28,6 +28,10 @@ class JsonRecord:
     # Optional fields left out of the JSON while None, so records written before they existed
     # and records that do not use them keep their exact JSON.
     _omit_none: ClassVar[tuple[str, ...]] = ()
+    # The same for fields left out while they hold their default (0, "", ()).
+    _omit_default: ClassVar[tuple[str, ...]] = ()
+    # Tuple fields whose items are tuples too (boxes): JSON lists back to tuples at both depths.
+    _tuple_of_tuples: ClassVar[tuple[str, ...]] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -35,12 +39,17 @@ class JsonRecord:
             value = getattr(self, f.name)
             if value is None and f.name in self._omit_none:
                 continue
+            if f.name in self._omit_default and value == f.default:
+                continue
             if isinstance(value, Enum):
                 value = value.value
             elif isinstance(value, JsonRecord):
                 value = value.to_dict()
             elif isinstance(value, tuple):
-                value = [v.to_dict() if isinstance(v, JsonRecord) else v for v in value]
+                value = [
+                    v.to_dict() if isinstance(v, JsonRecord) else list(v) if isinstance(v, tuple) else v
+                    for v in value
+                ]
             out[f.name] = value
         return out
 
@@ -60,6 +69,8 @@ class JsonRecord:
                     value = tuple(nested.from_dict(v) for v in value)  # type: ignore[attr-defined]
                 else:
                     value = nested.from_dict(value)  # type: ignore[attr-defined]
+            elif name in cls._tuple_of_tuples and value is not None:
+                value = tuple(tuple(v) for v in value)
             elif name in cls._tuple_fields and value is not None:
                 value = tuple(value)
             kwargs[name] = value
@@ -68,6 +79,43 @@ class JsonRecord:
     @classmethod
     def from_json(cls: type[T], text: str) -> T:
         return cls.from_dict(json.loads(text))
+
+
+Box = tuple[int, float, float, float, float]
+"""A line's place on its page: ``(page, x0, y0, x1, y1)``, ``page`` 1-based, the
+corners as fractions of the page's width and height (0-1, origin at the top
+left, y down): multiply by a rendered page's size in pixels to draw it."""
+
+DOCUMENT_TEXT_SEPARATOR = "\n\n"
+"""What joins a document's elements into its text (:func:`document_text`)."""
+
+
+def document_text(elements: Sequence[Element]) -> str:
+    """A document's text: its elements' texts in reading order, joined by
+    :data:`DOCUMENT_TEXT_SEPARATOR`. A chunk's ``char_start``/``char_end``
+    and a page's offsets (``GET /v1/documents/{id}/pages/{n}``) index into it.
+
+    Args:
+        elements: the parsed elements in reading order.
+    """
+    return DOCUMENT_TEXT_SEPARATOR.join(e.text for e in elements)
+
+
+def element_offsets(elements: Sequence[Element]) -> list[int]:
+    """Where each element's text starts in :func:`document_text`.
+
+    Args:
+        elements: the parsed elements in reading order.
+
+    Returns:
+        One character offset per element.
+    """
+    out: list[int] = []
+    at = 0
+    for e in elements:
+        out.append(at)
+        at += len(e.text) + len(DOCUMENT_TEXT_SEPARATOR)
+    return out
 
 
 class ElementType(str, Enum):
@@ -100,9 +148,15 @@ class Element(JsonRecord):
         confidence: OCR word confidence 0-100 (mean over the element's
             words) when the text was OCR'd, None when it came from a text
             layer or markup (left out of the JSON then).
+        boxes: where the element's lines are, for PDFs and scans: one
+            :data:`Box` per line (a table: one for the whole table), in
+            reading order; ``()`` for formats without a page layout (left out
+            of the JSON then).
     """
 
     _omit_none: ClassVar[tuple[str, ...]] = ("confidence",)
+    _omit_default: ClassVar[tuple[str, ...]] = ("boxes",)
+    _tuple_of_tuples: ClassVar[tuple[str, ...]] = ("boxes",)
 
     type: ElementType
     text: str
@@ -110,6 +164,7 @@ class Element(JsonRecord):
     page: int = 0
     order: int = 0
     confidence: float | None = None
+    boxes: tuple[Box, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.type, ElementType):
@@ -280,17 +335,31 @@ class Chunk(JsonRecord):
         text_hash: sha256 hex of ``text``.
         ordinal: position of the chunk in the document.
         heading_path: headings above the chunk, outermost first.
-        page: page of the chunk's first element.
+        page: page of the chunk's first element (0 when the format has none).
         text: chunk text (the heading path is not repeated in it).
         token_count: tokens by the embedding model's tokenizer.
         acl_ids: ACL ids allowed to read the chunk.
         ocr_confidence: the lowest OCR confidence (0-100) among the chunk's
             OCR'd elements, None when none of its text was OCR'd (left out
             of the JSON then).
+        page_end: page of the chunk's last element (``page`` .. ``page_end``
+            is the chunk's page range).
+        char_start: where the chunk's text starts in the document's text
+            (:func:`document_text`, character offset).
+        char_end: where it ends (exclusive); a table piece's range runs from
+            its first to its last row (the repeated header row is not counted).
+        boxes: the lines the chunk covers, for PDFs and scans (:data:`Box`).
+        context: the document's identity (title, issuer or author, period,
+            source name) as ``ragsync.ingest.context`` found it: embedded and
+            indexed before the heading path and the text, never shown as text.
+
+    The new fields are left out of the JSON while they hold their defaults.
     """
 
     _tuple_fields: ClassVar[tuple[str, ...]] = ("heading_path", "acl_ids")
     _omit_none: ClassVar[tuple[str, ...]] = ("ocr_confidence",)
+    _omit_default: ClassVar[tuple[str, ...]] = ("page_end", "char_start", "char_end", "boxes", "context")
+    _tuple_of_tuples: ClassVar[tuple[str, ...]] = ("boxes",)
 
     chunk_id: str
     doc_id: str
@@ -303,12 +372,25 @@ class Chunk(JsonRecord):
     token_count: int
     acl_ids: tuple[str, ...]
     ocr_confidence: float | None = None
+    page_end: int = 0
+    char_start: int = 0
+    char_end: int = 0
+    boxes: tuple[Box, ...] = ()
+    context: str = ""
+
+    def search_prefix(self) -> str:
+        """What is embedded and indexed before the text: the document's
+        identity (``context``) on one line, the heading path on the next
+        (either left out when empty)."""
+        parts = [self.context] if self.context else []
+        if self.heading_path:
+            parts.append(" > ".join(self.heading_path))
+        return "\n".join(parts)
 
     def embedding_text(self) -> str:
-        """The text given to the embedding model: heading path, then text."""
-        if self.heading_path:
-            return " > ".join(self.heading_path) + "\n\n" + self.text
-        return self.text
+        """The text given to the embedding model: :meth:`search_prefix`, a blank line, the text."""
+        prefix = self.search_prefix()
+        return prefix + "\n\n" + self.text if prefix else self.text
 
 
 @dataclass(frozen=True)
@@ -355,9 +437,19 @@ class DocumentPlan(JsonRecord):
         vanished_ids: stored ids to delete once the new version is live.
         acl_ids: ACL ids the chunks carry (the union over exact duplicates).
         pages_for_review: pages below the OCR bar, listed for review.
+        paragraphs: the hashes of the document's countable paragraphs
+            (``chunking.countable_paragraphs``), recorded for boilerplate
+            when the version is flipped (left out of the JSON when empty).
     """
 
-    _tuple_fields: ClassVar[tuple[str, ...]] = ("new_ids", "vanished_ids", "acl_ids", "pages_for_review")
+    _tuple_fields: ClassVar[tuple[str, ...]] = (
+        "new_ids",
+        "vanished_ids",
+        "acl_ids",
+        "pages_for_review",
+        "paragraphs",
+    )
+    _omit_default: ClassVar[tuple[str, ...]] = ("paragraphs",)
     _nested: ClassVar[dict[str, type]] = {}
 
     doc: FetchedDocument
@@ -368,6 +460,7 @@ class DocumentPlan(JsonRecord):
     vanished_ids: tuple[str, ...]
     acl_ids: tuple[str, ...]
     pages_for_review: tuple[int, ...] = ()
+    paragraphs: tuple[str, ...] = ()
 
 
 DocumentPlan._nested = {"doc": FetchedDocument, "chunks": Chunk}

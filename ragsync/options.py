@@ -145,8 +145,22 @@ SETTING_OPTIONS: tuple[Option, ...] = (
     _o(
         "boilerplate_min_docs",
         int,
-        "a chunk text in this many documents is boilerplate, 0 = off (default 50)",
+        "a paragraph held by this many documents of a source is boilerplate whatever their share, "
+        "0 = boilerplate off (default 50)",
     ),
+    _o(
+        "boilerplate_share",
+        float,
+        "a paragraph held by this share of a source's documents (and by 3 or more) is boilerplate "
+        "(default 0.2)",
+    ),
+    _o(
+        "rerank",
+        str,
+        "reranking after fusion: windows (the packaged model reads each candidate in windows of a few "
+        "sentences), off, or a sentence-transformers CrossEncoder directory (default windows)",
+    ),
+    _o("rerank_weight", float, "the reranker's share of the final score, 0..1 (default 0.5)"),
     _o(
         "embed_model",
         str,

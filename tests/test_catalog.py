@@ -47,6 +47,7 @@ ALL_TABLES = {
     "acl_denies",
     "parsed_docs",
     "chunks",
+    "paragraphs",
     "embedding_cache",
     "events",
     "backfills",
@@ -670,6 +671,55 @@ def test_write_chunks_idempotent_and_round_trip(catalog: Catalog) -> None:
     assert catalog.chunks.write_chunks([chunk(0), changed]) == 1
     assert catalog.chunks.chunks_by_ids([changed.chunk_id])[changed.chunk_id].text == "rewritten"
     assert catalog.chunks.chunk_counts_by_doc() == {"d1": 5}
+
+
+def test_chunk_citations_round_trip(catalog: Catalog) -> None:
+    from dataclasses import replace
+
+    cited = [
+        replace(
+            chunk(i),
+            page_end=i + 3,
+            char_start=100 * i,
+            char_end=100 * i + 80,
+            boxes=((i + 1, 0.1, 0.2, 0.9, 0.25), (i + 2, 0.1, 0.05, 0.5, 0.1)),
+            context="Acme Corp | fiscal year ended December 31, 2022",
+        )
+        for i in range(3)
+    ]
+    assert catalog.chunks.write_chunks(cited) == 3
+    assert catalog.chunks.chunks_by_ids([c.chunk_id for c in cited]) == {c.chunk_id: c for c in cited}
+    plain = chunk(7)
+    catalog.chunks.write_chunks([plain])
+    back = catalog.chunks.chunks_by_ids([plain.chunk_id])[plain.chunk_id]
+    assert (back.page_end, back.char_start, back.char_end, back.boxes, back.context) == (0, 0, 0, (), "")
+
+
+def test_paragraph_holders_per_source(catalog: Catalog) -> None:
+    par = catalog.paragraphs
+    assert par.record("t1", "s1", "d1", ["p1", "p2", "p2"]) == 2
+    assert par.record("t1", "s1", "d2", ["p1"]) == 1
+    assert par.record("t1", "s2", "d3", ["p1"]) == 1  # another source
+    assert par.record("t2", "s1", "d4", ["p1"]) == 1  # another tenant
+    assert par.holders("t1", "s1", ["p1", "p2", "p3"]) == {"p1": 2, "p2": 1}
+    assert par.holders("t1", "s1", ["p1"], exclude_doc_id="d1") == {"p1": 1}
+    assert par.record("t1", "s1", "d1", ["p3"]) == 1  # a new version replaces the rows
+    assert par.holders("t1", "s1", ["p1", "p2", "p3"]) == {"p1": 1, "p3": 1}
+    assert par.forget("d1") == 1 and par.forget("d1") == 0
+    assert par.holders("t1", "s1", ["p1", "p3"]) == {"p1": 1}
+    assert par.source_documents("t1", "s1") == 0
+    catalog.documents.record_fetch(fetch("d1"))
+    catalog.documents.flip_indexed_version(
+        "d1",
+        content_hash="h1",
+        source_version="v1",
+        indexed_version="v1",
+        chunker_id="c",
+        parser_version="p",
+        chunk_count=0,
+        indexed_at=1.0,
+    )
+    assert par.source_documents("t1", "s1") == 1
 
 
 def test_chunks_many_batches_delete_and_counts(catalog: Catalog) -> None:

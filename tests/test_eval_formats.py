@@ -16,6 +16,8 @@ import io
 import re
 from pathlib import Path
 
+import pytest
+
 from ragsync.ingest.detect import detect_mime
 from ragsync.model import ElementType
 from ragsync.parsing import parse
@@ -29,7 +31,20 @@ def _formats() -> tuple[str, ...]:
     if find_chromium() is None:
         fail_if_chromium_required("the PDF rendering must be tested")
     # LibreOffice and pdflatex are optional producers: their formats are left out without them.
-    return tuple(f for f in ef.FORMATS if ef.producer_missing(f) is None)
+    # The scan is read back by OCR, not exactly: test_the_scan_is_a_picture_of_the_page checks it.
+    return tuple(f for f in ef.FORMATS if f != "scan" and ef.producer_missing(f) is None)
+
+
+def test_the_scan_is_a_picture_of_the_page() -> None:
+    from PIL import Image
+
+    (rep,), _ = ef.generate(1, 11)
+    png = ef.render_scan(ef.render_fpdf2(rep), seed=3)
+    assert png == ef.render_scan(ef.render_fpdf2(rep), seed=3)  # a function of its seed
+    image = Image.open(io.BytesIO(png))
+    assert image.mode == "L" and image.info["dpi"][0] == pytest.approx(200, abs=1)
+    assert image.size[0] > 1600  # an A4 page at 200 dpi, turned
+    assert detect_mime(png, "x.png") == "image/png"
 
 
 def _md_rows(markdown: str) -> list[list[str]]:

@@ -11,8 +11,10 @@ from ragsync.config import Settings
 from ragsync.decisions import diff_chunks
 from ragsync.embedding.models import default_model, load_tokenizer
 from ragsync.errors import NoTextError
-from ragsync.ingest.chunking import chunk_elements
-from ragsync.model import Chunk, DocumentPlan, ParsedDocument
+from ragsync.ingest.boilerplate import MIN_HOLDERS, BoilerplateRule, boilerplate_of
+from ragsync.ingest.chunking import chunk_elements, countable_paragraphs
+from ragsync.ingest.context import document_context
+from ragsync.model import DocumentPlan, FetchedDocument, ParsedDocument
 from transforms.dead_letters import GuardedStep
 from transforms.progress import ListingTally, ProgressDoFn
 
@@ -31,16 +33,20 @@ class _ChunkAndDiffFn(ProgressDoFn):
         super().setup()
         self._tokenizer = load_tokenizer(default_model().path)
 
-    def _drop_boilerplate(self, doc_id: str, chunks: list[Chunk]) -> list[Chunk]:
-        """Chunks whose text hash is already in ``boilerplate_min_docs`` other
-        documents (signatures, disclaimers) are not indexed again."""
-        limit = self.settings.boilerplate_min_docs
-        if limit <= 0:
-            return chunks
-        seen = self._catalog.chunks.docs_per_text_hash([c.text_hash for c in chunks], exclude_doc_id=doc_id)
-        kept = [c for c in chunks if seen.get(c.text_hash, 0) < limit]
-        self.count("chunks_boilerplate", len(chunks) - len(kept))
-        return kept
+    def _boilerplate(self, doc: FetchedDocument, hashes: list[str]) -> frozenset[str]:
+        """The paragraphs among ``hashes`` that are already the source's
+        boilerplate (``ragsync.ingest.boilerplate``), counting this document."""
+        rule = BoilerplateRule(self.settings.boilerplate_share, self.settings.boilerplate_min_docs)
+        if not rule.enabled or not hashes:
+            return frozenset()
+        src = doc.source
+        held = self._catalog.paragraphs.holders(
+            src.tenant_id, src.source_id, hashes, exclude_doc_id=doc.doc_id
+        )
+        if not any(n + 1 >= MIN_HOLDERS for n in held.values()):
+            return frozenset()
+        total = self._catalog.paragraphs.source_documents(src.tenant_id, src.source_id)
+        return boilerplate_of(hashes, held, total, rule, plus=1)
 
     def process(self, parsed: ParsedDocument) -> Iterator[Any]:
         yield from self._stage.run(self._chunk, parsed)
@@ -48,6 +54,8 @@ class _ChunkAndDiffFn(ProgressDoFn):
     def _chunk(self, parsed: ParsedDocument) -> Iterator[Any]:
         doc = parsed.doc
         acl_ids = doc.chunk_acl_ids
+        paragraphs = countable_paragraphs(parsed.elements)
+        boilerplate = self._boilerplate(doc, paragraphs)
         chunks = chunk_elements(
             parsed.elements,
             self.settings.chunker,
@@ -55,13 +63,17 @@ class _ChunkAndDiffFn(ProgressDoFn):
             doc_id=doc.canonical_doc_id,
             tenant_id=doc.source.tenant_id,
             acl_ids=acl_ids,
+            context=document_context(parsed.elements, parsed.metadata, doc.source.source_object_id),
+            boilerplate=boilerplate,
         )
         self._progress.add()
+        self.count("paragraphs_boilerplate", len(boilerplate))
         if not chunks:
+            if boilerplate:
+                raise NoTextError(
+                    f"{doc.source.uri}: every paragraph is boilerplate seen in many other documents"
+                )
             raise NoTextError(f"{doc.source.uri} ({doc.mime}) parsed to no indexable text")
-        chunks = self._drop_boilerplate(doc.canonical_doc_id, chunks)
-        if not chunks:
-            raise NoTextError(f"{doc.source.uri}: every chunk is boilerplate seen in many other documents")
         diff = diff_chunks(self._catalog.chunks.chunk_ids_for_doc(doc.canonical_doc_id), chunks)
         self.count("chunks_new", len(diff.new))
         self.count("chunks_kept", len(diff.kept))
@@ -74,6 +86,7 @@ class _ChunkAndDiffFn(ProgressDoFn):
             vanished_ids=diff.vanished,
             acl_ids=acl_ids,
             pages_for_review=parsed.pages_for_review,
+            paragraphs=tuple(paragraphs),
         )
         yield (doc.doc_id, plan)
 

@@ -113,13 +113,33 @@ class ParentOut(BaseModel):
     link: str | None = Field(description="the container's link; null when the reader may not read it")
 
 
+class CitationOut(BaseModel):
+    """Where a hit is in its document: what an application shows to let a reader check it."""
+
+    page: int = Field(description="first page of the hit (1-based; 0 for formats without pages)")
+    page_end: int = Field(description="last page of the hit")
+    heading_path: list[str] = Field(description="the section the hit is in, outermost heading first")
+    char_start: int = Field(
+        description="where the hit starts in the document's text (its elements joined by blank lines, "
+        "as GET /v1/documents/{doc_id}/pages/{page} returns them)"
+    )
+    char_end: int = Field(description="where it ends (exclusive)")
+    boxes: list[list[float]] = Field(
+        description="PDFs and scans: each line's [page, x0, y0, x1, y1], corners as fractions of the "
+        "page (origin top left); [] for other formats"
+    )
+
+
 class HitOut(BaseModel):
     """One retrieved chunk."""
 
     chunk_id: str
     doc_id: str
     source_id: str
-    score: float = Field(description="reciprocal-rank-fusion score (higher is better)")
+    score: float = Field(
+        description="higher is better: the reciprocal-rank-fusion score, lowered by the hit's share of "
+        "boilerplate; with the reranker on, its mix with the reranker's score (0-1)"
+    )
     text: str
     highlight: str = Field(
         description="a snippet of the text, HTML-escaped, the query's words wrapped in <mark>...</mark>"
@@ -130,6 +150,12 @@ class HitOut(BaseModel):
     format: str = Field(description="the document's detected content type")
     modified_at: datetime | None
     parent: ParentOut | None = Field(description="for a child document: its container")
+    citation: CitationOut
+    document: str = Field(description="the document's identity as indexed: title | issuer | period | name")
+    boilerplate: float = Field(
+        description="share of the hit's text that its source repeats in many documents (0-1); a "
+        "boilerplate paragraph is shown by its first hit only"
+    )
 
 
 class QueryOut(BaseModel):
@@ -153,8 +179,9 @@ def query(body: QueryIn, tenant_id: Tenant, request: Request) -> QueryOut:
     (``source_ids``, ``formats``, ``modified_after``, ``modified_before``).
 
     Outputs: ``{"hits": [...]}`` best first, each with chunk, document and
-    source ids, score, text, highlight, link, format, modified time and the
-    parent document of a child document. Only the tenant's chunks readable
+    source ids, score, text, highlight, link, format, modified time, the
+    parent document of a child document and its citation (page range,
+    heading path, character span in the document's text, line boxes). Only the tenant's chunks readable
     by ``groups`` (allowed by an ACL, denied by none) of live versions.
     No groups, or groups that grant nothing: ``{"hits": []}``.
 
@@ -208,6 +235,16 @@ def _hit(r: QueryResult, text: str) -> HitOut:
         format=r.mime,
         modified_at=modified,
         parent=parent,
+        citation=CitationOut(
+            page=r.page,
+            page_end=r.page_end,
+            heading_path=r.heading_path,
+            char_start=r.char_start,
+            char_end=r.char_end,
+            boxes=r.boxes,
+        ),
+        document=r.context,
+        boilerplate=r.boilerplate,
     )
 
 

@@ -13,6 +13,8 @@ visible where it is called:
 * ``catalog.copies`` (:mod:`~ragsync.catalog.copies`) -- exact copies and
   near-duplicate groups;
 * ``catalog.chunks`` (:mod:`~ragsync.catalog.chunks`) -- chunks and the embedding cache;
+* ``catalog.paragraphs`` (:mod:`~ragsync.catalog.paragraphs`) -- which documents of a source hold
+  each paragraph (boilerplate);
 * ``catalog.queue`` (:mod:`~ragsync.catalog.queue`) -- the event queue and leases;
 * ``catalog.queue_views`` (:mod:`~ragsync.catalog.queue_views`) -- depth,
   age and stale events, for operators;
@@ -63,6 +65,7 @@ from ragsync.catalog.gate_state import GateStateRepository
 from ragsync.catalog.identities import IdentitiesRepository
 from ragsync.catalog.index_versions import IndexVersionsRepository
 from ragsync.catalog.migrations import migrate
+from ragsync.catalog.paragraphs import ParagraphsRepository
 from ragsync.catalog.parsed import ParsedRepository
 from ragsync.catalog.queue import QueueRepository
 from ragsync.catalog.queue_views import QueueViewsRepository
@@ -89,6 +92,7 @@ class Catalog:
         self.acls = AclsRepository(engine)
         self.parsed = ParsedRepository(engine)
         self.chunks = ChunksRepository(engine)
+        self.paragraphs = ParagraphsRepository(engine)
         self.copies = CopiesRepository(engine, self.chunks)
         self.queue = QueueRepository(engine)
         self.queue_views = QueueViewsRepository(engine)

@@ -20,7 +20,8 @@ from ragsync.model import Chunk
 
 def _chunk_from_row(row: RowMapping) -> Chunk:
     lists = {name: _tuple_from_json(row[name]) for name in ("heading_path", "acl_ids")}
-    return row_to(Chunk, row, **lists)
+    boxes = tuple(tuple(b) for b in _tuple_from_json(row["boxes"]))
+    return row_to(Chunk, row, boxes=boxes, **lists)
 
 
 class ChunksRepository(Repository):
@@ -76,6 +77,11 @@ class ChunksRepository(Repository):
                 "text": c.text,
                 "token_count": c.token_count,
                 "acl_ids": _json_list(c.acl_ids),
+                "page_end": c.page_end,
+                "char_start": c.char_start,
+                "char_end": c.char_end,
+                "boxes": _json_list(list(b) for b in c.boxes),
+                "context": c.context,
                 **({"pending": True} if pending else {}),  # else the column's default (live)
             }
         if not by_id:

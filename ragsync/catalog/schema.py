@@ -210,8 +210,26 @@ chunks = Table(
     # it live (and again for a replaced version's chunks between the flip and
     # their deletion): queries never show a pending chunk.
     Column("pending", Boolean, nullable=False, server_default=false()),
+    # Citations (0015): page range, span in the document's text, line boxes; the identity embedded.
+    Column("page_end", Integer, nullable=False, server_default="0"),
+    Column("char_start", Integer, nullable=False, server_default="0"),
+    Column("char_end", Integer, nullable=False, server_default="0"),
+    Column("boxes", Text, nullable=False, server_default="[]"),  # JSON list of [page, x0, y0, x1, y1]
+    Column("context", Text, nullable=False, server_default=""),
     Index("ix_chunks_doc", "doc_id"),
     Index("ix_chunks_text_hash", "text_hash"),
+)
+
+# Which of a source's documents hold each paragraph (``chunking.paragraph_hash``): boilerplate is
+# a paragraph held by a sizeable share of its source's documents (``ragsync.ingest.boilerplate``).
+paragraphs = Table(
+    "paragraphs",
+    metadata,
+    Column("tenant_id", String(_ID), primary_key=True),
+    Column("source_id", String(_ID), primary_key=True),
+    Column("para_hash", String(32), primary_key=True),
+    Column("doc_id", String(_ID), primary_key=True),
+    Index("ix_paragraphs_doc", "doc_id"),
 )
 
 embedding_cache = Table(

@@ -75,6 +75,7 @@ def delete_document(
     if any(left.values()):
         raise WriteError(f"delete of {doc_id} left chunks behind: {left}")
     cat.copies.remove_near_dup(doc_id)
+    cat.paragraphs.forget(doc_id)
     deleted = 1
     for child in children:
         deleted += delete_document(

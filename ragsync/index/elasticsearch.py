@@ -88,7 +88,7 @@ def _source(chunk: Chunk) -> dict[str, Any]:
         "tenant_id": chunk.tenant_id,
         "acl_ids": list(dict.fromkeys(chunk.acl_ids)),
         "text": chunk.text,
-        "heading": " > ".join(chunk.heading_path),
+        "heading": chunk.search_prefix(),
     }
 
 

@@ -15,7 +15,7 @@ consistency, no flush, deletes scoped by tenant). Schema::
     tenant_id  VARCHAR(128)
     acl_ids    ARRAY<VARCHAR(128)>
     text       VARCHAR(65535), analyzed (standard tokenizer, lowercase):
-               the heading path joined with " > ", a newline, the chunk text
+               the document's identity and heading path, a newline, the text
     sparse     SPARSE_FLOAT_VECTOR, filled by Milvus' BM25 function from
                ``text``; SPARSE_INVERTED_INDEX, metric BM25
 
@@ -45,8 +45,9 @@ _WORD = re.compile(r"\w")
 
 
 def keyword_text(chunk: Chunk) -> str:
-    """What is indexed for a chunk: its heading path, a newline, its text."""
-    return " > ".join(chunk.heading_path) + "\n" + chunk.text
+    """What is indexed for a chunk: the document's identity and its heading
+    path (``Chunk.search_prefix``), a newline, its text."""
+    return chunk.search_prefix() + "\n" + chunk.text
 
 
 class MilvusKeywordIndex(MilvusCollection):

@@ -259,6 +259,8 @@ class IndexService(IndexCore):
         # queries show only the newest document of a group.
         sig = near_dup.signature("\n\n".join(c.text for c in plan.chunks))
         self.catalog.copies.set_near_dup(doc.doc_id, tenant, sig, near_dup.band_keys(sig))
+        # The paragraphs it holds count towards its source's boilerplate (ragsync.ingest.boilerplate).
+        self.catalog.paragraphs.record(tenant, doc.source.source_id, doc.doc_id, plan.paragraphs)
         if plan.vanished_ids:
             vanished = list(plan.vanished_ids)
             self.remove_chunks(tenant, vanished)

@@ -7,7 +7,7 @@ Fields::
     tenant_id  raw
     acl_ids    raw, multi-valued
     text       en_stem (English stemming), not stored
-    heading    en_stem, the heading path joined with " > "
+    heading    en_stem, the document's identity and the heading path (``Chunk.search_prefix``)
 
 tantivy allows one writer per index directory (a second one, in this or
 another process, fails with ``LockBusy``). The writer is opened lazily on
@@ -198,7 +198,7 @@ class TantivyKeywordIndex(ClosesOnExit):
         for acl in dict.fromkeys(chunk.acl_ids):
             doc.add_text("acl_ids", acl)
         doc.add_text("text", chunk.text)
-        doc.add_text("heading", " > ".join(chunk.heading_path))
+        doc.add_text("heading", chunk.search_prefix())
         return doc
 
     def _write(self, operations: Callable[[Any], None]) -> None:

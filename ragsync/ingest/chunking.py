@@ -26,9 +26,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from ragsync import ids
-from ragsync.model import Chunk, Element, ElementType
+from ragsync.model import Box, Chunk, Element, ElementType, element_offsets
 
-CHUNKER_VERSION = "c1"
+CHUNKER_VERSION = "c2"
+"""c2: the document's identity (``Chunk.context``) is embedded and indexed with
+every chunk and hashed into its text hash (so the embedding cache never serves
+a vector of the text without it); chunks carry page ranges, character offsets
+and line boxes; paragraphs known as a source's boilerplate are left out."""
 
 
 class Tokenizer(Protocol):
@@ -92,6 +96,9 @@ class _Piece:
     page: int
     is_table: bool = False
     confidence: float | None = None
+    start: int = 0  # character offsets of the piece in the document's text
+    end: int = 0
+    boxes: tuple[Box, ...] = ()
 
 
 def count_tokens(tokenizer: Tokenizer, text: str) -> int:
@@ -105,12 +112,20 @@ def _token_windows(tokenizer: Tokenizer, text: str, max_tokens: int, overlap: in
     Cuts prefer sentence ends and fall back to token offsets; each window
     after the first starts ``overlap`` tokens before the previous one ended.
     """
+    return [piece for piece, _, _ in _token_spans(tokenizer, text, max_tokens, overlap)]
+
+
+def _token_spans(
+    tokenizer: Tokenizer, text: str, max_tokens: int, overlap: int
+) -> list[tuple[str, int, int]]:
+    """:func:`_token_windows` with each window's character span in ``text``:
+    ``(window, start, end)``, ``text[start:end] == window``."""
     enc = tokenizer.encode(text, add_special_tokens=False)
     offsets = enc.offsets  # type: ignore[attr-defined]
     n = len(offsets)
     if n <= max_tokens:
-        return [text]
-    out: list[str] = []
+        return [(text, 0, len(text))]
+    out: list[tuple[str, int, int]] = []
     start = 0
     while start < n:
         end = min(start + max_tokens, n)
@@ -123,49 +138,88 @@ def _token_windows(tokenizer: Tokenizer, text: str, max_tokens: int, overlap: in
                     break
         char_start = offsets[start][0]
         char_end = offsets[end - 1][1] if end < n else len(text)
-        piece = text[char_start:char_end].strip()
+        raw = text[char_start:char_end]
+        piece = raw.strip()
         if piece:
-            out.append(piece)
+            lead = char_start + len(raw) - len(raw.lstrip())
+            out.append((piece, lead, lead + len(piece)))
         if end >= n:
             break
         start = max(end - overlap, start + 1)
     return out
 
 
-def _table_pieces(tokenizer: Tokenizer, element: Element, max_tokens: int) -> list[_Piece]:
-    """A table as one piece, or row groups that each repeat the header rows."""
+def _span_boxes(element: Element, start: int, end: int) -> tuple[Box, ...]:
+    """The element's line boxes that cover ``element.text[start:end]``: the
+    lines are taken as sharing the text evenly (a window of a long paragraph
+    gets the lines it falls on, give or take one)."""
+    boxes = element.boxes
+    if len(boxes) <= 1 or (start <= 0 and end >= len(element.text.strip())):
+        return boxes
+    per_line = max(len(element.text), 1) / len(boxes)
+    return tuple(b for i, b in enumerate(boxes) if i * per_line < end and (i + 1) * per_line > start)
+
+
+def _table_pieces(tokenizer: Tokenizer, element: Element, max_tokens: int, base: int = 0) -> list[_Piece]:
+    """A table as one piece, or row groups that each repeat the header rows.
+
+    ``base`` is where the element starts in the document's text; a piece's
+    span runs from its first to its last row there (the header it repeats is
+    not part of the span, except in the first piece)."""
     tokens = count_tokens(tokenizer, element.text)
+
+    def piece(text: str, n_tokens: int, start: int, end: int) -> _Piece:
+        return _Piece(text, n_tokens, element.page, True, None, base + start, base + end, element.boxes)
+
     if tokens <= max_tokens:
-        return [_Piece(element.text, tokens, element.page, is_table=True)]
-    lines = [ln for ln in element.text.split("\n") if ln.strip()]
+        return [piece(element.text, tokens, 0, len(element.text))]
+    lines, spans = _rows_with_spans(element.text)
     header: list[str] = lines[:1]
-    body = lines[1:]
+    body, body_spans = lines[1:], spans[1:]
     if body and re.fullmatch(r"\|?\s*:?-{2,}.*", body[0].strip()):
         header.append(body[0])
-        body = body[1:]
+        body, body_spans = body[1:], body_spans[1:]
     header_text = "\n".join(header)
     header_tokens = count_tokens(tokenizer, header_text)
     pieces: list[_Piece] = []
     rows: list[str] = []
+    row_spans: list[tuple[int, int]] = []
     row_tokens = header_tokens
-    for row in body:
+
+    def add(text: str, n_tokens: int, first: int, last: int) -> None:
+        pieces.append(piece(text, n_tokens, spans[0][0] if not pieces else first, last))
+
+    for row, (r0, r1) in zip(body, body_spans, strict=True):
         t = count_tokens(tokenizer, row) + 1
         if rows and row_tokens + t > max_tokens:
-            text = header_text + "\n" + "\n".join(rows)
-            pieces.append(_Piece(text, row_tokens, element.page, is_table=True))
-            rows, row_tokens = [], header_tokens
+            add(header_text + "\n" + "\n".join(rows), row_tokens, row_spans[0][0], row_spans[-1][1])
+            rows, row_spans, row_tokens = [], [], header_tokens
         if header_tokens + t > max_tokens:
             # One row alone is too long: cut it by tokens, header on each.
             budget = max(16, max_tokens - header_tokens)
-            for w in _token_windows(tokenizer, row, budget, 0):
+            for w, w0, w1 in _token_spans(tokenizer, row, budget, 0):
                 wt = count_tokens(tokenizer, w)
-                pieces.append(_Piece(header_text + "\n" + w, header_tokens + wt, element.page, True))
+                add(header_text + "\n" + w, header_tokens + wt, r0 + w0, r0 + w1)
             continue
         rows.append(row)
+        row_spans.append((r0, r1))
         row_tokens += t
     if rows:
-        pieces.append(_Piece(header_text + "\n" + "\n".join(rows), row_tokens, element.page, True))
+        add(header_text + "\n" + "\n".join(rows), row_tokens, row_spans[0][0], row_spans[-1][1])
     return pieces
+
+
+def _rows_with_spans(text: str) -> tuple[list[str], list[tuple[int, int]]]:
+    """A table's non-blank lines and each line's ``(start, end)`` in ``text``."""
+    lines: list[str] = []
+    spans: list[tuple[int, int]] = []
+    at = 0
+    for line in text.split("\n"):
+        if line.strip():
+            lines.append(line)
+            spans.append((at, at + len(line)))
+        at += len(line) + 1
+    return lines, spans
 
 
 def _is_soft_boundary(text: str, modulus: int) -> bool:
@@ -216,28 +270,74 @@ def _min_confidence(group: Sequence[_Piece]) -> float | None:
     return min(confs) if confs else None
 
 
+def paragraph_hash(text: str) -> str:
+    """The key a paragraph is counted under across a source's documents
+    (boilerplate): its words lower-cased, whitespace collapsed, hashed. The
+    heading path and the document's identity are not part of it."""
+    return hashlib.sha256(" ".join(text.lower().split()).encode("utf-8")).hexdigest()[:32]
+
+
+MIN_BOILERPLATE_CHARS = 40
+"""Paragraphs shorter than this are never counted as boilerplate (a "Thanks,"
+or a date line repeats everywhere and costs nothing)."""
+
+
+def countable_paragraphs(elements: Sequence[Element]) -> list[str]:
+    """The hashes of a document's paragraphs that count towards boilerplate
+    (paragraphs and list items of at least :data:`MIN_BOILERPLATE_CHARS`
+    characters), each once, in reading order."""
+    out: dict[str, None] = {}
+    for el in elements:
+        if (
+            el.type in (ElementType.PARAGRAPH, ElementType.LIST_ITEM)
+            and len(el.text.strip()) >= MIN_BOILERPLATE_CHARS
+        ):
+            out.setdefault(paragraph_hash(el.text), None)
+    return list(out)
+
+
+def _text_pieces(el: Element, text: str, base: int, cfg: ChunkerConfig, tokenizer: Tokenizer) -> list[_Piece]:
+    """A paragraph or list item as one piece, or overlapping windows when it
+    is longer than ``cfg.max_tokens``. ``text`` is the element's stripped
+    text (a list item with ``- `` before it: the marker is not in the
+    document's text), ``base`` where the stripped text starts there."""
+    marker = len(text) - len(el.text.strip())
+    out = []
+    for window, w0, w1 in _token_spans(tokenizer, text, cfg.max_tokens, cfg.overlap_tokens):
+        a, b = max(w0 - marker, 0), max(w1 - marker, 0)
+        tokens = count_tokens(tokenizer, window)
+        out.append(
+            _Piece(window, tokens, el.page, False, el.confidence, base + a, base + b, _span_boxes(el, a, b))
+        )
+    return out
+
+
 def _sections(
-    elements: Sequence[Element], cfg: ChunkerConfig, tokenizer: Tokenizer
+    elements: Sequence[Element],
+    cfg: ChunkerConfig,
+    tokenizer: Tokenizer,
+    boilerplate: frozenset[str] = frozenset(),
 ) -> list[tuple[tuple[str, ...], list[_Piece]]]:
     """The document as sections: (heading path, pieces) in reading order. A
     heading closes the section before it; a table gives its pieces (whole,
     or split with the header row repeated); a paragraph longer than
-    ``cfg.max_tokens`` is cut into overlapping windows."""
+    ``cfg.max_tokens`` is cut into overlapping windows; a paragraph whose
+    :func:`paragraph_hash` is in ``boilerplate`` is left out."""
     heading_stack: list[tuple[int, str]] = []
     sections: list[tuple[tuple[str, ...], list[_Piece]]] = []
     pieces: list[_Piece] = []
     path: tuple[str, ...] = ()
-    overlap = cfg.overlap_tokens
 
     def close_section() -> None:
         if pieces:
             sections.append((path, list(pieces)))
             pieces.clear()
 
-    for el in elements:
+    for el, at in zip(elements, element_offsets(elements), strict=True):
         text = el.text.strip()
         if not text:
             continue
+        base = at + len(el.text) - len(el.text.lstrip())
         if el.type == ElementType.HEADING:
             close_section()
             level = max(1, el.level or 1)
@@ -245,20 +345,13 @@ def _sections(
                 heading_stack.pop()
             heading_stack.append((level, " ".join(text.split())))
             path = tuple(h for _, h in heading_stack)
-            continue
-        if el.type == ElementType.TABLE:
-            pieces.extend(_table_pieces(tokenizer, el, cfg.max_tokens))
-            continue
-        if el.type == ElementType.LIST_ITEM:
-            text = "- " + text
-        tokens = count_tokens(tokenizer, text)
-        if tokens <= cfg.max_tokens:
-            pieces.append(_Piece(text, tokens, el.page, confidence=el.confidence))
-        else:
-            for window in _token_windows(tokenizer, text, cfg.max_tokens, overlap):
-                pieces.append(
-                    _Piece(window, count_tokens(tokenizer, window), el.page, confidence=el.confidence)
-                )
+        elif el.type == ElementType.TABLE:
+            pieces.extend(_table_pieces(tokenizer, el, cfg.max_tokens, at))
+        elif not (
+            boilerplate and len(text) >= MIN_BOILERPLATE_CHARS and paragraph_hash(el.text) in boilerplate
+        ):
+            marked = "- " + text if el.type == ElementType.LIST_ITEM else text
+            pieces.extend(_text_pieces(el, marked, base, cfg, tokenizer))
     close_section()
     return sections
 
@@ -271,6 +364,8 @@ def chunk_elements(
     doc_id: str,
     tenant_id: str,
     acl_ids: Sequence[str],
+    context: str = "",
+    boilerplate: frozenset[str] = frozenset(),
 ) -> list[Chunk]:
     """Turn a document's elements into chunks with deterministic ids.
 
@@ -281,19 +376,25 @@ def chunk_elements(
         doc_id: the canonical document id (part of every chunk id).
         tenant_id: owner tenant.
         acl_ids: ACL ids every chunk carries.
+        context: the document's identity (``ragsync.ingest.context``), put
+            on every chunk and hashed into its text hash.
+        boilerplate: :func:`paragraph_hash` keys of paragraphs repeated
+            across the source's documents: left out of the chunks.
 
     Returns:
-        Chunks in document order with ``ordinal`` 0..n-1. Two chunks with the
-        same text in one document get distinct ids (an occurrence counter is
-        part of the hashed text). An empty element list gives [].
+        Chunks in document order with ``ordinal`` 0..n-1, each with its page
+        range, its character span in :func:`ragsync.model.document_text` and
+        its line boxes. Two chunks with the same text in one document get
+        distinct ids (an occurrence counter is part of the hashed text). An
+        empty element list gives [].
     """
     chunks: list[Chunk] = []
     seen: dict[str, int] = {}
     acl = tuple(sorted(set(acl_ids)))
-    for heading_path, section_pieces in _sections(elements, cfg, tokenizer):
+    for heading_path, section_pieces in _sections(elements, cfg, tokenizer, boilerplate):
         for group in _pack_section(section_pieces, cfg):
             text = "\n\n".join(p.text for p in group)
-            keyed = " > ".join(heading_path) + "\x1e" + text
+            keyed = context + "\x1e" + " > ".join(heading_path) + "\x1e" + text
             occurrence = seen.get(keyed, 0)
             seen[keyed] = occurrence + 1
             th = ids.text_hash(keyed if occurrence == 0 else f"{keyed}\x1e{occurrence}")
@@ -310,6 +411,11 @@ def chunk_elements(
                     token_count=count_tokens(tokenizer, text),
                     acl_ids=acl,
                     ocr_confidence=_min_confidence(group),
+                    page_end=max(p.page for p in group),
+                    char_start=min(p.start for p in group),
+                    char_end=max(p.end for p in group),
+                    boxes=tuple(b for p in group for b in p.boxes),
+                    context=context,
                 )
             )
     return chunks

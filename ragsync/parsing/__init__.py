@@ -29,7 +29,7 @@ from ragsync.parsing.archive import ARCHIVE_MIMES, ArchiveLimits
 from ragsync.parsing.bundle import MIME_TICKET_BUNDLE
 
 # Change whenever any parser's output changes (it is part of cache keys).
-PARSER_VERSION = "p7"
+PARSER_VERSION = "p8"  # p8: PDF and OCR elements carry their line boxes
 
 DEFAULT_OCR_LANGUAGES = "eng"
 """Tesseract's languages when none are set (``Settings.ocr_languages``)."""
@@ -348,7 +348,15 @@ def parse(
     if not kept:
         raise NoTextError(f"{name}: parsed as {base} but holds no text")
     elements = tuple(
-        Element(type=e.type, text=e.text, level=e.level, page=e.page, order=i, confidence=e.confidence)
+        Element(
+            type=e.type,
+            text=e.text,
+            level=e.level,
+            page=e.page,
+            order=i,
+            confidence=e.confidence,
+            boxes=e.boxes,
+        )
         for i, e in enumerate(kept)
     )
     return ParseResult(

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ragsync.model import Attachment, ElementType
+from ragsync.model import Attachment, Box, ElementType
 
 _WS = re.compile(r"\s+")
 
@@ -22,6 +22,9 @@ class RawElement:
         page: 1-based page number, 0 when the format has none.
         confidence: OCR word confidence (0-100) of the element's text, None
             when it comes from a text layer or markup.
+        boxes: its lines' boxes on the page (``ragsync.model.Box``: page,
+            then corners as fractions of the page, origin top left), for PDFs
+            and scans; ``()`` otherwise.
     """
 
     type: ElementType
@@ -29,6 +32,25 @@ class RawElement:
     level: int = 0
     page: int = 0
     confidence: float | None = None
+    boxes: tuple[Box, ...] = ()
+
+
+def page_box(page: int, x0: float, top: float, x1: float, bottom: float, width: float, height: float) -> Box:
+    """A box on a page as ``ragsync.model.Box``: corners divided by the page's
+    size (``top`` and ``bottom`` measured down from the page's top edge),
+    clamped to 0-1 and rounded to 4 places.
+
+    Args:
+        page: 1-based page number.
+        x0, top, x1, bottom: the box in the page's own units (points, pixels).
+        width, height: the page's size in the same units (a size of 0 gives
+            fractions of 1).
+    """
+
+    def frac(v: float, size: float) -> float:
+        return round(min(max(v / size if size > 0 else v, 0.0), 1.0), 4)
+
+    return (page, frac(x0, width), frac(top, height), frac(x1, width), frac(bottom, height))
 
 
 def clean_text(text: str) -> str:

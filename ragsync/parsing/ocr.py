@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ragsync.errors import CorruptDocumentError, TooLargeError, UnsupportedFormatError
-from ragsync.model import ElementType
-from ragsync.parsing._common import RawElement, RawParse, table_to_markdown
+from ragsync.model import Box, ElementType
+from ragsync.parsing._common import RawElement, RawParse, page_box, table_to_markdown
 from ragsync.parsing._pdfium import PDFIUM_LOCK
 from ragsync.parsing.ocr_engine import ocr_page, ocr_pages
 from ragsync.parsing.ocr_layout import join_lines
@@ -102,9 +102,22 @@ def assemble(results: Sequence[PageOcr]) -> tuple[list[RawElement], tuple[int, .
                     table = table_to_markdown(rows)
                     elements.append(RawElement(ElementType.TABLE, table, 0, r.page, round(r.confidence, 1)))
             conf = r.paragraph_confidences[i] if i < len(r.paragraph_confidences) else r.confidence
+            boxes = _page_boxes(r, i)
             for text in join_lines([lines]):
-                elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1)))
+                elements.append(RawElement(ElementType.PARAGRAPH, text, 0, r.page, round(conf, 1), boxes))
     return elements, tuple(review), (float(np.mean(confs)) if confs else None)
+
+
+def _page_boxes(r: PageOcr, paragraph: int) -> tuple[Box, ...]:
+    """The line boxes of a page's ``paragraph`` as fractions of the page;
+    none when the page was read turned (its boxes are in the turned image)."""
+    if r.rotation or paragraph >= len(r.line_boxes) or not all(r.image_size):
+        return ()
+    width, height = r.image_size
+    return tuple(
+        page_box(r.page, left, top, right, bottom, width, height)
+        for left, top, right, bottom in r.line_boxes[paragraph]
+    )
 
 
 # --------------------------------------------------------------------------- image files

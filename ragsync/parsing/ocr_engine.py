@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
-from ragsync.parsing.ocr_layout import group_words, parse_tsv
+from ragsync.parsing.ocr_layout import group_words, line_boxes, parse_tsv
 from ragsync.parsing.ocr_model import (
     OcrOptions,
     PageImage,
@@ -114,6 +114,8 @@ def _attempt(
         tables=tuple(tuple(tuple(r) for r in rows) for _, rows in tables),
         table_positions=positions,
         region_engines=tuple(choices),
+        line_boxes=line_boxes(tsv.words),
+        image_size=(int(image.shape[1]), int(image.shape[0])),
     )
 
 

@@ -112,6 +112,37 @@ def group_words(words: Sequence[TsvWord]) -> Tsv:
     return out
 
 
+def line_boxes(words: Sequence[TsvWord]) -> tuple[tuple[tuple[int, int, int, int], ...], ...]:
+    """Each paragraph's line boxes, grouped as ``group_words`` groups the words.
+
+    Args:
+        words: a page's words in reading order.
+
+    Returns:
+        Per paragraph, the ``(left, top, right, bottom)`` pixel box of each of
+        its lines (the union of the line's word boxes).
+    """
+    paras: list[list[list[int]]] = []
+    para: int | None = None
+    line: int | None = None
+    for w in words:
+        if w.paragraph != para:
+            paras.append([])
+            para, line = w.paragraph, None
+        if w.line != line:
+            paras[-1].append(list(w.box))
+            line = w.line
+        else:
+            box = paras[-1][-1]
+            box[:] = [
+                min(box[0], w.box[0]),
+                min(box[1], w.box[1]),
+                max(box[2], w.box[2]),
+                max(box[3], w.box[3]),
+            ]
+    return tuple(tuple((b[0], b[1], b[2], b[3]) for b in p) for p in paras)
+
+
 def join_lines(paragraphs: Sequence[Sequence[str]]) -> list[str]:
     """Each paragraph on one line, words split at line ends rejoined.
 

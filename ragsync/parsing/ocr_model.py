@@ -176,6 +176,8 @@ class PageOcr:
         preprocessed: the pre-processing steps the page got before OCR
             (``ocr_quality.preprocessing``: ``"despeckle"``, ``"flatten"``),
             ``()`` when it was read as it came.
+        line_boxes: per paragraph, its lines' pixel boxes in the image read (``ocr_layout.line_boxes``).
+        image_size: that image's ``(width, height)``.
     """
 
     page: int
@@ -200,6 +202,8 @@ class PageOcr:
     region_engines: tuple[tuple[str, tuple[tuple[str, float], ...]], ...] = ()
     scale: float = 1.0
     preprocessed: tuple[str, ...] = ()
+    line_boxes: tuple[tuple[tuple[int, int, int, int], ...], ...] = ()
+    image_size: tuple[int, int] = (0, 0)
 
     @property
     def text(self) -> str:

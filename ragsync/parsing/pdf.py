@@ -298,6 +298,7 @@ def parse_pdf(
             if n_pages == 0:
                 raise CorruptDocumentError("PDF has no pages")
             meta = _metadata(doc)
+            sizes = [_page_size(doc, i) for i in range(n_pages)]
         for index in range(n_pages):
             items, source = _pdfium_page(doc, index)
             if source == OCR:
@@ -317,7 +318,16 @@ def parse_pdf(
         miner.close()
         with PDFIUM_LOCK:
             doc.close()
-    return _assemble(data, pages, parsers, ocr_indices, meta, ocr_options)
+    return _assemble(data, pages, parsers, ocr_indices, meta, ocr_options, sizes)
+
+
+def _page_size(doc: Any, index: int) -> tuple[float, float]:
+    """A page's (width, height) in points; (0, 0) when PDFium cannot tell."""
+    try:
+        width, height = doc.get_page_size(index)
+    except Exception:  # noqa: BLE001 - a damaged page: its boxes are then not scaled
+        return (0.0, 0.0)
+    return (float(width), float(height))
 
 
 def _metadata(doc: Any) -> dict[str, str]:
@@ -377,6 +387,7 @@ def _parse_with_pdfminer(data: bytes, pdfium_error: Exception, max_pages: int) -
             raise TooLargeError(f"PDF has {n_pages} pages, above the limit of {max_pages}")
         pages: list[list[Item]] = []
         parsers: list[str] = []
+        sizes = [(float(pg.width), float(pg.height)) for pg in pdf.pages]
         for index in range(n_pages):
             runs = miner.runs(index)
             pages.append(page_items(runs, Rulings()) if runs else [])
@@ -387,7 +398,7 @@ def _parse_with_pdfminer(data: bytes, pdfium_error: Exception, max_pages: int) -
         if password:
             raise EncryptedDocumentError("PDF requires a password (pdfminer reads no text either)")
         raise CorruptDocumentError(f"PDFium cannot open the file ({pdfium_error}) and pdfminer reads no text")
-    return _assemble(data, pages, parsers, [], {}, None)
+    return _assemble(data, pages, parsers, [], {}, None, sizes)
 
 
 def _assemble(
@@ -397,6 +408,7 @@ def _assemble(
     ocr_indices: list[int],
     meta: dict[str, str],
     ocr_options: OcrOptions | None,
+    sizes: list[tuple[float, float]],
 ) -> RawParse:
     n_pages = len(pages)
     unreadable = tuple(i + 1 for i, p in enumerate(parsers) if p == NONE)
@@ -421,7 +433,7 @@ def _assemble(
     for index, items in enumerate(pages):
         for flow in flows(items):
             paras.extend(paragraphs(flow, index + 1))
-    out = to_elements(paras)
+    out = to_elements(paras, sizes)
     if ocr_indices or unreadable:
         out = sorted(out + ocr_out, key=lambda e: e.page)  # stable: text-layer order kept
         if not out:

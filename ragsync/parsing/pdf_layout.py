@@ -19,8 +19,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ragsync.model import ElementType
-from ragsync.parsing._common import RawElement, clean_text
+from ragsync.model import Box, ElementType
+from ragsync.parsing._common import RawElement, clean_text, page_box
 from ragsync.parsing.pdf_tables import text_lines
 from ragsync.parsing.pdf_text import Item
 
@@ -33,13 +33,17 @@ _EDGE_GAP = 0.8
 
 @dataclass
 class Para:
-    """A paragraph (or table block) of one page in reading order."""
+    """A paragraph (or table block) of one page in reading order.
+
+    ``boxes`` holds each line's box in PDF points, y up: ``(x0, bottom, x1, top)``.
+    """
 
     page: int
     size: float
     lines: list[str] = field(default_factory=list)
     table: bool = False
     n_lines: int = 1
+    boxes: list[tuple[float, float, float, float]] = field(default_factory=list)
 
     @property
     def text(self) -> str:
@@ -123,8 +127,14 @@ def paragraphs(flow: list[Item], page: int) -> list[Para]:
     right_edge = max((it.x1 for it in flow), default=0.0)
     for line in text_lines(flow, ordered=True):  # flow is sorted by top descending
         first = line[0]
+        box = (
+            min(it.x0 for it in line),
+            min(it.bottom for it in line),
+            max(it.x1 for it in line),
+            max(it.top for it in line),
+        )
         if first.table:
-            paras.append(Para(page, 0.0, [first.text], table=True))
+            paras.append(Para(page, 0.0, [first.text], table=True, boxes=[box]))
             prev = None
             continue
         text = " ".join(it.text for it in line)
@@ -149,12 +159,13 @@ def paragraphs(flow: list[Item], page: int) -> list[Para]:
             ):
                 new = True
         if new:
-            paras.append(Para(page, size, [text]))
+            paras.append(Para(page, size, [text], boxes=[box]))
         else:
             last = paras[-1]
             last.lines[-1:] = [_join(last.lines[-1], text)]
             last.size = max(last.size, size)
             last.n_lines += 1
+            last.boxes.append(box)
         prev = line
     return paras
 
@@ -220,14 +231,25 @@ def drop_running_lines(pages: list[list[Item]]) -> list[list[Item]]:
     return out
 
 
-def to_elements(paras: Sequence[Para]) -> list[RawElement]:
+def _boxes(p: Para, sizes: Sequence[tuple[float, float]]) -> tuple[Box, ...]:
+    """A paragraph's line boxes as fractions of its page (origin top left)."""
+    width, height = sizes[p.page - 1] if 0 < p.page <= len(sizes) else (0.0, 0.0)
+    return tuple(
+        page_box(p.page, x0, height - top, x1, height - bottom, width, height)
+        for x0, bottom, x1, top in p.boxes
+    )
+
+
+def to_elements(paras: Sequence[Para], sizes: Sequence[tuple[float, float]] = ()) -> list[RawElement]:
     """Elements of a document's paragraphs: tables, headings (by font size) and paragraphs.
 
     Args:
         paras: every page's paragraphs in reading order.
+        sizes: each page's (width, height) in points, to give the elements
+            their line boxes (none when not given).
 
     Returns:
-        Raw elements with their page numbers.
+        Raw elements with their page numbers (and line boxes).
     """
     text_paras = [p for p in paras if not p.table]
     weights: Counter[float] = Counter()
@@ -238,16 +260,17 @@ def to_elements(paras: Sequence[Para]) -> list[RawElement]:
     levels = {s: min(i + 1, 6) for i, s in enumerate(heading_sizes)}
     out: list[RawElement] = []
     for p in paras:
+        boxes = _boxes(p, sizes) if sizes else ()
         if p.table:
-            out.append(RawElement(ElementType.TABLE, p.text, 0, p.page))
+            out.append(RawElement(ElementType.TABLE, p.text, 0, p.page, boxes=boxes))
             continue
         text = clean_text(p.text.replace("\ufffe", "").replace("\x02", ""))
         if not text:
             continue
         if _is_heading(p, body):
-            out.append(RawElement(ElementType.HEADING, text, levels[round(p.size)], p.page))
+            out.append(RawElement(ElementType.HEADING, text, levels[round(p.size)], p.page, boxes=boxes))
         else:
-            out.append(RawElement(ElementType.PARAGRAPH, text, 0, p.page))
+            out.append(RawElement(ElementType.PARAGRAPH, text, 0, p.page, boxes=boxes))
     return out
 
 

@@ -46,7 +46,7 @@ from __future__ import annotations
 import html
 import re
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
@@ -55,7 +55,11 @@ from ragsync.config import Settings, open_catalog
 from ragsync.embedding.models import ModelSpec
 from ragsync.index.backends import open_keyword_index, open_vector_index
 from ragsync.index.base import SearchFilter
+from ragsync.ingest.boilerplate import BoilerplateRule
 from ragsync.query.identity import Reader, ReadGrant
+from ragsync.query.ranking import RERANK_DEPTH, demote_boilerplate, rerank, source_boilerplate
+from ragsync.query.rerank import Reranker, reranker_for
+from ragsync.query.results import QueryResult
 
 RRF_K = 60
 
@@ -92,25 +96,6 @@ def page_link(uri: str) -> str:
         return uri
     path = parts.path[: -len("api.php")] + "index.php"
     return urlunsplit((parts.scheme, parts.netloc, path, urlencode({"curid": params["pageid"][0]}), ""))
-
-
-@dataclass(frozen=True)
-class QueryResult:
-    doc_id: str
-    chunk_id: str
-    uri: str
-    heading_path: list[str]
-    page: int
-    score: float
-    text: str
-    parent_doc_id: str | None = None  # a child document's container (e-mail, archive)
-    source_id: str = ""
-    mime: str = ""
-    modified_at: float | None = None  # see document_modified_at
-    parent_uri: str | None = None  # the container's link, when the reader may read it
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def document_modified_at(doc: Any) -> float | None:
@@ -303,29 +288,55 @@ def hybrid_query(
         keywords = open_keyword_index(settings)
         try:
             vector = embed_query(spec, text)
-            depth = max(k * 4, 20)
-            pushed = None
-            if filters is not None and filters.source_ids:
-                # A source of few documents: the stores search only its documents.
-                pushed = catalog.copies.doc_ids_in_sources(
-                    tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS
-                )
-            where = SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
+            where = _search_filter(catalog, tenant_id, denied, filters)
+            reranker = reranker_for(settings.rerank, spec)
+            want = max(k, RERANK_DEPTH) if reranker is not None else k  # the reranker's candidates
+            depth = max(k * 4, 20, want)
             while True:
                 vhits = vectors.search(tenant_id, vector, acl_ids, depth, where=where)
                 khits = keywords.search(tenant_id, text, acl_ids, depth, where=where)
-                results = _assemble(catalog, tenant_id, vhits, khits, reader, k, filters)
+                results = _assemble(catalog, tenant_id, vhits, khits, reader, want, filters)
                 exhausted = len(vhits) < depth and len(khits) < depth
                 # A user's grant is per source (a post-filter too): over-fetch as for filters.
                 post_filtered = filters is not None or reader.everywhere is None
                 if not post_filtered or len(results) >= k or exhausted or depth >= MAX_FILTER_DEPTH:
-                    return results
+                    return _ranked(settings, catalog, tenant_id, text, results, k, reranker)
                 depth = min(depth * 4, MAX_FILTER_DEPTH)
         finally:
             keywords.close()
             vectors.close()
     finally:
         catalog.close()
+
+
+def _search_filter(
+    catalog: Any, tenant_id: str, denied: Sequence[str], filters: QueryFilters | None
+) -> SearchFilter:
+    """What both stores filter on: the denying ACL ids and, for a source filter
+    over at most :data:`MAX_PUSHED_DOCS` documents, those documents' ids (a
+    source of few documents: the stores search only its documents)."""
+    pushed = None
+    if filters is not None and filters.source_ids:
+        pushed = catalog.copies.doc_ids_in_sources(tenant_id, filters.source_ids, limit=MAX_PUSHED_DOCS)
+    return SearchFilter(tuple(denied), None if pushed is None else tuple(pushed))
+
+
+def _ranked(
+    settings: Settings,
+    catalog: Any,
+    tenant_id: str,
+    text: str,
+    results: list[QueryResult],
+    k: int,
+    reranker: Reranker | None,
+) -> list[QueryResult]:
+    """The first ``k`` of the checked hits after boilerplate and reranking
+    (``ragsync.query.ranking``), scores rounded."""
+    rule = BoilerplateRule(settings.boilerplate_share, settings.boilerplate_min_docs)
+    results = demote_boilerplate(results, source_boilerplate(catalog, tenant_id, results, rule))
+    if reranker is not None:
+        results = rerank(reranker, text, results, settings.rerank_weight)
+    return [replace(r, score=round(r.score, 6)) for r in results[:k]]
 
 
 def reader_of(
@@ -402,13 +413,18 @@ def _assemble(
                 uri=page_link(doc.uri),
                 heading_path=list(chunk.heading_path),
                 page=chunk.page,
-                score=round(score, 6),
+                score=score,
                 text=chunk.text,
                 parent_doc_id=parent,
                 source_id=doc.source_id,
                 mime=doc.mime,
                 modified_at=document_modified_at(doc),
                 parent_uri=parents.get(parent) if parent else None,
+                page_end=max(chunk.page_end, chunk.page),
+                char_start=chunk.char_start,
+                char_end=chunk.char_end,
+                boxes=[list(b) for b in chunk.boxes],
+                context=chunk.context,
             )
         )
         if len(results) >= k:
