@@ -10,7 +10,7 @@
 * ``paragraphs``: which of a source's documents hold each paragraph (its
   ``paragraph_hash``), for boilerplate found by its share of the source.
 
-Existing rows get 0, ``[]`` and ``""``: a home upgraded from 0014 answers as
+Existing rows get 0, ``[]`` and ``""``: a home upgraded from 0015 answers as
 before (its chunks carry the first page only) until its documents are chunked
 again by chunker c2 (the next sync or backfill does that once: the chunker's
 config id changed).
@@ -19,7 +19,7 @@ config id changed).
 import sqlalchemy as sa
 from alembic import op
 
-revision, down_revision = "0015", "0014"
+revision, down_revision = "0016", "0015"
 
 
 def upgrade() -> None:
