@@ -111,7 +111,7 @@ def _statements(cat: Catalog) -> list[str]:
     def capture(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         seen.append(" ".join(statement.lower().split()))
 
-    event.listen(cat._read_engine, "before_cursor_execute", capture)
+    event.listen(cat._engine, "before_cursor_execute", capture)
     return seen
 
 
@@ -154,7 +154,7 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         for i in range(4):
             _record(cat, f"d{i}")
         cat.documents.set_status("d0", "dead_letter", "corrupt")
-        assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014"]
+        assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014", "0015"]
         assert sorted(cat.runs.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),
@@ -182,7 +182,7 @@ def test_revision_0013_keeps_existing_chunks_live(catalog_url: str) -> None:
                 ),
                 [{"c": "c1", "h": "h1"}, {"c": "c2", "h": "h2"}],
             )
-        assert migrate(engine) == ["0013", "0014"]
+        assert migrate(engine) == ["0013", "0014", "0015"]
         cat = Catalog(engine, catalog_url)
         assert sorted(cat.chunks.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
         assert cat.chunks.pending_chunk_ids("t1") == set()
@@ -216,17 +216,17 @@ def small_catalog(catalog_url: str) -> Iterator[Catalog]:
 
 
 def _captured(cat: Catalog, read: Any) -> tuple[str, Any]:
-    """The last statement (and its parameters) ``read`` ran on the read engine."""
+    """The last statement (and its parameters) ``read`` ran (on any repository's engine)."""
     seen: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         seen.append((statement, params))
 
-    event.listen(cat._read_engine, "before_cursor_execute", capture)
+    event.listen(cat._engine, "before_cursor_execute", capture)
     try:
         read()
     finally:
-        event.remove(cat._read_engine, "before_cursor_execute", capture)
+        event.remove(cat._engine, "before_cursor_execute", capture)
     return seen[-1]
 
 
@@ -280,7 +280,7 @@ def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog
     review = cat.parsed.pages_for_review()
     assert (review["documents"], review["pages"]) == (1, 1)
     assert review["items"] == [{"doc_id": "d05", "uri": "file:///src/d05", "pages": [2]}]
-    statement, params = _captured(cat, cat.pages_for_review)
+    statement, params = _captured(cat, cat.parsed.pages_for_review)
     plan = _plan(cat, statement, params)
     assert "ix_parsed_docs_review" in plan
     assert "ix_documents_content" in plan
