@@ -17,10 +17,10 @@ from pathlib import Path
 
 import apache_beam as beam
 import pytest
-from connectors.sources import register_source
 
 from beam_pipelines.streaming import GuardBusMessages, event_source
 from connectors.events import Admitted, EventAdmission, admit_bus_message, parse_event, queue_row
+from connectors.sources import register_source
 from ragsync.config import Settings, open_catalog
 from ragsync.errors import ConfigurationError, UnknownSourceError
 from ragsync.model import EVENT_LIMITS, DeadLetter, Event

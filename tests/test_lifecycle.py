@@ -127,10 +127,10 @@ def test_a_failure_met_while_the_process_stops_is_not_recorded(
     parse child it ended): the dead-letter sink records nothing then, and the
     next run does the work again."""
     import apache_beam as beam
-    from transforms.dead_letters import WriteDeadLetters
 
     from ragsync.config import Settings, open_catalog
     from ragsync.model import DeadLetter
+    from transforms.dead_letters import WriteDeadLetters
 
     settings = Settings(home=str(tmp_path / "home"))
     crash = DeadLetter(stage="parse", doc_id="d1", uri="/x/a.pdf", error_class="crash", message="child died")
