@@ -111,7 +111,7 @@ def _statements(cat: Catalog) -> list[str]:
     def capture(conn: Any, cursor: Any, statement: str, *rest: Any) -> None:
         seen.append(" ".join(statement.lower().split()))
 
-    event.listen(cat._read_engine, "before_cursor_execute", capture)
+    event.listen(cat._engine, "before_cursor_execute", capture)
     return seen
 
 
@@ -216,17 +216,17 @@ def small_catalog(catalog_url: str) -> Iterator[Catalog]:
 
 
 def _captured(cat: Catalog, read: Any) -> tuple[str, Any]:
-    """The last statement (and its parameters) ``read`` ran on the read engine."""
+    """The last statement (and its parameters) ``read`` ran (on any repository's engine)."""
     seen: list[tuple[str, Any]] = []
 
     def capture(conn: Any, cursor: Any, statement: str, params: Any, *rest: Any) -> None:
         seen.append((statement, params))
 
-    event.listen(cat._read_engine, "before_cursor_execute", capture)
+    event.listen(cat._engine, "before_cursor_execute", capture)
     try:
         read()
     finally:
-        event.remove(cat._read_engine, "before_cursor_execute", capture)
+        event.remove(cat._engine, "before_cursor_execute", capture)
     return seen[-1]
 
 
@@ -280,7 +280,7 @@ def test_pages_for_review_start_from_the_few_parses_that_have_them(small_catalog
     review = cat.parsed.pages_for_review()
     assert (review["documents"], review["pages"]) == (1, 1)
     assert review["items"] == [{"doc_id": "d05", "uri": "file:///src/d05", "pages": [2]}]
-    statement, params = _captured(cat, cat.pages_for_review)
+    statement, params = _captured(cat, cat.parsed.pages_for_review)
     plan = _plan(cat, statement, params)
     assert "ix_parsed_docs_review" in plan
     assert "ix_documents_content" in plan

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ragsync.errors import WriteError
-from ragsync.index import elasticsearch_index as esmod
+from ragsync.index import elasticsearch as esmod
 from ragsync.index.backends import open_keyword_index
 from ragsync.index.elasticsearch import ElasticsearchKeywordIndex
 from ragsync.options import option_values, settings_from

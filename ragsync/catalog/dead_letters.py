@@ -17,11 +17,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import and_, case, select, update
+from sqlalchemy import Engine, and_, case, select, update
 
 from ragsync.catalog import schema
 from ragsync.catalog.base import Repository, _now, new_id, row_to
 from ragsync.catalog.documents import LIVE_STATUSES, STATUS_STALE
+from ragsync.catalog.queue import QueueRepository
+from ragsync.catalog.sources import SourcesRepository
 from ragsync.model import DeadLetter, Event, payload_field
 
 # Characters the payload JSON keeps verbatim, so a LIKE on the raw id
@@ -175,7 +177,13 @@ _ROW_ID = re.compile(r"^[0-9]{1,18}$")
 
 
 class DeadLettersRepository(Repository):
-    """Dead letters and dead-letter retry requests."""
+    """Dead letters and dead-letter retry requests. A re-drive puts events
+    back on the queue (``queue``) of the tenant's own sources (``sources``)."""
+
+    def __init__(self, engine: Engine, queue: QueueRepository, sources: SourcesRepository) -> None:
+        super().__init__(engine)
+        self._queue = queue
+        self._sources = sources
 
     def redrive_dead_letter(
         self, key: str, *, parse: EventParser, tenant_id: str | None = None
@@ -226,7 +234,7 @@ class DeadLettersRepository(Repository):
         return sorted(found)
 
     def _redrive_event(self, tenant: str, event_id: str, parse: EventParser) -> Redrive | None:
-        q: Any = self
+        q = self._queue
         event = q.tenant_event(tenant, event_id)
         letters = self.open_dead_letters_for_event(tenant, event_id)
         if event is not None and (letters or event["state"] == "dead"):
@@ -234,7 +242,7 @@ class DeadLettersRepository(Repository):
         elif event is None and letters:
             data = event_of_payload(letters[-1][1])
             replay = parse(data) if data is not None else None
-            if replay is None or replay.source_id not in q.owned_source_ids(tenant, [replay.source_id]):
+            if replay is None or not self._sources.owned_source_ids(tenant, [replay.source_id]):
                 return None
             if q.event_sources(tenant, [replay.event_id]):
                 q.requeue_event(tenant, replay.event_id)
