@@ -150,9 +150,9 @@ def cmd_query(args: argparse.Namespace) -> int:
     for i, r in enumerate(results, 1):
         where = " > ".join(r.heading_path) or "(no heading)"
         page = (f" p.{r.page}" + (f"-{r.page_end}" if r.page_end > r.page else "")) if r.page else ""
-        span = f"  [chars {r.char_start}-{r.char_end}" + (f", {len(r.boxes)} lines" if r.boxes else "") + "]"
         text = safe_text(r.text[:200].replace(chr(10), " "))
-        print(f"{i:2d}. {r.score:.4f}  {safe_text(r.uri)}{page}{span}\n    {safe_text(where)}\n    {text}")
+        # Character spans and line boxes are for programs: --json has them.
+        print(f"{i:2d}. {r.score:.4f}  {safe_text(r.uri)}{page}\n    {safe_text(where)}\n    {text}")
     return 0
 
 
