@@ -195,64 +195,24 @@ def run_sync(
         checked = check_source(
             catalog, settings, source_id, tenant_id=tenant_id, registered=source, syncing=True
         )
-        state, spec = checked.state, checked.spec
-        share = max_delete_share
-        if share is None:
-            share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
-        pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
-        try:
-            connector = checked.open(settings, _file_system())
-        except ConfigurationError as exc:
-            # Broken credentials or options fail every sync the same way:
-            # counted (backed off, then paused), never retried forever.
-            _count_failure(catalog, spec, state.failures, pause_after, exc, listing=False)
-            raise
-        plan = plan_sync(
-            source_id,
-            supports_changes=connector.supports_changes,
-            cursor=state.cursor,
-            full_requested=full,
-            max_delete_share=share,
+        plan, listing, feed, identities = _read_checked(
+            checked,
+            catalog,
+            settings,
+            full=full,
+            max_delete_share=max_delete_share,
+            read_all=lambda p, connector: _full_listing(
+                p, connector, checked.spec, catalog, settings, beam_args, show_progress, model_spec, reread
+            ),
+            show_progress=show_progress,
         )
-        tenant = state.tenant_id
-        catalog.syncs.sync_started(source_id, tenant_id=tenant)
-        try:
-            listing, feed, plan = _read_source(
-                plan,
-                connector,
-                spec,
-                catalog,
-                show_progress,
-                lambda p: _full_listing(
-                    p, connector, spec, catalog, settings, beam_args, show_progress, model_spec, reread
-                ),
-            )
-            identities = sync_identities(catalog, connector, spec)
-        except Exception as exc:
-            if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
-                raise  # stopped by Ctrl-C or SIGTERM, or a worker process died: not the source's failure
-            if _store_busy(exc):
-                # Another run holds the stores: this run is refused, the
-                # source did nothing wrong (not counted, never paused).
-                raise SyncError(
-                    f"sync of {source_id} refused: the indexes are {STORE_BUSY}; it was not counted "
-                    "as a failure of the source, request it again when that run has ended"
-                ) from exc
-            in_listing = isinstance(exc, ListingGuardError | ListingFailedError)
-            _count_failure(catalog, spec, state.failures, pause_after, exc, listing=in_listing)
-            wrapped = _as_sync_error(source_id, exc)
-            if wrapped is exc:
-                raise
-            raise wrapped from exc
-        finally:
-            connector.close()
         applied = None
-        scope = EventScope(tenant, source_id)
+        scope = EventScope(checked.state.tenant_id, source_id)
         if apply and catalog.queue.unfinished_events(scope=scope) > 0:
             applied = _apply_queue(settings, show_progress, model_spec, scope)
         listed = listing.get("documents_listed") if listing is not None else None
         catalog.syncs.sync_succeeded(
-            source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=tenant
+            source_id, full=plan.mode == SyncMode.FULL, listed=listed, tenant_id=scope.tenant_id
         )
     finally:
         catalog.close()
@@ -266,6 +226,71 @@ def run_sync(
         seconds=round(time.monotonic() - start, 3),
         identities=identities,
     )
+
+
+def _read_checked(
+    checked: CheckedSource,
+    catalog: Any,
+    settings: Settings,
+    *,
+    full: bool,
+    max_delete_share: float | None,
+    read_all: Callable[[SyncPlan, Connector], dict[str, Any]],
+    show_progress: bool,
+) -> tuple[SyncPlan, dict[str, Any] | None, Any, dict[str, int] | None]:
+    """Open the checked source's connector and read it once: its change feed
+    into the queue, or a full listing (``read_all``), then its identities.
+    A failure is counted against the source (the N-th in a row pauses it)
+    unless a stop, a dead worker or a busy store caused it.
+
+    Returns:
+        The plan as it ran, the listing's counters (full), the feed's
+        (incremental), and the identities synced (None: none listed).
+    ``max_delete_share`` None: the source's option, else the default.
+    """
+    state, spec = checked.state, checked.spec
+    source_id = spec.source_id
+    pause_after = int(_option_float(spec, "pause_after_failures", DEFAULT_PAUSE_AFTER))
+    if max_delete_share is None:
+        max_delete_share = _option_float(spec, "max_delete_share", DEFAULT_MAX_DELETE_SHARE)
+    try:
+        connector = checked.open(settings, _file_system())
+    except ConfigurationError as exc:
+        # Broken credentials or options fail every sync the same way:
+        # counted (backed off, then paused), never retried forever.
+        _count_failure(catalog, spec, state.failures, pause_after, exc, listing=False)
+        raise
+    plan = plan_sync(
+        source_id,
+        supports_changes=connector.supports_changes,
+        cursor=state.cursor,
+        full_requested=full,
+        max_delete_share=max_delete_share,
+    )
+    catalog.syncs.sync_started(source_id, tenant_id=state.tenant_id)
+    try:
+        listing, feed, plan = _read_source(
+            plan, connector, spec, catalog, show_progress, lambda p: read_all(p, connector)
+        )
+        return plan, listing, feed, sync_identities(catalog, connector, spec)
+    except Exception as exc:
+        if lifecycle.stop_signal() is not None or isinstance(exc, WorkerLostError):
+            raise  # stopped by Ctrl-C or SIGTERM, or a worker process died: not the source's failure
+        if _store_busy(exc):
+            # Another run holds the stores: this run is refused, the
+            # source did nothing wrong (not counted, never paused).
+            raise SyncError(
+                f"sync of {source_id} refused: the indexes are {STORE_BUSY}; it was not counted "
+                "as a failure of the source, request it again when that run has ended"
+            ) from exc
+        in_listing = isinstance(exc, ListingGuardError | ListingFailedError)
+        _count_failure(catalog, spec, state.failures, pause_after, exc, listing=in_listing)
+        wrapped = _as_sync_error(source_id, exc)
+        if wrapped is exc:
+            raise
+        raise wrapped from exc
+    finally:
+        connector.close()
 
 
 def sync_identities(catalog: Any, connector: Connector, spec: SourceSpec) -> dict[str, int] | None:

@@ -234,7 +234,12 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     revoke = sub.add_parser("revoke-key", parents=[common], help="revoke an API key by its id")
     revoke.add_argument("key_id", help="the 16 hex digits after rsk_")
     revoke.set_defaults(func=cmd_tenants_revoke_key)
+    _add_serve(subparsers, common)
+    _add_worker(subparsers, common)
 
+
+def _add_serve(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``serve``: the control-plane HTTP API and its worker."""
     serve = subparsers.add_parser("serve", parents=[common], help="run the control-plane HTTP API")
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     serve.add_argument(
@@ -311,6 +316,9 @@ def add_commands(subparsers: Any, common: argparse.ArgumentParser) -> None:
     )
     serve.set_defaults(func=cmd_serve)
 
+
+def _add_worker(subparsers: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``worker``: run accepted syncs and backfills apart from ``serve``."""
     worker = subparsers.add_parser(
         "worker", parents=[common], help="run accepted syncs and backfills (and the sync schedule)"
     )

@@ -29,12 +29,13 @@ from cli.common import (
     split_list,
 )
 from ragsync import __version__
-from ragsync.errors import ConfigurationError, RagsyncError, WorkerLostError
+from ragsync.errors import ConfigurationError, WorkerLostError
 from ragsync.ops.console import fail, quiet_environment
 from ragsync.ops.display import safe_text, shorten
 
 # Modules that add their own subcommands (see ``build_parser``).
 PLUGIN_MODULES: list[str] = [
+    "cli.files",
     "cli.sources",
     "cli.stream",
     "cli.reembed",
@@ -190,9 +191,11 @@ def cmd_reconcile(args: argparse.Namespace) -> int:
     return 0 if report.ok else 1
 
 
-def cmd_status(args: argparse.Namespace) -> int:
+def _status_data(args: argparse.Namespace) -> tuple[dict[str, Any], Any, list[Any]]:
+    """What ``ragsync status`` reports (its ``--json`` document), the
+    sources' sync states and the oldest open dead letters."""
     from ragsync.config import open_catalog
-    from ragsync.ops.cost import Prices, format_cost, run_cost
+    from ragsync.ops.cost import Prices, run_cost
     from ragsync.ops.coverage import coverage_by_source
 
     settings = existing_settings(args)
@@ -244,6 +247,20 @@ def cmd_status(args: argparse.Namespace) -> int:
             for r in recent
         ],
     }
+    return data, sources, recent
+
+
+def _status_lines(data: dict[str, Any], sources: list[Any], recent: list[Any]) -> list[str]:
+    """``ragsync status``'s human lines for ``_status_data``'s answer."""
+    from ragsync.ops.cost import format_cost
+
+    coverage, docs, dead = data["coverage"], data["documents"], data["dead_letters"]
+    queue, stale, fresh, review = (
+        data["queue"],
+        data["stale_events"],
+        data["freshness"],
+        data["pages_for_review"],
+    )
     paused = [x for x in sources if x.paused]
     human = [f"sources: {len(sources)}, {len(paused)} paused"]
     human += [f"  PAUSED {x.source_id}: {x.pause_reason}" for x in paused]
@@ -287,7 +304,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     if recent:
         human.append("oldest open dead letters:")
         human += [f"  [{r.error_class}] {r.uri or r.doc_id}: {shorten(r.message, 120)}" for r in recent]
-    emit(args, data, "\n".join(human))
+    return human
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    data, sources, recent = _status_data(args)
+    emit(args, data, "\n".join(_status_lines(data, sources, recent)))
     return 0
 
 
@@ -302,187 +324,6 @@ def cmd_report(args: argparse.Namespace) -> int:
         catalog.close()
     emit(args, {"path": path}, f"wrote {path} (self-contained: open it in any browser, offline)")
     return 0
-
-
-def _page_runs(parsers: tuple[str, ...]) -> list[dict[str, Any]]:
-    """Which parser read each page, as runs ``{"first", "last", "parser"}`` of consecutive pages."""
-    runs: list[dict[str, Any]] = []
-    for page, parser in enumerate(parsers, start=1):
-        if runs and runs[-1]["parser"] == parser and runs[-1]["last"] == page - 1:
-            runs[-1]["last"] = page
-        else:
-            runs.append({"first": page, "last": page, "parser": parser})
-    return runs
-
-
-def _route_file(path: str, limits: Any) -> tuple[str, str]:
-    """In ``ragsync parse``'s bounded child: the file's type and lane."""
-    from ragsync.parsing import route
-
-    with open(path, "rb") as fh:
-        data = fh.read()
-    return route(data, os.path.basename(path), limits)
-
-
-def _parse_file(path: str, mime: str, settings: Any) -> dict[str, Any]:
-    """In ``ragsync parse``'s bounded child: what the parser makes of the
-    file, as ``cmd_parse`` shows it (attachments by name and size: their
-    bytes stay in the child)."""
-    from ragsync.parsing import parse
-
-    with open(path, "rb") as fh:
-        data = fh.read()
-    result = parse(
-        data,
-        mime,
-        filename=os.path.basename(path),
-        max_bytes=settings.max_bytes,
-        max_pages=settings.max_pages,
-        limits=settings.archive_limits(),
-        ocr_languages=settings.ocr_languages,
-    )
-    return {
-        "attachments": [
-            {"name": a.name, "bytes": len(a.data), "media_type": a.media_type, "depth": a.depth}
-            for a in result.attachments
-        ],
-        "elements": [
-            {
-                "type": e.type.value,
-                "text": e.text,
-                "level": e.level,
-                "page": e.page,
-                "confidence": e.confidence,
-            }
-            for e in result.elements
-        ],
-        "pages_for_review": list(result.pages_for_review),
-        "ocr_confidence": result.ocr_confidence,
-        "page_parsers": _page_runs(result.page_parsers),
-    }
-
-
-def parse_file(path: str, settings: Any) -> dict[str, Any]:
-    """What the pipeline's detect and parse steps make of one file, in a
-    child process under the parse child's limits
-    (``ragsync.ops.lifecycle.BoundedChild``: memory, the lane's time, the
-    expansion limits), as the pipeline does: nothing of the file is decoded
-    in this process. Keys: ``mime``, ``lane``, ``elements``,
-    ``pages_for_review``, ``ocr_confidence``, ``page_parsers``,
-    ``attachments`` and ``error`` (the dead letter's ``{"class", "message"}``
-    it would get, else None).
-
-    Raises:
-        ConfigurationError: the file cannot be read (missing, no access).
-    """
-
-    from ragsync.model import Lane
-    from ragsync.ops.lifecycle import BoundedChild
-
-    if not os.access(path, os.R_OK) or not os.path.isfile(path):
-        raise ConfigurationError(f"cannot read {path}: no such file, or no access")
-    # The child imports the functions it runs by module name: this module
-    # may be running as __main__ (``python -m cli.main``), which it cannot.
-    here = importlib.import_module("cli.main")
-    out: dict[str, Any] = {
-        "mime": "",
-        "lane": "",
-        "elements": [],
-        "pages_for_review": [],
-        "ocr_confidence": None,
-        "page_parsers": [],
-        "attachments": [],
-        "error": None,
-    }
-    try:
-        with BoundedChild(settings.parse_memory_mb) as child:
-            out["mime"], out["lane"] = child.call(
-                here._route_file, path, settings.archive_limits(), timeout_s=settings.parse_timeout_s
-            )
-            slow = out["lane"] == Lane.SLOW.value
-            limit = settings.slow_parse_timeout_s if slow else settings.parse_timeout_s
-            out.update(child.call(here._parse_file, path, out["mime"], settings, timeout_s=limit))
-    except RagsyncError as exc:
-        out["error"] = {"class": exc.error_class, "message": str(exc)}
-    return out
-
-
-def _count(n: int, noun: str) -> str:
-    return f"{n} {noun}" + ("" if n == 1 else "s")
-
-
-def _folder_files(folder: str) -> list[str]:
-    """The files of ``folder`` a backfill of it would list: regular files
-    under it (links only where they stay inside), hidden ones left out, by path."""
-    from connectors.location import Location
-    from connectors.reader import ContentReader
-
-    reader = ContentReader(Location.parse(os.path.abspath(folder)))
-    out = []
-    for path, _ in reader.walk():
-        relative = os.path.relpath(path, reader.real_root)
-        if not any(part.startswith(".") for part in relative.split(os.sep)):
-            out.append(os.path.join(folder, relative))
-    return out
-
-
-def cmd_parse(args: argparse.Namespace) -> int:
-    """``ragsync parse FILE``: the file's type, lane and elements, or the dead
-    letter it would be (exit 2). ``ragsync parse FOLDER``: each file a
-    backfill of the folder would read, one line each (``--json``: each file's
-    result under ``files``); exit 2 when any would be dead-lettered."""
-    settings = settings_from_args(args)
-    if os.path.isdir(args.file):
-        files = [{"file": path, **parse_file(path, settings)} for path in _folder_files(args.file)]
-        failed = [f for f in files if f["error"]]
-        human = [
-            f"{f['file']}: {f['mime'] or 'not detected'} ({f['lane']} lane) "
-            + (
-                f"dead letter [{f['error']['class']}]"
-                if f["error"]
-                else _count(len(f["elements"]), "element")
-            )
-            for f in files
-        ]
-        human.append(
-            f"{_count(len(files), 'file')}: {len(files) - len(failed)} parsed, "
-            f"{len(failed)} would be dead-lettered"
-        )
-        emit(args, {"files": files}, "\n".join(human))
-        return 2 if failed else 0
-    out = parse_file(args.file, settings)
-    if args.json:
-        print(json.dumps(out, ensure_ascii=False))
-    else:
-        kind = f"{out['mime']} ({out['lane']} lane)" if out["mime"] else "not detected"
-        print(safe_text(f"{args.file}: {kind}"))
-        if out["error"]:
-            print(safe_text(f"dead letter [{out['error']['class']}]: {out['error']['message']}"))
-        for e in out["elements"]:
-            print(f"  p{e['page']:<3d} {e['type']:9s} {e['text'][:100]!r}")
-        for a in out["attachments"]:
-            print(f"  attachment {a['name']!r}: {a['bytes']} bytes (child document)")
-    return 2 if out["error"] else 0
-
-
-def cmd_sample_corpus(args: argparse.Namespace) -> int:
-    from ragsync.ops.samples import write_sample_corpus
-
-    paths = write_sample_corpus(args.dest)
-    emit(args, {"dest": args.dest, "files": paths}, f"wrote {len(paths)} sample documents to {args.dest}")
-    return 0
-
-
-def _add_file_commands(sub: Any, common: argparse.ArgumentParser) -> None:
-    """``parse`` and ``sample-corpus``: commands on local files, no home needed."""
-    pa = sub.add_parser(
-        "parse", parents=[common], help="show what the parser makes of one file (or of each file of a folder)"
-    )
-    pa.add_argument("file", help="a file, or a folder: one line for each file a backfill of it would read")
-    pa.set_defaults(func=cmd_parse)
-    sc = sub.add_parser("sample-corpus", parents=[common], help="write the generated sample documents")
-    sc.add_argument("dest")
-    sc.set_defaults(func=cmd_sample_corpus)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -554,7 +395,6 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--out", required=True, help="directory for index.html (created if missing)")
     rp.set_defaults(func=cmd_report)
 
-    _add_file_commands(sub, common)
     # Command groups that live beside the code they drive. Each module has
     # ``add_commands(subparsers, common)``; its handlers return an exit code.
     for name in PLUGIN_MODULES:

@@ -262,7 +262,12 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     hook.add_argument("source_id")
     hook.add_argument("--tenant", help=_TENANT_HELP)
     hook.set_defaults(func=cmd_sources_webhook_secret)
+    _add_sync(sub, common)
+    _add_identities(sub, common)
 
+
+def _add_sync(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``sync``: one run of a source's connector."""
     sy = sub.add_parser("sync", parents=[common], help="run a source's connector once")
     sy.add_argument("source_id")
     sy.add_argument("--tenant", help=_TENANT_HELP)
@@ -287,6 +292,9 @@ def add_commands(sub: Any, common: argparse.ArgumentParser) -> None:
     add_run_flags(sy, beam_help="after --: Beam options for the listing pipeline")
     sy.set_defaults(func=cmd_sync)
 
+
+def _add_identities(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Add ``identities sync``: a source's users and memberships now."""
     ids = sub.add_parser("identities", help="users and group memberships synced from the sources")
     ids_sub = ids.add_subparsers(dest="identities_command", required=True)
     isync = ids_sub.add_parser(

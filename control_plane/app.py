@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 
@@ -119,10 +120,8 @@ def create_app(
             (``control_plane.worker``) over the app's catalog; it runs in a
             thread from startup to shutdown. None: requests stay queued for a
             ``ragsync worker``.
-        metrics_token: bearer token ``GET /metrics`` requires; empty: only
-            loopback clients may scrape.
-        max_pending_syncs: syncs a tenant may have queued or running; a
-            request for another gets 429.
+        metrics_token: bearer token ``GET /metrics`` requires; empty: loopback clients only.
+        max_pending_syncs: syncs a tenant may have queued or running; one more gets 429.
         max_sources: sources a tenant may register; another gets 403.
         settings: the stores ``POST /v1/query`` searches (the catalog of
             ``settings`` should be ``catalog_url``); None: it answers 503.
@@ -136,31 +135,17 @@ def create_app(
         :class:`~control_plane.keys.ApiKeys`.
 
     Raises:
-        ValueError: ``max_body_bytes`` is not positive.
+        ValueError: a size, rate or count limit is not positive.
         sqlalchemy.exc.SQLAlchemyError: the catalog cannot be opened or migrated.
     """
-    if min(max_body_bytes, events_per_s, events_burst, max_pending_syncs, max_sources) <= 0:
-        raise ValueError(
-            "max_body_bytes, events_per_s, events_burst, max_pending_syncs and max_sources must be positive"
-        )
+    _check_positive(max_body_bytes, events_per_s, events_burst, max_pending_syncs, max_sources)
     catalog = Catalog.open(catalog_url)
-
     running = worker(catalog) if worker is not None else None
-
-    @asynccontextmanager
-    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        if running is not None:
-            running.start()
-        yield
-        if running is not None:
-            running.stop()
-        catalog.close()
-
     app = FastAPI(
         title="ragsync control plane",
         version="1",
         description=(__doc__ or "").split("\n\n")[0],
-        lifespan=lifespan,
+        lifespan=_lifespan(catalog, running),
     )
     app.state.catalog = catalog
     app.state.keys = ApiKeys(catalog, pepper=pepper)
@@ -174,6 +159,36 @@ def create_app(
     app.state.max_sources = max_sources
     app.state.settings = settings
     app.state.allow_caller_groups = allow_caller_groups
+    return _routed(app, catalog, max_body_bytes)
+
+
+def _check_positive(*limits: float) -> None:
+    """Raise ValueError unless every limit of ``create_app`` is positive."""
+    if min(limits) <= 0:
+        raise ValueError(
+            "max_body_bytes, events_per_s, events_burst, max_pending_syncs and max_sources must be positive"
+        )
+
+
+def _lifespan(catalog: Catalog, running: Worker | None) -> Callable[[FastAPI], Any]:
+    """The app's lifespan: the worker (if any) runs from startup to
+    shutdown, then the catalog is closed."""
+
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
+        if running is not None:
+            running.start()
+        yield
+        if running is not None:
+            running.stop()
+        catalog.close()
+
+    return lifespan
+
+
+def _routed(app: FastAPI, catalog: Catalog, max_body_bytes: int) -> FastAPI:
+    """``app`` with its body limit (a body over it is a 413 and, on a
+    webhook, a dead letter), its error handlers and every router."""
     app.add_middleware(
         BodySizeLimitMiddleware,
         max_bytes=max_body_bytes,
