@@ -319,6 +319,31 @@ def parse(
             ``ocr_languages``) is not installed.
     """
     name = filename or "document"
+    base, parser, container = _parser_for(data, mime, name, max_bytes)
+    try:
+        if container is not None:
+            raw = container(data, base, filename, limits or ArchiveLimits(), depth)
+        else:
+            assert parser is not None
+            raw = parser(data, max_pages, ocr_languages, limits or ArchiveLimits())
+    except RagsyncError:
+        raise
+    except (RecursionError, MemoryError):
+        raise
+    except Exception as exc:  # noqa: BLE001 - third-party parsers raise anything on bad bytes
+        raise CorruptDocumentError(f"{name}: {type(exc).__name__}: {exc}") from exc
+    return _result(raw, name, base)
+
+
+def _parser_for(data: bytes, mime: str, name: str, max_bytes: int) -> tuple[str, Any, Any]:
+    """The content type (``mime`` without parameters) and its parser or
+    container reader (one of the two is None), once the bytes pass the
+    checks every format shares.
+
+    Raises:
+        EmptyDocumentError, TooLargeError, EncryptedDocumentError,
+        UnsupportedFormatError: as ``parse`` documents.
+    """
     if not data:
         raise EmptyDocumentError(f"{name}: zero bytes")
     if len(data) > max_bytes:
@@ -332,18 +357,16 @@ def parse(
         raise UnsupportedFormatError(f"{name}: no parser for content type {base or '(none)'}")
     if base.startswith("text/") and not data.strip():
         raise EmptyDocumentError(f"{name}: only whitespace")
-    try:
-        if container is not None:
-            raw = container(data, base, filename, limits or ArchiveLimits(), depth)
-        else:
-            assert parser is not None
-            raw = parser(data, max_pages, ocr_languages, limits or ArchiveLimits())
-    except RagsyncError:
-        raise
-    except (RecursionError, MemoryError):
-        raise
-    except Exception as exc:  # noqa: BLE001 - third-party parsers raise anything on bad bytes
-        raise CorruptDocumentError(f"{name}: {type(exc).__name__}: {exc}") from exc
+    return base, parser, container
+
+
+def _result(raw: Any, name: str, base: str) -> ParseResult:
+    """A parser's raw output as the ``ParseResult``: elements with text,
+    numbered in reading order.
+
+    Raises:
+        NoTextError: no element holds text.
+    """
     kept = [e for e in raw.elements if e.text.strip()]
     if not kept:
         raise NoTextError(f"{name}: parsed as {base} but holds no text")

@@ -273,8 +273,7 @@ def parse_pdf(
         NoTextError: no page has a text layer or legible scanned text.
         OcrBelowBarError: no text and every non-blank scanned page is below the OCR bar.
         ConfigurationError: pages need OCR but Tesseract is not installed.
-        ArchiveBombError: its streams decode past the expansion limits
-            (``check_stream_expansion``).
+        ArchiveBombError: its streams decode past the expansion limits (``check_stream_expansion``).
     """
     check_stream_expansion(data, limits)
     with PDFIUM_LOCK:

@@ -142,6 +142,19 @@ def _matches(relevant: str, doc: Any) -> bool:
     return relevant in (doc.doc_id, doc.source_object_id, uri) or uri.endswith("/" + relevant.lstrip("/"))
 
 
+def _top_documents(ranking: list[str], chunk_doc: dict[str, str], k: int) -> list[str]:
+    """The first ``k`` distinct documents of a ranking of chunk ids
+    (``chunk_doc``: each known chunk's document; unknown chunks skipped)."""
+    top: list[str] = []
+    for cid in ranking:
+        doc_id = chunk_doc.get(cid)
+        if doc_id is not None and doc_id not in top:
+            top.append(doc_id)
+        if len(top) >= k:
+            break
+    return top
+
+
 def evaluate(
     settings: Settings,
     golden: Sequence[GoldenQuery],
@@ -197,13 +210,7 @@ def evaluate(
                 chunk_doc[cid] = chunk.doc_id
             report.queries[g.format] = report.queries.get(g.format, 0) + 1
             for mode, ranking in rankings.items():
-                top: list[str] = []
-                for cid in ranking:
-                    doc_id = chunk_doc.get(cid)
-                    if doc_id is not None and doc_id not in top:
-                        top.append(doc_id)
-                    if len(top) >= k:
-                        break
+                top = _top_documents(ranking, chunk_doc, k)
                 for doc_id in top:
                     if doc_id not in docs:
                         docs[doc_id] = catalog.documents.get_document(doc_id)
