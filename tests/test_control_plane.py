@@ -166,6 +166,7 @@ def test_healthz_is_public_and_openapi_lists_every_endpoint(api: Api) -> None:
         ("/v1/dead-letters/{event_id}/retry", "post"),
         ("/v1/events/stale", "get"),
         ("/v1/query", "post"),
+        ("/v1/documents/{doc_id}/pages/{page}", "get"),
     }
     assert set(doc["components"]["securitySchemes"]) == {"HTTPBearer", "APIKeyHeader"}
     assert "swagger-ui" in httpx.get(api.base_url + "/docs").text
