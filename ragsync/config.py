@@ -112,8 +112,8 @@ class Settings:
             boilerplate off); see ``ragsync.ingest.boilerplate``.
         boilerplate_share: a paragraph held by this share of a source's live
             documents, and by at least ``boilerplate.MIN_HOLDERS``, is
-            boilerplate: left out of the documents chunked after it is
-            known, and ranked below unique text (one copy shown) by queries.
+            boilerplate to queries: ranked below unique text, one copy shown
+            (only ``boilerplate_min_docs`` holders leave it out of chunks).
         rerank: the reranking stage after fusion (``ragsync.query.rerank``):
             ``windows`` (the packaged embedding model reads each candidate
             again in windows of a few sentences), ``off``, or the directory

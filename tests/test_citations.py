@@ -188,10 +188,17 @@ def test_a_cited_page_is_served_to_its_readers_only(home: Home, api: tuple[Any, 
 
 
 def test_a_memo_added_later_leaves_the_disclaimer_out(home: Home) -> None:
+    """Once ``boilerplate_min_docs`` documents of the source hold a paragraph,
+    a document chunked later leaves it out (here 11, the memos holding it).
+    The share alone never drops text when indexing: the chunks must not
+    depend on the order documents are written in."""
+    import dataclasses
+
     (home.folder / "memo-12.md").write_text(
         f"# Memo 12: keys\n\nSpare office keys are kept in the safe at reception.\n\n{DISCLAIMER}\n"
     )
-    summary = run_backfill(str(home.folder), home.settings, show_progress=False)
+    counted = dataclasses.replace(home.settings, boilerplate_min_docs=11)
+    summary = run_backfill(str(home.folder), counted, show_progress=False)
     assert summary.documents_indexed == 1
     catalog = open_catalog(home.settings)
     try:

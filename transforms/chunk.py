@@ -11,7 +11,7 @@ from ragsync.config import Settings
 from ragsync.decisions import diff_chunks
 from ragsync.embedding.models import default_model, load_tokenizer
 from ragsync.errors import NoTextError
-from ragsync.ingest.boilerplate import MIN_HOLDERS, BoilerplateRule, boilerplate_of
+from ragsync.ingest.boilerplate import MIN_HOLDERS, boilerplate_of, indexing_rule
 from ragsync.ingest.chunking import chunk_elements, countable_paragraphs
 from ragsync.ingest.context import document_context
 from ragsync.model import DocumentPlan, FetchedDocument, ParsedDocument
@@ -34,9 +34,10 @@ class _ChunkAndDiffFn(ProgressDoFn):
         self._tokenizer = load_tokenizer(default_model().path)
 
     def _boilerplate(self, doc: FetchedDocument, hashes: list[str]) -> frozenset[str]:
-        """The paragraphs among ``hashes`` that are already the source's
-        boilerplate (``ragsync.ingest.boilerplate``), counting this document."""
-        rule = BoilerplateRule(self.settings.boilerplate_share, self.settings.boilerplate_min_docs)
+        """The paragraphs among ``hashes`` that ``boilerplate_min_docs``
+        documents of the source already hold, counting this one: left out of
+        its chunks (``ragsync.ingest.boilerplate.indexing_rule``)."""
+        rule = indexing_rule(self.settings.boilerplate_min_docs)
         if not rule.enabled or not hashes:
             return frozenset()
         src = doc.source

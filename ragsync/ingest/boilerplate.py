@@ -11,9 +11,13 @@ found in a source of eleven memos as in one of a million files:
   the source hold it and either they are at least ``share`` of the source's
   live documents or they are at least ``min_docs`` (``Settings.boilerplate_share``,
   ``Settings.boilerplate_min_docs``; ``min_docs = 0`` turns it off);
-* a document chunked once a paragraph is known as boilerplate leaves it out of
-  its chunks (``chunk_elements(boilerplate=...)``): it is indexed once, by the
-  documents that held it before it was known;
+* a document chunked once ``min_docs`` other documents of its source hold a
+  paragraph leaves it out of its chunks (``chunk_elements(boilerplate=...)``,
+  ``indexing_rule``): at that count it is indexed by the documents that held
+  it first. The share alone never drops text at indexing: which documents
+  come first depends on the order work is done in, and two runs over the
+  same files (one process, or workers and a re-run after a crash) must write
+  the same chunks;
 * a query (``ragsync.query.search``) ranks a hit below unique text by the
   share of its text that is boilerplate, and shows one hit per boilerplate
   paragraph among the hits made mostly of it, so copies indexed before the
@@ -25,6 +29,7 @@ Pure decisions here; the counts are the catalog's (``catalog.paragraphs``).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -56,6 +61,13 @@ class BoilerplateRule:
         if not self.enabled or holders < MIN_HOLDERS:
             return False
         return holders >= self.min_docs or holders >= self.share * max(source_docs, holders)
+
+
+def indexing_rule(min_docs: int) -> BoilerplateRule:
+    """The rule the chunker applies (module docstring): a paragraph is left
+    out of a document only when ``min_docs`` documents hold it; ``share`` is
+    the query's alone."""
+    return BoilerplateRule(share=math.inf, min_docs=min_docs)
 
 
 def boilerplate_of(
