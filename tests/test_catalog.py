@@ -77,7 +77,7 @@ ALL_TABLES = {
     "identity_memberships",
 }
 # The Alembic revisions, oldest first.
-ALL_VERSIONS = [f"{n:04d}" for n in range(1, 16)]
+ALL_VERSIONS = [f"{n:04d}" for n in range(1, 18)]
 
 
 def fetch(
@@ -648,6 +648,18 @@ def test_parsed_docs_round_trip_and_overwrite(catalog: Catalog) -> None:
     )
     with catalog.engine.connect() as conn:
         assert len(conn.execute(select(schema.parsed_docs.c.content_hash)).all()) == 2
+
+
+def test_a_stored_parse_keeps_the_parsers_metadata(catalog: Catalog) -> None:
+    """A stored parse is read again instead of parsing (a re-run, a
+    re-chunk): the document's identity line, part of every chunk id, reads
+    the parser's title and author, so they come back with it."""
+    meta = {"title": "Harbor annual report 2022", "author": "Harbor Logistics Group plc"}
+    catalog.parsed.put_parsed("h1", "p1", "mem://parsed/h1/p1.json", 3, metadata=meta)
+    catalog.parsed.put_parsed("h2", "p1", "mem://parsed/h2/p1.json", 3)
+    row, bare = catalog.parsed.get_parsed("h1", "p1"), catalog.parsed.get_parsed("h2", "p1")
+    assert row is not None and row.doc_metadata == meta
+    assert bare is not None and bare.doc_metadata == {}
 
 
 # -------------------------------------------------------------------------- chunks

@@ -154,7 +154,7 @@ def test_revision_0010_fills_the_tallies_from_existing_documents(catalog_url: st
         for i in range(4):
             _record(cat, f"d{i}")
         cat.documents.set_status("d0", "dead_letter", "corrupt")
-        assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014", "0015", "0016"]
+        assert migrate(engine) == ["0010", "0011", "0012", "0013", "0014", "0015", "0016", "0017"]
         assert sorted(cat.runs.document_outcomes()) == [
             ("t1", "s1", "dead_letter", "corrupt", 1),
             ("t1", "s1", "fetched", "", 3),
@@ -182,7 +182,7 @@ def test_revision_0013_keeps_existing_chunks_live(catalog_url: str) -> None:
                 ),
                 [{"c": "c1", "h": "h1"}, {"c": "c2", "h": "h2"}],
             )
-        assert migrate(engine) == ["0013", "0014", "0015", "0016"]
+        assert migrate(engine) == ["0013", "0014", "0015", "0016", "0017"]
         cat = Catalog(engine, catalog_url)
         assert sorted(cat.chunks.chunks_by_ids(["c1", "c2"], live_only=True)) == ["c1", "c2"]
         assert cat.chunks.pending_chunk_ids("t1") == set()

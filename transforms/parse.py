@@ -208,6 +208,8 @@ class _ParseFn(CatalogDoFn):
                 elements=elements,
                 pages=stored.pages or 0,
                 pages_for_review=tuple(stored.pages_for_review or ()),
+                # The identity line of every chunk reads it: as a fresh parse's.
+                metadata=dict(stored.doc_metadata),
             )
             yield from self._children(doc, ())
             return
@@ -225,6 +227,7 @@ class _ParseFn(CatalogDoFn):
         uri = self.settings.parsed_uri(doc.content_hash, version)
         body = "\n".join(e.to_json() for e in result.elements).encode("utf-8")
         write_bytes_once(uri, body)
+        metadata = {k: str(v) for k, v in result.metadata.items()}
         cat.parsed.put_parsed(
             doc.content_hash,
             version,
@@ -232,6 +235,7 @@ class _ParseFn(CatalogDoFn):
             result.pages,
             list(result.pages_for_review),
             result.ocr_confidence,
+            metadata,
         )
         yield ParsedDocument(
             doc=doc,
@@ -239,7 +243,7 @@ class _ParseFn(CatalogDoFn):
             elements=result.elements,
             pages=result.pages,
             pages_for_review=result.pages_for_review,
-            metadata={k: str(v) for k, v in result.metadata.items()},
+            metadata=metadata,
         )
         yield from children
 

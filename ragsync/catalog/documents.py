@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import and_, case, func, select, update
@@ -156,6 +156,7 @@ class ParsedRow:
         pages: number of pages (0 when the format has none).
         pages_for_review: pages not indexed (OCR below the bar).
         ocr_confidence: mean OCR confidence, None when no page was OCR'd.
+        doc_metadata: the parser's metadata (title, author, front matter).
     """
 
     content_hash: str
@@ -164,6 +165,7 @@ class ParsedRow:
     pages: int
     pages_for_review: tuple[int, ...]
     ocr_confidence: float | None
+    doc_metadata: dict[str, str] = field(default_factory=dict)
 
 
 def _document_from_row(row: Mapping[Any, Any]) -> DocumentRow:

@@ -4,13 +4,13 @@ version) (table ``parsed_docs``), and the pages listed for OCR review."""
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from sqlalchemy import select
 
 from ragsync.catalog import schema
-from ragsync.catalog.base import Repository, _json_list, _tuple_from_json, row_to
+from ragsync.catalog.base import Repository, _json_list, _json_object, _tuple_from_json, row_to
 from ragsync.catalog.documents import ParsedRow
 
 
@@ -23,7 +23,8 @@ class ParsedRepository(Repository):
         if row is None:
             return None
         pages = tuple(int(p) for p in _tuple_from_json(row["pages_for_review"]))
-        return row_to(ParsedRow, row, pages_for_review=pages)
+        meta = {str(k): str(v) for k, v in _json_object(row.get("doc_metadata")).items()}
+        return row_to(ParsedRow, row, pages_for_review=pages, doc_metadata=meta)
 
     def put_parsed(
         self,
@@ -33,6 +34,7 @@ class ParsedRepository(Repository):
         pages: int,
         pages_for_review: Sequence[int] = (),
         ocr_confidence: float | None = None,
+        metadata: Mapping[str, str] | None = None,
     ) -> None:
         """Record (or overwrite) where a parse of some bytes is stored.
 
@@ -43,6 +45,7 @@ class ParsedRepository(Repository):
             pages: number of pages.
             pages_for_review: pages not indexed.
             ocr_confidence: mean OCR confidence, or None.
+            metadata: the parser's metadata (read back with the parse).
         """
         row = {
             "content_hash": content_hash,
@@ -51,6 +54,7 @@ class ParsedRepository(Repository):
             "pages": pages,
             "pages_for_review": _json_list(int(p) for p in pages_for_review),
             "ocr_confidence": ocr_confidence,
+            "doc_metadata": json.dumps(dict(metadata or {}), sort_keys=True, ensure_ascii=False),
         }
         with self._engine.begin() as conn:
             self._upsert(
@@ -58,7 +62,7 @@ class ParsedRepository(Repository):
                 schema.parsed_docs,
                 [row],
                 ["content_hash", "parser_version"],
-                ["elements_uri", "pages", "pages_for_review", "ocr_confidence"],
+                ["elements_uri", "pages", "pages_for_review", "ocr_confidence", "doc_metadata"],
             )
 
     def pages_for_review(self, *, limit: int = 20) -> dict[str, Any]:

@@ -181,6 +181,9 @@ parsed_docs = Table(
     Column("pages", Integer, nullable=False, default=0),
     Column("pages_for_review", Text, nullable=False, default="[]"),  # JSON list of ints
     Column("ocr_confidence", Double, nullable=True),
+    # Revision 0017: the parser's metadata (JSON object), which the document's
+    # identity line needs when the stored parse is read again.
+    Column("doc_metadata", Text, nullable=False, default="{}", server_default="{}"),
     PrimaryKeyConstraint("content_hash", "parser_version", name="pk_parsed_docs"),
     # Revision 0010: the few parses with pages for review (status, /metrics),
     # found without reading every parse.
