@@ -253,3 +253,35 @@ def test_no_product_module_is_over_800_lines() -> None:
         if (n := len(p.read_text(encoding="utf-8").splitlines())) > MAX_MODULE_LINES
     }
     assert too_long == {}
+
+
+def test_every_project_import_outside_the_product_names_something_that_exists() -> None:
+    """mypy checks the product's imports; the tests', benchmarks' and
+    scripts' are only found when they run. ``from <project module> import
+    NAME`` anywhere there (inside functions too) must name a module that
+    exists and a NAME it has (or a submodule): a module that moved broke a
+    test file only at CI's run of it."""
+    import importlib
+
+    missing = []
+    for folder in ("tests", "benchmarks", "templates", "scripts"):
+        for path in sorted((ROOT / folder).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                    continue
+                if node.module.split(".")[0] not in PRODUCT:
+                    continue
+                where = f"{path.relative_to(ROOT)}:{node.lineno}"
+                try:
+                    module = importlib.import_module(node.module)
+                except ImportError as exc:
+                    missing.append(f"{where}: {node.module} ({exc})")
+                    continue
+                for alias in node.names:
+                    if alias.name == "*" or hasattr(module, alias.name):
+                        continue
+                    try:
+                        importlib.import_module(f"{node.module}.{alias.name}")
+                    except ImportError:
+                        missing.append(f"{where}: {node.module} has no {alias.name}")
+    assert missing == []
