@@ -21,13 +21,14 @@ STEPS = [
     *(ROOT / "transforms").glob("*.py"),
     ROOT / "beam_pipelines" / "reembed.py",
     ROOT / "beam_pipelines" / "reindex.py",
-    ROOT / "ragsync" / "writer.py",
+    *(ROOT / "ragsync" / "index").glob("*.py"),
 ]
 
 
 def _counted_names() -> set[str]:
     """String literals passed to ``counter(...)`` or ``.count(...)`` in the steps,
-    and those of a literal tuple a loop counts (``for name in (...): self.count(name)``)."""
+    those of a literal tuple a loop counts (``for name in (...): self.count(name)``)
+    and an index operation's ``counter`` attribute."""
     names: set[str] = set()
     for path in STEPS:
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -37,6 +38,22 @@ def _counted_names() -> set[str]:
                 first = node.args[0]
                 if called in ("counter", "count") and isinstance(first, ast.Constant):
                     names.add(str(first.value))
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Tuple | ast.Constant):
+                # An index operation's ``counter`` (``ragsync.index.operations``),
+                # which ``transforms.index.UpdateIndex`` counts for it.
+                for target in node.targets:
+                    pairs = (
+                        zip(target.elts, node.value.elts, strict=False)
+                        if isinstance(target, ast.Tuple) and isinstance(node.value, ast.Tuple)
+                        else [(target, node.value)]
+                    )
+                    for name, value in pairs:
+                        if (
+                            isinstance(name, ast.Name)
+                            and name.id == "counter"
+                            and isinstance(value, ast.Constant)
+                        ):
+                            names.add(str(value.value))
             if isinstance(node, ast.For) and isinstance(node.iter, ast.Tuple):
                 body = ast.unparse(node)
                 if ".count(" in body or "counter(" in body:
