@@ -119,7 +119,14 @@ def test_report_page_is_self_contained_with_five_drawn_plots(tmp_path: Path) -> 
 
 
 def test_report_command_on_an_empty_home_still_draws_every_plot(tmp_path: Path) -> None:
+    """A home with a catalog and nothing in it draws every plot; a folder
+    that is no home is refused (exit 2), never made one."""
+    from ragsync.config import Settings, open_catalog
+
     home = str(tmp_path / "home")
+    assert main(["report", "--home", home, "--out", str(tmp_path / "out")]) == 2
+    assert not (tmp_path / "home" / "catalog.db").exists() and not (tmp_path / "out").exists()
+    open_catalog(Settings(home=home)).close()
     assert main(["report", "--home", home, "--out", str(tmp_path / "out")]) == 0
     page = (tmp_path / "out" / "index.html").read_text()
     assert page.count("data:image/png;base64,") == 5 and "<script" not in page
