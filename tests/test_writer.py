@@ -210,7 +210,7 @@ def test_crash_hooks_fire_at_the_counts_their_variables_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     stops: list[tuple[signal.Signals, str]] = []
-    monkeypatch.setattr(crash_hooks, "_stop", lambda signum, why: stops.append((signum, why)))
+    monkeypatch.setattr(crash_hooks, "_stop", lambda signum, why, group=False: stops.append((signum, why)))
     marker = tmp_path / "once"
     environ = {"RAGSYNC_CRASH_AFTER_INDEX_WRITES": "2:SIGTERM", "RAGSYNC_CRASH_ONCE": str(marker)}
     hooks = crash_hooks.hooks_for(environ)
