@@ -198,25 +198,11 @@ def _write_old_chunks(engine: Any, chunks: list[Any]) -> None:
     repository writes those of the head revision)."""
     from sqlalchemy import column, inspect, table
 
-    from ragsync.catalog.base import _json_list
+    from ragsync.catalog.chunks import chunk_row
 
     with engine.begin() as conn:
         have = {c["name"] for c in inspect(conn).get_columns("chunks")}
-        rows = [
-            {
-                "chunk_id": c.chunk_id,
-                "doc_id": c.doc_id,
-                "tenant_id": c.tenant_id,
-                "text_hash": c.text_hash,
-                "ordinal": c.ordinal,
-                "heading_path": _json_list(c.heading_path),
-                "page": c.page,
-                "text": c.text,
-                "token_count": c.token_count,
-                "acl_ids": _json_list(c.acl_ids),
-            }
-            for c in chunks
-        ]
+        rows = [chunk_row(c) for c in chunks]
         names = [n for n in rows[0] if n in have]
         conn.execute(
             table("chunks", *(column(n) for n in names)).insert(), [{n: r[n] for n in names} for r in rows]

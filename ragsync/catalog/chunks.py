@@ -24,6 +24,27 @@ def _chunk_from_row(row: RowMapping) -> Chunk:
     return row_to(Chunk, row, boxes=boxes, **lists)
 
 
+def chunk_row(c: Chunk) -> dict[str, Any]:
+    """The ``chunks`` row of ``c`` (every column but ``pending``)."""
+    return {
+        "chunk_id": c.chunk_id,
+        "doc_id": c.doc_id,
+        "tenant_id": c.tenant_id,
+        "text_hash": c.text_hash,
+        "ordinal": c.ordinal,
+        "heading_path": _json_list(c.heading_path),
+        "page": c.page,
+        "text": c.text,
+        "token_count": c.token_count,
+        "acl_ids": _json_list(c.acl_ids),
+        "page_end": c.page_end,
+        "char_start": c.char_start,
+        "char_end": c.char_end,
+        "boxes": _json_list(list(b) for b in c.boxes),
+        "context": c.context,
+    }
+
+
 class ChunksRepository(Repository):
     """Chunk rows and cached embeddings."""
 
@@ -66,24 +87,8 @@ class ChunksRepository(Repository):
         distinct chunk ids written."""
         by_id: dict[str, dict[str, Any]] = {}
         for c in chunks:
-            by_id[c.chunk_id] = {
-                "chunk_id": c.chunk_id,
-                "doc_id": c.doc_id,
-                "tenant_id": c.tenant_id,
-                "text_hash": c.text_hash,
-                "ordinal": c.ordinal,
-                "heading_path": _json_list(c.heading_path),
-                "page": c.page,
-                "text": c.text,
-                "token_count": c.token_count,
-                "acl_ids": _json_list(c.acl_ids),
-                "page_end": c.page_end,
-                "char_start": c.char_start,
-                "char_end": c.char_end,
-                "boxes": _json_list(list(b) for b in c.boxes),
-                "context": c.context,
-                **({"pending": True} if pending else {}),  # else the column's default (live)
-            }
+            # ``pending`` left out: the column's default (live).
+            by_id[c.chunk_id] = {**chunk_row(c), **({"pending": True} if pending else {})}
         if not by_id:
             return 0
         columns = [name for name in next(iter(by_id.values())) if name not in ("chunk_id", "pending")]
